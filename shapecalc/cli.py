@@ -1,0 +1,260 @@
+"""The command line: parse, call, render — nothing else.
+
+Start-up matters (planners call `trace --json` in loops), so rich and numpy are imported only
+inside the commands that print tables or run arrays.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .config import ModelConfig, ShapecalcError, Workload
+
+CONVENTIONS = (
+    "Conventions: 1 multiply-add = 2 FLOPs; a matmul [m,k]×[k,n] costs 2·m·k·n. Attention "
+    "matmuls count the full [T,T] (as the seeds do) unless --attention-flops causal. Elementwise "
+    "work (norms, softmax, activations, RoPE, residuals, biases) is listed per stage and totalled "
+    "apart. Bytes are exact integers; tables use binary units (KiB, MiB, GiB). Decode: T tokens "
+    "are already cached and one new token reads T′ = T+1 keys."
+)
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=False,
+    pretty_exceptions_enable=False,
+    help="Shapes, FLOPs, parameters, bytes, KV cache and TP/PP traffic of decoder-only "
+    "Transformers, exactly. " + CONVENTIONS,
+)
+presets_app = typer.Typer(help="List the model presets, or show one.", invoke_without_command=True)
+app.add_typer(presets_app, name="presets")
+
+# -- shared options -------------------------------------------------------------------------------
+Preset = Annotated[str | None, typer.Option("--preset", help="a preset name (shapecalc presets)")]
+ConfigFile = Annotated[
+    Path | None, typer.Option("--config", help="a TOML or JSON file with the model fields")
+]
+HFConfig = Annotated[Path | None, typer.Option("--hf-config", help="a Hugging Face config.json")]
+Sets = Annotated[
+    list[str] | None, typer.Option("--set", help="override a model field: field=value (repeatable)")
+]
+PresetsDir = Annotated[
+    list[Path] | None,
+    typer.Option("--presets-dir", help="another folder of presets (also $SHAPECALC_PRESETS)"),
+]
+Batch = Annotated[int | None, typer.Option("--batch", "-b", help="B: sequences in the batch")]
+Seq = Annotated[
+    int | None,
+    typer.Option(
+        "--seq", "-t", help="T: prompt tokens (prefill) or tokens already cached (decode)"
+    ),
+]
+Phase = Annotated[str | None, typer.Option("--phase", help="prefill | decode")]
+DtypeOpt = Annotated[
+    str | None, typer.Option("--dtype", help="fp32 | bf16 | fp16 | fp8 | int8 | int4")
+]
+KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="KV cache dtype (default dtype)")]
+ActDtype = Annotated[
+    str | None, typer.Option("--act-dtype", help="activation dtype (default dtype)")
+]
+Logits = Annotated[str | None, typer.Option("--logits", help="all | last")]
+TP = Annotated[int | None, typer.Option("--tp", help="p: tensor-parallel degree")]
+PP = Annotated[int | None, typer.Option("--pp", help="s: pipeline stages")]
+BlockSize = Annotated[int | None, typer.Option("--block-size", help="paged KV cache block (16)")]
+AttnFlops = Annotated[
+    str | None, typer.Option("--attention-flops", help="full (seeds) | causal (lower half)")
+]
+PaddingMask = Annotated[
+    bool | None, typer.Option("--padding-mask/--no-padding-mask", help="list the padding mask")
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="one JSON document on stdout, nothing else")]
+
+
+def fail(err: ShapecalcError) -> None:
+    typer.echo(f"error: {err}", err=True)
+    raise typer.Exit(2)
+
+
+def resolve_model(
+    preset: str | None,
+    config: Path | None,
+    hf_config: Path | None,
+    sets: list[str] | None,
+    presets_dir: list[Path] | None,
+) -> tuple[ModelConfig, dict[str, Any]]:
+    """The model from exactly one source (seed-tiny if none), plus a config file's [workload]."""
+    from . import sources
+
+    given = [x for x in (preset, config, hf_config) if x is not None]
+    if len(given) > 1:
+        raise ShapecalcError("model", "give one of --preset, --config, --hf-config")
+    workload: dict[str, Any] = {}
+    if config is not None:
+        model, workload = sources.load_config_file(config)
+    elif hf_config is not None:
+        model = sources.load_hf_config(hf_config)
+    else:
+        model = sources.load_preset(preset or "seed-tiny", presets_dir)
+        if preset is None:  # the first seed's §13 example: B=2, T=4
+            workload = {"batch": 2, "seq": 4}
+    if sets:
+        model = sources.apply_overrides(model, sets)
+    return model, workload
+
+
+def resolve_workload(base: dict[str, Any], **given: Any) -> Workload:
+    from pydantic import ValidationError
+
+    from .config import first_error
+
+    fields = {**base, **{k: v for k, v in given.items() if v is not None}}
+    try:
+        return Workload.model_validate(fields)
+    except ValidationError as e:
+        raise first_error(e) from None
+
+
+def emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+
+
+# -- commands -------------------------------------------------------------------------------------
+@app.command(
+    help="Every stage of one forward step: shapes, FLOPs, params, bytes; then totals "
+    "and the TP/PP ledger. " + CONVENTIONS
+)
+def trace(
+    preset: Preset = None,
+    config: ConfigFile = None,
+    hf_config: HFConfig = None,
+    set_: Sets = None,
+    presets_dir: PresetsDir = None,
+    batch: Batch = None,
+    seq: Seq = None,
+    phase: Phase = None,
+    dtype: DtypeOpt = None,
+    kv_dtype: KvDtype = None,
+    act_dtype: ActDtype = None,
+    logits: Logits = None,
+    tp: TP = None,
+    pp: PP = None,
+    block_size: BlockSize = None,
+    attention_flops: AttnFlops = None,
+    padding_mask: PaddingMask = None,
+    per_rank: Annotated[
+        bool, typer.Option("--per-rank", help="list one tensor-parallel rank's stages")
+    ] = False,
+    as_json: JsonOut = False,
+) -> None:
+    from .trace import build_trace
+
+    try:
+        model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+        wl = resolve_workload(
+            wbase,
+            batch=batch,
+            seq=seq,
+            phase=phase,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            act_dtype=act_dtype,
+            logits=logits,
+            tp=tp,
+            pp=pp,
+            block_size=block_size,
+            attention_flops=attention_flops,
+            padding_mask=padding_mask,
+        )
+        doc = build_trace(model, wl)
+    except ShapecalcError as e:
+        fail(e)
+    if as_json:
+        emit_json(doc)
+        return
+    from .render import print_trace
+
+    print_trace(doc, per_rank=per_rank)
+
+
+@presets_app.callback()
+def presets_list(ctx: typer.Context, presets_dir: PresetsDir = None) -> None:
+    if ctx.invoked_subcommand is not None:
+        return
+    from . import sources
+    from .render import print_presets
+
+    rows = []
+    for name in sources.list_presets(presets_dir):
+        try:
+            rows.append((name, sources.load_preset(name, presets_dir)))
+        except ShapecalcError as e:
+            fail(e)
+    print_presets(rows)
+
+
+@presets_app.command("show", help="Print one preset's fields and parameter count.")
+def presets_show(name: str, presets_dir: PresetsDir = None, as_json: JsonOut = False) -> None:
+    from . import sources
+
+    try:
+        model = sources.load_preset(name, presets_dir)
+    except ShapecalcError as e:
+        fail(e)
+    if as_json:
+        emit_json(model.model_dump())
+        return
+    from .render import print_model
+
+    print_model(model)
+
+
+@app.command(help="Print the JSON Schemas of the model config, the workload and the outputs.")
+def schema(
+    which: Annotated[
+        str | None, typer.Argument(help="one of: config, workload, trace, … (default all)")
+    ] = None,
+) -> None:
+    from .schemas import all_schemas
+
+    schemas = all_schemas()
+    if which is not None:
+        if which not in schemas:
+            fail(ShapecalcError("schema", f"unknown schema {which!r}; known: {', '.join(schemas)}"))
+        emit_json(schemas[which])
+        return
+    emit_json(schemas)
+
+
+def _register_more() -> None:
+    # Commands of later issues live in their own modules; each imports its heavy parts lazily.
+    import importlib
+
+    for mod in ("cli_verify", "cli_plan"):
+        try:
+            module = importlib.import_module(f".{mod}", __package__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{mod}":
+                raise
+            continue
+        module.register(app)
+
+
+_register_more()
+
+
+def main() -> None:
+    """Entry point: usage errors become one line on stderr and exit code 2."""
+    from typer.core import _click  # typer vendors click; its errors are click's
+
+    try:
+        code = app(standalone_mode=False)
+    except _click.exceptions.ClickException as e:
+        typer.echo(f"error: {e.format_message()}".replace("\n", " "), err=True)
+        sys.exit(2)
+    except _click.exceptions.Abort:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,193 @@
+"""Symbolic sizes: a `Dim` is an exact integer value together with the formula that made it.
+
+A formula is a small polynomial over the seeds' symbols (B, T, D, H, H_kv, Dh, Dff, N_vocab, N,
+p, s …). Products keep the order in which symbols first appear, so a matmul [B·H·T, Dh]×[Dh, T]
+prints as `2·B·H·T²·Dh`, exactly as the seeds write it, and nobody types a formula by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fractions import Fraction
+
+# A monomial: ((symbol, exponent), ...) in order of first appearance.
+Mono = tuple[tuple[str, int], ...]
+
+_SUP = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
+def _mono_mul(a: Mono, b: Mono) -> Mono:
+    out = dict(a)  # dicts keep insertion order: symbols stay in order of first appearance
+    for sym, e in b:
+        out[sym] = out.get(sym, 0) + e
+    return tuple((s, e) for s, e in out.items() if e != 0)
+
+
+def _key(m: Mono) -> frozenset[tuple[str, int]]:
+    return frozenset(m)
+
+
+class Expr:
+    """A polynomial with rational coefficients; terms keep their order of appearance."""
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: Iterable[tuple[Mono, Fraction]]):
+        merged: dict[frozenset[tuple[str, int]], tuple[Mono, Fraction]] = {}
+        for mono, c in terms:
+            k = _key(mono)
+            if k in merged:
+                m0, c0 = merged[k]
+                merged[k] = (m0, c0 + c)
+            else:
+                merged[k] = (mono, Fraction(c))
+        self.terms: tuple[tuple[Mono, Fraction], ...] = tuple(
+            (m, c) for m, c in merged.values() if c != 0
+        )
+
+    @staticmethod
+    def sym(name: str) -> Expr:
+        return Expr([(((name, 1),), Fraction(1))])
+
+    @staticmethod
+    def const(c: int | Fraction) -> Expr:
+        return Expr([((), Fraction(c))])
+
+    def __mul__(self, other: Expr) -> Expr:
+        return Expr((_mono_mul(m1, m2), c1 * c2) for m1, c1 in self.terms for m2, c2 in other.terms)
+
+    def __add__(self, other: Expr) -> Expr:
+        return Expr(self.terms + other.terms)
+
+    def is_zero(self) -> bool:
+        return not self.terms
+
+    def is_product(self) -> bool:
+        return len(self.terms) <= 1
+
+    def __str__(self) -> str:
+        if not self.terms:
+            return "0"
+        out = ""
+        for i, (m, c) in enumerate(self.terms):
+            t = _term_str(m, c)
+            if i == 0:
+                out = t
+            elif t.startswith("-"):
+                out += " - " + t[1:]
+            else:
+                out += " + " + t
+        return out
+
+    def __repr__(self) -> str:
+        return f"Expr({self})"
+
+
+def _mono_str(m: Mono) -> str:
+    num = [s + (str(e).translate(_SUP) if e > 1 else "") for s, e in m if e > 0]
+    den = [s + (str(-e).translate(_SUP) if e < -1 else "") for s, e in m if e < 0]
+    text = "·".join(num)
+    if den:
+        text = (text or "1") + "/" + "/".join(den)
+    return text
+
+
+def _term_str(m: Mono, c: Fraction) -> str:
+    body = _mono_str(m)
+    num, den = c.numerator, c.denominator
+    if not body:
+        return str(num) if den == 1 else f"{num}/{den}"
+    head = "" if num == 1 else ("-" if num == -1 else f"{num}·")
+    return head + body + (f"/{den}" if den != 1 else "")
+
+
+class Dim:
+    """One tensor dimension (or any size): an exact `value` and the `expr` that names it."""
+
+    __slots__ = ("expr", "value")
+
+    def __init__(self, value: int, expr: Expr):
+        self.value = value
+        self.expr = expr
+
+    @staticmethod
+    def of(symbol: str, value: int) -> Dim:
+        return Dim(value, Expr.sym(symbol))
+
+    @staticmethod
+    def const(value: int) -> Dim:
+        return Dim(value, Expr.const(value))
+
+    def __mul__(self, other: Dim | int) -> Dim:
+        o = other if isinstance(other, Dim) else Dim.const(other)
+        return Dim(self.value * o.value, self.expr * o.expr)
+
+    __rmul__ = __mul__
+
+    def __add__(self, other: Dim | int) -> Dim:
+        o = other if isinstance(other, Dim) else Dim.const(other)
+        return Dim(self.value + o.value, self.expr + o.expr)
+
+    __radd__ = __add__
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Dim) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    @property
+    def symbol(self) -> str:
+        """How the dimension prints in a shape: `H·Dh`, `(H+2·H_kv)·Dh`, `1`."""
+        return _factor_str(self.expr, in_product=False)
+
+    def __repr__(self) -> str:
+        return f"{self.symbol}={self.value}"
+
+
+def _factor_str(e: Expr, in_product: bool) -> str:
+    s = str(e).replace(" + ", "+").replace(" - ", "-")
+    return f"({s})" if in_product and not e.is_product() else s
+
+
+def product(dims: Iterable[Dim | int]) -> Dim:
+    out = Dim.const(1)
+    for d in dims:
+        out = out * d
+    return out
+
+
+def formula(factors: Iterable[Dim | int]) -> tuple[int, str]:
+    """Exact value and formula of a product of factors.
+
+    Monomial factors merge into one product (`2·B·H·T²·Dh`); a factor that is a sum stays in
+    parentheses (`2·B·T·D·(H+2·H_kv)·Dh`) rather than being expanded.
+    """
+    value = 1
+    mono = Expr.const(1)
+    sums: list[Expr] = []
+    for f in factors:
+        d = f if isinstance(f, Dim) else Dim.const(f)
+        value *= d.value
+        if d.expr.is_product():
+            mono = mono * d.expr
+        else:
+            sums.append(d.expr)
+    if not sums:
+        return value, str(mono)
+    head = "" if str(mono) == "1" else str(mono) + "·"
+    return value, head + "·".join(_factor_str(s, True) for s in sums)
+
+
+def sum_formula(parts: Iterable[tuple[int, str]]) -> tuple[int, str]:
+    """Add (value, formula) pairs, dropping zero terms: `D·H·Dh + H·Dh`."""
+    items = [(v, f) for v, f in parts if f != "0"]
+    if not items:
+        return 0, "0"
+    return sum(v for v, _ in items), " + ".join(f for _, f in items)

@@ -1,0 +1,324 @@
+"""Rich tables for the trace and the presets. Rendering never computes: it formats a trace dict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .config import ModelConfig
+
+GROUP_TITLE = {"embedding": "embedding", "block": "block", "head": "head"}
+
+
+def make_console() -> Console:
+    """A terminal keeps its width; a pipe or file gets room for the whole table."""
+    c = Console()
+    return c if c.is_terminal else Console(width=200)
+
+
+def human_flops(n: int) -> str:
+    """Decimal prefixes for FLOPs (k, M, G, T, P, E)."""
+    for unit, scale in (
+        ("E", 10**18),
+        ("P", 10**15),
+        ("T", 10**12),
+        ("G", 10**9),
+        ("M", 10**6),
+        ("k", 10**3),
+    ):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}FLOP"
+    return f"{n} FLOP"
+
+
+def human_bytes(n: int) -> str:
+    """Binary prefixes, said as such: KiB, MiB, GiB, TiB, PiB."""
+    for unit, scale in (
+        ("PiB", 2**50),
+        ("TiB", 2**40),
+        ("GiB", 2**30),
+        ("MiB", 2**20),
+        ("KiB", 2**10),
+    ):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def human_count(n: int) -> str:
+    for unit, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return str(n)
+
+
+def exact_bytes(n: int) -> str:
+    return f"{n:,} B ({human_bytes(n)})" if n >= 1024 else f"{n:,} B"
+
+
+def shape_str(dims: list[str], shape: list[int]) -> str:
+    return f"[{','.join(dims)}] = [{','.join(str(x) for x in shape)}]"
+
+
+def _stage_table(stages: list[dict[str, Any]], title: str) -> Table:
+    t = Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        show_lines=False,
+        header_style="bold",
+    )
+    t.add_column("stage", no_wrap=True)
+    t.add_column("shape", no_wrap=True)
+    t.add_column("FLOPs formula")
+    t.add_column("FLOPs", justify="right", no_wrap=True)
+    t.add_column("params", justify="right", no_wrap=True)
+    t.add_column("bytes", justify="right", no_wrap=True)
+    t.add_column("note", style="dim")
+    current = None
+    for s in stages:
+        if s["group"] != current:
+            current = s["group"]
+            label = GROUP_TITLE[current]
+            if current == "block":
+                n = s["repeat"]
+                label += f"  × N = {n} layer{'s' if n != 1 else ''} (one shown)"
+            t.add_row(Text(label, style="bold cyan"), end_section=False)
+        if s["flops"]:
+            formula, value = s["flops_formula"], human_flops(s["flops"])
+        elif s["elementwise_flops"]:
+            formula = Text(s["elementwise_formula"], style="dim")
+            value = Text(human_flops(s["elementwise_flops"]) + " ew", style="dim")
+        else:
+            formula, value = "", ""
+        t.add_row(
+            "  " + s["name"],
+            shape_str(s["dims"], s["shape"]),
+            formula,
+            value,
+            f"{s['params']:,}" if s["params"] else "",
+            human_bytes(s["bytes"]),
+            s["note"],
+        )
+    return t
+
+
+def totals_panel(doc: dict[str, Any]) -> Panel:
+    tot = doc["totals"]
+    pb = tot["params_breakdown"]
+    wl = doc["workload"]
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_column(style="dim")
+    t.add_row("parameters", f"{tot['params']:,}", human_count(tot["params"]))
+    t.add_row(
+        "  embedding",
+        f"{pb['embedding']:,}",
+        "shared with the LM head" if doc["model"]["tie_embeddings"] else "",
+    )
+    if pb["positions"]:
+        t.add_row("  position table", f"{pb['positions']:,}", "")
+    t.add_row(
+        "  per layer",
+        f"{pb['per_layer']:,}",
+        f"attention {pb['attention_per_layer']:,} · FFN {pb['ffn_per_layer']:,} · "
+        f"norms {pb['norms_per_layer']:,}",
+    )
+    t.add_row("  N layers", f"{pb['layers']:,}", "")
+    t.add_row("  final norm", f"{pb['final_norm']:,}", "")
+    t.add_row(
+        "  LM head",
+        f"{pb['lm_head']:,}",
+        "tied: counted once" if doc["model"]["tie_embeddings"] else "",
+    )
+    t.add_row(f"matmul FLOPs ({wl['phase']})", f"{tot['flops']:,}", human_flops(tot["flops"]))
+    fb = tot["flops_breakdown"]
+    t.add_row(
+        "", "", " · ".join(f"{k.replace('_', ' ')} {human_flops(v)}" for k, v in fb.items() if v)
+    )
+    t.add_row(
+        "elementwise FLOPs", f"{tot['elementwise_flops']:,}", human_flops(tot["elementwise_flops"])
+    )
+    t.add_row(
+        f"weight bytes ({wl['dtype']})",
+        f"{tot['weight_bytes']:,}",
+        human_bytes(tot["weight_bytes"]),
+    )
+    kvd = wl["kv_dtype"] or wl["dtype"]
+    t.add_row(
+        f"KV cache ({kvd}, {tot['kv_cache_tokens']:,} tokens)",
+        f"{tot['kv_cache_bytes']:,}",
+        f"{human_bytes(tot['kv_cache_bytes'])} · {tot['kv_cache_bytes_per_token']:,} B per "
+        "token = 2·N·H_kv·Dh·bytes",
+    )
+    t.add_row(
+        f"  paged, block {wl['block_size']}",
+        f"{tot['kv_cache_blocks']:,} blocks",
+        human_bytes(tot["kv_cache_paged_bytes"]),
+    )
+    la = tot["largest_activation"]
+    t.add_row(
+        "largest activation",
+        f"{la['bytes']:,}",
+        f"{la['name']} {shape_str(la['dims'], la['shape'])} {human_bytes(la['bytes'])}",
+    )
+    return Panel(t, title="totals", title_align="left")
+
+
+def parallel_panel(doc: dict[str, Any]) -> Panel:
+    tp, pp = doc["parallel"]["tp"], doc["parallel"]["pp"]
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_column(style="dim")
+    p = tp["degree"]
+    t.add_row("tensor parallel p", str(p), "")
+    if p > 1:
+        kv_note = "replicated (H_kv < p, as vLLM)" if tp["kv_heads_replicated"] else "H_kv/p"
+        t.add_row(
+            "  heads per rank", f"{tp['heads_per_rank']} q · {tp['kv_heads_per_rank']} kv", kv_note
+        )
+        t.add_row("  Dff per rank", f"{tp['d_ff_per_rank']:,}", "")
+        cols = ", ".join(s["weight"] for s in tp["splits"] if s["split"] == "column")
+        rows = ", ".join(s["weight"] for s in tp["splits"] if s["split"] == "row")
+        t.add_row("  split by column", "", cols)
+        t.add_row("  split by row", "", rows + " (→ all-reduce of [B,T,D])")
+        t.add_row("  all-reduces per layer", str(tp["allreduce_per_layer"]), "B·T·D·bytes each")
+        t.add_row(
+            "  one all-reduce", f"{tp['allreduce_bytes']:,}", human_bytes(tp["allreduce_bytes"])
+        )
+        t.add_row(
+            "  per layer",
+            f"{tp['allreduce_bytes_per_layer']:,}",
+            human_bytes(tp["allreduce_bytes_per_layer"]),
+        )
+        t.add_row(
+            "  over N layers",
+            f"{tp['allreduce_bytes_total']:,}",
+            human_bytes(tp["allreduce_bytes_total"]),
+        )
+        t.add_row(
+            "  ring traffic per rank",
+            f"{tp['ring_bytes_per_rank_total']:,}",
+            f"{human_bytes(tp['ring_bytes_per_rank_total'])} = 2(p−1)/p of the buffers",
+        )
+        t.add_row(
+            "  embedding all-reduce",
+            f"{tp['embedding_allreduce_bytes']:,}",
+            "vocab-parallel lookup",
+        )
+        t.add_row(
+            "  logits all-gather", f"{tp['logits_allgather_bytes']:,}", "vocab-parallel LM head"
+        )
+        t.add_row(
+            "  weights per rank",
+            f"{tp['weight_bytes_per_rank']:,}",
+            human_bytes(tp["weight_bytes_per_rank"]),
+        )
+        t.add_row(
+            "  KV cache per rank",
+            f"{tp['kv_cache_bytes_per_rank']:,}",
+            human_bytes(tp["kv_cache_bytes_per_rank"]),
+        )
+        t.add_row(
+            "  matmul FLOPs per rank",
+            f"{tp['flops_per_rank']:,}",
+            human_flops(tp["flops_per_rank"]),
+        )
+    t.add_row("pipeline stages s", str(pp["stages"]), "")
+    if pp["stages"] > 1:
+        t.add_row(
+            "  layers per stage",
+            " · ".join(str(x) for x in pp["layers_per_stage"]),
+            "remainder before the last stage, as vLLM",
+        )
+        t.add_row(
+            "  boundary activation",
+            f"{pp['boundary_bytes']:,}",
+            f"{human_bytes(pp['boundary_bytes'])} = B·T·D·bytes, {pp['boundaries']} boundaries",
+        )
+        t.add_row(
+            "  weights per stage",
+            "",
+            " · ".join(human_bytes(x) for x in pp["weight_bytes_per_stage"]),
+        )
+    return Panel(t, title="parallelism", title_align="left")
+
+
+def print_trace(
+    doc: dict[str, Any], per_rank: bool = False, console: Console | None = None
+) -> None:
+    console = console or make_console()
+    m, wl = doc["model"], doc["workload"]
+    stages = doc["stages"]
+    title = (
+        f"{m['name']} · {wl['phase']} · B={wl['batch']} T={wl['seq']} · {wl['dtype']}"
+        f" · tp={wl['tp']} pp={wl['pp']}"
+    )
+    if per_rank and wl["tp"] > 1:
+        from .config import ModelConfig, Workload
+        from .symbolic import stages as sym_stages
+        from .trace import stage_dict
+
+        rank = sym_stages(ModelConfig(**m), Workload(**wl), wl["tp"])
+        stages = [stage_dict(s) for s in rank]
+        title += " · one rank's stages"
+    console.print(_stage_table(stages, title))
+    console.print(Group(totals_panel(doc), parallel_panel(doc)))
+
+
+def print_presets(rows: list[tuple[str, ModelConfig]], console: Console | None = None) -> None:
+    t = Table(box=box.SIMPLE_HEAD, header_style="bold")
+    for col in (
+        "preset",
+        "N",
+        "D",
+        "H",
+        "H_kv",
+        "Dh",
+        "Dff",
+        "FFN",
+        "N_vocab",
+        "positions",
+        "params",
+    ):
+        t.add_column(col, justify="left" if col in ("preset", "FFN", "positions") else "right")
+    from .config import Workload
+    from .trace import build_trace
+
+    for name, m in rows:
+        params = build_trace(m, Workload(batch=1, seq=1))["totals"]["params"]
+        t.add_row(
+            name,
+            str(m.n_layers),
+            str(m.d_model),
+            str(m.n_heads),
+            str(m.kv_heads),
+            str(m.dh),
+            str(m.d_ff),
+            m.ffn,
+            str(m.vocab_size),
+            m.positions,
+            f"{params:,}",
+        )
+    (console or make_console()).print(t)
+
+
+def print_model(m: ModelConfig, console: Console | None = None) -> None:
+    from .config import Workload
+    from .trace import build_trace
+
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in m.model_dump().items():
+        t.add_row(k, str(v))
+    params = build_trace(m, Workload(batch=1, seq=1))["totals"]["params"]
+    t.add_row("parameters", f"{params:,} ({human_count(params)})")
+    (console or make_console()).print(Panel(t, title=m.name, title_align="left"))

@@ -1,0 +1,147 @@
+"""JSON Schemas of what shapecalc reads (config, workload) and writes (trace, …).
+
+The output models mirror the dicts that trace.py builds; tests validate real output against them
+with extra keys forbidden, so the schema and the JSON contract cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .config import ModelConfig, Workload
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StageOut(_Strict):
+    name: str
+    op: str
+    group: str
+    dims: list[str]
+    shape: list[int]
+    flops: int
+    flops_formula: str
+    elementwise_flops: int
+    elementwise_formula: str
+    params: int
+    params_formula: str
+    bytes: int
+    dtype: str
+    repeat: int
+    note: str
+    split: str
+    mask_dims: list[str] | None = None
+
+
+class ParamsBreakdown(_Strict):
+    embedding: int
+    positions: int
+    attention_per_layer: int
+    ffn_per_layer: int
+    norms_per_layer: int
+    per_layer: int
+    layers: int
+    final_norm: int
+    lm_head: int
+    total: int
+
+
+class FlopsBreakdown(_Strict):
+    attention_projections: int
+    attention_scores: int
+    ffn: int
+    lm_head: int
+
+
+class Activation(_Strict):
+    name: str
+    dims: list[str]
+    shape: list[int]
+    bytes: int
+
+
+class Totals(_Strict):
+    params: int
+    params_breakdown: ParamsBreakdown
+    flops: int
+    flops_breakdown: FlopsBreakdown
+    elementwise_flops: int
+    weight_bytes: int
+    kv_cache_bytes: int
+    kv_cache_tokens: int
+    kv_cache_bytes_per_token: int
+    kv_cache_blocks: int
+    kv_cache_paged_bytes: int
+    largest_activation: Activation
+
+
+class SplitOut(_Strict):
+    weight: str
+    split: str
+    params_per_rank: int
+
+
+class TPOut(_Strict):
+    degree: int
+    heads_per_rank: int
+    kv_heads_per_rank: int
+    kv_heads_replicated: bool
+    d_ff_per_rank: int
+    vocab_per_rank: int
+    splits: list[SplitOut]
+    allreduce_per_layer: int
+    allreduce_bytes: int
+    allreduce_bytes_per_layer: int
+    allreduce_bytes_total: int
+    ring_bytes_per_rank: int
+    ring_bytes_per_rank_total: int
+    embedding_allreduce_bytes: int
+    logits_allgather_bytes: int
+    params_per_rank: int
+    weight_bytes_per_rank: int
+    kv_cache_bytes_per_rank: int
+    flops_per_rank: int
+
+
+class PPOut(_Strict):
+    stages: int
+    layers_per_stage: list[int]
+    boundaries: int
+    boundary_bytes: int
+    boundary_bytes_total: int
+    params_per_stage: list[int]
+    weight_bytes_per_stage: list[int]
+    kv_cache_bytes_per_stage: list[int]
+
+
+class ParallelOut(_Strict):
+    tp: TPOut
+    pp: PPOut
+
+
+class TraceOut(_Strict):
+    model: ModelConfig
+    workload: Workload
+    stages: list[StageOut]
+    totals: Totals
+    parallel: ParallelOut
+
+
+def all_schemas() -> dict[str, dict[str, Any]]:
+    out = {
+        "config": ModelConfig.model_json_schema(),
+        "workload": Workload.model_json_schema(),
+        "trace": TraceOut.model_json_schema(),
+    }
+    try:
+        from .plan_schemas import schemas as plan
+    except ModuleNotFoundError as e:  # the planning commands are optional
+        if e.name != f"{__package__}.plan_schemas":
+            raise
+    else:
+        out.update(plan())
+    return out

@@ -1,0 +1,320 @@
+"""The symbolic interpreter: every tensor is a list of `Dim`s; every operation records a Stage.
+
+FLOPs come from the operand dims (a matmul [m,k]×[k,n] is 2·m·k·n, 1 multiply-add = 2 FLOPs),
+so formulas such as `2·B·H·T²·Dh` are derived, never typed. Elementwise work is counted per
+element with the constants in `ELEMENTWISE` and kept apart from the matmul FLOPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+from .config import ModelConfig, Workload, nbytes
+from .expr import Dim, Expr, formula, sum_formula
+from .forward import Group, Ops, Sizes, Split, Stage, forward
+
+# FLOPs per output element of each elementwise operation (a documented convention; FlopCounterMode
+# counts none of them). Norms: mean/variance or mean-square, normalise, then γ (and β).
+ELEMENTWISE: dict[str, int] = {
+    "add": 1,  # residual, position add, bias
+    "scale": 1,
+    "mask": 1,
+    "softmax": 5,  # row max, subtract, exp, row sum, divide
+    "rope": 3,  # x·cos + rotate(x)·sin
+    "mul": 1,  # gate ⊙ up
+    "gelu": 8,
+    "silu": 4,
+    "relu": 1,
+    "layernorm": 5,  # + 1 for γ, + 1 for β
+    "rmsnorm": 3,  # + 1 for γ, + 1 for β
+}
+
+SPLIT_NOTE = {
+    "column": "column-parallel",
+    "row": "row-parallel",
+    "vocab": "vocab-parallel",
+    "replicated": "",
+}
+
+
+@dataclass(frozen=True)
+class Sym:
+    dims: tuple[Dim, ...]
+    dtype: str
+
+
+def _total(d: Dim) -> tuple[int, str]:
+    """A sum of sizes, like terms merged: γ and β of a norm give `2·D`."""
+    return d.value, str(d.expr)
+
+
+def _half(d: Dim) -> Dim:
+    return Dim(d.value // 2, d.expr * Expr.const(Fraction(1, 2)))
+
+
+class SymbolicOps(Ops):
+    def __init__(self, model: ModelConfig, wl: Workload, z: Sizes):
+        self.m, self.wl, self.z = model, wl, z
+        self.stages: list[Stage] = []
+        self._group: Group = "embedding"
+        self._repeat = 1
+
+    # -- recording ---------------------------------------------------------------------------
+    def _rec(
+        self,
+        name: str,
+        op: str,
+        out: Sym,
+        flops: tuple[int, str] = (0, "0"),
+        ew: int = 0,
+        params: tuple[int, str] = (0, "0"),
+        note: str = "",
+        ew_extra: tuple[int, str] = (0, "0"),
+        split: str = "",
+    ) -> Sym:
+        ewf = formula([ew, *out.dims]) if ew else (0, "0")
+        ewf = sum_formula([ewf, ew_extra])
+        elements = 1
+        for d in out.dims:
+            elements *= d.value
+        self.stages.append(
+            Stage(
+                name=name,
+                op=op,
+                group=self._group,
+                dims=[d.symbol for d in out.dims],
+                shape=[d.value for d in out.dims],
+                flops=flops[0],
+                flops_formula=flops[1],
+                elementwise_flops=ewf[0],
+                elementwise_formula=ewf[1],
+                params=params[0],
+                params_formula=params[1],
+                bytes=elements * 8 if out.dtype == "int64" else nbytes(elements, out.dtype),
+                dtype=out.dtype,
+                repeat=self._repeat,
+                note=note,
+                split=split,
+            )
+        )
+        return out
+
+    def _act(self, *dims: Dim) -> Sym:
+        return Sym(tuple(dims), self.wl.act)
+
+    # -- structure ---------------------------------------------------------------------------
+    def layers(self, n: int) -> Iterator[int]:
+        # All N blocks are alike: record one, marked ×N, so an 80-layer trace stays short.
+        self._repeat = n
+        yield 0
+        self._repeat = 1
+
+    def group(self, g: Group) -> None:
+        self._group = g
+
+    # -- operations --------------------------------------------------------------------------
+    def token_ids(self, B: Dim, T: Dim) -> Sym:
+        return self._rec("token ids", "input", Sym((B, T), "int64"))
+
+    def embed(self, ids: Sym, V: Dim, D: Dim, split: Split) -> Sym:
+        m = self.m
+        note = SPLIT_NOTE[split] if self.wl.tp > 1 else ""
+        if m.tie_embeddings:
+            note = (note + ", " if note else "") + "shared with the LM head"
+        return self._rec(
+            "embedding",
+            "embed",
+            self._act(*ids.dims, D),
+            params=formula([V, D]),
+            note=note,
+            split=split,
+        )
+
+    def positions(self, x: Sym, kind: str, rows: int | None) -> Sym:
+        if kind == "learned":
+            assert rows is not None
+            return self._rec(
+                "position add",
+                "add",
+                x,
+                ew=ELEMENTWISE["add"],
+                params=formula([Dim.of("P", rows), self.z.D]),
+                note=f"learned table [P,D], P = max_positions = {rows}",
+            )
+        return self._rec("position add", "add", x, ew=ELEMENTWISE["add"], note="sinusoidal")
+
+    def rope_angles(self, T: Dim, Dh: Dim) -> Sym:
+        # positions ⊗ inverse frequencies → [T,Dh/2] angles, an elementwise outer product (as
+        # transformers ≥ 5 computes it; FlopCounterMode counts no matmul here)
+        return self._rec(
+            "RoPE angles",
+            "outer",
+            Sym((T, _half(Dh)), "fp32"),
+            ew=ELEMENTWISE["mul"],
+            note="once per forward, shared by all layers",
+        )
+
+    def scale(self, x: Sym, name: str, factor: float, label: str) -> Sym:
+        return self._rec(name, "scale", x, ew=ELEMENTWISE["scale"], note=f"× {label}")
+
+    def norm(self, x: Sym, name: str) -> Sym:
+        m = self.m
+        beta = m.has_norm_bias
+        per = ELEMENTWISE[m.norm] + 1 + int(beta)
+        p = _total(self.z.D * (2 if beta else 1))
+        return self._rec(name, m.norm, x, ew=per, params=p, note="γ, β" if beta else "γ")
+
+    def linear(self, x: Sym, name: str, d_in: Dim, d_out: Dim, bias: bool, split: Split) -> Sym:
+        rows = x.dims[:-1]
+        out = self._act(*rows, d_out)
+        tied = name == "lm head" and self.m.tie_embeddings
+        w = Dim.const(0) if tied else d_in * d_out
+        params = _total(w + (d_out if bias else 0))
+        note = SPLIT_NOTE[split] if self.wl.tp > 1 else ""
+        if tied:
+            note = (note + ", " if note else "") + "tied: weights counted at the embedding"
+        if bias and split == "row" and self.z.p > 1:
+            note += ", bias added once after the all-reduce"
+        label = {
+            "q": "q projection",
+            "k": "k projection",
+            "v": "v projection",
+            "qkv": "qkv projection (fused)",
+            "o": "output projection WO",
+            "gate": "FFN gate",
+            "up": "FFN up",
+            "down": "FFN down",
+        }.get(name, name)
+        return self._rec(
+            label,
+            "linear",
+            out,
+            flops=formula([2, *rows, d_in, d_out]),
+            params=params,
+            note=note,
+            ew_extra=formula([*rows, d_out]) if bias else (0, "0"),
+            split=split,
+        )
+
+    def split(self, x: Sym, parts: list[Dim]) -> list[Sym]:
+        # a view of the fused output: the next stages (split heads) show each part
+        return [Sym((*x.dims[:-1], p), x.dtype) for p in parts]
+
+    def split_heads(self, x: Sym, name: str, heads: Dim, Dh: Dim) -> Sym:
+        B, T = x.dims[0], x.dims[1]
+        r = self._rec(f"{name}: reshape", "reshape", Sym((B, T, heads, Dh), x.dtype), note="view")
+        return self._rec(f"{name}: transpose", "transpose", Sym((B, heads, T, Dh), r.dtype))
+
+    def rope(self, x: Sym, name: str, angles: Sym) -> Sym:
+        return self._rec(name, "rope", x, ew=ELEMENTWISE["rope"])
+
+    def kv_cache(self, k: Sym, v: Sym, layer: int) -> tuple[Sym, Sym]:
+        z, kv = self.z, self.wl.kv
+        two = Dim.const(2)
+        note = "K and V; replicated KV head" if z.kv_replicated else "K and V"
+        if self.wl.phase == "prefill":
+            self._rec(
+                "KV cache write", "kv_cache", Sym((two, z.B, z.Hkv, z.Tc, z.Dh), kv), note=note
+            )
+            return k, v
+        self._rec("KV cache append", "kv_append", Sym((two, z.B, z.Hkv, z.Tq, z.Dh), kv), note=note)
+        self._rec("KV cache read", "kv_cache", Sym((two, z.B, z.Hkv, z.Tk, z.Dh), kv), note=note)
+        full = Sym((z.B, z.Hkv, z.Tk, z.Dh), self.wl.act)
+        return full, full
+
+    def repeat_kv(self, x: Sym, name: str, groups: int, heads: Dim) -> Sym:
+        d = x.dims
+        return self._rec(
+            name,
+            "repeat",
+            Sym((d[0], heads, d[2], d[3]), x.dtype),
+            note=f"each KV head serves {groups} query heads",
+        )
+
+    def transpose_last(self, x: Sym, name: str) -> Sym:
+        d = x.dims
+        return self._rec(name, "transpose", Sym((*d[:-2], d[-1], d[-2]), x.dtype), note="view")
+
+    def matmul(self, a: Sym, b: Sym, name: str, causal: bool) -> Sym:
+        batch, (mm, kk), nn = a.dims[:-2], a.dims[-2:], b.dims[-1]
+        out = self._act(*batch, mm, nn)
+        if causal and self.wl.attention_flops == "causal" and self.wl.phase == "prefill":
+            # only the lower triangle: Σ_i min(i+1, W) (query, key) pairs instead of T²
+            T = self.z.Tq
+            W = self.m.sliding_window
+            if W is None or W >= T.value:
+                pairs = [T, T + 1]
+            else:
+                w = Dim.of("W", W)
+                pairs = [w, T * 2 + w * -1 + 1]
+            inner = kk if name == "QKᵀ" else nn  # Dh
+            return self._rec(
+                name,
+                "matmul",
+                out,
+                flops=formula([*batch, *pairs, inner]),
+                note="causal half: lower triangle only",
+            )
+        # QKᵀ lists its factors query, key, width so that it reads 2·B·H·T²·Dh as the seeds do
+        order = [mm, nn, kk] if name == "QKᵀ" else [mm, kk, nn]
+        return self._rec(name, "matmul", out, flops=formula([2, *batch, *order]))
+
+    def mask(self, s: Sym, name: str, kind: Literal["causal", "padding", "window"]) -> Sym:
+        d = s.dims
+        one = Dim.const(1)
+        shown = {
+            "causal": (one, one, d[-2], d[-1]),
+            "padding": (d[0], one, one, d[-1]),
+            "window": (one, one, d[-2], d[-1]),
+        }[kind]
+        note = f"mask {'[B,1,1,T]' if kind == 'padding' else '[1,1,T,T]'} broadcast to the scores"
+        if kind == "window":
+            note = f"keys older than W={self.m.sliding_window} masked; " + note
+        out = self._rec(name, "mask", s, ew=ELEMENTWISE["mask"], note=note)
+        self.stages[-1].extra["mask_dims"] = [x.symbol for x in shown]
+        return out
+
+    def softmax(self, s: Sym, name: str) -> Sym:
+        return self._rec(
+            name, "softmax", s, ew=ELEMENTWISE["softmax"], note="over keys, row max subtracted"
+        )
+
+    def merge_heads(self, x: Sym, name: str) -> Sym:
+        B, H, T, Dh = x.dims
+        t = self._rec(f"{name}: transpose", "transpose", Sym((B, T, H, Dh), x.dtype))
+        return self._rec(f"{name}: reshape", "reshape", Sym((B, T, H * Dh), t.dtype), note="view")
+
+    def add(self, a: Sym, b: Sym, name: str) -> Sym:
+        return self._rec(name, "add", a, ew=ELEMENTWISE["add"])
+
+    def activation(self, x: Sym, name: str, kind: str) -> Sym:
+        return self._rec(f"{name} ({kind})", kind, x, ew=ELEMENTWISE[kind])
+
+    def mul(self, a: Sym, b: Sym, name: str) -> Sym:
+        return self._rec(name, "mul", a, ew=ELEMENTWISE["mul"])
+
+    def allreduce(self, x: Sym, name: str) -> Sym:
+        return self._rec(name, "allreduce", x, note="sum of the p partial results")
+
+    def allgather(self, x: Sym, name: str, full: Dim) -> Sym:
+        return self._rec(
+            name,
+            "allgather",
+            Sym((*x.dims[:-1], full), x.dtype),
+            note="each rank's vocabulary slice",
+        )
+
+    def last_position(self, x: Sym, name: str) -> Sym:
+        d = x.dims
+        return self._rec(name, "slice", Sym((d[0], d[-1]), x.dtype), note="x[:, -1, :]")
+
+
+def stages(model: ModelConfig, wl: Workload, p: int = 1) -> list[Stage]:
+    """The stage list of one forward step; with p > 1, of one tensor-parallel rank."""
+    z = Sizes.of(model, wl, p)
+    ops = SymbolicOps(model, wl, z)
+    forward(ops, model, wl, z)
+    return ops.stages

@@ -1,0 +1,347 @@
+"""Presets, config files, Hugging Face config.json mapping and --set overrides.
+
+Parameter counts here use their own formula (not the core's), checked against the totals that
+Hugging Face publishes for each model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shapecalc.config import ModelConfig, ShapecalcError
+from shapecalc.sources import (
+    apply_overrides,
+    hardware_dirs,
+    list_presets,
+    load_config_file,
+    load_hf_config,
+    load_preset,
+    presets_dirs,
+    published,
+)
+
+HF = Path(__file__).parent / "data" / "hf"
+PUBLISHED = json.loads((HF / "published.json").read_text())
+PRESETS = sorted(list_presets())
+REAL = {
+    "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b", "llama2-13b", "llama2-70b",
+    "llama3-8b", "llama3-70b", "llama3.1-405b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-7b",
+}  # fmt: skip
+
+
+def params(m: ModelConfig) -> int:
+    """Total parameters, tied embeddings counted once."""
+    d, h, hkv, dh, dff, v = m.d_model, m.n_heads, m.kv_heads, m.dh, m.d_ff, m.vocab_size
+    norm = d * (2 if m.has_norm_bias else 1)
+    attn = d * h * dh + 2 * d * hkv * dh + h * dh * d
+    attn += (h * dh + 2 * hkv * dh) * m.qkv_bias + d * m.attn_out_bias
+    mats = 3 if m.gated else 2
+    ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
+    layer = attn + ffn + (1 if m.parallel_block else 2) * norm
+    total = v * d + m.n_layers * layer + norm
+    total += 0 if m.tie_embeddings else v * d
+    total += v * m.lm_head_bias
+    if m.positions == "learned":
+        total += m.max_positions * d
+    return total
+
+
+def raises(field: str, fn, *args) -> ShapecalcError:
+    with pytest.raises(ShapecalcError) as info:
+        fn(*args)
+    assert info.value.field == field, str(info.value)
+    assert "\n" not in str(info.value)
+    return info.value
+
+
+def write_hf(tmp_path: Path, cfg: dict, name: str = "config.json") -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+def hf(stem: str) -> dict:
+    return json.loads((HF / f"{stem}.json").read_text())
+
+
+# ── presets ──────────────────────────────────────────────────────────────────────────────────────
+
+
+def test_builtin_presets_present():
+    assert REAL | {"seed-tiny", "seed-classroom"} <= set(PRESETS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_loads_and_count_matches_published(name):
+    m = load_preset(name)
+    assert m.name == name
+    pub = published(name)
+    assert isinstance(pub["source"], str) and pub["source"]
+    assert params(m) == pub["params"]
+
+
+def test_seed_shapes():
+    tiny = load_preset("seed-tiny")
+    assert (tiny.d_model, tiny.n_heads, tiny.dh, tiny.d_ff, tiny.vocab_size) == (8, 2, 4, 32, 10000)
+    assert (tiny.ffn, tiny.positions, tiny.gated) == ("gelu", "none", False)
+    room = load_preset("seed-classroom")
+    assert (room.d_model, room.n_heads, room.dh, room.d_ff) == (8, 2, 4, 16)
+    assert (room.ffn, room.norm, room.positions) == ("swiglu", "rmsnorm", "rope")
+
+
+def test_preset_dirs_order_and_shadowing(tmp_path, monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    body = 'd_model = 4\nn_layers = 1\nn_heads = 2\nd_ff = 8\npositions = "none"\n'
+    (a / "gpt2.toml").write_text("vocab_size = 10\n" + body)
+    (b / "gpt2.toml").write_text("vocab_size = 20\n" + body)
+    (b / "mine.toml").write_text("vocab_size = 30\n" + body)
+    monkeypatch.setenv("SHAPECALC_PRESETS", str(b))
+    dirs = presets_dirs([a])
+    assert dirs[:2] == [a, b] and dirs[-1].parts[-2:] == ("presets", "models")
+    assert load_preset("gpt2", [a]).vocab_size == 10  # --presets-dir beats the env var
+    assert load_preset("gpt2").vocab_size == 20  # the env var beats the built-in
+    assert load_preset("mine").vocab_size == 30
+    assert "llama2-7b" in list_presets([a])  # built-ins still listed
+    monkeypatch.delenv("SHAPECALC_PRESETS")
+    assert load_preset("gpt2").vocab_size == 50257
+    assert hardware_dirs()[-1].parts[-2:] == ("presets", "hardware")
+
+
+def test_unknown_preset():
+    err = raises("preset", load_preset, "gpt5")
+    assert "'gpt5'" in err.reason and "llama2-7b" in err.reason
+
+
+def test_missing_presets_dir(tmp_path):
+    raises("presets-dir", list_presets, [tmp_path / "nope"])
+
+
+# ── config files ─────────────────────────────────────────────────────────────────────────────────
+
+GOOD = 'vocab_size = 100\nd_model = 8\nn_layers = 2\nn_heads = 2\nd_ff = 16\npositions = "none"\n'
+
+
+def test_toml_config_with_workload_and_published(tmp_path):
+    p = tmp_path / "mine.toml"
+    p.write_text(GOOD + '[published]\nparams = 5\nsource = "x"\n[workload]\nbatch = 4\nseq = 16\n')
+    m, wl = load_config_file(p)
+    assert (m.name, m.d_model, m.n_layers) == ("mine", 8, 2)
+    assert wl == {"batch": 4, "seq": 16}
+    assert published(p) == {"params": 5, "source": "x"}
+
+
+def test_json_config_and_unknown_suffix(tmp_path):
+    fields = {"vocab_size": 100, "d_model": 8, "n_layers": 2, "n_heads": 2, "d_ff": 16}
+    fields["positions"] = "none"
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps({**fields, "name": "named", "workload": {"seq": 8}}))
+    m, wl = load_config_file(p)
+    assert m.name == "named" and wl == {"seq": 8}
+    q = tmp_path / "m.cfg"
+    q.write_text(json.dumps(fields))
+    assert load_config_file(q)[0].d_model == 8
+    r = tmp_path / "m.conf"
+    r.write_text(GOOD)
+    assert load_config_file(r)[0].d_model == 8
+    s = tmp_path / "bad.conf"
+    s.write_text("{{{")
+    assert "neither valid TOML" in raises("config", load_config_file, s).reason
+
+
+def test_config_errors(tmp_path):
+    err = raises("config", load_config_file, tmp_path / "missing.toml")
+    assert err.reason.startswith("file not found: ")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("d_model = = 3\n")
+    assert "is not valid TOML: " in raises("config", load_config_file, bad).reason
+    badj = tmp_path / "bad.json"
+    badj.write_text('{"d_model": }')
+    assert "is not valid JSON: " in raises("config", load_config_file, badj).reason
+    lst = tmp_path / "list.json"
+    lst.write_text("[1, 2]")
+    raises("config", load_config_file, lst)
+    unknown = tmp_path / "u.toml"
+    unknown.write_text(GOOD + "foo = 1\n")
+    assert raises("foo", load_config_file, unknown).reason == "unknown field"
+    heads = tmp_path / "h.toml"
+    heads.write_text(GOOD.replace("n_heads = 2", "n_heads = 3"))
+    raises("n_heads", load_config_file, heads)
+    missing = tmp_path / "m.toml"
+    missing.write_text(GOOD.replace("d_model = 8\n", ""))
+    raises("d_model", load_config_file, missing)
+    literal = tmp_path / "l.toml"
+    literal.write_text(GOOD + 'ffn = "swish"\n')
+    raises("ffn", load_config_file, literal)
+    pub = tmp_path / "p.toml"
+    pub.write_text(GOOD + '[published]\nparams = "many"\n')
+    raises("published.params", load_config_file, pub)
+    wl = tmp_path / "w.toml"
+    wl.write_text("workload = 3\n" + GOOD)
+    raises("workload", load_config_file, wl)
+
+
+def test_hf_config_given_as_model_file():
+    err = raises("config", load_config_file, HF / "llama2-7b.json")
+    assert "use --hf-config" in err.reason
+
+
+# ── Hugging Face config.json ─────────────────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("stem", sorted(PUBLISHED))
+def test_hf_count_matches_published(stem):
+    assert params(load_hf_config(HF / f"{stem}.json")) == PUBLISHED[stem]
+
+
+@pytest.mark.parametrize("stem", sorted(REAL))
+def test_hf_matches_preset(stem):
+    got, want = load_hf_config(HF / f"{stem}.json"), load_preset(stem)
+    for attr in (
+        "vocab_size", "d_model", "n_layers", "n_heads", "kv_heads", "dh", "d_ff", "ffn", "norm",
+        "norm_position", "positions", "max_positions", "tie_embeddings", "qkv_bias",
+        "attn_out_bias", "ffn_bias", "has_norm_bias", "fused_qkv", "parallel_block",
+        "sliding_window", "embedding_scale",
+    ):  # fmt: skip
+        assert getattr(got, attr) == getattr(want, attr), attr
+    assert got.model_dump(exclude={"name"}) == want.model_dump(exclude={"name"})
+    assert PUBLISHED[stem] == published(stem)["params"]
+
+
+def attrs(m: ModelConfig, names: str) -> tuple:
+    return tuple(getattr(m, n) for n in names.split())
+
+
+def test_hf_specific_mappings():
+    g = load_hf_config(HF / "gpt2.json")
+    assert attrs(g, "fused_qkv positions max_positions") == (True, "learned", 1024)
+    assert g.has_norm_bias
+    f = load_hf_config(HF / "falcon-7b.json")
+    assert attrs(f, "kv_heads dh parallel_block positions d_ff") == (1, 64, True, "rope", 18176)
+    assert attrs(f, "tie_embeddings qkv_bias norm") == (True, False, "layernorm")
+    o = load_hf_config(HF / "opt-125m.json")
+    assert attrs(o, "max_positions ffn qkv_bias ffn_bias") == (2050, "relu", True, True)
+    e = load_hf_config(HF / "gemma-2b.json")
+    assert attrs(e, "dh kv_heads ffn embedding_scale") == (256, 1, "geglu", True)
+    assert e.tie_embeddings
+    p = load_hf_config(HF / "phi3-mini-4k.json")
+    assert attrs(p, "fused_qkv sliding_window ffn tie_embeddings") == (True, 2047, "swiglu", False)
+    q = load_hf_config(HF / "qwen2.5-0.5b.json")
+    assert attrs(q, "qkv_bias attn_out_bias sliding_window") == (True, False, None)
+    assert q.tie_embeddings
+    assert load_hf_config(HF / "mistral-7b.json").sliding_window == 4096
+
+
+def test_hf_defaults_follow_transformers(tmp_path):
+    base = hf("mistral-7b")
+    del base["num_key_value_heads"], base["sliding_window"], base["tie_word_embeddings"]
+    m = load_hf_config(write_hf(tmp_path, base))
+    assert (m.kv_heads, m.sliding_window, m.tie_embeddings) == (8, 4096, False)  # MistralConfig
+    base["num_key_value_heads"] = None
+    base["sliding_window"] = None
+    m = load_hf_config(write_hf(tmp_path, base))
+    assert (m.kv_heads, m.sliding_window) == (32, None)
+    ll = hf("llama3-8b")
+    ll.update(attention_bias=True, mlp_bias=True, head_dim=64, hidden_act="gelu")
+    del ll["num_key_value_heads"]
+    m = load_hf_config(write_hf(tmp_path, ll))
+    assert (m.qkv_bias, m.attn_out_bias, m.ffn_bias, m.dh, m.kv_heads) == (True, True, True, 64, 32)
+    assert m.ffn == "geglu"
+    g = hf("gpt2")
+    g["n_inner"] = 1000
+    assert load_hf_config(write_hf(tmp_path, g)).d_ff == 1000
+
+
+def test_hf_folder_and_name(tmp_path):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    write_hf(folder, hf("gpt2"))
+    m = load_hf_config(folder)
+    assert m.name == "my-model" and m.d_model == 768
+
+
+def test_qwen2_sliding_window(tmp_path):
+    q = hf("qwen2.5-7b")
+    q.update(use_sliding_window=True, sliding_window=4096, max_window_layers=0)
+    assert load_hf_config(write_hf(tmp_path, q)).sliding_window == 4096
+    q["max_window_layers"] = 28  # no layer at or past 28: nothing slides
+    assert load_hf_config(write_hf(tmp_path, q)).sliding_window is None
+    q["max_window_layers"] = 14
+    raises("max_window_layers", load_hf_config, write_hf(tmp_path, q))
+
+
+def test_falcon_variants(tmp_path):
+    f = hf("falcon-7b")
+    raises("alibi", load_hf_config, write_hf(tmp_path, {**f, "alibi": True}))
+    big = {**f, "new_decoder_architecture": True, "num_kv_heads": 8, "num_attention_heads": 128,
+           "hidden_size": 8192}  # fmt: skip
+    raises("new_decoder_architecture", load_hf_config, write_hf(tmp_path, big))
+    one_norm = load_hf_config(write_hf(tmp_path, {**big, "num_ln_in_parallel_attn": 1}))
+    assert (one_norm.kv_heads, one_norm.parallel_block) == (8, True)
+    seq = load_hf_config(write_hf(tmp_path, {**f, "parallel_attn": False, "multi_query": False}))
+    assert (seq.parallel_block, seq.kv_heads) == (False, 71)
+    assert params(seq) > PUBLISHED["falcon-7b"]
+
+
+def test_opt_variants(tmp_path):
+    o = hf("opt-125m")
+    err = raises(
+        "word_embed_proj_dim", load_hf_config, write_hf(tmp_path, {**o, "word_embed_proj_dim": 512})
+    )
+    assert "512" in err.reason
+    post = load_hf_config(write_hf(tmp_path, {**o, "do_layer_norm_before": False}))
+    assert post.norm_position == "post"
+    nobias = load_hf_config(write_hf(tmp_path, {**o, "enable_bias": False}))
+    assert (nobias.qkv_bias, nobias.attn_out_bias, nobias.ffn_bias) == (False, False, False)
+
+
+def test_hf_errors(tmp_path):
+    err = raises("model_type", load_hf_config, write_hf(tmp_path, {"model_type": "bert"}))
+    assert "'bert' is not supported; supported: " in err.reason and "llama" in err.reason
+    raises(
+        "model_type", load_hf_config, write_hf(tmp_path, {**hf("gemma-7b"), "model_type": "gemma2"})
+    )
+    raises("model_type", load_hf_config, write_hf(tmp_path, {"hidden_size": 8}))
+    cfg = hf("llama2-7b")
+    del cfg["hidden_size"]
+    err = raises("hidden_size", load_hf_config, write_hf(tmp_path, cfg))
+    assert err.reason == "missing from config.json (needed for D)"
+    g = hf("gpt2")
+    del g["n_layer"]
+    raises("n_layer", load_hf_config, write_hf(tmp_path, g))
+    raises("hf-config", load_hf_config, tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert "is not valid JSON" in raises("hf-config", load_hf_config, bad).reason
+    relu = {**hf("llama2-7b"), "hidden_act": "relu"}
+    raises("hidden_act", load_hf_config, write_hf(tmp_path, relu))
+    raises(
+        "n_heads", load_hf_config, write_hf(tmp_path, {**hf("llama2-7b"), "num_attention_heads": 3})
+    )
+
+
+# ── --set ────────────────────────────────────────────────────────────────────────────────────────
+
+
+def test_apply_overrides():
+    m = load_preset("llama2-7b")
+    out = apply_overrides(m, ["n_layers=2", "tie_embeddings=true", "ffn=geglu", "sliding_window=8"])
+    assert attrs(out, "n_layers tie_embeddings ffn sliding_window") == (2, True, "geglu", 8)
+    assert apply_overrides(out, ["sliding_window=null"]).sliding_window is None
+    assert apply_overrides(m, ["name=123"]).name == "123"
+    assert apply_overrides(m, ['ffn="relu"', " n_kv_heads = 8 "]).kv_heads == 8
+    assert apply_overrides(m, []) == m
+
+
+def test_apply_overrides_errors():
+    m = load_preset("llama2-7b")
+    assert raises("set", apply_overrides, m, ["foo=1"]).reason == "unknown field 'foo'"
+    err = raises("set", apply_overrides, m, ["n_layers"])
+    assert err.reason == "expected field=value, got 'n_layers'"
+    raises("n_heads", apply_overrides, m, ["n_heads=3"])
+    raises("ffn", apply_overrides, m, ["ffn=swish"])
+    raises("d_model", apply_overrides, m, ["d_model=-1"])

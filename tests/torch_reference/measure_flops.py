@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Measure reference matmul FLOPs of tiny Hugging Face causal LMs with PyTorch's
+``torch.utils.flop_counter.FlopCounterMode`` and write ``tests/data/flop_reference.json``.
+
+Run manually (the test suite only reads the JSON, it never imports this file):
+
+    pip install torch==2.13.0 transformers==5.24.0
+    python tests/torch_reference/measure_flops.py [--out PATH]
+
+Models are built from configs with random weights (no downloads), float32, eager
+attention, ``model.eval()`` and ``torch.no_grad()``.
+
+Three measurements per case:
+  * prefill       -- ``model(input_ids[B,T], use_cache=False)``: logits for all T positions.
+  * prefill_last  -- same with ``logits_to_keep=1``: LM head only on the last position
+                     (null if the forward does not accept ``logits_to_keep``).
+  * decode        -- a T-token prefill with ``use_cache=True`` is run OUTSIDE the counter;
+                     then only the forward of one new token per sequence
+                     (``input_ids[B,1]``, ``cache=...`` / ``past_key_values=...``, ``use_cache=True``) is counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import os
+import sys
+import tempfile
+import traceback
+
+import torch
+import transformers
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import AutoConfig, AutoModelForCausalLM
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "flop_reference.json")
+
+# Sizes are chosen so that no two symbols coincide:
+#   D=64, H=4, Dh=16, Hkv=2 (or 1), I=176, L=3, V=1000, B=5, T=7.
+B, T = 5, 7
+D, H, DH, HKV, I, L, V, MAXPOS = 64, 4, 16, 2, 176, 3, 1000, 256
+
+CASES = [
+    ("llama_gqa", "llama", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=DH,
+        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False)),
+    ("llama_mha_bias_tied", "llama", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=H, head_dim=DH,
+        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
+        tie_word_embeddings=True, attention_bias=True, mlp_bias=False)),
+    ("mistral_gqa", "mistral", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=DH,
+        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
+        tie_word_embeddings=False, sliding_window=None)),
+    ("mistral_gqa_sliding4", "mistral", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=DH,
+        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
+        tie_word_embeddings=False, sliding_window=4)),
+    ("qwen2_gqa", "qwen2", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV,
+        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
+        tie_word_embeddings=False, use_sliding_window=False)),
+    ("gpt2", "gpt2", dict(
+        n_embd=D, n_head=H, n_layer=L, n_positions=64, n_inner=None, vocab_size=V,
+        bos_token_id=V - 1, eos_token_id=V - 1, tie_word_embeddings=True)),
+    ("gemma_mqa", "gemma", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=1, head_dim=DH,
+        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
+        tie_word_embeddings=True)),
+    ("phi3_gqa", "phi3", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV,
+        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
+        original_max_position_embeddings=MAXPOS, tie_word_embeddings=False, sliding_window=None,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)),
+    ("falcon_7b_style", "falcon", dict(
+        hidden_size=D, num_attention_heads=H, num_hidden_layers=L, vocab_size=V,
+        max_position_embeddings=MAXPOS, ffn_hidden_size=I,
+        multi_query=True, parallel_attn=True, new_decoder_architecture=False,
+        bias=False, alibi=False, tie_word_embeddings=True)),
+    ("opt", "opt", dict(
+        hidden_size=D, ffn_dim=I, num_attention_heads=H, num_hidden_layers=L, vocab_size=V,
+        max_position_embeddings=MAXPOS, do_layer_norm_before=True, word_embed_proj_dim=D,
+        enable_bias=True, tie_word_embeddings=True)),
+]
+
+# Per-case remarks stored next to the numbers (facts checked against transformers 5.24.0).
+NOTES = {
+    "llama_mha_bias_tied": "attention_bias=true puts a bias on q,k,v,o (counted as aten.addmm, bias add "
+                           "itself not counted); the tied LM head still costs 2*B*T*D*V.",
+    "mistral_gqa_sliding4": "Eager prefill still computes the full TxT Q.K^T and A.V (the window is only "
+                            "a mask: no FLOPs saved). The DynamicCache uses DynamicSlidingWindowLayer, which "
+                            "keeps only the last sliding_window-1=3 keys/values after prefill, so the decode "
+                            "token attends over 4 keys, not T+1=8. (transformers 4.51.3 kept all 8 and "
+                            "warned that sliding window is not implemented for eager.)",
+    "qwen2_gqa": "Qwen2 has bias on q,k,v (not o) by default: aten.addmm.",
+    "gpt2": "n_inner null means 4*n_embd=256. Conv1D layers run as aten.addmm (2*m*k*n, bias not counted). "
+            "The LM head is tied to wte and has no bias: aten.mm.",
+    "gemma_mqa": "Gemma ties embeddings by default; the sqrt(D) embedding scale is elementwise (not counted).",
+    "phi3_gqa": "Fused qkv_proj (D -> (H+2*Hkv)*Dh = 128) and gate_up_proj (D -> 2*I = 352): same FLOPs as "
+                "llama_gqa.",
+    "falcon_7b_style": "multi_query=true with new_decoder_architecture=false gives ONE KV head whatever "
+                       "num_kv_heads says (to_dict reports 4); fused query_key_value D -> (H+2)*Dh = 96; "
+                       "ffn_hidden_size=176; no biases.",
+    "opt": "enable_bias: every linear has a bias (aten.addmm); word_embed_proj_dim == hidden_size so there is "
+           "no project_in/project_out; learned positions cost no FLOPs.",
+}
+
+
+def _jsonable(obj):
+    """True if obj survives json.dumps."""
+    try:
+        json.dumps(obj)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def config_to_json_dict(cfg) -> dict:
+    """Complete, re-readable config.json dict: cfg.to_dict() minus non-serialisable entries."""
+    d = cfg.to_dict()
+    out = {k: v for k, v in d.items() if _jsonable(v)}
+    out["model_type"] = cfg.model_type
+    # Runtime-only keys that are not part of a config.json.
+    for k in ("_attn_implementation_autoset", "_name_or_path"):
+        out.pop(k, None)
+    return out
+
+
+def check_roundtrip(cfg, d: dict) -> None:
+    """Save d as config.json, re-read it with AutoConfig, and compare the key sizes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(d, f)
+        cfg2 = AutoConfig.from_pretrained(tmp)
+    assert cfg2.model_type == cfg.model_type
+    a = {k: v for k, v in cfg.to_dict().items() if _jsonable(v)}
+    b = {k: v for k, v in cfg2.to_dict().items() if _jsonable(v)}
+    for k in ("_attn_implementation_autoset", "transformers_version", "_name_or_path"):
+        a.pop(k, None)
+        b.pop(k, None)
+    diff = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    if diff:
+        raise AssertionError(f"config round-trip mismatch on keys {sorted(diff)}")
+
+
+def count(fn):
+    """Run fn under FlopCounterMode; return (total_flops, {op: flops} of the Global scope)."""
+    fc = FlopCounterMode(display=False)
+    with fc:
+        fn()
+    ops = {str(op): int(n) for op, n in fc.get_flop_counts().get("Global", {}).items()}
+    return int(fc.get_total_flops()), dict(sorted(ops.items()))
+
+
+def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
+    cfg = AutoConfig.for_model(model_type, **kwargs)
+    torch.manual_seed(0)
+    # transformers >= 4.56 calls the dtype argument `dtype`; older versions `torch_dtype`.
+    major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    dtype_kw = "dtype" if major_minor >= (4, 56) else "torch_dtype"
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", **{dtype_kw: torch.float32})
+    model.eval()
+    cfg = model.config  # the config actually used (attn implementation resolved, etc.)
+    vocab = cfg.vocab_size
+
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, vocab, (B, T), generator=g)
+    next_ids = torch.randint(0, vocab, (B, 1), generator=g)
+
+    accepts_ltk = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    with torch.no_grad():
+        out = {}
+        prefill_flops, prefill_ops = count(lambda: out.setdefault("p", model(input_ids, use_cache=False)))
+        assert out["p"].logits.shape == (B, T, vocab), out["p"].logits.shape
+
+        prefill_last_flops = prefill_last_ops = None
+        if accepts_ltk:
+            prefill_last_flops, prefill_last_ops = count(
+                lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1)))
+            assert out["pl"].logits.shape == (B, 1, vocab), out["pl"].logits.shape
+
+        # Decode: cache a T-token prefill outside the counter, then count one new token.
+        # Recent transformers 5.x renamed `past_key_values` to `cache` (argument and output field);
+        # use whichever this version has (same object, a DynamicCache).
+        cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        pre = model(input_ids, use_cache=True)
+        past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
+        assert past is not None
+        decode_flops, decode_ops = count(
+            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past})))
+        assert out["d"].logits.shape == (B, 1, vocab), out["d"].logits.shape
+
+    hf_config = config_to_json_dict(cfg)
+    check_roundtrip(cfg, hf_config)
+    n_params = sum(p.numel() for p in model.parameters())  # tied weights counted once
+
+    return {
+        "name": name,
+        "model_type": model_type,
+        "hf_config": hf_config,
+        "batch": B,
+        "seq": T,
+        "prefill_flops": prefill_flops,
+        "prefill_last_flops": prefill_last_flops,
+        "decode_flops": decode_flops,
+        "prefill_ops": prefill_ops,
+        "prefill_last_ops": prefill_last_ops,
+        "decode_ops": decode_ops,
+        "num_parameters": int(n_params),
+        "note": NOTES.get(name, ""),
+    }
+
+
+HOW = (
+    "Each model is built with AutoModelForCausalLM.from_config(cfg, attn_implementation='eager', "
+    "dtype=torch.float32) after torch.manual_seed(0) (random weights, no checkpoint), put in eval() "
+    "and run under torch.no_grad() on CPU. FLOPs are torch.utils.flop_counter.FlopCounterMode"
+    "(display=False).get_total_flops(), which counts only matmul-like aten ops (mm, addmm, bmm, "
+    "baddbmm, convolution, SDPA kernels) as 2*m*k*n (bias adds, softmax, norms, activations, rotary "
+    "elementwise products are NOT counted); *_ops is get_flop_counts()['Global'] (op name -> flops). "
+    "prefill: model(input_ids[B,T], use_cache=False), logits for all T positions (logits_to_keep=0). "
+    "prefill_last: same call with logits_to_keep=1 (LM head on the last position only; null if the "
+    "forward lacks that argument). decode: model(input_ids[B,T], use_cache=True) is run outside the "
+    "counter to fill the KV cache (a DynamicCache), then only model(next_ids[B,1], cache=<that cache> "
+    "(past_key_values in older versions), use_cache=True) is counted, so each query attends over "
+    "the keys held by the cache (T+1 with a full cache). hf_config is cfg.to_dict() of the built model (JSON-serialisable entries, with "
+    "model_type) and re-reads via AutoConfig.from_pretrained on a directory holding it as config.json. "
+    "num_parameters counts unique parameter tensors (tied embeddings once)."
+)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    cases, errors = [], []
+    for name, model_type, kwargs in CASES:
+        try:
+            case = measure_case(name, model_type, kwargs)
+            cases.append(case)
+            last = case["prefill_last_flops"]
+            last_s = "null" if last is None else format(last, ",d")
+            print(f"{name:24s} prefill={case['prefill_flops']:>12,d} "
+                  f"prefill_last={last_s:>12} decode={case['decode_flops']:>10,d}")
+        except Exception as exc:  # record and skip families that fail in this version
+            traceback.print_exc()
+            errors.append({"name": name, "model_type": model_type,
+                           "error": f"{type(exc).__name__}: {exc}"})
+            print(f"{name:24s} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    doc = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "how": HOW,
+        "cases": cases,
+        "errors": errors,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=False)
+        f.write("\n")
+    print(f"wrote {args.out} ({len(cases)} cases, {len(errors)} errors)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
