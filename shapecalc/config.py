@@ -6,9 +6,22 @@ stay portable. After `check()` passes, everything downstream trusts its input.
 
 from __future__ import annotations
 
-from typing import Literal
+from types import UnionType
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    ClassVar,
+    Literal,
+    NamedTuple,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+if TYPE_CHECKING:
+    from pydantic_core import ValidationError
 
 # Bits per element. int4 packs two values per byte, so bytes are rounded up per tensor.
 DTYPE_BITS: dict[str, int] = {
@@ -36,48 +49,202 @@ class ShapecalcError(Exception):
         self.reason = reason
 
 
-class ModelConfig(BaseModel):
+class _Positive:
+    """Marks an int that must be > 0."""
+
+
+Pos = Annotated[int, _Positive]
+
+
+class FieldInfo(NamedTuple):
+    annotation: Any
+    default: Any
+    description: str
+
+
+class _Spec(NamedTuple):
+    default: Any
+    doc: str
+
+
+MISSING: Any = object()  # marks a required field
+
+
+def _doc(default: Any, description: str = "") -> Any:
+    return _Spec(default, description)
+
+
+def _req(description: str) -> Any:
+    return _Spec(MISSING, description)
+
+
+def _core_schema(tp: Any) -> dict[str, Any]:
+    """The pydantic-core schema of one annotation (the few kinds our configs use)."""
+    if get_origin(tp) is Annotated:
+        base, *marks = get_args(tp)
+        schema = _core_schema(base)
+        if _Positive in marks:
+            schema["gt"] = 0
+        return schema
+    if get_origin(tp) in (Union, UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        return {"type": "nullable", "schema": _core_schema(inner[0])}
+    if get_origin(tp) is Literal:
+        return {"type": "literal", "expected": list(get_args(tp))}
+    return {"type": {int: "int", bool: "bool", str: "str"}[tp]}
+
+
+def _json_schema(tp: Any) -> dict[str, Any]:
+    core = _core_schema(tp)
+    if core["type"] == "nullable":
+        return {"anyOf": [_json_schema(get_args(tp)[0]), {"type": "null"}]}
+    if core["type"] == "literal":
+        return {"enum": core["expected"], "type": "string"}
+    out: dict[str, Any] = {
+        "type": {"int": "integer", "bool": "boolean", "str": "string"}[core["type"]]
+    }
+    if "gt" in core:
+        out["exclusiveMinimum"] = 0
+    return out
+
+
+class _Validated:
+    """A frozen record validated by pydantic-core, with the pydantic BaseModel methods we use.
+
+    pydantic v2's validation engine, without pydantic's model machinery or dataclasses: importing
+    and building those costs more start-up than `shapecalc trace --json` may spend in all (see
+    benchmarks/bench_startup.py). Fields are class annotations with `_doc()`/`_req()` values.
+    """
+
+    model_fields: ClassVar[dict[str, FieldInfo]]
+    _validator: ClassVar[Any] = None
+
+    @classmethod
+    def _fields(cls) -> dict[str, FieldInfo]:
+        if "model_fields" not in cls.__dict__:
+            hints = get_type_hints(cls, include_extras=True)
+            spec = {k: v for k, v in vars(cls).items() if isinstance(v, _Spec)}
+            cls.model_fields = {
+                name: FieldInfo(hints[name], spec[name].default, spec[name].doc)
+                for name in cls.__annotations__
+                if name in spec
+            }
+        return cls.model_fields
+
+    @classmethod
+    def _schema_validator(cls) -> Any:
+        if cls.__dict__.get("_validator") is None:
+            from pydantic_core import SchemaValidator
+
+            flds = {}
+            for name, info in cls._fields().items():
+                inner = _core_schema(info.annotation)
+                if info.default is MISSING:
+                    flds[name] = {"type": "typed-dict-field", "schema": inner, "required": True}
+                else:
+                    flds[name] = {
+                        "type": "typed-dict-field",
+                        "schema": {"type": "default", "schema": inner, "default": info.default},
+                        "required": False,
+                    }
+            cls._validator = SchemaValidator(
+                {"type": "typed-dict", "fields": flds, "extra_behavior": "forbid"}
+            )
+        return cls._validator
+
+    def __init__(self, **data: Any):
+        for k, v in self._schema_validator().validate_python(data).items():
+            object.__setattr__(self, k, v)
+        self._check()
+
+    def _check(self) -> None:
+        """Rules across fields; raise ShapecalcError naming the field."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen; use model_copy(update=...)")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.model_dump() == other.model_dump()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.model_dump().values()))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.model_dump().items())
+        return f"{type(self).__name__}({args})"
+
+    @classmethod
+    def model_validate(cls, data: dict[str, Any]) -> Any:
+        """Validate a mapping (unknown keys refused) and build the object."""
+        return cls(**data)
+
+    def model_dump(self, exclude: set[str] | None = None, **_: Any) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self._fields() if not exclude or k not in exclude}
+
+    def model_copy(self, update: dict[str, Any] | None = None) -> Any:
+        return type(self)(**{**self.model_dump(), **(update or {})})
+
+    @classmethod
+    def model_json_schema(cls) -> dict[str, Any]:
+        props: dict[str, Any] = {}
+        required = []
+        for name, info in cls._fields().items():
+            prop = _json_schema(info.annotation)
+            if info.description:
+                prop["description"] = info.description
+            if info.default is MISSING:
+                required.append(name)
+            else:
+                prop["default"] = info.default
+            props[name] = prop
+        return {
+            "title": cls.__name__,
+            "description": (cls.__doc__ or "").strip(),
+            "type": "object",
+            "properties": props,
+            "required": required,
+            "additionalProperties": False,
+        }
+
+
+class ModelConfig(_Validated):
     """A decoder-only Transformer. Symbols in brackets are what the trace prints."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = "custom"
-    vocab_size: PositiveInt = Field(description="N_vocab: vocabulary size")
-    d_model: PositiveInt = Field(description="D: model width")
-    n_layers: PositiveInt = Field(description="N: number of Transformer blocks")
-    n_heads: PositiveInt = Field(description="H: query heads")
-    n_kv_heads: PositiveInt | None = Field(
-        None, description="H_kv: key/value heads (default H; 1 = MQA; between = GQA)"
+    name: str = _doc("custom")
+    vocab_size: Pos = _req("N_vocab: vocabulary size")
+    d_model: Pos = _req("D: model width")
+    n_layers: Pos = _req("N: number of Transformer blocks")
+    n_heads: Pos = _req("H: query heads")
+    n_kv_heads: Pos | None = _doc(None, "H_kv: key/value heads (default H; 1 = MQA; between = GQA)")
+    head_dim: Pos | None = _doc(None, "Dh: head width (default D/H)")
+    d_ff: Pos = _req("Dff: FFN hidden width")
+    ffn: Literal["gelu", "relu", "swiglu", "geglu"] = _doc(
+        "gelu", "gelu/relu: up, down; swiglu/geglu: gate, up, down"
     )
-    head_dim: PositiveInt | None = Field(None, description="Dh: head width (default D/H)")
-    d_ff: PositiveInt = Field(description="Dff: FFN hidden width")
-    ffn: Literal["gelu", "relu", "swiglu", "geglu"] = Field(
-        "gelu", description="gelu/relu: up, down; swiglu/geglu: gate, up, down"
+    norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
+    norm_position: Literal["pre", "post"] = _doc("pre")
+    positions: Literal["learned", "sinusoidal", "rope", "none"] = _doc("learned")
+    max_positions: Pos | None = _doc(
+        None, "rows of a learned position table; the longest context otherwise"
     )
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    norm_position: Literal["pre", "post"] = "pre"
-    positions: Literal["learned", "sinusoidal", "rope", "none"] = "learned"
-    max_positions: PositiveInt | None = Field(
-        None, description="rows of a learned position table; the longest context otherwise"
+    tie_embeddings: bool = _doc(False, "LM head shares the embedding table")
+    qkv_bias: bool = _doc(False, "biases on the q, k, v projections")
+    attn_out_bias: bool = _doc(False, "bias on the attention output WO")
+    ffn_bias: bool = _doc(False, "biases on the FFN matrices")
+    norm_bias: bool | None = _doc(
+        None, "β in the norms (default: yes for layernorm, no for rmsnorm)"
     )
-    tie_embeddings: bool = Field(False, description="LM head shares the embedding table")
-    qkv_bias: bool = Field(False, description="biases on the q, k, v projections")
-    attn_out_bias: bool = Field(False, description="bias on the attention output WO")
-    ffn_bias: bool = Field(False, description="biases on the FFN matrices")
-    norm_bias: bool | None = Field(
-        None, description="β in the norms (default: yes for layernorm, no for rmsnorm)"
+    lm_head_bias: bool = _doc(False)
+    fused_qkv: bool = _doc(
+        False, "one [D,(H+2·H_kv)·Dh] matrix; changes the listing, not the numbers"
     )
-    lm_head_bias: bool = False
-    fused_qkv: bool = Field(
-        False, description="one [D,(H+2·H_kv)·Dh] matrix; changes the listing, not the numbers"
+    parallel_block: bool = _doc(
+        False, "attention and FFN read the same norm and add in parallel (Falcon)"
     )
-    parallel_block: bool = Field(
-        False, description="attention and FFN read the same norm and add in parallel (Falcon)"
+    sliding_window: Pos | None = _doc(
+        None, "W: the KV cache keeps, and decode reads, at most W tokens"
     )
-    sliding_window: PositiveInt | None = Field(
-        None, description="W: the KV cache keeps, and decode reads, at most W tokens"
-    )
-    embedding_scale: bool = Field(False, description="multiply embeddings by √D (Gemma)")
+    embedding_scale: bool = _doc(False, "multiply embeddings by √D (Gemma)")
 
     @property
     def kv_heads(self) -> int:
@@ -95,54 +262,52 @@ class ModelConfig(BaseModel):
     def has_norm_bias(self) -> bool:
         return self.norm_bias if self.norm_bias is not None else self.norm == "layernorm"
 
-    @model_validator(mode="after")
-    def _shapes(self) -> ModelConfig:
+    def _check(self) -> None:
         if self.head_dim is None and self.d_model % self.n_heads:
-            raise ValueError(
-                f"n_heads: D={self.d_model} is not divisible by H={self.n_heads}; "
-                "set head_dim to use heads narrower or wider than D/H"
+            raise ShapecalcError(
+                "n_heads",
+                f"D={self.d_model} is not divisible by H={self.n_heads}; "
+                "set head_dim to use heads narrower or wider than D/H",
             )
         if self.n_heads % self.kv_heads:
-            raise ValueError(
-                f"n_kv_heads: H={self.n_heads} is not divisible by H_kv={self.kv_heads}; "
-                "each KV head must serve a whole group of query heads"
+            raise ShapecalcError(
+                "n_kv_heads",
+                f"H={self.n_heads} is not divisible by H_kv={self.kv_heads}; "
+                "each KV head must serve a whole group of query heads",
             )
         if self.positions == "rope" and self.dh % 2:
-            raise ValueError(f"head_dim: RoPE rotates pairs, so Dh={self.dh} must be even")
+            raise ShapecalcError("head_dim", f"RoPE rotates pairs, so Dh={self.dh} must be even")
         if self.positions == "learned" and self.max_positions is None:
-            raise ValueError("max_positions: a learned position table needs its number of rows")
+            raise ShapecalcError("max_positions", "a learned position table needs its row count")
         if self.positions == "sinusoidal" and self.d_model % 2:
-            raise ValueError(f"d_model: sinusoidal positions need an even D, got {self.d_model}")
-        return self
+            raise ShapecalcError(
+                "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
+            )
 
 
-class Workload(BaseModel):
+class Workload(_Validated):
     """What the model is asked to do: B sequences of T tokens, in one phase, on p×s devices."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    batch: PositiveInt = Field(1, description="B: sequences in the batch")
-    seq: PositiveInt = Field(
+    batch: Pos = _doc(1, "B: sequences in the batch")
+    seq: Pos = _doc(
         2048,
-        description="T: prefill: prompt tokens; decode: tokens already in the KV cache "
+        "T: prefill: prompt tokens; decode: tokens already in the KV cache "
         "(the new token reads T′ = T+1 keys)",
     )
-    phase: Literal["prefill", "decode"] = "prefill"
-    dtype: Dtype = Field("bf16", description="weights (and activations unless act_dtype)")
-    act_dtype: Dtype | None = Field(
-        None, description="activations and all-reduce buffers (default dtype)"
+    phase: Literal["prefill", "decode"] = _doc("prefill")
+    dtype: Dtype = _doc("bf16", "weights (and activations unless act_dtype)")
+    act_dtype: Dtype | None = _doc(None, "activations and all-reduce buffers (default dtype)")
+    kv_dtype: Dtype | None = _doc(None, "KV cache (default dtype)")
+    logits: Literal["all", "last"] = _doc(
+        "all", "all: every position, as a forward does; last: generation only"
     )
-    kv_dtype: Dtype | None = Field(None, description="KV cache (default dtype)")
-    logits: Literal["all", "last"] = Field(
-        "all", description="all: every position, as a forward does; last: generation only"
+    tp: Pos = _doc(1, "p: tensor-parallel degree")
+    pp: Pos = _doc(1, "s: pipeline stages")
+    block_size: Pos = _doc(16, "tokens per block of a paged KV cache")
+    attention_flops: Literal["full", "causal"] = _doc(
+        "full", "full: the whole [T,T] as the seeds count; causal: lower triangle"
     )
-    tp: PositiveInt = Field(1, description="p: tensor-parallel degree")
-    pp: PositiveInt = Field(1, description="s: pipeline stages")
-    block_size: PositiveInt = Field(16, description="tokens per block of a paged KV cache")
-    attention_flops: Literal["full", "causal"] = Field(
-        "full", description="full: the whole [T,T] as the seeds count; causal: lower triangle"
-    )
-    padding_mask: bool = Field(False, description="list the [B,1,1,T] padding mask stage")
+    padding_mask: bool = _doc(False, "list the [B,1,1,T] padding mask stage")
 
     @property
     def act(self) -> str:
@@ -187,13 +352,7 @@ def first_error(err: ValidationError, prefix: str = "") -> ShapecalcError:
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
         msg = "unknown field"
-    elif msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
-        # our model validators name the field themselves: "n_heads: …"
-        head, sep, rest = msg.partition(": ")
-        if sep and not loc and " " not in head:
-            loc, msg = head, rest
-    if e["type"] == "literal_error":
+    elif e["type"] == "literal_error":
         msg = f"{e['input']!r} is not one of {msg.split('Input should be ')[-1]}"
-    field = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "config")
-    return ShapecalcError(field, msg)
+    name = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "config")
+    return ShapecalcError(name, msg)

@@ -8,7 +8,14 @@ prints as `2·B·H·T²·Dh`, exactly as the seeds write it, and nobody types a 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from fractions import Fraction
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from fractions import Fraction
+
+# Coefficients are ints, or Fractions where a size is halved (Dh/2); `fractions` is imported only
+# by the code that halves, since start-up time matters.
+Coef = Union[int, "Fraction"]
 
 # A monomial: ((symbol, exponent), ...) in order of first appearance.
 Mono = tuple[tuple[str, int], ...]
@@ -32,26 +39,26 @@ class Expr:
 
     __slots__ = ("terms",)
 
-    def __init__(self, terms: Iterable[tuple[Mono, Fraction]]):
-        merged: dict[frozenset[tuple[str, int]], tuple[Mono, Fraction]] = {}
+    def __init__(self, terms: Iterable[tuple[Mono, Coef]]):
+        merged: dict[frozenset[tuple[str, int]], tuple[Mono, Coef]] = {}
         for mono, c in terms:
             k = _key(mono)
             if k in merged:
                 m0, c0 = merged[k]
                 merged[k] = (m0, c0 + c)
             else:
-                merged[k] = (mono, Fraction(c))
-        self.terms: tuple[tuple[Mono, Fraction], ...] = tuple(
+                merged[k] = (mono, c)
+        self.terms: tuple[tuple[Mono, Coef], ...] = tuple(
             (m, c) for m, c in merged.values() if c != 0
         )
 
     @staticmethod
     def sym(name: str) -> Expr:
-        return Expr([(((name, 1),), Fraction(1))])
+        return Expr([(((name, 1),), 1)])
 
     @staticmethod
-    def const(c: int | Fraction) -> Expr:
-        return Expr([((), Fraction(c))])
+    def const(c: Coef) -> Expr:
+        return Expr([((), c)])
 
     def __mul__(self, other: Expr) -> Expr:
         return Expr((_mono_mul(m1, m2), c1 * c2) for m1, c1 in self.terms for m2, c2 in other.terms)
@@ -92,7 +99,7 @@ def _mono_str(m: Mono) -> str:
     return text
 
 
-def _term_str(m: Mono, c: Fraction) -> str:
+def _term_str(m: Mono, c: Coef) -> str:
     body = _mono_str(m)
     num, den = c.numerator, c.denominator
     if not body:

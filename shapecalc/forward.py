@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .config import ModelConfig, Workload
 from .expr import Dim, Expr
@@ -48,8 +48,7 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@dataclass(frozen=True)
-class Sizes:
+class Sizes(NamedTuple):
     """The dims one rank works with, each carrying its symbol (`H/p`, `T′`, …)."""
 
     B: Dim
@@ -75,7 +74,7 @@ class Sizes:
         def shard(sym: str, value: int) -> Dim:
             if p == 1:
                 return Dim.of(sym, value)
-            return Dim(_ceil_div(value, p), Expr.sym(sym) * Expr([((("p", -1),), 1)]))  # type: ignore[list-item]
+            return Dim(_ceil_div(value, p), Expr.sym(sym) * Expr([((("p", -1),), 1)]))
 
         hkv = model.kv_heads
         replicated = p > hkv

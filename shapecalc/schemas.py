@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from .config import ModelConfig, Workload
 
@@ -124,18 +124,37 @@ class ParallelOut(_Strict):
 
 
 class TraceOut(_Strict):
-    model: ModelConfig
-    workload: Workload
+    model: dict[str, Any]
+    workload: dict[str, Any]
     stages: list[StageOut]
     totals: Totals
     parallel: ParallelOut
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: dict[str, Any]) -> dict[str, Any]:
+        ModelConfig.model_validate(v)
+        return v
+
+    @field_validator("workload")
+    @classmethod
+    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
+        Workload.model_validate(v)
+        return v
+
+
+def trace_schema() -> dict[str, Any]:
+    schema = TraceOut.model_json_schema()
+    schema["properties"]["model"] = ModelConfig.model_json_schema()
+    schema["properties"]["workload"] = Workload.model_json_schema()
+    return schema
 
 
 def all_schemas() -> dict[str, dict[str, Any]]:
     out = {
         "config": ModelConfig.model_json_schema(),
         "workload": Workload.model_json_schema(),
-        "trace": TraceOut.model_json_schema(),
+        "trace": trace_schema(),
     }
     try:
         from .plan_schemas import schemas as plan

@@ -8,9 +8,7 @@ element with the constants in `ELEMENTWISE` and kept apart from the matmul FLOPs
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from fractions import Fraction
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from .config import ModelConfig, Workload, nbytes
 from .expr import Dim, Expr, formula, sum_formula
@@ -40,8 +38,7 @@ SPLIT_NOTE = {
 }
 
 
-@dataclass(frozen=True)
-class Sym:
+class Sym(NamedTuple):
     dims: tuple[Dim, ...]
     dtype: str
 
@@ -52,6 +49,8 @@ def _total(d: Dim) -> tuple[int, str]:
 
 
 def _half(d: Dim) -> Dim:
+    from fractions import Fraction
+
     return Dim(d.value // 2, d.expr * Expr.const(Fraction(1, 2)))
 
 

@@ -294,3 +294,19 @@ def test_paged_blocks():
     d = build_trace(m, Workload(batch=3, seq=33, block_size=16))
     assert d["totals"]["kv_cache_blocks"] == 3 * 3
     assert d["totals"]["kv_cache_paged_bytes"] == 9 * 16 * d["totals"]["kv_cache_bytes_per_token"]
+
+
+def test_json_path_stays_light():
+    """`trace --json` imports neither rich nor numpy (start-up is measured in benchmarks/)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, atexit\n"
+        "atexit.register(lambda: sys.stderr.write(str(sorted(m for m in ('rich', 'numpy') "
+        "if m in sys.modules))))\n"
+        "sys.argv = ['shapecalc', 'trace', '--preset', 'llama2-70b', '--json']\n"
+        "from shapecalc.cli import main\nmain()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stderr.strip() == "[]"
