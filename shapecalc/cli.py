@@ -188,7 +188,7 @@ def presets_list(ctx: typer.Context, presets_dir: PresetsDir = None) -> None:
     from .render import print_presets
 
     rows = []
-    for name in sources.list_presets(presets_dir):
+    for name in sorted(sources.list_presets(presets_dir)):
         try:
             rows.append((name, sources.load_preset(name, presets_dir)))
         except ShapecalcError as e:

@@ -113,7 +113,7 @@ def totals_panel(doc: dict[str, Any]) -> Panel:
     pb = tot["params_breakdown"]
     wl = doc["workload"]
     t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold")
+    t.add_column(style="bold", no_wrap=True)
     t.add_column(justify="right")
     t.add_column(style="dim")
     t.add_row("parameters", f"{tot['params']:,}", human_count(tot["params"]))
@@ -168,17 +168,17 @@ def totals_panel(doc: dict[str, Any]) -> Panel:
         f"{la['bytes']:,}",
         f"{la['name']} {shape_str(la['dims'], la['shape'])} {human_bytes(la['bytes'])}",
     )
-    return Panel(t, title="totals", title_align="left")
+    return Panel(t, title="totals", title_align="left", expand=False)
 
 
 def parallel_panel(doc: dict[str, Any]) -> Panel:
     tp, pp = doc["parallel"]["tp"], doc["parallel"]["pp"]
     t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold")
+    t.add_column(style="bold", no_wrap=True)
     t.add_column(justify="right")
     t.add_column(style="dim")
     p = tp["degree"]
-    t.add_row("tensor parallel p", str(p), "")
+    t.add_row("tensor parallel p", str(p), "" if p > 1 else "one device holds every weight")
     if p > 1:
         kv_note = "replicated (H_kv < p, as vLLM)" if tp["kv_heads_replicated"] else "H_kv/p"
         t.add_row(
@@ -231,7 +231,7 @@ def parallel_panel(doc: dict[str, Any]) -> Panel:
             f"{tp['flops_per_rank']:,}",
             human_flops(tp["flops_per_rank"]),
         )
-    t.add_row("pipeline stages s", str(pp["stages"]), "")
+    t.add_row("pipeline stages s", str(pp["stages"]), "" if pp["stages"] > 1 else "all N layers")
     if pp["stages"] > 1:
         t.add_row(
             "  layers per stage",
@@ -241,14 +241,15 @@ def parallel_panel(doc: dict[str, Any]) -> Panel:
         t.add_row(
             "  boundary activation",
             f"{pp['boundary_bytes']:,}",
-            f"{human_bytes(pp['boundary_bytes'])} = B·T·D·bytes, {pp['boundaries']} boundaries",
+            f"{human_bytes(pp['boundary_bytes'])} = B·T·D·bytes, at each of "
+            f"{pp['boundaries']} boundar{'y' if pp['boundaries'] == 1 else 'ies'}",
         )
         t.add_row(
-            "  weights per stage",
+            "  weights per stage (all ranks)",
             "",
             " · ".join(human_bytes(x) for x in pp["weight_bytes_per_stage"]),
         )
-    return Panel(t, title="parallelism", title_align="left")
+    return Panel(t, title="parallelism", title_align="left", expand=False)
 
 
 def print_trace(
@@ -315,7 +316,7 @@ def print_model(m: ModelConfig, console: Console | None = None) -> None:
     from .trace import build_trace
 
     t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold")
+    t.add_column(style="bold", no_wrap=True)
     t.add_column()
     for k, v in m.model_dump().items():
         t.add_row(k, str(v))
