@@ -255,6 +255,6 @@ def main() -> None:
     except _click.exceptions.ClickException as e:
         typer.echo(f"error: {e.format_message()}".replace("\n", " "), err=True)
         sys.exit(2)
-    except _click.exceptions.Abort:
+    except typer.Abort:
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

@@ -89,6 +89,8 @@ def _stage_table(stages: list[dict[str, Any]], title: str) -> Table:
                 n = s["repeat"]
                 label += f"  × N = {n} layer{'s' if n != 1 else ''} (one shown)"
             t.add_row(Text(label, style="bold cyan"), end_section=False)
+        formula: str | Text
+        value: str | Text
         if s["flops"]:
             formula, value = s["flops_formula"], human_flops(s["flops"])
         elif s["elementwise_flops"]:

@@ -310,3 +310,23 @@ def test_json_path_stays_light():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stderr.strip() == "[]"
+
+
+def test_hf_config_json_gives_the_published_counts(cli):
+    """Each real config.json, read through --hf-config, totals its published parameter count."""
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).parent / "data" / "hf"
+    published = json.loads((folder / "published.json").read_text())
+    for stem, want in published.items():
+        r = cli("trace", "--hf-config", str(folder / f"{stem}.json"), "--seq", "16", "--json")
+        assert r.code == 0, (stem, r.err)
+        assert r.json()["totals"]["params"] == want, stem
+
+
+def test_per_rank_listing(cli):
+    r = cli("trace", "--preset", "llama2-70b", "--tp", "4", "--seq", "128", "--per-rank")
+    assert r.code == 0, r.err
+    assert "one rank's stages" in r.out and "[B,T,H·Dh/p] = [1,128,2048]" in r.out
+    assert "attention all-reduce" in r.out and "FFN all-reduce" in r.out
