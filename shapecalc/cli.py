@@ -72,6 +72,12 @@ PaddingMask = Annotated[
     bool | None, typer.Option("--padding-mask/--no-padding-mask", help="list the padding mask")
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="one JSON document on stdout, nothing else")]
+Format = Annotated[str, typer.Option("--format", help="table | json | csv | markdown")]
+Output = Annotated[
+    str | None, typer.Option("--output", "-o", help="write to this file instead of stdout")
+]
+Svg = Annotated[str | None, typer.Option("--svg", help="also save the table as an SVG picture")]
+Html = Annotated[str | None, typer.Option("--html", help="also save the table as HTML")]
 
 
 def fail(err: ShapecalcError) -> None:
@@ -149,7 +155,12 @@ def trace(
         bool, typer.Option("--per-rank", help="list one tensor-parallel rank's stages")
     ] = False,
     as_json: JsonOut = False,
+    fmt: Format = "table",
+    output: Output = None,
+    svg: Svg = None,
+    html: Html = None,
 ) -> None:
+    from .output import check_format
     from .trace import build_trace
 
     try:
@@ -170,14 +181,26 @@ def trace(
             padding_mask=padding_mask,
         )
         doc = build_trace(model, wl)
+        fmt = check_format("json" if as_json else fmt)
+        if fmt == "json" and output is None and not (svg or html):
+            emit_json(doc)  # the planners' hot path: no rich, no file
+            return
+        from . import output as out
+        from .render import print_trace, trace_csv, trace_markdown
+
+        def draw(console: Any) -> None:
+            print_trace(doc, per_rank=per_rank, console=console)
+
+        if fmt == "table":
+            out.render_table(draw, output, True, svg, html)
+            return
+        text = {"json": lambda: out.json_text(doc), "csv": lambda: trace_csv(doc),
+                "markdown": lambda: trace_markdown(doc)}[fmt]()
+        out.write_text(text, output)
+        if svg or html:
+            out.render_table(draw, None, False, svg, html)
     except ShapecalcError as e:
         fail(e)
-    if as_json:
-        emit_json(doc)
-        return
-    from .render import print_trace
-
-    print_trace(doc, per_rank=per_rank)
 
 
 @presets_app.callback()

@@ -116,20 +116,21 @@ class _Validated:
     benchmarks/bench_startup.py). Fields are class annotations with `_doc()`/`_req()` values.
     """
 
-    model_fields: ClassVar[dict[str, FieldInfo]]
+    _field_cache: ClassVar[dict[str, FieldInfo]]
     _validator: ClassVar[Any] = None
 
     @classmethod
-    def _fields(cls) -> dict[str, FieldInfo]:
-        if "model_fields" not in cls.__dict__:
+    def field_info(cls) -> dict[str, FieldInfo]:
+        """Each field's annotation, default (MISSING if required) and description."""
+        if "_field_cache" not in cls.__dict__:
             hints = get_type_hints(cls, include_extras=True)
             spec = {k: v for k, v in vars(cls).items() if isinstance(v, _Spec)}
-            cls.model_fields = {
+            cls._field_cache = {
                 name: FieldInfo(hints[name], spec[name].default, spec[name].doc)
                 for name in cls.__annotations__
                 if name in spec
             }
-        return cls.model_fields
+        return cls._field_cache
 
     @classmethod
     def _schema_validator(cls) -> Any:
@@ -137,7 +138,7 @@ class _Validated:
             from pydantic_core import SchemaValidator
 
             flds = {}
-            for name, info in cls._fields().items():
+            for name, info in cls.field_info().items():
                 inner = _core_schema(info.annotation)
                 if info.default is MISSING:
                     flds[name] = {"type": "typed-dict-field", "schema": inner, "required": True}
@@ -179,7 +180,7 @@ class _Validated:
         return cls(**data)
 
     def model_dump(self, exclude: set[str] | None = None, **_: Any) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self._fields() if not exclude or k not in exclude}
+        return {k: getattr(self, k) for k in self.field_info() if not exclude or k not in exclude}
 
     def model_copy(self, update: dict[str, Any] | None = None) -> Any:
         return type(self)(**{**self.model_dump(), **(update or {})})
@@ -188,7 +189,7 @@ class _Validated:
     def model_json_schema(cls) -> dict[str, Any]:
         props: dict[str, Any] = {}
         required = []
-        for name, info in cls._fields().items():
+        for name, info in cls.field_info().items():
             prop = _json_schema(info.annotation)
             if info.description:
                 prop["description"] = info.description

@@ -274,6 +274,7 @@ def print_trace(
         title += " · one rank's stages"
     console.print(_stage_table(stages, title))
     console.print(Group(totals_panel(doc), parallel_panel(doc)))
+    console.print(breakdown_chart(doc))
 
 
 def print_presets(rows: list[tuple[str, ModelConfig]], console: Console | None = None) -> None:
@@ -325,3 +326,92 @@ def print_model(m: ModelConfig, console: Console | None = None) -> None:
     params = build_trace(m, Workload(batch=1, seq=1))["totals"]["params"]
     t.add_row("parameters", f"{params:,} ({human_count(params)})")
     (console or make_console()).print(Panel(t, title=m.name, title_align="left"))
+
+
+# -- where FLOPs, parameters and memory go --------------------------------------------------------
+def _bar_rows(t: Table, title: str, items: list[tuple[str, int]], unit: Any, width: int) -> None:
+    total = sum(v for _, v in items) or 1
+    t.add_row(Text(title, style="bold cyan"), "", "", "")
+    for label, v in items:
+        cells = round(v / total * width)
+        bar = Text("█" * cells, style="cyan") + Text("·" * (width - cells), style="dim")
+        t.add_row("  " + label, bar, unit(v), f"{100 * v / total:5.1f} %")
+
+
+def breakdown_chart(doc: dict[str, Any], width: int = 40) -> Table:
+    """Bars of where the matmul FLOPs, the parameters and one device's memory go."""
+    tot, pb, fb = doc["totals"], doc["totals"]["params_breakdown"], doc["totals"]["flops_breakdown"]
+    n = doc["model"]["n_layers"]
+    t = Table.grid(padding=(0, 2))
+    for _ in range(4):
+        t.add_column()
+    flops = [(k.replace("_", " "), v) for k, v in fb.items()]
+    flops.append(("elementwise (apart)", tot["elementwise_flops"]))
+    _bar_rows(t, "where FLOPs go", [x for x in flops if x[1]], human_flops, width)
+    params = [
+        ("embedding", pb["embedding"]),
+        ("position table", pb["positions"]),
+        (f"attention × {n}", pb["attention_per_layer"] * n),
+        (f"FFN × {n}", pb["ffn_per_layer"] * n),
+        ("norms", pb["norms_per_layer"] * n + pb["final_norm"]),
+        ("LM head", pb["lm_head"]),
+    ]
+    _bar_rows(t, "where parameters go", [x for x in params if x[1]], human_count, width)
+    tp = doc["parallel"]["tp"]
+    memory = [
+        ("weights", tp["weight_bytes_per_rank"]),
+        ("KV cache", tp["kv_cache_bytes_per_rank"]),
+        ("largest activation", tp["largest_activation_bytes_per_rank"]),
+    ]
+    title = "where one device's memory goes" + (" (per rank)" if tp["degree"] > 1 else "")
+    _bar_rows(t, title, [x for x in memory if x[1]], human_bytes, width)
+    return t
+
+
+# -- trace as Markdown and CSV --------------------------------------------------------------------
+STAGE_COLUMNS = ("group", "name", "op", "dims", "shape", "flops_formula", "flops",
+                 "elementwise_formula", "elementwise_flops", "params_formula", "params", "bytes",
+                 "dtype", "repeat", "note")
+
+
+def _cells(s: dict[str, Any]) -> list[Any]:
+    return [f"[{','.join(map(str, s[c]))}]" if c in ("dims", "shape") else s[c]
+            for c in STAGE_COLUMNS]
+
+
+def trace_csv(doc: dict[str, Any]) -> str:
+    from .output import csv_text
+
+    return csv_text(list(STAGE_COLUMNS), [_cells(s) for s in doc["stages"]])
+
+
+def trace_markdown(doc: dict[str, Any]) -> str:
+    from .output import markdown_table
+
+    m, wl, tot = doc["model"], doc["workload"], doc["totals"]
+    rows = [[s["name"] + (f" (×{s['repeat']})" if s["repeat"] > 1 else ""),
+             shape_str(s["dims"], s["shape"]), s["flops_formula"] if s["flops"] else "",
+             f"{s['flops']:,}" if s["flops"] else "", f"{s['params']:,}" if s["params"] else "",
+             f"{s['bytes']:,}"] for s in doc["stages"]]
+    tp, pp = doc["parallel"]["tp"], doc["parallel"]["pp"]
+    summary = [
+        ["parameters", f"{tot['params']:,}"],
+        ["matmul FLOPs", f"{tot['flops']:,}"],
+        ["elementwise FLOPs", f"{tot['elementwise_flops']:,}"],
+        ["weight bytes", f"{tot['weight_bytes']:,} ({human_bytes(tot['weight_bytes'])})"],
+        ["KV cache bytes", f"{tot['kv_cache_bytes']:,} ({human_bytes(tot['kv_cache_bytes'])})"],
+        ["KV cache blocks", f"{tot['kv_cache_blocks']:,}"],
+        ["TP degree", str(tp["degree"])],
+        ["all-reduce bytes (one / layer / total)",
+         f"{tp['allreduce_bytes']:,} / {tp['allreduce_bytes_per_layer']:,} / "
+         f"{tp['allreduce_bytes_total']:,}"],
+        ["ring bytes per rank (total)", f"{tp['ring_bytes_per_rank_total']:,}"],
+        ["weight bytes per rank", f"{tp['weight_bytes_per_rank']:,}"],
+        ["KV cache bytes per rank", f"{tp['kv_cache_bytes_per_rank']:,}"],
+        ["PP stages / boundary bytes", f"{pp['stages']} / {pp['boundary_bytes']:,}"],
+    ]
+    head = (f"## {m['name']}: {wl['phase']}, B={wl['batch']}, T={wl['seq']}, {wl['dtype']}, "
+            f"tp={wl['tp']}, pp={wl['pp']}\n\n")
+    return (head + markdown_table(["stage", "shape", "FLOPs formula", "FLOPs", "params", "bytes"],
+                                  rows)
+            + "\n" + markdown_table(["total", "value"], summary))

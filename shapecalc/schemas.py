@@ -105,6 +105,7 @@ class TPOut(_Strict):
     weight_bytes_per_rank: int
     kv_cache_bytes_per_rank: int
     flops_per_rank: int
+    largest_activation_bytes_per_rank: int
 
 
 class PPOut(_Strict):

@@ -172,7 +172,7 @@ def apply_overrides(model: ModelConfig, items: list[str]) -> ModelConfig:
         key = key.strip()
         if not sep or not key:
             raise ShapecalcError("set", f"expected field=value, got {item!r}")
-        info = ModelConfig.model_fields.get(key)
+        info = ModelConfig.field_info().get(key)
         if info is None:
             raise ShapecalcError("set", f"unknown field {key!r}")
         text = text.strip()

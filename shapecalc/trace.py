@@ -27,6 +27,11 @@ def _sum(st: list[Stage], key: str, pred: Any = None) -> int:
     return sum(getattr(s, key) * s.repeat for s in st if pred is None or pred(s))
 
 
+def _activations(st: list[Stage]) -> list[Stage]:
+    """Stages that write an activation (the KV cache is counted apart, as a cache)."""
+    return [s for s in st if s.op not in ("kv_cache", "kv_append")]
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -78,7 +83,7 @@ def build_trace(model: ModelConfig, wl: Workload) -> dict[str, Any]:
     kv_bytes = _sum(st, "bytes", lambda s: s.op == "kv_cache")
     per_token = nbytes(2 * model.n_layers * model.kv_heads * model.dh, wl.kv)
     blocks = wl.batch * _ceil_div(kv_tokens, wl.block_size)
-    largest = max(st, key=lambda s: s.bytes)
+    largest = max(_activations(st), key=lambda s: s.bytes)
     totals: dict[str, Any] = {
         "params": params,
         "params_breakdown": params_breakdown(st),
@@ -161,6 +166,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, st1: list[Stage]) -> dict[str, A
         "weight_bytes_per_rank": nbytes(params_rank, wl.dtype),
         "kv_cache_bytes_per_rank": _sum(rank, "bytes", lambda s: s.op == "kv_cache"),
         "flops_per_rank": _sum(rank, "flops"),
+        "largest_activation_bytes_per_rank": max(s.bytes for s in _activations(rank)),
     }
 
 

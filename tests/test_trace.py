@@ -330,3 +330,25 @@ def test_per_rank_listing(cli):
     assert r.code == 0, r.err
     assert "one rank's stages" in r.out and "[B,T,H·Dh/p] = [1,128,2048]" in r.out
     assert "attention all-reduce" in r.out and "FFN all-reduce" in r.out
+
+
+def test_trace_formats_and_exports(cli, tmp_path):
+    import csv
+    import io
+    import json
+
+    doc = cli("trace", "--json").json()
+    r = cli("trace", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(r.out)))
+    assert len(rows) == len(doc["stages"])
+    assert [int(x["flops"]) for x in rows] == [s["flops"] for s in doc["stages"]]
+    r = cli("trace", "--format", "markdown")
+    assert "| QKᵀ | [B,H,T,T] = [2,2,4,4] | 2·B·H·T²·Dh | 512 |" in r.out
+    out = tmp_path / "t.json"
+    assert cli("trace", "--format", "json", "--output", str(out)).code == 0
+    assert json.loads(out.read_text()) == doc
+    svg, html = tmp_path / "t.svg", tmp_path / "t.html"
+    r = cli("trace", "--svg", str(svg), "--html", str(html))
+    assert r.code == 0 and svg.read_text().startswith("<svg") and "QKᵀ" in html.read_text()
+    assert "where FLOPs go" in r.out and "where parameters go" in r.out
+    assert cli("trace", "--format", "yaml").code == 2

@@ -1,0 +1,557 @@
+"""Commands of capacity planning: compare, sweep, fit (and hardware, the GPU profiles).
+
+cli.py imports this module at start-up and calls `register(app)`, so it imports nothing heavy at
+the top: numpy, rich, pydantic and the planning code load inside the commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+PLAN_CONVENTIONS = (
+    "Context T = --seq: the KV cache holds T tokens per sequence (paged, --block-size); TTFT is "
+    "the prefill of T tokens, the decode step reads the T cached tokens plus the new one. Memory "
+    "per rank = weights + KV cache + activation workspace (an estimate: 2 × the largest tensor "
+    "a rank writes in prefill, without the [T,T] scores under FlashAttention) + reserve "
+    "(1 − --utilization, like vLLM's --gpu-memory-utilization 0.9). Times are roofline LOWER "
+    "BOUNDS: max(FLOPs/peak, bytes/bandwidth) + (ring all-reduce + PP boundary bytes)/link, "
+    "each divided by its efficiency factor. Bytes in binary units (GiB = 2³⁰ B)."
+)
+
+# -- options (defined here, not imported from cli.py, so that this module imports standalone) ---
+Cases = Annotated[
+    list[str],
+    typer.Argument(
+        help="NAME or NAME@field=value,…: a preset, a .toml/.json config or an HF "
+        "config.json; workload fields (tp, seq, kv_dtype, …) and model fields (as --set) after @",
+        show_default=False,
+    ),
+]
+PresetsDir = Annotated[
+    list[Path] | None,
+    typer.Option("--presets-dir", help="another folder of presets (also $SHAPECALC_PRESETS)"),
+]
+Gpu = Annotated[str | None, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")]
+HardwareDir = Annotated[
+    list[Path] | None,
+    typer.Option("--hardware-dir",
+                 help="another folder of GPU profiles (also $SHAPECALC_HARDWARE)"),
+]
+SetGpu = Annotated[
+    list[str] | None,
+    typer.Option("--set-gpu", help="override a GPU value: hbm_bandwidth=3.0e12, "
+                 "peak_flops.fp8=1.5e15, memory_bytes=96GiB (repeatable)"),
+]
+Utilization = Annotated[
+    float, typer.Option("--utilization", help="usable fraction of GPU memory; the rest is the "
+                        "reserve (vLLM's --gpu-memory-utilization)")
+]
+ComputeEff = Annotated[
+    float, typer.Option("--compute-efficiency", help="fraction of peak FLOP/s reached (0, 1]")
+]
+MemoryEff = Annotated[
+    float, typer.Option("--memory-efficiency", help="fraction of memory bandwidth reached (0, 1]")
+]
+LinkEff = Annotated[
+    float, typer.Option("--link-efficiency", help="fraction of link bandwidth reached (0, 1]")
+]
+Price = Annotated[
+    float | None, typer.Option("--price", help="price per GPU-hour: gives cost per 1M tokens")
+]
+ComputeDtype = Annotated[
+    str | None,
+    typer.Option("--compute-dtype", help="dtype of the matmuls' peak (default: activation dtype)"),
+]
+Attention = Annotated[
+    str, typer.Option("--attention", help="flash | eager: which tensors the activation "
+                      "workspace estimate counts")
+]
+MaxBatched = Annotated[
+    int | None, typer.Option("--max-batched-tokens", help="tokens of one prefill step for the "
+                             "activation estimate (chunked prefill, vLLM's "
+                             "--max-num-batched-tokens); default: all B·T at once")
+]
+Format = Annotated[str, typer.Option("--format", help="table | json | csv | markdown")]
+JsonOut = Annotated[bool, typer.Option("--json", help="same as --format json")]
+Output = Annotated[str | None, typer.Option("--output", "-o", help="write to FILE")]
+Svg = Annotated[str | None, typer.Option("--svg", help="also save the table as SVG")]
+Html = Annotated[str | None, typer.Option("--html", help="also save the table as HTML")]
+
+
+BatchList = Annotated[
+    str | None, typer.Option("--batch", "-b", help="B: one or more, e.g. 1,8,32 or 1..256x2")
+]
+SeqList = Annotated[
+    str | None, typer.Option("--seq", "-t", help="T: one or more, e.g. 512,2048,8192")
+]
+TpList = Annotated[str | None, typer.Option("--tp", help="p: one or more, e.g. 1,2,4,8")]
+PpList = Annotated[str | None, typer.Option("--pp", help="s: one or more pipeline stage counts")]
+DtypeList = Annotated[
+    str | None, typer.Option("--dtype", help="one or more of fp32, bf16, fp16, fp8, int8, int4")
+]
+KvDtypeList = Annotated[
+    str | None, typer.Option("--kv-dtype", help="KV cache dtype(s) (default: dtype)")
+]
+PhaseList = Annotated[
+    str | None, typer.Option("--phase", help="prefill | decode, or both: prefill,decode")
+]
+ActDtype = Annotated[str | None, typer.Option("--act-dtype", help="activation dtype")]
+Logits = Annotated[str | None, typer.Option("--logits", help="all | last")]
+BlockSize = Annotated[int | None, typer.Option("--block-size", help="paged KV block (16)")]
+AttnFlops = Annotated[
+    str | None, typer.Option("--attention-flops", help="full (seeds) | causal (lower half)")
+]
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _fail(e: Exception) -> None:
+    from .cli import fail
+
+    fail(e)  # type: ignore[arg-type]
+
+
+def _gpu(name: str | None, dirs: list[Path] | None, sets: list[str] | None) -> Any:
+    from .config import ShapecalcError
+
+    if name is None:
+        if sets:
+            raise ShapecalcError("set-gpu", "needs --gpu")
+        return None
+    from .hardware import load_gpu
+
+    return load_gpu(name, dirs, sets)
+
+
+def _opts(utilization: float, ce: float, me: float, le: float, price: float | None,
+          compute_dtype: str | None, attention: str, max_batched_tokens: int | None) -> Any:
+    from .planning import PlanOptions
+
+    return PlanOptions(utilization, ce, me, le, price, compute_dtype, attention,
+                       max_batched_tokens)
+
+
+def _format(fmt: str, as_json: bool, allowed: tuple[str, ...]) -> str:
+    from .output import check_format
+
+    return check_format("json" if as_json else fmt, allowed)
+
+
+def _axes(batch: str | None, seq: str | None, tp: str | None, pp: str | None,
+          dtype: str | None, kv_dtype: str | None) -> dict[str, list[Any]]:
+    from .config import DTYPE_BITS
+    from .planning import parse_int_grid, parse_str_grid
+
+    axes: dict[str, list[Any]] = {}
+    for name, text in (("batch", batch), ("seq", seq), ("tp", tp), ("pp", pp)):
+        if text is not None:
+            axes[name] = parse_int_grid(text, name)
+    for name, text in (("dtype", dtype), ("kv_dtype", kv_dtype)):
+        if text is not None:
+            axes[name] = parse_str_grid(text, name.replace("_", "-"), DTYPE_BITS)
+    return axes
+
+
+# -- compare --------------------------------------------------------------------------------------
+
+
+def compare(
+    cases: Cases,
+    batch: BatchList = None,
+    seq: SeqList = None,
+    tp: TpList = None,
+    pp: PpList = None,
+    dtype: DtypeList = None,
+    kv_dtype: KvDtypeList = None,
+    phase: Annotated[str | None, typer.Option("--phase", help="prefill | decode: the phase "
+                                                 "of the totals and parallel sections")] = None,
+    act_dtype: ActDtype = None,
+    logits: Logits = None,
+    block_size: BlockSize = None,
+    attention_flops: AttnFlops = None,
+    presets_dir: PresetsDir = None,
+    gpu: Gpu = None,
+    hardware_dir: HardwareDir = None,
+    set_gpu: SetGpu = None,
+    utilization: Utilization = 0.9,
+    compute_efficiency: ComputeEff = 1.0,
+    memory_efficiency: MemoryEff = 1.0,
+    link_efficiency: LinkEff = 1.0,
+    price: Price = None,
+    compute_dtype: ComputeDtype = None,
+    attention: Attention = "flash",
+    max_batched_tokens: MaxBatched = None,
+    ratio: Annotated[bool, typer.Option("--ratio", help="show ratios to the first column")] = False,
+    fmt: Format = "table",
+    as_json: JsonOut = False,
+    output: Output = None,
+    svg: Svg = None,
+    html: Html = None,
+) -> None:
+    from .config import ShapecalcError
+
+    try:
+        from . import planning
+        from .output import FORMATS
+
+        fmt = _format(fmt, as_json, FORMATS)
+        opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
+                     compute_dtype, attention, max_batched_tokens)
+        hw = _gpu(gpu, hardware_dir, set_gpu)
+        parsed = [planning.parse_case(c, presets_dir) for c in cases]
+        base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
+                                  ("logits", logits), ("block_size", block_size),
+                                  ("attention_flops", attention_flops)) if v is not None}
+        axes = _axes(batch, seq, tp, pp, dtype, kv_dtype)
+        columns = planning.expand_cases(parsed, base, axes)
+        if hw is not None and logits is None:  # fit rows serve: logits of the last position only
+            columns_fit = [(lb, c, w if "logits" in c.workload else
+                            w.model_copy(update={"logits": "last"})) for lb, c, w in columns]
+        else:
+            columns_fit = columns
+        items = planning.compare(columns, None, opts)
+        if hw is not None:
+            for item, (_, case, wl) in zip(items, columns_fit, strict=True):
+                item["fit"] = planning.fit(case.model, wl, hw, opts)
+        _emit_compare(items, fmt, output, svg, html, ratio)
+    except ShapecalcError as e:
+        _fail(e)
+
+
+def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
+                  svg: str | None, html: str | None, ratio: bool) -> None:
+    from . import output as io_
+    from . import plan_render as pr
+
+    def draw(console: Any) -> None:
+        pr.print_compare(items, console, ratio)
+
+    if fmt == "table":
+        io_.render_table(draw, output, True, svg, html)
+        return
+    text = {"json": lambda: io_.json_text(items), "csv": lambda: pr.compare_csv(items),
+            "markdown": lambda: pr.compare_markdown(items, ratio)}[fmt]()
+    io_.write_text(text, output)
+    if svg or html:
+        io_.render_table(draw, None, False, svg, html)
+
+
+# -- fit ------------------------------------------------------------------------------------------
+
+
+def fit(
+    case: Annotated[str | None, typer.Argument(
+        help="NAME or NAME@field=value,… (or use --preset/--config/--hf-config)",
+        show_default=False,
+    )] = None,
+    preset: Annotated[str | None, typer.Option("--preset", help="a preset name")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="a TOML/JSON config")] = None,
+    hf_config: Annotated[Path | None, typer.Option("--hf-config",
+                                                      help="a Hugging Face config.json")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="model field=value")] = None,
+    presets_dir: PresetsDir = None,
+    batch: Annotated[int | None, typer.Option("--batch", "-b", help="B")] = None,
+    seq: Annotated[int | None, typer.Option("--seq", "-t", help="T: the context")] = None,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="weights dtype")] = None,
+    kv_dtype: Annotated[str | None, typer.Option("--kv-dtype", help="KV dtype")] = None,
+    act_dtype: ActDtype = None,
+    logits: Annotated[str | None, typer.Option(
+        "--logits", help="all | last (default last: serving computes the last position only)",
+    )] = None,
+    tp: Annotated[int | None, typer.Option("--tp", help="p: tensor-parallel degree")] = None,
+    pp: Annotated[int | None, typer.Option("--pp", help="s: pipeline stages")] = None,
+    block_size: BlockSize = None,
+    attention_flops: AttnFlops = None,
+    gpu: Annotated[str, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")] = "",
+    hardware_dir: HardwareDir = None,
+    set_gpu: SetGpu = None,
+    utilization: Utilization = 0.9,
+    compute_efficiency: ComputeEff = 1.0,
+    memory_efficiency: MemoryEff = 1.0,
+    link_efficiency: LinkEff = 1.0,
+    price: Price = None,
+    compute_dtype: ComputeDtype = None,
+    attention: Attention = "flash",
+    max_batched_tokens: MaxBatched = None,
+    fmt: Format = "table",
+    as_json: JsonOut = False,
+    output: Output = None,
+    svg: Svg = None,
+    html: Html = None,
+) -> None:
+    from .config import ShapecalcError
+
+    try:
+        from . import planning
+        from .cli import resolve_model, resolve_workload
+        from .output import FORMATS
+
+        fmt = _format(fmt, as_json, FORMATS)
+        if not gpu:
+            raise ShapecalcError("gpu", "fit needs --gpu NAME (see: shapecalc hardware)")
+        opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
+                     compute_dtype, attention, max_batched_tokens)
+        hw = _gpu(gpu, hardware_dir, set_gpu)
+        if case is not None:
+            if preset or config or hf_config:
+                raise ShapecalcError("model", "give a CASE or one of --preset, --config, "
+                                     "--hf-config, not both")
+            c = planning.parse_case(case, presets_dir)
+            model, wbase = c.model, c.workload
+            if set_:
+                from .sources import apply_overrides
+
+                model = apply_overrides(model, set_)
+        else:
+            if not (preset or config or hf_config):
+                raise ShapecalcError("model", "give a CASE, or --preset, --config or --hf-config")
+            model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+        wbase = {"logits": "last", **wbase}
+        wl = resolve_workload(
+            wbase, batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
+            logits=logits, tp=tp, pp=pp, block_size=block_size, attention_flops=attention_flops,
+        )
+        doc = planning.fit(model, wl, hw, opts)
+        _emit_fit(doc, fmt, output, svg, html)
+    except ShapecalcError as e:
+        _fail(e)
+
+
+def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
+              html: str | None) -> None:
+    from . import output as io_
+    from . import plan_render as pr
+
+    def draw(console: Any) -> None:
+        pr.print_fit(doc, console)
+
+    if fmt == "table":
+        io_.render_table(draw, output, True, svg, html)
+        return
+    text = {"json": lambda: io_.json_text(doc), "csv": lambda: pr.fit_csv(doc),
+            "markdown": lambda: pr.fit_markdown(doc)}[fmt]()
+    io_.write_text(text, output)
+    if svg or html:
+        io_.render_table(draw, None, False, svg, html)
+
+
+# -- sweep ----------------------------------------------------------------------------------------
+
+
+def sweep(
+    cases: Cases,
+    batch: BatchList = None,
+    seq: SeqList = None,
+    tp: TpList = None,
+    pp: PpList = None,
+    dtype: DtypeList = None,
+    kv_dtype: KvDtypeList = None,
+    phase: PhaseList = None,
+    act_dtype: ActDtype = None,
+    logits: Logits = None,
+    block_size: BlockSize = None,
+    attention_flops: AttnFlops = None,
+    presets_dir: PresetsDir = None,
+    gpu: Gpu = None,
+    hardware_dir: HardwareDir = None,
+    set_gpu: SetGpu = None,
+    utilization: Utilization = 0.9,
+    compute_efficiency: ComputeEff = 1.0,
+    memory_efficiency: MemoryEff = 1.0,
+    link_efficiency: LinkEff = 1.0,
+    price: Price = None,
+    compute_dtype: ComputeDtype = None,
+    attention: Attention = "flash",
+    max_batched_tokens: MaxBatched = None,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="jsonl | json (both: one JSON object per line) | csv | markdown | table"
+    )] = "jsonl",
+    as_json: Annotated[bool, typer.Option("--json", help="same as --format jsonl")] = False,
+    output: Output = None,
+    svg: Svg = None,
+    html: Html = None,
+) -> None:
+
+    from .config import ShapecalcError
+
+    try:
+        from . import planning
+        from .plan_render import SWEEP_FORMATS
+
+        fmt = _format("jsonl" if as_json else fmt, False, SWEEP_FORMATS)
+        opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
+                     compute_dtype, attention, max_batched_tokens)
+        hw = _gpu(gpu, hardware_dir, set_gpu)
+        parsed = [planning.parse_case(c, presets_dir) for c in cases]
+        given = _axes(batch, seq, tp, pp, dtype, kv_dtype)
+        phases = (planning.parse_str_grid(phase, "phase", ("prefill", "decode"))
+                  if phase is not None else None)
+        fixed = {k: v for k, v in (("act_dtype", act_dtype), ("logits", logits),
+                                   ("block_size", block_size),
+                                   ("attention_flops", attention_flops)) if v is not None}
+        chunks, notes = [], []
+        for case in parsed:
+            # axes not given take the case's [workload] value, else the Workload default
+            w0 = planning.make_workload({**fixed, **case.workload})
+            axes = planning.SweepAxes(
+                batch=given.get("batch", [w0.batch]), seq=given.get("seq", [w0.seq]),
+                tp=given.get("tp", [w0.tp]), pp=given.get("pp", [w0.pp]),
+                dtype=given.get("dtype", [w0.dtype]),
+                kv_dtype=given.get("kv_dtype", [w0.kv_dtype]),
+                phase=phases or [w0.phase],
+            )
+            chunk = planning.sweep(case, axes, fixed, hw, opts)
+            for what, count in chunk.skipped.items():
+                reason = {"tp": "tp is not a valid degree for the model's heads / Dff",
+                          "pp": "pp exceeds the layers",
+                          "seq": "seq exceeds the learned position table"}[what]
+                notes.append(f"{case.label}: skipped {count:,} point"
+                             f"{'s' if count > 1 else ''} where {reason}")
+            chunks.append(chunk)
+        if not any(len(c) for c in chunks):
+            raise ShapecalcError("grid", "no valid point (" + "; ".join(notes) + ")")
+        for note in notes:
+            typer.echo(f"note: {note}", err=True)
+        _emit_sweep(chunks, fmt, output, svg, html)
+    except ShapecalcError as e:
+        _fail(e)
+
+
+def _emit_sweep(chunks: list[Any], fmt: str, output: str | None, svg: str | None,
+                html: str | None) -> None:
+    import sys
+
+    from . import output as io_
+    from . import plan_render as pr
+
+    def draw(console: Any) -> None:
+        pr.sweep_table(chunks, console)
+
+    if fmt == "table":
+        io_.render_table(draw, output, True, svg, html)
+        return
+    if fmt == "markdown":
+        io_.write_text(pr.sweep_markdown(chunks), output)
+    else:
+        out, close = io_.open_output(output)
+        try:
+            keys = ["case", "model", *chunks[0].columns]
+            first = True
+            for c in chunks:
+                if not len(c):
+                    continue
+                for block in pr.sweep_lines(c, fmt, first, keys):
+                    out.write(block + "\n")
+                first = False
+        except BrokenPipeError:  # `| head` closed the pipe: fine
+            sys.stderr.close()
+        finally:
+            if close:
+                out.close()
+    if svg or html:
+        io_.render_table(draw, None, False, svg, html)
+
+
+# -- hardware -------------------------------------------------------------------------------------
+
+
+def hardware(
+    name: Annotated[str | None, typer.Argument(help="a profile to show")] = None,
+    hardware_dir: HardwareDir = None,
+    set_gpu: SetGpu = None,
+    as_json: JsonOut = False,
+) -> None:
+    from .config import ShapecalcError
+
+    try:
+        from .hardware import list_gpus, load_gpu
+
+        if name is None:
+            gpus = [load_gpu(n, hardware_dir) for n in sorted(list_gpus(hardware_dir))]
+        else:
+            gpus = [load_gpu(name, hardware_dir, set_gpu)]
+    except ShapecalcError as e:
+        _fail(e)
+    if as_json:
+        from .cli import emit_json
+
+        docs = [g.model_dump() for g in gpus]
+        emit_json(docs[0] if name is not None else docs)
+        return
+    from rich import box
+    from rich.table import Table
+
+    from .render import human_bytes, make_console
+
+    t = Table(box=box.SIMPLE_HEAD, title="GPU profiles (dense peaks; link: per direction)")
+    for col in ("name", "memory", "bytes", "HBM B/s", "link B/s", "bf16 FLOP/s", "fp8 FLOP/s",
+                "link"):
+        t.add_column(col, justify="right" if col not in ("name", "link", "memory") else "left")
+    for g in gpus:
+        pk = g.peak_flops
+        t.add_row(g.name, g.memory, f"{g.memory_bytes:,} ({human_bytes(g.memory_bytes)})",
+                  f"{g.hbm_bandwidth:.4g}", f"{g.link_bandwidth:.4g}",
+                  "—" if pk.bf16 is None else f"{pk.bf16:.4g}",
+                  "—" if pk.fp8 is None else f"{pk.fp8:.4g}", g.link)
+    console = make_console()
+    console.print(t)
+    if name is not None:
+        console.print(f"source: {gpus[0].source}")
+
+
+HELP = {
+    "compare": "Side by side, one column per case (and per --tp/--batch/--seq/--dtype value): "
+    "params, weights, KV cache per rank, FLOPs, all-reduce and ring bytes, PP boundary, decode "
+    "intensity; with --gpu, fit and time rows. ",
+    "sweep": "A grid over batch, seq, tp, pp, dtype, kv dtype and phase, evaluated in closed form "
+    "with NumPy: one row per point (JSON Lines or CSV). Ranges: 1..256x2 (powers of two), "
+    "1..64+8 (steps), lists 512,2048. ",
+    "fit": "Does a model fit a GPU at tp×pp? Memory per rank, the largest batch, the longest "
+    "context, the smallest tp and pp, KV tokens that fit, and roofline time estimates (lower "
+    "bounds). ",
+    "hardware": "List the GPU profiles, or show one (with --set-gpu overrides).",
+}
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "compare": compare, "sweep": sweep, "fit": fit, "hardware": hardware,
+}
+
+
+def full_help(name: str) -> str:
+    return HELP[name] + (PLAN_CONVENTIONS if name != "hardware" else "")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the commands to `app` as thin forwarders: typer turns every registered command's
+    signature into click parameters on each start, which for these ~30 options each would cost
+    the start-up of every other command; the real command is built only when it is invoked."""
+    for name in COMMANDS:
+        app.command(
+            name,
+            help=full_help(name),
+            short_help=HELP[name].split(": ")[0].split(". ")[0].rstrip(". ") + ".",
+            add_help_option=False,
+            context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        )(_forwarder(name))
+
+
+def command(name: str) -> Any:
+    """The real click command of one planning command (for tests and the forwarder)."""
+    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    sub.command(name, help=full_help(name))(COMMANDS[name])
+    return typer.main.get_command(sub)
+
+
+def _forwarder(name: str) -> Callable[[typer.Context], None]:
+    def forward(ctx: typer.Context) -> None:
+        prog = f"{ctx.parent.info_name if ctx.parent else 'shapecalc'} {name}"
+        code = command(name).main(args=list(ctx.args), prog_name=prog, standalone_mode=False)
+        if isinstance(code, int) and code:
+            raise typer.Exit(code)
+
+    forward.__name__ = name
+    return forward

@@ -1,0 +1,141 @@
+"""Hardware profiles: one readable TOML file per GPU in presets/hardware/ (or a user folder).
+
+A profile holds vendor datasheet values: memory in bytes, device-memory bandwidth, dense peak
+FLOP/s per dtype, and the intra-node link bandwidth per direction. Every value can be overridden on
+the command line (`--set-gpu hbm_bandwidth=3.0e12`, `--set-gpu peak_flops.fp8=1.5e15`,
+`--set-gpu memory_bytes=96GiB`). Stdlib and pydantic only: no numpy, no rich.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+
+from .config import ShapecalcError, first_error
+
+# dtypes a profile can give a peak for; a matmul runs in the activation dtype unless told otherwise
+PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
+
+
+class PeakFlops(BaseModel):
+    """Dense (no 2:4 sparsity) peak FLOP/s (OP/s for integers); absent: the chip has none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fp32: PositiveFloat | None = None
+    tf32: PositiveFloat | None = None
+    bf16: PositiveFloat | None = None
+    fp16: PositiveFloat | None = None
+    fp8: PositiveFloat | None = None
+    int8: PositiveFloat | None = None
+    int4: PositiveFloat | None = None
+
+
+class GPU(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    vendor: str = ""
+    source: str = Field(description="the vendor datasheet the values come from")
+    memory: str = Field("", description="the memory as the datasheet names it, e.g. '80 GB HBM3'")
+    memory_bytes: PositiveInt = Field(description="device memory in bytes, as the driver reports")
+    hbm_bandwidth: PositiveFloat = Field(description="device memory bandwidth, bytes/s")
+    link: str = Field("", description="the intra-node link, e.g. 'NVLink 4'")
+    link_bandwidth: PositiveFloat = Field(description="intra-node link, bytes/s per direction")
+    peak_flops: PeakFlops
+
+    def peak(self, dtype: str) -> float | None:
+        return getattr(self.peak_flops, dtype, None)
+
+
+def list_gpus(extra: list[Path] | None = None) -> dict[str, Path]:
+    from .sources import list_hardware
+
+    return list_hardware(extra)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ShapecalcError("gpu", f"file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ShapecalcError("gpu", f"cannot read {path}: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        reason = " ".join(str(e).split())
+        raise ShapecalcError("gpu", f"{path} is not valid TOML: {reason}") from None
+
+
+def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None = None) -> GPU:
+    """A profile by name (case-insensitive) or by path to a .toml file, with overrides."""
+    path = Path(name)
+    if path.suffix == ".toml" and path.is_file():
+        data = _read(path)
+    else:
+        known = list_gpus(extra)
+        match = known.get(name) or {k.lower(): v for k, v in known.items()}.get(name.lower())
+        if match is None:
+            raise ShapecalcError(
+                "gpu", f"unknown GPU {name!r}; known: {', '.join(sorted(known)) or '(none)'}"
+            )
+        data = _read(match)
+    data.setdefault("name", path.stem)
+    for item in sets or []:
+        _override(data, item)
+    try:
+        return GPU.model_validate(data)
+    except ValidationError as err:
+        e = first_error(err)
+        raise ShapecalcError(f"gpu.{e.field}", e.reason) from None
+
+
+def _override(data: dict[str, Any], item: str) -> None:
+    key, sep, text = item.partition("=")
+    key, text = key.strip(), text.strip()
+    if not sep or not key:
+        raise ShapecalcError("set-gpu", f"expected field=value, got {item!r}")
+    parts = key.split(".")
+    if parts[0] not in GPU.model_fields or (
+        len(parts) == 2 and (parts[0] != "peak_flops" or parts[1] not in PEAK_DTYPES)
+    ) or len(parts) > 2:
+        fields = [*(f for f in GPU.model_fields if f != "peak_flops"),
+                  *(f"peak_flops.{d}" for d in PEAK_DTYPES)]
+        raise ShapecalcError("set-gpu", f"unknown field {key!r}; known: {', '.join(fields)}")
+    if len(parts) == 1 and parts[0] == "peak_flops":
+        raise ShapecalcError("set-gpu", "set one dtype's peak: peak_flops.bf16=989e12")
+    value: Any = text
+    if parts[0] not in ("name", "vendor", "source", "memory", "link"):
+        value = parse_quantity(text, "set-gpu")
+        if parts[0] == "memory_bytes":
+            if value != int(value):
+                raise ShapecalcError("set-gpu", f"memory_bytes must be whole bytes, got {text!r}")
+            value = int(value)
+    if len(parts) == 2:
+        table = dict(data.get("peak_flops") or {})
+        table[parts[1]] = value
+        data["peak_flops"] = table
+    else:
+        data[parts[0]] = value
+
+
+_UNITS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_QTY = re.compile(
+    r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?"
+    r"\s*(B/s|B|FLOP/s|FLOPS|OP/s|OPS|/s)?\s*$"
+)
+
+
+def parse_quantity(text: str, field: str) -> float:
+    """'3.35e12', '3.35T', '3.35TB/s', '80GiB', '989.5 TFLOP/s' → a float (binary Ki/Mi/Gi)."""
+    m = _QTY.match(text)
+    if not m:
+        raise ShapecalcError(field, f"{text!r} is not a number (e.g. 3.35e12, 3.35TB/s, 80GiB)")
+    value = float(m.group(1)) * _UNITS[m.group(2) or ""]
+    if value <= 0:
+        raise ShapecalcError(field, f"{text!r} must be positive")
+    return value

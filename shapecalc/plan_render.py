@@ -1,0 +1,452 @@
+"""Output of compare, sweep and fit: rich tables and bars, JSON, JSON Lines, CSV, Markdown.
+
+Rendering never computes: it formats the dicts and columns that planning.py builds. Tables use
+binary units (KiB, MiB, GiB) and say so; JSON and CSV carry the exact integers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .output import csv_text, markdown_table
+from .render import human_bytes, human_count, human_flops
+
+SWEEP_FORMATS = ("jsonl", "json", "csv", "markdown", "table")
+
+
+# ── units ────────────────────────────────────────────────────────────────────────────────────────
+
+
+def human_time(s: float | None) -> str:
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "—"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s:.3g} s"
+
+
+def human_rate(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:,.1f}" if x < 1e6 else f"{x:.3g}"
+
+
+def money(x: float | None) -> str:
+    return "—" if x is None else f"${x:,.4g}"
+
+
+def _fmt(kind: str, v: Any) -> str:
+    if v is None:
+        return "—"
+    if kind == "bytes":
+        return human_bytes(int(v))
+    if kind == "flops":
+        return human_flops(int(v)) if isinstance(v, int) else human_flops(round(v))
+    if kind == "count":
+        return human_count(int(v))
+    if kind == "int":
+        return f"{int(v):,}"
+    if kind == "time":
+        return human_time(v)
+    if kind == "rate":
+        return human_rate(v)
+    if kind == "money":
+        return money(v)
+    if kind == "float":
+        return f"{v:,.3g}"
+    if kind == "bool":
+        return "yes" if v else "no"
+    return str(v)
+
+
+# ── fit ──────────────────────────────────────────────────────────────────────────────────────────
+
+MEM_PARTS = (("weights", "blue"), ("kv_cache", "magenta"), ("activations", "yellow"),
+             ("reserve", "grey50"))
+
+
+def memory_bar(mem: dict[str, int], width: int = 60) -> Any:
+    """A stacked bar of the memory split of one rank, scaled to its capacity (or the total)."""
+    from rich.text import Text
+
+    scale = max(mem["capacity"], mem["total"])
+    bar = Text()
+    used = 0
+    for key, colour in MEM_PARTS:
+        cells = round(mem[key] / scale * width)
+        if mem[key] and cells == 0:
+            cells = 1
+        cells = min(cells, width - used)
+        bar.append("█" * cells, style=colour)
+        used += cells
+    if used < width:
+        bar.append("░" * (width - used), style="green" if mem["total"] <= mem["capacity"] else "")
+    over = mem["total"] > mem["capacity"]
+    bar.append(f"  {human_bytes(mem['total'])} / {human_bytes(mem['capacity'])}",
+               style="bold red" if over else "bold green")
+    legend = Text("  ")
+    for key, colour in MEM_PARTS:
+        legend.append("█ ", style=colour)
+        legend.append(f"{key.replace('_', ' ')} {human_bytes(mem[key])}   ")
+    legend.append("░ free", style="green")
+    return bar, legend
+
+
+def print_fit(doc: dict[str, Any], console: Any) -> None:
+    from rich import box
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    wl = doc["workload"]
+    mem = doc["memory_per_rank"]
+    a = doc["assumptions"]
+    gpus = f"{doc['gpus']} GPU" + ("s" if doc["gpus"] > 1 else "")
+    title = (f"{doc['model']} on {doc['gpu']} · tp={wl['tp']} pp={wl['pp']} ({gpus}) · "
+             f"B={wl['batch']} T={wl['seq']} · {wl['dtype']}"
+             + (f" kv {wl['kv_dtype']}" if wl["kv_dtype"] else ""))
+    verdict = Text("fits" if doc["fits"] else "does not fit",
+                   style="bold green" if doc["fits"] else "bold red")
+    t = Table(box=box.SIMPLE_HEAD, title="memory per rank"
+              + (f" (pipeline stage {doc['pp_stage']}, the fullest)" if wl["pp"] > 1 else ""))
+    t.add_column("part")
+    t.add_column("bytes", justify="right")
+    t.add_column("", justify="right")
+    t.add_column("how", style="dim")
+    kvh = doc["kv_heads_per_rank"]
+    how = {
+        "weights": "exact: the rank's parameters × dtype bytes",
+        "kv_cache": f"exact: {kvh} KV head{'s' if kvh > 1 else ''} per rank"
+        + (" (replicated, as vLLM does)" if doc["kv_heads_replicated"] else "")
+        + f", {a['kv_cache']}",
+        "activations": f"estimate ({a['attention']} attention): 2 × largest tensor of a "
+        + (f"{a['max_batched_tokens']:,}-token prefill step" if a["max_batched_tokens"]
+           else "prefill of the whole batch"),
+        "reserve": f"1 − utilization {a['utilization']:g} of capacity",
+    }
+    for key, _ in MEM_PARTS:
+        t.add_row(key.replace("_", " "), f"{mem[key]:,}", human_bytes(mem[key]), how[key])
+    t.add_row(Text("total", style="bold"), f"{mem['total']:,}", human_bytes(mem["total"]), "")
+    t.add_row("capacity", f"{mem['capacity']:,}", human_bytes(mem["capacity"]), doc["gpu"])
+    bar, legend = memory_bar(mem)
+    ans = Table(box=None, show_header=False, padding=(0, 2))
+    ans.add_column(style="bold")
+    ans.add_column(justify="right")
+    ans.add_column(style="dim")
+    ans.add_row("largest batch", f"{doc['max_batch']:,}", f"at T={wl['seq']:,}")
+    ans.add_row("longest context", f"{doc['max_seq']:,}", f"at B={wl['batch']:,}"
+                + (f" (memory alone: {doc['max_seq_memory']:,})"
+                   if doc["max_seq_memory"] != doc["max_seq"] else ""))
+    ans.add_row("smallest tp", "—" if doc["min_tp"] is None else str(doc["min_tp"]),
+                f"at pp={wl['pp']}")
+    ans.add_row("smallest pp", "—" if doc["min_pp"] is None else str(doc["min_pp"]),
+                f"at tp={wl['tp']}")
+    per_token = human_bytes(doc["kv_cache_bytes_per_token_per_rank"])
+    ans.add_row("KV tokens that fit", f"{doc['kv_tokens_fit']:,}",
+                f"after weights and activations; {per_token} per token per rank")
+    tm = doc["times"]
+    tt = Table(box=box.SIMPLE_HEAD,
+               title="time: roofline LOWER BOUNDS (max(FLOPs/peak, bytes/bandwidth) + link)")
+    for col in ("phase", "compute", "memory", "communication", "total", "bound"):
+        tt.add_column(col, justify="left" if col in ("phase", "bound") else "right")
+    for ph, total in (("prefill", "prefill_s"), ("decode", "decode_s_per_token")):
+        tt.add_row(ph + (" (per token)" if ph == "decode" else ""),
+                   human_time(tm[f"{ph}_compute_s"]), human_time(tm[f"{ph}_memory_s"]),
+                   human_time(tm[f"{ph}_comm_s"]), Text(human_time(tm[total]), style="bold"),
+                   str(tm[f"{ph}_bound"] or "—"))
+    rates = Table(box=None, show_header=False, padding=(0, 2))
+    rates.add_column(style="bold")
+    rates.add_column(justify="right")
+    rates.add_row("time to first token ≥", human_time(tm["ttft_s"]))
+    rates.add_row("inter-token latency ≥", human_time(tm["itl_s"]))
+    rates.add_row("tokens/s (batch) ≤", human_rate(tm["tokens_per_s"]))
+    if "cost_per_million_tokens" in doc:
+        rates.add_row(f"cost per 1M tokens ≥ (at ${doc['price_per_gpu_hour']:g}/GPU-h)",
+                      money(doc["cost_per_million_tokens"]))
+    eff = (f"{a['compute_dtype']} peak {a['peak_flops']:.4g} FLOP/s × {a['compute_efficiency']:g}, "
+           f"memory {a['hbm_bandwidth']:.4g} B/s × {a['memory_efficiency']:g}, "
+           f"link {a['link_bandwidth']:.4g} B/s per direction × {a['link_efficiency']:g}")
+    parts: list[Any] = [Text.assemble("verdict: ", verdict), t, bar, legend, Text(""), ans, tt,
+                        rates, Text(eff, style="dim")]
+    for note in doc["notes"]:
+        parts.append(Text("note: " + note, style="yellow"))
+    from rich.console import Group
+
+    console.print(Panel(Group(*parts), title=title, border_style="cyan", expand=False))
+
+
+def fit_flat(doc: dict[str, Any]) -> list[tuple[str, Any]]:
+    """`fit --json` as (dotted key, value) pairs, for CSV and Markdown."""
+    out: list[tuple[str, Any]] = []
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(f"{prefix}.{k}" if prefix else k, x)
+        elif isinstance(v, list):
+            out.append((prefix, "; ".join(str(x) for x in v)))
+        else:
+            out.append((prefix, v))
+
+    walk("", doc)
+    return out
+
+
+def fit_markdown(doc: dict[str, Any]) -> str:
+    mem = doc["memory_per_rank"]
+    tm = doc["times"]
+    rows = [[k.replace("_", " "), f"{mem[k]:,}", human_bytes(mem[k])]
+            for k in ("weights", "kv_cache", "activations", "reserve", "total", "capacity")]
+    head = (f"**{doc['model']}** on **{doc['gpu']}**, tp={doc['workload']['tp']} "
+            f"pp={doc['workload']['pp']}, B={doc['workload']['batch']}, "
+            f"T={doc['workload']['seq']}: **{'fits' if doc['fits'] else 'does not fit'}**\n\n")
+    ans = [["largest batch", f"{doc['max_batch']:,}"], ["longest context", f"{doc['max_seq']:,}"],
+           ["smallest tp", str(doc["min_tp"])], ["smallest pp", str(doc["min_pp"])],
+           ["KV tokens that fit", f"{doc['kv_tokens_fit']:,}"],
+           ["TTFT (lower bound)", human_time(tm["ttft_s"])],
+           ["ITL (lower bound)", human_time(tm["itl_s"])],
+           ["tokens/s (upper bound)", human_rate(tm["tokens_per_s"])],
+           ["prefill bound", str(tm["prefill_bound"])], ["decode bound", str(tm["decode_bound"])]]
+    if "cost_per_million_tokens" in doc:
+        ans.append(["cost per 1M tokens (lower bound)", money(doc["cost_per_million_tokens"])])
+    return (head + markdown_table(["memory per rank", "bytes", ""], rows) + "\n"
+            + markdown_table(["question", "answer"], ans))
+
+
+def fit_csv(doc: dict[str, Any]) -> str:
+    return csv_text(["key", "value"], [[k, v] for k, v in fit_flat(doc)])
+
+
+# ── compare ──────────────────────────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    get: Callable[[dict[str, Any]], Any]
+    kind: str
+    better: str | None  # "low", "high" or None
+
+
+def _kv_heads(it: dict[str, Any]) -> str:
+    d = it["derived"]
+    return (f"{d['kv_heads_per_rank']} (replicated ×{d['kv_replication']})"
+            if d["kv_heads_replicated"] else str(d["kv_heads_per_rank"]))
+
+
+def compare_rows(items: list[dict[str, Any]]) -> list[Row]:
+    tp = lambda it: it["parallel"]["tp"]  # noqa: E731
+    d = lambda it: it["derived"]  # noqa: E731
+    rows = [
+        Row("params", lambda it: it["totals"]["params"], "count", None),
+        Row("weights / rank", lambda it: tp(it)["weight_bytes_per_rank"], "bytes", "low"),
+        Row("KV heads / rank", _kv_heads, "text", None),
+        Row("KV cache / token / rank", lambda it: d(it)["kv_cache_bytes_per_token_per_rank"],
+            "bytes", "low"),
+        Row("KV cache / sequence / rank", lambda it: d(it)["kv_cache_bytes_per_sequence_per_rank"],
+            "bytes", "low"),
+        Row("KV cache / batch / rank", lambda it: d(it)["kv_cache_bytes_per_rank"], "bytes", "low"),
+        Row("prefill FLOPs", lambda it: d(it)["prefill_flops"], "flops", "low"),
+        Row("prefill FLOPs / rank", lambda it: d(it)["prefill_flops_per_rank"], "flops", "low"),
+        Row("decode FLOPs / token", lambda it: d(it)["decode_flops_per_token"], "flops", "low"),
+        Row("all-reduces / layer", lambda it: tp(it)["allreduce_per_layer"], "int", None),
+        Row("all-reduce (one)", lambda it: tp(it)["allreduce_bytes"], "bytes", "low"),
+        Row("all-reduce / layer", lambda it: tp(it)["allreduce_bytes_per_layer"], "bytes", "low"),
+        Row("all-reduce total", lambda it: tp(it)["allreduce_bytes_total"], "bytes", "low"),
+        Row("ring traffic / rank", lambda it: tp(it)["ring_bytes_per_rank_total"], "bytes", "low"),
+        Row("PP boundary (per crossing)", lambda it: d(it)["pp_boundary_bytes_per_crossing"],
+            "bytes", "low"),
+        Row("PP boundary total", lambda it: it["parallel"]["pp"]["boundary_bytes_total"],
+            "bytes", "low"),
+        Row("decode FLOPs / byte read", lambda it: d(it)["decode_arithmetic_intensity"], "float",
+            "high"),
+    ]
+    if items and "fit" in items[0]:
+        f = lambda it: it["fit"]  # noqa: E731
+        rows += [
+            Row("fits", lambda it: f(it)["fits"], "bool", "high"),
+            Row("memory / rank", lambda it: f(it)["memory_per_rank"]["total"], "bytes", "low"),
+            Row("capacity", lambda it: f(it)["memory_per_rank"]["capacity"], "bytes", None),
+            Row("largest batch", lambda it: f(it)["max_batch"], "int", "high"),
+            Row("longest context", lambda it: f(it)["max_seq"], "int", "high"),
+            Row("smallest tp", lambda it: f(it)["min_tp"], "int", "low"),
+            Row("KV tokens that fit", lambda it: f(it)["kv_tokens_fit"], "int", "high"),
+            Row("TTFT ≥", lambda it: f(it)["times"]["ttft_s"], "time", "low"),
+            Row("ITL ≥", lambda it: f(it)["times"]["itl_s"], "time", "low"),
+            Row("tokens/s ≤", lambda it: f(it)["times"]["tokens_per_s"], "rate", "high"),
+            Row("prefill bound", lambda it: f(it)["times"]["prefill_bound"], "text", None),
+            Row("decode bound", lambda it: f(it)["times"]["decode_bound"], "text", None),
+        ]
+        if "cost_per_million_tokens" in items[0]["fit"]:
+            rows.append(Row("cost / 1M tokens ≥", lambda it: it["fit"]["cost_per_million_tokens"],
+                            "money", "low"))
+    return rows
+
+
+def _best(row: Row, values: list[Any]) -> set[int]:
+    nums = [(i, float(v)) for i, v in enumerate(values)
+            if v is not None and not isinstance(v, str)]
+    if row.better is None or len(nums) < 2 or len({v for _, v in nums}) < 2:
+        return set()
+    target = (min if row.better == "low" else max)(v for _, v in nums)
+    return {i for i, v in nums if v == target}
+
+
+def _ratio(v: Any, first: Any) -> str:
+    if v is None or first in (None, 0) or isinstance(v, (str, bool)) or isinstance(first, str):
+        return ""
+    return f" ×{float(v) / float(first):.3g}"
+
+
+def print_compare(items: list[dict[str, Any]], console: Any, ratio: bool = False) -> None:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(box=box.SIMPLE_HEAD, title="compare" + (" (×: ratio to the first column)"
+                                                       if ratio else ""),
+              caption="best of each row in bold green; bytes in binary units (GiB = 2³⁰ B)"
+              + ("; times are roofline lower bounds" if items and "fit" in items[0] else ""))
+    t.add_column("", style="bold")
+    for it in items:
+        wl = it["workload"]
+        t.add_column(f"{it['case']}\nB={wl['batch']} T={wl['seq']} {wl['dtype']}"
+                     f"\ntp={wl['tp']} pp={wl['pp']}", justify="right")
+    for row in compare_rows(items):
+        values = [row.get(it) for it in items]
+        best = _best(row, values)
+        cells = []
+        for i, v in enumerate(values):
+            s = _fmt(row.kind, v) + (_ratio(v, values[0]) if ratio and i else "")
+            cells.append(Text(s, style="bold green" if i in best else ""))
+        t.add_row(row.label, *cells)
+    console.print(t)
+
+
+def compare_markdown(items: list[dict[str, Any]], ratio: bool = False) -> str:
+    header = [""] + [it["case"] for it in items]
+    rows = []
+    for row in compare_rows(items):
+        values = [row.get(it) for it in items]
+        best = _best(row, values)
+        cells = [row.label]
+        for i, v in enumerate(values):
+            s = _fmt(row.kind, v) + (_ratio(v, values[0]) if ratio and i else "")
+            cells.append(f"**{s}**" if i in best else s)
+        rows.append(cells)
+    return markdown_table(header, rows)
+
+
+def compare_csv(items: list[dict[str, Any]]) -> str:
+    """Rows × cases with the exact values (integers stay integers)."""
+    header = ["row"] + [it["case"] for it in items]
+    rows = [[row.label] + [row.get(it) for it in items] for row in compare_rows(items)]
+    return csv_text(header, rows)
+
+
+# ── sweep ────────────────────────────────────────────────────────────────────────────────────────
+
+SWEEP_TABLE_COLS = (
+    ("batch", "int"), ("seq", "int"), ("phase", "text"), ("tp", "int"), ("pp", "int"),
+    ("dtype", "text"), ("kv_dtype", "text"), ("flops", "flops"),
+    ("weight_bytes_per_rank", "bytes"), ("kv_cache_bytes_per_rank", "bytes"),
+    ("allreduce_bytes_total", "bytes"), ("ring_bytes_per_rank_total", "bytes"),
+    ("boundary_bytes", "bytes"),
+)
+SWEEP_TABLE_FIT = (("fits", "bool"), ("mem_total", "bytes"), ("kv_tokens_fit", "int"),
+                   ("ttft_s", "time"), ("decode_s_per_token", "time"), ("tokens_per_s", "rate"))
+
+
+def _strings(col: Any, json_mode: bool) -> list[str]:
+    """One column as text: exact integers, shortest floats, null/empty for NaN and None."""
+    import numpy as np
+
+    a = np.asarray(col)
+    if a.dtype.kind in "iu":
+        if a.size and a.min() == a.max():  # constant per model: params, per-token bytes, …
+            return [str(int(a[0]))] * a.size
+        u, inv = np.unique(a, return_inverse=True)
+        if u.size * 8 < a.size:  # few distinct values: format each once
+            return np.array([str(x) for x in u.tolist()], dtype=object)[inv].tolist()
+        return a.astype(str).tolist()
+    if a.dtype.kind == "b":
+        return np.where(a, "true", "false").tolist()
+    if a.dtype.kind == "f":
+        s = a.astype(str)
+        s[np.isnan(a)] = "null" if json_mode else ""
+        return s.tolist()
+    # object: Python ints (exact beyond int64) or strings / None
+    cache: dict[Any, str] = {}
+    out = []
+    for v in a.tolist():
+        if v not in cache:
+            if v is None:
+                cache[v] = "null" if json_mode else ""
+            elif isinstance(v, str):
+                cache[v] = json.dumps(v) if json_mode else v
+            else:
+                cache[v] = str(v)
+        out.append(cache[v])
+    return out
+
+
+def sweep_lines(chunk: Any, fmt: str, header: bool, keys: list[str]) -> Iterator[str]:
+    """The chunk's rows as JSON Lines or CSV lines (with `keys` in order), in blocks."""
+    json_mode = fmt in ("json", "jsonl")
+    if json_mode:
+        template = "{" + ",".join(f"{json.dumps(k)}:%s" for k in keys) + "}"
+    elif header:
+        yield ",".join(keys)
+    n = len(chunk)
+    step = 200_000
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        strs = []
+        for k in keys:
+            if k in ("case", "model"):
+                v = getattr(chunk, k)
+                strs.append([json.dumps(v) if json_mode else _csv_cell(v)] * (hi - lo))
+            else:
+                strs.append(_strings(chunk.columns[k][lo:hi], json_mode))
+        if json_mode:
+            yield "\n".join(template % row for row in zip(*strs, strict=True))
+        else:
+            yield "\n".join(",".join(row) for row in zip(*strs, strict=True))
+
+
+def _csv_cell(s: str) -> str:
+    return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\n') else s
+
+
+def sweep_table(chunks: list[Any], console: Any) -> None:
+    from rich import box
+    from rich.table import Table
+
+    fit = any("fits" in c.columns for c in chunks)
+    cols = SWEEP_TABLE_COLS + (SWEEP_TABLE_FIT if fit else ())
+    t = Table(box=box.SIMPLE_HEAD, title="sweep", caption="bytes in binary units; times are "
+              "roofline lower bounds" if fit else "bytes in binary units")
+    t.add_column("model")
+    for k, _ in cols:
+        t.add_column(k, justify="left" if k in ("phase", "dtype", "kv_dtype") else "right")
+    for c in chunks:
+        lists = {k: c.columns[k].tolist() for k, _ in cols}
+        for i in range(len(c)):
+            t.add_row(c.case, *(_fmt(kind, lists[k][i]) for k, kind in cols))
+    console.print(t)
+
+
+def sweep_markdown(chunks: list[Any]) -> str:
+    fit = any("fits" in c.columns for c in chunks)
+    cols = SWEEP_TABLE_COLS + (SWEEP_TABLE_FIT if fit else ())
+    rows = []
+    for c in chunks:
+        lists = {k: c.columns[k].tolist() for k, _ in cols}
+        for i in range(len(c)):
+            rows.append([c.case, *(_fmt(kind, lists[k][i]) for k, kind in cols)])
+    return markdown_table(["model", *(k for k, _ in cols)], rows)

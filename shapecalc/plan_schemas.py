@@ -1,0 +1,202 @@
+"""JSON Schemas of what compare, sweep and fit write (`shapecalc schema compare|sweep_row|fit`).
+
+The models mirror the dicts planning.py builds; tests validate real output against them with extra
+keys forbidden and integers strict, so the schema and the JSON contract cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, RootModel, StrictBool, StrictInt, field_validator
+
+from .config import ModelConfig, Workload
+from .schemas import ParallelOut, Totals
+
+Bound = Literal["compute", "memory", "communication"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _WithWorkload(_Strict):
+    @field_validator("workload", check_fields=False)
+    @classmethod
+    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
+        Workload.model_validate(v)
+        return v
+
+
+class MemoryOut(_Strict):
+    """Bytes per rank (of the fullest pipeline stage)."""
+
+    weights: StrictInt
+    kv_cache: StrictInt
+    activations: StrictInt
+    reserve: StrictInt
+    total: StrictInt
+    capacity: StrictInt
+
+
+class TimesOut(_Strict):
+    """Roofline lower bounds in seconds (tokens/s: an upper bound); null where no estimate."""
+
+    prefill_s: float
+    decode_s_per_token: float | None
+    ttft_s: float
+    itl_s: float | None
+    tokens_per_s: float | None
+    prefill_tokens_per_s: float
+    prefill_bound: Bound
+    decode_bound: Bound | None
+    prefill_compute_s: float
+    prefill_memory_s: float
+    prefill_comm_s: float
+    decode_compute_s: float | None
+    decode_memory_s: float | None
+    decode_comm_s: float | None
+
+
+class Assumptions(_Strict):
+    lower_bound: Literal[True]
+    utilization: float
+    compute_efficiency: float
+    memory_efficiency: float
+    link_efficiency: float
+    compute_dtype: str
+    peak_flops: float
+    hbm_bandwidth: float
+    link_bandwidth: float
+    attention: Literal["flash", "eager"]
+    max_batched_tokens: StrictInt | None
+    activations: str
+    kv_cache: str
+
+
+class FitOut(_WithWorkload):
+    model: str
+    gpu: str
+    workload: dict[str, Any]
+    fits: StrictBool
+    memory_per_rank: MemoryOut
+    pp_stage: StrictInt
+    kv_heads_per_rank: StrictInt
+    kv_heads_replicated: StrictBool
+    kv_cache_bytes_per_token_per_rank: StrictInt
+    kv_tokens_fit: StrictInt
+    max_batch: StrictInt
+    max_seq: StrictInt
+    max_seq_memory: StrictInt
+    min_tp: StrictInt | None
+    min_pp: StrictInt | None
+    gpus: StrictInt
+    times: TimesOut
+    cost_per_million_tokens: float | None = None  # present when --price is given
+    price_per_gpu_hour: float | None = None
+    assumptions: Assumptions
+    notes: list[str]
+
+
+class Derived(_Strict):
+    kv_heads_per_rank: StrictInt
+    kv_heads_replicated: StrictBool
+    kv_replication: StrictInt
+    kv_cache_bytes_per_token_per_rank: StrictInt
+    kv_cache_bytes_per_sequence_per_rank: StrictInt
+    kv_cache_bytes_per_rank: StrictInt
+    pp_boundary_bytes_per_crossing: StrictInt
+    prefill_flops: StrictInt
+    prefill_flops_per_rank: StrictInt
+    decode_flops: StrictInt | None
+    decode_flops_per_token: float | None
+    decode_bytes_read_per_rank: StrictInt | None
+    decode_arithmetic_intensity: float | None
+
+
+class CompareItem(_WithWorkload):
+    """One column: the trace's totals and parallel sections at the column's workload."""
+
+    case: str
+    model: dict[str, Any]
+    workload: dict[str, Any]
+    totals: Totals
+    parallel: ParallelOut
+    derived: Derived
+    fit: FitOut | None = None  # with --gpu
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: dict[str, Any]) -> dict[str, Any]:
+        ModelConfig.model_validate(v)
+        return v
+
+
+class CompareOut(RootModel[list[CompareItem]]):
+    pass
+
+
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+
+class SweepRow(_Strict):
+    """One line of `sweep` (JSON Lines; CSV has the same columns). Fit and time keys come with
+    --gpu, the cost with --price."""
+
+    case: str
+    model: str
+    batch: StrictInt
+    seq: StrictInt
+    phase: Literal["prefill", "decode"]
+    tp: StrictInt
+    pp: StrictInt
+    dtype: Dtype
+    kv_dtype: Dtype
+    act_dtype: Dtype
+    params: StrictInt
+    flops: StrictInt
+    elementwise_flops: StrictInt
+    weight_bytes: StrictInt
+    kv_cache_bytes: StrictInt
+    kv_cache_tokens: StrictInt
+    kv_cache_bytes_per_token: StrictInt
+    kv_cache_blocks: StrictInt
+    kv_cache_paged_bytes: StrictInt
+    largest_activation_bytes: StrictInt
+    kv_heads_per_rank: StrictInt
+    allreduce_per_layer: StrictInt
+    allreduce_bytes: StrictInt
+    allreduce_bytes_per_layer: StrictInt
+    allreduce_bytes_total: StrictInt
+    ring_bytes_per_rank: StrictInt
+    ring_bytes_per_rank_total: StrictInt
+    embedding_allreduce_bytes: StrictInt
+    logits_allgather_bytes: StrictInt
+    params_per_rank: StrictInt
+    weight_bytes_per_rank: StrictInt
+    kv_cache_bytes_per_rank: StrictInt
+    flops_per_rank: StrictInt
+    boundary_bytes: StrictInt
+    boundary_bytes_total: StrictInt
+    fits: StrictBool | None = None
+    mem_weights: StrictInt | None = None
+    mem_kv_cache: StrictInt | None = None
+    mem_activations: StrictInt | None = None
+    mem_reserve: StrictInt | None = None
+    mem_total: StrictInt | None = None
+    mem_capacity: StrictInt | None = None
+    kv_tokens_fit: StrictInt | None = None
+    prefill_s: float | None = None
+    decode_s_per_token: float | None = None
+    ttft_s: float | None = None
+    tokens_per_s: float | None = None
+    prefill_bound: Bound | None = None
+    decode_bound: Bound | None = None
+    cost_per_million_tokens: float | None = None
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    compare = CompareOut.model_json_schema()
+    fit = FitOut.model_json_schema()
+    fit["properties"]["workload"] = Workload.model_json_schema()
+    return {"compare": compare, "sweep_row": SweepRow.model_json_schema(), "fit": fit}

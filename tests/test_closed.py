@@ -1,0 +1,232 @@
+"""The closed form of sweep equals the stage pipeline (build_trace), exactly, everywhere."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shapecalc.closed import ClosedForm, Poly, fit_poly
+from shapecalc.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
+from shapecalc.sources import load_preset
+from shapecalc.trace import build_trace
+
+DTYPES = list(DTYPE_BITS)
+
+
+def flat(doc: dict) -> dict[str, int]:
+    """The integer totals of a trace under the names a sweep row uses."""
+    t, tp, pp = doc["totals"], doc["parallel"]["tp"], doc["parallel"]["pp"]
+    out = {k: v for k, v in t.items() if isinstance(v, int)}
+    out.update({k: v for k, v in tp.items() if isinstance(v, int) and not isinstance(v, bool)})
+    out.update({k: v for k, v in pp.items() if isinstance(v, int) and k != "stages"})
+    out["largest_activation_bytes"] = t["largest_activation"]["bytes"]
+    out["tp"], out["pp"] = tp["degree"], pp["stages"]
+    return out
+
+
+COMPARED = (
+    "params", "flops", "elementwise_flops", "weight_bytes", "kv_cache_bytes", "kv_cache_tokens",
+    "kv_cache_bytes_per_token", "kv_cache_blocks", "kv_cache_paged_bytes",
+    "largest_activation_bytes", "kv_heads_per_rank", "allreduce_per_layer", "allreduce_bytes",
+    "allreduce_bytes_per_layer", "allreduce_bytes_total", "ring_bytes_per_rank",
+    "ring_bytes_per_rank_total", "embedding_allreduce_bytes", "logits_allgather_bytes",
+    "params_per_rank", "weight_bytes_per_rank", "kv_cache_bytes_per_rank", "flops_per_rank",
+    "boundary_bytes", "boundary_bytes_total", "tp", "pp", "largest_activation_bytes_per_rank",
+)
+
+
+def assert_equal_at(model: ModelConfig, cf: ClosedForm, points: list[dict]) -> None:
+    """Evaluate all points in one vectorised call; each must equal its own build_trace."""
+    cols = {k: [p[k] for p in points] for k in points[0]}
+    got = cf.evaluate(cols["batch"], cols["seq"], cols["phase"], cols["tp"], cols["pp"],
+                      cols["dtype"], cols["kv_dtype"], cols["act_dtype"])
+    for i, p in enumerate(points):
+        wl = Workload(**p, logits=cf.logits, attention_flops=cf.attention_flops,
+                      padding_mask=cf.padding_mask, block_size=cf.block_size)
+        doc = build_trace(model, wl)
+        want = flat(doc)
+        for k in COMPARED:
+            assert int(got[k][i]) == want[k], (k, p, int(got[k][i]), want[k])
+        # the per-stage parameters fit uses for pipeline ranks (the trace lists them at p = 1)
+        stages = cf.stage_params(p["tp"], p["pp"])
+        assert sum(stages) >= want["params_per_rank"] or p["pp"] == 1
+        if p["tp"] == 1:
+            assert stages == doc["parallel"]["pp"]["params_per_stage"], p
+        if p["pp"] == 1:
+            assert stages == [want["params_per_rank"]]
+
+
+# -- random models, random points ------------------------------------------------------------
+@st.composite
+def models(draw):
+    hkv = draw(st.sampled_from([1, 2, 4]))
+    groups = draw(st.sampled_from([1, 2, 3]))
+    h = hkv * groups
+    dh = draw(st.sampled_from([2, 4, 6]))
+    custom_dh = draw(st.booleans())
+    d = h * dh if not custom_dh else draw(st.sampled_from([8, 12, 16]))
+    positions = draw(st.sampled_from(["learned", "rope", "sinusoidal", "none"]))
+    if positions == "sinusoidal" and d % 2:
+        d += 1
+    norm = draw(st.sampled_from(["layernorm", "rmsnorm"]))
+    fields = dict(
+        vocab_size=draw(st.integers(5, 40)),
+        d_model=d,
+        n_layers=draw(st.integers(1, 5)),
+        n_heads=h,
+        n_kv_heads=hkv,
+        head_dim=dh if custom_dh else None,
+        d_ff=draw(st.sampled_from([4, 6, 12, 24])),
+        ffn=draw(st.sampled_from(["gelu", "relu", "swiglu", "geglu"])),
+        norm=norm,
+        norm_position=draw(st.sampled_from(["pre", "post"])),
+        positions=positions,
+        max_positions=draw(st.integers(40, 90)) if positions == "learned" else None,
+        tie_embeddings=draw(st.booleans()),
+        qkv_bias=draw(st.booleans()),
+        attn_out_bias=draw(st.booleans()),
+        ffn_bias=draw(st.booleans()),
+        lm_head_bias=draw(st.booleans()),
+        fused_qkv=draw(st.booleans()),
+        sliding_window=draw(st.one_of(st.none(), st.integers(1, 30))),
+        embedding_scale=draw(st.booleans()),
+    )
+    if fields["norm_position"] == "pre":
+        fields["parallel_block"] = draw(st.booleans())
+    return ModelConfig(**fields)
+
+
+def valid_tps(model: ModelConfig) -> list[int]:
+    out = []
+    for p in (1, 2, 3, 4, 6):
+        try:
+            check(model, Workload(batch=1, seq=1, tp=p))
+        except ShapecalcError:
+            continue
+        out.append(p)
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=models(), data=st.data())
+def test_closed_form_equals_pipeline_on_random_configs(model, data):
+    cf = ClosedForm(
+        model,
+        logits=data.draw(st.sampled_from(["all", "last"])),
+        attention_flops=data.draw(st.sampled_from(["full", "causal"])),
+        padding_mask=data.draw(st.booleans()),
+        block_size=data.draw(st.sampled_from([1, 3, 16])),
+    )
+    tps = valid_tps(model)
+    points = []
+    for _ in range(5):
+        phase = data.draw(st.sampled_from(["prefill", "decode"]))
+        limit = cf.seq_limit(phase) or 100
+        dtype = data.draw(st.sampled_from(DTYPES))
+        points.append(dict(
+            batch=data.draw(st.integers(1, 9)),
+            seq=data.draw(st.integers(1, min(limit, 80))),
+            phase=phase,
+            tp=data.draw(st.sampled_from(tps)),
+            pp=data.draw(st.integers(1, model.n_layers)),
+            dtype=dtype,
+            kv_dtype=data.draw(st.sampled_from(DTYPES)),
+            act_dtype=data.draw(st.sampled_from(DTYPES)),
+        ))
+    assert_equal_at(model, cf, points)
+
+
+# -- presets, windows, and numbers past 2⁶³ ---------------------------------------------------
+@pytest.mark.parametrize("name", ["llama2-70b", "llama3-8b", "gpt2", "qwen2.5-0.5b"])
+def test_presets_equal_pipeline_at_random_points(name):
+    model = load_preset(name)
+    cf = ClosedForm(model)
+    rng = random.Random(name)
+    tps = valid_tps(model)
+    points = []
+    for _ in range(12):
+        phase = rng.choice(["prefill", "decode"])
+        limit = cf.seq_limit(phase) or 8192
+        points.append(dict(batch=rng.randint(1, 64), seq=rng.randint(1, limit), phase=phase,
+                           tp=rng.choice(tps), pp=rng.randint(1, 4), dtype=rng.choice(DTYPES),
+                           kv_dtype=rng.choice(DTYPES), act_dtype=rng.choice(DTYPES)))
+    assert_equal_at(model, cf, points)
+
+
+def test_sliding_window_edges():
+    """Both sides of W in both phases (mistral-7b: W = 4096)."""
+    model = load_preset("mistral-7b")
+    for attention in ("full", "causal"):
+        cf = ClosedForm(model, attention_flops=attention)
+        points = [dict(batch=b, seq=t, phase=ph, tp=2, pp=1, dtype="bf16", kv_dtype="fp8",
+                       act_dtype="bf16")
+                  for ph in ("prefill", "decode") for t in (1, 4094, 4095, 4096, 4097, 9000)
+                  for b in (1, 3)]
+        assert_equal_at(model, cf, points)
+
+
+def test_beyond_int64_exact():
+    """llama3.1-405b, batch 10⁸, context 128k: FLOPs far past 2⁶³, still exact integers."""
+    model = load_preset("llama3.1-405b")
+    cf = ClosedForm(model)
+    pts = [dict(batch=10**8, seq=131072, phase="prefill", tp=8, pp=2, dtype="bf16",
+                kv_dtype="fp8", act_dtype="bf16"),
+           dict(batch=10**8, seq=131071, phase="decode", tp=16, pp=1, dtype="fp32",
+                kv_dtype="fp32", act_dtype="fp32")]
+    got = cf.evaluate([p["batch"] for p in pts], [p["seq"] for p in pts],
+                      [p["phase"] for p in pts], [8, 16], [2, 1], ["bf16", "fp32"],
+                      ["fp8", "fp32"], ["bf16", "fp32"])
+    assert got["flops"].dtype == object
+    assert int(got["flops"][0]) > 2**63
+    assert_equal_at(model, cf, pts)
+
+
+def test_int64_and_object_paths_agree():
+    model = load_preset("llama2-70b")
+    cf = ClosedForm(model)
+    small = cf.evaluate([1, 7], [2048, 2048], ["prefill", "decode"], 4, 1, "bf16")
+    assert small["flops"].dtype == np.int64
+    mixed = cf.evaluate([1, 7, 10**9], [2048, 2048, 2048], ["prefill", "decode", "prefill"], 4,
+                        1, "bf16")
+    assert mixed["flops"].dtype == object
+    for k in small:
+        assert [int(x) for x in small[k]] == [int(x) for x in mixed[k][:2]], k
+
+
+def test_order_of_points_does_not_matter():
+    """Sorted grids are evaluated by slices, shuffled ones by gathers: the same numbers."""
+    model = load_preset("llama3-8b")
+    cf = ClosedForm(model)
+    g = np.meshgrid([0, 1], [1, 2, 4, 8], [1, 5, 32], [7, 512, 8000], indexing="ij")
+    ph, tp, b, t = (x.ravel() for x in g)
+    ref = cf.evaluate(b, t, ph, tp)
+    perm = np.random.default_rng(0).permutation(b.size)
+    shuf = cf.evaluate(b[perm], t[perm], ph[perm], tp[perm])
+    for k in ref:
+        assert np.array_equal(ref[k][perm], shuf[k]), k
+
+
+def test_fit_poly_recovers_rationals():
+    def f(b, t):
+        return 3 * b * t * t + 5 * t + 7 + b * (t * (t + 1)) // 2
+
+    p = fit_poly({(b, t): f(b, t) for b in (1, 2) for t in (4, 5, 6)})
+    assert all(p.at(b, t) == f(b, t) for b in range(1, 9) for t in range(1, 50))
+    assert isinstance(p, Poly) and Fraction(p.num[5], p.den) == Fraction(7, 2)
+
+
+def test_bad_points_are_refused():
+    cf = ClosedForm(load_preset("gpt2"))
+    with pytest.raises(ShapecalcError, match="seq"):
+        cf.evaluate(1, 1024, "decode", 1)  # needs position 1025
+    with pytest.raises(ShapecalcError, match="tp"):
+        cf.evaluate(1, 8, "prefill", 5)
+    with pytest.raises(ShapecalcError, match="dtype"):
+        cf.evaluate(1, 8, "prefill", 1, 1, "fp7")
+    with pytest.raises(ShapecalcError):
+        cf.evaluate(0, 8, "prefill", 1)
