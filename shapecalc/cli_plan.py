@@ -12,6 +12,28 @@ from typing import Annotated, Any
 
 import typer
 
+from .options import (
+    PP,
+    TP,
+    ActDtype,
+    AttnFlops,
+    Batch,
+    BlockSize,
+    ConfigFile,
+    DtypeOpt,
+    Format,
+    HFConfig,
+    Html,
+    JsonOut,
+    KvDtype,
+    Logits,
+    Output,
+    Preset,
+    PresetsDir,
+    Sets,
+    Svg,
+)
+
 PLAN_CONVENTIONS = (
     "Context T = --seq: the KV cache holds T tokens per sequence (paged, --block-size); TTFT is "
     "the prefill of T tokens, the decode step reads the T cached tokens plus the new one. Memory "
@@ -22,7 +44,7 @@ PLAN_CONVENTIONS = (
     "each divided by its efficiency factor. Bytes in binary units (GiB = 2³⁰ B)."
 )
 
-# -- options (defined here, not imported from cli.py, so that this module imports standalone) ---
+# -- options of the planning commands (the shared ones come from options.py) ---
 Cases = Annotated[
     list[str],
     typer.Argument(
@@ -30,10 +52,6 @@ Cases = Annotated[
         "config.json; workload fields (tp, seq, kv_dtype, …) and model fields (as --set) after @",
         show_default=False,
     ),
-]
-PresetsDir = Annotated[
-    list[Path] | None,
-    typer.Option("--presets-dir", help="another folder of presets (also $SHAPECALC_PRESETS)"),
 ]
 Gpu = Annotated[str | None, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")]
 HardwareDir = Annotated[
@@ -75,11 +93,6 @@ MaxBatched = Annotated[
                              "activation estimate (chunked prefill, vLLM's "
                              "--max-num-batched-tokens); default: all B·T at once")
 ]
-Format = Annotated[str, typer.Option("--format", help="table | json | csv | markdown")]
-JsonOut = Annotated[bool, typer.Option("--json", help="same as --format json")]
-Output = Annotated[str | None, typer.Option("--output", "-o", help="write to FILE")]
-Svg = Annotated[str | None, typer.Option("--svg", help="also save the table as SVG")]
-Html = Annotated[str | None, typer.Option("--html", help="also save the table as HTML")]
 
 
 BatchList = Annotated[
@@ -98,12 +111,6 @@ KvDtypeList = Annotated[
 ]
 PhaseList = Annotated[
     str | None, typer.Option("--phase", help="prefill | decode, or both: prefill,decode")
-]
-ActDtype = Annotated[str | None, typer.Option("--act-dtype", help="activation dtype")]
-Logits = Annotated[str | None, typer.Option("--logits", help="all | last")]
-BlockSize = Annotated[int | None, typer.Option("--block-size", help="paged KV block (16)")]
-AttnFlops = Annotated[
-    str | None, typer.Option("--attention-flops", help="full (seeds) | causal (lower half)")
 ]
 
 
@@ -249,22 +256,21 @@ def fit(
         help="NAME or NAME@field=value,… (or use --preset/--config/--hf-config)",
         show_default=False,
     )] = None,
-    preset: Annotated[str | None, typer.Option("--preset", help="a preset name")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="a TOML/JSON config")] = None,
-    hf_config: Annotated[Path | None, typer.Option("--hf-config",
-                                                      help="a Hugging Face config.json")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="model field=value")] = None,
+    preset: Preset = None,
+    config: ConfigFile = None,
+    hf_config: HFConfig = None,
+    set_: Sets = None,
     presets_dir: PresetsDir = None,
-    batch: Annotated[int | None, typer.Option("--batch", "-b", help="B")] = None,
+    batch: Batch = None,
     seq: Annotated[int | None, typer.Option("--seq", "-t", help="T: the context")] = None,
-    dtype: Annotated[str | None, typer.Option("--dtype", help="weights dtype")] = None,
-    kv_dtype: Annotated[str | None, typer.Option("--kv-dtype", help="KV dtype")] = None,
+    dtype: DtypeOpt = None,
+    kv_dtype: KvDtype = None,
     act_dtype: ActDtype = None,
     logits: Annotated[str | None, typer.Option(
         "--logits", help="all | last (default last: serving computes the last position only)",
     )] = None,
-    tp: Annotated[int | None, typer.Option("--tp", help="p: tensor-parallel degree")] = None,
-    pp: Annotated[int | None, typer.Option("--pp", help="s: pipeline stages")] = None,
+    tp: TP = None,
+    pp: PP = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     gpu: Annotated[str, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")] = "",

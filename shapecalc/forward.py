@@ -11,7 +11,6 @@ are that rank's share, and the row-parallel outputs meet in an all-reduce (Megat
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from .config import ModelConfig, Workload
@@ -21,27 +20,74 @@ Group = Literal["embedding", "block", "head"]
 Split = Literal["column", "row", "vocab", "replicated"]
 
 
-@dataclass
 class Stage:
-    """One step of the forward: what it produces and what it costs (per occurrence)."""
+    """One step of the forward: what it produces and what it costs (per occurrence).
 
-    name: str
-    op: str
-    group: str
-    dims: list[str]
-    shape: list[int]
-    flops: int = 0
-    flops_formula: str = "0"
-    elementwise_flops: int = 0
-    elementwise_formula: str = "0"
-    params: int = 0
-    params_formula: str = "0"
-    bytes: int = 0
-    dtype: str = ""
-    repeat: int = 1
-    note: str = ""
-    split: str = ""  # how tensor parallelism shards this stage's weight: column, row, vocab
-    extra: dict[str, Any] = field(default_factory=dict)
+    A plain class with slots rather than a dataclass: building a dataclass at import time costs
+    more than a whole `trace --json` may spend on start-up.
+    """
+
+    FIELDS = (
+        "name",
+        "op",
+        "group",
+        "dims",
+        "shape",
+        "flops",
+        "flops_formula",
+        "elementwise_flops",
+        "elementwise_formula",
+        "params",
+        "params_formula",
+        "bytes",
+        "dtype",
+        "repeat",
+        "note",
+        "split",
+    )
+    __slots__ = (*FIELDS, "extra")
+
+    def __init__(
+        self,
+        name: str,
+        op: str,
+        group: str,
+        dims: list[str],
+        shape: list[int],
+        flops: int = 0,
+        flops_formula: str = "0",
+        elementwise_flops: int = 0,
+        elementwise_formula: str = "0",
+        params: int = 0,
+        params_formula: str = "0",
+        bytes: int = 0,
+        dtype: str = "",
+        repeat: int = 1,
+        note: str = "",
+        split: str = "",  # how tensor parallelism shards this stage's weight: column, row, vocab
+        extra: dict[str, Any] | None = None,
+    ):
+        self.name, self.op, self.group, self.dims, self.shape = name, op, group, dims, shape
+        self.flops, self.flops_formula = flops, flops_formula
+        self.elementwise_flops, self.elementwise_formula = elementwise_flops, elementwise_formula
+        self.params, self.params_formula = params, params_formula
+        self.bytes, self.dtype, self.repeat, self.note, self.split = (
+            bytes,
+            dtype,
+            repeat,
+            note,
+            split,
+        )
+        self.extra = extra if extra is not None else {}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The stage's JSON form: its fields in order, then any extra keys (a mask's dims)."""
+        d = {f: getattr(self, f) for f in self.FIELDS}
+        d.update(self.extra)
+        return d
+
+    def __repr__(self) -> str:
+        return f"Stage({self.name!r}, {self.op!r}, {self.dims}, flops={self.flops})"
 
 
 def _ceil_div(a: int, b: int) -> int:

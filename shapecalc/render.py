@@ -267,10 +267,9 @@ def print_trace(
     if per_rank and wl["tp"] > 1:
         from .config import ModelConfig, Workload
         from .symbolic import stages as sym_stages
-        from .trace import stage_dict
 
         rank = sym_stages(ModelConfig(**m), Workload(**wl), wl["tp"])
-        stages = [stage_dict(s) for s in rank]
+        stages = [s.as_dict() for s in rank]
         title += " · one rank's stages"
     console.print(_stage_table(stages, title))
     console.print(Group(totals_panel(doc), parallel_panel(doc)))

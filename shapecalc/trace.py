@@ -6,7 +6,6 @@ the stages that make it. The dict returned by `build_trace` is the `--json` cont
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from .config import ModelConfig, Workload, check, nbytes
@@ -106,17 +105,10 @@ def build_trace(model: ModelConfig, wl: Workload) -> dict[str, Any]:
     return {
         "model": model.model_dump(),
         "workload": wl.model_dump(),
-        "stages": [stage_dict(s) for s in st],
+        "stages": [s.as_dict() for s in st],
         "totals": totals,
         "parallel": {"tp": tp_ledger(model, wl, st), "pp": pp_ledger(model, wl, st)},
     }
-
-
-def stage_dict(s: Stage) -> dict[str, Any]:
-    d = asdict(s)
-    extra = d.pop("extra")
-    d.update(extra)
-    return d
 
 
 def tp_ledger(model: ModelConfig, wl: Workload, st1: list[Stage]) -> dict[str, Any]:
