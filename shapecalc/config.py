@@ -280,6 +280,10 @@ class ModelConfig(_Validated):
             raise ShapecalcError("head_dim", f"RoPE rotates pairs, so Dh={self.dh} must be even")
         if self.positions == "learned" and self.max_positions is None:
             raise ShapecalcError("max_positions", "a learned position table needs its row count")
+        if self.parallel_block and self.norm_position == "post":
+            raise ShapecalcError(
+                "parallel_block", "a parallel block reads one pre-norm; it needs norm_position pre"
+            )
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
