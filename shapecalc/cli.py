@@ -6,14 +6,12 @@ inside the commands that print tables or run arrays.
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .config import ModelConfig, ShapecalcError, Workload
+from .config import ShapecalcError
 from .options import (
     PP,
     TP,
@@ -37,6 +35,10 @@ from .options import (
     Seq,
     Sets,
     Svg,
+    emit_json,
+    fail,
+    resolve_model,
+    resolve_workload,
 )
 
 CONVENTIONS = (
@@ -56,54 +58,6 @@ app = typer.Typer(
 )
 presets_app = typer.Typer(help="List the model presets, or show one.", invoke_without_command=True)
 app.add_typer(presets_app, name="presets")
-
-
-def fail(err: ShapecalcError) -> None:
-    typer.echo(f"error: {err}", err=True)
-    raise typer.Exit(2)
-
-
-def resolve_model(
-    preset: str | None,
-    config: Path | None,
-    hf_config: Path | None,
-    sets: list[str] | None,
-    presets_dir: list[Path] | None,
-) -> tuple[ModelConfig, dict[str, Any]]:
-    """The model from exactly one source (seed-tiny if none), plus a config file's [workload]."""
-    from . import sources
-
-    given = [x for x in (preset, config, hf_config) if x is not None]
-    if len(given) > 1:
-        raise ShapecalcError("model", "give one of --preset, --config, --hf-config")
-    workload: dict[str, Any] = {}
-    if config is not None:
-        model, workload = sources.load_config_file(config)
-    elif hf_config is not None:
-        model = sources.load_hf_config(hf_config)
-    else:
-        model = sources.load_preset(preset or "seed-tiny", presets_dir)
-        if preset is None:  # the first seed's §13 example: B=2, T=4
-            workload = {"batch": 2, "seq": 4}
-    if sets:
-        model = sources.apply_overrides(model, sets)
-    return model, workload
-
-
-def resolve_workload(base: dict[str, Any], **given: Any) -> Workload:
-    from pydantic import ValidationError
-
-    from .config import first_error
-
-    fields = {**base, **{k: v for k, v in given.items() if v is not None}}
-    try:
-        return Workload.model_validate(fields)
-    except ValidationError as e:
-        raise first_error(e) from None
-
-
-def emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
 
 
 # -- commands -------------------------------------------------------------------------------------

@@ -1,15 +1,19 @@
-"""Command-line options shared by the commands (typer `Annotated` aliases), defined once.
+"""Command-line inputs shared by the commands: the typer `Annotated` option aliases, defined
+once, and the functions that turn them into a model and a workload (or one error line).
 
-cli.py and the command modules of later issues import them from here, so no command module has
-to import another.
+cli.py and the command modules import them from here, so no command module imports another.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from .config import ModelConfig, ShapecalcError, Workload
 
 Preset = Annotated[str | None, typer.Option("--preset", help="a preset name (shapecalc presets)")]
 ConfigFile = Annotated[
@@ -55,3 +59,51 @@ Output = Annotated[
 ]
 Svg = Annotated[str | None, typer.Option("--svg", help="also save the table as an SVG picture")]
 Html = Annotated[str | None, typer.Option("--html", help="also save the table as HTML")]
+
+
+def fail(err: ShapecalcError) -> None:
+    typer.echo(f"error: {err}", err=True)
+    raise typer.Exit(2)
+
+
+def resolve_model(
+    preset: str | None,
+    config: Path | None,
+    hf_config: Path | None,
+    sets: list[str] | None,
+    presets_dir: list[Path] | None,
+) -> tuple[ModelConfig, dict[str, Any]]:
+    """The model from exactly one source (seed-tiny if none), plus a config file's [workload]."""
+    from . import sources
+
+    given = [x for x in (preset, config, hf_config) if x is not None]
+    if len(given) > 1:
+        raise ShapecalcError("model", "give one of --preset, --config, --hf-config")
+    workload: dict[str, Any] = {}
+    if config is not None:
+        model, workload = sources.load_config_file(config)
+    elif hf_config is not None:
+        model = sources.load_hf_config(hf_config)
+    else:
+        model = sources.load_preset(preset or "seed-tiny", presets_dir)
+        if preset is None:  # the first seed's §13 example: B=2, T=4
+            workload = {"batch": 2, "seq": 4}
+    if sets:
+        model = sources.apply_overrides(model, sets)
+    return model, workload
+
+
+def resolve_workload(base: dict[str, Any], **given: Any) -> Workload:
+    from pydantic import ValidationError
+
+    from .config import first_error
+
+    fields = {**base, **{k: v for k, v in given.items() if v is not None}}
+    try:
+        return Workload.model_validate(fields)
+    except ValidationError as e:
+        raise first_error(e) from None
+
+
+def emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import math
 import os
 import sys
 import tempfile
@@ -44,69 +43,192 @@ B, T = 5, 7
 D, H, DH, HKV, I, L, V, MAXPOS = 64, 4, 16, 2, 176, 3, 1000, 256
 
 CASES = [
-    ("llama_gqa", "llama", dict(
-        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=DH,
-        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False)),
-    ("llama_mha_bias_tied", "llama", dict(
-        hidden_size=D, num_attention_heads=H, num_key_value_heads=H, head_dim=DH,
-        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
-        tie_word_embeddings=True, attention_bias=True, mlp_bias=False)),
-    ("mistral_gqa", "mistral", dict(
-        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=DH,
-        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
-        tie_word_embeddings=False, sliding_window=None)),
-    ("mistral_gqa_sliding4", "mistral", dict(
-        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=DH,
-        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
-        tie_word_embeddings=False, sliding_window=4)),
-    ("qwen2_gqa", "qwen2", dict(
-        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV,
-        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
-        tie_word_embeddings=False, use_sliding_window=False)),
-    ("gpt2", "gpt2", dict(
-        n_embd=D, n_head=H, n_layer=L, n_positions=64, n_inner=None, vocab_size=V,
-        bos_token_id=V - 1, eos_token_id=V - 1, tie_word_embeddings=True)),
-    ("gemma_mqa", "gemma", dict(
-        hidden_size=D, num_attention_heads=H, num_key_value_heads=1, head_dim=DH,
-        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
-        tie_word_embeddings=True)),
-    ("phi3_gqa", "phi3", dict(
-        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV,
-        intermediate_size=I, num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
-        original_max_position_embeddings=MAXPOS, tie_word_embeddings=False, sliding_window=None,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0)),
-    ("falcon_7b_style", "falcon", dict(
-        hidden_size=D, num_attention_heads=H, num_hidden_layers=L, vocab_size=V,
-        max_position_embeddings=MAXPOS, ffn_hidden_size=I,
-        multi_query=True, parallel_attn=True, new_decoder_architecture=False,
-        bias=False, alibi=False, tie_word_embeddings=True)),
-    ("opt", "opt", dict(
-        hidden_size=D, ffn_dim=I, num_attention_heads=H, num_hidden_layers=L, vocab_size=V,
-        max_position_embeddings=MAXPOS, do_layer_norm_before=True, word_embed_proj_dim=D,
-        enable_bias=True, tie_word_embeddings=True)),
+    (
+        "llama_gqa",
+        "llama",
+        dict(
+            hidden_size=D,
+            num_attention_heads=H,
+            num_key_value_heads=HKV,
+            head_dim=DH,
+            intermediate_size=I,
+            num_hidden_layers=L,
+            vocab_size=V,
+            max_position_embeddings=MAXPOS,
+            tie_word_embeddings=False,
+            attention_bias=False,
+            mlp_bias=False,
+        ),
+    ),
+    (
+        "llama_mha_bias_tied",
+        "llama",
+        dict(
+            hidden_size=D,
+            num_attention_heads=H,
+            num_key_value_heads=H,
+            head_dim=DH,
+            intermediate_size=I,
+            num_hidden_layers=L,
+            vocab_size=V,
+            max_position_embeddings=MAXPOS,
+            tie_word_embeddings=True,
+            attention_bias=True,
+            mlp_bias=False,
+        ),
+    ),
+    (
+        "mistral_gqa",
+        "mistral",
+        dict(
+            hidden_size=D,
+            num_attention_heads=H,
+            num_key_value_heads=HKV,
+            head_dim=DH,
+            intermediate_size=I,
+            num_hidden_layers=L,
+            vocab_size=V,
+            max_position_embeddings=MAXPOS,
+            tie_word_embeddings=False,
+            sliding_window=None,
+        ),
+    ),
+    (
+        "mistral_gqa_sliding4",
+        "mistral",
+        dict(
+            hidden_size=D,
+            num_attention_heads=H,
+            num_key_value_heads=HKV,
+            head_dim=DH,
+            intermediate_size=I,
+            num_hidden_layers=L,
+            vocab_size=V,
+            max_position_embeddings=MAXPOS,
+            tie_word_embeddings=False,
+            sliding_window=4,
+        ),
+    ),
+    (
+        "qwen2_gqa",
+        "qwen2",
+        dict(
+            hidden_size=D,
+            num_attention_heads=H,
+            num_key_value_heads=HKV,
+            intermediate_size=I,
+            num_hidden_layers=L,
+            vocab_size=V,
+            max_position_embeddings=MAXPOS,
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+        ),
+    ),
+    (
+        "gpt2",
+        "gpt2",
+        dict(
+            n_embd=D,
+            n_head=H,
+            n_layer=L,
+            n_positions=64,
+            n_inner=None,
+            vocab_size=V,
+            bos_token_id=V - 1,
+            eos_token_id=V - 1,
+            tie_word_embeddings=True,
+        ),
+    ),
+    (
+        "gemma_mqa",
+        "gemma",
+        dict(
+            hidden_size=D,
+            num_attention_heads=H,
+            num_key_value_heads=1,
+            head_dim=DH,
+            intermediate_size=I,
+            num_hidden_layers=L,
+            vocab_size=V,
+            max_position_embeddings=MAXPOS,
+            tie_word_embeddings=True,
+        ),
+    ),
+    (
+        "phi3_gqa",
+        "phi3",
+        dict(
+            hidden_size=D,
+            num_attention_heads=H,
+            num_key_value_heads=HKV,
+            intermediate_size=I,
+            num_hidden_layers=L,
+            vocab_size=V,
+            max_position_embeddings=MAXPOS,
+            original_max_position_embeddings=MAXPOS,
+            tie_word_embeddings=False,
+            sliding_window=None,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+    ),
+    (
+        "falcon_7b_style",
+        "falcon",
+        dict(
+            hidden_size=D,
+            num_attention_heads=H,
+            num_hidden_layers=L,
+            vocab_size=V,
+            max_position_embeddings=MAXPOS,
+            ffn_hidden_size=I,
+            multi_query=True,
+            parallel_attn=True,
+            new_decoder_architecture=False,
+            bias=False,
+            alibi=False,
+            tie_word_embeddings=True,
+        ),
+    ),
+    (
+        "opt",
+        "opt",
+        dict(
+            hidden_size=D,
+            ffn_dim=I,
+            num_attention_heads=H,
+            num_hidden_layers=L,
+            vocab_size=V,
+            max_position_embeddings=MAXPOS,
+            do_layer_norm_before=True,
+            word_embed_proj_dim=D,
+            enable_bias=True,
+            tie_word_embeddings=True,
+        ),
+    ),
 ]
 
 # Per-case remarks stored next to the numbers (facts checked against transformers 5.24.0).
 NOTES = {
     "llama_mha_bias_tied": "attention_bias=true puts a bias on q,k,v,o (counted as aten.addmm, bias add "
-                           "itself not counted); the tied LM head still costs 2*B*T*D*V.",
+    "itself not counted); the tied LM head still costs 2*B*T*D*V.",
     "mistral_gqa_sliding4": "Eager prefill still computes the full TxT Q.K^T and A.V (the window is only "
-                            "a mask: no FLOPs saved). The DynamicCache uses DynamicSlidingWindowLayer, which "
-                            "keeps only the last sliding_window-1=3 keys/values after prefill, so the decode "
-                            "token attends over 4 keys, not T+1=8. (transformers 4.51.3 kept all 8 and "
-                            "warned that sliding window is not implemented for eager.)",
+    "a mask: no FLOPs saved). The DynamicCache uses DynamicSlidingWindowLayer, which "
+    "keeps only the last sliding_window-1=3 keys/values after prefill, so the decode "
+    "token attends over 4 keys, not T+1=8. (transformers 4.51.3 kept all 8 and "
+    "warned that sliding window is not implemented for eager.)",
     "qwen2_gqa": "Qwen2 has bias on q,k,v (not o) by default: aten.addmm.",
     "gpt2": "n_inner null means 4*n_embd=256. Conv1D layers run as aten.addmm (2*m*k*n, bias not counted). "
-            "The LM head is tied to wte and has no bias: aten.mm.",
+    "The LM head is tied to wte and has no bias: aten.mm.",
     "gemma_mqa": "Gemma ties embeddings by default; the sqrt(D) embedding scale is elementwise (not counted).",
     "phi3_gqa": "Fused qkv_proj (D -> (H+2*Hkv)*Dh = 128) and gate_up_proj (D -> 2*I = 352): same FLOPs as "
-                "llama_gqa.",
+    "llama_gqa.",
     "falcon_7b_style": "multi_query=true with new_decoder_architecture=false gives ONE KV head whatever "
-                       "num_kv_heads says (to_dict reports 4); fused query_key_value D -> (H+2)*Dh = 96; "
-                       "ffn_hidden_size=176; no biases.",
+    "num_kv_heads says (to_dict reports 4); fused query_key_value D -> (H+2)*Dh = 96; "
+    "ffn_hidden_size=176; no biases.",
     "opt": "enable_bias: every linear has a bias (aten.addmm); word_embed_proj_dim == hidden_size so there is "
-           "no project_in/project_out; learned positions cost no FLOPs.",
+    "no project_in/project_out; learned positions cost no FLOPs.",
 }
 
 
@@ -162,7 +284,9 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     # transformers >= 4.56 calls the dtype argument `dtype`; older versions `torch_dtype`.
     major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
     dtype_kw = "dtype" if major_minor >= (4, 56) else "torch_dtype"
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", **{dtype_kw: torch.float32})
+    model = AutoModelForCausalLM.from_config(
+        cfg, attn_implementation="eager", **{dtype_kw: torch.float32}
+    )
     model.eval()
     cfg = model.config  # the config actually used (attn implementation resolved, etc.)
     vocab = cfg.vocab_size
@@ -175,24 +299,30 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
 
     with torch.no_grad():
         out = {}
-        prefill_flops, prefill_ops = count(lambda: out.setdefault("p", model(input_ids, use_cache=False)))
+        prefill_flops, prefill_ops = count(
+            lambda: out.setdefault("p", model(input_ids, use_cache=False))
+        )
         assert out["p"].logits.shape == (B, T, vocab), out["p"].logits.shape
 
         prefill_last_flops = prefill_last_ops = None
         if accepts_ltk:
             prefill_last_flops, prefill_last_ops = count(
-                lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1)))
+                lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1))
+            )
             assert out["pl"].logits.shape == (B, 1, vocab), out["pl"].logits.shape
 
         # Decode: cache a T-token prefill outside the counter, then count one new token.
         # Recent transformers 5.x renamed `past_key_values` to `cache` (argument and output field);
         # use whichever this version has (same object, a DynamicCache).
-        cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        cache_kw = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
         pre = model(input_ids, use_cache=True)
         past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
         assert past is not None
         decode_flops, decode_ops = count(
-            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past})))
+            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past}))
+        )
         assert out["d"].logits.shape == (B, 1, vocab), out["d"].logits.shape
 
     hf_config = config_to_json_dict(cfg)
@@ -247,12 +377,15 @@ def main(argv=None) -> int:
             cases.append(case)
             last = case["prefill_last_flops"]
             last_s = "null" if last is None else format(last, ",d")
-            print(f"{name:24s} prefill={case['prefill_flops']:>12,d} "
-                  f"prefill_last={last_s:>12} decode={case['decode_flops']:>10,d}")
+            print(
+                f"{name:24s} prefill={case['prefill_flops']:>12,d} "
+                f"prefill_last={last_s:>12} decode={case['decode_flops']:>10,d}"
+            )
         except Exception as exc:  # record and skip families that fail in this version
             traceback.print_exc()
-            errors.append({"name": name, "model_type": model_type,
-                           "error": f"{type(exc).__name__}: {exc}"})
+            errors.append(
+                {"name": name, "model_type": model_type, "error": f"{type(exc).__name__}: {exc}"}
+            )
             print(f"{name:24s} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     doc = {

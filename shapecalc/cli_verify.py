@@ -1,0 +1,219 @@
+"""`shapecalc verify` and `shapecalc explain`: registered on the main app by cli.py.
+
+numpy and rich are imported inside the commands, so `shapecalc --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from .config import ShapecalcError
+from .options import (
+    PP,
+    TP,
+    ActDtype,
+    AttnFlops,
+    Batch,
+    BlockSize,
+    ConfigFile,
+    DtypeOpt,
+    HFConfig,
+    JsonOut,
+    KvDtype,
+    Logits,
+    PaddingMask,
+    Phase,
+    Preset,
+    PresetsDir,
+    Seq,
+    Sets,
+    emit_json,
+    fail,
+    resolve_model,
+    resolve_workload,
+)
+
+Layers = Annotated[
+    int | None,
+    typer.Option("--layers", "-k", help="K: layers to run (default: as many as fit the memory "
+                 "budget); totals are extrapolated ×N/K"),
+]
+Precision = Annotated[
+    str, typer.Option("--precision", help="NumPy dtype the executor computes in: float32 | "
+                      "float64 | float16")
+]
+Seed = Annotated[int, typer.Option("--seed", help="seed of the random weights and tokens")]
+Budget = Annotated[
+    float | None,
+    typer.Option("--memory-budget", help="GiB verify may allocate (default 60% of available)"),
+]
+VERIFY_DEFAULTS = {"batch": 2, "seq": 16}  # small B and T: verify runs real widths
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        return f"{x:.3g}" if x else "0"
+    if isinstance(x, list):
+        return ", ".join(_fmt(v) for v in x)
+    return str(x)
+
+
+def print_verify(doc: dict[str, Any]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .render import make_console
+
+    wl = doc["workload"]
+    title = (f"verify {doc['model']}: B={wl['batch']} T={wl['seq']} {wl['phase']}, "
+             f"p={wl['tp']} s={wl['pp']}, {doc['precision']}")
+    table = Table(title=title, title_justify="left")
+    table.add_column("check")
+    table.add_column("symbolic", justify="right")
+    table.add_column("measured", justify="right")
+    table.add_column("", justify="center")
+    for c in doc["checks"]:
+        sym = _fmt(c["symbolic"])
+        if "tolerance" in c:
+            sym = f"0 (± {c['tolerance']:.1e})"
+        mark = ("[yellow]skip[/]" if c.get("skipped") else
+                "[green]pass[/]" if c["ok"] else "[bold red]FAIL[/]")
+        name = escape(c["name"])
+        if not c["ok"] and "detail" in c:
+            name += f"\n[red]{escape(c['detail'])}[/]"
+        table.add_row(name, sym, _fmt(c["measured"]), mark)
+    out = make_console()
+    out.print(table)
+    bad = sum(not c["ok"] for c in doc["checks"])
+    out.print(f"{doc['note']}. Memory estimate {doc['memory_estimate_bytes'] / 2**30:.2f} GiB "
+              f"of a {doc['memory_budget_bytes'] / 2**30:.2f} GiB budget.")
+    out.print("[green]all checks pass[/]" if not bad else f"[bold red]{bad} check(s) failed[/]")
+
+
+def _progress(enabled: bool) -> Any:
+    """One rich progress bar on stderr, over the layers of each run, when stderr is a terminal."""
+    if not enabled:
+        return None, None
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return None, None
+    bar = Progress(console=console, transient=True)
+    task = bar.add_task("verify", total=1)
+    current = [""]
+
+    def report(label: str, done: int, total: int) -> None:
+        if label != current[0]:
+            current[0] = label
+            bar.reset(task, total=total, description=label)
+        bar.update(task, completed=done)  # layers finished before this one
+
+    return bar, report
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(help="Run the model in NumPy (seeded random weights, real widths, K layers) and "
+                 "check every symbolic number against the measured one: stage shapes, FLOPs, "
+                 "params, bytes, KV cache (contiguous and paged), decode vs full forward, TP "
+                 "all-reduce, PP boundary, causal and padding masks. Exit 1 on a mismatch.")
+    def verify(
+        preset: Preset = None,
+        config: ConfigFile = None,
+        hf_config: HFConfig = None,
+        set_: Sets = None,
+        presets_dir: PresetsDir = None,
+        batch: Batch = None,
+        seq: Seq = None,
+        phase: Phase = None,
+        dtype: DtypeOpt = None,
+        kv_dtype: KvDtype = None,
+        act_dtype: ActDtype = None,
+        logits: Logits = None,
+        tp: TP = None,
+        pp: PP = None,
+        block_size: BlockSize = None,
+        attention_flops: AttnFlops = None,
+        padding_mask: PaddingMask = None,
+        layers: Layers = None,
+        precision: Precision = "float32",
+        seed: Seed = 0,
+        memory_budget: Budget = None,
+        as_json: JsonOut = False,
+    ) -> None:
+        from .verify import verify as run_verify
+
+        try:
+            if precision not in ("float32", "float64", "float16"):
+                raise ShapecalcError("precision", f"{precision!r} is not one of float32, "
+                                     "float64, float16")
+            model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+            wl = resolve_workload(
+                {**VERIFY_DEFAULTS, **wbase}, batch=batch, seq=seq, phase=phase, dtype=dtype,
+                kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp,
+                block_size=block_size, attention_flops=attention_flops,
+                padding_mask=padding_mask,
+            )
+            budget = None if memory_budget is None else int(memory_budget * 2**30)
+            from .verify import estimate
+
+            # a bar only where a run takes more than a moment: real widths
+            bar, report = _progress(estimate(model, wl, 1) > 256 << 20)
+            if bar is not None:
+                with bar:
+                    doc = run_verify(model, wl, layers=layers, precision=precision, seed=seed,
+                                     budget=budget, progress=report)
+            else:
+                doc = run_verify(model, wl, layers=layers, precision=precision, seed=seed,
+                                 budget=budget)
+        except ShapecalcError as e:
+            fail(e)
+        if as_json:
+            emit_json(doc)
+        else:
+            print_verify(doc)
+        if not doc["ok"]:
+            raise typer.Exit(1)
+
+    @app.command(help="Walk the first seed's §6–§7 attention example (X, WQ, WK, WV) through the "
+                 "executor: Q, K, V, QKᵀ, scaled scores, softmax weights, output, and the causal "
+                 "variant, each with its shape and the [m,n]×[n,p] rule. With --preset/--config: "
+                 "head 0 of layer 0 of your own (toy) model on a seeded input.")
+    def explain(
+        preset: Preset = None,
+        config: ConfigFile = None,
+        hf_config: HFConfig = None,
+        set_: Sets = None,
+        presets_dir: PresetsDir = None,
+        seq: Annotated[int | None, typer.Option("--seq", "-t", help="T: tokens (own model; "
+                                                   "default 4)")] = None,
+        seed: Seed = 0,
+        as_json: JsonOut = False,
+    ) -> None:
+        from . import explain as ex
+
+        try:
+            if preset is None and config is None and hf_config is None and not set_:
+                if seq is not None:
+                    raise ShapecalcError("seq", "the seed's example has T=3; --seq needs a "
+                                         "--preset or --config")
+                doc = ex.seed_example()
+            else:
+                model, _ = resolve_model(preset, config, hf_config, set_, presets_dir)
+                doc = ex.own_model(model, seq or 4, seed)
+        except ShapecalcError as e:
+            fail(e)
+        if as_json:
+            emit_json(ex.to_json(doc))
+        else:
+            ex.print_explain(doc)
+

@@ -1,0 +1,161 @@
+"""`explain`: the first seed's §6–§7 attention example, run through the NumPy executor.
+
+X = [[1,0],[0,1],[1,1]], WQ = I, WK = [[1,0],[1,1]], WV = [[1,1],[0,1]] go through the same
+operations (`NumericOps.linear`, `matmul`, `scale`, `mask`, `softmax`) that run real models, and
+every matrix is printed with its shape and the rule that makes each product legal:
+[m,n] × [n,p] = [m,p]. With a user's own toy model, head 0 of layer 0 is walked the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .config import ModelConfig, ShapecalcError, Workload
+from .numeric import ContiguousKV, NumericOps, Weights
+
+SEED_X = [[1, 0], [0, 1], [1, 1]]
+SEED_WQ = [[1, 0], [0, 1]]
+SEED_WK = [[1, 0], [1, 1]]
+SEED_WV = [[1, 1], [0, 1]]
+MAX_D, MAX_T = 64, 16  # every matrix is printed
+
+
+@dataclass
+class Matrix:
+    key: str
+    title: str
+    value: np.ndarray  # 2-D
+    rule: str
+
+
+@dataclass
+class Walk:
+    heading: str
+    steps: list[Matrix]
+
+
+def _shape(a: np.ndarray) -> str:
+    return "[" + ",".join(str(n) for n in a.shape) + "]"
+
+
+def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
+    (m, n), (n2, p) = a.shape, b.shape
+    assert n == n2 and out.shape == (m, p)
+    return f"[{m},{n}] × [{n2},{p}] = [{m},{p}]  (inner dims {n} = {n2})"
+
+
+def _walk(model: ModelConfig, T: int, X: np.ndarray, weights: Weights, heading: str) -> Walk:
+    wl = Workload(batch=1, seq=T, dtype="fp32")
+    ops = NumericOps(model, wl, weights, 1, np.zeros((1, T), dtype=np.int64),
+                     ContiguousKV("fp32", None, np.float64))
+    ops.group("block")
+    ops._layer = 0
+    dh = model.dh
+    x = X[None, None]  # [rank, B, T, D]
+    proj = {n: ops.linear(x, n, None, None, model.qkv_bias, "replicated") for n in "qkv"}
+    q, k, v = (ops.split_heads(proj[n], n, None, None) for n in "qkv")  # [1, 1, heads, T, Dh]
+    steps = [Matrix("X", "X: the input, one row per token", X, _shape(X))]
+    Ws = {n.upper(): weights.linear(0, n, 1)[4][0][:, :dh] for n in "qkv"}  # head 0's columns
+    for n, W in Ws.items():
+        steps.append(Matrix(f"W{n}", f"W{n}: parameters", W, _shape(W)))
+    for n, W in Ws.items():
+        a = {"Q": q, "K": k, "V": v}[n][0, 0, 0]
+        steps.append(Matrix(n, f"{n} = X × W{n}", a, _product(X, W, a)))
+    if model.positions == "rope":
+        angles = ops.rope_angles(None, None)
+        q = ops.rope(q, "RoPE q", angles)
+        k = ops.rope(k, "RoPE k", angles)
+        steps += [Matrix("Q_rope", "Q after RoPE (each pair rotated by its position)",
+                         q[0, 0, 0], _shape(q[0, 0, 0])),
+                  Matrix("K_rope", "K after RoPE", k[0, 0, 0], _shape(k[0, 0, 0]))]
+    if q.shape[2] != k.shape[2]:  # GQA/MQA: KV head 0 serves query head 0
+        k = ops.repeat_kv(k, "repeat k", 0, None)
+        v = ops.repeat_kv(v, "repeat v", 0, None)
+    kt = ops.transpose_last(k, "kᵀ")
+    scores = ops.matmul(q, kt, "QKᵀ", causal=False)
+    scaled = ops.scale(scores.copy(), "scale", dh**-0.5, "1/√Dh")
+    A = ops.softmax(scaled.copy(), "softmax")
+    O = ops.matmul(A, v, "A·V", causal=False)
+    masked = ops.mask(scaled.copy(), "causal mask", "causal")
+    shown = np.where(ops.causal, scaled[0, 0, 0], -np.inf)
+    Ac = ops.softmax(masked, "softmax")
+    Oc = ops.matmul(Ac, v, "A·V", causal=False)
+    h = (0, 0, 0)
+    q0, kt0, v0 = q[h], kt[h], v[h]
+    root = f"√{dh} ≈ {dh**0.5:.3f}"
+    steps += [
+        Matrix("K_T", "Kᵀ: K transposed", kt0, f"{_shape(k[h])} → {_shape(kt0)}"),
+        Matrix("scores", "QKᵀ: row i, column j = q_i · k_j", scores[h],
+               _product(q0, kt0, scores[h])),
+        Matrix("scaled", f"S = QKᵀ / √Dh, {root}", scaled[h], _shape(scaled[h])),
+        Matrix("weights", "A = softmax(S), row by row (row max subtracted first)", A[h],
+               f"{_shape(A[h])}, each row sums to 1"),
+        Matrix("output", "O = A × V: each token mixes the values it attends to", O[h],
+               _product(A[h], v0, O[h])),
+        Matrix("causal_scores", "S + M: M = −∞ above the diagonal (no reading the future)",
+               shown, _shape(shown)),
+        Matrix("causal_weights", "A_causal = softmax(S + M)", Ac[h], _shape(Ac[h])),
+        Matrix("causal_output", "O_causal = A_causal × V", Oc[h], _product(Ac[h], v0, Oc[h])),
+    ]
+    return Walk(heading, steps)
+
+
+def seed_example() -> Walk:
+    model = ModelConfig(name="seed §6–§7", vocab_size=3, d_model=2, n_layers=1, n_heads=1,
+                        d_ff=2, positions="none")
+    given = {(0, "q"): np.array(SEED_WQ), (0, "k"): np.array(SEED_WK),
+             (0, "v"): np.array(SEED_WV)}
+    weights = Weights(model, dtype=np.float64, given=given)
+    return _walk(model, 3, np.array(SEED_X, dtype=np.float64), weights,
+                 "The first seed's §6–§7 example: T=3 tokens, D=Dh=2, one head")
+
+
+def own_model(model: ModelConfig, T: int, seed: int = 0) -> Walk:
+    if model.d_model > MAX_D:
+        raise ShapecalcError("model", f"explain prints every matrix; D={model.d_model} is more "
+                             f"than {MAX_D}: use a toy model")
+    if not 1 <= T <= MAX_T:
+        raise ShapecalcError("seq", f"explain prints every matrix: T must be 1..{MAX_T}, not {T}")
+    # unit-scale weights, so that scores are not all ≈ 0 as with 0.02-scale ones
+    weights = Weights(model, seed, np.float64, std=model.d_model**-0.5)
+    X = np.random.default_rng(seed + 1).standard_normal((T, model.d_model))
+    return _walk(model, T, X, weights,
+                 f"{model.name}: head 0 of {model.n_heads} in layer 0, T={T}, D={model.d_model}, "
+                 f"Dh={model.dh}, seeded input X (seed {seed})")
+
+
+def to_json(walk: Walk) -> dict[str, Any]:
+    out: dict[str, Any] = {"example": walk.heading}
+    for s in walk.steps:
+        out[s.key] = [[None if np.isinf(x) else float(x) for x in row] for row in s.value]
+    out["shapes"] = {s.key: list(s.value.shape) for s in walk.steps}
+    out["rules"] = {s.key: s.rule for s in walk.steps}
+    return out
+
+
+def _fmt(x: float) -> str:
+    return "-∞" if np.isneginf(x) else f"{x:.3f}"
+
+
+def print_explain(walk: Walk) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .render import make_console
+
+    out = make_console()
+    out.print(f"[bold]{escape(walk.heading)}[/]")
+    out.print(escape("A product [m,n] × [n,p] is legal when the inner dims agree; it gives [m,p]."))
+    out.print()
+    for s in walk.steps:
+        out.print(f"[bold cyan]{escape(s.title)}[/]   [dim]{escape(s.rule)}[/]")
+        grid = Table(show_header=False, box=None, padding=(0, 1))
+        for _ in range(s.value.shape[1]):
+            grid.add_column(justify="right")
+        for row in s.value:
+            grid.add_row(*(_fmt(x) for x in row))
+        out.print(grid)
+        out.print()

@@ -1,0 +1,380 @@
+"""`verify`: run the model in NumPy and check every symbolic number against the measured one.
+
+Checks compare the numeric stage list with the symbolic one stage by stage (names, shapes, FLOPs,
+elementwise FLOPs, params, bytes), the totals and the TP/PP ledger of the trace, and behaviour the
+symbolic side can only claim: decode from a KV cache equals the full forward, a paged cache equals
+a contiguous one, p ranks equal one, masks hide what they must. Real presets run at their real
+widths with K of N layers; all layers are alike, so per-layer numbers are measured and the totals
+extrapolated ×N/K.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from . import symbolic
+from .config import ModelConfig, ShapecalcError, Workload, check
+from .forward import Stage
+from .numeric import PRECISIONS, ContiguousKV, PagedKV, Step, Weights, step
+from .trace import build_trace
+
+GiB = 1 << 30
+CHUNK = 1 << 26  # bytes of one streamed weight chunk
+FIELDS = {"FLOPs": "flops", "elementwise FLOPs": "elementwise_flops", "params": "params",
+          "bytes": "bytes"}
+TOL = {"float64": 1e-9, "float32": 2e-4, "float16": 3e-2}
+# A K or V value within rounding noise of a KV-dtype rounding boundary can round either way in
+# two runs that order their sums differently (p ranks vs one, a padded batch vs one sequence):
+# one step of the KV dtype, which the comparison must allow.
+KV_TOL = {"fp32": 0.0, "fp16": 1e-3, "bf16": 8e-3, "int8": 3e-2, "fp8": 3e-2, "int4": 0.1}
+Progress = Callable[[str, int, int], None]
+
+
+def available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def default_budget() -> int:
+    return int(available_memory() * 0.6)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def estimate(model: ModelConfig, wl: Workload, layers: int, precision: str = "float32",
+             resident: bool = True) -> int:
+    """Bytes verify will allocate for `layers` layers: weights (all of them, or with streamed
+    weights the small ones and the chunk buffers), the biggest activations it keeps alive, KV
+    caches. Computed from the symbolic stages before anything is allocated."""
+    item = np.dtype(PRECISIONS[precision]).itemsize
+    p, T = wl.tp, wl.seq + 1
+    big = wl.model_copy(update={"phase": "prefill", "seq": T, "batch": max(wl.batch, 2),
+                                "logits": "all", "tp": 1})
+    st = symbolic.stages(model, big, 1)
+    largest = max(int(np.prod(s.shape)) for s in st)
+    kv = 2 * big.batch * model.kv_heads * T * model.dh * 2
+    act = 8 * largest + 4 * layers * kv
+    if not resident:  # norms, biases, position table; three chunk buffers
+        small = sum(s.params for s in st if s.op not in ("linear", "embed"))
+        small += sum(s.shape[-1] for s in st if s.op == "linear") * 2
+        return (small + act) * item + 3 * CHUNK + 64 * (1 << 20)
+    block = sum(s.params for s in st if s.group == "block")
+    other = sum(s.params for s in st if s.group != "block")
+    other += (-(-model.vocab_size // p) * p - model.vocab_size) * model.d_model * 2
+    w = other + layers * block
+    qkv = model.d_model * (model.n_heads + 2 * model.kv_heads) * model.dh
+    if model.fused_qkv:  # fused matrices are concatenated copies (p = 1 and p ranks)
+        w += layers * qkv * 2
+    if model.kv_heads < p:  # replicated KV heads are copies
+        w += layers * 2 * p * model.d_model * model.dh
+    return (w + act) * item + 64 * (1 << 20)
+
+
+def plan_layers(model: ModelConfig, wl: Workload, layers: int | None, precision: str,
+                budget: int, weights: str = "auto") -> tuple[int, int, bool]:
+    """K layers to run, the memory estimate, and whether the weights stay resident. Resident
+    weights when they fit (K given, or as many layers as fit the budget); streamed weights when
+    not even that fits; a refusal when neither does."""
+    N = model.n_layers
+    if layers is not None and not 1 <= layers <= N:
+        raise ShapecalcError("layers", f"K={layers} must be between 1 and N={N}")
+    K = layers
+    if K is None:
+        fixed = estimate(model, wl, 0, precision)
+        per = estimate(model, wl, 1, precision) - fixed
+        K = max(1, min(N, (budget - fixed) // max(per, 1)))
+    need = estimate(model, wl, K, precision)
+    if need <= budget and weights != "streamed":
+        return K, need, True
+    streamed = estimate(model, wl, K, precision, resident=False)
+    if streamed <= budget and weights != "resident":
+        return K, streamed, False
+    raise ShapecalcError(
+        "memory",
+        f"verify needs about {min(need, streamed) / GiB:.1f} GiB for --layers {K} at batch "
+        f"{wl.batch}, seq {wl.seq}, but the budget is {budget / GiB:.1f} GiB; lower "
+        "--layers, --batch or --seq (or raise --memory-budget)")
+
+
+# -- comparing ------------------------------------------------------------------------------------
+def _expand(sym: list[Stage], k: int) -> list[Stage]:
+    """The symbolic list as the executor runs it: the one recorded block (×N) for each of K."""
+    block = [s for s in sym if s.group == "block"]
+    emb = [s for s in sym if s.group == "embedding"]
+    return emb + block * k + [s for s in sym if s.group == "head"]
+
+
+def _where(s: Stage) -> str:
+    layer = s.extra.get("layer", -1)
+    return f"{s.name!r}" + (f" (layer {layer})" if layer >= 0 else "")
+
+
+def compare_stages(num: list[Stage], sym: list[Stage], k: int, label: str) -> list[dict]:
+    exp = _expand(sym, k)
+    checks = []
+    same = [a.name == b.name and a.op == b.op and a.group == b.group and a.shape == b.shape
+            for a, b in zip(num, exp, strict=False)]
+    bad = next((i for i, ok in enumerate(same) if not ok), None)
+    c = _check(f"stage names and shapes ({label})", len(exp), sum(same),
+               len(num) == len(exp) and bad is None)
+    if bad is not None:
+        c["detail"] = (f"stage {bad}: symbolic {exp[bad].name!r} {exp[bad].shape}, "
+                       f"measured {num[bad].name!r} {num[bad].shape}")
+    elif len(num) != len(exp):
+        c["detail"] = f"{len(exp)} symbolic stages, {len(num)} measured"
+    checks.append(c)
+    for title, f in FIELDS.items():
+        pairs = [(getattr(b, f), getattr(a, f)) for a, b in zip(num, exp, strict=False)]
+        wrong = [(i, s, m) for i, (s, m) in enumerate(pairs) if s != m]
+        c = _check(f"stage {title} ({label})", sum(s for s, _ in pairs),
+                   sum(m for _, m in pairs), not wrong and len(num) == len(exp))
+        if wrong:
+            i, s, m = wrong[0]
+            c["detail"] = f"{_where(num[i])}: symbolic {s}, measured {m}"
+        checks.append(c)
+    return checks
+
+
+def _check(name: str, symbolic: Any, measured: Any, ok: bool | None = None) -> dict:
+    return {"name": name, "symbolic": symbolic, "measured": measured,
+            "ok": bool(symbolic == measured if ok is None else ok)}
+
+
+def _close(name: str, a: np.ndarray, b: np.ndarray, tol: float) -> dict:
+    """Equal up to rounding: max |a − b| against tol × max |b| (relative to the output's size:
+    small seeded weights give small logits)."""
+    diff = float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
+    scale = max(1e-12, float(np.max(np.abs(b)))) if b.size else 1.0
+    finite = bool(np.isfinite(a).all() and np.isfinite(b).all())
+    return {"name": name, "symbolic": 0.0, "measured": diff, "tolerance": tol * scale,
+            "ok": finite and diff <= tol * scale}
+
+
+def _extrapolate(stages: list[Stage], f: str, k: int, n: int) -> int | float:
+    """Σ over stages, with the K layers run standing for all N."""
+    outside = sum(getattr(s, f) for s in stages if s.group != "block")
+    inside = Fraction(sum(getattr(s, f) for s in stages if s.group == "block") * n, k)
+    total = outside + inside
+    return int(total) if total.denominator == 1 else float(total)
+
+
+# -- the run --------------------------------------------------------------------------------------
+def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
+           precision: str = "float32", seed: int = 0, budget: int | None = None,
+           progress: Progress | None = None, weights: str = "auto") -> dict[str, Any]:
+    """Every check of one model and workload (see the module doc). `weights`: auto (resident
+    when they fit the budget, else streamed), resident, or streamed."""
+    check(model, wl)
+    budget = default_budget() if budget is None else budget
+    K, need, resident = plan_layers(model, wl, layers, precision, budget, weights)
+    N, p, B, T = model.n_layers, wl.tp, wl.batch, wl.seq
+    dt = PRECISIONS[precision]
+    tol = TOL[precision] + KV_TOL[wl.kv]
+    w = Weights(model, seed, dt, p=p, resident=resident, chunk_bytes=CHUNK)
+    rng = np.random.default_rng(seed + 1)
+    ids = rng.integers(0, model.vocab_size, (B, T + 1))
+    pre = wl.model_copy(update={"phase": "prefill"})
+    dec = wl.model_copy(update={"phase": "decode"})
+    can_decode = not (model.positions == "learned" and model.max_positions is not None
+                      and T + 1 > model.max_positions)
+    win = model.sliding_window
+
+    def run(label: str, wl_: Workload, ids_: np.ndarray, p_: int, cache: Any = None,
+            valid: np.ndarray | None = None) -> Step:
+        cb = (lambda i, k: progress(label, i, k)) if progress else None
+        return step(model, wl_, w, ids_, p=p_, cache=cache, layers=K, valid=valid, on_layer=cb)
+
+    def contiguous() -> ContiguousKV:
+        return ContiguousKV(wl.kv, win, dt)
+
+    def both(p_: int, cache: Any, tag: str) -> tuple[Step, Step | None]:
+        a = run(f"prefill, p={p_}{tag}", pre, ids[:, :T], p_, cache)
+        b = run(f"decode, p={p_}{tag}", dec, ids[:, T:], p_, cache) if can_decode else None
+        return a, b
+
+    checks: list[dict] = []
+    doc = build_trace(model, wl)
+    totals, tp_led, pp_led = doc["totals"], doc["parallel"]["tp"], doc["parallel"]["pp"]
+    phase = wl.phase
+    if phase == "decode" and not can_decode:  # check() refuses this already
+        raise ShapecalcError("seq", "decode needs T+1 positions")
+
+    # 1. one rank (p = 1): every stage, the totals, the KV cache, the pipeline hand-off
+    a_pre, a_dec = both(1, contiguous(), "")
+    main = a_dec if phase == "decode" else a_pre
+    assert main is not None
+    if phase == "decode":
+        checks += compare_stages(a_pre.stages, symbolic.stages(model, pre, 1), K, "prefill, p=1")
+    checks += compare_stages(main.stages, symbolic.stages(model, wl, 1), K, f"{phase}, p=1")
+    for key, f in (("params", "params"), ("flops", "flops"),
+                   ("elementwise_flops", "elementwise_flops")):
+        checks.append(_check(f"total {key.replace('_', ' ')}", totals[key],
+                             _extrapolate(main.stages, f, K, N)))
+    checks.append(_check("KV cache bytes (all layers)", totals["kv_cache_bytes"],
+                         _scale(sum(main.kv_bytes), K, N)))
+    checks.append(_check("largest activation bytes", totals["largest_activation"]["bytes"],
+                         _largest(main.stages)))
+    s_pp = wl.pp
+    hand = sorted(set(main.boundaries)) or [0]
+    checks.append(_check(f"pipeline boundary bytes (s={s_pp})", pp_led["boundary_bytes"],
+                         hand[0] if len(hand) == 1 else hand))
+
+    # 2. paged KV cache (p = 1): same logits as the contiguous one, blocks as the trace counts
+    paged = PagedKV(wl.kv, win, dt, wl.block_size, B, T + 1, seed)
+    g_pre, g_dec = both(1, paged, ", paged")
+    g_main = g_dec if phase == "decode" else g_pre
+    c_main = a_dec if phase == "decode" else a_pre
+    assert g_main is not None and c_main is not None
+    checks.append(_close(f"paged KV cache == contiguous ({phase} logits)", g_main.logits,
+                         c_main.logits, tol))
+    if can_decode and phase == "prefill":
+        assert g_dec is not None and a_dec is not None
+        checks.append(_close("paged KV cache == contiguous (decode logits)", g_dec.logits,
+                             a_dec.logits, tol))
+    checks.append(_check(f"paged KV cache blocks (block_size {wl.block_size})",
+                         totals["kv_cache_blocks"], g_main.kv_blocks))
+    checks.append(_check("paged KV cache bytes (all layers)", totals["kv_cache_paged_bytes"],
+                         _scale(sum(g_main.kv_bytes), K, N)))
+    del g_pre, g_dec, paged
+
+    # 3. tensor parallel: p ranks on their shards == one rank; the ledger
+    if p > 1:
+        b_pre, b_dec = both(p, contiguous(), "")
+        b_main = b_dec if phase == "decode" else b_pre
+        assert b_main is not None
+        if phase == "decode":
+            checks += compare_stages(b_pre.stages, symbolic.stages(model, pre, p), K,
+                                     f"prefill, p={p}")
+        checks += compare_stages(b_main.stages, symbolic.stages(model, wl, p), K,
+                                 f"{phase}, p={p}")
+        checks += _tp_checks(b_main, tp_led, K, N, p)
+        checks.append(_close(f"TP p={p} == unsharded (prefill logits)", b_pre.logits,
+                             a_pre.logits, tol))
+        if can_decode:
+            assert b_dec is not None and a_dec is not None
+            checks.append(_close(f"TP p={p} == unsharded (decode logits)", b_dec.logits,
+                                 a_dec.logits, tol))
+    else:
+        b_pre, b_dec = a_pre, a_dec
+        checks.append(_check("TP all-reduce bytes per layer (p=1: none)",
+                             tp_led["allreduce_bytes_per_layer"],
+                             _layer_sum(a_pre.stages, "allreduce", K)))
+    del a_pre, a_dec
+
+    # 4. decode from the cache == the full forward over T+1 tokens (at p)
+    full = None
+    if can_decode:
+        full = run(f"full T+1, p={p}", pre.model_copy(update={"seq": T + 1}), ids, p)
+        assert b_dec is not None
+        checks.append(_close(f"decode (KV cache, p={p}) == full forward over T+1 tokens",
+                             b_dec.logits, full.logits, tol))
+        kv_dec = sum(s.bytes for s in symbolic.stages(model, dec, p) if s.op == "kv_cache") * N
+        checks.append(_check(f"KV cache bytes after decode (p={p}, all layers)", kv_dec,
+                             _scale(sum(b_dec.kv_bytes), K, N)))
+    else:
+        checks.append(_skipped("decode (KV cache) == full forward",
+                               f"T+1={T + 1} exceeds max_positions"))
+
+    # 5. masks: the causal one hides the future, the padding one hides the pads (at p)
+    ref, n = (full, T + 1) if full is not None else (b_pre, T)  # a run to change the end of
+    if n >= 2:
+        cut = (n + 1) // 2
+        ids2 = ids[:, :n].copy()
+        ids2[:, cut:] = (ids2[:, cut:] + rng.integers(1, model.vocab_size, ids2[:, cut:].shape)
+                         ) % model.vocab_size  # every later token really changes
+        changed = run(f"causal check, p={p}", pre.model_copy(update={"seq": n}), ids2, p)
+        checks.append(_close(f"causal mask: tokens from {cut} on changed, positions < {cut} "
+                             "unchanged", changed.full[:, :cut], ref.full[:, :cut], tol))
+        del changed
+    else:
+        checks.append(_skipped("causal mask", "one token: nothing later to change"))
+    del b_pre, b_dec, full, ref
+    if T >= 2:
+        checks.append(_padding_check(run, model, pre, ids, T, p, rng, tol))
+    else:
+        checks.append(_skipped("padding mask", "T=1: nothing to pad"))
+
+    ok = all(c["ok"] for c in checks)
+    note = (f"ran {K} of {N} layers at real widths; per-layer numbers measured on them, "
+            f"totals extrapolated ×{N}/{K}" if K < N else f"ran all {N} layer(s)")
+    if not resident:
+        note += ("; weights streamed (too big to hold at once): each linear makes its shard in "
+                 "chunks and drops them, the embedding gathers only the rows looked up")
+    return {
+        "model": model.name, "workload": wl.model_dump(), "layers_run": K, "n_layers": N,
+        "extrapolated": K < N, "note": note, "precision": precision, "seed": seed,
+        "memory_estimate_bytes": need, "memory_budget_bytes": budget,
+        "weights": "resident" if resident else "streamed", "ok": ok,
+        "checks": checks,
+    }
+
+
+def _skipped(what: str, why: str) -> dict:
+    return {"name": f"{what} (skipped: {why})", "symbolic": None, "measured": None, "ok": True,
+            "skipped": True}
+
+
+def _scale(x: int, k: int, n: int) -> int | float:
+    f = Fraction(x * n, k)
+    return int(f) if f.denominator == 1 else float(f)
+
+
+def _largest(stages: list[Stage]) -> int:
+    """The biggest activation written (the KV cache is counted apart, as the trace does)."""
+    return max(s.bytes for s in stages if s.op not in ("kv_cache", "kv_append"))
+
+
+def _layer_sum(stages: list[Stage], op: str, k: int) -> int | float:
+    return _scale(sum(s.bytes for s in stages if s.op == op and s.group == "block"), k, 1)
+
+
+def _tp_checks(b: Step, led: dict, k: int, n: int, p: int) -> list[dict]:
+    st = b.stages
+    ar = [s for s in st if s.op == "allreduce" and s.group == "block"]
+    return [
+        _check(f"TP all-reduce bytes per layer (p={p})", led["allreduce_bytes_per_layer"],
+               _layer_sum(st, "allreduce", k)),
+        _check(f"TP all-reduces per layer (p={p})", led["allreduce_per_layer"],
+               _scale(len(ar), k, 1)),
+        _check(f"TP embedding all-reduce bytes (p={p})", led["embedding_allreduce_bytes"],
+               sum(s.bytes for s in st if s.op == "allreduce" and s.group == "embedding")),
+        _check(f"TP logits all-gather bytes (p={p})", led["logits_allgather_bytes"],
+               sum(s.bytes for s in st if s.op == "allgather")),
+        _check(f"TP params per rank (p={p})", led["params_per_rank"],
+               _extrapolate(st, "params", k, n)),
+        _check(f"TP FLOPs per rank (p={p})", led["flops_per_rank"],
+               _extrapolate(st, "flops", k, n)),
+        _check(f"TP KV cache bytes per rank (p={p})", led["kv_cache_bytes_per_rank"],
+               _scale(sum(b.kv_bytes), k, n)),
+        _check(f"TP largest activation bytes per rank (p={p})",
+               led.get("largest_activation_bytes_per_rank"), _largest(st)),
+    ]
+
+
+def _padding_check(run: Callable[..., Step], model: ModelConfig, pre: Workload, ids: np.ndarray,
+                   T: int, p: int, rng: np.random.Generator, tol: float) -> dict:
+    """Two sequences, the second left-padded to T: their real positions must match runs of each
+    sequence alone (pads masked as keys, positions counted from the first real token)."""
+    L = T - max(1, T // 4)
+    rows = np.stack([ids[0, :T], rng.integers(0, model.vocab_size, T)])
+    valid = np.ones((2, T), dtype=bool)
+    valid[1, : T - L] = False
+    padded = run(f"padding check, p={p}",
+                 pre.model_copy(update={"batch": 2, "padding_mask": True}), rows, p, None, valid)
+    one = pre.model_copy(update={"batch": 1, "padding_mask": False})
+    r0 = run(f"padding check, p={p}", one, rows[:1], p)
+    r1 = run(f"padding check, p={p}", one.model_copy(update={"seq": L}), rows[1:, T - L:], p)
+    got = np.concatenate([padded.full[0], padded.full[1, T - L:]])
+    want = np.concatenate([r0.full[0], r1.full[0]])
+    return _close(f"padding mask: padded batch (pads 0..{T - L - 1} of row 1) == unpadded "
+                  "sequences", got, want, tol)
