@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from shapecalc.closed import ClosedForm, Poly, fit_poly
 from shapecalc.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
+from shapecalc.planning import SWEEP_KEYS
 from shapecalc.sources import load_preset
 from shapecalc.trace import build_trace
 
@@ -29,15 +30,8 @@ def flat(doc: dict) -> dict[str, int]:
     return out
 
 
-COMPARED = (
-    "params", "flops", "elementwise_flops", "weight_bytes", "kv_cache_bytes", "kv_cache_tokens",
-    "kv_cache_bytes_per_token", "kv_cache_blocks", "kv_cache_paged_bytes",
-    "largest_activation_bytes", "kv_heads_per_rank", "allreduce_per_layer", "allreduce_bytes",
-    "allreduce_bytes_per_layer", "allreduce_bytes_total", "ring_bytes_per_rank",
-    "ring_bytes_per_rank_total", "embedding_allreduce_bytes", "logits_allgather_bytes",
-    "params_per_rank", "weight_bytes_per_rank", "kv_cache_bytes_per_rank", "flops_per_rank",
-    "boundary_bytes", "boundary_bytes_total", "tp", "pp", "largest_activation_bytes_per_rank",
-)
+# every integer column of a sweep row, plus the grid's own axes
+COMPARED = (*SWEEP_KEYS, "largest_activation_bytes_per_rank", "tp", "pp")
 
 
 def assert_equal_at(model: ModelConfig, cf: ClosedForm, points: list[dict]) -> None:

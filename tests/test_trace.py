@@ -64,21 +64,13 @@ def test_trace_without_arguments_shows_section_13_in_order(cli):
     assert "× N = 1 layer" in r.out and "totals" in r.out
 
 
+# the second seed's §11 ledger: hidden 8192, TP 4, batch 1, seq 2048, fp16
+LEDGER = ("trace", "--preset", "llama2-70b", "--tp", "4", "--batch", "1", "--seq", "2048",
+          "--dtype", "fp16", "--json")
+
+
 def test_llama2_70b_tp4_ledger(cli):
-    r = cli(
-        "trace",
-        "--preset",
-        "llama2-70b",
-        "--tp",
-        "4",
-        "--batch",
-        "1",
-        "--seq",
-        "2048",
-        "--dtype",
-        "fp16",
-        "--json",
-    )
+    r = cli(*LEDGER)
     assert r.code == 0, r.err
     doc = r.json()
     tp = doc["parallel"]["tp"]
@@ -89,22 +81,7 @@ def test_llama2_70b_tp4_ledger(cli):
     assert doc["totals"]["kv_cache_bytes"] == 671_088_640
     assert tp["kv_cache_bytes_per_rank"] == 167_772_160
     assert doc["totals"]["params"] == 68_976_648_192
-    r2 = cli(
-        "trace",
-        "--preset",
-        "llama2-70b",
-        "--tp",
-        "4",
-        "--batch",
-        "1",
-        "--seq",
-        "2048",
-        "--dtype",
-        "fp16",
-        "--pp",
-        "2",
-        "--json",
-    )
+    r2 = cli(*LEDGER, "--pp", "2")
     assert r2.json()["parallel"]["pp"]["boundary_bytes"] == 33_554_432
 
 
