@@ -118,7 +118,7 @@ PhaseList = Annotated[
 
 
 def _fail(e: Exception) -> None:
-    from .cli import fail
+    from .options import fail
 
     fail(e)  # type: ignore[arg-type]
 
@@ -294,7 +294,7 @@ def fit(
 
     try:
         from . import planning
-        from .cli import resolve_model, resolve_workload
+        from .options import resolve_model, resolve_workload
         from .output import FORMATS
 
         fmt = _format(fmt, as_json, FORMATS)
@@ -323,18 +323,23 @@ def fit(
             logits=logits, tp=tp, pp=pp, block_size=block_size, attention_flops=attention_flops,
         )
         doc = planning.fit(model, wl, hw, opts)
-        _emit_fit(doc, fmt, output, svg, html)
+        _emit_fit(doc, fmt, output, svg, html, model, wl)
     except ShapecalcError as e:
         _fail(e)
 
 
 def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
-              html: str | None) -> None:
+              html: str | None, model: Any, wl: Any) -> None:
     from . import output as io_
     from . import plan_render as pr
 
     def draw(console: Any) -> None:
+        from .render import breakdown_chart
+        from .trace import build_trace
+
         pr.print_fit(doc, console)
+        # where the FLOPs (of a prefill) and the parameters go; the memory bar is above
+        console.print(breakdown_chart(build_trace(model, wl), memory=False))
 
     if fmt == "table":
         io_.render_table(draw, output, True, svg, html)
@@ -484,7 +489,7 @@ def hardware(
     except ShapecalcError as e:
         _fail(e)
     if as_json:
-        from .cli import emit_json
+        from .options import emit_json
 
         docs = [g.model_dump() for g in gpus]
         emit_json(docs[0] if name is not None else docs)

@@ -230,7 +230,7 @@ def _is_hf(path: Path) -> bool:
 
 
 def make_workload(fields: dict[str, Any]) -> Workload:
-    from .cli import resolve_workload
+    from .options import resolve_workload
 
     return resolve_workload({}, **fields)
 

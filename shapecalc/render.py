@@ -337,8 +337,9 @@ def _bar_rows(t: Table, title: str, items: list[tuple[str, int]], unit: Any, wid
         t.add_row("  " + label, bar, unit(v), f"{100 * v / total:5.1f} %")
 
 
-def breakdown_chart(doc: dict[str, Any], width: int = 40) -> Table:
-    """Bars of where the matmul FLOPs, the parameters and one device's memory go."""
+def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True) -> Table:
+    """Bars of where the matmul FLOPs, the parameters and (with `memory`) one device's memory
+    go."""
     tot, pb, fb = doc["totals"], doc["totals"]["params_breakdown"], doc["totals"]["flops_breakdown"]
     n = doc["model"]["n_layers"]
     t = Table.grid(padding=(0, 2))
@@ -356,14 +357,16 @@ def breakdown_chart(doc: dict[str, Any], width: int = 40) -> Table:
         ("LM head", pb["lm_head"]),
     ]
     _bar_rows(t, "where parameters go", [x for x in params if x[1]], human_count, width)
+    if not memory:
+        return t
     tp = doc["parallel"]["tp"]
-    memory = [
+    parts = [
         ("weights", tp["weight_bytes_per_rank"]),
         ("KV cache", tp["kv_cache_bytes_per_rank"]),
         ("largest activation", tp["largest_activation_bytes_per_rank"]),
     ]
     title = "where one device's memory goes" + (" (per rank)" if tp["degree"] > 1 else "")
-    _bar_rows(t, title, [x for x in memory if x[1]], human_bytes, width)
+    _bar_rows(t, title, [x for x in parts if x[1]], human_bytes, width)
     return t
 
 
