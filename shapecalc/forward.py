@@ -17,6 +17,18 @@ from .config import ModelConfig, Workload
 from .expr import Dim, Expr
 
 Group = Literal["embedding", "block", "head"]
+
+# The stage name each weight's linear() prints (the forward names weights q, k, v, o, …).
+LINEAR_LABEL = {
+    "q": "q projection",
+    "k": "k projection",
+    "v": "v projection",
+    "qkv": "qkv projection (fused)",
+    "o": "output projection WO",
+    "gate": "FFN gate",
+    "up": "FFN up",
+    "down": "FFN down",
+}
 Split = Literal["column", "row", "vocab", "replicated"]
 
 

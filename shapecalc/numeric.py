@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .config import ModelConfig, Workload
-from .forward import Ops, Sizes, Stage, forward
+from .forward import LINEAR_LABEL, Ops, Sizes, Stage, forward
 from .trace import pp_layers
 
 PRECISIONS: dict[str, Any] = {"float32": np.float32, "float64": np.float64, "float16": np.float16}
@@ -35,9 +35,6 @@ _POOL = 4_194_301  # seeded normals tiled over weights: random-looking, filled a
 # T+1 tokens quantize the shared tokens identically (decode == full forward still holds).
 QSCALE = {"int8": 1 / 32, "fp8": 1 / 32, "int4": 1 / 2}
 _MADV_POPULATE_WRITE = 23  # Linux ≥ 5.14
-LABEL = {"q": "q projection", "k": "k projection", "v": "v projection",
-         "qkv": "qkv projection (fused)", "o": "output projection WO",
-         "gate": "FFN gate", "up": "FFN up", "down": "FFN down"}
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -574,7 +571,8 @@ class NumericOps(Ops):
                 y += b
             ew = self._el(y)
         y = y.reshape(y.shape[0], *rows, y.shape[-1])
-        return self._rec(LABEL.get(name, name), "linear", y, flops=flops, ew=ew, params=params)
+        label = LINEAR_LABEL.get(name, name)
+        return self._rec(label, "linear", y, flops=flops, ew=ew, params=params)
 
     def _streamed(self, x: np.ndarray, shards: list[Any]) -> tuple[np.ndarray, int, int]:
         """x @ W with W made chunk by chunk (streamed weights); FLOPs and params of rank 0's

@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 
 from .config import ModelConfig, Workload, nbytes
 from .expr import Dim, Expr, formula, sum_formula
-from .forward import Group, Ops, Sizes, Split, Stage, forward
+from .forward import LINEAR_LABEL, Group, Ops, Sizes, Split, Stage, forward
 
 # FLOPs per output element of each elementwise operation (a documented convention; FlopCounterMode
 # counts none of them). Norms: mean/variance or mean-square, normalise, then γ (and β).
@@ -177,16 +177,7 @@ class SymbolicOps(Ops):
             note = (note + ", " if note else "") + "tied: weights counted at the embedding"
         if bias and split == "row" and self.z.p > 1:
             note += ", bias added once after the all-reduce"
-        label = {
-            "q": "q projection",
-            "k": "k projection",
-            "v": "v projection",
-            "qkv": "qkv projection (fused)",
-            "o": "output projection WO",
-            "gate": "FFN gate",
-            "up": "FFN up",
-            "down": "FFN down",
-        }.get(name, name)
+        label = LINEAR_LABEL.get(name, name)
         return self._rec(
             label,
             "linear",

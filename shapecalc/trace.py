@@ -9,17 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from .config import ModelConfig, Workload, check, nbytes
-from .forward import Stage
+from .forward import LINEAR_LABEL, Stage
 from .symbolic import stages as symbolic_stages
 
-ATTN_PROJ = (
-    "q projection",
-    "k projection",
-    "v projection",
-    "qkv projection (fused)",
-    "output projection WO",
-)
-FFN_MATS = ("FFN gate", "FFN up", "FFN down")
+ATTN_PROJ = tuple(LINEAR_LABEL[k] for k in ("q", "k", "v", "qkv", "o"))
+FFN_MATS = tuple(LINEAR_LABEL[k] for k in ("gate", "up", "down"))
 
 
 def _sum(st: list[Stage], key: str, pred: Any = None) -> int:
