@@ -84,7 +84,10 @@ def trace(
     attention_flops: AttnFlops = None,
     padding_mask: PaddingMask = None,
     per_rank: Annotated[
-        bool, typer.Option("--per-rank", help="list one tensor-parallel rank's stages")
+        bool,
+        typer.Option(
+            "--per-rank", help="also list one tensor-parallel rank's stages (JSON: rank_stages)"
+        ),
     ] = False,
     as_json: JsonOut = False,
     fmt: Format = "table",
@@ -112,7 +115,7 @@ def trace(
             attention_flops=attention_flops,
             padding_mask=padding_mask,
         )
-        doc = build_trace(model, wl)
+        doc = build_trace(model, wl, per_rank=per_rank)
         fmt = check_format("json" if as_json else fmt)
         if fmt == "json" and output is None and not (svg or html):
             emit_json(doc)  # the planners' hot path: no rich, no file

@@ -264,12 +264,8 @@ def print_trace(
         f"{m['name']} · {wl['phase']} · B={wl['batch']} T={wl['seq']} · {wl['dtype']}"
         f" · tp={wl['tp']} pp={wl['pp']}"
     )
-    if per_rank and wl["tp"] > 1:
-        from .config import ModelConfig, Workload
-        from .symbolic import stages as sym_stages
-
-        rank = sym_stages(ModelConfig(**m), Workload(**wl), wl["tp"])
-        stages = [s.as_dict() for s in rank]
+    if per_rank and "rank_stages" in doc:
+        stages = doc["rank_stages"]
         title += " · one rank's stages"
     console.print(_stage_table(stages, title))
     console.print(Group(totals_panel(doc), parallel_panel(doc)))

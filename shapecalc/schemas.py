@@ -130,6 +130,7 @@ class TraceOut(_Strict):
     stages: list[StageOut]
     totals: Totals
     parallel: ParallelOut
+    rank_stages: list[StageOut] | None = None  # with --per-rank and p > 1
 
     @field_validator("model")
     @classmethod

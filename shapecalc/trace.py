@@ -67,9 +67,11 @@ def flops_breakdown(st: list[Stage]) -> dict[str, int]:
     }
 
 
-def build_trace(model: ModelConfig, wl: Workload) -> dict[str, Any]:
+def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dict[str, Any]:
+    """The trace; with `per_rank` (and p > 1) also `rank_stages`, one rank's stage list."""
     check(model, wl)
     st = symbolic_stages(model, wl, 1)
+    rank = symbolic_stages(model, wl, wl.tp) if wl.tp > 1 else st
     params = _sum(st, "params")
     kv_per_layer = [s for s in st if s.op == "kv_cache"]
     kv_tokens = kv_per_layer[0].shape[3] if kv_per_layer else 0
@@ -96,18 +98,21 @@ def build_trace(model: ModelConfig, wl: Workload) -> dict[str, Any]:
             "bytes": largest.bytes,
         },
     }
-    return {
+    doc = {
         "model": model.model_dump(),
         "workload": wl.model_dump(),
         "stages": [s.as_dict() for s in st],
         "totals": totals,
-        "parallel": {"tp": tp_ledger(model, wl, st), "pp": pp_ledger(model, wl, st)},
+        "parallel": {"tp": tp_ledger(model, wl, rank), "pp": pp_ledger(model, wl, st)},
     }
+    if per_rank and wl.tp > 1:
+        doc["rank_stages"] = [s.as_dict() for s in rank]
+    return doc
 
 
-def tp_ledger(model: ModelConfig, wl: Workload, st1: list[Stage]) -> dict[str, Any]:
+def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, Any]:
+    """Tensor parallelism from one rank's stages (the whole model's when p = 1)."""
     p = wl.tp
-    rank = symbolic_stages(model, wl, p) if p > 1 else st1
     n = model.n_layers
     block_ar = [s for s in rank if s.op == "allreduce" and s.group == "block"]
     one = block_ar[0].bytes if block_ar else 0

@@ -307,6 +307,12 @@ def test_per_rank_listing(cli):
     assert r.code == 0, r.err
     assert "one rank's stages" in r.out and "[B,T,H·Dh/p] = [1,128,2048]" in r.out
     assert "attention all-reduce" in r.out and "FFN all-reduce" in r.out
+    doc = cli("trace", "--preset", "llama2-70b", "--tp", "4", "--seq", "128", "--per-rank",
+              "--json").json()
+    TraceOut.model_validate(doc)
+    q = next(s for s in doc["rank_stages"] if s["name"] == "q projection")
+    assert q["dims"] == ["B", "T", "H·Dh/p"] and q["params"] * 4 == 8192 * 8192
+    assert "rank_stages" not in cli(*LEDGER).json()  # only when asked
 
 
 def test_trace_formats_and_exports(cli, tmp_path):
