@@ -35,6 +35,11 @@ DTYPE_BITS: dict[str, int] = {
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 
 
+def ceil_div(a: int, b: int) -> int:
+    """⌈a/b⌉ in exact integers (shards, blocks, ring chunks)."""
+    return -(-a // b)
+
+
 def nbytes(elements: int, dtype: str) -> int:
     """Exact bytes of `elements` values stored in `dtype` (int4: two per byte, rounded up)."""
     return (elements * DTYPE_BITS[dtype] + 7) // 8

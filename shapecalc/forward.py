@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 
-from .config import ModelConfig, Workload
+from .config import ModelConfig, Workload, ceil_div
 from .expr import Dim, Expr
 
 Group = Literal["embedding", "block", "head"]
@@ -102,9 +102,6 @@ class Stage:
         return f"Stage({self.name!r}, {self.op!r}, {self.dims}, flops={self.flops})"
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
 
 class Sizes(NamedTuple):
     """The dims one rank works with, each carrying its symbol (`H/p`, `T′`, …)."""
@@ -132,7 +129,7 @@ class Sizes(NamedTuple):
         def shard(sym: str, value: int) -> Dim:
             if p == 1:
                 return Dim.of(sym, value)
-            return Dim(_ceil_div(value, p), Expr.sym(sym) * Expr([((("p", -1),), 1)]))
+            return Dim(ceil_div(value, p), Expr.sym(sym) * Expr([((("p", -1),), 1)]))
 
         hkv = model.kv_heads
         replicated = p > hkv

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import ModelConfig, Workload
+from .config import ModelConfig, Workload, ceil_div
 from .forward import LINEAR_LABEL, Ops, Sizes, Stage, forward
 from .trace import pp_layers
 
@@ -36,9 +36,6 @@ _POOL = 4_194_301  # seeded normals tiled over weights: random-looking, filled a
 QSCALE = {"int8": 1 / 32, "fp8": 1 / 32, "int4": 1 / 2}
 _MADV_POPULATE_WRITE = 23  # Linux ≥ 5.14
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # -- storage dtypes -------------------------------------------------------------------------------
@@ -132,7 +129,7 @@ class Weights:
                  resident: bool = True, chunk_bytes: int = 1 << 26):
         self.m, self.seed, self.dtype = model, seed, np.dtype(dtype).type
         self.resident, self.chunk_bytes = resident, chunk_bytes
-        self.vocab_rows = _ceil_div(model.vocab_size, p) * p
+        self.vocab_rows = ceil_div(model.vocab_size, p) * p
         rng = np.random.default_rng(seed)
         self.pool = (rng.standard_normal(_POOL, dtype=np.float32) * std).astype(self.dtype)
         self.given = {k: np.asarray(v, self.dtype) for k, v in (given or {}).items()}
@@ -350,7 +347,7 @@ class PagedKV(KVCache):
         super().__init__(kv_dtype, window, compute)
         self.bs = block_size
         tokens = max_tokens if window is None else min(max_tokens, window)
-        self.per_seq = _ceil_div(tokens, block_size)
+        self.per_seq = ceil_div(tokens, block_size)
         self.ring = self.per_seq * block_size if window is not None else None
         self.table = np.full((batch, self.per_seq), -1, dtype=np.int64)
         self.free = np.random.default_rng(seed).permutation(batch * self.per_seq)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ModelConfig, Workload, check, nbytes
+from .config import ModelConfig, Workload, ceil_div, check, nbytes
 from .forward import LINEAR_LABEL, Stage
 from .symbolic import stages as symbolic_stages
 
@@ -24,9 +24,6 @@ def _activations(st: list[Stage]) -> list[Stage]:
     """Stages that write an activation (the KV cache is counted apart, as a cache)."""
     return [s for s in st if s.op not in ("kv_cache", "kv_append")]
 
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def pp_layers(n_layers: int, s: int) -> list[int]:
@@ -77,7 +74,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
     kv_tokens = kv_per_layer[0].shape[3] if kv_per_layer else 0
     kv_bytes = _sum(st, "bytes", lambda s: s.op == "kv_cache")
     per_token = nbytes(2 * model.n_layers * model.kv_heads * model.dh, wl.kv)
-    blocks = wl.batch * _ceil_div(kv_tokens, wl.block_size)
+    blocks = wl.batch * ceil_div(kv_tokens, wl.block_size)
     largest = max(_activations(st), key=lambda s: s.bytes)
     totals: dict[str, Any] = {
         "params": params,
@@ -122,7 +119,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
 
     def ring(b: int) -> int:
         # ring all-reduce: reduce-scatter then all-gather, each p−1 steps of one 1/p chunk
-        return 2 * (p - 1) * _ceil_div(b, p)
+        return 2 * (p - 1) * ceil_div(b, p)
 
     emb_ar = _sum(rank, "bytes", lambda s: s.op == "allreduce" and s.group == "embedding")
     gather = _sum(rank, "bytes", lambda s: s.op == "allgather")
@@ -143,7 +140,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
         "kv_heads_per_rank": max(1, hkv // p),
         "kv_heads_replicated": p > hkv,
         "d_ff_per_rank": model.d_ff // p,
-        "vocab_per_rank": _ceil_div(model.vocab_size, p),
+        "vocab_per_rank": ceil_div(model.vocab_size, p),
         "splits": splits,
         "allreduce_per_layer": count,
         "allreduce_bytes": one,

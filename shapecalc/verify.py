@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import symbolic
-from .config import ModelConfig, ShapecalcError, Workload, check
+from .config import ModelConfig, ShapecalcError, Workload, ceil_div, check
 from .forward import Stage
 from .numeric import PRECISIONS, ContiguousKV, PagedKV, Step, Weights, step
 from .trace import build_trace
@@ -70,7 +70,7 @@ def estimate(model: ModelConfig, wl: Workload, layers: int, precision: str = "fl
         return (small + act) * item + 3 * CHUNK + 64 * (1 << 20)
     block = sum(s.params for s in st if s.group == "block")
     other = sum(s.params for s in st if s.group != "block")
-    other += (-(-model.vocab_size // p) * p - model.vocab_size) * model.d_model * 2
+    other += (ceil_div(model.vocab_size, p) * p - model.vocab_size) * model.d_model * 2
     w = other + layers * block
     qkv = model.d_model * (model.n_heads + 2 * model.kv_heads) * model.dh
     if model.fused_qkv:  # fused matrices are concatenated copies (p = 1 and p ranks)
