@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from shapecalc.config import Workload
-from shapecalc.numeric import Weights, step
-from shapecalc.sources import load_preset
+from shapecalc.model.config import Workload
+from shapecalc.interpret.numeric import Weights, step
+from shapecalc.inputs.sources import load_preset
 
 
 def rss_peak() -> int:

@@ -20,12 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from shapecalc.closed import ClosedForm
-from shapecalc.config import Workload
-from shapecalc.plan_render import sweep_lines
-from shapecalc.planning import Case, SweepAxes, sweep
-from shapecalc.sources import load_preset
-from shapecalc.trace import build_trace
+from shapecalc.costs.closed import ClosedForm
+from shapecalc.model.config import Workload
+from shapecalc.render.plan import sweep_lines
+from shapecalc.plan.planning import Case, SweepAxes, sweep
+from shapecalc.inputs.sources import load_preset
+from shapecalc.costs.trace import build_trace
 
 MODEL = "llama2-70b"
 AXES = SweepAxes(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shapecalc import symbolic
-from shapecalc.config import ModelConfig, Workload
-from shapecalc.numeric import (
+from shapecalc.interpret import symbolic
+from shapecalc.model.config import ModelConfig, Workload
+from shapecalc.interpret.numeric import (
     ContiguousKV,
     PagedKV,
     Weights,
@@ -17,7 +17,7 @@ from shapecalc.numeric import (
     pack_int4,
     step,
 )
-from shapecalc.verify import _expand
+from shapecalc.check.verify import _expand
 
 F64 = np.float64
 FIELDS = ("name", "op", "group", "shape", "flops", "elementwise_flops", "params", "bytes")

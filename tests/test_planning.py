@@ -9,12 +9,12 @@ import math
 
 import pytest
 
-from shapecalc.config import Workload
-from shapecalc.hardware import load_gpu
-from shapecalc.plan_schemas import CompareOut, FitOut, SweepRow, schemas
-from shapecalc.planning import PlanOptions, fit, parse_int_grid
-from shapecalc.sources import load_preset
-from shapecalc.trace import build_trace
+from shapecalc.model.config import Workload
+from shapecalc.inputs.hardware import load_gpu
+from shapecalc.plan.schemas import CompareOut, FitOut, SweepRow, schemas
+from shapecalc.plan.planning import PlanOptions, fit, parse_int_grid
+from shapecalc.inputs.sources import load_preset
+from shapecalc.costs.trace import build_trace
 
 MiB, GiB = 2**20, 2**30
 
@@ -210,7 +210,7 @@ def test_fit_tp_and_pp_on_a100_40gb():
 def test_fit_replicates_kv_heads_beyond_h_kv():
     """2 KV heads at tp=4: each rank holds one (replicated ×2), as vLLM does."""
     model = load_preset("llama3-8b")
-    from shapecalc.sources import apply_overrides
+    from shapecalc.inputs.sources import apply_overrides
 
     m2 = apply_overrides(model, ["n_kv_heads=2"])
     doc = fit(m2, Workload(batch=4, seq=4096, tp=4, logits="last"), load_gpu("H100-SXM"),

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from shapecalc import sources
-from shapecalc.config import Workload
-from shapecalc.verify import verify
+from shapecalc.inputs import sources
+from shapecalc.model.config import Workload
+from shapecalc.check.verify import verify
 
 
 @pytest.mark.parametrize("name", sorted(sources.list_presets()))

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from shapecalc.config import ModelConfig, ShapecalcError
-from shapecalc.sources import (
+from shapecalc.model.config import ModelConfig, ShapecalcError
+from shapecalc.inputs.sources import (
     apply_overrides,
     hardware_dirs,
     list_presets,

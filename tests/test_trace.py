@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shapecalc import sources
-from shapecalc.config import ModelConfig, Workload, nbytes
-from shapecalc.schemas import TraceOut
-from shapecalc.symbolic import stages
-from shapecalc.trace import build_trace, pp_layers
+from shapecalc.inputs import sources
+from shapecalc.model.config import ModelConfig, Workload, nbytes
+from shapecalc.costs.schemas import TraceOut
+from shapecalc.interpret.symbolic import stages
+from shapecalc.costs.trace import build_trace, pp_layers
 
 # The first seed's §13 table: B=2, T=4, D=8, H=2, Dh=4, Dff=32, N_vocab=10000, in order.
 SEED_13 = [

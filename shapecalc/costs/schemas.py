@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from .config import ModelConfig, Workload
+from ..model.config import ModelConfig, Workload
 
 
 class _Strict(BaseModel):
@@ -150,19 +150,3 @@ def trace_schema() -> dict[str, Any]:
     schema["properties"]["model"] = ModelConfig.model_json_schema()
     schema["properties"]["workload"] = Workload.model_json_schema()
     return schema
-
-
-def all_schemas() -> dict[str, dict[str, Any]]:
-    out = {
-        "config": ModelConfig.model_json_schema(),
-        "workload": Workload.model_json_schema(),
-        "trace": trace_schema(),
-    }
-    try:
-        from .plan_schemas import schemas as plan
-    except ModuleNotFoundError as e:  # the planning commands are optional
-        if e.name != f"{__package__}.plan_schemas":
-            raise
-    else:
-        out.update(plan())
-    return out

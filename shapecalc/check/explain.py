@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import ModelConfig, ShapecalcError, Workload
-from .numeric import ContiguousKV, NumericOps, Weights
+from ..model.config import ModelConfig, ShapecalcError, Workload
+from ..interpret.numeric import ContiguousKV, NumericOps, Weights
 
 SEED_X = [[1, 0], [0, 1], [1, 1]]
 SEED_WQ = [[1, 0], [0, 1]]
@@ -144,7 +144,7 @@ def print_explain(walk: Walk) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .render import make_console
+    from ..render.trace import make_console
 
     out = make_console()
     out.print(f"[bold]{escape(walk.heading)}[/]")

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .config import ShapecalcError
+from ..model.config import ShapecalcError
 from .options import (
     PP,
     TP,
@@ -70,7 +70,7 @@ def print_verify(doc: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .render import make_console
+    from ..render.trace import make_console
 
     wl = doc["workload"]
     title = (f"verify {doc['model']}: B={wl['batch']} T={wl['seq']} {wl['phase']}, "
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
         memory_budget: Budget = None,
         as_json: JsonOut = False,
     ) -> None:
-        from .verify import verify as run_verify
+        from ..check.verify import verify as run_verify
 
         try:
             if precision not in ("float32", "float64", "float16"):
@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
                 padding_mask=padding_mask,
             )
             budget = None if memory_budget is None else int(memory_budget * 2**30)
-            from .verify import estimate
+            from ..check.verify import estimate
 
             # a bar only where a run takes more than a moment: real widths
             bar, report = _progress(estimate(model, wl, 1) > 256 << 20)
@@ -199,7 +199,7 @@ def register(app: typer.Typer) -> None:
         seed: Seed = 0,
         as_json: JsonOut = False,
     ) -> None:
-        from . import explain as ex
+        from ..check import explain as ex
 
         try:
             if preset is None and config is None and hf_config is None and not set_:

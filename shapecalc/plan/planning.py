@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from .closed import ClosedForm
-from .config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check, nbytes
-from .hardware import GPU, PEAK_DTYPES
-from .trace import pp_layers
+from ..costs.closed import ClosedForm
+from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check, nbytes
+from ..inputs.hardware import GPU, PEAK_DTYPES
+from ..costs.trace import pp_layers
 
 ACTIVATIONS = (
     "2 × the largest tensor one rank writes in the prefill step, the KV cache aside (its input "
@@ -176,7 +176,7 @@ class Case:
 def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
     """`NAME[@field=value,…]`: NAME a preset, a .toml/.json config or an HF config.json;
     workload fields set the workload, model fields go through the same path as --set."""
-    from . import sources
+    from ..inputs import sources
 
     src, at, spec = text.rpartition("@")
     if not at or (Path(text).exists() and "=" not in spec):  # a file whose name has an @
@@ -230,7 +230,7 @@ def _is_hf(path: Path) -> bool:
 
 
 def make_workload(fields: dict[str, Any]) -> Workload:
-    from .options import resolve_workload
+    from ..cli.options import resolve_workload
 
     return resolve_workload({}, **fields)
 
@@ -593,7 +593,7 @@ def compare(
 ) -> list[dict[str, Any]]:
     """The `compare --json` list: per column the trace's totals and parallel sections at the
     column's workload, the compare rows derived from a prefill and a decode trace, and the fit."""
-    from .trace import build_trace
+    from ..costs.trace import build_trace
 
     out = []
     for label, case, wl in columns:

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .config import ShapecalcError
+from ..model.config import ShapecalcError
+from . import plan, verify
 from .options import (
     PP,
     TP,
@@ -95,8 +96,8 @@ def trace(
     svg: Svg = None,
     html: Html = None,
 ) -> None:
-    from .output import check_format
-    from .trace import build_trace
+    from ..render.output import check_format
+    from ..costs.trace import build_trace
 
     try:
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
@@ -120,8 +121,8 @@ def trace(
         if fmt == "json" and output is None and not (svg or html):
             emit_json(doc)  # the planners' hot path: no rich, no file
             return
-        from . import output as out
-        from .render import print_trace, trace_csv, trace_markdown
+        from ..render import output as out
+        from ..render.trace import print_trace, trace_csv, trace_markdown
 
         def draw(console: Any) -> None:
             print_trace(doc, per_rank=per_rank, console=console)
@@ -145,8 +146,8 @@ def trace(
 def presets_list(ctx: typer.Context, presets_dir: PresetsDir = None) -> None:
     if ctx.invoked_subcommand is not None:
         return
-    from . import sources
-    from .render import print_presets
+    from ..inputs import sources
+    from ..render.trace import print_presets
 
     rows = []
     for name in sorted(sources.list_presets(presets_dir)):
@@ -159,7 +160,7 @@ def presets_list(ctx: typer.Context, presets_dir: PresetsDir = None) -> None:
 
 @presets_app.command("show", help="Print one preset's fields and parameter count.")
 def presets_show(name: str, presets_dir: PresetsDir = None, as_json: JsonOut = False) -> None:
-    from . import sources
+    from ..inputs import sources
 
     try:
         model = sources.load_preset(name, presets_dir)
@@ -168,7 +169,7 @@ def presets_show(name: str, presets_dir: PresetsDir = None, as_json: JsonOut = F
     if as_json:
         emit_json(model.model_dump())
         return
-    from .render import print_model
+    from ..render.trace import print_model
 
     print_model(model)
 
@@ -179,9 +180,13 @@ def schema(
         str | None, typer.Argument(help="one of: config, workload, trace, … (default all)")
     ] = None,
 ) -> None:
-    from .schemas import all_schemas
+    from ..costs.schemas import trace_schema
+    from ..model.config import ModelConfig, Workload
+    from ..plan.schemas import schemas as plan_schemas
 
-    schemas = all_schemas()
+    schemas = {"config": ModelConfig.model_json_schema(),
+               "workload": Workload.model_json_schema(),
+               "trace": trace_schema(), **plan_schemas()}
     if which is not None:
         if which not in schemas:
             fail(ShapecalcError("schema", f"unknown schema {which!r}; known: {', '.join(schemas)}"))
@@ -190,21 +195,9 @@ def schema(
     emit_json(schemas)
 
 
-def _register_more() -> None:
-    # Commands of later issues live in their own modules; each imports its heavy parts lazily.
-    import importlib
-
-    for mod in ("cli_verify", "cli_plan"):
-        try:
-            module = importlib.import_module(f".{mod}", __package__)
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{mod}":
-                raise
-            continue
-        module.register(app)
-
-
-_register_more()
+# Commands in their own modules; each imports its heavy parts lazily.
+verify.register(app)
+plan.register(app)
 
 
 def main() -> None:

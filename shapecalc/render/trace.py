@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .config import ModelConfig
+from ..model.config import ModelConfig
 
 GROUP_TITLE = {"embedding": "embedding", "block": "block", "head": "head"}
 
@@ -288,8 +288,8 @@ def print_presets(rows: list[tuple[str, ModelConfig]], console: Console | None =
         "params",
     ):
         t.add_column(col, justify="left" if col in ("preset", "FFN", "positions") else "right")
-    from .config import Workload
-    from .trace import build_trace
+    from ..model.config import Workload
+    from ..costs.trace import build_trace
 
     for name, m in rows:
         params = build_trace(m, Workload(batch=1, seq=1))["totals"]["params"]
@@ -310,8 +310,8 @@ def print_presets(rows: list[tuple[str, ModelConfig]], console: Console | None =
 
 
 def print_model(m: ModelConfig, console: Console | None = None) -> None:
-    from .config import Workload
-    from .trace import build_trace
+    from ..model.config import Workload
+    from ..costs.trace import build_trace
 
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .config import ModelConfig, ShapecalcError, first_error
+from ..model.config import ModelConfig, ShapecalcError, first_error
 
-_HERE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 # ── folders ──────────────────────────────────────────────────────────────────────────────────────
@@ -24,8 +24,8 @@ _HERE = Path(__file__).resolve().parent
 
 def _builtin(kind: str) -> Path:
     """presets/<kind> next to the package (installed wheel), else at the repository top."""
-    packaged = _HERE / "presets" / kind
-    return packaged if packaged.is_dir() else _HERE.parent / "presets" / kind
+    packaged = _PACKAGE / "presets" / kind
+    return packaged if packaged.is_dir() else _PACKAGE.parent / "presets" / kind
 
 
 def _dirs(extra: list[Path] | None, env: str, kind: str) -> list[Path]:

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
-from .symbolic import stages as symbolic_stages
+from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
+from ..interpret.symbolic import stages as symbolic_stages
 from .trace import pp_layers
 
 # B^i·T^j, i ≤ 1, j ≤ 2

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .config import ModelConfig, ShapecalcError, Workload
+from ..model.config import ModelConfig, ShapecalcError, Workload
 
 Preset = Annotated[str | None, typer.Option("--preset", help="a preset name (shapecalc presets)")]
 ConfigFile = Annotated[
@@ -74,7 +74,7 @@ def resolve_model(
     presets_dir: list[Path] | None,
 ) -> tuple[ModelConfig, dict[str, Any]]:
     """The model from exactly one source (seed-tiny if none), plus a config file's [workload]."""
-    from . import sources
+    from ..inputs import sources
 
     given = [x for x in (preset, config, hf_config) if x is not None]
     if len(given) > 1:
@@ -96,7 +96,7 @@ def resolve_model(
 def resolve_workload(base: dict[str, Any], **given: Any) -> Workload:
     from pydantic import ValidationError
 
-    from .config import first_error
+    from ..model.config import first_error
 
     fields = {**base, **{k: v for k, v in given.items() if v is not None}}
     try:

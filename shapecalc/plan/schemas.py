@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, RootModel, StrictBool, StrictInt, field_validator
 
-from .config import ModelConfig, Workload
-from .schemas import ParallelOut, Totals
+from ..model.config import ModelConfig, Workload
+from ..costs.schemas import ParallelOut, Totals
 
 Bound = Literal["compute", "memory", "communication"]
 

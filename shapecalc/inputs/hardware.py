@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
-from .config import ShapecalcError, first_error
+from ..model.config import ShapecalcError, first_error
 
 # dtypes a profile can give a peak for; a matmul runs in the activation dtype unless told otherwise
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")

@@ -124,35 +124,35 @@ def _fail(e: Exception) -> None:
 
 
 def _gpu(name: str | None, dirs: list[Path] | None, sets: list[str] | None) -> Any:
-    from .config import ShapecalcError
+    from ..model.config import ShapecalcError
 
     if name is None:
         if sets:
             raise ShapecalcError("set-gpu", "needs --gpu")
         return None
-    from .hardware import load_gpu
+    from ..inputs.hardware import load_gpu
 
     return load_gpu(name, dirs, sets)
 
 
 def _opts(utilization: float, ce: float, me: float, le: float, price: float | None,
           compute_dtype: str | None, attention: str, max_batched_tokens: int | None) -> Any:
-    from .planning import PlanOptions
+    from ..plan.planning import PlanOptions
 
     return PlanOptions(utilization, ce, me, le, price, compute_dtype, attention,
                        max_batched_tokens)
 
 
 def _format(fmt: str, as_json: bool, allowed: tuple[str, ...]) -> str:
-    from .output import check_format
+    from ..render.output import check_format
 
     return check_format("json" if as_json else fmt, allowed)
 
 
 def _axes(batch: str | None, seq: str | None, tp: str | None, pp: str | None,
           dtype: str | None, kv_dtype: str | None) -> dict[str, list[Any]]:
-    from .config import DTYPE_BITS
-    from .planning import parse_int_grid, parse_str_grid
+    from ..model.config import DTYPE_BITS
+    from ..plan.planning import parse_int_grid, parse_str_grid
 
     axes: dict[str, list[Any]] = {}
     for name, text in (("batch", batch), ("seq", seq), ("tp", tp), ("pp", pp)):
@@ -200,11 +200,11 @@ def compare(
     svg: Svg = None,
     html: Html = None,
 ) -> None:
-    from .config import ShapecalcError
+    from ..model.config import ShapecalcError
 
     try:
-        from . import planning
-        from .output import FORMATS
+        from ..plan import planning
+        from ..render.output import FORMATS
 
         fmt = _format(fmt, as_json, FORMATS)
         opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
@@ -232,8 +232,8 @@ def compare(
 
 def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
                   svg: str | None, html: str | None, ratio: bool) -> None:
-    from . import output as io_
-    from . import plan_render as pr
+    from ..render import output as io_
+    from ..render import plan as pr
 
     def draw(console: Any) -> None:
         pr.print_compare(items, console, ratio)
@@ -290,12 +290,12 @@ def fit(
     svg: Svg = None,
     html: Html = None,
 ) -> None:
-    from .config import ShapecalcError
+    from ..model.config import ShapecalcError
 
     try:
-        from . import planning
+        from ..plan import planning
         from .options import resolve_model, resolve_workload
-        from .output import FORMATS
+        from ..render.output import FORMATS
 
         fmt = _format(fmt, as_json, FORMATS)
         if not gpu:
@@ -310,7 +310,7 @@ def fit(
             c = planning.parse_case(case, presets_dir)
             model, wbase = c.model, c.workload
             if set_:
-                from .sources import apply_overrides
+                from ..inputs.sources import apply_overrides
 
                 model = apply_overrides(model, set_)
         else:
@@ -330,12 +330,12 @@ def fit(
 
 def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
               html: str | None, model: Any, wl: Any) -> None:
-    from . import output as io_
-    from . import plan_render as pr
+    from ..render import output as io_
+    from ..render import plan as pr
 
     def draw(console: Any) -> None:
-        from .render import breakdown_chart
-        from .trace import build_trace
+        from ..render.trace import breakdown_chart
+        from ..costs.trace import build_trace
 
         pr.print_fit(doc, console)
         # where the FLOPs (of a prefill) and the parameters go; the memory bar is above
@@ -388,11 +388,11 @@ def sweep(
     html: Html = None,
 ) -> None:
 
-    from .config import ShapecalcError
+    from ..model.config import ShapecalcError
 
     try:
-        from . import planning
-        from .plan_render import SWEEP_FORMATS
+        from ..plan import planning
+        from ..render.plan import SWEEP_FORMATS
 
         fmt = _format("jsonl" if as_json else fmt, False, SWEEP_FORMATS)
         opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
@@ -437,8 +437,8 @@ def _emit_sweep(chunks: list[Any], fmt: str, output: str | None, svg: str | None
                 html: str | None) -> None:
     import sys
 
-    from . import output as io_
-    from . import plan_render as pr
+    from ..render import output as io_
+    from ..render import plan as pr
 
     def draw(console: Any) -> None:
         pr.sweep_table(chunks, console)
@@ -477,10 +477,10 @@ def hardware(
     set_gpu: SetGpu = None,
     as_json: JsonOut = False,
 ) -> None:
-    from .config import ShapecalcError
+    from ..model.config import ShapecalcError
 
     try:
-        from .hardware import list_gpus, load_gpu
+        from ..inputs.hardware import list_gpus, load_gpu
 
         if name is None:
             gpus = [load_gpu(n, hardware_dir) for n in sorted(list_gpus(hardware_dir))]
@@ -497,7 +497,7 @@ def hardware(
     from rich import box
     from rich.table import Table
 
-    from .render import human_bytes, make_console
+    from ..render.trace import human_bytes, make_console
 
     t = Table(box=box.SIMPLE_HEAD, title="GPU profiles (dense peaks; link: per direction)")
     for col in ("name", "memory", "bytes", "HBM B/s", "link B/s", "bf16 FLOP/s", "fp8 FLOP/s",

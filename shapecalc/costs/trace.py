@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ModelConfig, Workload, ceil_div, check, nbytes
-from .forward import LINEAR_LABEL, Stage
-from .symbolic import stages as symbolic_stages
+from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
+from ..model.forward import LINEAR_LABEL, Stage
+from ..interpret.symbolic import stages as symbolic_stages
 
 ATTN_PROJ = tuple(LINEAR_LABEL[k] for k in ("q", "k", "v", "qkv", "o"))
 FFN_MATS = tuple(LINEAR_LABEL[k] for k in ("gate", "up", "down"))

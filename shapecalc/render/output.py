@@ -16,7 +16,7 @@ FORMATS = ("table", "json", "csv", "markdown")
 
 
 def check_format(fmt: str, allowed: Iterable[str] = FORMATS) -> str:
-    from .config import ShapecalcError
+    from ..model.config import ShapecalcError
 
     allowed = tuple(allowed)
     if fmt not in allowed:
@@ -30,7 +30,7 @@ def open_output(path: str | None) -> tuple[IO[str], bool]:
 
     if path is None or path == "-":
         return sys.stdout, False
-    from .config import ShapecalcError
+    from ..model.config import ShapecalcError
 
     try:
         return open(path, "w", encoding="utf-8", newline=""), True
@@ -62,8 +62,8 @@ def render_table(
     recording as SVG/HTML when asked. With show=False it is drawn for the exports only."""
     from rich.console import Console
 
-    from .config import ShapecalcError
-    from .render import make_console
+    from ..model.config import ShapecalcError
+    from .trace import make_console
 
     record = bool(svg or html)
     if show and output is None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Literal, NamedTuple
 
-from .config import ModelConfig, Workload, nbytes
-from .expr import Dim, Expr, formula, sum_formula
-from .forward import LINEAR_LABEL, Group, Ops, Sizes, Split, Stage, forward
+from ..model.config import ModelConfig, Workload, nbytes
+from ..model.expr import Dim, Expr, formula, sum_formula
+from ..model.forward import LINEAR_LABEL, Group, Ops, Sizes, Split, Stage, forward
 
 # FLOPs per output element of each elementwise operation (a documented convention; FlopCounterMode
 # counts none of them). Norms: mean/variance or mean-square, normalise, then γ (and β).
