@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shapecalc.costs.closed import ClosedForm, Poly, fit_poly
+from shapecalc.costs.trace import build_trace
+from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
 from shapecalc.plan.planning import SWEEP_KEYS
-from shapecalc.inputs.sources import load_preset
-from shapecalc.costs.trace import build_trace
 
 DTYPES = list(DTYPE_BITS)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shapecalc.model.config import ShapecalcError
 from shapecalc.inputs.hardware import PEAK_DTYPES, list_gpus, load_gpu, parse_quantity
+from shapecalc.model.config import ShapecalcError
 
 MiB = 2**20
 # what the driver reports as total memory (nvidia-smi MiB, rocm-smi bytes); see each file

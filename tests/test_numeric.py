@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from shapecalc.check.verify import _expand
 from shapecalc.interpret import symbolic
-from shapecalc.model.config import ModelConfig, Workload
 from shapecalc.interpret.numeric import (
     ContiguousKV,
     PagedKV,
@@ -17,7 +17,7 @@ from shapecalc.interpret.numeric import (
     pack_int4,
     step,
 )
-from shapecalc.check.verify import _expand
+from shapecalc.model.config import ModelConfig, Workload
 
 F64 = np.float64
 FIELDS = ("name", "op", "group", "shape", "flops", "elementwise_flops", "params", "bytes")

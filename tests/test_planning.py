@@ -9,12 +9,12 @@ import math
 
 import pytest
 
-from shapecalc.model.config import Workload
-from shapecalc.inputs.hardware import load_gpu
-from shapecalc.plan.schemas import CompareOut, FitOut, SweepRow, schemas
-from shapecalc.plan.planning import PlanOptions, fit, parse_int_grid
-from shapecalc.inputs.sources import load_preset
 from shapecalc.costs.trace import build_trace
+from shapecalc.inputs.hardware import load_gpu
+from shapecalc.inputs.sources import load_preset
+from shapecalc.model.config import Workload
+from shapecalc.plan.planning import PlanOptions, fit, parse_int_grid
+from shapecalc.plan.schemas import CompareOut, FitOut, SweepRow, schemas
 
 MiB, GiB = 2**20, 2**30
 

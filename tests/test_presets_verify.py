@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from shapecalc.check.verify import verify
 from shapecalc.inputs import sources
 from shapecalc.model.config import Workload
-from shapecalc.check.verify import verify
 
 
 @pytest.mark.parametrize("name", sorted(sources.list_presets()))

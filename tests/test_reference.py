@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from shapecalc.costs.trace import build_trace
 from shapecalc.inputs import sources
 from shapecalc.model.config import Workload
-from shapecalc.costs.trace import build_trace
 
 DATA = Path(__file__).parent / "data" / "flop_reference.json"
 REF = json.loads(DATA.read_text())

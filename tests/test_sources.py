@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from shapecalc.model.config import ModelConfig, ShapecalcError
 from shapecalc.inputs.sources import (
     apply_overrides,
     hardware_dirs,
@@ -22,6 +21,7 @@ from shapecalc.inputs.sources import (
     presets_dirs,
     published,
 )
+from shapecalc.model.config import ModelConfig, ShapecalcError
 
 HF = Path(__file__).parent / "data" / "hf"
 PUBLISHED = json.loads((HF / "published.json").read_text())

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shapecalc.interpret import symbolic
-from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
-from shapecalc.interpret.numeric import NumericOps
 from shapecalc.check.verify import estimate, verify
+from shapecalc.interpret import symbolic
+from shapecalc.interpret.numeric import NumericOps
+from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
 
 DTYPES = ["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..model.config import ModelConfig, ShapecalcError, Workload
 from ..interpret.numeric import ContiguousKV, NumericOps, Weights
+from ..model.config import ModelConfig, ShapecalcError, Workload
 
 SEED_X = [[1, 0], [0, 1], [1, 1]]
 SEED_WQ = [[1, 0], [0, 1]]
@@ -134,28 +134,3 @@ def to_json(walk: Walk) -> dict[str, Any]:
     out["shapes"] = {s.key: list(s.value.shape) for s in walk.steps}
     out["rules"] = {s.key: s.rule for s in walk.steps}
     return out
-
-
-def _fmt(x: float) -> str:
-    return "-∞" if np.isneginf(x) else f"{x:.3f}"
-
-
-def print_explain(walk: Walk) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from ..render.trace import make_console
-
-    out = make_console()
-    out.print(f"[bold]{escape(walk.heading)}[/]")
-    out.print(escape("A product [m,n] × [n,p] is legal when the inner dims agree; it gives [m,p]."))
-    out.print()
-    for s in walk.steps:
-        out.print(f"[bold cyan]{escape(s.title)}[/]   [dim]{escape(s.rule)}[/]")
-        grid = Table(show_header=False, box=None, padding=(0, 1))
-        for _ in range(s.value.shape[1]):
-            grid.add_column(justify="right")
-        for row in s.value:
-            grid.add_row(*(_fmt(x) for x in row))
-        out.print(grid)
-        out.print()

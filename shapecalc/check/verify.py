@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from ..costs.trace import build_trace
 from ..interpret import symbolic
+from ..interpret.numeric import PRECISIONS, ContiguousKV, PagedKV, Step, Weights, step
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, check
 from ..model.forward import Stage
-from ..interpret.numeric import PRECISIONS, ContiguousKV, PagedKV, Step, Weights, step
-from ..costs.trace import build_trace
 
 GiB = 1 << 30
 CHUNK = 1 << 26  # bytes of one streamed weight chunk

@@ -96,8 +96,8 @@ def trace(
     svg: Svg = None,
     html: Html = None,
 ) -> None:
-    from ..render.output import check_format
     from ..costs.trace import build_trace
+    from ..render.output import check_format
 
     try:
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..model.config import ModelConfig, ShapecalcError, Workload
+from ..model.config import ModelConfig, ShapecalcError, Workload, make_workload
 
 Preset = Annotated[str | None, typer.Option("--preset", help="a preset name (shapecalc presets)")]
 ConfigFile = Annotated[
@@ -94,15 +94,7 @@ def resolve_model(
 
 
 def resolve_workload(base: dict[str, Any], **given: Any) -> Workload:
-    from pydantic import ValidationError
-
-    from ..model.config import first_error
-
-    fields = {**base, **{k: v for k, v in given.items() if v is not None}}
-    try:
-        return Workload.model_validate(fields)
-    except ValidationError as e:
-        raise first_error(e) from None
+    return make_workload({**base, **{k: v for k, v in given.items() if v is not None}})
 
 
 def emit_json(doc: Any) -> None:

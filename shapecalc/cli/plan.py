@@ -294,8 +294,8 @@ def fit(
 
     try:
         from ..plan import planning
-        from .options import resolve_model, resolve_workload
         from ..render.output import FORMATS
+        from .options import resolve_model, resolve_workload
 
         fmt = _format(fmt, as_json, FORMATS)
         if not gpu:
@@ -334,8 +334,8 @@ def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None
     from ..render import plan as pr
 
     def draw(console: Any) -> None:
-        from ..render.trace import breakdown_chart
         from ..costs.trace import build_trace
+        from ..render.trace import breakdown_chart
 
         pr.print_fit(doc, console)
         # where the FLOPs (of a prefill) and the parameters go; the memory bar is above
@@ -497,7 +497,7 @@ def hardware(
     from rich import box
     from rich.table import Table
 
-    from ..render.trace import human_bytes, make_console
+    from ..render.units import human_bytes, make_console
 
     t = Table(box=box.SIMPLE_HEAD, title="GPU profiles (dense peaks; link: per direction)")
     for col in ("name", "memory", "bytes", "HBM B/s", "link B/s", "bf16 FLOP/s", "fp8 FLOP/s",

@@ -70,7 +70,7 @@ def print_verify(doc: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..render.trace import make_console
+    from ..render.units import make_console
 
     wl = doc["workload"]
     title = (f"verify {doc['model']}: B={wl['batch']} T={wl['seq']} {wl['phase']}, "
@@ -215,5 +215,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit_json(ex.to_json(doc))
         else:
-            ex.print_explain(doc)
+            from ..render.explain import print_explain
+
+            print_explain(doc)
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
 from ..interpret.symbolic import stages as symbolic_stages
-from .trace import pp_layers
+from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
+from ..model.parallel import pp_layers
 
 # B^i·T^j, i ≤ 1, j ≤ 2
 MONOMIALS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2))

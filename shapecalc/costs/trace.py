@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
 from ..model.forward import LINEAR_LABEL, Stage
-from ..interpret.symbolic import stages as symbolic_stages
+from ..model.parallel import pp_layers, ring_allreduce_bytes
 
 ATTN_PROJ = tuple(LINEAR_LABEL[k] for k in ("q", "k", "v", "qkv", "o"))
 FFN_MATS = tuple(LINEAR_LABEL[k] for k in ("gate", "up", "down"))
@@ -24,15 +25,6 @@ def _activations(st: list[Stage]) -> list[Stage]:
     """Stages that write an activation (the KV cache is counted apart, as a cache)."""
     return [s for s in st if s.op not in ("kv_cache", "kv_append")]
 
-
-
-def pp_layers(n_layers: int, s: int) -> list[int]:
-    """Layers per pipeline stage, as vLLM splits them: the remainder goes to the stages just
-    before the last one (the last already holds the final norm and LM head)."""
-    parts = [n_layers // s] * s
-    for i in range(2, n_layers % s + 2):
-        parts[-i] += 1
-    return parts
 
 
 def params_breakdown(st: list[Stage]) -> dict[str, int]:
@@ -118,8 +110,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
     count = len(block_ar)
 
     def ring(b: int) -> int:
-        # ring all-reduce: reduce-scatter then all-gather, each p−1 steps of one 1/p chunk
-        return 2 * (p - 1) * ceil_div(b, p)
+        return ring_allreduce_bytes(b, p)
 
     emb_ar = _sum(rank, "bytes", lambda s: s.op == "allreduce" and s.group == "embedding")
     gather = _sum(rank, "bytes", lambda s: s.op == "allgather")

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..model.config import ModelConfig, Workload, ceil_div
 from ..model.forward import LINEAR_LABEL, Ops, Sizes, Stage, forward
-from ..costs.trace import pp_layers
+from ..model.parallel import pp_layers
 
 PRECISIONS: dict[str, Any] = {"float32": np.float32, "float64": np.float64, "float16": np.float16}
 STD = 0.02  # small weights keep float16 activations finite

@@ -366,3 +366,13 @@ def first_error(err: ValidationError, prefix: str = "") -> ShapecalcError:
         msg = f"{e['input']!r} is not one of {msg.split('Input should be ')[-1]}"
     name = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "config")
     return ShapecalcError(name, msg)
+
+
+def make_workload(fields: dict[str, Any]) -> Workload:
+    """A Workload from loose fields (None means: not given), or one clear error line."""
+    from pydantic_core import ValidationError
+
+    try:
+        return Workload.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as e:
+        raise first_error(e) from None

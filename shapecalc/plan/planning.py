@@ -30,9 +30,17 @@ from typing import Any
 import numpy as np
 
 from ..costs.closed import ClosedForm
-from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check, nbytes
 from ..inputs.hardware import GPU, PEAK_DTYPES
-from ..costs.trace import pp_layers
+from ..model.config import (
+    DTYPE_BITS,
+    ModelConfig,
+    ShapecalcError,
+    Workload,
+    check,
+    make_workload,
+    nbytes,
+)
+from ..model.parallel import pp_layers
 
 ACTIVATIONS = (
     "2 × the largest tensor one rank writes in the prefill step, the KV cache aside (its input "
@@ -227,12 +235,6 @@ def _is_hf(path: Path) -> bool:
     except (OSError, ValueError):
         return False  # load_config_file says what is wrong with it
     return isinstance(data, dict) and "model_type" in data
-
-
-def make_workload(fields: dict[str, Any]) -> Workload:
-    from ..cli.options import resolve_workload
-
-    return resolve_workload({}, **fields)
 
 
 # ── the vectorised core: memory and time per point ───────────────────────────────────────────────

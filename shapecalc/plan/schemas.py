@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, RootModel, StrictBool, StrictInt, field_validator
 
-from ..model.config import ModelConfig, Workload
 from ..costs.schemas import ParallelOut, Totals
+from ..model.config import ModelConfig, Workload
 
 Bound = Literal["compute", "memory", "communication"]
 

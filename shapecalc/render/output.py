@@ -63,7 +63,7 @@ def render_table(
     from rich.console import Console
 
     from ..model.config import ShapecalcError
-    from .trace import make_console
+    from .units import make_console
 
     record = bool(svg or html)
     if show and output is None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .output import csv_text, markdown_table
-from .trace import human_bytes, human_count, human_flops
+from .units import human_bytes, human_count, human_flops
 
 SWEEP_FORMATS = ("jsonl", "json", "csv", "markdown", "table")
 

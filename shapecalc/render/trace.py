@@ -11,54 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model.config import ModelConfig
+from .output import csv_text, markdown_table
+from .units import human_bytes, human_count, human_flops, make_console
 
 GROUP_TITLE = {"embedding": "embedding", "block": "block", "head": "head"}
-
-
-def make_console() -> Console:
-    """A terminal keeps its width; a pipe or file gets room for the whole table."""
-    c = Console()
-    return c if c.is_terminal else Console(width=200)
-
-
-def human_flops(n: int) -> str:
-    """Decimal prefixes for FLOPs (k, M, G, T, P, E)."""
-    for unit, scale in (
-        ("E", 10**18),
-        ("P", 10**15),
-        ("T", 10**12),
-        ("G", 10**9),
-        ("M", 10**6),
-        ("k", 10**3),
-    ):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}FLOP"
-    return f"{n} FLOP"
-
-
-def human_bytes(n: int) -> str:
-    """Binary prefixes, said as such: KiB, MiB, GiB, TiB, PiB."""
-    for unit, scale in (
-        ("PiB", 2**50),
-        ("TiB", 2**40),
-        ("GiB", 2**30),
-        ("MiB", 2**20),
-        ("KiB", 2**10),
-    ):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
-
-
-def human_count(n: int) -> str:
-    for unit, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("k", 10**3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return str(n)
-
-
-def exact_bytes(n: int) -> str:
-    return f"{n:,} B ({human_bytes(n)})" if n >= 1024 else f"{n:,} B"
 
 
 def shape_str(dims: list[str], shape: list[int]) -> str:
@@ -288,8 +244,8 @@ def print_presets(rows: list[tuple[str, ModelConfig]], console: Console | None =
         "params",
     ):
         t.add_column(col, justify="left" if col in ("preset", "FFN", "positions") else "right")
-    from ..model.config import Workload
     from ..costs.trace import build_trace
+    from ..model.config import Workload
 
     for name, m in rows:
         params = build_trace(m, Workload(batch=1, seq=1))["totals"]["params"]
@@ -310,8 +266,8 @@ def print_presets(rows: list[tuple[str, ModelConfig]], console: Console | None =
 
 
 def print_model(m: ModelConfig, console: Console | None = None) -> None:
-    from ..model.config import Workload
     from ..costs.trace import build_trace
+    from ..model.config import Workload
 
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)
@@ -378,13 +334,11 @@ def _cells(s: dict[str, Any]) -> list[Any]:
 
 
 def trace_csv(doc: dict[str, Any]) -> str:
-    from .output import csv_text
 
     return csv_text(list(STAGE_COLUMNS), [_cells(s) for s in doc["stages"]])
 
 
 def trace_markdown(doc: dict[str, Any]) -> str:
-    from .output import markdown_table
 
     m, wl, tot = doc["model"], doc["workload"], doc["totals"]
     rows = [[s["name"] + (f" (×{s['repeat']})" if s["repeat"] > 1 else ""),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 PRESETS = sorted(p.stem for p in (Path(__file__).parents[2] / "presets" / "models").glob("*.toml"))
 GPU = "h100-sxm"
-# three workloads: a plain prefill, a TP decode with an fp8 cache, a TP×PP prefill of the last logits
+# three workloads: a plain prefill, a TP decode with an fp8 cache, a TP×PP last-logits prefill
 WORKLOADS = {
     "prefill": ["--batch", "1", "--seq", "512"],
     "decode-tp2": ["--batch", "4", "--seq", "1000", "--phase", "decode", "--tp", "2",
