@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from shapecalc.model.config import Workload
-from shapecalc.interpret.numeric import Weights, step
 from shapecalc.inputs.sources import load_preset
+from shapecalc.interpret.numeric import Weights, step
+from shapecalc.model.config import Workload
 
 
 def rss_peak() -> int:

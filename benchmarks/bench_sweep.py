@@ -21,11 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 from shapecalc.costs.closed import ClosedForm
-from shapecalc.model.config import Workload
-from shapecalc.render.plan import sweep_lines
-from shapecalc.plan.planning import Case, SweepAxes, sweep
-from shapecalc.inputs.sources import load_preset
 from shapecalc.costs.trace import build_trace
+from shapecalc.inputs.sources import load_preset
+from shapecalc.model.config import Workload
+from shapecalc.plan.planning import Case
+from shapecalc.plan.sweep import SweepAxes, sweep
+from shapecalc.render.sweep import sweep_lines
 
 MODEL = "llama2-70b"
 AXES = SweepAxes(

@@ -14,7 +14,7 @@ from shapecalc.costs.closed import ClosedForm, Poly, fit_poly
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
-from shapecalc.plan.planning import SWEEP_KEYS
+from shapecalc.plan.sweep import SWEEP_KEYS
 
 DTYPES = list(DTYPE_BITS)
 

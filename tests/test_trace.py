@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from shapecalc.costs.schemas import TraceOut
 from shapecalc.costs.trace import build_trace
-from shapecalc.model.parallel import pp_layers
 from shapecalc.inputs import sources
 from shapecalc.interpret.symbolic import stages
 from shapecalc.model.config import ModelConfig, Workload, nbytes
+from shapecalc.model.parallel import pp_layers
 
 # The first seed's §13 table: B=2, T=4, D=8, H=2, Dh=4, Dff=32, N_vocab=10000, in order.
 SEED_13 = [

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shapecalc.check.verify import estimate, verify
+from shapecalc.check.budget import estimate
+from shapecalc.check.verify import verify
 from shapecalc.interpret import symbolic
 from shapecalc.interpret.numeric import NumericOps
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload

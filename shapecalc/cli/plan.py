@@ -392,7 +392,8 @@ def sweep(
 
     try:
         from ..plan import planning
-        from ..render.plan import SWEEP_FORMATS
+        from ..plan import sweep as sweeping
+        from ..render.sweep import SWEEP_FORMATS
 
         fmt = _format("jsonl" if as_json else fmt, False, SWEEP_FORMATS)
         opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
@@ -409,14 +410,14 @@ def sweep(
         for case in parsed:
             # axes not given take the case's [workload] value, else the Workload default
             w0 = planning.make_workload({**fixed, **case.workload})
-            axes = planning.SweepAxes(
+            axes = sweeping.SweepAxes(
                 batch=given.get("batch", [w0.batch]), seq=given.get("seq", [w0.seq]),
                 tp=given.get("tp", [w0.tp]), pp=given.get("pp", [w0.pp]),
                 dtype=given.get("dtype", [w0.dtype]),
                 kv_dtype=given.get("kv_dtype", [w0.kv_dtype]),
                 phase=phases or [w0.phase],
             )
-            chunk = planning.sweep(case, axes, fixed, hw, opts)
+            chunk = sweeping.sweep(case, axes, fixed, hw, opts)
             for what, count in chunk.skipped.items():
                 reason = {"tp": "tp is not a valid degree for the model's heads / Dff",
                           "pp": "pp exceeds the layers",
@@ -438,7 +439,7 @@ def _emit_sweep(chunks: list[Any], fmt: str, output: str | None, svg: str | None
     import sys
 
     from ..render import output as io_
-    from ..render import plan as pr
+    from ..render import sweep as pr
 
     def draw(console: Any) -> None:
         pr.sweep_table(chunks, console)

@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
                 padding_mask=padding_mask,
             )
             budget = None if memory_budget is None else int(memory_budget * 2**30)
-            from ..check.verify import estimate
+            from ..check.budget import estimate
 
             # a bar only where a run takes more than a moment: real widths
             bar, report = _progress(estimate(model, wl, 1) > 256 << 20)
