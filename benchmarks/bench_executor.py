@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 from shapecalc.inputs.sources import load_preset
-from shapecalc.interpret.numeric import Weights, step
+from shapecalc.interpret.numeric import step
+from shapecalc.interpret.weights import Weights
 from shapecalc.model.config import Workload
 
 

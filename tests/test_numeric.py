@@ -7,16 +7,10 @@ import pytest
 
 from shapecalc.check.verify import _expand
 from shapecalc.interpret import symbolic
-from shapecalc.interpret.numeric import (
-    ContiguousKV,
-    PagedKV,
-    Weights,
-    decode,
-    encode,
-    measure,
-    pack_int4,
-    step,
-)
+from shapecalc.interpret.caches import ContiguousKV, PagedKV
+from shapecalc.interpret.numeric import step
+from shapecalc.interpret.storage import decode, encode, measure, pack_int4
+from shapecalc.interpret.weights import Weights
 from shapecalc.model.config import ModelConfig, Workload
 
 F64 = np.float64

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from shapecalc.costs.trace import build_trace
-from shapecalc.inputs import sources
+from shapecalc.inputs.hf import load_hf_config
 from shapecalc.model.config import Workload
 
 DATA = Path(__file__).parent / "data" / "flop_reference.json"
@@ -24,7 +24,7 @@ REF = json.loads(DATA.read_text())
 def _model(case, tmp_path):
     path = tmp_path / f"{case['name']}.json"
     path.write_text(json.dumps(case["hf_config"]))
-    return sources.load_hf_config(path)
+    return load_hf_config(path)
 
 
 @pytest.mark.parametrize("case", REF["cases"], ids=[c["name"] for c in REF["cases"]])

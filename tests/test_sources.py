@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from shapecalc.inputs.hf import load_hf_config
 from shapecalc.inputs.sources import (
     apply_overrides,
     hardware_dirs,
     list_presets,
     load_config_file,
-    load_hf_config,
     load_preset,
     presets_dirs,
     published,

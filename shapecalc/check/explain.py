@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..interpret.numeric import ContiguousKV, NumericOps, Weights
+from ..interpret.caches import ContiguousKV
+from ..interpret.numeric import NumericOps
+from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload
 
 SEED_X = [[1, 0], [0, 1], [1, 1]]

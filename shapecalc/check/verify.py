@@ -18,7 +18,9 @@ import numpy as np
 
 from ..costs.trace import build_trace
 from ..interpret import symbolic
-from ..interpret.numeric import PRECISIONS, ContiguousKV, PagedKV, Step, Weights, step
+from ..interpret.caches import ContiguousKV, PagedKV
+from ..interpret.numeric import PRECISIONS, Step, step
+from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload, check
 from ..model.forward import Stage
 from .budget import CHUNK, default_budget, plan_layers

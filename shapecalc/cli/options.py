@@ -83,7 +83,9 @@ def resolve_model(
     if config is not None:
         model, workload = sources.load_config_file(config)
     elif hf_config is not None:
-        model = sources.load_hf_config(hf_config)
+        from ..inputs.hf import load_hf_config
+
+        model = load_hf_config(hf_config)
     else:
         model = sources.load_preset(preset or "seed-tiny", presets_dir)
         if preset is None:  # the first seed's §13 example: B=2, T=4

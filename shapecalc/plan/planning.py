@@ -185,6 +185,7 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
     """`NAME[@field=value,…]`: NAME a preset, a .toml/.json config or an HF config.json;
     workload fields set the workload, model fields go through the same path as --set."""
     from ..inputs import sources
+    from ..inputs.hf import load_hf_config
 
     src, at, spec = text.rpartition("@")
     if not at or (Path(text).exists() and "=" not in spec):  # a file whose name has an @
@@ -201,7 +202,7 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
         if not path.exists():
             raise ShapecalcError("case", f"{text!r}: file not found: {src}")
         if _is_hf(path):
-            model = sources.load_hf_config(path)
+            model = load_hf_config(path)
         else:
             model, workload = sources.load_config_file(path)
     else:

@@ -1,0 +1,272 @@
+"""Hugging Face config.json → ModelConfig: one reader per family, and the keys each reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..model.config import ModelConfig, ShapecalcError, first_error
+from .sources import _parse
+
+_GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
+_SILU = {"silu", "swish"}
+SUPPORTED = ("falcon", "gemma", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2")
+
+
+class _HF:
+    """Reads keys of one config.json; absent keys take the transformers class default."""
+
+    def __init__(self, cfg: dict[str, Any]):
+        self.cfg = cfg
+
+    def need(self, key: str, symbol: str, *aliases: str) -> Any:
+        for k in (key, *aliases):
+            if self.cfg.get(k) is not None:
+                return self.cfg[k]
+        raise ShapecalcError(key, f"missing from config.json (needed for {symbol})")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.cfg.get(key, default)
+
+    def act(self, key: str, default: str, gated: bool) -> str:
+        name = self.get(key, default)
+        if gated and name in _SILU:
+            return "swiglu"
+        if name in _GELU:
+            return "geglu" if gated else "gelu"
+        if not gated and name == "relu":
+            return "relu"
+        ok = "silu, swish, gelu variants" if gated else "relu, gelu variants"
+        kind = "a gated FFN" if gated else "an FFN"
+        raise ShapecalcError(key, f"{name!r} is not supported for {kind}; supported: {ok}")
+
+
+def _kv(h: _HF, default: int | None, n_heads: int) -> int:
+    kv = h.get("num_key_value_heads", default)  # absent: class default; null: H (as __init__ does)
+    return n_heads if kv is None else kv
+
+
+def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
+    heads = h.need("num_attention_heads", "H")
+    out: dict[str, Any] = dict(
+        vocab_size=h.need("vocab_size", "N_vocab"),
+        d_model=h.need("hidden_size", "D"),
+        n_layers=h.need("num_hidden_layers", "N"),
+        n_heads=heads,
+        d_ff=h.need("intermediate_size", "Dff"),
+        head_dim=h.get("head_dim"),  # null or absent: D/H
+        norm="rmsnorm",
+        positions="rope",  # rope_scaling changes no shape
+    )
+    if mt == "llama":
+        bias = bool(h.get("attention_bias", False))
+        out.update(
+            n_kv_heads=_kv(h, None, heads),
+            ffn=h.act("hidden_act", "silu", gated=True),
+            max_positions=h.get("max_position_embeddings", 2048),
+            tie_embeddings=h.get("tie_word_embeddings", False),
+            qkv_bias=bias,
+            attn_out_bias=bias,
+            ffn_bias=bool(h.get("mlp_bias", False)),
+        )
+    elif mt == "mistral":  # no biases anywhere (MistralAttention/MistralMLP use bias=False)
+        out.update(
+            n_kv_heads=_kv(h, 8, heads),
+            ffn=h.act("hidden_act", "silu", gated=True),
+            max_positions=h.get("max_position_embeddings", 4096 * 32),
+            tie_embeddings=h.get("tie_word_embeddings", False),
+            sliding_window=h.get("sliding_window", 4096),
+        )
+    elif mt == "qwen2":  # q, k, v have biases; o_proj and the MLP do not
+        out.update(
+            n_kv_heads=_kv(h, 32, heads),
+            ffn=h.act("hidden_act", "silu", gated=True),
+            max_positions=h.get("max_position_embeddings", 32768),
+            tie_embeddings=h.get("tie_word_embeddings", False),
+            qkv_bias=True,
+            sliding_window=_qwen2_window(h, out["n_layers"]),
+        )
+    elif mt == "gemma":
+        bias = bool(h.get("attention_bias", False))
+        # Older transformers read hidden_activation (ignoring hidden_act); newer read hidden_act.
+        key = "hidden_activation" if h.get("hidden_activation") else "hidden_act"
+        out.update(
+            n_kv_heads=_kv(h, 16, heads),
+            head_dim=h.get("head_dim", 256),
+            ffn=h.act(key, "gelu_pytorch_tanh", gated=True),
+            max_positions=h.get("max_position_embeddings", 8192),
+            tie_embeddings=h.get("tie_word_embeddings", True),
+            qkv_bias=bias,
+            attn_out_bias=bias,
+            embedding_scale=True,  # hidden_states * sqrt(hidden_size)
+        )
+    elif mt == "phi3":  # one qkv_proj and one gate_up_proj matrix, no biases
+        out.update(
+            n_kv_heads=_kv(h, None, heads),
+            ffn=h.act("hidden_act", "silu", gated=True),
+            max_positions=h.get("max_position_embeddings", 4096),
+            tie_embeddings=h.get("tie_word_embeddings", False),
+            fused_qkv=True,
+            sliding_window=h.get("sliding_window"),
+        )
+    return out
+
+
+def _qwen2_window(h: _HF, n_layers: int) -> int | None:
+    """Qwen2 slides only when use_sliding_window, and then only on layers ≥ max_window_layers."""
+    window = h.get("sliding_window", 4096) if h.get("use_sliding_window", False) else None
+    if window is None:
+        return None
+    types = h.get("layer_types") or [
+        "sliding_attention" if i >= (h.get("max_window_layers", 28) or 0) else "full_attention"
+        for i in range(n_layers)
+    ]
+    sliding = sum(t == "sliding_attention" for t in types)
+    if sliding == 0:
+        return None
+    if sliding == len(types):
+        return window
+    raise ShapecalcError(
+        "max_window_layers",
+        f"a sliding window on {sliding} of {len(types)} layers cannot be represented; "
+        "shapecalc applies one window to every layer",
+    )
+
+
+def _gpt2(h: _HF) -> dict[str, Any]:
+    if h.get("add_cross_attention", False):
+        raise ShapecalcError("add_cross_attention", "cross-attention is not decoder-only")
+    d = h.need("n_embd", "D")
+    return dict(
+        vocab_size=h.need("vocab_size", "N_vocab"),
+        d_model=d,
+        n_layers=h.need("n_layer", "N"),
+        n_heads=h.need("n_head", "H"),
+        d_ff=h.get("n_inner") or 4 * d,
+        ffn=h.act("activation_function", "gelu_new", gated=False),
+        norm="layernorm",
+        positions="learned",
+        max_positions=h.get("n_positions", 1024),
+        tie_embeddings=h.get("tie_word_embeddings", True),  # HF counts the tied matrix once
+        qkv_bias=True,
+        attn_out_bias=True,
+        ffn_bias=True,
+        fused_qkv=True,  # c_attn: one [D, 3D] Conv1D
+    )
+
+
+def _falcon(h: _HF) -> dict[str, Any]:
+    if h.get("alibi", False):
+        raise ShapecalcError("alibi", "ALiBi attention biases are not supported (rope Falcon only)")
+    d = h.need("hidden_size", "D", "n_embed")
+    heads = h.need("num_attention_heads", "H", "n_head")
+    new = bool(h.get("new_decoder_architecture", False))
+    parallel = bool(h.get("parallel_attn", True))
+    norms = h.get("num_ln_in_parallel_attn") or (2 if new else 1)
+    if new and not parallel:
+        raise ShapecalcError(
+            "parallel_attn", "false with new_decoder_architecture: transformers versions disagree"
+        )
+    if parallel and norms == 2:
+        raise ShapecalcError(
+            "new_decoder_architecture",
+            "two layer norms per parallel block (ln_attn, ln_mlp) cannot be represented; "
+            "shapecalc's parallel block reads one norm",
+        )
+    if new:
+        kv = h.get("num_kv_heads", h.get("n_head_kv")) or heads
+    else:  # the old decoder: multi_query → one KV head, else full MHA (qkv is [D, 3D])
+        kv = 1 if h.get("multi_query", True) else heads
+    bias = bool(h.get("bias", False))
+    return dict(
+        vocab_size=h.need("vocab_size", "N_vocab"),
+        d_model=d,
+        n_layers=h.need("num_hidden_layers", "N", "n_layer"),
+        n_heads=heads,
+        n_kv_heads=kv,
+        d_ff=h.get("ffn_hidden_size") or 4 * d,
+        ffn=h.act("activation", "gelu", gated=False),
+        norm="layernorm",
+        positions="rope",
+        max_positions=h.get("max_position_embeddings", 2048),
+        tie_embeddings=h.get("tie_word_embeddings", True),
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        ffn_bias=bias,
+        fused_qkv=True,  # query_key_value
+        parallel_block=parallel,
+    )
+
+
+def _opt(h: _HF) -> dict[str, Any]:
+    d = h.need("hidden_size", "D")
+    proj = h.get("word_embed_proj_dim") or d
+    if proj != d:
+        raise ShapecalcError(
+            "word_embed_proj_dim",
+            f"{proj} differs from hidden_size {d}: OPT's project_in/project_out "
+            "matrices cannot be represented",
+        )
+    if not h.get("layer_norm_elementwise_affine", True):
+        raise ShapecalcError("layer_norm_elementwise_affine", "norms without γ, β are unsupported")
+    pre = bool(h.get("do_layer_norm_before", True))
+    if pre and h.get("_remove_final_layer_norm", False):
+        raise ShapecalcError("_remove_final_layer_norm", "pre-norm without ln_f is unsupported")
+    bias = bool(h.get("enable_bias", True))
+    return dict(
+        vocab_size=h.need("vocab_size", "N_vocab"),
+        d_model=d,
+        n_layers=h.need("num_hidden_layers", "N"),
+        n_heads=h.need("num_attention_heads", "H"),
+        d_ff=h.need("ffn_dim", "Dff"),
+        ffn=h.act("activation_function", "relu", gated=False),
+        norm="layernorm",
+        norm_position="pre" if pre else "post",  # post: HF OPT then has no final layer norm
+        positions="learned",
+        # OPTLearnedPositionalEmbedding keeps 2 extra rows (offset 2, a fairseq legacy), so the
+        # table has max_position_embeddings + 2 rows; positions 0..max_position_embeddings-1
+        # are the usable ones.
+        max_positions=(h.get("max_position_embeddings") or 2048) + 2,
+        tie_embeddings=h.get("tie_word_embeddings", True),
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        ffn_bias=bias,
+    )
+
+
+def load_hf_config(path: str | Path) -> ModelConfig:
+    """A Hugging Face config.json (or the folder holding one) → ModelConfig."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    cfg = _parse(path, "hf-config")
+    mt, known = cfg.get("model_type"), ", ".join(SUPPORTED)
+    if mt is None:
+        raise ShapecalcError("model_type", f"missing from {path}; supported: {known}")
+    if mt not in SUPPORTED:
+        raise ShapecalcError("model_type", f"{mt!r} is not supported; supported: {known}")
+    h = _HF(cfg)
+    if mt == "gpt2":
+        fields = _gpt2(h)
+    elif mt == "falcon":
+        fields = _falcon(h)
+    elif mt == "opt":
+        fields = _opt(h)
+    else:
+        fields = _llama_like(h, mt)
+    # Say only what differs from the defaults, so a loaded config reads like a preset.
+    heads, d = fields["n_heads"], fields["d_model"]
+    if isinstance(heads, int) and fields.get("n_kv_heads") == heads:
+        fields["n_kv_heads"] = None
+    if isinstance(heads, int) and isinstance(d, int) and d % heads == 0:
+        if fields.get("head_dim") == d // heads:
+            fields["head_dim"] = None
+    stem = path.stem if path.stem != "config" else path.resolve().parent.name
+    fields["name"] = stem or "custom"
+    try:
+        return ModelConfig.model_validate(fields)
+    except ValidationError as err:
+        e = first_error(err)
+        raise ShapecalcError(e.field, f"{e.reason} (read from {path})") from None

@@ -1,0 +1,187 @@
+"""Seeded weights of the full model, made on first use, and their tensor-parallel shards.
+
+Weights are derived from the full model and split here (q/k/v, gate/up by columns, o/down by rows,
+vocabulary by rows), never from the `Dim`s forward() passes, so a wrong symbolic size shows up as a
+mismatch instead of being copied.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..model.config import ModelConfig, ceil_div
+from .storage import alloc
+
+STD = 0.02  # small weights keep float16 activations finite
+_POOL = 4_194_301  # seeded normals tiled over weights: random-looking, filled at memcpy speed
+
+
+@dataclass
+class Shard:
+    """How p ranks split one full weight matrix: rank r's [d_in, width] operand."""
+
+    key: tuple
+    shape: tuple[int, int]  # the full matrix, as stored (vocabulary tables: rows = vocabulary)
+    how: str  # column | row | vocab (rows, used transposed) | kvrep (one whole KV head)
+    p: int
+    d_in: int
+    width: int  # output columns per rank
+    dh: int = 0
+    groups: int = 1  # kvrep: ranks per KV head
+
+
+class Weights:
+    """Seeded full (unsharded) weights, made on first use; shards for p ranks are views of them.
+
+    Element f of a flattened matrix is pool[(offset + f) mod P]: iid normals for matrices up to
+    P elements, a tiling beyond. Vocabulary tables have ceil(N_vocab/p)·p rows (vLLM pads the
+    vocabulary for p ranks). `given` replaces arrays by key (explain's hand-made example).
+
+    `resident=False` streams: no big matrix is ever held whole. A linear makes its shard in
+    column chunks, multiplies, and drops them; the embedding gathers only the rows looked up.
+    """
+
+    def __init__(self, model: ModelConfig, seed: int = 0, dtype: Any = np.float32, p: int = 1,
+                 given: dict[tuple, np.ndarray] | None = None, std: float = STD,
+                 resident: bool = True, chunk_bytes: int = 1 << 26):
+        self.m, self.seed, self.dtype = model, seed, np.dtype(dtype).type
+        self.resident, self.chunk_bytes = resident, chunk_bytes
+        self.vocab_rows = ceil_div(model.vocab_size, p) * p
+        rng = np.random.default_rng(seed)
+        self.pool = (rng.standard_normal(_POOL, dtype=np.float32) * std).astype(self.dtype)
+        self.given = {k: np.asarray(v, self.dtype) for k, v in (given or {}).items()}
+        self.full: dict[tuple, np.ndarray] = {}
+        self.shards: dict[tuple, Any] = {}
+        self._ext: np.ndarray | None = None
+        self._buf: np.ndarray | None = None
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.full.values())
+
+    def _offset(self, key: tuple) -> int:
+        return zlib.crc32(repr((self.seed, *key)).encode()) % _POOL
+
+    def get(self, key: tuple, shape: tuple[int, ...], base: float = 0.0) -> np.ndarray:
+        if key in self.given:
+            return self.given[key]
+        a = self.full.get(key)
+        if a is None:
+            a = self.full[key] = alloc(shape, self.dtype)
+            flat, n, i, off = a.reshape(-1), a.size, 0, self._offset(key)
+            while i < n:
+                take = min(_POOL - off, n - i)
+                flat[i : i + take] = self.pool[off : off + take]
+                i, off = i + take, 0
+            if base:
+                flat += self.dtype(base)
+        return a
+
+    def _extended(self, width: int) -> np.ndarray:
+        """The pool followed by its own start, so a window of `width` never wraps."""
+        if self._ext is None or self._ext.size < _POOL + width:
+            self._ext = np.concatenate([self.pool, self.pool[: max(width, 1 << 16)]])
+        return self._ext
+
+    def block(self, key: tuple, shape: tuple[int, int], rows: tuple[int, int],
+              cols: tuple[int, int]) -> np.ndarray:
+        """W[r0:r1, c0:c1] of the matrix `get` would make, made without making W, into a buffer
+        reused chunk after chunk (no fresh pages). Row i starts at pool[(off + i·n + c0) mod P]:
+        between wraps of the pool the rows are one strided view, copied row by row."""
+        (r0, r1), (c0, c1) = rows, cols
+        if key in self.given or key in self.full:
+            return self.get(key, shape)[r0:r1, c0:c1]
+        count, width, stride = r1 - r0, c1 - c0, shape[1]
+        ext = self._extended(width)
+        if self._buf is None or self._buf.size < count * width:
+            self._buf = np.empty(count * width, dtype=self.dtype)
+        out = self._buf[: count * width].reshape(count, width)
+        start, i = (self._offset(key) + r0 * stride + c0) % _POOL, 0
+        while i < count:  # one pass per wrap of the pool, not per row
+            n = min(count - i, -(-(_POOL - start) // stride))
+            out[i : i + n] = np.lib.stride_tricks.as_strided(
+                ext[start:], (n, width), (stride * ext.itemsize, ext.itemsize), writeable=False)
+            start, i = (start + n * stride) % _POOL, i + n
+        return out
+
+    def rows(self, key: tuple, shape: tuple[int, int], ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of a matrix (an embedding lookup); streamed: without making the matrix."""
+        if key in self.given or key in self.full or self.resident:
+            return self.get(key, shape)[ids]
+        windows = np.lib.stride_tricks.sliding_window_view(self._extended(shape[1]), shape[1])
+        return windows[(self._offset(key) + ids * shape[1]) % _POOL]
+
+    # -- shards ------------------------------------------------------------------------------
+    def stacked(self, sh: Shard) -> np.ndarray:
+        """All ranks' operands as one array [p, d_in, width] (views of the full matrix)."""
+        W, p = self.get(sh.key, sh.shape), sh.p
+        if sh.how == "vocab":
+            V = self.m.vocab_size
+            return (W[:V][None] if p == 1 else W.reshape(p, sh.width, -1)).transpose(0, 2, 1)
+        if sh.how == "row":
+            return W.reshape(p, sh.d_in, W.shape[1])
+        if sh.how == "kvrep":
+            heads = np.arange(p) // sh.groups
+            return W.reshape(W.shape[0], -1, sh.dh)[:, heads, :].transpose(1, 0, 2)
+        return W.reshape(W.shape[0], p, sh.width).transpose(1, 0, 2)
+
+    def chunk(self, sh: Shard, r: int, c0: int, c1: int) -> np.ndarray:
+        """Rank r's operand, columns c0:c1, made on its own: [d_in, c1 − c0]."""
+        if sh.how == "vocab":
+            return self.block(sh.key, sh.shape, (r * sh.width + c0, r * sh.width + c1),
+                              (0, sh.shape[1])).T
+        if sh.how == "row":
+            return self.block(sh.key, sh.shape, (r * sh.d_in, (r + 1) * sh.d_in), (c0, c1))
+        first = (r // sh.groups) * sh.dh if sh.how == "kvrep" else r * sh.width
+        return self.block(sh.key, sh.shape, (0, sh.shape[0]), (first + c0, first + c1))
+
+    def linear(self, layer: int, name: str, p: int) -> tuple[list[Shard], Any, int, bool, Any]:
+        """(shards side by side, bias [p|1, 1, width] or [D] or None, bias params per rank, bias
+        on rank 0 only, resident operand [p|1, d_in, width] or None)."""
+        k = (layer, name, p)
+        if k not in self.shards:
+            shards, b, bparams, row_bias = self._linear(layer, name, p)
+            W = None
+            if self.resident:
+                parts = [self.stacked(sh) for sh in shards]
+                W = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+            self.shards[k] = (shards, b, bparams, row_bias, W)
+        return self.shards[k]
+
+    def _linear(self, layer: int, name: str, p: int) -> tuple[list[Shard], Any, int, bool]:
+        m = self.m
+        D, dh, H, Hkv = m.d_model, m.dh, m.n_heads, m.kv_heads
+        if name == "lm head":
+            key = ("embedding",) if m.tie_embeddings else ("lm head",)
+            vp = m.vocab_size if p == 1 else self.vocab_rows // p
+            b = None
+            if m.lm_head_bias:
+                full = self.get(("lm head", "bias"), (self.vocab_rows,))
+                b = full[: m.vocab_size][None, None] if p == 1 else full.reshape(p, 1, -1)
+            sh = Shard(key, (self.vocab_rows, D), "vocab", p, D, vp)
+            return [sh], b, b[0].size if b is not None else 0, False
+        if name == "qkv":  # each rank's fused matrix is its q, k and v shards side by side
+            parts = [self._linear(layer, n, p) for n in ("q", "k", "v")]
+            b = np.concatenate([x[1] for x in parts], axis=-1) if m.qkv_bias else None
+            return [x[0][0] for x in parts], b, sum(x[2] for x in parts), False
+        width = {"q": H * dh, "k": Hkv * dh, "v": Hkv * dh, "o": H * dh, "gate": m.d_ff,
+                 "up": m.d_ff, "down": m.d_ff}[name]
+        has_b = {"o": m.attn_out_bias, "gate": m.ffn_bias, "up": m.ffn_bias,
+                 "down": m.ffn_bias}.get(name, m.qkv_bias)
+        if name in ("o", "down"):  # row-parallel: rank r holds rows r·n/p …; bias once
+            b = self.get((layer, name, "bias"), (D,)) if has_b else None
+            return [Shard((layer, name), (width, D), "row", p, width // p, D)], b, \
+                D if has_b else 0, True
+        bf = self.get((layer, name, "bias"), (width,)) if has_b else None
+        if name in ("k", "v") and Hkv < p:  # vLLM: rank r holds (a copy of) KV head r // (p/H_kv)
+            sh = Shard((layer, name), (D, width), "kvrep", p, D, dh, dh, p // Hkv)
+            b = bf.reshape(Hkv, 1, dh)[np.arange(p) // (p // Hkv)] if bf is not None else None
+        else:
+            sh = Shard((layer, name), (D, width), "column", p, D, width // p)
+            b = bf.reshape(p, 1, width // p) if bf is not None else None
+        return [sh], b, b[0].size if b is not None else 0, False
+
+
