@@ -88,7 +88,7 @@ def resolve_model(
         model = load_hf_config(hf_config)
     else:
         model = sources.load_preset(preset or "seed-tiny", presets_dir)
-        if preset is None:  # the first seed's §13 example: B=2, T=4
+        if preset is None:  # first seed's §13 (one set of sizes through the whole pass): B=2, T=4
             workload = {"batch": 2, "seq": 4}
     if sets:
         model = sources.apply_overrides(model, sets)

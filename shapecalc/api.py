@@ -1,0 +1,305 @@
+"""The Python API: the same calls the command line makes, with typed results.
+
+Each result is the pydantic model of the CLI's `--json` for the same inputs (the schemas of
+`shapecalc schema`): `result.model_dump(mode="json", exclude_unset=True)` is that JSON document
+(`exclude_unset` leaves out the optional keys the CLI does not write either). Workload fields
+(`batch`, `seq`, `phase`, `dtype`, `kv_dtype`, `act_dtype`, `logits`, `tp`, `pp`, `block_size`,
+`attention_flops`, `padding_mask`) are keyword arguments named as in the JSON's `workload`;
+`None` means not given. Every bad input raises `ShapecalcError(field, reason)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .costs.schemas import TraceOut
+from .costs.trace import build_trace
+from .inputs import hardware as _hardware
+from .inputs import sources
+from .inputs.hardware import GPU
+from .model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, make_workload
+from .plan import planning
+from .plan.schemas import CompareItem, FitOut, SweepRow
+
+TraceResult = TraceOut  # `trace --json`
+FitResult = FitOut  # `fit --json`
+CompareResult = CompareItem  # one item of `compare --json`
+# SweepRow: one line of `sweep --format jsonl`
+
+PathLike = str | Path
+PLAN_OPTIONS = tuple(f.name for f in dataclasses.fields(planning.PlanOptions))
+_INT_AXES = ("batch", "seq", "tp", "pp")
+_STR_AXES = ("dtype", "kv_dtype")
+
+__all__ = [
+    "GPU", "CompareResult", "FitResult", "Model", "ModelConfig", "ShapecalcError", "SweepRow",
+    "TraceResult", "Workload", "compare", "fit", "load_gpu", "load_model", "sweep", "trace",
+    "workload",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """A model and the workload fields its source fixes: a config file's `[workload]` table, or
+    B=2, T=4 for the default seed-tiny. `label` names it in compare and sweep results (`case`)."""
+
+    config: ModelConfig
+    workload: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    label: str = ""
+
+
+def load_model(
+    preset: str | None = None,
+    *,
+    config: PathLike | None = None,
+    hf_config: PathLike | None = None,
+    set: Mapping[str, Any] | Sequence[str] | None = None,  # the CLI's --set
+    presets_dir: PathLike | Sequence[PathLike] | None = None,
+) -> Model:
+    """A model from one source, as `--preset`, `--config` or `--hf-config` (none: seed-tiny at
+    B=2, T=4, as `shapecalc trace`), with `set` overrides as `--set`: `{"n_kv_heads": 2}` or
+    `["n_kv_heads=2"]`. `presets_dir` adds preset folders, as `--presets-dir`."""
+    given = [x for x in (preset, config, hf_config) if x is not None]
+    if len(given) > 1:
+        raise ShapecalcError("model", "give one of preset, config, hf_config")
+    wl: dict[str, Any] = {}
+    if config is not None:
+        model, wl = sources.load_config_file(config)
+    elif hf_config is not None:
+        from .inputs.hf import load_hf_config
+
+        model = load_hf_config(hf_config)
+    else:
+        model = sources.load_preset(preset or "seed-tiny", _paths(presets_dir))
+        if preset is None:  # first seed's §13 (one set of sizes through the whole pass): B=2, T=4
+            wl = {"batch": 2, "seq": 4}
+    sets = _items(set, json_values=True)
+    if sets:
+        model = sources.apply_overrides(model, sets)
+    label = str(given[0]) if given else "seed-tiny"
+    return Model(model, wl, label + ("@" + ",".join(sets) if sets else ""))
+
+
+def load_gpu(
+    name: PathLike,
+    *,
+    hardware_dir: PathLike | Sequence[PathLike] | None = None,
+    set: Mapping[str, Any] | Sequence[str] | None = None,  # the CLI's --set-gpu
+) -> GPU:
+    """A GPU profile by name (`shapecalc hardware`) or .toml path, with overrides as
+    `--set-gpu`: `{"memory_bytes": "96GiB"}` or `["hbm_bandwidth=3.0e12"]`."""
+    return _hardware.load_gpu(str(name), _paths(hardware_dir), _items(set, json_values=False))
+
+
+def workload(**fields: Any) -> Workload:
+    """A validated Workload; fields not given take their defaults (`shapecalc schema workload`)."""
+    return make_workload(fields)
+
+
+def trace(
+    model: Model | ModelConfig | str,
+    workload: Workload | None = None,
+    *,
+    per_rank: bool = False,
+    presets_dir: PathLike | Sequence[PathLike] | None = None,
+    **fields: Any,
+) -> TraceResult:
+    """`shapecalc trace --json`. `model`: a Model, a ModelConfig, or a case string as compare
+    takes (`"llama2-70b"`, `"llama2-70b@tp=4"`). The workload: `workload` if given, else the
+    model's own fields; keyword fields override either, as flags do. `per_rank`: `--per-rank`."""
+    m = _model(model, presets_dir)
+    wl = _workload(m, workload, fields)
+    return TraceResult.model_validate(build_trace(m.config, wl, per_rank=per_rank))
+
+
+def fit(
+    model: Model | ModelConfig | str,
+    gpu: GPU | str,
+    workload: Workload | None = None,
+    *,
+    presets_dir: PathLike | Sequence[PathLike] | None = None,
+    **fields: Any,
+) -> FitResult:
+    """`shapecalc fit --json`: workload fields as in `trace` (logits default to "last", as `fit`
+    serves, unless a `workload` is given, which is used as it is), and the plan options
+    `utilization`, `compute_efficiency`, `memory_efficiency`, `link_efficiency`, `price`,
+    `compute_dtype`, `attention`, `max_batched_tokens` (the flags, `_` for `-`)."""
+    wfields, opts = _options(fields)
+    hw = _gpu(gpu)
+    if hw is None:
+        raise ShapecalcError("gpu", "fit needs a GPU (a name from `shapecalc hardware`)")
+    m = _model(model, presets_dir)
+    wl = _workload(m, workload, wfields, {"logits": "last"})
+    return FitResult.model_validate(planning.fit(m.config, wl, hw, opts))
+
+
+def compare(
+    cases: Model | ModelConfig | str | Sequence[Model | ModelConfig | str],
+    gpu: GPU | str | None = None,
+    *,
+    presets_dir: PathLike | Sequence[PathLike] | None = None,
+    **fields: Any,
+) -> list[CompareResult]:
+    """`shapecalc compare --json`: one result per column. `batch`, `seq`, `tp`, `pp`, `dtype`,
+    `kv_dtype` take one value, a list, or a CLI grid (`"1,2,4,8"`, `"1..256x2"`) and expand
+    each case into columns (a case's own fields win); other workload fields apply to all. With a
+    `gpu`, each column has its `fit` (logits "last" unless given), and takes fit's plan options."""
+    wfields, opts = _options(fields)
+    hw = _gpu(gpu)
+    parsed = [_case(c, presets_dir) for c in _many(cases)]
+    axes = _axes(wfields)
+    base = {k: v for k, v in wfields.items() if v is not None}
+    columns = planning.expand_cases(parsed, base, axes)
+    items = planning.compare(columns, None, opts)
+    if hw is not None:
+        for item, (_, case, wl) in zip(items, columns, strict=True):
+            if "logits" not in case.workload and "logits" not in base:  # fit rows serve
+                wl = wl.model_copy(update={"logits": "last"})
+            item["fit"] = planning.fit(case.model, wl, hw, opts)
+    return [CompareResult.model_validate(item) for item in items]
+
+
+def sweep(
+    cases: Model | ModelConfig | str | Sequence[Model | ModelConfig | str],
+    gpu: GPU | str | None = None,
+    *,
+    presets_dir: PathLike | Sequence[PathLike] | None = None,
+    **fields: Any,
+) -> Iterator[SweepRow]:
+    """The rows of `shapecalc sweep --format jsonl`, case by case, computed as you iterate. The
+    axes `batch`, `seq`, `tp`, `pp`, `dtype`, `kv_dtype` and `phase` take one value, a list or a
+    CLI grid (`"1..256x2"`); an axis not given takes the case's value, else the default. Points
+    a model cannot run (tp not dividing its heads, pp > N, seq beyond a learned position table)
+    are skipped, as the CLI skips them; a grid with no valid point raises. With a `gpu`, the fit
+    and time columns, and fit's plan options."""
+    from .plan import sweep as sweeping
+
+    wfields, opts = _options(fields)
+    hw = _gpu(gpu)
+    parsed = [_case(c, presets_dir) for c in _many(cases)]
+    given = _axes(wfields)
+    phase = wfields.pop("phase", None)
+    phases = (planning.parse_str_grid(_text(phase), "phase", ("prefill", "decode"))
+              if phase is not None else None)
+    fixed = {k: v for k, v in wfields.items() if v is not None}
+    plans = []
+    for case in parsed:
+        w0 = make_workload({**fixed, **case.workload})  # what an axis not given takes
+        plans.append((case, sweeping.SweepAxes(
+            batch=given.get("batch", [w0.batch]), seq=given.get("seq", [w0.seq]),
+            tp=given.get("tp", [w0.tp]), pp=given.get("pp", [w0.pp]),
+            dtype=given.get("dtype", [w0.dtype]), kv_dtype=given.get("kv_dtype", [w0.kv_dtype]),
+            phase=phases or [w0.phase],
+        )))
+
+    def rows() -> Iterator[SweepRow]:
+        skipped: list[str] = []
+        n = 0
+        for case, axes in plans:
+            out: Any = sweeping.sweep(case, axes, fixed, hw, opts)
+            for chunk in [out] if hasattr(out, "columns") else out:  # one chunk, or a stream
+                skipped += [f"{case.label}: {k} {c:,}" for k, c in chunk.skipped.items() if c]
+                cols = {k: _values(v) for k, v in chunk.columns.items()}
+                head = {"case": chunk.case, "model": chunk.model}
+                for values in zip(*cols.values(), strict=True):
+                    n += 1
+                    yield SweepRow.model_validate({**head, **dict(zip(cols, values, strict=True))})
+        if not n:
+            raise ShapecalcError("grid", "no valid point (points skipped: "
+                                 + "; ".join(skipped) + ")")
+
+    return rows()
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _paths(dirs: PathLike | Sequence[PathLike] | None) -> list[Path] | None:
+    if dirs is None:
+        return None
+    return [Path(dirs)] if isinstance(dirs, (str, Path)) else [Path(d) for d in dirs]
+
+
+def _items(given: Mapping[str, Any] | Sequence[str] | str | None, json_values: bool) -> list[str]:
+    """`field=value` strings from a mapping or a list of them (what --set and --set-gpu take)."""
+    if given is None:
+        return []
+    if isinstance(given, str):
+        return [given]
+    if isinstance(given, Mapping):
+        return [f"{k}={v if isinstance(v, str) or not json_values else json.dumps(v)}"
+                for k, v in given.items()]
+    return list(given)
+
+
+def _model(model: Model | ModelConfig | str,
+           presets_dir: PathLike | Sequence[PathLike] | None) -> Model:
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, ModelConfig):
+        return Model(model, {}, model.name)
+    if isinstance(model, str):
+        c = planning.parse_case(model, _paths(presets_dir))
+        return Model(c.model, c.workload, c.label)
+    raise TypeError(f"expected a Model, a ModelConfig or a case string, not "
+                    f"{type(model).__name__}")
+
+
+def _case(model: Model | ModelConfig | str,
+          presets_dir: PathLike | Sequence[PathLike] | None) -> planning.Case:
+    m = _model(model, presets_dir)
+    return planning.Case(m.label or m.config.name, m.config, dict(m.workload))
+
+
+def _many(cases: Any) -> list[Any]:
+    return [cases] if isinstance(cases, (Model, ModelConfig, str)) else list(cases)
+
+
+def _workload(m: Model, wl: Workload | None, fields: dict[str, Any],
+              defaults: Mapping[str, Any] | None = None) -> Workload:
+    base = wl.model_dump() if wl is not None else {**(defaults or {}), **m.workload}
+    return make_workload({**base, **fields})
+
+
+def _options(fields: dict[str, Any]) -> tuple[dict[str, Any], planning.PlanOptions]:
+    """Split keyword arguments into workload fields and PlanOptions."""
+    opts = {k: v for k, v in fields.items() if k in PLAN_OPTIONS}
+    return ({k: v for k, v in fields.items() if k not in PLAN_OPTIONS},
+            planning.PlanOptions(**opts))
+
+
+def _gpu(gpu: GPU | str | None) -> GPU | None:
+    return load_gpu(gpu) if isinstance(gpu, (str, Path)) else gpu
+
+
+def _text(v: Any) -> str:
+    """One value or a list as the CLI's text (`"1,2,4"`), so it is parsed as the CLI parses it."""
+    if isinstance(v, str):
+        return v
+    return ",".join(map(str, v)) if isinstance(v, Iterable) else str(v)
+
+
+def _axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
+    """Take the axis fields out of `fields`, parsed as the CLI's grids."""
+    axes: dict[str, list[Any]] = {}
+    for name in (*_INT_AXES, *_STR_AXES):
+        v = fields.pop(name, None)
+        if v is None:
+            continue
+        if name in _INT_AXES:
+            axes[name] = planning.parse_int_grid(_text(v), name)
+        else:
+            axes[name] = planning.parse_str_grid(_text(v), name.replace("_", "-"), DTYPE_BITS)
+    return axes
+
+
+def _values(col: Any) -> list[Any]:
+    """A column as Python values: exact ints, floats with NaN as None (JSON's null)."""
+    out = col.tolist()
+    if getattr(col, "dtype", None) is not None and col.dtype.kind == "f":
+        return [None if x != x else x for x in out]
+    return list(out)
