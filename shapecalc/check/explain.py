@@ -1,4 +1,5 @@
-"""`explain`: the first seed's §6–§7 attention example, run through the NumPy executor.
+"""`explain`: the first seed's §6–§7 (single-head attention by hand, and the causal mask)
+example, run through the NumPy executor.
 
 X = [[1,0],[0,1],[1,1]], WQ = I, WK = [[1,0],[1,1]], WV = [[1,1],[0,1]] go through the same
 operations (`NumericOps.linear`, `matmul`, `scale`, `mask`, `softmax`) that run real models, and
