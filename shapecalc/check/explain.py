@@ -53,15 +53,18 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
 def _walk(model: ModelConfig, T: int, X: np.ndarray, weights: Weights, heading: str) -> Walk:
     wl = Workload(batch=1, seq=T, dtype="fp32")
     ops = NumericOps(model, wl, weights, 1, np.zeros((1, T), dtype=np.int64),
-                     ContiguousKV("fp32", None, np.float64))
+                     ContiguousKV("fp32", [None], np.float64))
     ops.group("block")
     ops._layer = 0
     dh = model.dh
     x = X[None, None]  # [rank, B, T, D]
-    proj = {n: ops.linear(x, n, None, None, model.qkv_bias, "replicated") for n in "qkv"}
-    q, k, v = (ops.split_heads(proj[n], n, None, None) for n in "qkv")  # [1, 1, heads, T, Dh]
+    proj = {n: ops.linear(x, f"attn.{n}", f"{n} projection", None, None, model.qkv_bias,
+                          "replicated") for n in "qkv"}
+    q, k, v = (ops.split_heads(proj[n], f"attn.{n}.heads", n, None, None)
+               for n in "qkv")  # [1, 1, heads, T, Dh]
     steps = [Matrix("X", "X: the input, one row per token", X, _shape(X))]
-    Ws = {n.upper(): weights.linear(0, n, 1)[4][0][:, :dh] for n in "qkv"}  # head 0's columns
+    Ws = {n.upper(): weights.linear(0, f"attn.{n}", 1)[4][0][:, :dh]
+          for n in "qkv"}  # head 0's columns
     for n, W in Ws.items():
         steps.append(Matrix(f"W{n}", f"W{n}: parameters", W, _shape(W)))
     for n, W in Ws.items():
@@ -69,23 +72,23 @@ def _walk(model: ModelConfig, T: int, X: np.ndarray, weights: Weights, heading: 
         steps.append(Matrix(n, f"{n} = X × W{n}", a, _product(X, W, a)))
     if model.positions == "rope":
         angles = ops.rope_angles(None, None)
-        q = ops.rope(q, "RoPE q", angles)
-        k = ops.rope(k, "RoPE k", angles)
+        q = ops.rope(q, "attn.rope", "RoPE q", angles)
+        k = ops.rope(k, "attn.rope", "RoPE k", angles)
         steps += [Matrix("Q_rope", "Q after RoPE (each pair rotated by its position)",
                          q[0, 0, 0], _shape(q[0, 0, 0])),
                   Matrix("K_rope", "K after RoPE", k[0, 0, 0], _shape(k[0, 0, 0]))]
     if q.shape[2] != k.shape[2]:  # GQA/MQA: KV head 0 serves query head 0
-        k = ops.repeat_kv(k, "repeat k", 0, None)
-        v = ops.repeat_kv(v, "repeat v", 0, None)
-    kt = ops.transpose_last(k, "kᵀ")
-    scores = ops.matmul(q, kt, "QKᵀ", causal=False)
-    scaled = ops.scale(scores.copy(), "scale", dh**-0.5, "1/√Dh")
-    A = ops.softmax(scaled.copy(), "softmax")
-    O = ops.matmul(A, v, "A·V", causal=False)
-    masked = ops.mask(scaled.copy(), "causal mask", "causal")
+        k = ops.repeat_kv(k, "attn.repeat_kv", "repeat k", 0, None)
+        v = ops.repeat_kv(v, "attn.repeat_kv", "repeat v", 0, None)
+    kt = ops.transpose_last(k, "attn.kT", "kᵀ")
+    scores = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=False, window=None)
+    scaled = ops.scale(scores.copy(), "attn.scale", "scale", dh**-0.5, "1/√Dh")
+    A = ops.softmax(scaled.copy(), "attn.softmax", "softmax")
+    O = ops.matmul(A, v, "attn.values", "A·V", causal=False, window=None)
+    masked = ops.mask(scaled.copy(), "attn.mask", "causal mask", "causal")
     shown = np.where(ops.causal, scaled[0, 0, 0], -np.inf)
-    Ac = ops.softmax(masked, "softmax")
-    Oc = ops.matmul(Ac, v, "A·V", causal=False)
+    Ac = ops.softmax(masked, "attn.softmax", "softmax")
+    Oc = ops.matmul(Ac, v, "attn.values", "A·V", causal=False, window=None)
     h = (0, 0, 0)
     q0, kt0, v0 = q[h], kt[h], v[h]
     root = f"√{dh} ≈ {dh**0.5:.3f}"
@@ -109,8 +112,8 @@ def _walk(model: ModelConfig, T: int, X: np.ndarray, weights: Weights, heading: 
 def seed_example() -> Walk:
     model = ModelConfig(name="seed §6–§7", vocab_size=3, d_model=2, n_layers=1, n_heads=1,
                         d_ff=2, positions="none")
-    given = {(0, "q"): np.array(SEED_WQ), (0, "k"): np.array(SEED_WK),
-             (0, "v"): np.array(SEED_WV)}
+    given = {(0, "attn.q"): np.array(SEED_WQ), (0, "attn.k"): np.array(SEED_WK),
+             (0, "attn.v"): np.array(SEED_WV)}
     weights = Weights(model, dtype=np.float64, given=given)
     return _walk(model, 3, np.array(SEED_X, dtype=np.float64), weights,
                  "The first seed's §6–§7 example: T=3 tokens, D=Dh=2, one head")

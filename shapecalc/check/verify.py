@@ -4,8 +4,9 @@ Checks compare the numeric stage list with the symbolic one stage by stage (name
 elementwise FLOPs, params, bytes), the totals and the TP/PP ledger of the trace, and behaviour the
 symbolic side can only claim: decode from a KV cache equals the full forward, a paged cache equals
 a contiguous one, p ranks equal one, masks hide what they must. Real presets run at their real
-widths with K of N layers; all layers are alike, so per-layer numbers are measured and the totals
-extrapolated ×N/K.
+widths with K of N layers (at least one of each kind in the layer plan); layers of one kind are
+alike, so per-layer numbers are measured on the layers run and each kind's totals extrapolated
+×count/run.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import numpy as np
 from ..costs.trace import build_trace
 from ..interpret import symbolic
 from ..interpret.caches import ContiguousKV, PagedKV
-from ..interpret.numeric import PRECISIONS, Step, step
+from ..interpret.numeric import PRECISIONS, Step, step, windows
 from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload, check
 from ..model.forward import Stage
+from ..model.plan import LayerPlan, layer_plan
 from .budget import CHUNK, default_budget, plan_layers
 
 FIELDS = {"FLOPs": "flops", "elementwise FLOPs": "elementwise_flops", "params": "params",
@@ -36,11 +38,17 @@ Progress = Callable[[str, int, int], None]
 
 
 # -- comparing ------------------------------------------------------------------------------------
-def _expand(sym: list[Stage], k: int) -> list[Stage]:
-    """The symbolic list as the executor runs it: the one recorded block (×N) for each of K."""
-    block = [s for s in sym if s.group == "block"]
+def _expand(sym: list[Stage], k: int, plan: LayerPlan | None = None) -> list[Stage]:
+    """The symbolic list as the executor runs it: for each of the first K layers, the block
+    recorded (×count) for that layer's kind (no plan: every layer of kind 0)."""
+    kind_of = plan.kind_of if plan is not None else (0,) * k
+    blocks: dict[int | None, list[Stage]] = {}
+    for s in sym:
+        if s.group == "block":
+            blocks.setdefault(s.kind, []).append(s)
     emb = [s for s in sym if s.group == "embedding"]
-    return emb + block * k + [s for s in sym if s.group == "head"]
+    run = [s for layer in range(k) for s in blocks[kind_of[layer]]]
+    return emb + run + [s for s in sym if s.group == "head"]
 
 
 def _where(s: Stage) -> str:
@@ -48,10 +56,12 @@ def _where(s: Stage) -> str:
     return f"{s.name!r}" + (f" (layer {layer})" if layer >= 0 else "")
 
 
-def compare_stages(num: list[Stage], sym: list[Stage], k: int, label: str) -> list[dict]:
-    exp = _expand(sym, k)
+def compare_stages(num: list[Stage], sym: list[Stage], plan: LayerPlan, k: int, label: str
+                   ) -> list[dict]:
+    exp = _expand(sym, k, plan)
     checks = []
-    same = [a.name == b.name and a.op == b.op and a.group == b.group and a.shape == b.shape
+    same = [a.role == b.role and a.kind == b.kind and a.name == b.name and a.op == b.op
+            and a.group == b.group and a.shape == b.shape
             for a, b in zip(num, exp, strict=False)]
     bad = next((i for i, ok in enumerate(same) if not ok), None)
     c = _check(f"stage names and shapes ({label})", len(exp), sum(same),
@@ -89,12 +99,32 @@ def _close(name: str, a: np.ndarray, b: np.ndarray, tol: float) -> dict:
             "ok": finite and diff <= tol * scale}
 
 
-def _extrapolate(stages: list[Stage], f: str, k: int, n: int) -> int | float:
+def _exact(x: Fraction) -> int | float:
+    return int(x) if x.denominator == 1 else float(x)
+
+
+def _kind_total(values: list[int], plan: LayerPlan) -> Fraction:
+    """Per-layer values of the K layers run, standing for all N: the layers of each kind run
+    stand for all layers of that kind."""
+    total = Fraction(0)
+    for kind, count in enumerate(plan.counts):
+        ran = [v for i, v in enumerate(values) if plan.kind_of[i] == kind]
+        total += Fraction(sum(ran) * count, len(ran))
+    return total
+
+
+def _by_kind(values: list[int], plan: LayerPlan) -> int | float:
+    return _exact(_kind_total(values, plan))
+
+
+def _extrapolate(stages: list[Stage], f: str, plan: LayerPlan, k: int) -> int | float:
     """Σ over stages, with the K layers run standing for all N."""
     outside = sum(getattr(s, f) for s in stages if s.group != "block")
-    inside = Fraction(sum(getattr(s, f) for s in stages if s.group == "block") * n, k)
-    total = outside + inside
-    return int(total) if total.denominator == 1 else float(total)
+    per_layer = [0] * k
+    for s in stages:
+        if s.group == "block":
+            per_layer[s.extra["layer"]] += getattr(s, f)
+    return _exact(outside + _kind_total(per_layer, plan))
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -105,7 +135,14 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     when they fit the budget, else streamed), resident, or streamed."""
     check(model, wl)
     budget = default_budget() if budget is None else budget
+    plan = layer_plan(model)
     K, need, resident = plan_layers(model, wl, layers, precision, budget, weights)
+    if K < plan.covering():  # every kind of layer must run at least once
+        if layers is not None:
+            raise ShapecalcError(
+                "layers", f"K={layers} runs only some kinds of layer; the first "
+                f"{plan.covering()} layers hold every kind, so run at least that many")
+        K, need, resident = plan_layers(model, wl, plan.covering(), precision, budget, weights)
     N, p, B, T = model.n_layers, wl.tp, wl.batch, wl.seq
     dt = PRECISIONS[precision]
     tol = TOL[precision] + KV_TOL[wl.kv]
@@ -116,7 +153,7 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     dec = wl.model_copy(update={"phase": "decode"})
     can_decode = not (model.positions == "learned" and model.max_positions is not None
                       and T + 1 > model.max_positions)
-    win = model.sliding_window
+    win = windows(model)
 
     def run(label: str, wl_: Workload, ids_: np.ndarray, p_: int, cache: Any = None,
             valid: np.ndarray | None = None) -> Step:
@@ -143,14 +180,16 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     main = a_dec if phase == "decode" else a_pre
     assert main is not None
     if phase == "decode":
-        checks += compare_stages(a_pre.stages, symbolic.stages(model, pre, 1), K, "prefill, p=1")
-    checks += compare_stages(main.stages, symbolic.stages(model, wl, 1), K, f"{phase}, p=1")
+        checks += compare_stages(a_pre.stages, symbolic.stages(model, pre, 1), plan, K,
+                                 "prefill, p=1")
+    checks += compare_stages(main.stages, symbolic.stages(model, wl, 1), plan, K,
+                             f"{phase}, p=1")
     for key, f in (("params", "params"), ("flops", "flops"),
                    ("elementwise_flops", "elementwise_flops")):
         checks.append(_check(f"total {key.replace('_', ' ')}", totals[key],
-                             _extrapolate(main.stages, f, K, N)))
+                             _extrapolate(main.stages, f, plan, K)))
     checks.append(_check("KV cache bytes (all layers)", totals["kv_cache_bytes"],
-                         _scale(sum(main.kv_bytes), K, N)))
+                         _by_kind(main.kv_bytes, plan)))
     checks.append(_check("largest activation bytes", totals["largest_activation"]["bytes"],
                          _largest(main.stages)))
     s_pp = wl.pp
@@ -173,7 +212,7 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     checks.append(_check(f"paged KV cache blocks (block_size {wl.block_size})",
                          totals["kv_cache_blocks"], g_main.kv_blocks))
     checks.append(_check("paged KV cache bytes (all layers)", totals["kv_cache_paged_bytes"],
-                         _scale(sum(g_main.kv_bytes), K, N)))
+                         _by_kind(g_main.kv_bytes, plan)))
     del g_pre, g_dec, paged
 
     # 3. tensor parallel: p ranks on their shards == one rank; the ledger
@@ -182,11 +221,11 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         b_main = b_dec if phase == "decode" else b_pre
         assert b_main is not None
         if phase == "decode":
-            checks += compare_stages(b_pre.stages, symbolic.stages(model, pre, p), K,
+            checks += compare_stages(b_pre.stages, symbolic.stages(model, pre, p), plan, K,
                                      f"prefill, p={p}")
-        checks += compare_stages(b_main.stages, symbolic.stages(model, wl, p), K,
+        checks += compare_stages(b_main.stages, symbolic.stages(model, wl, p), plan, K,
                                  f"{phase}, p={p}")
-        checks += _tp_checks(b_main, tp_led, K, N, p)
+        checks += _tp_checks(b_main, tp_led, plan, K, p)
         checks.append(_close(f"TP p={p} == unsharded (prefill logits)", b_pre.logits,
                              a_pre.logits, tol))
         if can_decode:
@@ -207,9 +246,10 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         assert b_dec is not None
         checks.append(_close(f"decode (KV cache, p={p}) == full forward over T+1 tokens",
                              b_dec.logits, full.logits, tol))
-        kv_dec = sum(s.bytes for s in symbolic.stages(model, dec, p) if s.op == "kv_cache") * N
+        kv_dec = sum(s.bytes * s.repeat for s in symbolic.stages(model, dec, p)
+                     if s.op == "kv_cache")
         checks.append(_check(f"KV cache bytes after decode (p={p}, all layers)", kv_dec,
-                             _scale(sum(b_dec.kv_bytes), K, N)))
+                             _by_kind(b_dec.kv_bytes, plan)))
     else:
         checks.append(_skipped("decode (KV cache) == full forward",
                                f"T+1={T + 1} exceeds max_positions"))
@@ -235,7 +275,7 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
 
     ok = all(c["ok"] for c in checks)
     note = (f"ran {K} of {N} layers at real widths; per-layer numbers measured on them, "
-            f"totals extrapolated ×{N}/{K}" if K < N else f"ran all {N} layer(s)")
+            f"totals extrapolated {_factors(plan, K)}" if K < N else f"ran all {N} layer(s)")
     if not resident:
         note += ("; weights streamed (too big to hold at once): each linear makes its shard in "
                  "chunks and drops them, the embedding gathers only the rows looked up")
@@ -246,6 +286,15 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         "weights": "resident" if resident else "streamed", "ok": ok,
         "checks": checks,
     }
+
+
+def _factors(plan: LayerPlan, k: int) -> str:
+    """×N/K, or per kind ×count/run (`×21/1 sliding window W=4096, ×21/1 full attention`)."""
+    ran = [plan.kind_of[:k].count(kind) for kind in range(len(plan.kinds))]
+    if plan.uniform:
+        return f"×{plan.counts[0]}/{ran[0]}"
+    return ", ".join(f"×{c}/{r} {spec.label}"
+                     for spec, c, r in zip(plan.kinds, plan.counts, ran, strict=True))
 
 
 def _skipped(what: str, why: str) -> dict:
@@ -267,7 +316,7 @@ def _layer_sum(stages: list[Stage], op: str, k: int) -> int | float:
     return _scale(sum(s.bytes for s in stages if s.op == op and s.group == "block"), k, 1)
 
 
-def _tp_checks(b: Step, led: dict, k: int, n: int, p: int) -> list[dict]:
+def _tp_checks(b: Step, led: dict, plan: LayerPlan, k: int, p: int) -> list[dict]:
     st = b.stages
     ar = [s for s in st if s.op == "allreduce" and s.group == "block"]
     return [
@@ -280,11 +329,11 @@ def _tp_checks(b: Step, led: dict, k: int, n: int, p: int) -> list[dict]:
         _check(f"TP logits all-gather bytes (p={p})", led["logits_allgather_bytes"],
                sum(s.bytes for s in st if s.op == "allgather")),
         _check(f"TP params per rank (p={p})", led["params_per_rank"],
-               _extrapolate(st, "params", k, n)),
+               _extrapolate(st, "params", plan, k)),
         _check(f"TP FLOPs per rank (p={p})", led["flops_per_rank"],
-               _extrapolate(st, "flops", k, n)),
+               _extrapolate(st, "flops", plan, k)),
         _check(f"TP KV cache bytes per rank (p={p})", led["kv_cache_bytes_per_rank"],
-               _scale(sum(b.kv_bytes), k, n)),
+               _by_kind(b.kv_bytes, plan)),
         _check(f"TP largest activation bytes per rank (p={p})",
                led.get("largest_activation_bytes_per_rank"), _largest(st)),
     ]

@@ -34,20 +34,59 @@ class StageOut(_Strict):
     repeat: int
     note: str
     split: str
+    role: str
+    kind: int | None
     mask_dims: list[str] | None = None
 
 
-class ParamsBreakdown(_Strict):
-    embedding: int
-    positions: int
+class KindParams(_Strict):
+    kind: int
+    label: str
+    attention: str
+    window: int | None
+    ffn: str
+    count: int
     attention_per_layer: int
     ffn_per_layer: int
     norms_per_layer: int
     per_layer: int
     layers: int
+
+
+class ParamsBreakdown(_Strict):
+    embedding: int
+    positions: int
+    attention_per_layer: int | None  # None when the layers are not all alike: see per_kind
+    ffn_per_layer: int | None
+    norms_per_layer: int | None
+    per_layer: int | None
+    layers: int
     final_norm: int
     lm_head: int
     total: int
+    per_kind: list[KindParams]
+
+
+class LayerKind(_Strict):
+    kind: int
+    label: str
+    attention: str
+    window: int | None
+    ffn: str
+    norm: str
+    norm_position: str
+    count: int
+
+
+class LayerRun(_Strict):
+    kind: int
+    first: int
+    count: int
+
+
+class LayerPlanOut(_Strict):
+    kinds: list[LayerKind]
+    runs: list[LayerRun]
 
 
 class FlopsBreakdown(_Strict):
@@ -127,6 +166,7 @@ class ParallelOut(_Strict):
 class TraceOut(_Strict):
     model: dict[str, Any]
     workload: dict[str, Any]
+    layers: LayerPlanOut
     stages: list[StageOut]
     totals: Totals
     parallel: ParallelOut

@@ -1,7 +1,12 @@
-"""KV caches for the NumPy executor: contiguous, and paged through a block table as vLLM does."""
+"""KV caches for the NumPy executor: contiguous, and paged through block tables as vLLM does.
+
+Each layer keeps at most its own window W of tokens (the layer plan's `windows`: None for full
+attention), so local and global layers of one model hold different amounts.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -9,24 +14,57 @@ import numpy as np
 from ..model.config import ceil_div
 from .storage import decode, encode, stored_nbytes
 
+Windows = int | None | Sequence[int | None]
+
+
+class _PerLayer(list):  # type: ignore[type-arg]
+    """One window for every layer (a model whose layers all attend alike)."""
+
+    def __init__(self, window: int | None):
+        super().__init__()
+        self.window = window
+
+    def __getitem__(self, layer: Any) -> Any:
+        return self.window
+
+    def __iter__(self) -> Any:
+        return iter([self.window])
+
+
+def _windows(w: Windows) -> Sequence[int | None]:
+    return list(w) if isinstance(w, (list, tuple)) else _PerLayer(w)  # type: ignore[arg-type]
+
 
 class KVCache:
-    """Tokens held per sequence (at most W with a sliding window), their validity (padding) and
-    the next position; layers store codes in the KV dtype. Subclasses decide where codes live."""
+    """Tokens seen per sequence, their validity (padding) and the next position; each layer
+    stores the codes of the tokens it keeps, in the KV dtype. Subclasses decide where.
+    `windows`: each layer's window W (None: full attention), or one for every layer."""
 
-    def __init__(self, kv_dtype: str, window: int | None, compute: Any):
-        self.kv, self.window, self.dt = kv_dtype, window, compute
+    def __init__(self, kv_dtype: str, windows: Windows, compute: Any):
+        self.kv, self.windows, self.dt = kv_dtype, _windows(windows), compute
         self.total = 0  # tokens seen per sequence
-        self.held = 0  # tokens kept: min(total, W)
-        self.valid = np.zeros((0, 0), dtype=bool)  # [B, held]
+        self.seen = np.zeros((0, 0), dtype=bool)  # [B, total]: which tokens are real
         self.next_pos = np.zeros(0, dtype=np.int64)  # [B]: the next token's position
+
+    def held_at(self, layer: int) -> int:
+        """Tokens layer `layer` keeps: min(total, W)."""
+        W = self.windows[layer]
+        return self.total if W is None else min(self.total, W)
+
+    @property
+    def held(self) -> int:
+        """Tokens the longest-reaching layers keep."""
+        return max(self.total if W is None else min(self.total, W) for W in self.windows)
+
+    def valid(self, layer: int) -> np.ndarray:
+        """[B, held]: which of the layer's kept tokens are real (not padding)."""
+        return self.seen[:, self.total - self.held_at(layer) :]
 
     def start(self, valid_new: np.ndarray) -> None:
         """Book-keeping for a step adding `valid_new` [B, Tq] tokens (once per step, all layers)."""
-        old = self.valid if self.total else valid_new[:, :0]
+        old = self.seen if self.total else valid_new[:, :0]
         self.total += valid_new.shape[1]
-        self.held = self.total if self.window is None else min(self.total, self.window)
-        self.valid = np.concatenate([old, valid_new], axis=1)[:, -self.held :]
+        self.seen = np.concatenate([old, valid_new], axis=1)
         count = valid_new.sum(axis=1)
         self.next_pos = count if self.total == valid_new.shape[1] else self.next_pos + count
 
@@ -35,7 +73,7 @@ class KVCache:
         """Prefill: keep the last `held` tokens; returns K, V as read back from the cache (all T
         tokens, through the KV dtype) and the stored codes [R, 2, B, H_kv, held, Dh]."""
         codes = encode(np.stack([k, v], axis=1), self.kv)
-        self._store(layer, np.ascontiguousarray(codes[..., -self.held :, :]))
+        self._store(layer, np.ascontiguousarray(codes[..., -self.held_at(layer) :, :]))
         back = decode(codes, self.kv, self.dt)
         return back[:, 0], back[:, 1], self._load(layer)
 
@@ -62,8 +100,8 @@ class KVCache:
 class ContiguousKV(KVCache):
     """One array per layer: [R, 2, B, H_kv, held, Dh] in the KV dtype."""
 
-    def __init__(self, kv_dtype: str, window: int | None, compute: Any):
-        super().__init__(kv_dtype, window, compute)
+    def __init__(self, kv_dtype: str, windows: Windows, compute: Any):
+        super().__init__(kv_dtype, windows, compute)
         self.codes: dict[int, np.ndarray] = {}
 
     def _store(self, layer: int, codes: np.ndarray) -> None:
@@ -71,7 +109,7 @@ class ContiguousKV(KVCache):
 
     def _add(self, layer: int, codes: np.ndarray) -> None:
         both = np.concatenate([self.codes[layer], codes], axis=-2)
-        self.codes[layer] = both[..., -self.held :, :]
+        self.codes[layer] = both[..., -self.held_at(layer) :, :]
 
     def _load(self, layer: int) -> np.ndarray:
         return self.codes[layer]
@@ -80,62 +118,86 @@ class ContiguousKV(KVCache):
         return [stored_nbytes(c[0], self.kv) for c in self.codes.values()]
 
 
-class PagedKV(KVCache):
-    """vLLM-style paging (second seed §9): a pool of physical blocks of `block_size` tokens per
-    layer and one block table per sequence, shared by all layers. Token i lives in logical block
-    i // block_size, slot i % block_size; with a sliding window, i counts modulo the ring of
-    ceil(W/block_size) blocks. Physical blocks are handed out in shuffled order, so reading
-    through the table is what puts the tokens back in order."""
+class _Group:
+    """The block table of the layers that share one window (vLLM's KV cache group): token i
+    lives in logical block i // block_size, slot i % block_size; with a window W, i counts
+    modulo a ring of ceil(W/block_size) blocks."""
 
-    def __init__(self, kv_dtype: str, window: int | None, compute: Any, block_size: int,
-                 batch: int, max_tokens: int, seed: int = 0):
-        super().__init__(kv_dtype, window, compute)
-        self.bs = block_size
+    def __init__(self, window: int | None, block_size: int, batch: int, max_tokens: int,
+                 seed: int):
         tokens = max_tokens if window is None else min(max_tokens, window)
         self.per_seq = ceil_div(tokens, block_size)
         self.ring = self.per_seq * block_size if window is not None else None
         self.table = np.full((batch, self.per_seq), -1, dtype=np.int64)
+        # physical blocks are handed out in shuffled order, so reading through the table is what
+        # puts the tokens back in order
         self.free = np.random.default_rng(seed).permutation(batch * self.per_seq)
-        self.pools: dict[int, np.ndarray] = {}
 
     @property
     def blocks(self) -> int:
         return int(np.count_nonzero(self.table >= 0))
 
-    def _slots(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        j = idx % self.ring if self.ring else idx
+
+class PagedKV(KVCache):
+    """vLLM-style paging (the second design note's §9, the paged KV cache): pools of physical
+    blocks of `block_size` tokens per layer, and one block table per sequence for each group of
+    layers with the same window, shared by the layers of that group."""
+
+    def __init__(self, kv_dtype: str, windows: Windows, compute: Any,
+                 block_size: int, batch: int, max_tokens: int, seed: int = 0):
+        super().__init__(kv_dtype, windows, compute)
+        self.bs = block_size
+        self.groups = {W: _Group(W, block_size, batch, max_tokens, seed)
+                       for W in dict.fromkeys(self.windows)}
+        self.pools: dict[int, np.ndarray] = {}
+
+    @property
+    def blocks(self) -> int:
+        """Blocks allocated over all groups."""
+        return sum(g.blocks for g in self.groups.values())
+
+    @property
+    def table(self) -> np.ndarray:
+        """The block table, when every layer shares one."""
+        (group,) = self.groups.values()
+        return group.table
+
+    def _slots(self, layer: int, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        g = self.groups[self.windows[layer]]
+        j = idx % g.ring if g.ring else idx
         logical = j // self.bs
-        need = self.table[:, logical] < 0  # allocate blocks touched for the first time
+        need = g.table[:, logical] < 0  # allocate blocks touched for the first time
         if need.any():
             cols = np.unique(logical[need.any(axis=0)])
-            for_cols = self.table[:, cols]
+            for_cols = g.table[:, cols]
             miss = for_cols < 0
             count = int(miss.sum())
-            for_cols[miss], self.free = self.free[:count], self.free[count:]
-            self.table[:, cols] = for_cols
-        return self.table[:, logical], np.broadcast_to(j % self.bs, (self.table.shape[0], j.size))
+            for_cols[miss], g.free = g.free[:count], g.free[count:]
+            g.table[:, cols] = for_cols
+        return g.table[:, logical], np.broadcast_to(j % self.bs, (g.table.shape[0], j.size))
 
     def _put(self, layer: int, codes: np.ndarray, idx: np.ndarray) -> None:
         R, _, B, hkv, _, dh = codes.shape
         pool = self.pools.get(layer)
         if pool is None:
+            per_seq = self.groups[self.windows[layer]].per_seq
             pool = self.pools[layer] = np.zeros(
-                (B * self.per_seq, self.bs, R, 2, hkv, dh), dtype=codes.dtype)
-        phys, slot = self._slots(idx)
+                (B * per_seq, self.bs, R, 2, hkv, dh), dtype=codes.dtype)
+        phys, slot = self._slots(layer, idx)
         pool[phys, slot] = codes.transpose(2, 4, 0, 1, 3, 5)  # [B, tokens, R, 2, H_kv, Dh]
 
     def _store(self, layer: int, codes: np.ndarray) -> None:
-        self._put(layer, codes, np.arange(self.total - self.held, self.total))
+        self._put(layer, codes, np.arange(self.total - self.held_at(layer), self.total))
 
     def _add(self, layer: int, codes: np.ndarray) -> None:
         self._put(layer, codes, np.arange(self.total - codes.shape[-2], self.total))
 
     def _load(self, layer: int) -> np.ndarray:
-        phys, slot = self._slots(np.arange(self.total - self.held, self.total))
+        phys, slot = self._slots(layer, np.arange(self.total - self.held_at(layer), self.total))
         return self.pools[layer][phys, slot].transpose(2, 3, 0, 4, 1, 5)
 
     def nbytes(self) -> list[int]:
-        """Bytes of the blocks allocated (whole blocks, a partly filled last one included)."""
-        return [self.blocks * stored_nbytes(pool[0, :, 0], self.kv) for pool in self.pools.values()]
-
-
+        """Bytes of the blocks allocated to each layer's group (whole blocks, a partly filled
+        last one included)."""
+        return [self.groups[self.windows[layer]].blocks * stored_nbytes(pool[0, :, 0], self.kv)
+                for layer, pool in self.pools.items()]

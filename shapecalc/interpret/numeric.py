@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from ..model.config import ModelConfig, Workload
-from ..model.forward import LINEAR_LABEL, Ops, Sizes, Stage, forward
+from ..model.forward import Ops, Sizes, Stage, forward
 from ..model.parallel import pp_layers
+from ..model.plan import LayerPlan, LayerSpec, layer_plan
 from .caches import ContiguousKV, KVCache
 from .storage import decode, measure, stored_nbytes
 from .weights import Weights
@@ -49,7 +50,7 @@ class NumericOps(Ops):
         self.gemms: list[tuple[Any, Any]] = []  # operand shapes (or operands) of every matmul
         self.boundaries: list[int] = []
         self.full_out: np.ndarray | None = None
-        self._group, self._layer = "embedding", -1
+        self._group, self._layer, self._kind = "embedding", -1, None
         self._last: np.ndarray | None = None
         self._hq = model.n_heads // p
         self.neg = self.dt(np.finfo(self.dt).min / 2)  # masked score: exp() gives 0, no overflow
@@ -57,32 +58,37 @@ class NumericOps(Ops):
         if valid is None:
             valid = np.ones((B, Tq), dtype=bool)
         cache.start(valid)
+        self.valid = valid
         if self.decoding:
             pos = cache.next_pos[:, None] - 1
-            self.key_valid: np.ndarray = cache.valid
         else:  # left padding: a sequence's first real token is position 0
             pos = np.maximum(np.cumsum(valid, axis=1) - 1, 0)
-            self.key_valid = valid
         # positions shared by all rows unless padding shifts them
         self.pos = pos[0] if (pos == pos[0]).all() else pos
         i = np.arange(Tq)[:, None]
-        j = np.arange(self.key_valid.shape[1])[None, :]
-        self.causal = j <= i
-        W = model.sliding_window
-        self.window = (i - j < W) if W is not None else np.ones_like(self.causal)
+        self._ij = i, np.arange(Tq)[None, :]
+        self.causal = self._ij[1] <= i  # prefill: queries and keys are the same T tokens
+
+    def _window(self, W: int | None) -> np.ndarray:
+        i, j = self._ij
+        return (i - j < W) if W is not None else np.ones_like(self.causal)
+
+    def _key_valid(self) -> np.ndarray:
+        """[B, keys] the current layer's queries may read: its cache in decode, else the step."""
+        return self.cache.valid(self._layer) if self.decoding else self.valid
 
     # -- recording -------------------------------------------------------------------------------
     def _el(self, a: np.ndarray) -> int:
         return a.size // a.shape[0]  # elements one rank touches
 
-    def _rec(self, name: str, op: str, a: np.ndarray, *, flops: int = 0, ew: int = 0,
+    def _rec(self, role: str, name: str, op: str, a: np.ndarray, *, flops: int = 0, ew: int = 0,
              params: int = 0, dtype: str | None = None, nbytes: int | None = None) -> np.ndarray:
         dtype = dtype or self.wl.act
         self.stages.append(Stage(
             name=name, op=op, group=self._group, dims=[], shape=list(a.shape[1:]), flops=flops,
             elementwise_flops=ew, params=params,
-            bytes=measure(a[0], dtype) if nbytes is None else nbytes, dtype=dtype,
-            extra={"layer": self._layer}))
+            bytes=measure(a[0], dtype) if nbytes is None else nbytes, dtype=dtype, role=role,
+            kind=self._kind, extra={"layer": self._layer}))
         self._last = a
         return a
 
@@ -92,28 +98,29 @@ class NumericOps(Ops):
         return out, 2 * self._el(out) * a.shape[-1]  # each output element: k multiply-adds
 
     # -- structure -------------------------------------------------------------------------------
-    def layers(self, n: int) -> Iterator[int]:
+    def layers(self, plan: LayerPlan) -> Iterator[tuple[int, LayerSpec, int]]:
+        n = len(plan.kind_of)
         k = n if self.n_run is None else min(n, self.n_run)
         s = self.wl.pp
         # PP: stage i runs its layers, then hands the residual stream to stage i+1. With fewer
         # layers run than stages, every layer stands for a stage.
         cuts = set((np.cumsum(pp_layers(k, s))[:-1] - 1).tolist()) if k >= s else set(range(k))
         for layer in range(k):
-            self._layer = layer
+            self._layer, self._kind = layer, plan.kind_of[layer]
             if self.on_layer:
                 self.on_layer(layer, k)
-            yield layer
+            yield layer, plan.kinds[self._kind], self._kind
             if s > 1 and layer in cuts:
                 assert self._last is not None
                 self.boundaries.append(measure(self._last[0], self.wl.act))
-        self._layer = -1
+        self._layer, self._kind = -1, None
 
     def group(self, g: Any) -> None:
         self._group = g
 
     # -- operations ------------------------------------------------------------------------------
     def token_ids(self, B: Any, T: Any) -> np.ndarray:
-        return self._rec("token ids", "input", self.ids[None], dtype="int64")
+        return self._rec("input.ids", "token ids", "input", self.ids[None], dtype="int64")
 
     def embed(self, ids: np.ndarray, V: Any, D: Any, split: Any) -> np.ndarray:
         vp = self.m.vocab_size if self.p == 1 else self.w.vocab_rows // self.p
@@ -130,7 +137,7 @@ class NumericOps(Ops):
             owner = ids[0] // vp
             b, t = np.indices(ids[0].shape)
             x[owner, b, t] = rows
-        return self._rec("embedding", "embed", x, params=params)
+        return self._rec("embed", "embedding", "embed", x, params=params)
 
     def positions(self, x: np.ndarray, kind: str, rows: int | None) -> np.ndarray:
         D = self.m.d_model
@@ -147,7 +154,7 @@ class NumericOps(Ops):
         if pe.ndim == 3:  # per-sequence positions (left padding)
             pe = pe[None]
         y = x + pe
-        return self._rec("position add", "add", y, ew=self._el(y), params=params)
+        return self._rec("pos.add", "position add", "add", y, ew=self._el(y), params=params)
 
     def rope_angles(self, T: Any, Dh: Any) -> np.ndarray:
         dh = self.m.dh
@@ -159,16 +166,18 @@ class NumericOps(Ops):
         if ang.ndim == 3:  # per-sequence positions [B,T,Dh] → [B,1,T,Dh] against [R,B,H,T,Dh]
             cos, sin = cos[:, None], sin[:, None]
         self._rope = (cos, sin)
-        return self._rec("RoPE angles", "outer", ang[None], ew=ang.size, dtype="fp32")
+        return self._rec("rope.angles", "RoPE angles", "outer", ang[None], ew=ang.size,
+                         dtype="fp32")
 
-    def scale(self, x: np.ndarray, name: str, factor: float, label: str) -> np.ndarray:
+    def scale(self, x: np.ndarray, role: str, name: str, factor: float, label: str
+              ) -> np.ndarray:
         # the scores are fresh from QKᵀ and used once: scale them in place
-        y = np.multiply(x, self.dt(factor), out=x if name == "scale" else None)
-        return self._rec(name, "scale", y, ew=self._el(y))
+        y = np.multiply(x, self.dt(factor), out=x if role == "attn.scale" else None)
+        return self._rec(role, name, "scale", y, ew=self._el(y))
 
-    def norm(self, x: np.ndarray, name: str) -> np.ndarray:
+    def norm(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         m, n, D = self.m, self._el(x), self.m.d_model
-        key = (self._layer, name)
+        key = (self._layer, role)
         g = self.w.get((*key, "γ"), (D,), base=1.0)
         params = g.size
         if m.norm == "layernorm":  # mean, subtract, square, mean, divide
@@ -186,11 +195,11 @@ class NumericOps(Ops):
             b = self.w.get((*key, "β"), (D,))
             y += b
             ew, params = ew + n, params + b.size
-        return self._rec(name, m.norm, y, ew=ew, params=params)
+        return self._rec(role, name, m.norm, y, ew=ew, params=params)
 
-    def linear(self, x: np.ndarray, name: str, d_in: Any, d_out: Any, bias: bool,
+    def linear(self, x: np.ndarray, role: str, name: str, d_in: Any, d_out: Any, bias: bool,
                split: Any) -> np.ndarray:
-        shards, b, params, row_bias, W = self.w.linear(self._layer, name, self.p)
+        shards, b, params, row_bias, W = self.w.linear(self._layer, role, self.p)
         rows = x.shape[1:-1]
         x2 = x.reshape(x.shape[0], -1, x.shape[-1])
         if W is not None:
@@ -207,8 +216,7 @@ class NumericOps(Ops):
                 y += b
             ew = self._el(y)
         y = y.reshape(y.shape[0], *rows, y.shape[-1])
-        label = LINEAR_LABEL.get(name, name)
-        return self._rec(label, "linear", y, flops=flops, ew=ew, params=params)
+        return self._rec(role, name, "linear", y, flops=flops, ew=ew, params=params)
 
     def _streamed(self, x: np.ndarray, shards: list[Any]) -> tuple[np.ndarray, int, int]:
         """x @ W with W made chunk by chunk (streamed weights); FLOPs and params of rank 0's
@@ -241,76 +249,86 @@ class NumericOps(Ops):
         assert len(parts) == 3 and sum(widths) == x.shape[-1]
         return [x[..., :widths[0]], x[..., widths[0]:widths[0] + kv], x[..., widths[0] + kv:]]
 
-    def split_heads(self, x: np.ndarray, name: str, heads: Any, Dh: Any) -> np.ndarray:
+    def split_heads(self, x: np.ndarray, role: str, name: str, heads: Any, Dh: Any
+                    ) -> np.ndarray:
         R, B, T, width = x.shape
         dh = self.m.dh
-        r = self._rec(f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
-        if name == "q":
+        r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
+        if role == "attn.q.heads":
             self._hq = width // dh
-        return self._rec(f"{name}: transpose", "transpose", r.transpose(0, 1, 3, 2, 4))
+        return self._rec(role, f"{name}: transpose", "transpose", r.transpose(0, 1, 3, 2, 4))
 
-    def rope(self, x: np.ndarray, name: str, angles: Any) -> np.ndarray:
+    def rope(self, x: np.ndarray, role: str, name: str, angles: Any) -> np.ndarray:
         cos, sin = self._rope
         h = x.shape[-1] // 2
         rot = np.concatenate([x[..., h:], x[..., :h]], axis=-1)  # moves data, no arithmetic
         y = x * cos
         rot *= sin
         y += rot
-        return self._rec(name, "rope", y, ew=3 * self._el(y))
+        return self._rec(role, name, "rope", y, ew=3 * self._el(y))
 
-    def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int, Tk: Any, Tc: Any
+                 ) -> tuple[np.ndarray, np.ndarray]:
         kv = self.wl.kv
         if not self.decoding:
             k, v, codes = self.cache.write(layer, k, v)
-            self._rec("KV cache write", "kv_cache", codes, dtype=kv,
+            self._rec("kv.write", "KV cache write", "kv_cache", codes, dtype=kv,
                       nbytes=stored_nbytes(codes[0], kv))
             return k, v
         new, codes = self.cache.append(layer, k, v)
-        self._rec("KV cache append", "kv_append", new, dtype=kv, nbytes=stored_nbytes(new[0], kv))
-        self._rec("KV cache read", "kv_cache", codes, dtype=kv, nbytes=stored_nbytes(codes[0], kv))
+        self._rec("kv.append", "KV cache append", "kv_append", new, dtype=kv,
+                  nbytes=stored_nbytes(new[0], kv))
+        self._rec("kv.read", "KV cache read", "kv_cache", codes, dtype=kv,
+                  nbytes=stored_nbytes(codes[0], kv))
         back = decode(codes, kv, self.dt)
         return back[:, 0], back[:, 1]
 
-    def repeat_kv(self, x: np.ndarray, name: str, groups: int, heads: Any) -> np.ndarray:
-        return self._rec(name, "repeat", np.repeat(x, self._hq // x.shape[2], axis=2))
+    def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
+                  ) -> np.ndarray:
+        return self._rec(role, name, "repeat", np.repeat(x, self._hq // x.shape[2], axis=2))
 
-    def transpose_last(self, x: np.ndarray, name: str) -> np.ndarray:
-        return self._rec(name, "transpose", x.swapaxes(-1, -2))
+    def transpose_last(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
+        return self._rec(role, name, "transpose", x.swapaxes(-1, -2))
 
-    def matmul(self, a: np.ndarray, b: np.ndarray, name: str, causal: bool) -> np.ndarray:
+    def matmul(self, a: np.ndarray, b: np.ndarray, role: str, name: str, causal: bool,
+               window: int | None) -> np.ndarray:
         out, flops = self._mm(a, b)
         if causal and self.wl.attention_flops == "causal" and not self.decoding:
             # a causal kernel computes only the (query, key) pairs the masks allow
-            pairs = int(np.count_nonzero(self.causal & self.window))
-            qk = name == "QKᵀ"
+            pairs = int(np.count_nonzero(self.causal & self._window(window)))
+            qk = role == "attn.scores"
             batch = self._el(out) // (out.shape[-2] * out.shape[-1])
             flops = 2 * batch * pairs * (a.shape[-1] if qk else b.shape[-1])
-        return self._rec(name, "matmul", out, flops=flops)
+        return self._rec(role, name, "matmul", out, flops=flops)
 
-    def mask(self, s: np.ndarray, name: str, kind: str) -> np.ndarray:
-        allowed = {"causal": self.causal, "window": self.window}.get(kind)
-        if allowed is None:  # padding: [B,1,1,T] over the keys
-            allowed = self.key_valid[:, None, None, :]
+    def mask(self, s: np.ndarray, role: str, name: str, kind: str, window: int | None = None
+             ) -> np.ndarray:
+        if kind == "causal":
+            allowed = self.causal
+        elif kind == "window":
+            allowed = self._window(window)
+        else:  # padding: [B,1,1,T] over the keys
+            allowed = self._key_valid()[:, None, None, :]
         np.copyto(s, self.neg, where=~allowed)
-        return self._rec(name, "mask", s, ew=self._el(s))
+        return self._rec(role, name, "mask", s, ew=self._el(s))
 
-    def softmax(self, s: np.ndarray, name: str) -> np.ndarray:
+    def softmax(self, s: np.ndarray, role: str, name: str) -> np.ndarray:
         # row max, subtract, exp, row sum, divide: in place, the scores are not needed again
         s -= s.max(axis=-1, keepdims=True)
         np.exp(s, out=s)
         s /= s.sum(axis=-1, keepdims=True)
-        return self._rec(name, "softmax", s, ew=5 * self._el(s))
+        return self._rec(role, name, "softmax", s, ew=5 * self._el(s))
 
-    def merge_heads(self, x: np.ndarray, name: str) -> np.ndarray:
-        t = self._rec(f"{name}: transpose", "transpose", x.transpose(0, 1, 3, 2, 4))
+    def merge_heads(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
+        t = self._rec(role, f"{name}: transpose", "transpose", x.transpose(0, 1, 3, 2, 4))
         R, B, T, H, dh = t.shape
-        return self._rec(f"{name}: reshape", "reshape", t.reshape(R, B, T, H * dh))
+        return self._rec(role, f"{name}: reshape", "reshape", t.reshape(R, B, T, H * dh))
 
-    def add(self, a: np.ndarray, b: np.ndarray, name: str) -> np.ndarray:
+    def add(self, a: np.ndarray, b: np.ndarray, role: str, name: str) -> np.ndarray:
         y = a + b
-        return self._rec(name, "add", y, ew=self._el(y))
+        return self._rec(role, name, "add", y, ew=self._el(y))
 
-    def activation(self, x: np.ndarray, name: str, kind: str) -> np.ndarray:
+    def activation(self, x: np.ndarray, role: str, name: str, kind: str) -> np.ndarray:
         n = self._el(x)
         if kind == "relu":
             y, ew = np.maximum(x, 0, out=x), n
@@ -330,24 +348,24 @@ class NumericOps(Ops):
             u *= x
             u *= self.dt(0.5)
             y, ew = u, 8 * n
-        return self._rec(f"{name} ({kind})", kind, y, ew=ew)
+        return self._rec(role, f"{name} ({kind})", kind, y, ew=ew)
 
-    def mul(self, a: np.ndarray, b: np.ndarray, name: str) -> np.ndarray:
+    def mul(self, a: np.ndarray, b: np.ndarray, role: str, name: str) -> np.ndarray:
         y = a * b
-        return self._rec(name, "mul", y, ew=self._el(y))
+        return self._rec(role, name, "mul", y, ew=self._el(y))
 
-    def allreduce(self, x: np.ndarray, name: str) -> np.ndarray:
+    def allreduce(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         sent = measure(x[0], self.wl.act)  # one rank's partial sum, in the activation dtype
-        return self._rec(name, "allreduce", x.sum(axis=0, keepdims=True), nbytes=sent)
+        return self._rec(role, name, "allreduce", x.sum(axis=0, keepdims=True), nbytes=sent)
 
-    def allgather(self, x: np.ndarray, name: str, full: Any) -> np.ndarray:
+    def allgather(self, x: np.ndarray, role: str, name: str, full: Any) -> np.ndarray:
         p, vp = x.shape[0], x.shape[-1]
         g = np.moveaxis(x, 0, -2).reshape(*x.shape[1:-1], p * vp)[..., : self.m.vocab_size]
-        return self._rec(name, "allgather", g[None])
+        return self._rec(role, name, "allgather", g[None])
 
-    def last_position(self, x: np.ndarray, name: str) -> np.ndarray:
+    def last_position(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         self.full_out = x  # every position: what the mask checks compare
-        return self._rec(name, "slice", x[:, :, -1])
+        return self._rec(role, name, "slice", x[:, :, -1])
 
 
 # -- one step -------------------------------------------------------------------------------------
@@ -369,7 +387,7 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
     """Run forward() once (a prefill of ids [B,T], or a decode of ids [B,1] on `cache`)."""
     p = wl.tp if p is None else p
     if cache is None:
-        cache = ContiguousKV(wl.kv, model.sliding_window, weights.dtype)
+        cache = ContiguousKV(wl.kv, windows(model), weights.dtype)
     ops = NumericOps(model, wl, weights, p, ids, cache, layers=layers, valid=valid,
                      on_layer=on_layer, keep_operands=keep_operands)
     with np.errstate(over="ignore", under="ignore"):
@@ -377,3 +395,9 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
     assert ops.full_out is not None
     return Step(logits[0], ops.full_out[0], ops.stages, ops.boundaries, cache.nbytes(),
                 getattr(cache, "blocks", None), ops.gemms)
+
+
+def windows(model: ModelConfig) -> list[int | None]:
+    """Each layer's KV window (None: full attention), as the caches take them."""
+    plan = layer_plan(model)
+    return [plan.kinds[k].window for k in plan.kind_of]

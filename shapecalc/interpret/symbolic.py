@@ -12,7 +12,8 @@ from typing import Literal, NamedTuple
 
 from ..model.config import ModelConfig, Workload, nbytes
 from ..model.expr import Dim, Expr, formula, sum_formula
-from ..model.forward import LINEAR_LABEL, Group, Ops, Sizes, Split, Stage, forward
+from ..model.forward import Group, Ops, Sizes, Split, Stage, forward
+from ..model.plan import LayerPlan, LayerSpec
 
 # FLOPs per output element of each elementwise operation (a documented convention; FlopCounterMode
 # counts none of them). Norms: mean/variance or mean-square, normalise, then γ (and β).
@@ -60,10 +61,12 @@ class SymbolicOps(Ops):
         self.stages: list[Stage] = []
         self._group: Group = "embedding"
         self._repeat = 1
+        self._kind: int | None = None
 
     # -- recording ---------------------------------------------------------------------------
     def _rec(
         self,
+        role: str,
         name: str,
         op: str,
         out: Sym,
@@ -97,6 +100,8 @@ class SymbolicOps(Ops):
                 repeat=self._repeat,
                 note=note,
                 split=split,
+                role=role,
+                kind=self._kind,
             )
         )
         return out
@@ -105,18 +110,20 @@ class SymbolicOps(Ops):
         return Sym(tuple(dims), self.wl.act)
 
     # -- structure ---------------------------------------------------------------------------
-    def layers(self, n: int) -> Iterator[int]:
-        # All N blocks are alike: record one, marked ×N, so an 80-layer trace stays short.
-        self._repeat = n
-        yield 0
-        self._repeat = 1
+    def layers(self, plan: LayerPlan) -> Iterator[tuple[int, LayerSpec, int]]:
+        # Layers of one kind are alike: record one block per kind, marked ×count, so an 80-layer
+        # trace stays short.
+        for kind, (spec, count) in enumerate(zip(plan.kinds, plan.counts, strict=True)):
+            self._repeat, self._kind = count, kind
+            yield plan.first_layer(kind), spec, kind
+        self._repeat, self._kind = 1, None
 
     def group(self, g: Group) -> None:
         self._group = g
 
     # -- operations --------------------------------------------------------------------------
     def token_ids(self, B: Dim, T: Dim) -> Sym:
-        return self._rec("token ids", "input", Sym((B, T), "int64"))
+        return self._rec("input.ids", "token ids", "input", Sym((B, T), "int64"))
 
     def embed(self, ids: Sym, V: Dim, D: Dim, split: Split) -> Sym:
         m = self.m
@@ -124,6 +131,7 @@ class SymbolicOps(Ops):
         if m.tie_embeddings:
             note = (note + ", " if note else "") + "shared with the LM head"
         return self._rec(
+            "embed",
             "embedding",
             "embed",
             self._act(*ids.dims, D),
@@ -136,6 +144,7 @@ class SymbolicOps(Ops):
         if kind == "learned":
             assert rows is not None
             return self._rec(
+                "pos.add",
                 "position add",
                 "add",
                 x,
@@ -143,12 +152,14 @@ class SymbolicOps(Ops):
                 params=formula([Dim.of("P", rows), self.z.D]),
                 note=f"learned table [P,D], P = max_positions = {rows}",
             )
-        return self._rec("position add", "add", x, ew=ELEMENTWISE["add"], note="sinusoidal")
+        return self._rec("pos.add", "position add", "add", x, ew=ELEMENTWISE["add"],
+                         note="sinusoidal")
 
     def rope_angles(self, T: Dim, Dh: Dim) -> Sym:
         # positions ⊗ inverse frequencies → [T,Dh/2] angles, an elementwise outer product (as
         # transformers ≥ 5 computes it; FlopCounterMode counts no matmul here)
         return self._rec(
+            "rope.angles",
             "RoPE angles",
             "outer",
             Sym((T, _half(Dh)), "fp32"),
@@ -156,20 +167,21 @@ class SymbolicOps(Ops):
             note="once per forward, shared by all layers",
         )
 
-    def scale(self, x: Sym, name: str, factor: float, label: str) -> Sym:
-        return self._rec(name, "scale", x, ew=ELEMENTWISE["scale"], note=f"× {label}")
+    def scale(self, x: Sym, role: str, name: str, factor: float, label: str) -> Sym:
+        return self._rec(role, name, "scale", x, ew=ELEMENTWISE["scale"], note=f"× {label}")
 
-    def norm(self, x: Sym, name: str) -> Sym:
+    def norm(self, x: Sym, role: str, name: str) -> Sym:
         m = self.m
         beta = m.has_norm_bias
         per = ELEMENTWISE[m.norm] + 1 + int(beta)
         p = _total(self.z.D * (2 if beta else 1))
-        return self._rec(name, m.norm, x, ew=per, params=p, note="γ, β" if beta else "γ")
+        return self._rec(role, name, m.norm, x, ew=per, params=p, note="γ, β" if beta else "γ")
 
-    def linear(self, x: Sym, name: str, d_in: Dim, d_out: Dim, bias: bool, split: Split) -> Sym:
+    def linear(self, x: Sym, role: str, name: str, d_in: Dim, d_out: Dim, bias: bool,
+               split: Split) -> Sym:
         rows = x.dims[:-1]
         out = self._act(*rows, d_out)
-        tied = name == "lm head" and self.m.tie_embeddings
+        tied = role == "head.lm" and self.m.tie_embeddings
         w = Dim.const(0) if tied else d_in * d_out
         params = _total(w + (d_out if bias else 0))
         note = SPLIT_NOTE[split] if self.wl.tp > 1 else ""
@@ -177,9 +189,9 @@ class SymbolicOps(Ops):
             note = (note + ", " if note else "") + "tied: weights counted at the embedding"
         if bias and split == "row" and self.z.p > 1:
             note += ", bias added once after the all-reduce"
-        label = LINEAR_LABEL.get(name, name)
         return self._rec(
-            label,
+            role,
+            name,
             "linear",
             out,
             flops=formula([2, *rows, d_in, d_out]),
@@ -193,55 +205,61 @@ class SymbolicOps(Ops):
         # a view of the fused output: the next stages (split heads) show each part
         return [Sym((*x.dims[:-1], p), x.dtype) for p in parts]
 
-    def split_heads(self, x: Sym, name: str, heads: Dim, Dh: Dim) -> Sym:
+    def split_heads(self, x: Sym, role: str, name: str, heads: Dim, Dh: Dim) -> Sym:
         B, T = x.dims[0], x.dims[1]
-        r = self._rec(f"{name}: reshape", "reshape", Sym((B, T, heads, Dh), x.dtype), note="view")
-        return self._rec(f"{name}: transpose", "transpose", Sym((B, heads, T, Dh), r.dtype))
+        r = self._rec(role, f"{name}: reshape", "reshape", Sym((B, T, heads, Dh), x.dtype),
+                      note="view")
+        return self._rec(role, f"{name}: transpose", "transpose", Sym((B, heads, T, Dh), r.dtype))
 
-    def rope(self, x: Sym, name: str, angles: Sym) -> Sym:
-        return self._rec(name, "rope", x, ew=ELEMENTWISE["rope"])
+    def rope(self, x: Sym, role: str, name: str, angles: Sym) -> Sym:
+        return self._rec(role, name, "rope", x, ew=ELEMENTWISE["rope"])
 
-    def kv_cache(self, k: Sym, v: Sym, layer: int) -> tuple[Sym, Sym]:
+    def kv_cache(self, k: Sym, v: Sym, layer: int, Tk: Dim, Tc: Dim) -> tuple[Sym, Sym]:
         z, kv = self.z, self.wl.kv
         two = Dim.const(2)
         note = "K and V; replicated KV head" if z.kv_replicated else "K and V"
         if self.wl.phase == "prefill":
-            self._rec(
-                "KV cache write", "kv_cache", Sym((two, z.B, z.Hkv, z.Tc, z.Dh), kv), note=note
-            )
+            self._rec("kv.write", "KV cache write", "kv_cache",
+                      Sym((two, z.B, z.Hkv, Tc, z.Dh), kv), note=note)
             return k, v
-        self._rec("KV cache append", "kv_append", Sym((two, z.B, z.Hkv, z.Tq, z.Dh), kv), note=note)
-        self._rec("KV cache read", "kv_cache", Sym((two, z.B, z.Hkv, z.Tk, z.Dh), kv), note=note)
-        full = Sym((z.B, z.Hkv, z.Tk, z.Dh), self.wl.act)
+        self._rec("kv.append", "KV cache append", "kv_append",
+                  Sym((two, z.B, z.Hkv, z.Tq, z.Dh), kv), note=note)
+        self._rec("kv.read", "KV cache read", "kv_cache", Sym((two, z.B, z.Hkv, Tk, z.Dh), kv),
+                  note=note)
+        full = Sym((z.B, z.Hkv, Tk, z.Dh), self.wl.act)
         return full, full
 
-    def repeat_kv(self, x: Sym, name: str, groups: int, heads: Dim) -> Sym:
+    def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims
         return self._rec(
+            role,
             name,
             "repeat",
             Sym((d[0], heads, d[2], d[3]), x.dtype),
             note=f"each KV head serves {groups} query heads",
         )
 
-    def transpose_last(self, x: Sym, name: str) -> Sym:
+    def transpose_last(self, x: Sym, role: str, name: str) -> Sym:
         d = x.dims
-        return self._rec(name, "transpose", Sym((*d[:-2], d[-1], d[-2]), x.dtype), note="view")
+        return self._rec(role, name, "transpose", Sym((*d[:-2], d[-1], d[-2]), x.dtype),
+                         note="view")
 
-    def matmul(self, a: Sym, b: Sym, name: str, causal: bool) -> Sym:
+    def matmul(self, a: Sym, b: Sym, role: str, name: str, causal: bool, window: int | None
+               ) -> Sym:
         batch, (mm, kk), nn = a.dims[:-2], a.dims[-2:], b.dims[-1]
         out = self._act(*batch, mm, nn)
         if causal and self.wl.attention_flops == "causal" and self.wl.phase == "prefill":
             # only the lower triangle: Σ_i min(i+1, W) (query, key) pairs instead of T²
             T = self.z.Tq
-            W = self.m.sliding_window
+            W = window
             if W is None or W >= T.value:
                 pairs = [T, T + 1]
             else:
                 w = Dim.of("W", W)
                 pairs = [w, T * 2 + w * -1 + 1]
-            inner = kk if name == "QKᵀ" else nn  # Dh
+            inner = kk if role == "attn.scores" else nn  # Dh
             return self._rec(
+                role,
                 name,
                 "matmul",
                 out,
@@ -249,10 +267,11 @@ class SymbolicOps(Ops):
                 note="causal half: lower triangle only",
             )
         # QKᵀ lists its factors query, key, width so that it reads 2·B·H·T²·Dh as the seeds do
-        order = [mm, nn, kk] if name == "QKᵀ" else [mm, kk, nn]
-        return self._rec(name, "matmul", out, flops=formula([2, *batch, *order]))
+        order = [mm, nn, kk] if role == "attn.scores" else [mm, kk, nn]
+        return self._rec(role, name, "matmul", out, flops=formula([2, *batch, *order]))
 
-    def mask(self, s: Sym, name: str, kind: Literal["causal", "padding", "window"]) -> Sym:
+    def mask(self, s: Sym, role: str, name: str, kind: Literal["causal", "padding", "window"],
+             window: int | None = None) -> Sym:
         d = s.dims
         one = Dim.const(1)
         shown = {
@@ -262,44 +281,47 @@ class SymbolicOps(Ops):
         }[kind]
         note = f"mask {'[B,1,1,T]' if kind == 'padding' else '[1,1,T,T]'} broadcast to the scores"
         if kind == "window":
-            note = f"keys older than W={self.m.sliding_window} masked; " + note
-        out = self._rec(name, "mask", s, ew=ELEMENTWISE["mask"], note=note)
+            note = f"keys older than W={window} masked; " + note
+        out = self._rec(role, name, "mask", s, ew=ELEMENTWISE["mask"], note=note)
         self.stages[-1].extra["mask_dims"] = [x.symbol for x in shown]
         return out
 
-    def softmax(self, s: Sym, name: str) -> Sym:
+    def softmax(self, s: Sym, role: str, name: str) -> Sym:
         return self._rec(
-            name, "softmax", s, ew=ELEMENTWISE["softmax"], note="over keys, row max subtracted"
+            role, name, "softmax", s, ew=ELEMENTWISE["softmax"],
+            note="over keys, row max subtracted",
         )
 
-    def merge_heads(self, x: Sym, name: str) -> Sym:
+    def merge_heads(self, x: Sym, role: str, name: str) -> Sym:
         B, H, T, Dh = x.dims
-        t = self._rec(f"{name}: transpose", "transpose", Sym((B, T, H, Dh), x.dtype))
-        return self._rec(f"{name}: reshape", "reshape", Sym((B, T, H * Dh), t.dtype), note="view")
+        t = self._rec(role, f"{name}: transpose", "transpose", Sym((B, T, H, Dh), x.dtype))
+        return self._rec(role, f"{name}: reshape", "reshape", Sym((B, T, H * Dh), t.dtype),
+                         note="view")
 
-    def add(self, a: Sym, b: Sym, name: str) -> Sym:
-        return self._rec(name, "add", a, ew=ELEMENTWISE["add"])
+    def add(self, a: Sym, b: Sym, role: str, name: str) -> Sym:
+        return self._rec(role, name, "add", a, ew=ELEMENTWISE["add"])
 
-    def activation(self, x: Sym, name: str, kind: str) -> Sym:
-        return self._rec(f"{name} ({kind})", kind, x, ew=ELEMENTWISE[kind])
+    def activation(self, x: Sym, role: str, name: str, kind: str) -> Sym:
+        return self._rec(role, f"{name} ({kind})", kind, x, ew=ELEMENTWISE[kind])
 
-    def mul(self, a: Sym, b: Sym, name: str) -> Sym:
-        return self._rec(name, "mul", a, ew=ELEMENTWISE["mul"])
+    def mul(self, a: Sym, b: Sym, role: str, name: str) -> Sym:
+        return self._rec(role, name, "mul", a, ew=ELEMENTWISE["mul"])
 
-    def allreduce(self, x: Sym, name: str) -> Sym:
-        return self._rec(name, "allreduce", x, note="sum of the p partial results")
+    def allreduce(self, x: Sym, role: str, name: str) -> Sym:
+        return self._rec(role, name, "allreduce", x, note="sum of the p partial results")
 
-    def allgather(self, x: Sym, name: str, full: Dim) -> Sym:
+    def allgather(self, x: Sym, role: str, name: str, full: Dim) -> Sym:
         return self._rec(
+            role,
             name,
             "allgather",
             Sym((*x.dims[:-1], full), x.dtype),
             note="each rank's vocabulary slice",
         )
 
-    def last_position(self, x: Sym, name: str) -> Sym:
+    def last_position(self, x: Sym, role: str, name: str) -> Sym:
         d = x.dims
-        return self._rec(name, "slice", Sym((d[0], d[-1]), x.dtype), note="x[:, -1, :]")
+        return self._rec(role, name, "slice", Sym((d[0], d[-1]), x.dtype), note="x[:, -1, :]")
 
 
 def stages(model: ModelConfig, wl: Workload, p: int = 1) -> list[Stage]:

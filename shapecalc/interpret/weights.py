@@ -138,12 +138,12 @@ class Weights:
         first = (r // sh.groups) * sh.dh if sh.how == "kvrep" else r * sh.width
         return self.block(sh.key, sh.shape, (0, sh.shape[0]), (first + c0, first + c1))
 
-    def linear(self, layer: int, name: str, p: int) -> tuple[list[Shard], Any, int, bool, Any]:
+    def linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool, Any]:
         """(shards side by side, bias [p|1, 1, width] or [D] or None, bias params per rank, bias
         on rank 0 only, resident operand [p|1, d_in, width] or None)."""
-        k = (layer, name, p)
+        k = (layer, role, p)
         if k not in self.shards:
-            shards, b, bparams, row_bias = self._linear(layer, name, p)
+            shards, b, bparams, row_bias = self._linear(layer, role, p)
             W = None
             if self.resident:
                 parts = [self.stacked(sh) for sh in shards]
@@ -151,10 +151,10 @@ class Weights:
             self.shards[k] = (shards, b, bparams, row_bias, W)
         return self.shards[k]
 
-    def _linear(self, layer: int, name: str, p: int) -> tuple[list[Shard], Any, int, bool]:
+    def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
         m = self.m
         D, dh, H, Hkv = m.d_model, m.dh, m.n_heads, m.kv_heads
-        if name == "lm head":
+        if role == "head.lm":
             key = ("embedding",) if m.tie_embeddings else ("lm head",)
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
             b = None
@@ -163,24 +163,25 @@ class Weights:
                 b = full[: m.vocab_size][None, None] if p == 1 else full.reshape(p, 1, -1)
             sh = Shard(key, (self.vocab_rows, D), "vocab", p, D, vp)
             return [sh], b, b[0].size if b is not None else 0, False
-        if name == "qkv":  # each rank's fused matrix is its q, k and v shards side by side
-            parts = [self._linear(layer, n, p) for n in ("q", "k", "v")]
+        if role == "attn.qkv":  # each rank's fused matrix is its q, k and v shards side by side
+            parts = [self._linear(layer, r, p) for r in ("attn.q", "attn.k", "attn.v")]
             b = np.concatenate([x[1] for x in parts], axis=-1) if m.qkv_bias else None
             return [x[0][0] for x in parts], b, sum(x[2] for x in parts), False
-        width = {"q": H * dh, "k": Hkv * dh, "v": Hkv * dh, "o": H * dh, "gate": m.d_ff,
-                 "up": m.d_ff, "down": m.d_ff}[name]
-        has_b = {"o": m.attn_out_bias, "gate": m.ffn_bias, "up": m.ffn_bias,
-                 "down": m.ffn_bias}.get(name, m.qkv_bias)
-        if name in ("o", "down"):  # row-parallel: rank r holds rows r·n/p …; bias once
-            b = self.get((layer, name, "bias"), (D,)) if has_b else None
-            return [Shard((layer, name), (width, D), "row", p, width // p, D)], b, \
+        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh, "attn.out": H * dh,
+                 "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff}[role]
+        has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
+                 "ffn.down": m.ffn_bias}.get(role, m.qkv_bias)
+        if role in ("attn.out", "ffn.down"):  # row-parallel: rank r holds rows r·n/p …; bias once
+            b = self.get((layer, role, "bias"), (D,)) if has_b else None
+            return [Shard((layer, role), (width, D), "row", p, width // p, D)], b, \
                 D if has_b else 0, True
-        bf = self.get((layer, name, "bias"), (width,)) if has_b else None
-        if name in ("k", "v") and Hkv < p:  # vLLM: rank r holds (a copy of) KV head r // (p/H_kv)
-            sh = Shard((layer, name), (D, width), "kvrep", p, D, dh, dh, p // Hkv)
+        bf = self.get((layer, role, "bias"), (width,)) if has_b else None
+        if role in ("attn.k", "attn.v") and Hkv < p:
+            # vLLM: rank r holds (a copy of) KV head r // (p/H_kv)
+            sh = Shard((layer, role), (D, width), "kvrep", p, D, dh, dh, p // Hkv)
             b = bf.reshape(Hkv, 1, dh)[np.arange(p) // (p // Hkv)] if bf is not None else None
         else:
-            sh = Shard((layer, name), (D, width), "column", p, D, width // p)
+            sh = Shard((layer, role), (D, width), "column", p, D, width // p)
             b = bf.reshape(p, 1, width // p) if bf is not None else None
         return [sh], b, b[0].size if b is not None else 0, False
 

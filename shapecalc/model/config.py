@@ -33,6 +33,7 @@ DTYPE_BITS: dict[str, int] = {
     "int4": 4,
 }
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+AttentionKind = Literal["full", "sliding"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -96,6 +97,9 @@ def _core_schema(tp: Any) -> dict[str, Any]:
         return {"type": "nullable", "schema": _core_schema(inner[0])}
     if get_origin(tp) is Literal:
         return {"type": "literal", "expected": list(get_args(tp))}
+    if get_origin(tp) is tuple:  # tuple[X, ...]: a JSON list, kept as a (hashable) tuple
+        return {"type": "tuple", "items_schema": [_core_schema(get_args(tp)[0])],
+                "variadic_item_index": 0}
     return {"type": {int: "int", bool: "bool", str: "str"}[tp]}
 
 
@@ -105,6 +109,8 @@ def _json_schema(tp: Any) -> dict[str, Any]:
         return {"anyOf": [_json_schema(get_args(tp)[0]), {"type": "null"}]}
     if core["type"] == "literal":
         return {"enum": core["expected"], "type": "string"}
+    if core["type"] == "tuple":
+        return {"type": "array", "items": _json_schema(get_args(tp)[0])}
     out: dict[str, Any] = {
         "type": {"int": "integer", "bool": "boolean", "str": "string"}[core["type"]]
     }
@@ -251,6 +257,11 @@ class ModelConfig(_Validated):
         None, "W: the KV cache keeps, and decode reads, at most W tokens"
     )
     embedding_scale: bool = _doc(False, "multiply embeddings by √D (Gemma)")
+    layer_types: tuple[AttentionKind, ...] | None = _doc(
+        None,
+        "each layer's attention, in order: full, or sliding (window W); default: every layer "
+        "sliding when sliding_window is set, else full (Hugging Face's layer_types)",
+    )
 
     @property
     def kv_heads(self) -> int:
@@ -289,6 +300,19 @@ class ModelConfig(_Validated):
             raise ShapecalcError(
                 "parallel_block", "a parallel block reads one pre-norm; it needs norm_position pre"
             )
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.n_layers:
+                raise ShapecalcError(
+                    "layer_types",
+                    f"lists {len(self.layer_types)} layers, but N={self.n_layers}",
+                )
+            slides = "sliding" in self.layer_types
+            if slides and self.sliding_window is None:
+                raise ShapecalcError("layer_types", "sliding layers need sliding_window (W)")
+            if not slides and self.sliding_window is not None:
+                raise ShapecalcError(
+                    "sliding_window", "is set, but no layer in layer_types is sliding"
+                )
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"

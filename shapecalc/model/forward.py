@@ -15,21 +15,21 @@ from typing import Any, Literal, NamedTuple
 
 from .config import ModelConfig, Workload, ceil_div
 from .expr import Dim, Expr
+from .plan import LayerPlan, LayerSpec, layer_plan
 
 Group = Literal["embedding", "block", "head"]
-
-# The stage name each weight's linear() prints (the forward names weights q, k, v, o, …).
-LINEAR_LABEL = {
-    "q": "q projection",
-    "k": "k projection",
-    "v": "v projection",
-    "qkv": "qkv projection (fused)",
-    "o": "output projection WO",
-    "gate": "FFN gate",
-    "up": "FFN up",
-    "down": "FFN down",
-}
 Split = Literal["column", "row", "vocab", "replicated"]
+
+# Stage roles: what a stage IS, whatever its printed name. Breakdowns, FlashAttention's skips,
+# verify's matching and the ledgers key on roles; names are display text only.
+ATTN_PROJ_ROLES = ("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.out")
+ATTN_SCORE_ROLES = ("attn.scores", "attn.values")  # QKᵀ and A·V
+FFN_ROLES = ("ffn.gate", "ffn.up", "ffn.down")
+NORM_ROLES = ("attn.norm", "ffn.norm", "head.norm")
+KV_ROLES = ("kv.write", "kv.append", "kv.read")
+# what FlashAttention never materialises: the [B,H,Tq,Tk] scores and what acts on them, and the
+# GQA repeat of K and V to every query head
+FLASH_SKIP_ROLES = ("attn.scores", "attn.scale", "attn.mask", "attn.softmax", "attn.repeat_kv")
 
 
 class Stage:
@@ -56,6 +56,8 @@ class Stage:
         "repeat",
         "note",
         "split",
+        "role",
+        "kind",
     )
     __slots__ = (*FIELDS, "extra")
 
@@ -77,6 +79,8 @@ class Stage:
         repeat: int = 1,
         note: str = "",
         split: str = "",  # how tensor parallelism shards this stage's weight: column, row, vocab
+        role: str = "",
+        kind: int | None = None,  # a block stage's layer kind (an index into the layer plan)
         extra: dict[str, Any] | None = None,
     ):
         self.name, self.op, self.group, self.dims, self.shape = name, op, group, dims, shape
@@ -90,6 +94,7 @@ class Stage:
             note,
             split,
         )
+        self.role, self.kind = role, kind
         self.extra = extra if extra is not None else {}
 
     def as_dict(self) -> dict[str, Any]:
@@ -108,8 +113,7 @@ class Sizes(NamedTuple):
 
     B: Dim
     Tq: Dim  # query tokens of this step: T in prefill, 1 in decode
-    Tk: Dim  # keys each query may read: T in prefill, T′ in decode
-    Tc: Dim  # tokens held by the KV cache after this step
+    Tk: Dim  # keys a full-attention query reads: T in prefill, T′ = T+1 in decode
     D: Dim
     H: Dim
     Hkv: Dim
@@ -119,12 +123,22 @@ class Sizes(NamedTuple):
     N: Dim
     p: int
     kv_replicated: bool
+    T: int  # the workload's T
+    decode: bool
+
+    def keys(self, spec: LayerSpec) -> tuple[Dim, Dim]:
+        """(Tk, Tc) of one layer kind: keys each query reads, tokens its cache holds after the
+        step. A sliding layer's cache keeps at most W tokens, so decode reads T′ = min(T+1, W)."""
+        W = spec.window
+        if not self.decode:
+            return self.Tk, (Dim.of("W", W) if W is not None and W < self.T else self.Tk)
+        tk = Dim.of("T′", self.T + 1 if W is None else min(self.T + 1, W))
+        return tk, tk
 
     @staticmethod
     def of(model: ModelConfig, wl: Workload, p: int | None = None) -> Sizes:
         p = wl.tp if p is None else p
         T = wl.seq
-        W = model.sliding_window
 
         def shard(sym: str, value: int) -> Dim:
             if p == 1:
@@ -133,18 +147,12 @@ class Sizes(NamedTuple):
 
         hkv = model.kv_heads
         replicated = p > hkv
-        if wl.phase == "prefill":
-            tq = tk = Dim.of("T", T)
-            tc = Dim.of("W", W) if W is not None and W < T else tk
-        else:
-            tq = Dim.const(1)
-            tk = Dim.of("T′", T + 1 if W is None else min(T + 1, W))
-            tc = tk
+        decode = wl.phase == "decode"
+        tq = Dim.const(1) if decode else Dim.of("T", T)
         return Sizes(
             B=Dim.of("B", wl.batch),
             Tq=tq,
-            Tk=tk,
-            Tc=tc,
+            Tk=Dim.of("T′", T + 1) if decode else tq,
             D=Dim.of("D", model.d_model),
             H=shard("H", model.n_heads),
             # vLLM: with fewer KV heads than ranks, every rank holds one (replicated) KV head.
@@ -156,17 +164,21 @@ class Sizes(NamedTuple):
             N=Dim.of("N", model.n_layers),
             p=p,
             kv_replicated=replicated,
+            T=T,
+            decode=decode,
         )
 
 
 class Ops:
     """The operations forward() is written in. Each returns the tensor it produces.
 
-    Tensors are opaque to forward(): symbolic ones are shapes, numeric ones are arrays.
-    `name` is the stage's name; weights are identified by (layer, name).
+    Tensors are opaque to forward(): symbolic ones are shapes, numeric ones are arrays. Every
+    operation that records a stage takes its `role` (what it is; weights are identified by
+    (layer, role)) and its `name` (what the table prints).
     """
 
-    def layers(self, n: int) -> Iterable[int]:
+    def layers(self, plan: LayerPlan) -> Iterable[tuple[int, LayerSpec, int]]:
+        """(layer, spec, kind) of the layers this interpreter runs."""
         raise NotImplementedError
 
     def group(self, g: Group) -> None:
@@ -184,61 +196,64 @@ class Ops:
     def rope_angles(self, T: Dim, Dh: Dim) -> Any:
         raise NotImplementedError
 
-    def scale(self, x: Any, name: str, factor: float, label: str) -> Any:
+    def scale(self, x: Any, role: str, name: str, factor: float, label: str) -> Any:
         raise NotImplementedError
 
-    def norm(self, x: Any, name: str) -> Any:
+    def norm(self, x: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
-    def linear(self, x: Any, name: str, d_in: Dim, d_out: Dim, bias: bool, split: Split) -> Any:
+    def linear(self, x: Any, role: str, name: str, d_in: Dim, d_out: Dim, bias: bool,
+               split: Split) -> Any:
         raise NotImplementedError
 
     def split(self, x: Any, parts: list[Dim]) -> list[Any]:
         raise NotImplementedError
 
-    def split_heads(self, x: Any, name: str, heads: Dim, Dh: Dim) -> Any:
+    def split_heads(self, x: Any, role: str, name: str, heads: Dim, Dh: Dim) -> Any:
         raise NotImplementedError
 
-    def rope(self, x: Any, name: str, angles: Any) -> Any:
+    def rope(self, x: Any, role: str, name: str, angles: Any) -> Any:
         raise NotImplementedError
 
-    def kv_cache(self, k: Any, v: Any, layer: int) -> tuple[Any, Any]:
+    def kv_cache(self, k: Any, v: Any, layer: int, Tk: Dim, Tc: Dim) -> tuple[Any, Any]:
         raise NotImplementedError
 
-    def repeat_kv(self, x: Any, name: str, groups: int, heads: Dim) -> Any:
+    def repeat_kv(self, x: Any, role: str, name: str, groups: int, heads: Dim) -> Any:
         raise NotImplementedError
 
-    def transpose_last(self, x: Any, name: str) -> Any:
+    def transpose_last(self, x: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
-    def matmul(self, a: Any, b: Any, name: str, causal: bool) -> Any:
+    def matmul(self, a: Any, b: Any, role: str, name: str, causal: bool, window: int | None
+               ) -> Any:
         raise NotImplementedError
 
-    def mask(self, s: Any, name: str, kind: Literal["causal", "padding", "window"]) -> Any:
+    def mask(self, s: Any, role: str, name: str, kind: Literal["causal", "padding", "window"],
+             window: int | None = None) -> Any:
         raise NotImplementedError
 
-    def softmax(self, s: Any, name: str) -> Any:
+    def softmax(self, s: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
-    def merge_heads(self, x: Any, name: str) -> Any:
+    def merge_heads(self, x: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
-    def add(self, a: Any, b: Any, name: str) -> Any:
+    def add(self, a: Any, b: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
-    def activation(self, x: Any, name: str, kind: str) -> Any:
+    def activation(self, x: Any, role: str, name: str, kind: str) -> Any:
         raise NotImplementedError
 
-    def mul(self, a: Any, b: Any, name: str) -> Any:
+    def mul(self, a: Any, b: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
-    def allreduce(self, x: Any, name: str) -> Any:
+    def allreduce(self, x: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
-    def allgather(self, x: Any, name: str, full: Dim) -> Any:
+    def allgather(self, x: Any, role: str, name: str, full: Dim) -> Any:
         raise NotImplementedError
 
-    def last_position(self, x: Any, name: str) -> Any:
+    def last_position(self, x: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
 
@@ -253,99 +268,105 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     ids = ops.token_ids(z.B, z.Tq)
     x = ops.embed(ids, z.V, z.D, "vocab" if tp else "replicated")
     if tp:  # each rank looked up only its slice of the vocabulary
-        x = ops.allreduce(x, "embedding all-reduce")
+        x = ops.allreduce(x, "comm.allreduce", "embedding all-reduce")
     if m.embedding_scale:
-        x = ops.scale(x, "embedding scale", m.d_model**0.5, "√D")
+        x = ops.scale(x, "embed.scale", "embedding scale", m.d_model**0.5, "√D")
     if m.positions in ("learned", "sinusoidal"):
         x = ops.positions(x, m.positions, m.max_positions)
     angles = ops.rope_angles(z.Tq, z.Dh) if m.positions == "rope" else None
 
-    for layer in ops.layers(m.n_layers):
+    for layer, spec, _ in ops.layers(layer_plan(m)):
         ops.group("block")
-        x = _block(ops, m, wl, z, x, layer, angles)
+        x = _block(ops, m, spec, wl, z, x, layer, angles)
 
     ops.group("head")
     if m.norm_position == "pre":
-        x = ops.norm(x, "final norm")
+        x = ops.norm(x, "head.norm", "final norm")
     if wl.logits == "last":
-        x = ops.last_position(x, "last position")
-    logits = ops.linear(x, "lm head", z.D, z.V, m.lm_head_bias, "vocab" if tp else "replicated")
+        x = ops.last_position(x, "head.last", "last position")
+    logits = ops.linear(x, "head.lm", "lm head", z.D, z.V, m.lm_head_bias,
+                        "vocab" if tp else "replicated")
     if tp:
-        logits = ops.allgather(logits, "logits all-gather", Dim.of("N_vocab", m.vocab_size))
+        logits = ops.allgather(logits, "comm.allgather", "logits all-gather",
+                               Dim.of("N_vocab", m.vocab_size))
     if wl.logits == "all":
-        logits = ops.last_position(logits, "last position")
+        logits = ops.last_position(logits, "head.last", "last position")
     return logits
 
 
-def _block(
-    ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, x: Any, layer: int, angles: Any
-) -> Any:
-    if m.norm_position == "pre":
-        h = ops.norm(x, "attention norm")
-        a = _attention(ops, m, wl, z, h, layer, angles)
+def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x: Any,
+           layer: int, angles: Any) -> Any:
+    if spec.norm_position == "pre":
+        h = ops.norm(x, "attn.norm", "attention norm")
+        a = _attention(ops, m, spec, wl, z, h, layer, angles)
         if m.parallel_block:  # Falcon: x + attn(h) + ffn(h), one norm, one all-reduce
             f = _ffn(ops, m, z, h, reduce=False)
-            s = ops.add(a, f, "attention + FFN")
+            s = ops.add(a, f, "block.sum", "attention + FFN")
             if z.p > 1:
-                s = ops.allreduce(s, "all-reduce")
-            return ops.add(x, s, "residual")
+                s = ops.allreduce(s, "comm.allreduce", "all-reduce")
+            return ops.add(x, s, "residual", "residual")
         if z.p > 1:
-            a = ops.allreduce(a, "attention all-reduce")
-        x = ops.add(x, a, "residual")
-        h = ops.norm(x, "FFN norm")
-        return ops.add(x, _ffn(ops, m, z, h, reduce=z.p > 1), "residual")
+            a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
+        x = ops.add(x, a, "residual", "residual")
+        h = ops.norm(x, "ffn.norm", "FFN norm")
+        return ops.add(x, _ffn(ops, m, z, h, reduce=z.p > 1), "residual", "residual")
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
-    a = _attention(ops, m, wl, z, x, layer, angles)
+    a = _attention(ops, m, spec, wl, z, x, layer, angles)
     if z.p > 1:
-        a = ops.allreduce(a, "attention all-reduce")
-    x = ops.norm(ops.add(x, a, "residual"), "attention norm")
-    return ops.norm(ops.add(x, _ffn(ops, m, z, x, reduce=z.p > 1), "residual"), "FFN norm")
+        a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
+    x = ops.norm(ops.add(x, a, "residual", "residual"), "attn.norm", "attention norm")
+    f = _ffn(ops, m, z, x, reduce=z.p > 1)
+    return ops.norm(ops.add(x, f, "residual", "residual"), "ffn.norm", "FFN norm")
 
 
-def _attention(
-    ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, h: Any, layer: int, angles: Any
-) -> Any:
+def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
+               layer: int, angles: Any) -> Any:
     qw, kvw = z.H * z.Dh, z.Hkv * z.Dh
     if m.fused_qkv:
-        qkv = ops.linear(h, "qkv", z.D, qw + kvw * 2, m.qkv_bias, "column")
+        qkv = ops.linear(h, "attn.qkv", "qkv projection (fused)", z.D, qw + kvw * 2, m.qkv_bias,
+                         "column")
         q, k, v = ops.split(qkv, [qw, kvw, kvw])
     else:
-        q = ops.linear(h, "q", z.D, qw, m.qkv_bias, "column")
-        k = ops.linear(h, "k", z.D, kvw, m.qkv_bias, "column")
-        v = ops.linear(h, "v", z.D, kvw, m.qkv_bias, "column")
-    q = ops.split_heads(q, "q", z.H, z.Dh)
-    k = ops.split_heads(k, "k", z.Hkv, z.Dh)
-    v = ops.split_heads(v, "v", z.Hkv, z.Dh)
+        q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
+        k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
+        v = ops.linear(h, "attn.v", "v projection", z.D, kvw, m.qkv_bias, "column")
+    q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
+    k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
+    v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dh)
     if angles is not None:
-        q = ops.rope(q, "RoPE q", angles)
-        k = ops.rope(k, "RoPE k", angles)
-    k, v = ops.kv_cache(k, v, layer)
+        q = ops.rope(q, "attn.rope", "RoPE q", angles)
+        k = ops.rope(k, "attn.rope", "RoPE k", angles)
+    Tk, Tc = z.keys(spec)
+    k, v = ops.kv_cache(k, v, layer, Tk, Tc)
     groups = z.H.value // z.Hkv.value
     if groups > 1:  # GQA/MQA: each KV head serves `groups` query heads
-        k = ops.repeat_kv(k, "repeat k", groups, z.H)
-        v = ops.repeat_kv(v, "repeat v", groups, z.H)
-    s = ops.matmul(q, ops.transpose_last(k, "kᵀ"), "QKᵀ", causal=True)
-    s = ops.scale(s, "scale", m.dh**-0.5, "1/√Dh")
+        k = ops.repeat_kv(k, "attn.repeat_kv", "repeat k", groups, z.H)
+        v = ops.repeat_kv(v, "attn.repeat_kv", "repeat v", groups, z.H)
+    W = spec.window
+    kt = ops.transpose_last(k, "attn.kT", "kᵀ")
+    s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=W)
+    s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh")
     if wl.phase == "prefill":
-        s = ops.mask(s, "causal mask", "causal")
-    if wl.phase == "prefill" and m.sliding_window is not None and m.sliding_window < wl.seq:
-        s = ops.mask(s, "sliding-window mask", "window")  # decode's cache already holds only W
+        s = ops.mask(s, "attn.mask", "causal mask", "causal")
+    if wl.phase == "prefill" and W is not None and W < wl.seq:
+        # decode's cache already holds only W tokens
+        s = ops.mask(s, "attn.mask", "sliding-window mask", "window", W)
     if wl.padding_mask:
-        s = ops.mask(s, "padding mask", "padding")
-    a = ops.softmax(s, "softmax")
-    o = ops.matmul(a, v, "A·V", causal=True)
-    o = ops.merge_heads(o, "merge heads")
-    return ops.linear(o, "o", qw, z.D, m.attn_out_bias, "row")
+        s = ops.mask(s, "attn.mask", "padding mask", "padding")
+    a = ops.softmax(s, "attn.softmax", "softmax")
+    o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W)
+    o = ops.merge_heads(o, "attn.merge", "merge heads")
+    return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
 
 
 def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool) -> Any:
+    act = _ACT[m.ffn]
     if m.gated:
-        g = ops.linear(h, "gate", z.D, z.Dff, m.ffn_bias, "column")
-        u = ops.linear(h, "up", z.D, z.Dff, m.ffn_bias, "column")
-        u = ops.mul(ops.activation(g, "activation", _ACT[m.ffn]), u, "gate ⊙ up")
+        g = ops.linear(h, "ffn.gate", "FFN gate", z.D, z.Dff, m.ffn_bias, "column")
+        u = ops.linear(h, "ffn.up", "FFN up", z.D, z.Dff, m.ffn_bias, "column")
+        u = ops.mul(ops.activation(g, "ffn.act", "activation", act), u, "ffn.mul", "gate ⊙ up")
     else:
-        u = ops.activation(
-            ops.linear(h, "up", z.D, z.Dff, m.ffn_bias, "column"), "activation", _ACT[m.ffn]
-        )
-    y = ops.linear(u, "down", z.Dff, z.D, m.ffn_bias, "row")
-    return ops.allreduce(y, "FFN all-reduce") if reduce else y
+        u = ops.linear(h, "ffn.up", "FFN up", z.D, z.Dff, m.ffn_bias, "column")
+        u = ops.activation(u, "ffn.act", "activation", act)
+    y = ops.linear(u, "ffn.down", "FFN down", z.Dff, z.D, m.ffn_bias, "row")
+    return ops.allreduce(y, "comm.allreduce", "FFN all-reduce") if reduce else y

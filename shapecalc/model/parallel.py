@@ -1,10 +1,76 @@
-"""The one home of the quantities that parallelism derives: how tensor parallelism shards KV
-heads, the bytes a KV cache holds per token, ring all-reduce traffic, how pipeline stages split
-the layers, and bytes of a parameter count. Trace, closed form, planning and verify import them."""
+"""The one home of the quantities that parallelism and caching derive: how tensor parallelism
+shards KV heads, the bytes a KV cache holds per token and in paged blocks, ring all-reduce traffic,
+how pipeline stages split the layers and their parameters. Trace, closed form, planning and verify
+import them; none of them writes these formulas again."""
 
 from __future__ import annotations
 
-from .config import ceil_div
+from .config import ModelConfig, ceil_div, nbytes
+from .plan import LayerPlan, layer_plan
+
+# ── tensor parallelism ──────────────────────────────────────────────────────────────────────────
+
+
+def kv_heads_per_rank(model: ModelConfig, p: int) -> int:
+    """KV heads one rank holds: H_kv/p, or one replicated head when H_kv < p (as vLLM does)."""
+    return max(1, model.kv_heads // p)
+
+
+def kv_replicated(model: ModelConfig, p: int) -> bool:
+    return p > model.kv_heads
+
+
+def ring_allreduce_bytes(nbytes: int, p: int) -> int:
+    """Bytes one rank sends in a ring all-reduce of an `nbytes` buffer over p ranks:
+    reduce-scatter then all-gather, each p−1 steps of one ⌈nbytes/p⌉ chunk."""
+    return 2 * (p - 1) * ceil_div(nbytes, p) if p > 1 else 0
+
+
+# ── the KV cache ────────────────────────────────────────────────────────────────────────────────
+
+
+def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None) -> int:
+    """K and V elements one token adds to one rank's cache over `layers` layers (default N):
+    2·layers·H_kv·Dh (H_kv per rank)."""
+    n = model.n_layers if layers is None else layers
+    return 2 * n * kv_heads_per_rank(model, p) * model.dh
+
+
+def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
+                       layers: int | None = None) -> int:
+    """2·N·H_kv·Dh·bytes: what one token adds to the cache of every layer (of one rank)."""
+    return nbytes(kv_elements_per_token(model, p, layers), dtype)
+
+
+def cached_tokens(window: int | None, T: int, phase: str) -> int:
+    """Tokens one layer's cache holds after the step: the prompt's T, or T+1 after a decode,
+    at most the layer's window W."""
+    n = T + (1 if phase == "decode" else 0)
+    return n if window is None else min(n, window)
+
+
+def kv_groups(plan: LayerPlan) -> list[tuple[int | None, int]]:
+    """(window, layers) of each group of layers that share a window (vLLM's KV cache groups: a
+    paged block spans the layers of one group); one group when every layer attends alike."""
+    out: dict[int | None, int] = {}
+    for kind, count in zip(plan.kinds, plan.counts, strict=True):
+        out[kind.window] = out.get(kind.window, 0) + count
+    return list(out.items())
+
+
+def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int, dtype: str,
+             p: int = 1) -> tuple[int, int]:
+    """(blocks, bytes) of a paged cache: each sequence takes ⌈tokens/block_size⌉ blocks in each
+    group, a block spanning the group's layers; the last block's empty slots count."""
+    blocks = total = 0
+    for window, layers in kv_groups(layer_plan(model)):
+        b = batch * ceil_div(cached_tokens(window, T, phase), block_size)
+        blocks += b
+        total += b * block_size * kv_bytes_per_token(model, dtype, p, layers)
+    return blocks, total
+
+
+# ── pipeline parallelism ────────────────────────────────────────────────────────────────────────
 
 
 def pp_layers(n_layers: int, s: int) -> list[int]:
@@ -16,7 +82,30 @@ def pp_layers(n_layers: int, s: int) -> list[int]:
     return parts
 
 
-def ring_allreduce_bytes(nbytes: int, p: int) -> int:
-    """Bytes one rank sends in a ring all-reduce of an `nbytes` buffer over p ranks:
-    reduce-scatter then all-gather, each p−1 steps of one ⌈nbytes/p⌉ chunk."""
-    return 2 * (p - 1) * ceil_div(nbytes, p) if p > 1 else 0
+def stage_kind_counts(plan: LayerPlan, s: int) -> list[list[int]]:
+    """Layers of each kind held by each of s pipeline stages."""
+    out, start = [], 0
+    for n in pp_layers(len(plan.kind_of), s):
+        counts = [0] * len(plan.kinds)
+        for k in plan.kind_of[start : start + n]:
+            counts[k] += 1
+        out.append(counts)
+        start += n
+    return out
+
+
+def stage_sums(plan: LayerPlan, s: int, per_layer: list[int]) -> list[int]:
+    """A per-layer quantity of each kind (parameters, KV bytes) summed over each stage."""
+    return [sum(c * v for c, v in zip(counts, per_layer, strict=True))
+            for counts in stage_kind_counts(plan, s)]
+
+
+def stage_params(plan: LayerPlan, s: int, per_layer: list[int], embedding: int, head: int,
+                 table: int, tied: bool) -> list[int]:
+    """Parameters of each pipeline stage, placed as vLLM places them: the layers it holds, the
+    embedding group on the first, the head group on the last, and with tied embeddings and s > 1
+    the last stage's own copy of the `table`."""
+    out = stage_sums(plan, s, per_layer)
+    out[0] += embedding
+    out[-1] += head + (table if tied and s > 1 else 0)
+    return out
