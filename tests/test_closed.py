@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shapecalc.costs.closed import ClosedForm, Poly, fit_poly
+from shapecalc.costs.closed import ClosedForm
+from shapecalc.costs.poly import Poly, fit_poly
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check

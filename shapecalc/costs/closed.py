@@ -1,13 +1,10 @@
-"""Totals in closed form, fitted from the stage pipeline and evaluated over whole NumPy grids.
+"""Totals in closed form, read off the stage pipeline and evaluated over whole NumPy grids.
 
-Why it is exact. For one model and fixed structure — phase, tensor-parallel degree p, the logits,
-attention-FLOPs and padding-mask switches, and which side of the sliding window T lies on — every
-number a stage records is a polynomial in the batch B and the sequence T of degree ≤ 1 in B and
-≤ 2 in T (elements of a tensor: a product of dims; FLOPs: 2·m·k·n; the causal half: T(T+1)/2 …).
-So `symbolic.stages` is evaluated at 2×3 points (B, T) of each such *regime*, the six monomial
-coefficients are solved for exactly (fractions), and the fit is checked at two further points;
-nothing about the model is typed twice here. Bytes are not fitted: they are `⌈elements·bits/8⌉` of a
-fitted element count, per tensor, exactly as the trace rounds them; dtypes are then free per point.
+Why it is exact. Within a *regime* — one phase, tensor-parallel degree p and side of each layer
+kind's window — every number a stage records is a polynomial in B and T that the stage list at
+2×3 points fixes by forward differences (poly.py): no solving, no fractions, nothing about the model
+typed twice. Bytes are not read off: they are `⌈elements·bits/8⌉` of an element count, per tensor,
+exactly as the trace rounds them; dtypes are then free per point.
 
 Why it is fast and still exact. A grid is split by (phase, p, regime); each part evaluates its
 few polynomials with int64 arithmetic when a bound proves every intermediate < 2⁶³ (the absolute
@@ -16,136 +13,26 @@ coefficients at the largest B and T of the grid), else with object arrays of Pyt
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from fractions import Fraction
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from ..interpret.symbolic import stages as symbolic_stages
-from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
-from ..model.parallel import pp_layers
+from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
+from ..model.parallel import (
+    kv_elements_per_token,
+    kv_groups,
+    kv_heads_per_rank,
+    paged_blocks,
+    ring_allreduce_bytes,
+    stage_params,
+)
+from ..model.plan import layer_plan
+from .poly import FIT_DTYPES, Poly, measure, newton
 
-# B^i·T^j, i ≤ 1, j ≤ 2
-MONOMIALS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2))
 BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
-# tensors that FlashAttention never materialises: the [B,H,Tq,Tk] scores and what acts on them,
-# and the GQA repeat of K and V to every query head
-FLASH_SKIPS = ("QKᵀ", "scale", "causal mask", "sliding-window mask", "padding mask", "softmax",
-               "repeat k", "repeat v")
-# The fitting workload gives weights, activations and KV cache three distinct dtypes, so a stage's
-# dtype tells which of them its bytes follow ("w", "act", "kv"); any other dtype (token ids int64,
-# RoPE angles fp32) is fixed and kept by name.
-_FIT_DTYPES = {"dtype": "bf16", "act_dtype": "fp16", "kv_dtype": "int8"}
-_CLASS_OF = {"bf16": "w", "fp16": "act", "int8": "kv"}
-
-
-def _cls(dtype: str) -> str:
-    return _CLASS_OF.get(dtype, dtype)
-
-
-@dataclass(frozen=True)
-class Poly:
-    """Σ num[k]·B^i·T^j / den over MONOMIALS; the value is an integer wherever it is used."""
-
-    num: tuple[int, ...]
-    den: int = 1
-
-    def at(self, b: int, t: int) -> int:
-        s = sum(c * b**i * t**j for c, (i, j) in zip(self.num, MONOMIALS, strict=True) if c)
-        q, r = divmod(s, self.den)
-        assert r == 0, "closed form: a fitted count is not an integer"
-        return q
-
-    def eval(self, mono: dict[tuple[int, int], np.ndarray], n: int, dtype: Any) -> np.ndarray:
-        out = np.zeros(n, dtype=dtype)
-        for c, m in zip(self.num, MONOMIALS, strict=True):
-            if c:
-                out += c * mono[m] if m != (0, 0) else c
-        return out // self.den if self.den != 1 else out
-
-    @property
-    def is_const(self) -> bool:
-        return not any(self.num[1:])
-
-
-def _solve(rows: list[list[Fraction]], rhs: list[Fraction]) -> list[Fraction]:
-    """Gaussian elimination over the rationals (a tiny square system)."""
-    n = len(rows)
-    a = [[*r, v] for r, v in zip(rows, rhs, strict=True)]
-    for col in range(n):
-        piv = next(r for r in range(col, n) if a[r][col] != 0)
-        a[col], a[piv] = a[piv], a[col]
-        for r in range(n):
-            if r != col and a[r][col] != 0:
-                f = a[r][col] / a[col][col]
-                a[r] = [x - f * y for x, y in zip(a[r], a[col], strict=True)]
-    return [a[i][n] / a[i][i] for i in range(n)]
-
-
-def fit_poly(samples: dict[tuple[int, int], int]) -> Poly:
-    """The polynomial through `samples` {(B, T): value} on a 2 × k grid (k ≤ 3 T values)."""
-    bs = sorted({b for b, _ in samples})
-    ts = sorted({t for _, t in samples})
-    monos = [(i, j) for i, j in MONOMIALS if i < len(bs) and j < len(ts)]
-    pts = [(b, t) for b in bs for t in ts]
-    rows = [[Fraction(b**i * t**j) for i, j in monos] for b, t in pts]
-    coef = dict(zip(monos, _solve(rows, [Fraction(samples[p]) for p in pts]), strict=True))
-    den = math.lcm(*(c.denominator for c in coef.values()))
-    num = tuple(int(coef.get(m, 0) * den) for m in MONOMIALS)
-    return Poly(num, den)
-
-
-def _elements(shape: list[int]) -> int:
-    n = 1
-    for x in shape:
-        n *= x
-    return n
-
-
-def measure(st: list[Any]) -> tuple[dict[str, int], dict[str, Any]]:
-    """The numbers of one stage list that the totals are made of, and their (constant) tags."""
-    num: dict[str, int] = {}
-    tag: dict[str, Any] = {}
-
-    def tot(key: str, pred: Any) -> int:
-        return sum(getattr(s, key) * s.repeat for s in st if pred(s))
-
-    num["params"] = tot("params", lambda s: True)
-    num["flops"] = tot("flops", lambda s: True)
-    num["ew"] = tot("elementwise_flops", lambda s: True)
-    ids = [s for s in st if s.op == "input"]
-    num["tq"] = ids[0].shape[1] if ids else 0
-    kv = [s for s in st if s.op == "kv_cache"]
-    num["kv_tokens"] = kv[0].shape[3] if kv else 0
-    for k, s in enumerate(kv):
-        num[f"kv.{k}"] = _elements(s.shape)
-        tag[f"kv.{k}"] = (_cls(s.dtype), s.repeat)
-    ar = [s for s in st if s.op == "allreduce" and s.group == "block"]
-    num["ar_count"] = len(ar)
-    num["ar"] = _elements(ar[0].shape) if ar else 0
-    tag["ar"] = _cls(ar[0].dtype) if ar else "act"
-    for name, pred in (
-        ("emb_ar", lambda s: s.op == "allreduce" and s.group == "embedding"),
-        ("gather", lambda s: s.op == "allgather"),
-    ):
-        hits = [s for s in st if pred(s)]
-        for k, s in enumerate(hits):
-            num[f"{name}.{k}"] = _elements(s.shape)
-            tag[f"{name}.{k}"] = (_cls(s.dtype), s.repeat)
-    num["block_params"] = sum(s.params for s in st if s.group == "block")
-    num["emb_params"] = tot("params", lambda s: s.group == "embedding")
-    num["head_params"] = tot("params", lambda s: s.group == "head")
-    num["embed_params"] = tot("params", lambda s: s.op == "embed")
-    for k, s in enumerate(st):
-        num[f"act.{k}"] = _elements(s.shape)
-        kind = "cache" if s.op in ("kv_cache", "kv_append") else (
-            "flash_skip" if s.name in FLASH_SKIPS else "")
-        tag[f"act.{k}"] = (_cls(s.dtype), kind)
-    return num, tag
 
 
 @dataclass(frozen=True)
@@ -156,6 +43,10 @@ class Regime:
     hi: int | None
     polys: dict[str, Poly]
     tags: dict[str, Any]
+
+    def majorant(self) -> Regime:
+        return Regime(self.lo, self.hi, {k: v.majorant() for k, v in self.polys.items()},
+                      self.tags)
 
 
 class ClosedForm:
@@ -192,22 +83,25 @@ class ClosedForm:
         return None
 
     def intervals(self, phase: str) -> list[tuple[int, int | None]]:
-        """Ranges of T within which the stage list keeps one structure (sliding window)."""
+        """Ranges of T within which the stage list keeps one structure: each window W of the
+        layer plan cuts at T = W (prefill: the window mask appears past it; decode: T+1 keys
+        reach W)."""
         hi = self.seq_limit(phase)
-        w = self.model.sliding_window
-        cut = None if w is None else (w if phase == "prefill" else w - 1)
+        cuts = sorted({w if phase == "prefill" else w - 1
+                       for w in (k.window for k in layer_plan(self.model).kinds)
+                       if w is not None and (w > 1 or phase == "prefill")})
         out: list[tuple[int, int | None]] = []
-        for lo, top in ((1, cut), (None if cut is None else cut + 1, None)):
-            if lo is None:
-                continue
+        los = [1, *(c + 1 for c in cuts)]
+        tops: list[int | None] = [*cuts, None]
+        for lo, top in zip(los, tops, strict=True):
             top = top if hi is None else (hi if top is None else min(top, hi))
             if top is None or lo <= top:
                 out.append((lo, top))
         return out
 
     def _measure(self, b: int, t: int, phase: str, p: int) -> tuple[dict, dict]:
-        wl = self.workload(b, t, phase, p, **_FIT_DTYPES)
-        return measure(symbolic_stages(self.model, wl, p))
+        wl = self.workload(b, t, phase, p, **FIT_DTYPES)
+        return measure(symbolic_stages(self.model, wl, p), layer_plan(self.model))
 
     def regimes(self, phase: str, p: int) -> list[Regime]:
         key = (phase, p)
@@ -230,41 +124,21 @@ class ClosedForm:
                 samples[(b, t)] = num
         assert tags is not None
         keys = samples[(1, ts[0])].keys()
-        polys = {k: fit_poly({pt: v[k] for pt, v in samples.items()}) for k in keys}
-        # check the fit away from its nodes
-        for b, t in ((3, lo + 5), (7, lo + 37)):
-            if hi is not None and t > hi:
-                continue
-            num, _ = self._measure(b, t, phase, p)
-            bad = [k for k in keys if polys[k].at(b, t) != num[k]]
-            if bad:
-                raise AssertionError(f"closed form: {bad[0]} is not polynomial in B, T")
+        polys = {k: newton({pt: v[k] for pt, v in samples.items()}, lo) for k in keys}
         return Regime(lo, hi, polys, tags)
 
     # -- per-model constants -------------------------------------------------------------------
-    @cached_property
-    def kv_per_token_elems(self) -> int:
-        m = self.model
-        return 2 * m.n_layers * m.kv_heads * m.dh
-
     def kv_heads_per_rank(self, p: int) -> int:
-        return max(1, self.model.kv_heads // p)
+        return kv_heads_per_rank(self.model, p)
 
     def stage_params(self, p: int, s: int) -> list[int]:
-        """Parameters per rank of each pipeline stage (TP degree p, s stages), as vLLM places
-        them: layers as `pp_layers`, embedding on the first, final norm and LM head on the last
-        (and a second copy of a tied table there when s > 1)."""
+        """Parameters per rank of each pipeline stage (TP degree p, s stages), as
+        `parallel.stage_params` places them."""
         r = self.regimes("prefill", p)[0].polys
-        per_layer, emb, head, embed = (
-            r[k].at(1, 1) for k in ("block_params", "emb_params", "head_params", "embed_params")
-        )
-        tied = self.model.tie_embeddings and s > 1
-        out = []
-        for i, k in enumerate(pp_layers(self.model.n_layers, s)):
-            x = k * per_layer + (emb if i == 0 else 0)
-            x += (head + (embed if tied else 0)) if i == s - 1 else 0
-            out.append(x)
-        return out
+        plan = layer_plan(self.model)
+        per_layer = [r[f"kind_params.{k}"].at(1, 1) for k in range(len(plan.kinds))]
+        emb, head, embed = (r[k].at(1, 1) for k in ("emb_params", "head_params", "embed_params"))
+        return stage_params(plan, s, per_layer, emb, head, embed, self.model.tie_embeddings)
 
     # -- evaluation ----------------------------------------------------------------------------
     def evaluate(
@@ -360,7 +234,7 @@ class ClosedForm:
             # every derived value is monotone in the fitted counts, so evaluating it exactly at
             # the largest B, T and s with all coefficients made positive (a majorant of the
             # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
-            fm, rm = _majorant(full), _majorant(regime)
+            fm, rm = full.majorant(), regime.majorant()
             # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
             vals = self._compute(fm, rm, p, bc, tc, sc, wide, object)
             worst = 8 * max(int(v[0]) for v in vals.values()) + 7
@@ -384,16 +258,17 @@ class ClosedForm:
     ) -> dict[str, np.ndarray]:
         m = self.model
         n = B.size
-        mono = {(0, 1): T, (0, 2): T * T, (1, 0): B, (1, 1): B * T}
-        mono[(1, 2)] = mono[(1, 1)] * T
+        assert full.lo == rank.lo
+        t = T - full.lo
+        basis = (B, t, t * (t - 1) // 2)
 
         def ev(r: Regime, key: str) -> np.ndarray:
-            return r.polys[key].eval(mono, n, dtype)
+            return r.polys[key].eval(basis, n, dtype)
 
         def const(r: Regime, key: str) -> int:
             poly = r.polys[key]
             assert poly.is_const, key
-            return poly.num[0] // poly.den
+            return poly.c[0]
 
         def byte_sum(r: Regime, prefix: str) -> np.ndarray:
             total = np.zeros(n, dtype=dtype)
@@ -424,13 +299,21 @@ class ClosedForm:
         out["elementwise_flops"] = ev(full, "ew")
         out["weight_bytes"] = _nbytes(out["params"], "w", bits)
         out["kv_cache_bytes"] = byte_sum(full, "kv")
-        tokens = ev(full, "kv_tokens")
-        out["kv_cache_tokens"] = tokens
-        per_token = _nbytes(np.full(n, self.kv_per_token_elems, dtype=dtype), "kv", bits)
-        out["kv_cache_bytes_per_token"] = per_token
-        blocks = B * ((tokens + (self.block_size - 1)) // self.block_size)
+        out["kv_cache_tokens"] = ev(full, "kv_tokens")
+        out["kv_cache_bytes_per_token"] = _nbytes(
+            np.full(n, kv_elements_per_token(m), dtype=dtype), "kv", bits)
+        # paged: each group of layers that share a window has its own blocks
+        blocks = np.zeros(n, dtype=dtype)
+        paged = np.zeros(n, dtype=dtype)
+        for g, (_, layers) in enumerate(kv_groups(layer_plan(m))):
+            b_g = paged_blocks(B, ev(full, f"group_tokens.{g}"), self.block_size)
+            out[f"kv_cache_blocks@{g}"] = b_g
+            blocks = blocks + b_g
+            per_token = _nbytes(np.full(n, kv_elements_per_token(m, 1, layers), dtype=dtype),
+                                "kv", bits)
+            paged = paged + b_g * self.block_size * per_token
         out["kv_cache_blocks"] = blocks
-        out["kv_cache_paged_bytes"] = blocks * self.block_size * per_token
+        out["kv_cache_paged_bytes"] = paged
         out["largest_activation_bytes"] = largest(full, ("cache",))  # the cache is apart
         # tensor parallel (one rank)
         out["tp"] = np.full(n, p, dtype=dtype)
@@ -441,7 +324,7 @@ class ClosedForm:
         out["allreduce_bytes"] = one
         out["allreduce_bytes_per_layer"] = one * count
         out["allreduce_bytes_total"] = one * (count * m.n_layers)
-        ring = 2 * (p - 1) * ((one + (p - 1)) // p) if p > 1 else np.zeros(n, dtype=dtype)
+        ring = ring_allreduce_bytes(one, p) if p > 1 else np.zeros(n, dtype=dtype)
         out["ring_bytes_per_rank"] = ring
         out["ring_bytes_per_rank_total"] = ring * (count * m.n_layers)
         out["embedding_allreduce_bytes"] = byte_sum(rank, "emb_ar")
@@ -463,15 +346,9 @@ class ClosedForm:
         return out
 
 
-def _majorant(r: Regime) -> Regime:
-    polys = {k: Poly(tuple(abs(c) for c in v.num), 1) for k, v in r.polys.items()}
-    return Regime(r.lo, r.hi, polys, r.tags)
-
-
 def _nbytes(elems: np.ndarray, cls: str, bits: dict[str, np.ndarray]) -> np.ndarray:
     """⌈elements·bits/8⌉ per point; `cls` is a dtype class or a fixed dtype's name."""
-    b = bits[cls] if cls in bits else BITS[cls]
-    return (elems * b + 7) // 8
+    return bytes_of(elems, bits[cls] if cls in bits else BITS[cls])
 
 
 def _as_slice(idx: np.ndarray) -> np.ndarray | slice:

@@ -112,7 +112,7 @@ def layer_plan_doc(plan: LayerPlan) -> dict[str, Any]:
                    "window": spec.window, "ffn": spec.ffn, "norm": spec.norm,
                    "norm_position": spec.norm_position, "count": count}
                   for k, (spec, count) in enumerate(zip(plan.kinds, plan.counts, strict=True))],
-        "runs": [{"kind": plan.kinds.index(r.spec), "first": r.first, "count": r.count}
+        "runs": [{"kind": plan.kinds.index(r.spec), "first": r.first, "count": r.length}
                  for r in plan.runs],
     }
 

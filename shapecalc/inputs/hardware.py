@@ -3,7 +3,8 @@
 A profile holds vendor datasheet values: memory in bytes, device-memory bandwidth, dense peak
 FLOP/s per dtype, and the intra-node link bandwidth per direction. Every value can be overridden on
 the command line (`--set-gpu hbm_bandwidth=3.0e12`, `--set-gpu peak_flops.fp8=1.5e15`,
-`--set-gpu memory_bytes=96GiB`). Stdlib and pydantic only: no numpy, no rich.
+`--set-gpu memory_bytes=96GiB`). Stdlib and pydantic-core only (records, as the model config
+is): no pydantic BaseModel, no numpy, no rich.
 """
 
 from __future__ import annotations
@@ -13,40 +14,39 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic_core import ValidationError
 
 from ..model.config import ShapecalcError, first_error
+from ..model.record import Pos, PosFloat, Record, _doc, _req
 
 # dtypes a profile can give a peak for; a matmul runs in the activation dtype unless told otherwise
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 
 
-class PeakFlops(BaseModel):
+class PeakFlops(Record):
     """Dense (no 2:4 sparsity) peak FLOP/s (OP/s for integers); absent: the chip has none."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    fp32: PositiveFloat | None = None
-    tf32: PositiveFloat | None = None
-    bf16: PositiveFloat | None = None
-    fp16: PositiveFloat | None = None
-    fp8: PositiveFloat | None = None
-    int8: PositiveFloat | None = None
-    int4: PositiveFloat | None = None
+    fp32: PosFloat | None = _doc(None)
+    tf32: PosFloat | None = _doc(None)
+    bf16: PosFloat | None = _doc(None)
+    fp16: PosFloat | None = _doc(None)
+    fp8: PosFloat | None = _doc(None)
+    int8: PosFloat | None = _doc(None)
+    int4: PosFloat | None = _doc(None)
 
 
-class GPU(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class GPU(Record):
+    """A GPU profile: datasheet values (see presets/hardware/)."""
 
-    name: str
-    vendor: str = ""
-    source: str = Field(description="the vendor datasheet the values come from")
-    memory: str = Field("", description="the memory as the datasheet names it, e.g. '80 GB HBM3'")
-    memory_bytes: PositiveInt = Field(description="device memory in bytes, as the driver reports")
-    hbm_bandwidth: PositiveFloat = Field(description="device memory bandwidth, bytes/s")
-    link: str = Field("", description="the intra-node link, e.g. 'NVLink 4'")
-    link_bandwidth: PositiveFloat = Field(description="intra-node link, bytes/s per direction")
-    peak_flops: PeakFlops
+    name: str = _req("the profile's name")
+    vendor: str = _doc("")
+    source: str = _req("the vendor datasheet the values come from")
+    memory: str = _doc("", "the memory as the datasheet names it, e.g. '80 GB HBM3'")
+    memory_bytes: Pos = _req("device memory in bytes, as the driver reports")
+    hbm_bandwidth: PosFloat = _req("device memory bandwidth, bytes/s")
+    link: str = _doc("", "the intra-node link, e.g. 'NVLink 4'")
+    link_bandwidth: PosFloat = _req("intra-node link, bytes/s per direction")
+    peak_flops: PeakFlops = _req("dense peak FLOP/s per dtype")
 
     def peak(self, dtype: str) -> float | None:
         return getattr(self.peak_flops, dtype, None)
@@ -99,10 +99,10 @@ def _override(data: dict[str, Any], item: str) -> None:
     if not sep or not key:
         raise ShapecalcError("set-gpu", f"expected field=value, got {item!r}")
     parts = key.split(".")
-    if parts[0] not in GPU.model_fields or (
+    if parts[0] not in GPU.field_info() or (
         len(parts) == 2 and (parts[0] != "peak_flops" or parts[1] not in PEAK_DTYPES)
     ) or len(parts) > 2:
-        fields = [*(f for f in GPU.model_fields if f != "peak_flops"),
+        fields = [*(f for f in GPU.field_info() if f != "peak_flops"),
                   *(f"peak_flops.{d}" for d in PEAK_DTYPES)]
         raise ShapecalcError("set-gpu", f"unknown field {key!r}; known: {', '.join(fields)}")
     if len(parts) == 1 and parts[0] == "peak_flops":

@@ -50,7 +50,8 @@ class NumericOps(Ops):
         self.gemms: list[tuple[Any, Any]] = []  # operand shapes (or operands) of every matmul
         self.boundaries: list[int] = []
         self.full_out: np.ndarray | None = None
-        self._group, self._layer, self._kind = "embedding", -1, None
+        self._group, self._layer = "embedding", -1
+        self._kind: int | None = None
         self._last: np.ndarray | None = None
         self._hq = model.n_heads // p
         self.neg = self.dt(np.finfo(self.dt).min / 2)  # masked score: exp() gives 0, no overflow
@@ -106,10 +107,11 @@ class NumericOps(Ops):
         # layers run than stages, every layer stands for a stage.
         cuts = set((np.cumsum(pp_layers(k, s))[:-1] - 1).tolist()) if k >= s else set(range(k))
         for layer in range(k):
-            self._layer, self._kind = layer, plan.kind_of[layer]
+            kind = plan.kind_of[layer]
+            self._layer, self._kind = layer, kind
             if self.on_layer:
                 self.on_layer(layer, k)
-            yield layer, plan.kinds[self._kind], self._kind
+            yield layer, plan.kinds[kind], kind
             if s > 1 and layer in cuts:
                 assert self._last is not None
                 self.boundaries.append(measure(self._last[0], self.wl.act))

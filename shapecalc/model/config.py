@@ -6,19 +6,9 @@ stay portable. After `check()` passes, everything downstream trusts its input.
 
 from __future__ import annotations
 
-from types import UnionType
-from typing import (
-    TYPE_CHECKING,
-    Annotated,
-    Any,
-    ClassVar,
-    Literal,
-    NamedTuple,
-    Union,
-    get_args,
-    get_origin,
-    get_type_hints,
-)
+from typing import TYPE_CHECKING, Any, Literal
+
+from .record import Pos, Record, _doc, _req
 
 if TYPE_CHECKING:
     from pydantic_core import ValidationError
@@ -41,9 +31,14 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def bytes_of(elements: Any, bits: Any) -> Any:
+    """⌈elements·bits/8⌉: exact bytes (ints, or NumPy arrays of them)."""
+    return (elements * bits + 7) // 8
+
+
 def nbytes(elements: int, dtype: str) -> int:
     """Exact bytes of `elements` values stored in `dtype` (int4: two per byte, rounded up)."""
-    return (elements * DTYPE_BITS[dtype] + 7) // 8
+    return bytes_of(elements, DTYPE_BITS[dtype])
 
 
 class ShapecalcError(Exception):
@@ -55,171 +50,7 @@ class ShapecalcError(Exception):
         self.reason = reason
 
 
-class _Positive:
-    """Marks an int that must be > 0."""
-
-
-Pos = Annotated[int, _Positive]
-
-
-class FieldInfo(NamedTuple):
-    annotation: Any
-    default: Any
-    description: str
-
-
-class _Spec(NamedTuple):
-    default: Any
-    doc: str
-
-
-MISSING: Any = object()  # marks a required field
-
-
-def _doc(default: Any, description: str = "") -> Any:
-    return _Spec(default, description)
-
-
-def _req(description: str) -> Any:
-    return _Spec(MISSING, description)
-
-
-def _core_schema(tp: Any) -> dict[str, Any]:
-    """The pydantic-core schema of one annotation (the few kinds our configs use)."""
-    if get_origin(tp) is Annotated:
-        base, *marks = get_args(tp)
-        schema = _core_schema(base)
-        if _Positive in marks:
-            schema["gt"] = 0
-        return schema
-    if get_origin(tp) in (Union, UnionType):
-        inner = [a for a in get_args(tp) if a is not type(None)]
-        return {"type": "nullable", "schema": _core_schema(inner[0])}
-    if get_origin(tp) is Literal:
-        return {"type": "literal", "expected": list(get_args(tp))}
-    if get_origin(tp) is tuple:  # tuple[X, ...]: a JSON list, kept as a (hashable) tuple
-        return {"type": "tuple", "items_schema": [_core_schema(get_args(tp)[0])],
-                "variadic_item_index": 0}
-    return {"type": {int: "int", bool: "bool", str: "str"}[tp]}
-
-
-def _json_schema(tp: Any) -> dict[str, Any]:
-    core = _core_schema(tp)
-    if core["type"] == "nullable":
-        return {"anyOf": [_json_schema(get_args(tp)[0]), {"type": "null"}]}
-    if core["type"] == "literal":
-        return {"enum": core["expected"], "type": "string"}
-    if core["type"] == "tuple":
-        return {"type": "array", "items": _json_schema(get_args(tp)[0])}
-    out: dict[str, Any] = {
-        "type": {"int": "integer", "bool": "boolean", "str": "string"}[core["type"]]
-    }
-    if "gt" in core:
-        out["exclusiveMinimum"] = 0
-    return out
-
-
-class _Validated:
-    """A frozen record validated by pydantic-core, with the pydantic BaseModel methods we use.
-
-    pydantic v2's validation engine, without pydantic's model machinery or dataclasses: importing
-    and building those costs more start-up than `shapecalc trace --json` may spend in all (see
-    benchmarks/bench_startup.py). Fields are class annotations with `_doc()`/`_req()` values.
-    """
-
-    _field_cache: ClassVar[dict[str, FieldInfo]]
-    _validator: ClassVar[Any] = None
-
-    @classmethod
-    def field_info(cls) -> dict[str, FieldInfo]:
-        """Each field's annotation, default (MISSING if required) and description."""
-        if "_field_cache" not in cls.__dict__:
-            hints = get_type_hints(cls, include_extras=True)
-            spec = {k: v for k, v in vars(cls).items() if isinstance(v, _Spec)}
-            cls._field_cache = {
-                name: FieldInfo(hints[name], spec[name].default, spec[name].doc)
-                for name in cls.__annotations__
-                if name in spec
-            }
-        return cls._field_cache
-
-    @classmethod
-    def _schema_validator(cls) -> Any:
-        if cls.__dict__.get("_validator") is None:
-            from pydantic_core import SchemaValidator
-
-            flds = {}
-            for name, info in cls.field_info().items():
-                inner = _core_schema(info.annotation)
-                if info.default is MISSING:
-                    flds[name] = {"type": "typed-dict-field", "schema": inner, "required": True}
-                else:
-                    flds[name] = {
-                        "type": "typed-dict-field",
-                        "schema": {"type": "default", "schema": inner, "default": info.default},
-                        "required": False,
-                    }
-            cls._validator = SchemaValidator(
-                {"type": "typed-dict", "fields": flds, "extra_behavior": "forbid"}
-            )
-        return cls._validator
-
-    def __init__(self, **data: Any):
-        for k, v in self._schema_validator().validate_python(data).items():
-            object.__setattr__(self, k, v)
-        self._check()
-
-    def _check(self) -> None:
-        """Rules across fields; raise ShapecalcError naming the field."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is frozen; use model_copy(update=...)")
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self.model_dump() == other.model_dump()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(tuple(self.model_dump().values()))
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.model_dump().items())
-        return f"{type(self).__name__}({args})"
-
-    @classmethod
-    def model_validate(cls, data: dict[str, Any]) -> Any:
-        """Validate a mapping (unknown keys refused) and build the object."""
-        return cls(**data)
-
-    def model_dump(self, exclude: set[str] | None = None, **_: Any) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.field_info() if not exclude or k not in exclude}
-
-    def model_copy(self, update: dict[str, Any] | None = None) -> Any:
-        return type(self)(**{**self.model_dump(), **(update or {})})
-
-    @classmethod
-    def model_json_schema(cls) -> dict[str, Any]:
-        props: dict[str, Any] = {}
-        required = []
-        for name, info in cls.field_info().items():
-            prop = _json_schema(info.annotation)
-            if info.description:
-                prop["description"] = info.description
-            if info.default is MISSING:
-                required.append(name)
-            else:
-                prop["default"] = info.default
-            props[name] = prop
-        return {
-            "title": cls.__name__,
-            "description": (cls.__doc__ or "").strip(),
-            "type": "object",
-            "properties": props,
-            "required": required,
-            "additionalProperties": False,
-        }
-
-
-class ModelConfig(_Validated):
+class ModelConfig(Record):
     """A decoder-only Transformer. Symbols in brackets are what the trace prints."""
 
     name: str = _doc("custom")
@@ -319,7 +150,7 @@ class ModelConfig(_Validated):
             )
 
 
-class Workload(_Validated):
+class Workload(Record):
     """What the model is asked to do: B sequences of T tokens, in one phase, on p×s devices."""
 
     batch: Pos = _doc(1, "B: sequences in the batch")

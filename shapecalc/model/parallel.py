@@ -5,6 +5,8 @@ import them; none of them writes these formulas again."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .config import ModelConfig, ceil_div, nbytes
 from .plan import LayerPlan, layer_plan
 
@@ -20,7 +22,7 @@ def kv_replicated(model: ModelConfig, p: int) -> bool:
     return p > model.kv_heads
 
 
-def ring_allreduce_bytes(nbytes: int, p: int) -> int:
+def ring_allreduce_bytes(nbytes: Any, p: int) -> Any:
     """Bytes one rank sends in a ring all-reduce of an `nbytes` buffer over p ranks:
     reduce-scatter then all-gather, each p−1 steps of one ⌈nbytes/p⌉ chunk."""
     return 2 * (p - 1) * ceil_div(nbytes, p) if p > 1 else 0
@@ -58,13 +60,25 @@ def kv_groups(plan: LayerPlan) -> list[tuple[int | None, int]]:
     return list(out.items())
 
 
+def kv_bytes_per_sequence(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1) -> int:
+    """What one sequence's cache holds on one rank after the step: each group's tokens
+    (at most its window) × the bytes a token costs over the group's layers."""
+    return sum(cached_tokens(window, T, phase) * kv_bytes_per_token(model, dtype, p, layers)
+               for window, layers in kv_groups(layer_plan(model)))
+
+
+def paged_blocks(batch: Any, tokens: Any, block_size: int) -> Any:
+    """Blocks of one group: ⌈tokens/block_size⌉ per sequence (ints, or NumPy arrays)."""
+    return batch * ceil_div(tokens, block_size)
+
+
 def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int, dtype: str,
              p: int = 1) -> tuple[int, int]:
     """(blocks, bytes) of a paged cache: each sequence takes ⌈tokens/block_size⌉ blocks in each
     group, a block spanning the group's layers; the last block's empty slots count."""
     blocks = total = 0
     for window, layers in kv_groups(layer_plan(model)):
-        b = batch * ceil_div(cached_tokens(window, T, phase), block_size)
+        b = paged_blocks(batch, cached_tokens(window, T, phase), block_size)
         blocks += b
         total += b * block_size * kv_bytes_per_token(model, dtype, p, layers)
     return blocks, total
@@ -98,6 +112,18 @@ def stage_sums(plan: LayerPlan, s: int, per_layer: list[int]) -> list[int]:
     """A per-layer quantity of each kind (parameters, KV bytes) summed over each stage."""
     return [sum(c * v for c, v in zip(counts, per_layer, strict=True))
             for counts in stage_kind_counts(plan, s)]
+
+
+def stage_group_layers(plan: LayerPlan, s: int) -> list[list[int]]:
+    """Layers of each KV group (as `kv_groups` orders them) held by each pipeline stage."""
+    windows = [w for w, _ in kv_groups(plan)]
+    out = []
+    for counts in stage_kind_counts(plan, s):
+        per = [0] * len(windows)
+        for kind, c in zip(plan.kinds, counts, strict=True):
+            per[windows.index(kind.window)] += c
+        out.append(per)
+    return out
 
 
 def stage_params(plan: LayerPlan, s: int, per_layer: list[int], embedding: int, head: int,

@@ -34,11 +34,11 @@ class LayerSpec(NamedTuple):
 
 
 class Run(NamedTuple):
-    """`count` consecutive layers of one spec, starting at layer `first`."""
+    """`length` consecutive layers of one spec, starting at layer `first`."""
 
     spec: LayerSpec
     first: int
-    count: int
+    length: int
 
 
 class LayerPlan(NamedTuple):
@@ -72,7 +72,7 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     runs: list[Run] = []
     for i, spec in enumerate(specs):
         if runs and runs[-1].spec == spec:
-            runs[-1] = runs[-1]._replace(count=runs[-1].count + 1)
+            runs[-1] = runs[-1]._replace(length=runs[-1].length + 1)
         else:
             runs.append(Run(spec, i, 1))
     kinds = tuple(dict.fromkeys(specs))

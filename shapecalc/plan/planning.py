@@ -36,11 +36,22 @@ from ..model.config import (
     ModelConfig,
     ShapecalcError,
     Workload,
+    bytes_of,
     check,
     make_workload,
     nbytes,
 )
-from ..model.parallel import pp_layers
+from ..model.parallel import (
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    kv_elements_per_token,
+    kv_groups,
+    kv_heads_per_rank,
+    kv_replicated,
+    pp_layers,
+    stage_group_layers,
+)
+from ..model.plan import layer_plan
 
 ACTIVATIONS = (
     "2 × the largest tensor one rank writes in the prefill step, the KV cache aside (its input "
@@ -280,19 +291,23 @@ def plan_arrays(
     stage = np.zeros(n, dtype=np.int64)
     tokens_fit = np.zeros(n, dtype=dtype)
     bs = cf.block_size
+    plan = layer_plan(m)
+    groups = kv_groups(plan)
     pairs = np.unique(np.stack([P.astype(np.int64), S.astype(np.int64)]), axis=1)
     for p, s in pairs.T:
         p, s = int(p), int(s)
         sel = np.flatnonzero((P == p) & (S == s))
-        elems = 2 * cf.kv_heads_per_rank(p) * m.dh  # one token, one layer, one rank
-        tok_layer = (elems * kvbits[sel] + 7) // 8
-        slots = pre["kv_cache_blocks"][sel] * bs  # paged token slots of the batch
+        # one token, one layer, one rank
+        tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1), kvbits[sel])
+        # paged token slots of the batch in each KV group (layers that share a window)
+        slots = [pre[f"kv_cache_blocks@{g}"][sel] * bs for g in range(len(groups))]
         best = None
         fit_tokens = None
-        for i, (k, sp) in enumerate(zip(pp_layers(m.n_layers, s), cf.stage_params(p, s),
-                                        strict=True)):
-            w_i = (sp * wbits[sel] + 7) // 8
-            kv_i = slots * k * tok_layer
+        for i, (k, per_group, sp) in enumerate(zip(
+                pp_layers(m.n_layers, s), stage_group_layers(plan, s), cf.stage_params(p, s),
+                strict=True)):
+            w_i = bytes_of(sp, wbits[sel])
+            kv_i = sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c)
             tot = w_i + kv_i
             if best is None:
                 best, bw, bkv, bst = tot, w_i, kv_i, np.zeros(sel.size, dtype=np.int64)
@@ -508,11 +523,10 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
             "capacity": one("mem_capacity"),
         },
         "pp_stage": one("pp_stage"),
-        "kv_heads_per_rank": cf.kv_heads_per_rank(wl.tp),
-        "kv_heads_replicated": wl.tp > model.kv_heads,
-        "kv_cache_bytes_per_token_per_rank": nbytes(
-            2 * cf.kv_heads_per_rank(wl.tp) * model.dh, wl.kv
-        ) * max(pp_layers(model.n_layers, wl.pp)),
+        "kv_heads_per_rank": kv_heads_per_rank(model, wl.tp),
+        "kv_heads_replicated": kv_replicated(model, wl.tp),
+        "kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(
+            model, wl.kv, wl.tp, layers=max(pp_layers(model.n_layers, wl.pp))),
         "kv_tokens_fit": one("kv_tokens_fit"),
         "max_batch": max_batch,
         "max_seq": max_seq,
@@ -608,16 +622,13 @@ def compare(
         dec = doc if wl.phase == "decode" else (
             build_trace(model, dec_wl) if _valid(model, dec_wl) else None)
         tp = pre["parallel"]["tp"]
-        hkv_r = tp["kv_heads_per_rank"]
-        tokens = pre["totals"]["kv_cache_tokens"]
-        per_tok_rank = nbytes(2 * model.n_layers * hkv_r * model.dh, wl.kv)
         derived: dict[str, Any] = {
-            "kv_heads_per_rank": hkv_r,
+            "kv_heads_per_rank": tp["kv_heads_per_rank"],
             "kv_heads_replicated": tp["kv_heads_replicated"],
             "kv_replication": max(1, wl.tp // model.kv_heads),
-            "kv_cache_bytes_per_token_per_rank": per_tok_rank,
-            "kv_cache_bytes_per_sequence_per_rank": model.n_layers * nbytes(
-                2 * hkv_r * tokens * model.dh, wl.kv),
+            "kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(model, wl.kv, wl.tp),
+            "kv_cache_bytes_per_sequence_per_rank": kv_bytes_per_sequence(
+                model, wl.kv, wl.seq, "prefill", wl.tp),
             "kv_cache_bytes_per_rank": tp["kv_cache_bytes_per_rank"],
             # the residual stream [B,T,D] that crosses a pipeline boundary (whether or not pp>1)
             "pp_boundary_bytes_per_crossing": nbytes(wl.batch * wl.seq * model.d_model, wl.act),
