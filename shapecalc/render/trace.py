@@ -21,7 +21,18 @@ def shape_str(dims: list[str], shape: list[int]) -> str:
     return f"[{','.join(dims)}] = [{','.join(str(x) for x in shape)}]"
 
 
-def _stage_table(stages: list[dict[str, Any]], title: str) -> Table:
+def _block_title(s: dict[str, Any], kinds: list[dict[str, Any]]) -> str:
+    """`block  × N = 32 layers (one shown)`; with several kinds of layer, one title per kind:
+    `block  × 21 layers: sliding window W=4096 (one shown)`."""
+    n = s["repeat"]
+    if len(kinds) <= 1:
+        return f"block  × N = {n} layer{'s' if n != 1 else ''} (one shown)"
+    label = kinds[s["kind"]]["label"]
+    return f"block  × {n} layer{'s' if n != 1 else ''}: {label} (one shown)"
+
+
+def _stage_table(stages: list[dict[str, Any]], title: str,
+                 kinds: list[dict[str, Any]] | None = None) -> Table:
     t = Table(
         title=title,
         box=box.SIMPLE_HEAD,
@@ -38,12 +49,11 @@ def _stage_table(stages: list[dict[str, Any]], title: str) -> Table:
     t.add_column("note", style="dim")
     current = None
     for s in stages:
-        if s["group"] != current:
-            current = s["group"]
-            label = GROUP_TITLE[current]
-            if current == "block":
-                n = s["repeat"]
-                label += f"  × N = {n} layer{'s' if n != 1 else ''} (one shown)"
+        if (s["group"], s.get("kind")) != current:
+            current = (s["group"], s.get("kind"))
+            label = GROUP_TITLE[s["group"]]
+            if s["group"] == "block":
+                label = _block_title(s, kinds or [])
             t.add_row(Text(label, style="bold cyan"), end_section=False)
         formula: str | Text
         value: str | Text
@@ -82,12 +92,14 @@ def totals_panel(doc: dict[str, Any]) -> Panel:
     )
     if pb["positions"]:
         t.add_row("  position table", f"{pb['positions']:,}", "")
-    t.add_row(
-        "  per layer",
-        f"{pb['per_layer']:,}",
-        f"attention {pb['attention_per_layer']:,} · FFN {pb['ffn_per_layer']:,} · "
-        f"norms {pb['norms_per_layer']:,}",
-    )
+    for k in pb["per_kind"]:
+        alike = len(pb["per_kind"]) == 1
+        t.add_row(
+            "  per layer" if alike else f"  per layer, {k['label']} × {k['count']}",
+            f"{k['per_layer']:,}",
+            f"attention {k['attention_per_layer']:,} · FFN {k['ffn_per_layer']:,} · "
+            f"norms {k['norms_per_layer']:,}",
+        )
     t.add_row("  N layers", f"{pb['layers']:,}", "")
     t.add_row("  final norm", f"{pb['final_norm']:,}", "")
     t.add_row(
@@ -223,7 +235,7 @@ def print_trace(
     if per_rank and "rank_stages" in doc:
         stages = doc["rank_stages"]
         title += " · one rank's stages"
-    console.print(_stage_table(stages, title))
+    console.print(_stage_table(stages, title, doc["layers"]["kinds"]))
     console.print(Group(totals_panel(doc), parallel_panel(doc)))
     console.print(breakdown_chart(doc))
 
@@ -294,6 +306,7 @@ def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True) -
     go."""
     tot, pb, fb = doc["totals"], doc["totals"]["params_breakdown"], doc["totals"]["flops_breakdown"]
     n = doc["model"]["n_layers"]
+    kinds = pb["per_kind"]
     t = Table.grid(padding=(0, 2))
     for _ in range(4):
         t.add_column()
@@ -303,9 +316,9 @@ def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True) -
     params = [
         ("embedding", pb["embedding"]),
         ("position table", pb["positions"]),
-        (f"attention × {n}", pb["attention_per_layer"] * n),
-        (f"FFN × {n}", pb["ffn_per_layer"] * n),
-        ("norms", pb["norms_per_layer"] * n + pb["final_norm"]),
+        (f"attention × {n}", sum(k["attention_per_layer"] * k["count"] for k in kinds)),
+        (f"FFN × {n}", sum(k["ffn_per_layer"] * k["count"] for k in kinds)),
+        ("norms", sum(k["norms_per_layer"] * k["count"] for k in kinds) + pb["final_norm"]),
         ("LM head", pb["lm_head"]),
     ]
     _bar_rows(t, "where parameters go", [x for x in params if x[1]], human_count, width)
