@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, create_model, field_validator
+from pydantic import Field as PydField
 
 from ..model.config import ModelConfig, Workload
+from .fields import PP_LEDGER, TOTALS, TP_LEDGER, Field
 
 
 class _Strict(BaseModel):
@@ -103,64 +105,30 @@ class Activation(_Strict):
     bytes: int
 
 
-class Totals(_Strict):
-    params: int
-    params_breakdown: ParamsBreakdown
-    flops: int
-    flops_breakdown: FlopsBreakdown
-    elementwise_flops: int
-    weight_bytes: int
-    kv_cache_bytes: int
-    kv_cache_tokens: int
-    kv_cache_bytes_per_token: int
-    kv_cache_blocks: int
-    kv_cache_paged_bytes: int
-    largest_activation: Activation
-
-
 class SplitOut(_Strict):
     weight: str
     split: str
     params_per_rank: int
 
 
-class TPOut(_Strict):
-    degree: int
-    heads_per_rank: int
-    kv_heads_per_rank: int
-    kv_heads_replicated: bool
-    d_ff_per_rank: int
-    vocab_per_rank: int
-    splits: list[SplitOut]
-    allreduce_per_layer: int
-    allreduce_bytes: int
-    allreduce_bytes_per_layer: int
-    allreduce_bytes_total: int
-    ring_bytes_per_rank: int
-    ring_bytes_per_rank_total: int
-    embedding_allreduce_bytes: int
-    logits_allgather_bytes: int
-    params_per_rank: int
-    weight_bytes_per_rank: int
-    kv_cache_bytes_per_rank: int
-    flops_per_rank: int
-    largest_activation_bytes_per_rank: int
+def _section(name: str, fields: tuple[Field, ...]) -> type[BaseModel]:
+    """A schema made from the declarations in fields.py (their docs become descriptions)."""
+    types: dict[str, Any] = {"int": int, "bool": bool, "list[int]": list[int],
+                             "list[Split]": list[SplitOut], "ParamsBreakdown": ParamsBreakdown,
+                             "FlopsBreakdown": FlopsBreakdown, "Activation": Activation}
+    return create_model(  # type: ignore[call-overload, no-any-return]
+        name, __base__=_Strict,
+        **{f.name: (types[f.type], PydField(description=f.doc)) for f in fields})
 
 
-class PPOut(_Strict):
-    stages: int
-    layers_per_stage: list[int]
-    boundaries: int
-    boundary_bytes: int
-    boundary_bytes_total: int
-    params_per_stage: list[int]
-    weight_bytes_per_stage: list[int]
-    kv_cache_bytes_per_stage: list[int]
+Totals = _section("Totals", TOTALS)
+TPOut = _section("TPOut", TP_LEDGER)
+PPOut = _section("PPOut", PP_LEDGER)
 
 
 class ParallelOut(_Strict):
-    tp: TPOut
-    pp: PPOut
+    tp: TPOut  # type: ignore[valid-type]
+    pp: PPOut  # type: ignore[valid-type]
 
 
 class TraceOut(_Strict):
@@ -168,7 +136,7 @@ class TraceOut(_Strict):
     workload: dict[str, Any]
     layers: LayerPlanOut
     stages: list[StageOut]
-    totals: Totals
+    totals: Totals  # type: ignore[valid-type]
     parallel: ParallelOut
     rank_stages: list[StageOut] | None = None  # with --per-rank and p > 1
 

@@ -24,6 +24,7 @@ from ..model.parallel import (
     stage_sums,
 )
 from ..model.plan import LayerPlan, layer_plan
+from .fields import PP_LEDGER, TOTALS, TP_LEDGER, section
 
 Pred = Callable[[Stage], bool]
 
@@ -128,7 +129,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
     kv_tokens = max((s.shape[3] for s in st if _is_cache(s)), default=0)
     blocks, paged = paged_kv(model, wl.batch, wl.seq, wl.phase, wl.block_size, wl.kv)
     largest = max(_activations(st), key=lambda s: s.bytes)
-    totals: dict[str, Any] = {
+    totals = section(TOTALS, {
         "params": params,
         "params_breakdown": params_breakdown(st, plan),
         "flops": _sum(st, "flops"),
@@ -146,7 +147,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
             "shape": largest.shape,
             "bytes": largest.bytes,
         },
-    }
+    })
     doc = {
         "model": model.model_dump(),
         "workload": wl.model_dump(),
@@ -181,7 +182,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
         if s.op in ("linear", "embed")
     ]
     params_rank = _sum(rank, "params")
-    return {
+    return section(TP_LEDGER, {
         "degree": p,
         "heads_per_rank": model.n_heads // p,
         "kv_heads_per_rank": kv_heads_per_rank(model, p),
@@ -203,7 +204,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
         "kv_cache_bytes_per_rank": _sum(rank, "bytes", _is_cache),
         "flops_per_rank": _sum(rank, "flops"),
         "largest_activation_bytes_per_rank": max(s.bytes for s in _activations(rank)),
-    }
+    })
 
 
 def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage]) -> dict[str, Any]:
@@ -219,7 +220,7 @@ def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage]) -> dict[str, An
         table=_sum(st, "params", lambda x: x.role == "embed"),
         tied=model.tie_embeddings,
     )
-    return {
+    return section(PP_LEDGER, {
         "stages": s,
         "layers_per_stage": pp_layers(model.n_layers, s),
         "boundaries": s - 1,
@@ -229,4 +230,4 @@ def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage]) -> dict[str, An
         "weight_bytes_per_stage": [nbytes(x, wl.dtype) for x in params],
         "kv_cache_bytes_per_stage": stage_sums(
             plan, s, [_per_layer(st, k, "bytes", _is_cache) for k in kinds]),
-    }
+    })

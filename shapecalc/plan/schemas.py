@@ -8,10 +8,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, RootModel, StrictBool, StrictInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    RootModel,
+    StrictBool,
+    StrictInt,
+    create_model,
+    field_validator,
+)
 
+from ..costs.fields import SWEEP_COLUMNS
 from ..costs.schemas import ParallelOut, Totals
 from ..model.config import ModelConfig, Workload
+from .columns import FIT_COLUMNS, PRICE_COLUMNS
 
 Bound = Literal["compute", "memory", "communication"]
 
@@ -120,7 +130,7 @@ class CompareItem(_WithWorkload):
     case: str
     model: dict[str, Any]
     workload: dict[str, Any]
-    totals: Totals
+    totals: Totals  # type: ignore[valid-type]
     parallel: ParallelOut
     derived: Derived
     fit: FitOut | None = None  # with --gpu
@@ -139,60 +149,18 @@ class CompareOut(RootModel[list[CompareItem]]):
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 
 
-class SweepRow(_Strict):
-    """One line of `sweep` (JSON Lines; CSV has the same columns). Fit and time keys come with
-    --gpu, the cost with --price."""
-
-    case: str
-    model: str
-    batch: StrictInt
-    seq: StrictInt
-    phase: Literal["prefill", "decode"]
-    tp: StrictInt
-    pp: StrictInt
-    dtype: Dtype
-    kv_dtype: Dtype
-    act_dtype: Dtype
-    params: StrictInt
-    flops: StrictInt
-    elementwise_flops: StrictInt
-    weight_bytes: StrictInt
-    kv_cache_bytes: StrictInt
-    kv_cache_tokens: StrictInt
-    kv_cache_bytes_per_token: StrictInt
-    kv_cache_blocks: StrictInt
-    kv_cache_paged_bytes: StrictInt
-    largest_activation_bytes: StrictInt
-    kv_heads_per_rank: StrictInt
-    allreduce_per_layer: StrictInt
-    allreduce_bytes: StrictInt
-    allreduce_bytes_per_layer: StrictInt
-    allreduce_bytes_total: StrictInt
-    ring_bytes_per_rank: StrictInt
-    ring_bytes_per_rank_total: StrictInt
-    embedding_allreduce_bytes: StrictInt
-    logits_allgather_bytes: StrictInt
-    params_per_rank: StrictInt
-    weight_bytes_per_rank: StrictInt
-    kv_cache_bytes_per_rank: StrictInt
-    flops_per_rank: StrictInt
-    boundary_bytes: StrictInt
-    boundary_bytes_total: StrictInt
-    fits: StrictBool | None = None
-    mem_weights: StrictInt | None = None
-    mem_kv_cache: StrictInt | None = None
-    mem_activations: StrictInt | None = None
-    mem_reserve: StrictInt | None = None
-    mem_total: StrictInt | None = None
-    mem_capacity: StrictInt | None = None
-    kv_tokens_fit: StrictInt | None = None
-    prefill_s: float | None = None
-    decode_s_per_token: float | None = None
-    ttft_s: float | None = None
-    tokens_per_s: float | None = None
-    prefill_bound: Bound | None = None
-    decode_bound: Bound | None = None
-    cost_per_million_tokens: float | None = None
+_TYPES: dict[str, Any] = {"int": StrictInt, "bool": StrictBool, "float": float, "bound": Bound}
+# One line of `sweep` (JSON Lines; CSV has the same columns): the point, the trace's numbers
+# (SWEEP_COLUMNS, declared in costs/fields.py), then with --gpu the fit and time keys (the cost
+# with --price).
+SweepRow = create_model(  # type: ignore[call-overload]
+    "SweepRow", __base__=_Strict,
+    case=(str, ...), model=(str, ...), batch=(StrictInt, ...), seq=(StrictInt, ...),
+    phase=(Literal["prefill", "decode"], ...), tp=(StrictInt, ...), pp=(StrictInt, ...),
+    dtype=(Dtype, ...), kv_dtype=(Dtype, ...), act_dtype=(Dtype, ...),
+    **{k: (StrictInt, ...) for k in SWEEP_COLUMNS},
+    **{k: (_TYPES[t] | None, None) for k, t in (*FIT_COLUMNS, *PRICE_COLUMNS)},
+)
 
 
 def schemas() -> dict[str, dict[str, Any]]:

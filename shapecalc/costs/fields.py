@@ -1,0 +1,96 @@
+"""The trace's totals and its TP/PP ledgers, declared once: each key, its type, what it means,
+and the sweep column that carries it per point.
+
+trace.py builds its sections in this order and with exactly these keys (`section`), the JSON
+Schemas (schemas.py) are made from these declarations, and the sweep's numeric columns are
+`SWEEP_COLUMNS`, which the closed form must evaluate. A key is added here, once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class Field(NamedTuple):
+    name: str
+    type: str  # int | bool | list[int] | the name of a nested schema (schemas.py)
+    doc: str
+    column: str | None = None  # the sweep column of this number, if it is one per point
+
+
+TOTALS: tuple[Field, ...] = (
+    Field("params", "int", "parameters, as the implementation counts them (a tied LM head once)",
+          "params"),
+    Field("params_breakdown", "ParamsBreakdown", "parameters by part and by layer kind"),
+    Field("flops", "int", "matmul FLOPs of the step (1 multiply-add = 2 FLOPs)", "flops"),
+    Field("flops_breakdown", "FlopsBreakdown", "matmul FLOPs by where they go"),
+    Field("elementwise_flops", "int", "elementwise FLOPs, counted apart", "elementwise_flops"),
+    Field("weight_bytes", "int", "bytes of all parameters in the weight dtype", "weight_bytes"),
+    Field("kv_cache_bytes", "int", "bytes the KV cache holds after the step, all layers",
+          "kv_cache_bytes"),
+    Field("kv_cache_tokens", "int", "tokens per sequence in the longest layer's cache",
+          "kv_cache_tokens"),
+    Field("kv_cache_bytes_per_token", "int", "2·N·H_kv·Dh·bytes: one token, every layer",
+          "kv_cache_bytes_per_token"),
+    Field("kv_cache_blocks", "int", "paged blocks of all sequences, over the window groups",
+          "kv_cache_blocks"),
+    Field("kv_cache_paged_bytes", "int", "bytes of those blocks, empty slots included",
+          "kv_cache_paged_bytes"),
+    Field("largest_activation", "Activation", "the largest tensor the step writes (no cache)",
+          "largest_activation_bytes"),
+)
+
+TP_LEDGER: tuple[Field, ...] = (
+    Field("degree", "int", "p: the tensor-parallel degree"),
+    Field("heads_per_rank", "int", "H/p query heads"),
+    Field("kv_heads_per_rank", "int", "H_kv/p KV heads, or 1 replicated head",
+          "kv_heads_per_rank"),
+    Field("kv_heads_replicated", "bool", "p > H_kv: every rank holds a copy of one KV head"),
+    Field("d_ff_per_rank", "int", "Dff/p"),
+    Field("vocab_per_rank", "int", "⌈N_vocab/p⌉ rows of the vocab-parallel tables"),
+    Field("splits", "list[Split]", "how each weight is split, and one rank's share"),
+    Field("allreduce_per_layer", "int", "all-reduces ending one layer", "allreduce_per_layer"),
+    Field("allreduce_bytes", "int", "B·T·D·bytes: one all-reduce's buffer", "allreduce_bytes"),
+    Field("allreduce_bytes_per_layer", "int", "all-reduce bytes of one layer",
+          "allreduce_bytes_per_layer"),
+    Field("allreduce_bytes_total", "int", "all-reduce bytes of all N layers",
+          "allreduce_bytes_total"),
+    Field("ring_bytes_per_rank", "int", "2(p−1)·⌈bytes/p⌉: what a ring all-reduce sends per rank",
+          "ring_bytes_per_rank"),
+    Field("ring_bytes_per_rank_total", "int", "ring bytes per rank over all layers",
+          "ring_bytes_per_rank_total"),
+    Field("embedding_allreduce_bytes", "int", "the vocab-parallel embedding's all-reduce",
+          "embedding_allreduce_bytes"),
+    Field("logits_allgather_bytes", "int", "the vocab-parallel logits' all-gather",
+          "logits_allgather_bytes"),
+    Field("params_per_rank", "int", "one rank's parameters", "params_per_rank"),
+    Field("weight_bytes_per_rank", "int", "one rank's weight bytes", "weight_bytes_per_rank"),
+    Field("kv_cache_bytes_per_rank", "int", "one rank's KV cache bytes", "kv_cache_bytes_per_rank"),
+    Field("flops_per_rank", "int", "one rank's matmul FLOPs", "flops_per_rank"),
+    Field("largest_activation_bytes_per_rank", "int", "the largest tensor one rank writes"),
+)
+
+PP_LEDGER: tuple[Field, ...] = (
+    Field("stages", "int", "s: pipeline stages"),
+    Field("layers_per_stage", "list[int]", "layers of each stage, split as vLLM does"),
+    Field("boundaries", "int", "s − 1 hand-offs"),
+    Field("boundary_bytes", "int", "B·T·D·bytes: the residual stream crossing one boundary",
+          "boundary_bytes"),
+    Field("boundary_bytes_total", "int", "bytes crossing all boundaries", "boundary_bytes_total"),
+    Field("params_per_stage", "list[int]", "parameters of each stage"),
+    Field("weight_bytes_per_stage", "list[int]", "weight bytes of each stage"),
+    Field("kv_cache_bytes_per_stage", "list[int]", "KV cache bytes of each stage"),
+)
+
+# the per-point numbers a sweep row carries, in this order (the CSV's columns)
+SWEEP_COLUMNS: tuple[str, ...] = tuple(
+    f.column for f in (*TOTALS, *TP_LEDGER, *PP_LEDGER) if f.column is not None)
+
+
+def section(fields: tuple[Field, ...], values: dict[str, Any]) -> dict[str, Any]:
+    """A section of the trace in declared order, with exactly the declared keys."""
+    names = [f.name for f in fields]
+    if set(values) != set(names):
+        raise AssertionError(f"trace section keys differ from fields.py: "
+                             f"{sorted(set(values) ^ set(names))}")
+    return {n: values[n] for n in names}
