@@ -1,10 +1,44 @@
+"""Shared fixtures, and what makes the suite the same on every machine.
+
+- Hypothesis runs under the `ci` profile: derandomized (a fixed seed per test, so every run draws
+  the same examples), no example database, no deadline and no timing health check (a loaded
+  machine is slower, not wrong). `--hypothesis-profile dev` (or HYPOTHESIS_PROFILE=dev) draws fresh
+  examples instead.
+- verify's memory: its default budget is a constant (check/budget.DEFAULT_BUDGET), and for every
+  test not marked `slow` the machine's available memory reads as that budget, so no default test
+  plans, or refuses, by the free memory of the machine it runs on. `slow` tests (full-width verify
+  of the largest presets: `pytest -m slow`) see the real machine.
+"""
+
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", derandomize=True, database=None, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", derandomize=False, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def pinned_memory(request, monkeypatch):
+    """The available memory verify's refusal compares a plan with: DEFAULT_BUDGET, except in
+    `slow` tests. Returns the pinned value (None in slow tests)."""
+    if request.node.get_closest_marker("slow"):
+        return None
+    from shapecalc.check import budget
+
+    monkeypatch.setattr(budget, "available_memory", lambda: budget.DEFAULT_BUDGET)
+    return budget.DEFAULT_BUDGET
 
 
 @dataclass

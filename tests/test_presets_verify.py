@@ -1,23 +1,94 @@
-"""`shapecalc verify` passes on every preset: K=1 real-width layer, B=1, T=8, tp=1 and tp=2.
+"""`shapecalc verify` passes on every preset: K=1 layer, B=1, T=8, tp=1 and tp=2.
 
-The largest presets take tens of seconds (weights are generated, or streamed, at real width);
-this is the suite's slowest file by design: it is the proof that the presets' numbers hold.
+The default run checks every preset in seconds: at real width where one real-width layer fits
+FULL_WIDTH_CAP, else (the 7B-and-up presets) at reduced width — the same architecture (layer
+count, heads, KV heads, FFN, norms, positions, biases, tying, vocabulary padding), with every
+width divided by one factor. Their real-width runs (the weights made, or streamed, at full size:
+tens of seconds each, minutes on a loaded machine) are marked `slow`: `pytest -m slow` runs them.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from shapecalc.check.budget import DEFAULT_BUDGET, GiB, estimate
 from shapecalc.check.verify import verify
 from shapecalc.inputs import sources
-from shapecalc.model.config import Workload
+from shapecalc.model.config import ModelConfig, Workload
+
+FULL_WIDTH_CAP = 1 * GiB  # the most one default-run case may plan to allocate
+REDUCED_DH = 8  # head width of a reduced-width preset
+PRESETS = sorted(sources.list_presets())
 
 
-@pytest.mark.parametrize("name", sorted(sources.list_presets()))
-def test_verify_passes_on_every_preset(name):
-    model = sources.load_preset(name)
-    tp = 2 if model.n_heads % 2 == 0 and model.d_ff % 2 == 0 and model.kv_heads % 2 == 0 else 1
-    doc = verify(model, Workload(batch=1, seq=8, tp=tp), layers=1)
+def _tp(model: ModelConfig) -> int:
+    return 2 if model.n_heads % 2 == 0 and model.d_ff % 2 == 0 and model.kv_heads % 2 == 0 else 1
+
+
+def _workload(model: ModelConfig) -> Workload:
+    return Workload(batch=1, seq=8, tp=_tp(model))
+
+
+def _fits(model: ModelConfig) -> bool:
+    return estimate(model, _workload(model), 1) <= FULL_WIDTH_CAP
+
+
+def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
+    """The preset with D, Dh, Dff and the vocabulary divided by Dh/dh: heads, KV heads, layers and
+    everything else kept; the vocabulary keeps its residue mod 8 (so its padding for p ranks)."""
+    f = model.dh // dh
+    vocab = model.vocab_size // f
+    vocab -= (vocab - model.vocab_size) % 8
+    update = {"d_model": model.d_model // f, "d_ff": model.d_ff // f, "vocab_size": vocab}
+    if model.head_dim is not None:
+        update["head_dim"] = dh
+    return model.model_copy(update=update)
+
+
+BIG = [n for n in PRESETS if not _fits(sources.load_preset(n))]
+
+
+def _passes(model: ModelConfig) -> dict:
+    doc = verify(model, _workload(model), layers=1)
     failed = [c["name"] for c in doc["checks"] if not c["ok"]]
     assert not failed, failed
     assert doc["ok"] and len(doc["checks"]) >= 20
+    return doc
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_verify_passes_on_every_preset(name):
+    """Real width where it fits FULL_WIDTH_CAP, reduced width otherwise."""
+    model = sources.load_preset(name)
+    if name in BIG:
+        model = reduced(model)
+    assert estimate(model, _workload(model), 1) <= FULL_WIDTH_CAP
+    _passes(model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BIG)
+def test_verify_passes_at_full_width_on_the_largest_presets(name):
+    """Real width, one layer, under the default budget (weights streamed where one resident
+    layer does not fit it)."""
+    doc = _passes(sources.load_preset(name))
+    assert doc["memory_budget_bytes"] == DEFAULT_BUDGET
+
+
+def test_the_largest_presets_are_reduced_in_the_default_run_and_full_width_under_slow():
+    assert {"llama3.1-405b", "llama3-70b", "llama2-70b", "qwen2.5-7b"} <= set(BIG)
+    assert {"gpt2", "qwen2.5-0.5b", "seed-tiny"}.isdisjoint(BIG)
+
+
+@pytest.mark.parametrize("name", BIG)
+def test_reduced_width_keeps_the_architecture(name):
+    model = sources.load_preset(name)
+    small = reduced(model)
+    f = model.dh // small.dh
+    assert small.dh == REDUCED_DH and f > 1
+    assert (small.d_model * f, small.d_ff * f) == (model.d_model, model.d_ff)
+    assert small.vocab_size % 8 == model.vocab_size % 8
+    widths = {"d_model", "d_ff", "vocab_size", "head_dim"}
+    assert small.model_dump(exclude=widths) == model.model_dump(exclude=widths)
+    assert (small.n_heads, small.kv_heads) == (model.n_heads, model.kv_heads)
+    assert _tp(small) == _tp(model)

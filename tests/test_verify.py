@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shapecalc.check.budget import estimate
+from shapecalc.check import budget
+from shapecalc.check.budget import DEFAULT_BUDGET, GiB, default_budget, estimate, plan_layers
 from shapecalc.check.verify import verify
+from shapecalc.inputs import sources
 from shapecalc.interpret import symbolic
 from shapecalc.interpret.numeric import NumericOps
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
@@ -92,8 +97,8 @@ WL = Workload(batch=2, seq=6, tp=2, pp=2, phase="prefill")
 def test_a_symbolic_matmul_one_flop_off_fails(monkeypatch):
     real = symbolic.SymbolicOps.matmul
 
-    def off_by_one(self, a, b, name, causal):
-        out = real(self, a, b, name, causal)
+    def off_by_one(self, a, b, role, name, causal, window):
+        out = real(self, a, b, role, name, causal, window)
         self.stages[-1].flops += 1
         return out
 
@@ -112,8 +117,8 @@ def test_a_different_softmax_constant_fails(monkeypatch):
 def test_a_mask_that_does_nothing_fails(monkeypatch, kind):
     real = NumericOps.mask
 
-    def skip_one(self, s, name, k):
-        return s if k == kind else real(self, s, name, k)
+    def skip_one(self, s, role, name, k, window=None):
+        return s if k == kind else real(self, s, role, name, k, window)
 
     monkeypatch.setattr(NumericOps, "mask", skip_one)
     bad = " ".join(c["name"] for c in failing(verify(TINY, WL)))
@@ -122,7 +127,7 @@ def test_a_mask_that_does_nothing_fails(monkeypatch, kind):
 
 
 def test_an_all_reduce_that_drops_ranks_fails(monkeypatch):
-    monkeypatch.setattr(NumericOps, "allreduce", lambda self, x, name: x[:1])
+    monkeypatch.setattr(NumericOps, "allreduce", lambda self, x, role, name: x[:1])
     bad = " ".join(c["name"] for c in failing(verify(TINY, WL)))
     assert "TP p=2 == unsharded" in bad
 
@@ -143,6 +148,75 @@ def test_default_layers_fit_the_budget_and_totals_are_extrapolated():
     doc = verify(big, wl, budget=estimate(big, wl, 3) + per // 2)
     assert doc["layers_run"] == 3 and doc["extrapolated"] and "×40/3" in doc["note"]
     assert doc["ok"], failing(doc)
+
+
+# -- the budget: a constant, not the free memory ---------------------------------------------------
+def test_the_default_budget_is_a_constant_whatever_the_free_memory(monkeypatch, pinned_memory):
+    assert pinned_memory == DEFAULT_BUDGET == budget.available_memory() == 4 * GiB
+    big = sources.load_preset("llama3.1-405b")
+    small = sources.load_preset("llama2-7b")
+    wl = Workload(batch=2, seq=16)
+    plans = []
+    for have in (1 << 20, 8 * GiB, 1 << 40):  # a small machine, a laptop, a big server
+        monkeypatch.setattr(budget, "available_memory", lambda have=have: have)
+        assert default_budget() == DEFAULT_BUDGET
+        if have < DEFAULT_BUDGET:  # the same plan, refused: it does not fit this machine
+            with pytest.raises(ShapecalcError, match="available"):
+                plan_layers(small, wl, None, "float32", default_budget())
+            continue
+        plans.append([plan_layers(m, wl, None, "float32", default_budget())[::2]
+                      for m in (big, small)])
+    assert plans[0] == plans[1] == [(1, False), (plans[0][1][0], True)]
+    assert 1 < plans[0][1][0] < small.n_layers
+
+
+def test_the_same_json_on_any_machine_that_can_hold_the_plan(cli, monkeypatch):
+    """K (here fewer than N layers, chosen by the budget) and the whole JSON do not follow the
+    machine's free memory."""
+    update = {"n_layers": 12, "d_model": 64, "d_ff": 256}
+    deep = sources.load_preset("seed-tiny").model_copy(update=update)  # verify's default model
+    wl = Workload(batch=2, seq=16)
+    per = estimate(deep, wl, 2) - estimate(deep, wl, 1)
+    gib = f"{(estimate(deep, wl, 3) + per // 2) / GiB:.12f}"  # room for K = 3 of N = 12
+    sets = [f"--set={k}={v}" for k, v in update.items()] + ["--batch", "2", "--seq", "16"]
+    outs: dict[int, tuple[str, ...]] = {}
+    for have in (DEFAULT_BUDGET, 1 << 40):
+        monkeypatch.setattr(budget, "available_memory", lambda have=have: have)
+        rs = [cli("verify", "--json"), cli("verify", *sets, "--memory-budget", gib, "--json")]
+        assert all(r.code == 0 for r in rs), [r.err for r in rs]
+        outs[have] = tuple(r.out for r in rs)
+    assert len(set(outs.values())) == 1
+    tiny, doc = (json.loads(o) for o in outs[DEFAULT_BUDGET])
+    assert tiny["memory_budget_bytes"] == DEFAULT_BUDGET
+    assert (doc["layers_run"], doc["n_layers"], doc["extrapolated"]) == (3, 12, True)
+
+
+def test_a_plan_bigger_than_the_machine_is_refused_before_allocating(cli, monkeypatch):
+    monkeypatch.setattr(budget, "available_memory", lambda: 1 << 20)
+    with pytest.raises(ShapecalcError) as e:
+        verify(TINY, WL)
+    assert e.value.field == "memory" and "available" in e.value.reason
+    r = cli("verify", "--tp", "2")
+    assert r.code == 2
+    line = r.err.strip()
+    assert "\n" not in line and "available" in line and "--memory-budget" in line
+    assert "--layers" in line and "batch" in line and "seq" in line
+
+
+def test_hypothesis_draws_the_same_examples_every_run(request):
+    """tests/conftest.py loads the `ci` profile unless --hypothesis-profile or HYPOTHESIS_PROFILE
+    names another."""
+    ci = settings.get_profile("ci")
+    assert ci.derandomize and ci.database is None
+    if not (os.environ.get("HYPOTHESIS_PROFILE") or request.config.getoption("hypothesis_profile")):
+        assert settings.get_current_profile_name() == "ci" and settings.default.derandomize
+
+
+def test_memory_budget_option_sets_the_budget(cli):
+    r = cli("verify", "--memory-budget", "0.5", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["memory_budget_bytes"] == GiB // 2
+    assert cli("verify", "--json").json()["memory_budget_bytes"] == DEFAULT_BUDGET
 
 
 # -- the command ----------------------------------------------------------------------------------

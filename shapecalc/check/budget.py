@@ -1,5 +1,12 @@
 """verify's memory: what a run will allocate, estimated from the symbolic stages before anything
-is allocated, and how many layers (resident or streamed weights) fit a budget."""
+is allocated, and how many layers (resident or streamed weights) fit a budget.
+
+The budget is a fixed number (DEFAULT_BUDGET unless `--memory-budget` says otherwise), never the
+machine's free memory: the layers run and whether the weights stay resident depend only on the
+model, the workload and the budget, so `verify --json` is the same on every machine and every run.
+The machine's available memory is read once, after the plan is made, only to refuse a plan it
+cannot hold (one line, exit 2) instead of running out of memory part-way.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +20,14 @@ from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 
 GiB = 1 << 30
 CHUNK = 1 << 26  # bytes of one streamed weight chunk
+# verify's default memory budget: a constant, so the plan (K layers, resident or streamed weights)
+# is the same on every machine. 4 GiB holds one real-width layer of every preset up to llama2-13b
+# with resident weights; bigger ones stream theirs (still one layer in a few hundred MiB).
+DEFAULT_BUDGET = 4 * GiB
 
 
 def available_memory() -> int:
+    """Bytes the machine can still give (MemAvailable); only ever used to refuse a plan."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -27,7 +39,8 @@ def available_memory() -> int:
 
 
 def default_budget() -> int:
-    return int(available_memory() * 0.6)
+    """The budget when none is given: DEFAULT_BUDGET, whatever the machine's free memory."""
+    return DEFAULT_BUDGET
 
 
 # -- memory ---------------------------------------------------------------------------------------
@@ -75,12 +88,26 @@ def plan_layers(model: ModelConfig, wl: Workload, layers: int | None, precision:
         K = max(1, min(N, (budget - fixed) // max(per, 1)))
     need = estimate(model, wl, K, precision)
     if need <= budget and weights != "streamed":
-        return K, need, True
+        return K, _fits_machine(need, K, wl, budget), True
     streamed = estimate(model, wl, K, precision, resident=False)
     if streamed <= budget and weights != "resident":
-        return K, streamed, False
+        return K, _fits_machine(streamed, K, wl, budget), False
     raise ShapecalcError(
         "memory",
         f"verify needs about {min(need, streamed) / GiB:.1f} GiB for --layers {K} at batch "
         f"{wl.batch}, seq {wl.seq}, but the budget is {budget / GiB:.1f} GiB; lower "
         "--layers, --batch or --seq (or raise --memory-budget)")
+
+
+def _fits_machine(need: int, K: int, wl: Workload, budget: int) -> int:
+    """`need` if the machine has that much available; else a refusal, before any allocation.
+    The plan itself never follows free memory: a smaller machine refuses, it does not adapt."""
+    have = available_memory()
+    if need > have:
+        raise ShapecalcError(
+            "memory",
+            f"verify needs about {need / GiB:.1f} GiB for --layers {K} at batch {wl.batch}, "
+            f"seq {wl.seq} (budget {budget / GiB:.1f} GiB), but this machine has only "
+            f"{have / GiB:.1f} GiB available; lower --layers, --batch or --seq, or "
+            "--memory-budget (a smaller one runs fewer layers or streams the weights)")
+    return need

@@ -47,7 +47,9 @@ Precision = Annotated[
 Seed = Annotated[int, typer.Option("--seed", help="seed of the random weights and tokens")]
 Budget = Annotated[
     float | None,
-    typer.Option("--memory-budget", help="GiB verify may allocate (default 60% of available)"),
+    typer.Option("--memory-budget", help="GiB verify may allocate (default 4: fixed, not the free "
+                 "memory, so every machine runs the same plan); K layers and resident or streamed "
+                 "weights are chosen to fit it"),
 ]
 VERIFY_DEFAULTS = {"batch": 2, "seq": 16}  # small B and T: verify runs real widths
 
