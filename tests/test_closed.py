@@ -225,3 +225,30 @@ def test_bad_points_are_refused():
         cf.evaluate(1, 8, "prefill", 1, 1, "fp7")
     with pytest.raises(ShapecalcError):
         cf.evaluate(0, 8, "prefill", 1)
+
+
+@pytest.mark.parametrize("name", ["llama2-7b", "mistral-7b", "gpt2"])
+def test_poly_mode_equals_polynomials_fitted_to_the_pipeline(name):
+    """Two ways to the same polynomials: one poly-mode run (B, T symbols) against forward
+    differences over six ordinary runs of the pipeline."""
+    from shapecalc.costs.poly import FIT_DTYPES, measure
+    from shapecalc.interpret.symbolic import stages
+    from shapecalc.model.plan import layer_plan
+
+    model = load_preset(name)
+    plan = layer_plan(model)
+    for phase, p in (("prefill", 1), ("decode", 2)):
+        cf = ClosedForm(model, attention_flops="causal")
+        for regime in cf.regimes(phase, p):
+            lo = regime.lo
+            ts = [t for t in (lo, lo + 1, lo + 2) if regime.hi is None or t <= regime.hi]
+            runs = {(b, t): stages(model, cf.workload(b, t, phase, p, **FIT_DTYPES), p)
+                    for b in (1, 2) for t in ts}
+            for key, pick in (("flops", lambda st: sum(s.flops * s.repeat for s in st)),
+                              ("ew", lambda st: sum(s.elementwise_flops * s.repeat for s in st)),
+                              ("kv_tokens", lambda st: max(
+                                  (s.shape[3] for s in st if s.op == "kv_cache"), default=0))):
+                fitted = fit_poly({pt: pick(st) for pt, st in runs.items()})
+                assert fitted == regime.polys[key], (name, phase, p, key)
+            assert measure(stages(model, cf.workload(1, lo, phase, p, **FIT_DTYPES), p,
+                                  poly=True), plan)[0] == regime.polys

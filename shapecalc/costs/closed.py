@@ -29,7 +29,7 @@ from ..model.parallel import (
     stage_params,
 )
 from ..model.plan import layer_plan
-from .poly import FIT_DTYPES, Poly, measure, newton
+from .poly import FIT_DTYPES, Poly, measure
 
 BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
@@ -99,10 +99,6 @@ class ClosedForm:
                 out.append((lo, top))
         return out
 
-    def _measure(self, b: int, t: int, phase: str, p: int) -> tuple[dict, dict]:
-        wl = self.workload(b, t, phase, p, **FIT_DTYPES)
-        return measure(symbolic_stages(self.model, wl, p), layer_plan(self.model))
-
     def regimes(self, phase: str, p: int) -> list[Regime]:
         key = (phase, p)
         if key not in self._fits:
@@ -111,20 +107,11 @@ class ClosedForm:
         return self._fits[key]
 
     def _fit(self, phase: str, p: int, lo: int, hi: int | None) -> Regime:
-        ts = [t for t in (lo, lo + 1, lo + 2) if hi is None or t <= hi]
-        samples: dict[tuple[int, int], dict[str, int]] = {}
-        tags: dict[str, Any] | None = None
-        for b in (1, 2):
-            for t in ts:
-                num, tg = self._measure(b, t, phase, p)
-                if tags is None:
-                    tags = tg
-                elif tg != tags or num.keys() != samples[(1, ts[0])].keys():
-                    raise AssertionError(f"closed form: stage list changes inside T∈[{lo},{hi}]")
-                samples[(b, t)] = num
-        assert tags is not None
-        keys = samples[(1, ts[0])].keys()
-        polys = {k: newton({pt: v[k] for pt, v in samples.items()}, lo) for k in keys}
+        """One run of the pipeline in poly mode, at a point inside the regime, gives every
+        number of the regime as a polynomial in B and T."""
+        wl = self.workload(1, lo, phase, p, **FIT_DTYPES)
+        polys, tags = measure(symbolic_stages(self.model, wl, p, poly=True),
+                              layer_plan(self.model))
         return Regime(lo, hi, polys, tags)
 
     # -- per-model constants -------------------------------------------------------------------
@@ -258,17 +245,16 @@ class ClosedForm:
     ) -> dict[str, np.ndarray]:
         m = self.model
         n = B.size
-        assert full.lo == rank.lo
-        t = T - full.lo
-        basis = (B, t, t * (t - 1) // 2)
+        mono = {(0, 1): T, (0, 2): T * T, (1, 0): B, (1, 1): B * T}
+        mono[(1, 2)] = mono[(1, 1)] * T
 
         def ev(r: Regime, key: str) -> np.ndarray:
-            return r.polys[key].eval(basis, n, dtype)
+            return r.polys[key].eval(mono, n, dtype)
 
         def const(r: Regime, key: str) -> int:
             poly = r.polys[key]
             assert poly.is_const, key
-            return poly.c[0]
+            return poly.num[0] // poly.den
 
         def byte_sum(r: Regime, prefix: str) -> np.ndarray:
             total = np.zeros(n, dtype=dtype)

@@ -2,109 +2,122 @@
 
 For one model and fixed structure — phase, tensor-parallel degree p, the logits, attention-FLOPs
 and padding-mask switches, and which side of each layer kind's window T lies on — every number a
-stage records is at most linear in B and quadratic in T (elements of a tensor: a product of dims;
-FLOPs: 2·m·k·n; the causal half: T(T+1)/2 …). So the stage list at B ∈ {1, 2} and
-T ∈ {lo, lo+1, lo+2} fixes each number exactly, by Newton's forward differences:
-
-    v(B, T) = a₀ + b₀·t + c₀·t(t−1)/2 + B·(a₁ + b₁·t + c₁·t(t−1)/2),  t = T − lo
-
-Every coefficient is an integer difference of integers: nothing is solved, nothing is a fraction,
-and nothing about the model is typed twice.
+stage records is a polynomial in B and T of degree ≤ 1 in B and ≤ 2 in T (elements of a tensor: a
+product of dims; FLOPs: 2·m·k·n; the causal half: B·H·T(T+1)/2·Dh …). The symbolic interpreter in
+poly mode (`symbolic.stages(poly=True)`: only B and T are symbols) hands each stage's formulas over
+as such polynomials, so one run of the pipeline gives every total exactly: nothing is fitted,
+solved or typed twice.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from ..model.expr import Expr
 from ..model.forward import FLASH_SKIP_ROLES, Stage
 from ..model.plan import LayerPlan
 
-# the monomials B^i·T^j (i ≤ 1, j ≤ 2) of the ordinary form (`Poly.num`)
+# B^i·T^j, i ≤ 1, j ≤ 2
 MONOMIALS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2))
 
 
 @dataclass(frozen=True)
 class Poly:
-    """v = c[0] + c[1]·t + c[2]·t(t−1)/2 + B·(c[3] + c[4]·t + c[5]·t(t−1)/2), t = T − lo."""
+    """Σ num[k]·B^i·T^j / den over MONOMIALS; the value is an integer wherever it is used."""
 
-    c: tuple[int, ...]
-    lo: int = 0
+    num: tuple[int, ...]
+    den: int = 1
 
-    def at(self, b: int, T: int) -> int:
-        t = T - self.lo
-        t2 = t * (t - 1) // 2
-        c = self.c
-        return c[0] + c[1] * t + c[2] * t2 + b * (c[3] + c[4] * t + c[5] * t2)
+    @staticmethod
+    def of(e: Expr) -> Poly:
+        """An Expr in the symbols B and T (a poly-mode formula) as a Poly."""
+        coef: dict[tuple[int, int], Fraction] = {}
+        for mono, c in e.terms:
+            powers = dict(mono)
+            key = (powers.pop("B", 0), powers.pop("T", 0))
+            if powers or key not in MONOMIALS:
+                raise AssertionError(f"closed form: {e} is not a polynomial of degree ≤ (1, 2) "
+                                     "in B, T")
+            coef[key] = coef.get(key, Fraction(0)) + Fraction(c)
+        den = math.lcm(*(x.denominator for x in coef.values())) if coef else 1
+        return Poly(tuple(int(coef.get(m, 0) * den) for m in MONOMIALS), den)
 
-    def eval(self, basis: tuple[Any, Any, Any], n: int, dtype: Any) -> np.ndarray:
-        """Over arrays: basis = (B, t, t(t−1)/2) with t = T − lo."""
-        B, t, t2 = basis
-        c = self.c
-        out = np.full(n, c[0], dtype=dtype)
-        for coef, x in ((c[1], t), (c[2], t2)):
-            if coef:
-                out += coef * x
-        if any(c[3:]):
-            inner = np.full(n, c[3], dtype=dtype)
-            for coef, x in ((c[4], t), (c[5], t2)):
-                if coef:
-                    inner += coef * x
-            out += B * inner
-        return out
+    def at(self, b: int, t: int) -> int:
+        s = sum(c * b**i * t**j for c, (i, j) in zip(self.num, MONOMIALS, strict=True) if c)
+        q, r = divmod(s, self.den)
+        assert r == 0, "closed form: a count is not an integer"
+        return q
+
+    def eval(self, mono: dict[tuple[int, int], Any], n: int, dtype: Any) -> np.ndarray:
+        """Over arrays: mono maps each non-constant monomial to its values (B, T, T², …)."""
+        out = np.full(n, self.num[0], dtype=dtype)
+        for c, m in zip(self.num[1:], MONOMIALS[1:], strict=True):
+            if c:
+                out += c * mono[m]
+        return out // self.den if self.den != 1 else out
+
+    def __add__(self, other: Poly) -> Poly:
+        den = math.lcm(self.den, other.den)
+        return Poly(tuple(a * (den // self.den) + b * (den // other.den)
+                          for a, b in zip(self.num, other.num, strict=True)), den)
+
+    def __mul__(self, k: int) -> Poly:
+        return Poly(tuple(a * k for a in self.num), self.den)
+
+    def per_batch(self) -> Poly:
+        """This polynomial, a multiple of B, divided by B."""
+        assert not any(self.num[:3]), "closed form: not a multiple of B"
+        return Poly((*self.num[3:], 0, 0, 0), self.den)
+
+    def divided(self, k: int) -> Poly:
+        """Divided by the integer k (exact where it is used)."""
+        g = math.gcd(*self.num, self.den * k)
+        return Poly(tuple(x // g for x in self.num), self.den * k // g)
 
     @property
     def is_const(self) -> bool:
-        return not any(self.c[1:])
+        return not any(self.num[1:])
 
     def majorant(self) -> Poly:
-        """Every coefficient made positive: bounds |v| where B ≥ 1 and T ≥ lo."""
-        return Poly(tuple(abs(x) for x in self.c), self.lo)
-
-    @property
-    def den(self) -> int:
-        return 1 if all(x % 2 == 0 for x in self._twice()) else 2
-
-    @property
-    def num(self) -> tuple[int, ...]:
-        """Coefficients of MONOMIALS (B^i·T^j) over `den`: the ordinary form."""
-        twice = self._twice()
-        return tuple(x // (2 // self.den) for x in twice)
-
-    def _twice(self) -> tuple[int, ...]:
-        # a + b(T−lo) + c/2·(T−lo)(T−lo−1) = (2a − 2b·lo + c·lo(lo+1) + (2b − c(2lo+1))T + cT²)/2
-        lo, c = self.lo, self.c
-        out = []
-        for a, b, q in ((c[0], c[1], c[2]), (c[3], c[4], c[5])):
-            out += [2 * a - 2 * b * lo + q * lo * (lo + 1), 2 * b - q * (2 * lo + 1), q]
-        return tuple(out)
+        """Every coefficient made positive: bounds |v| where B, T ≥ 1."""
+        return Poly(tuple(abs(x) for x in self.num), 1)
 
 
-def newton(samples: dict[tuple[int, int], int], lo: int) -> Poly:
-    """The polynomial through samples {(B, T): value} at B ∈ {1, 2} and T = lo, lo+1, … (up
-    to three values of T; fewer where the regime is that short)."""
-    ts = sorted({t for _, t in samples})
-    assert ts[0] == lo, "newton: samples start at lo"
-    c = []
-    for part in (0, 1):  # f₀ = 2·v(1,·) − v(2,·), f₁ = v(2,·) − v(1,·)
-        f = [2 * samples[(1, t)] - samples[(2, t)] if part == 0
-             else samples[(2, t)] - samples[(1, t)] for t in ts]
-        d1 = f[1] - f[0] if len(f) > 1 else 0
-        d2 = f[2] - 2 * f[1] + f[0] if len(f) > 2 else 0
-        c += [f[0], d1, d2]
-    return Poly(tuple(c), lo)
+ZERO = Poly((0,) * len(MONOMIALS))
+
+
+def const(value: int) -> Poly:
+    return Poly((value, 0, 0, 0, 0, 0))
 
 
 def fit_poly(samples: dict[tuple[int, int], int]) -> Poly:
-    """The polynomial through samples on a 2 × k grid (k ≤ 3 consecutive values of T)."""
-    return newton(samples, min(t for _, t in samples))
+    """The polynomial through samples {(B, T): value} at B ∈ {1, 2} and up to three consecutive
+    values of T, by forward differences: an independent way to the same polynomials, which the
+    tests hold the poly-mode pipeline against."""
+    ts = sorted({t for _, t in samples})
+    lo = ts[0]
+    out = ZERO
+    for i, part in enumerate(((2, -1), (-1, 1))):  # f₀ = 2·v(1,·) − v(2,·), f₁ = v(2,·) − v(1,·)
+        f = [part[0] * samples[(1, t)] + part[1] * samples[(2, t)] for t in ts]
+        a, b = f[0], (f[1] - f[0] if len(f) > 1 else 0)
+        c = f[2] - 2 * f[1] + f[0] if len(f) > 2 else 0
+        # a + b(T−lo) + c/2·(T−lo)(T−lo−1), in powers of T, over 2
+        twice = (2 * a - 2 * b * lo + c * lo * (lo + 1), 2 * b - c * (2 * lo + 1), c)
+        num = [0] * 6
+        num[3 * i : 3 * i + 3] = twice
+        out = out + Poly(tuple(num), 2)
+    g = math.gcd(*out.num, out.den)
+    return Poly(tuple(x // g for x in out.num), out.den // g)
 
 
 # ── what the totals are made of ──────────────────────────────────────────────────────────────────
 
-# The fitting workload gives weights, activations and KV cache three distinct dtypes, so a stage's
+# The poly-mode workload gives weights, activations and KV cache three distinct dtypes, so a stage's
 # dtype tells which of them its bytes follow ("w", "act", "kv"); any other dtype (token ids int64,
 # RoPE angles fp32) is fixed and kept by name.
 FIT_DTYPES = {"dtype": "bf16", "act_dtype": "fp16", "kv_dtype": "int8"}
@@ -122,46 +135,61 @@ def _elements(shape: list[int]) -> int:
     return n
 
 
-def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, int], dict[str, Any]]:
-    """The numbers of one stage list that the totals are made of, and their (constant) tags."""
-    num: dict[str, int] = {}
+def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str, Any]]:
+    """The polynomials of one poly-mode stage list that the totals are made of, and their
+    (constant) tags."""
+    num: dict[str, Poly] = {}
     tag: dict[str, Any] = {}
+    flops = [Poly.of(s.poly[0]) for s in st]  # type: ignore[index]
+    ew = [Poly.of(s.poly[1]) for s in st]  # type: ignore[index]
+    elems = [Poly.of(s.poly[2]) for s in st]  # type: ignore[index]
 
-    def tot(key: str, pred: Any) -> int:
-        return sum(getattr(s, key) * s.repeat for s in st if pred(s))
+    def total(values: list[Poly], pred: Any = None) -> Poly:
+        out = ZERO
+        for s, v in zip(st, values, strict=True):
+            if pred is None or pred(s):
+                out = out + v * s.repeat
+        return out
 
-    num["params"] = tot("params", lambda s: True)
-    num["flops"] = tot("flops", lambda s: True)
-    num["ew"] = tot("elementwise_flops", lambda s: True)
-    num["tq"] = next(s.shape[1] for s in st if s.role == "input.ids")
-    kv = [s for s in st if s.op == "kv_cache"]
-    num["kv_tokens"] = max((s.shape[3] for s in kv), default=0)
-    for k, s in enumerate(kv):
-        num[f"kv.{k}"] = _elements(s.shape)
-        tag[f"kv.{k}"] = (_cls(s.dtype), s.repeat)
-    # tokens each KV group (layers sharing a window) holds, from one cache stage of the group
+    num["params"] = const(sum(s.params * s.repeat for s in st))
+    num["flops"] = total(flops)
+    num["ew"] = total(ew)
+    ids = next(i for i, s in enumerate(st) if s.role == "input.ids")
+    num["tq"] = elems[ids].per_batch()  # ids are [B, Tq]
+    kv = [i for i, s in enumerate(st) if s.op == "kv_cache"]
+    for k, i in enumerate(kv):
+        num[f"kv.{k}"] = elems[i]
+        tag[f"kv.{k}"] = (_cls(st[i].dtype), st[i].repeat)
+    # tokens each KV group (layers sharing a window) holds, from one cache stage of the group:
+    # [2, B, H_kv, tokens, Dh] has tokens = elements / (2·B·H_kv·Dh)
     windows = list(dict.fromkeys(spec.window for spec in plan.kinds))
-    for s in kv:
-        g = windows.index(plan.kinds[s.kind].window)  # type: ignore[index]
-        num[f"group_tokens.{g}"] = s.shape[3]
-    ar = [s for s in st if s.role == "comm.allreduce" and s.group == "block" and s.kind == 0]
-    num["ar_count"] = len(ar)
-    num["ar"] = _elements(ar[0].shape) if ar else 0
-    tag["ar"] = _cls(ar[0].dtype) if ar else "act"
+    for i in kv:
+        two, _, heads, _, dh = st[i].shape
+        g = windows.index(plan.kinds[st[i].kind].window)  # type: ignore[index]
+        num[f"group_tokens.{g}"] = elems[i].per_batch().divided(two * heads * dh)
+    # the longest cache (within a regime, the same kind's at every point)
+    longest = max(kv, key=lambda i: st[i].shape[3], default=None)
+    num["kv_tokens"] = ZERO if longest is None else num[
+        f"group_tokens.{windows.index(plan.kinds[st[longest].kind].window)}"]  # type: ignore[index]
+    ar = [i for i, s in enumerate(st)
+          if s.role == "comm.allreduce" and s.group == "block" and s.kind == 0]
+    num["ar_count"] = const(len(ar))
+    num["ar"] = elems[ar[0]] if ar else ZERO
+    tag["ar"] = _cls(st[ar[0]].dtype) if ar else "act"
     for name, pred in (
         ("emb_ar", lambda s: s.role == "comm.allreduce" and s.group == "embedding"),
         ("gather", lambda s: s.role == "comm.allgather"),
     ):
-        for k, s in enumerate(x for x in st if pred(x)):
-            num[f"{name}.{k}"] = _elements(s.shape)
-            tag[f"{name}.{k}"] = (_cls(s.dtype), s.repeat)
+        for k, i in enumerate(i for i, x in enumerate(st) if pred(x)):
+            num[f"{name}.{k}"] = elems[i]
+            tag[f"{name}.{k}"] = (_cls(st[i].dtype), st[i].repeat)
     for kind in range(len(plan.kinds)):
-        num[f"kind_params.{kind}"] = sum(s.params for s in st if s.kind == kind)
-    num["emb_params"] = tot("params", lambda s: s.group == "embedding")
-    num["head_params"] = tot("params", lambda s: s.group == "head")
-    num["embed_params"] = tot("params", lambda s: s.role == "embed")
+        num[f"kind_params.{kind}"] = const(sum(s.params for s in st if s.kind == kind))
+    num["emb_params"] = const(sum(s.params * s.repeat for s in st if s.group == "embedding"))
+    num["head_params"] = const(sum(s.params * s.repeat for s in st if s.group == "head"))
+    num["embed_params"] = const(sum(s.params * s.repeat for s in st if s.role == "embed"))
     for k, s in enumerate(st):
-        num[f"act.{k}"] = _elements(s.shape)
+        num[f"act.{k}"] = elems[k]
         what = "cache" if s.op in ("kv_cache", "kv_append") else (
             "flash_skip" if s.role in FLASH_SKIP_ROLES else "")
         tag[f"act.{k}"] = (_cls(s.dtype), what)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Literal, NamedTuple
 
 from ..model.config import ModelConfig, Workload, nbytes
-from ..model.expr import Dim, Expr, formula, sum_formula
+from ..model.expr import Dim, Expr, expr_of, formula, product, sum_formula
 from ..model.forward import Group, Ops, Sizes, Split, Stage, forward
 from ..model.plan import LayerPlan, LayerSpec
 
@@ -82,28 +82,29 @@ class SymbolicOps(Ops):
         elements = 1
         for d in out.dims:
             elements *= d.value
-        self.stages.append(
-            Stage(
-                name=name,
-                op=op,
-                group=self._group,
-                dims=[d.symbol for d in out.dims],
-                shape=[d.value for d in out.dims],
-                flops=flops[0],
-                flops_formula=flops[1],
-                elementwise_flops=ewf[0],
-                elementwise_formula=ewf[1],
-                params=params[0],
-                params_formula=params[1],
-                bytes=elements * 8 if out.dtype == "int64" else nbytes(elements, out.dtype),
-                dtype=out.dtype,
-                repeat=self._repeat,
-                note=note,
-                split=split,
-                role=role,
-                kind=self._kind,
-            )
+        stage = Stage(
+            name=name,
+            op=op,
+            group=self._group,
+            dims=[d.symbol for d in out.dims],
+            shape=[d.value for d in out.dims],
+            flops=flops[0],
+            flops_formula=flops[1],
+            elementwise_flops=ewf[0],
+            elementwise_formula=ewf[1],
+            params=params[0],
+            params_formula=params[1],
+            bytes=elements * 8 if out.dtype == "int64" else nbytes(elements, out.dtype),
+            dtype=out.dtype,
+            repeat=self._repeat,
+            note=note,
+            split=split,
+            role=role,
+            kind=self._kind,
         )
+        if self.z.poly:  # the closed form reads each number as a polynomial in B and T
+            stage.poly = (expr_of(flops[1]), expr_of(ewf[1]), product(out.dims).expr)
+        self.stages.append(stage)
         return out
 
     def _act(self, *dims: Dim) -> Sym:
@@ -149,7 +150,7 @@ class SymbolicOps(Ops):
                 "add",
                 x,
                 ew=ELEMENTWISE["add"],
-                params=formula([Dim.of("P", rows), self.z.D]),
+                params=formula([self.z.sym("P", rows), self.z.D]),
                 note=f"learned table [P,D], P = max_positions = {rows}",
             )
         return self._rec("pos.add", "position add", "add", x, ew=ELEMENTWISE["add"],
@@ -255,7 +256,7 @@ class SymbolicOps(Ops):
             if W is None or W >= T.value:
                 pairs = [T, T + 1]
             else:
-                w = Dim.of("W", W)
+                w = self.z.sym("W", W)
                 pairs = [w, T * 2 + w * -1 + 1]
             inner = kk if role == "attn.scores" else nn  # Dh
             return self._rec(
@@ -324,9 +325,11 @@ class SymbolicOps(Ops):
         return self._rec(role, name, "slice", Sym((d[0], d[-1]), x.dtype), note="x[:, -1, :]")
 
 
-def stages(model: ModelConfig, wl: Workload, p: int = 1) -> list[Stage]:
-    """The stage list of one forward step; with p > 1, of one tensor-parallel rank."""
-    z = Sizes.of(model, wl, p)
+def stages(model: ModelConfig, wl: Workload, p: int = 1, poly: bool = False) -> list[Stage]:
+    """The stage list of one forward step; with p > 1, of one tensor-parallel rank. With `poly`,
+    each stage also carries its FLOPs, elementwise FLOPs and elements as polynomials in B and T
+    (`Stage.poly`)."""
+    z = Sizes.of(model, wl, p, poly=poly)
     ops = SymbolicOps(model, wl, z)
     forward(ops, model, wl, z)
     return ops.stages

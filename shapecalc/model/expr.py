@@ -170,11 +170,28 @@ def product(dims: Iterable[Dim | int]) -> Dim:
     return out
 
 
+class Formula(str):
+    """A formula's text that also carries the Expr it prints (what the closed form reads)."""
+
+    expr: Expr
+
+    def __new__(cls, text: str, expr: Expr) -> Formula:
+        out = super().__new__(cls, text)
+        out.expr = expr
+        return out
+
+
+def expr_of(text: str) -> Expr:
+    """The Expr behind a formula's text ("0" and other plain text: none, so zero)."""
+    return text.expr if isinstance(text, Formula) else Expr([])
+
+
 def formula(factors: Iterable[Dim | int]) -> tuple[int, str]:
     """Exact value and formula of a product of factors.
 
     Monomial factors merge into one product (`2·B·H·T²·Dh`); a factor that is a sum stays in
-    parentheses (`2·B·T·D·(H+2·H_kv)·Dh`) rather than being expanded.
+    parentheses (`2·B·T·D·(H+2·H_kv)·Dh`) rather than being expanded. The text is a `Formula`
+    carrying the product as an Expr.
     """
     value = 1
     mono = Expr.const(1)
@@ -187,9 +204,12 @@ def formula(factors: Iterable[Dim | int]) -> tuple[int, str]:
         else:
             sums.append(d.expr)
     if not sums:
-        return value, str(mono)
+        return value, Formula(str(mono), mono)
     head = "" if str(mono) == "1" else str(mono) + "·"
-    return value, head + "·".join(_factor_str(s, True) for s in sums)
+    expr = mono
+    for part in sums:
+        expr = expr * part
+    return value, Formula(head + "·".join(_factor_str(s, True) for s in sums), expr)
 
 
 def sum_formula(parts: Iterable[tuple[int, str]]) -> tuple[int, str]:
@@ -197,4 +217,9 @@ def sum_formula(parts: Iterable[tuple[int, str]]) -> tuple[int, str]:
     items = [(v, f) for v, f in parts if f != "0"]
     if not items:
         return 0, "0"
-    return sum(v for v, _ in items), " + ".join(f for _, f in items)
+    if len(items) == 1:
+        return items[0]
+    expr = Expr([])
+    for _, f in items:
+        expr = expr + expr_of(f)
+    return sum(v for v, _ in items), Formula(" + ".join(f for _, f in items), expr)

@@ -59,7 +59,7 @@ class Stage:
         "role",
         "kind",
     )
-    __slots__ = (*FIELDS, "extra")
+    __slots__ = (*FIELDS, "extra", "poly")
 
     def __init__(
         self,
@@ -96,6 +96,7 @@ class Stage:
         )
         self.role, self.kind = role, kind
         self.extra = extra if extra is not None else {}
+        self.poly: tuple[Expr, Expr, Expr] | None = None  # see symbolic.stages(poly=True)
 
     def as_dict(self) -> dict[str, Any]:
         """The stage's JSON form: its fields in order, then any extra keys (a mask's dims)."""
@@ -125,22 +126,38 @@ class Sizes(NamedTuple):
     kv_replicated: bool
     T: int  # the workload's T
     decode: bool
+    poly: bool  # only B and T are symbols; every other size is its number (the closed form)
+
+    def sym(self, symbol: str, value: int) -> Dim:
+        """A size that prints as `symbol` (a plain number in poly mode)."""
+        return Dim.const(value) if self.poly else Dim.of(symbol, value)
 
     def keys(self, spec: LayerSpec) -> tuple[Dim, Dim]:
         """(Tk, Tc) of one layer kind: keys each query reads, tokens its cache holds after the
         step. A sliding layer's cache keeps at most W tokens, so decode reads T′ = min(T+1, W)."""
         W = spec.window
         if not self.decode:
-            return self.Tk, (Dim.of("W", W) if W is not None and W < self.T else self.Tk)
-        tk = Dim.of("T′", self.T + 1 if W is None else min(self.T + 1, W))
+            return self.Tk, (self.sym("W", W) if W is not None and W < self.T else self.Tk)
+        if W is not None and W < self.T + 1:
+            tk = self.sym("T′", W)
+        else:  # T′ = T + 1: in poly mode, that very polynomial in T
+            tk = Dim(self.T + 1, Expr.sym("T") + Expr.const(1)) if self.poly else Dim.of(
+                "T′", self.T + 1)
         return tk, tk
 
     @staticmethod
-    def of(model: ModelConfig, wl: Workload, p: int | None = None) -> Sizes:
+    def of(model: ModelConfig, wl: Workload, p: int | None = None, poly: bool = False) -> Sizes:
+        """The sizes of one rank. With `poly`, only B and T are symbols (every formula is then a
+        polynomial in B and T: what the closed form reads)."""
         p = wl.tp if p is None else p
         T = wl.seq
 
+        def of(sym: str, value: int) -> Dim:
+            return Dim.const(value) if poly else Dim.of(sym, value)
+
         def shard(sym: str, value: int) -> Dim:
+            if poly:
+                return Dim.const(ceil_div(value, p))
             if p == 1:
                 return Dim.of(sym, value)
             return Dim(ceil_div(value, p), Expr.sym(sym) * Expr([((("p", -1),), 1)]))
@@ -153,19 +170,20 @@ class Sizes(NamedTuple):
             B=Dim.of("B", wl.batch),
             Tq=tq,
             Tk=Dim.of("T′", T + 1) if decode else tq,
-            D=Dim.of("D", model.d_model),
+            D=of("D", model.d_model),
             H=shard("H", model.n_heads),
             # vLLM: with fewer KV heads than ranks, every rank holds one (replicated) KV head.
             # MHA prints its KV heads as H, as the seeds do (2·N·B·H·T·Dh)
             Hkv=Dim.const(1) if replicated else shard("H" if hkv == model.n_heads else "H_kv", hkv),
-            Dh=Dim.of("Dh", model.dh),
+            Dh=of("Dh", model.dh),
             Dff=shard("Dff", model.d_ff),
             V=shard("N_vocab", model.vocab_size),
-            N=Dim.of("N", model.n_layers),
+            N=of("N", model.n_layers),
             p=p,
             kv_replicated=replicated,
             T=T,
             decode=decode,
+            poly=poly,
         )
 
 
@@ -288,7 +306,7 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
                         "vocab" if tp else "replicated")
     if tp:
         logits = ops.allgather(logits, "comm.allgather", "logits all-gather",
-                               Dim.of("N_vocab", m.vocab_size))
+                               z.sym("N_vocab", m.vocab_size))
     if wl.logits == "all":
         logits = ops.last_position(logits, "head.last", "last position")
     return logits
