@@ -1,17 +1,29 @@
-"""Points per second of `sweep`'s closed form against one `build_trace` call per point.
+"""`sweep` side by side: its closed form, its output through the CLI, and one `build_trace` a point.
 
-Both run here, side by side, on the same grid of llama2-70b points (phase × tp × batch × seq × pp ×
-dtype × kv dtype); the trace loop runs on a random sample of the grid (it would take hours on all
-of it) and its points are checked against the closed form on the way. Prints points/s of each and
-the ratio. Target: at least a million points per second for the vectorised sweep.
+On one grid of llama2-70b points (phase × tp × batch × seq × pp × dtype × kv dtype: batch
+1..256x2, seq 8..4096+8, tp 1,2,4,8, pp 1,2,4, bf16/fp8, bf16/fp8/int4 KV, both phases: 663,552
+points), in one run:
+
+- the closed form alone on prepared arrays, and `SweepGrid.chunks` (grid + evaluation, chunked
+  as the CLI does), in points/s;
+- `shapecalc sweep … --format csv` and `--format jsonl` through the real CLI path (`main()`, in
+  this process, closed forms already fitted; rows written to /dev/null), in rows/s;
+- the CSV command again in a fresh Python process: wall time (start-up and fitting included) and
+  peak memory (VmHWM);
+- one build_trace call a point, on a random sample of the grid (it would take hours on all of
+  it), each point checked against the closed form on the way.
+
+Targets: ≥ 1,000,000 points/s for the vectorised sweep; CSV written at ≥ 500,000 rows/s with a
+peak under 300 MiB.
 
     python benchmarks/bench_sweep.py [points-in-the-trace-sample]
 """
 
 from __future__ import annotations
 
-import io
+import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,14 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
+from shapecalc.cli import main as cli_main
 from shapecalc.costs.closed import ClosedForm
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import Workload
 from shapecalc.plan.planning import Case
-from shapecalc.plan.sweep import SweepAxes, sweep
-from shapecalc.render.sweep import sweep_lines
+from shapecalc.plan.sweep import SweepAxes, SweepGrid, sweep
 
+ROOT = Path(__file__).resolve().parent.parent
 MODEL = "llama2-70b"
 AXES = SweepAxes(
     batch=[2**i for i in range(9)],  # 1..256x2
@@ -38,9 +51,26 @@ AXES = SweepAxes(
     kv_dtype=["bf16", "fp8", "int4"],
     phase=["prefill", "decode"],
 )
+ARGV = ["sweep", MODEL, "--batch", "1..256x2", "--seq", "8..4096+8", "--tp", "1,2,4,8",
+        "--pp", "1,2,4", "--dtype", "bf16,fp8", "--kv-dtype", "bf16,fp8,int4",
+        "--phase", "prefill,decode"]
 KEYS = ("flops", "weight_bytes", "kv_cache_bytes", "kv_cache_blocks", "allreduce_bytes_total",
         "ring_bytes_per_rank_total", "weight_bytes_per_rank", "kv_cache_bytes_per_rank",
         "flops_per_rank", "boundary_bytes")
+TARGET_ROWS_S = 500_000
+TARGET_MIB = 300
+
+# the CSV command in a fresh process, which reports its own peak memory (VmHWM) on exit
+CHILD = """
+import atexit, os, runpy, sys
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            os.write(int(os.environ["HWM_FD"]), line.split()[1].encode())
+atexit.register(hwm)
+sys.argv = ["shapecalc", *sys.argv[1:]]
+runpy.run_module("shapecalc", run_name="__main__")
+"""
 
 
 def best_of(fn, repeat: int = 3) -> float:
@@ -52,6 +82,38 @@ def best_of(fn, repeat: int = 3) -> float:
     return min(times)
 
 
+def run_cli(argv: list[str]) -> None:
+    """`shapecalc ARGV` in this process, stdout to /dev/null."""
+    saved_argv, saved_out = sys.argv, sys.stdout
+    with open(os.devnull, "w", encoding="utf-8") as null:
+        sys.argv, sys.stdout = ["shapecalc", *argv], null
+        try:
+            cli_main()
+        except SystemExit as e:
+            if e.code:
+                raise RuntimeError(f"shapecalc {' '.join(argv)}: exit {e.code}") from None
+        finally:
+            sys.argv, sys.stdout = saved_argv, saved_out
+
+
+def fresh_process(argv: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak KiB of `shapecalc ARGV > /dev/null` in a new Python process."""
+    r, w = os.pipe()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HWM_FD": str(w)}
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as null:
+        p = subprocess.Popen([sys.executable, "-c", CHILD, *argv], stdout=null, env=env,
+                             pass_fds=(w,))
+        os.close(w)
+        p.wait()
+    wall = time.perf_counter() - t0
+    with os.fdopen(r, "rb") as f:
+        kib = int(f.read() or 0)
+    if p.returncode:
+        raise RuntimeError(f"shapecalc {' '.join(argv)}: exit {p.returncode}")
+    return wall, kib
+
+
 def main(sample: int = 300) -> None:
     model = load_preset(MODEL)
     case = Case(MODEL, model)
@@ -59,12 +121,14 @@ def main(sample: int = 300) -> None:
     for v in vars(AXES).values():
         n *= len(v)
 
-    # 1. the whole sweep (grid, fits of the closed form, evaluation), cold then warm
+    # 1. the sweep, chunked as the CLI runs it (grid, closed-form fits, evaluation), cold, warm
+    def chunked() -> int:
+        return sum(len(c) for c in SweepGrid(case, AXES, {}).chunks())
+
     t0 = time.perf_counter()
-    chunk = sweep(case, AXES, {})
+    assert chunked() == n
     cold = time.perf_counter() - t0
-    warm = best_of(lambda: sweep(case, AXES, {}))
-    assert len(chunk) == n
+    warm = best_of(chunked)
 
     # 2. the closed form alone on the prepared arrays (what a planner's loop calls)
     cf = ClosedForm(model)
@@ -75,15 +139,17 @@ def main(sample: int = 300) -> None:
     cf.evaluate(b, t, ph, tp, pp, bits, kv)  # fit
     core = best_of(lambda: cf.evaluate(b, t, ph, tp, pp, bits, kv))
 
-    # 3. CSV serialisation of every row (what `sweep --format csv` writes)
-    keys = ["case", "model", *chunk.columns]
-    buf = io.StringIO()
-    t0 = time.perf_counter()
-    for block in sweep_lines(chunk, "csv", True, keys):
-        buf.write(block)
-    csv_s = time.perf_counter() - t0
+    # 3. the CLI path, in this process: parse, grid, evaluate and write every row
+    csv_s = best_of(lambda: run_cli([*ARGV, "--format", "csv"]), 2)
+    jsonl_s = best_of(lambda: run_cli([*ARGV, "--format", "jsonl"]), 2)
 
-    # 4. one build_trace per point, on a random sample of the same grid, checked on the way
+    # 4. the CSV command in a fresh process: start-up and fits included, and its peak memory
+    wall, kib = fresh_process([*ARGV, "--format", "csv"])
+    mib = kib / 1024
+
+    # 5. one build_trace per point, on a random sample of the same grid, checked on the way
+    chunk = sweep(case, AXES, {})
+    assert len(chunk) == n
     rng = random.Random(0)
     idx = rng.sample(range(n), sample)
     cols = chunk.columns
@@ -97,19 +163,26 @@ def main(sample: int = 300) -> None:
         for k in KEYS:
             assert int(cols[k][i]) == flat[k], (k, i)
     trace_s = time.perf_counter() - t0
-
     per_trace = sample / trace_s
+
     print(f"grid: {MODEL}, {n:,} points (phase × tp × batch × seq × pp × dtype × kv dtype)")
-    print(f"closed form, evaluation only  : {n / core:14,.0f} points/s  ({core * 1e3:8.1f} ms)")
-    print(f"sweep(), warm (grid + columns): {n / warm:14,.0f} points/s  ({warm * 1e3:8.1f} ms)")
-    print(f"sweep(), cold (+ fitting)     : {n / cold:14,.0f} points/s  ({cold * 1e3:8.1f} ms)")
-    print(f"  + CSV text of every row     : {n / (warm + csv_s):14,.0f} points/s  "
-          f"({csv_s * 1e3:8.1f} ms to serialise)")
-    print(f"build_trace, one call a point : {per_trace:14,.1f} points/s  "
+    print(f"closed form, evaluation only   : {n / core:12,.0f} points/s  ({core * 1e3:7.0f} ms)")
+    print(f"sweep, chunked, warm           : {n / warm:12,.0f} points/s  ({warm * 1e3:7.0f} ms)")
+    print(f"sweep, chunked, cold (+ fits)  : {n / cold:12,.0f} points/s  ({cold * 1e3:7.0f} ms)")
+    print(f"CLI --format csv   (in process): {n / csv_s:12,.0f} rows/s    ({csv_s * 1e3:7.0f} ms)"
+          f"   {n / csv_s / TARGET_ROWS_S:5.2f}× the {TARGET_ROWS_S:,} rows/s target")
+    print(f"CLI --format jsonl (in process): {n / jsonl_s:12,.0f} rows/s    "
+          f"({jsonl_s * 1e3:7.0f} ms)")
+    print(f"CLI --format csv (new process) : {n / wall:12,.0f} rows/s    ({wall * 1e3:7.0f} ms,"
+          " start-up and fits included)")
+    print(f"  peak memory (VmHWM)          : {mib:12,.0f} MiB       "
+          f"{TARGET_MIB / mib:5.2f}× under the {TARGET_MIB} MiB bound")
+    print(f"build_trace, one call a point  : {per_trace:12,.1f} points/s  "
           f"({sample} sampled points, all equal to the closed form)")
-    print(f"ratio (sweep warm / trace)    : {n / warm / per_trace:14,.0f}×")
-    print(f"ratio (evaluation / trace)    : {n / core / per_trace:14,.0f}×")
-    print("target: ≥ 1,000,000 points/s for the vectorised sweep")
+    print(f"ratio (sweep warm / trace)     : {n / warm / per_trace:12,.0f}×")
+    print(f"ratio (evaluation / trace)     : {n / core / per_trace:12,.0f}×")
+    print(f"targets: ≥ 1,000,000 points/s for the vectorised sweep; CSV ≥ {TARGET_ROWS_S:,} "
+          f"rows/s, peak < {TARGET_MIB} MiB")
 
 
 if __name__ == "__main__":

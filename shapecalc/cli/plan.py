@@ -387,13 +387,12 @@ def sweep(
     svg: Svg = None,
     html: Html = None,
 ) -> None:
-
     from ..model.config import ShapecalcError
 
     try:
         from ..plan import planning
-        from ..plan import sweep as sweeping
         from ..render.sweep import SWEEP_FORMATS
+        from .sweep import run
 
         fmt = _format("jsonl" if as_json else fmt, False, SWEEP_FORMATS)
         opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
@@ -406,67 +405,9 @@ def sweep(
         fixed = {k: v for k, v in (("act_dtype", act_dtype), ("logits", logits),
                                    ("block_size", block_size),
                                    ("attention_flops", attention_flops)) if v is not None}
-        chunks, notes = [], []
-        for case in parsed:
-            # axes not given take the case's [workload] value, else the Workload default
-            w0 = planning.make_workload({**fixed, **case.workload})
-            axes = sweeping.SweepAxes(
-                batch=given.get("batch", [w0.batch]), seq=given.get("seq", [w0.seq]),
-                tp=given.get("tp", [w0.tp]), pp=given.get("pp", [w0.pp]),
-                dtype=given.get("dtype", [w0.dtype]),
-                kv_dtype=given.get("kv_dtype", [w0.kv_dtype]),
-                phase=phases or [w0.phase],
-            )
-            chunk = sweeping.sweep(case, axes, fixed, hw, opts)
-            for what, count in chunk.skipped.items():
-                reason = {"tp": "tp is not a valid degree for the model's heads / Dff",
-                          "pp": "pp exceeds the layers",
-                          "seq": "seq exceeds the learned position table"}[what]
-                notes.append(f"{case.label}: skipped {count:,} point"
-                             f"{'s' if count > 1 else ''} where {reason}")
-            chunks.append(chunk)
-        if not any(len(c) for c in chunks):
-            raise ShapecalcError("grid", "no valid point (" + "; ".join(notes) + ")")
-        for note in notes:
-            typer.echo(f"note: {note}", err=True)
-        _emit_sweep(chunks, fmt, output, svg, html)
+        run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html)  # streams the rows
     except ShapecalcError as e:
         _fail(e)
-
-
-def _emit_sweep(chunks: list[Any], fmt: str, output: str | None, svg: str | None,
-                html: str | None) -> None:
-    import sys
-
-    from ..render import output as io_
-    from ..render import sweep as pr
-
-    def draw(console: Any) -> None:
-        pr.sweep_table(chunks, console)
-
-    if fmt == "table":
-        io_.render_table(draw, output, True, svg, html)
-        return
-    if fmt == "markdown":
-        io_.write_text(pr.sweep_markdown(chunks), output)
-    else:
-        out, close = io_.open_output(output)
-        try:
-            keys = ["case", "model", *chunks[0].columns]
-            first = True
-            for c in chunks:
-                if not len(c):
-                    continue
-                for block in pr.sweep_lines(c, fmt, first, keys):
-                    out.write(block + "\n")
-                first = False
-        except BrokenPipeError:  # `| head` closed the pipe: fine
-            sys.stderr.close()
-        finally:
-            if close:
-                out.close()
-    if svg or html:
-        io_.render_table(draw, None, False, svg, html)
 
 
 # -- hardware -------------------------------------------------------------------------------------

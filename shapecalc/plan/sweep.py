@@ -1,30 +1,39 @@
-"""sweep: every point of a grid over batch, seq, tp, pp, dtypes and phase, in closed form."""
+"""sweep: every point of a grid over batch, seq, tp, pp, dtypes and phase, in closed form.
+
+A grid is evaluated chunk by chunk (`SweepGrid.chunks`, at most CHUNK_POINTS points each), so
+memory stays bounded whatever its size; `sweep` evaluates one case's whole grid at once.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..costs.fields import SWEEP_COLUMNS
 from ..inputs.hardware import GPU
 from ..model.config import DTYPE_BITS, make_workload
+from .columns import FIT_COLUMNS, PRICE_COLUMNS
 from .planning import Case, PlanOptions, _valid, closed_form_for, plan_arrays
 
-SWEEP_KEYS = (
-    "params", "flops", "elementwise_flops", "weight_bytes", "kv_cache_bytes", "kv_cache_tokens",
-    "kv_cache_bytes_per_token", "kv_cache_blocks", "kv_cache_paged_bytes",
-    "largest_activation_bytes", "kv_heads_per_rank", "allreduce_per_layer", "allreduce_bytes",
-    "allreduce_bytes_per_layer", "allreduce_bytes_total", "ring_bytes_per_rank",
-    "ring_bytes_per_rank_total", "embedding_allreduce_bytes", "logits_allgather_bytes",
-    "params_per_rank", "weight_bytes_per_rank", "kv_cache_bytes_per_rank", "flops_per_rank",
-    "boundary_bytes", "boundary_bytes_total",
-)
-SWEEP_FIT_KEYS = (
-    "fits", "mem_weights", "mem_kv_cache", "mem_activations", "mem_reserve", "mem_total",
-    "mem_capacity", "kv_tokens_fit", "prefill_s", "decode_s_per_token", "ttft_s", "tokens_per_s",
-    "prefill_bound", "decode_bound",
-)
+SWEEP_KEYS = SWEEP_COLUMNS  # the trace's numbers, declared in costs/fields.py
+SWEEP_FIT_KEYS = tuple(k for k, _ in FIT_COLUMNS)  # with --gpu (plan/columns.py)
+PRICE_KEYS = tuple(k for k, _ in PRICE_COLUMNS)  # with --gpu and --price
+AXIS_KEYS = ("batch", "seq", "phase", "tp", "pp", "dtype", "kv_dtype", "act_dtype")
+
+# Points evaluated (and written) together. Measured on llama2-70b grids, 16,384 to 65,536 write
+# as fast; the peak grows with the chunk (evaluation temporaries, and Python ints where values
+# pass 2⁶²): ~85 MiB at 16,384 points (~130 MiB with --gpu and ints beyond int64), ~135 and
+# ~290 MiB at 65,536.
+CHUNK_POINTS = 16_384
+# The most points (the product of the axes, over all cases, before skipping) one sweep takes:
+# streamed, memory does not grow with it, but 10⁸ rows are ~27 GB of CSV and minutes of work;
+# beyond that an axis was almost certainly mistyped.
+MAX_POINTS = 100_000_000
+# A rich table (and its SVG/HTML export) holds every row: at most this many.
+MAX_TABLE_ROWS = 10_000
 
 
 @dataclass
@@ -40,15 +49,160 @@ class SweepAxes:
 
 @dataclass
 class SweepChunk:
-    """Columns of one model's rows (arrays of equal length) and the points it skipped."""
+    """Columns of one model's rows (arrays of equal length) and the points it skipped.
+
+    `codes` holds the text columns (phase, dtypes) also as (codes, labels): column[i] is
+    labels[codes[i]], which a writer can format once per label."""
 
     case: str
     model: str
     columns: dict[str, np.ndarray]
     skipped: dict[str, int]
+    codes: dict[str, tuple[np.ndarray, tuple[str, ...]]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(next(iter(self.columns.values())).size) if self.columns else 0
+
+
+class SweepGrid:
+    """One case's grid: its keys, rows and skipped points known up front; its points evaluated
+    chunk by chunk, in the order of `sweep` (phase and tp outermost, kv dtype innermost)."""
+
+    def __init__(self, case: Case, axes: SweepAxes, fixed: dict[str, Any],
+                 gpu: GPU | None = None, opts: PlanOptions | None = None) -> None:
+        model = case.model
+        fields = {**fixed, **case.workload}
+        axis_names = ("batch", "seq", "tp", "pp", "dtype", "kv_dtype", "phase")
+        base = make_workload({k: v for k, v in fields.items() if k not in axis_names})
+        pick = {k: ([make_workload({k: fields[k]}).model_dump()[k]] if k in case.workload else v)
+                for k, v in vars(axes).items()}
+        self.case, self.model = case.label, model.name
+        self.gpu, self.opts = gpu, (opts or PlanOptions()) if gpu is not None else opts
+        self.points = 1  # the product of the axes, before skipping
+        for v in pick.values():
+            self.points *= len(v)
+        skipped: dict[str, int] = {}
+        one = base.model_copy(update={"seq": 1})  # seq limits are checked per phase below
+        tps = [p for p in pick["tp"] if _valid(model, one, tp=p)]
+        pps = [s for s in pick["pp"] if s <= model.n_layers]
+        n_other = (len(pick["batch"]) * len(pick["seq"]) * len(pick["dtype"])
+                   * len(pick["kv_dtype"]) * len(pick["phase"]))
+        if len(tps) < len(pick["tp"]):
+            skipped["tp"] = (len(pick["tp"]) - len(tps)) * len(pick["pp"]) * n_other
+        if len(pps) < len(pick["pp"]):
+            skipped["pp"] = (len(pick["pp"]) - len(pps)) * len(tps) * n_other
+        self.cf = cf = closed_form_for(model, base)
+        self.dnames = list(pick["dtype"])
+        knames = list(pick["kv_dtype"])
+        # one segment per phase (outermost): its seq axis without the seqs beyond the positions
+        self.segments: list[tuple[int, np.ndarray]] = []
+        n_seq_skipped = 0
+        for ph in (0 if x == "prefill" else 1 for x in pick["phase"]):
+            lim = cf.seq_limit("decode" if ph else "prefill")
+            seqs = [t for t in pick["seq"] if lim is None or t <= lim]
+            n_seq_skipped += len(pick["seq"]) - len(seqs)
+            self.segments.append((ph, np.array(seqs, dtype=np.int64)))
+        inner = (len(tps) * len(pick["batch"]) * len(pps) * len(self.dnames) * len(knames))
+        if n_seq_skipped and inner:
+            skipped["seq"] = n_seq_skipped * inner
+        self.skipped = skipped
+        self.tps = np.array(tps, dtype=np.int64)
+        self.batches = np.array(pick["batch"], dtype=np.int64)
+        self.pps = np.array(pps, dtype=np.int64)
+        self.kv_labels = tuple(dict.fromkeys(
+            [*self.dnames, *(k for k in knames if k is not None)]))
+        kidx = {k: i for i, k in enumerate(self.kv_labels)}
+        # the kv dtype name of each (dtype, kv dtype) pair: None follows the dtype
+        self.kv_of = np.array([[kidx[d if k is None else k] for k in knames]
+                               for d in self.dnames], dtype=np.int64).reshape(
+                                   len(self.dnames), len(knames))
+        self.dbits = np.array([DTYPE_BITS[d] for d in self.dnames], dtype=np.int64)
+        self.kbits = np.array([DTYPE_BITS[k] for k in self.kv_labels], dtype=np.int64)
+        self.act_name = fields.get("act_dtype")
+        # the axes of a phase's segment, seq (index 2) set per segment
+        self.shape = [len(tps), len(pick["batch"]), 0, len(pps), len(self.dnames), len(knames)]
+        self.rows = sum(self._seg_rows(seq) for _, seq in self.segments)
+        self.cf_fit = None
+        if gpu is not None:
+            # serving computes the logits of the last position only (unless --logits says so)
+            self.cf_fit = cf if "logits" in fields else closed_form_for(
+                model, base.model_copy(update={"logits": "last"}))
+        self.keys = ["case", "model", *AXIS_KEYS, *SWEEP_KEYS]
+        if gpu is not None:
+            self.keys += SWEEP_FIT_KEYS
+            if self.opts is not None and self.opts.price is not None:
+                self.keys += PRICE_KEYS
+
+    def _seg_rows(self, seq: np.ndarray) -> int:
+        n = 1
+        for i, x in enumerate(self.shape):
+            n *= seq.size if i == 2 else x
+        return n
+
+    def chunks(self, size: int | None = None) -> Iterator[SweepChunk]:
+        """The rows in order, at most `size` a chunk (default CHUNK_POINTS)."""
+        size = max(1, CHUNK_POINTS if size is None else size)
+        lo = 0
+        while lo < self.rows:
+            hi = min(self.rows, lo + size)
+            yield self._evaluate(lo, hi)
+            lo = hi
+
+    def _indices(self, lo: int, hi: int) -> tuple[np.ndarray, ...]:
+        """Phase codes and the axes' values of rows lo..hi."""
+        parts = []
+        start = 0
+        for ph, seq in self.segments:
+            n = self._seg_rows(seq)
+            a, b = max(lo, start) - start, min(hi, start + n) - start
+            if a < b:
+                shape = [*self.shape[:2], seq.size, *self.shape[3:]]
+                ti, bi, si, pi, di, ki = np.unravel_index(np.arange(a, b, dtype=np.int64), shape)
+                parts.append((np.full(b - a, ph, dtype=np.int64), self.tps[ti], self.batches[bi],
+                              seq[si], self.pps[pi], di, self.kv_of[di, ki]))
+            start += n
+        if len(parts) == 1:
+            return parts[0]
+        return tuple(np.concatenate(x) for x in zip(*parts, strict=True))
+
+    def _evaluate(self, lo: int, hi: int) -> SweepChunk:
+        ph, P, B, T, S, di, kvi = self._indices(lo, hi)
+        n = B.size
+        dbits, kbits = self.dbits[di], self.kbits[kvi]
+        act = self.act_name
+        abits = dbits if act is None else np.full(n, DTYPE_BITS[act], np.int64)
+        res = self.cf.evaluate(B, T, ph, P, S, dbits, kbits, abits)
+        phases = ("prefill", "decode")
+        dn = np.array(self.dnames, dtype=object)
+        kn = np.array(self.kv_labels, dtype=object)
+        codes: dict[str, tuple[np.ndarray, tuple[str, ...]]] = {
+            "phase": (ph, phases), "dtype": (di, tuple(self.dnames)),
+            "kv_dtype": (kvi, self.kv_labels),
+            "act_dtype": (di, tuple(self.dnames)) if act is None else (np.zeros(n, np.int64),
+                                                                      (act,)),
+        }
+        cols: dict[str, np.ndarray] = {
+            "batch": B, "seq": T, "phase": np.array(phases, dtype=object)[ph],
+            "tp": P, "pp": S, "dtype": dn[di], "kv_dtype": kn[kvi],
+            "act_dtype": dn[di] if act is None else np.full(n, act, dtype=object),
+        }
+        for k in SWEEP_KEYS:
+            cols[k] = res[k]
+        if self.gpu is not None and self.cf_fit is not None:
+            opts = self.opts or PlanOptions()
+            # the peak FLOP/s of each dtype's compute dtype (NaN where the GPU has none)
+            compute = opts.compute_dtype or act
+            names = self.dnames if compute is None else [compute] * len(self.dnames)
+            peaks = [self.gpu.peak(str(x)) for x in names]
+            peak = np.array([np.nan if v is None else v for v in peaks], dtype=float)[di]
+            plan = plan_arrays(self.cf_fit, self.gpu, opts, B, T, P, S, dbits, kbits, abits,
+                               peak)
+            for k in SWEEP_FIT_KEYS:
+                cols[k] = plan[k]
+            if opts.price is not None:
+                for k in PRICE_KEYS:
+                    cols[k] = plan[k]
+        return SweepChunk(self.case, self.model, cols, self.skipped, codes)
 
 
 def sweep(
@@ -60,71 +214,8 @@ def sweep(
 ) -> SweepChunk:
     """All points of the grid for one case, evaluated at once. Points `check` refuses (tp not
     dividing the heads, pp > N, seq beyond a learned position table) are skipped and counted."""
-    model = case.model
-    fields = {**fixed, **case.workload}
-    axis_names = ("batch", "seq", "tp", "pp", "dtype", "kv_dtype", "phase")
-    base = make_workload({k: v for k, v in fields.items() if k not in axis_names})
-    pick = {k: ([make_workload({k: fields[k]}).model_dump()[k]] if k in case.workload else v)
-            for k, v in vars(axes).items()}
-    skipped: dict[str, int] = {}
-    one = base.model_copy(update={"seq": 1})  # seq limits are checked per point below
-    tps = [p for p in pick["tp"] if _valid(model, one, tp=p)]
-    pps = [s for s in pick["pp"] if s <= model.n_layers]
-    n_other = (len(pick["batch"]) * len(pick["seq"]) * len(pick["dtype"])
-               * len(pick["kv_dtype"]) * len(pick["phase"]))
-    if len(tps) < len(pick["tp"]):
-        skipped["tp"] = (len(pick["tp"]) - len(tps)) * len(pick["pp"]) * n_other
-    if len(pps) < len(pick["pp"]):
-        skipped["pp"] = (len(pick["pp"]) - len(pps)) * len(tps) * n_other
-    cf = closed_form_for(model, base)
-    dnames = list(pick["dtype"])
-    knames = [k if k is not None else "=" for k in pick["kv_dtype"]]
-    ph_codes = [0 if x == "prefill" else 1 for x in pick["phase"]]
-    # phase and tp outermost: the closed form then evaluates each part as a slice
-    grid = np.meshgrid(
-        np.array(ph_codes, dtype=np.int64), np.array(tps, dtype=np.int64),
-        np.array(pick["batch"], dtype=np.int64), np.array(pick["seq"], dtype=np.int64),
-        np.array(pps, dtype=np.int64), np.arange(len(dnames)), np.arange(len(knames)),
-        indexing="ij",
-    )
-    ph, P, B, T, S, di, ki = (g.ravel() for g in grid)
-    if ph.size:
-        lim = np.array([cf.seq_limit("prefill") or 0, cf.seq_limit("decode") or 0])[ph]
-        ok = (lim == 0) | (T <= lim)
-        if not ok.all():
-            skipped["seq"] = int((~ok).sum())
-            ph, P, B, T, S, di, ki = (x[ok] for x in (ph, P, B, T, S, di, ki))
-    dbits = np.array([DTYPE_BITS[d] for d in dnames], dtype=np.int64)[di]
-    kbits_tab = np.array([DTYPE_BITS[k] if k != "=" else 0 for k in knames], dtype=np.int64)[ki]
-    kbits = np.where(kbits_tab == 0, dbits, kbits_tab)
-    act_name = fields.get("act_dtype")
-    abits = dbits if act_name is None else np.full(dbits.size, DTYPE_BITS[act_name], np.int64)
-    res = cf.evaluate(B, T, ph, P, S, dbits, kbits, abits) if B.size else {}
-    dname_arr = np.array(dnames, dtype=object)[di]
-    kname_arr = np.where(np.array(knames, dtype=object)[ki] == "=", dname_arr,
-                         np.array(knames, dtype=object)[ki])
-    cols: dict[str, np.ndarray] = {
-        "batch": B, "seq": T,
-        "phase": np.array(["prefill", "decode"], dtype=object)[ph],
-        "tp": P, "pp": S, "dtype": dname_arr, "kv_dtype": kname_arr,
-        "act_dtype": dname_arr if act_name is None else np.full(B.size, act_name, dtype=object),
-    }
-    for k in SWEEP_KEYS:
-        cols[k] = res[k] if res else np.zeros(0, dtype=np.int64)
-    if gpu is not None and B.size:
-        opts = opts or PlanOptions()
-        cnames = cols["act_dtype"] if opts.compute_dtype is None else np.full(
-            B.size, opts.compute_dtype, dtype=object)
-        peak = np.full(B.size, np.nan)
-        for name in np.unique(cnames.astype(str)):
-            v = gpu.peak(str(name))
-            peak[cnames == name] = np.nan if v is None else v
-        # serving computes the logits of the last position only (unless --logits says otherwise)
-        cf_fit = cf if "logits" in fields else closed_form_for(
-            model, base.model_copy(update={"logits": "last"}))
-        plan = plan_arrays(cf_fit, gpu, opts, B, T, P, S, dbits, kbits, abits, peak)
-        for k in SWEEP_FIT_KEYS:
-            cols[k] = plan[k]
-        if opts.price is not None:
-            cols["cost_per_million_tokens"] = plan["cost_per_million_tokens"]
-    return SweepChunk(case.label, model.name, cols, skipped)
+    grid = SweepGrid(case, axes, fixed, gpu, opts)
+    for chunk in grid.chunks(grid.rows):
+        return chunk
+    empty = {k: np.zeros(0, dtype=np.int64) for k in grid.keys[2:]}
+    return SweepChunk(grid.case, grid.model, empty, grid.skipped)

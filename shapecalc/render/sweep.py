@@ -1,10 +1,21 @@
-"""sweep's rows as JSON Lines, CSV, Markdown or a rich table."""
+"""sweep's rows as JSON Lines, CSV, Markdown or a rich table.
+
+JSON Lines and CSV are written by column: each column of a chunk becomes fixed-width bytes (one
+item a point, NUL-padded) with NumPy, copied into a block of rows made by repeating one template
+row (the separators, JSON's keys), and the NULs are deleted at once (`bytes.translate`), which
+leaves the rows. Integers are exact (int64 through a table of 4-digit groups, Python ints beyond
+int64 with `str`), floats shortest round-trip (`repr`, which is numpy's str), NaN and None null
+in JSON and empty in CSV, bools true/false. (A NUL in a CSV text would vanish: JSON escapes it,
+and no label or dtype name holds one.)
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+import numpy as np
 
 from .output import markdown_table
 from .plan import _fmt
@@ -22,66 +33,239 @@ SWEEP_TABLE_COLS = (
 SWEEP_TABLE_FIT = (("fits", "bool"), ("mem_total", "bytes"), ("kv_tokens_fit", "int"),
                    ("ttft_s", "time"), ("decode_s_per_token", "time"), ("tokens_per_s", "rate"))
 
+BLOCK_BYTES = 8 << 20  # the byte matrix of the rows written at once
 
-def _strings(col: Any, json_mode: bool) -> list[str]:
-    """One column as text: exact integers, shortest floats, null/empty for NaN and None."""
-    import numpy as np
+Field = bytes | np.ndarray  # the same text on every row, or one 'S' item (NUL-padded) a row
 
-    a = np.asarray(col)
-    if a.dtype.kind in "iu":
-        if a.size and a.min() == a.max():  # constant per model: params, per-token bytes, …
-            return [str(int(a[0]))] * a.size
+
+# -- one column as bytes --------------------------------------------------------------------------
+
+_DIGITS: tuple[np.ndarray, np.ndarray] | None = None
+_SCRATCH: list[np.ndarray] = []  # int64 work arrays, reused: fresh ones cost page faults
+
+
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    """4-digit groups as uint32 (4 bytes of text each): 0..9999 with leading zeros, then
+    10000.. the same without them (NUL instead). In the first table 10000 is "0" (the last
+    group of the number 0), in the second all NUL (a group before the number begins)."""
+    global _DIGITS
+    if _DIGITS is None:
+        full = "".join(f"{i:04d}" for i in range(10_000)).encode()
+        lead = "".join(f"{i:4d}" for i in range(10_000)).replace(" ", "\0").encode()
+        _DIGITS = (np.frombuffer(full + lead, dtype=np.uint32),
+                   np.frombuffer(full + b"\0\0\0\0" + lead[4:], dtype=np.uint32))
+    return _DIGITS
+
+
+def _scratch(n: int) -> np.ndarray:
+    if not _SCRATCH or _SCRATCH[0].shape[1] < n:
+        _SCRATCH[:] = [np.empty((3, n), dtype=np.int64)]
+    return _SCRATCH[0][:, :n]
+
+
+def _int_field(a: np.ndarray) -> Field:
+    """Non-negative int64 in decimal: groups of 4 digits, right-aligned, NUL before."""
+    lo, hi = int(a.min()), int(a.max())
+    if lo == hi:
+        return str(lo).encode()
+    if lo < 0 or hi > np.iinfo(np.int64).max:
+        return _table_field(np.array([str(x) for x in a.tolist()], dtype="S"))
+    last, other = _digits()
+    groups = (len(str(hi)) + 3) // 4
+    n = a.size
+    out = np.empty((n, groups), dtype=np.uint32)
+    work = _scratch(n)
+    r = work[2]
+    v = a.astype(np.int64, copy=False)
+    for j in range(groups - 1, 0, -1):  # from the last group: v = 10000·q + r
+        q = work[j % 2]
+        np.floor_divide(v, 10_000, out=q)
+        np.multiply(q, 10_000, out=r)
+        np.subtract(v, r, out=r)
+        np.add(r, 10_000, out=r, where=q == 0)  # the leading group: no leading zeros
+        np.take(last if j == groups - 1 else other, r, out=out[:, j])
+        v = q
+    np.add(v, 10_000, out=r)  # the first group (< 10000): leading
+    np.take(last if groups == 1 else other, r, out=out[:, 0])
+    return out.view(f"S{4 * groups}").reshape(n)
+
+
+def _table_field(s: np.ndarray) -> Field:
+    """A fixed-width bytes array ('S', NUL-padded); empty strings everywhere: nothing."""
+    return s if s.dtype.itemsize else b""
+
+
+def _gather(labels: list[bytes], codes: np.ndarray) -> Field:
+    if len(labels) == 1:
+        return labels[0]
+    return _table_field(np.array(labels, dtype="S")[codes])
+
+
+def _text(v: Any, json_mode: bool) -> str:
+    """One value of an object column, as the rows show it."""
+    if v is None:
+        return "null" if json_mode else ""
+    if isinstance(v, str):
+        return json.dumps(v) if json_mode else _csv_cell(v)
+    if isinstance(v, bool | np.bool_):
+        return "true" if v else "false"
+    if isinstance(v, float) and v != v:
+        return "null" if json_mode else ""
+    return str(v)
+
+
+def _float_field(a: np.ndarray, json_mode: bool) -> Field:
+    """Shortest round-trip (`repr`, as numpy's str), each distinct value once when many repeat;
+    NaN null (JSON) or empty (CSV)."""
+    if a.dtype != np.float64:  # numpy's str of a float32 is not repr of the float64
+        s = a.astype("S")
+        s[np.isnan(a)] = b"null" if json_mode else b""
+        return _table_field(s)
+    bits, inv = np.unique(a.view(np.int64), return_inverse=True)  # -0.0 is not 0.0
+    if bits.size * 4 < a.size * 3:
+        u = bits.view(np.float64)
+        nan = np.isnan(u)
+        labels = [(b"null" if json_mode else b"") if bad else repr(x).encode()
+                  for x, bad in zip(u.tolist(), nan.tolist(), strict=True)]
+        return _gather(labels, inv.ravel())
+    s = np.array(list(map(repr, a.tolist())), dtype="S")
+    nan = np.isnan(a)
+    if nan.any():
+        s[nan] = b"null" if json_mode else b""
+    return _table_field(s)
+
+
+def _object_field(a: np.ndarray, json_mode: bool) -> Field:
+    """Python ints (exact beyond int64), strings, None: each distinct value formatted once."""
+    values = a.tolist()
+    types = set(map(type, values))
+    if types == {int}:  # what the closed form gives where int64 might overflow
+        try:
+            return _int_field(np.array(values, dtype=np.int64))
+        except OverflowError:
+            return _table_field(np.array(list(map(str, values)), dtype="S"))
+    if not types <= {str, type(None)}:  # mixed numbers (1 == 1.0 == True): value by value
+        return _table_field(np.array([_text(v, json_mode).encode() for v in values], dtype="S"))
+    uniq = list(dict.fromkeys(values))
+    labels = [_text(v, json_mode).encode() for v in uniq]
+    if len(labels) == 1:
+        return labels[0]
+    index = {v: i for i, v in enumerate(uniq)}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values))
+    return _gather(labels, codes)
+
+
+def _field(a: np.ndarray, json_mode: bool) -> Field:
+    kind = a.dtype.kind
+    if kind in "iu":
+        return _int_field(a)
+    if kind == "b":
+        return _gather([b"false", b"true"], a.view(np.uint8))
+    if kind == "f":
+        return _float_field(a, json_mode)
+    if kind in "US":
         u, inv = np.unique(a, return_inverse=True)
-        if u.size * 8 < a.size:  # few distinct values: format each once
-            return np.array([str(x) for x in u.tolist()], dtype=object)[inv].tolist()
-        return a.astype(str).tolist()
-    if a.dtype.kind == "b":
-        return np.where(a, "true", "false").tolist()
-    if a.dtype.kind == "f":
-        s = a.astype(str)
-        s[np.isnan(a)] = "null" if json_mode else ""
-        return s.tolist()
-    # object: Python ints (exact beyond int64) or strings / None
-    cache: dict[Any, str] = {}
-    out = []
-    for v in a.tolist():
-        if v not in cache:
-            if v is None:
-                cache[v] = "null" if json_mode else ""
-            elif isinstance(v, str):
-                cache[v] = json.dumps(v) if json_mode else v
-            else:
-                cache[v] = str(v)
-        out.append(cache[v])
-    return out
+        texts = [x.decode() if isinstance(x, bytes) else str(x) for x in u.tolist()]
+        return _gather([_text(x, json_mode).encode() for x in texts], inv.ravel())
+    return _object_field(a, json_mode)
+
+
+# -- rows -----------------------------------------------------------------------------------------
+
+
+def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
+    """The row as a sequence of constant texts and columns ('S' arrays), adjacent texts merged."""
+    json_mode = fmt in ("json", "jsonl")
+    out: list[Field] = []
+    seen: dict[int, Field] = {}  # a column that is another's array (ttft_s, prefill_s)
+    for i, k in enumerate(keys):
+        if json_mode:
+            sep = ("{" if i == 0 else ",") + json.dumps(k) + ":"
+        else:
+            sep = "" if i == 0 else ","
+        out.append(sep.encode())
+        if k in ("case", "model"):
+            out.append(_text(getattr(chunk, k), json_mode).encode())
+        elif k in getattr(chunk, "codes", {}):
+            codes, labels = chunk.codes[k]
+            out.append(_gather([_text(x, json_mode).encode() for x in labels], codes))
+        else:
+            col = chunk.columns[k]
+            if id(col) not in seen:
+                seen[id(col)] = _field(np.asarray(col), json_mode)
+            out.append(seen[id(col)])
+    out.append(b"}\n" if json_mode else b"\n")
+    merged: list[Field] = []
+    for p in out:
+        if isinstance(p, bytes) and merged and isinstance(merged[-1], bytes):
+            merged[-1] += p
+        else:
+            merged.append(p)
+    return merged
+
+
+def sweep_header(fmt: str, keys: list[str]) -> bytes:
+    """CSV's header line (JSON Lines has none)."""
+    return b"" if fmt in ("json", "jsonl") else (",".join(keys) + "\n").encode()
+
+
+def sweep_bytes(chunk: Any, fmt: str, keys: list[str]) -> Iterator[bytes | bytearray]:
+    """The chunk's rows as JSON Lines or CSV (UTF-8, each line ending in a newline), in blocks
+    of at most ~BLOCK_BYTES."""
+    n = len(chunk)
+    if not n:
+        return
+    pieces = _pieces(chunk, fmt, keys)
+    template = b"".join(p if isinstance(p, bytes) else bytes(p.dtype.itemsize) for p in pieces)
+    width = len(template)
+    step = max(1, BLOCK_BYTES // width)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        buf = bytearray(template) * (hi - lo)
+        at = 0
+        for p in pieces:
+            if isinstance(p, bytes):
+                at += len(p)
+                continue
+            dst = np.ndarray((hi - lo,), dtype=p.dtype, buffer=buf, offset=at, strides=(width,))
+            dst[...] = p[lo:hi]
+            at += p.dtype.itemsize
+            del dst
+        yield buf.translate(None, b"\0")
+
+
+def write_sweep(chunks: Iterable[Any], fmt: str, keys: list[str],
+                write: Callable[[bytes | bytearray], Any]) -> int:
+    """Every chunk's rows (CSV: the header first, once) through `write`; the number of rows."""
+    rows = 0
+    head = sweep_header(fmt, keys)
+    if head:
+        write(head)
+    for chunk in chunks:
+        for block in sweep_bytes(chunk, fmt, keys):
+            write(block)
+        rows += len(chunk)
+    return rows
 
 
 def sweep_lines(chunk: Any, fmt: str, header: bool, keys: list[str]) -> Iterator[str]:
-    """The chunk's rows as JSON Lines or CSV lines (with `keys` in order), in blocks."""
-    json_mode = fmt in ("json", "jsonl")
-    if json_mode:
-        template = "{" + ",".join(f"{json.dumps(k)}:%s" for k in keys) + "}"
-    elif header:
+    """The chunk's rows as JSON Lines or CSV lines (with `keys` in order), in blocks without
+    their last newline."""
+    if header and fmt not in ("json", "jsonl"):
         yield ",".join(keys)
-    n = len(chunk)
-    step = 200_000
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        strs = []
-        for k in keys:
-            if k in ("case", "model"):
-                v = getattr(chunk, k)
-                strs.append([json.dumps(v) if json_mode else _csv_cell(v)] * (hi - lo))
-            else:
-                strs.append(_strings(chunk.columns[k][lo:hi], json_mode))
-        if json_mode:
-            yield "\n".join(template % row for row in zip(*strs, strict=True))
-        else:
-            yield "\n".join(",".join(row) for row in zip(*strs, strict=True))
+    for block in sweep_bytes(chunk, fmt, keys):
+        yield block[:-1].decode("utf-8")
 
 
 def _csv_cell(s: str) -> str:
-    return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\n') else s
+    return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\r\n') else s
+
+
+# -- tables ---------------------------------------------------------------------------------------
+
+
+def _table_cols(fit: bool) -> tuple[tuple[str, str], ...]:
+    return SWEEP_TABLE_COLS + (SWEEP_TABLE_FIT if fit else ())
 
 
 def sweep_table(chunks: list[Any], console: Any) -> None:
@@ -89,25 +273,34 @@ def sweep_table(chunks: list[Any], console: Any) -> None:
     from rich.table import Table
 
     fit = any("fits" in c.columns for c in chunks)
-    cols = SWEEP_TABLE_COLS + (SWEEP_TABLE_FIT if fit else ())
+    cols = _table_cols(fit)
     t = Table(box=box.SIMPLE_HEAD, title="sweep", caption="bytes in binary units; times are "
               "roofline lower bounds" if fit else "bytes in binary units")
     t.add_column("model")
     for k, _ in cols:
         t.add_column(k, justify="left" if k in ("phase", "dtype", "kv_dtype") else "right")
     for c in chunks:
-        lists = {k: c.columns[k].tolist() for k, _ in cols}
-        for i in range(len(c)):
-            t.add_row(c.case, *(_fmt(kind, lists[k][i]) for k, kind in cols))
+        for row in _table_rows(c, cols):
+            t.add_row(*row)
     console.print(t)
+
+
+def _table_rows(c: Any, cols: tuple[tuple[str, str], ...]) -> Iterator[list[str]]:
+    lists = {k: c.columns[k].tolist() for k, _ in cols}
+    for i in range(len(c)):
+        yield [c.case, *(_fmt(kind, lists[k][i]) for k, kind in cols)]
+
+
+def sweep_markdown_lines(chunks: Iterable[Any], fit: bool) -> Iterator[str]:
+    """A Markdown table, streamed: the header, then each chunk's rows (one text a chunk)."""
+    cols = _table_cols(fit)
+    yield markdown_table(["model", *(k for k, _ in cols)], []).rstrip("\n")
+    for c in chunks:
+        rows = list(_table_rows(c, cols))
+        if rows:
+            yield markdown_table(["model"], rows).split("\n", 2)[2].rstrip("\n")
 
 
 def sweep_markdown(chunks: list[Any]) -> str:
     fit = any("fits" in c.columns for c in chunks)
-    cols = SWEEP_TABLE_COLS + (SWEEP_TABLE_FIT if fit else ())
-    rows = []
-    for c in chunks:
-        lists = {k: c.columns[k].tolist() for k, _ in cols}
-        for i in range(len(c)):
-            rows.append([c.case, *(_fmt(kind, lists[k][i]) for k, kind in cols)])
-    return markdown_table(["model", *(k for k, _ in cols)], rows)
+    return "\n".join(sweep_markdown_lines(chunks, fit)) + "\n"
