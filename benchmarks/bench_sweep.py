@@ -34,10 +34,11 @@ import numpy as np
 
 from shapecalc.cli import main as cli_main
 from shapecalc.costs.closed import ClosedForm
+from shapecalc.costs.grid import evaluate
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import Workload
-from shapecalc.plan.planning import Case
+from shapecalc.plan.cases import Case
 from shapecalc.plan.sweep import SweepAxes, SweepGrid, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,8 +137,8 @@ def main(sample: int = 300) -> None:
                     np.array(AXES.seq), np.array(AXES.pp), np.array([16, 8]),
                     np.array([16, 8, 4]), indexing="ij")
     ph, tp, b, t, pp, bits, kv = (x.ravel() for x in g)
-    cf.evaluate(b, t, ph, tp, pp, bits, kv)  # fit
-    core = best_of(lambda: cf.evaluate(b, t, ph, tp, pp, bits, kv))
+    evaluate(cf, b, t, ph, tp, pp, bits, kv)  # the regimes
+    core = best_of(lambda: evaluate(cf, b, t, ph, tp, pp, bits, kv))
 
     # 3. the CLI path, in this process: parse, grid, evaluate and write every row
     csv_s = best_of(lambda: run_cli([*ARGV, "--format", "csv"]), 2)

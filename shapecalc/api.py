@@ -22,7 +22,10 @@ from .inputs import hardware as _hardware
 from .inputs import sources
 from .inputs.hardware import GPU
 from .model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, make_workload
-from .plan import planning
+from .plan import cases as plan_cases
+from .plan import compare as plan_compare
+from .plan import fit as plan_fit
+from .plan import options as plan_options
 from .plan.schemas import CompareItem, FitOut, SweepRow
 
 TraceResult = TraceOut  # `trace --json`
@@ -31,7 +34,7 @@ CompareResult = CompareItem  # one item of `compare --json`
 # SweepRow: one line of `sweep --format jsonl`
 
 PathLike = str | Path
-PLAN_OPTIONS = tuple(f.name for f in dataclasses.fields(planning.PlanOptions))
+PLAN_OPTIONS = tuple(f.name for f in dataclasses.fields(plan_options.PlanOptions))
 _INT_AXES = ("batch", "seq", "tp", "pp")
 _STR_AXES = ("dtype", "kv_dtype")
 
@@ -134,7 +137,7 @@ def fit(
         raise ShapecalcError("gpu", "fit needs a GPU (a name from `shapecalc hardware`)")
     m = _model(model, presets_dir)
     wl = _workload(m, workload, wfields, {"logits": "last"})
-    return FitResult.model_validate(planning.fit(m.config, wl, hw, opts))
+    return FitResult.model_validate(plan_fit.fit(m.config, wl, hw, opts))
 
 
 def compare(
@@ -153,13 +156,13 @@ def compare(
     parsed = [_case(c, presets_dir) for c in _many(cases)]
     axes = _axes(wfields)
     base = {k: v for k, v in wfields.items() if v is not None}
-    columns = planning.expand_cases(parsed, base, axes)
-    items = planning.compare(columns, None, opts)
+    columns = plan_compare.expand_cases(parsed, base, axes)
+    items = plan_compare.compare(columns, None, opts)
     if hw is not None:
         for item, (_, case, wl) in zip(items, columns, strict=True):
             if "logits" not in case.workload and "logits" not in base:  # fit rows serve
                 wl = wl.model_copy(update={"logits": "last"})
-            item["fit"] = planning.fit(case.model, wl, hw, opts)
+            item["fit"] = plan_fit.fit(case.model, wl, hw, opts)
     return [CompareResult.model_validate(item) for item in items]
 
 
@@ -183,7 +186,7 @@ def sweep(
     parsed = [_case(c, presets_dir) for c in _many(cases)]
     given = _axes(wfields)
     phase = wfields.pop("phase", None)
-    phases = (planning.parse_str_grid(_text(phase), "phase", ("prefill", "decode"))
+    phases = (plan_cases.parse_str_grid(_text(phase), "phase", ("prefill", "decode"))
               if phase is not None else None)
     fixed = {k: v for k, v in wfields.items() if v is not None}
     plans = []
@@ -243,16 +246,16 @@ def _model(model: Model | ModelConfig | str,
     if isinstance(model, ModelConfig):
         return Model(model, {}, model.name)
     if isinstance(model, str):
-        c = planning.parse_case(model, _paths(presets_dir))
+        c = plan_cases.parse_case(model, _paths(presets_dir))
         return Model(c.model, c.workload, c.label)
     raise TypeError(f"expected a Model, a ModelConfig or a case string, not "
                     f"{type(model).__name__}")
 
 
 def _case(model: Model | ModelConfig | str,
-          presets_dir: PathLike | Sequence[PathLike] | None) -> planning.Case:
+          presets_dir: PathLike | Sequence[PathLike] | None) -> plan_cases.Case:
     m = _model(model, presets_dir)
-    return planning.Case(m.label or m.config.name, m.config, dict(m.workload))
+    return plan_cases.Case(m.label or m.config.name, m.config, dict(m.workload))
 
 
 def _many(cases: Any) -> list[Any]:
@@ -265,11 +268,11 @@ def _workload(m: Model, wl: Workload | None, fields: dict[str, Any],
     return make_workload({**base, **fields})
 
 
-def _options(fields: dict[str, Any]) -> tuple[dict[str, Any], planning.PlanOptions]:
+def _options(fields: dict[str, Any]) -> tuple[dict[str, Any], plan_options.PlanOptions]:
     """Split keyword arguments into workload fields and PlanOptions."""
     opts = {k: v for k, v in fields.items() if k in PLAN_OPTIONS}
     return ({k: v for k, v in fields.items() if k not in PLAN_OPTIONS},
-            planning.PlanOptions(**opts))
+            plan_options.PlanOptions(**opts))
 
 
 def _gpu(gpu: GPU | str | None) -> GPU | None:
@@ -291,9 +294,9 @@ def _axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
         if v is None:
             continue
         if name in _INT_AXES:
-            axes[name] = planning.parse_int_grid(_text(v), name)
+            axes[name] = plan_cases.parse_int_grid(_text(v), name)
         else:
-            axes[name] = planning.parse_str_grid(_text(v), name.replace("_", "-"), DTYPE_BITS)
+            axes[name] = plan_cases.parse_str_grid(_text(v), name.replace("_", "-"), DTYPE_BITS)
     return axes
 
 

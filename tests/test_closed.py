@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shapecalc.costs.closed import ClosedForm
+from shapecalc.costs.grid import evaluate
 from shapecalc.costs.poly import Poly, fit_poly
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.sources import load_preset
@@ -38,7 +39,7 @@ COMPARED = (*SWEEP_KEYS, "largest_activation_bytes_per_rank", "tp", "pp")
 def assert_equal_at(model: ModelConfig, cf: ClosedForm, points: list[dict]) -> None:
     """Evaluate all points in one vectorised call; each must equal its own build_trace."""
     cols = {k: [p[k] for p in points] for k in points[0]}
-    got = cf.evaluate(cols["batch"], cols["seq"], cols["phase"], cols["tp"], cols["pp"],
+    got = evaluate(cf, cols["batch"], cols["seq"], cols["phase"], cols["tp"], cols["pp"],
                       cols["dtype"], cols["kv_dtype"], cols["act_dtype"])
     for i, p in enumerate(points):
         wl = Workload(**p, logits=cf.logits, attention_flops=cf.attention_flops,
@@ -173,7 +174,7 @@ def test_beyond_int64_exact():
                 kv_dtype="fp8", act_dtype="bf16"),
            dict(batch=10**8, seq=131071, phase="decode", tp=16, pp=1, dtype="fp32",
                 kv_dtype="fp32", act_dtype="fp32")]
-    got = cf.evaluate([p["batch"] for p in pts], [p["seq"] for p in pts],
+    got = evaluate(cf, [p["batch"] for p in pts], [p["seq"] for p in pts],
                       [p["phase"] for p in pts], [8, 16], [2, 1], ["bf16", "fp32"],
                       ["fp8", "fp32"], ["bf16", "fp32"])
     assert got["flops"].dtype == object
@@ -184,9 +185,9 @@ def test_beyond_int64_exact():
 def test_int64_and_object_paths_agree():
     model = load_preset("llama2-70b")
     cf = ClosedForm(model)
-    small = cf.evaluate([1, 7], [2048, 2048], ["prefill", "decode"], 4, 1, "bf16")
+    small = evaluate(cf, [1, 7], [2048, 2048], ["prefill", "decode"], 4, 1, "bf16")
     assert small["flops"].dtype == np.int64
-    mixed = cf.evaluate([1, 7, 10**9], [2048, 2048, 2048], ["prefill", "decode", "prefill"], 4,
+    mixed = evaluate(cf, [1, 7, 10**9], [2048, 2048, 2048], ["prefill", "decode", "prefill"], 4,
                         1, "bf16")
     assert mixed["flops"].dtype == object
     for k in small:
@@ -199,9 +200,9 @@ def test_order_of_points_does_not_matter():
     cf = ClosedForm(model)
     g = np.meshgrid([0, 1], [1, 2, 4, 8], [1, 5, 32], [7, 512, 8000], indexing="ij")
     ph, tp, b, t = (x.ravel() for x in g)
-    ref = cf.evaluate(b, t, ph, tp)
+    ref = evaluate(cf, b, t, ph, tp)
     perm = np.random.default_rng(0).permutation(b.size)
-    shuf = cf.evaluate(b[perm], t[perm], ph[perm], tp[perm])
+    shuf = evaluate(cf, b[perm], t[perm], ph[perm], tp[perm])
     for k in ref:
         assert np.array_equal(ref[k][perm], shuf[k]), k
 
@@ -218,13 +219,13 @@ def test_fit_poly_recovers_rationals():
 def test_bad_points_are_refused():
     cf = ClosedForm(load_preset("gpt2"))
     with pytest.raises(ShapecalcError, match="seq"):
-        cf.evaluate(1, 1024, "decode", 1)  # needs position 1025
+        evaluate(cf, 1, 1024, "decode", 1)  # needs position 1025
     with pytest.raises(ShapecalcError, match="tp"):
-        cf.evaluate(1, 8, "prefill", 5)
+        evaluate(cf, 1, 8, "prefill", 5)
     with pytest.raises(ShapecalcError, match="dtype"):
-        cf.evaluate(1, 8, "prefill", 1, 1, "fp7")
+        evaluate(cf, 1, 8, "prefill", 1, 1, "fp7")
     with pytest.raises(ShapecalcError):
-        cf.evaluate(0, 8, "prefill", 1)
+        evaluate(cf, 0, 8, "prefill", 1)
 
 
 @pytest.mark.parametrize("name", ["llama2-7b", "mistral-7b", "gpt2"])

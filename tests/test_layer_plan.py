@@ -9,12 +9,14 @@ import pytest
 
 from shapecalc.check.verify import verify
 from shapecalc.costs.closed import ClosedForm
+from shapecalc.costs.grid import evaluate
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hardware import load_gpu
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
 from shapecalc.model.parallel import stage_kind_counts
 from shapecalc.model.plan import layer_plan
-from shapecalc.plan.planning import PlanOptions, fit
+from shapecalc.plan.fit import fit
+from shapecalc.plan.options import PlanOptions
 
 D, H, HKV, DH, DFF, V, W = 16, 4, 2, 4, 32, 50, 4
 TWO = ModelConfig(name="two-kinds", vocab_size=V, d_model=D, n_layers=4, n_heads=H,
@@ -93,7 +95,7 @@ def test_closed_form_equals_the_trace_across_the_window():
         wl = Workload(batch=B, seq=T, phase=phase, tp=p)
         doc = build_trace(TWO, wl)
         flat = {**doc["totals"], **doc["parallel"]["tp"]}
-        got = cf.evaluate(B, T, phase, p)
+        got = evaluate(cf, B, T, phase, p)
         for k in keys:
             want = flat[k] if k != "largest" else None
             assert int(got[k][0]) == want, (k, phase, T, B, p)

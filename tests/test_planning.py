@@ -13,7 +13,9 @@ from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hardware import load_gpu
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import Workload
-from shapecalc.plan.planning import PlanOptions, fit, parse_int_grid
+from shapecalc.plan.cases import parse_int_grid
+from shapecalc.plan.fit import fit
+from shapecalc.plan.options import PlanOptions
 from shapecalc.plan.schemas import CompareOut, FitOut, SweepRow, schemas
 
 MiB, GiB = 2**20, 2**30
@@ -41,7 +43,7 @@ def reserve(capacity: int, utilization=(9, 10)) -> int:
 
 
 def largest_ok(ok, lo=1):
-    """Largest x with ok(x), by plain doubling and bisection (independent of planning.py)."""
+    """Largest x with ok(x), by plain doubling and bisection (independent of plan/fit.py)."""
     if not ok(lo):
         return lo - 1
     hi = lo

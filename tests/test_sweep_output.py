@@ -19,7 +19,8 @@ import pytest
 from shapecalc.inputs.hardware import load_gpu
 from shapecalc.inputs.sources import load_preset
 from shapecalc.plan import sweep as sweeping
-from shapecalc.plan.planning import Case, PlanOptions
+from shapecalc.plan.cases import Case
+from shapecalc.plan.options import PlanOptions
 from shapecalc.render import sweep as render
 
 ROOT = Path(__file__).resolve().parents[1]

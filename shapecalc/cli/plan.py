@@ -137,7 +137,7 @@ def _gpu(name: str | None, dirs: list[Path] | None, sets: list[str] | None) -> A
 
 def _opts(utilization: float, ce: float, me: float, le: float, price: float | None,
           compute_dtype: str | None, attention: str, max_batched_tokens: int | None) -> Any:
-    from ..plan.planning import PlanOptions
+    from ..plan.options import PlanOptions
 
     return PlanOptions(utilization, ce, me, le, price, compute_dtype, attention,
                        max_batched_tokens)
@@ -152,7 +152,7 @@ def _format(fmt: str, as_json: bool, allowed: tuple[str, ...]) -> str:
 def _axes(batch: str | None, seq: str | None, tp: str | None, pp: str | None,
           dtype: str | None, kv_dtype: str | None) -> dict[str, list[Any]]:
     from ..model.config import DTYPE_BITS
-    from ..plan.planning import parse_int_grid, parse_str_grid
+    from ..plan.cases import parse_int_grid, parse_str_grid
 
     axes: dict[str, list[Any]] = {}
     for name, text in (("batch", batch), ("seq", seq), ("tp", tp), ("pp", pp)):
@@ -203,28 +203,31 @@ def compare(
     from ..model.config import ShapecalcError
 
     try:
-        from ..plan import planning
+        from ..plan.cases import parse_case
+        from ..plan.compare import compare as plan_compare
+        from ..plan.compare import expand_cases
+        from ..plan.fit import fit as plan_fit
         from ..render.output import FORMATS
 
         fmt = _format(fmt, as_json, FORMATS)
         opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                      compute_dtype, attention, max_batched_tokens)
         hw = _gpu(gpu, hardware_dir, set_gpu)
-        parsed = [planning.parse_case(c, presets_dir) for c in cases]
+        parsed = [parse_case(c, presets_dir) for c in cases]
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
                                   ("logits", logits), ("block_size", block_size),
                                   ("attention_flops", attention_flops)) if v is not None}
         axes = _axes(batch, seq, tp, pp, dtype, kv_dtype)
-        columns = planning.expand_cases(parsed, base, axes)
+        columns = expand_cases(parsed, base, axes)
         if hw is not None and logits is None:  # fit rows serve: logits of the last position only
             columns_fit = [(lb, c, w if "logits" in c.workload else
                             w.model_copy(update={"logits": "last"})) for lb, c, w in columns]
         else:
             columns_fit = columns
-        items = planning.compare(columns, None, opts)
+        items = plan_compare(columns, None, opts)
         if hw is not None:
             for item, (_, case, wl) in zip(items, columns_fit, strict=True):
-                item["fit"] = planning.fit(case.model, wl, hw, opts)
+                item["fit"] = plan_fit(case.model, wl, hw, opts)
         _emit_compare(items, fmt, output, svg, html, ratio)
     except ShapecalcError as e:
         _fail(e)
@@ -233,6 +236,10 @@ def compare(
 def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
                   svg: str | None, html: str | None, ratio: bool) -> None:
     from ..render import output as io_
+
+    if fmt == "json" and not (svg or html):  # the scripts' path: no rich
+        io_.write_text(io_.json_text(items), output)
+        return
     from ..render import plan as pr
 
     def draw(console: Any) -> None:
@@ -293,7 +300,8 @@ def fit(
     from ..model.config import ShapecalcError
 
     try:
-        from ..plan import planning
+        from ..plan.cases import parse_case
+        from ..plan.fit import fit as plan_fit
         from ..render.output import FORMATS
         from .options import resolve_model, resolve_workload
 
@@ -307,7 +315,7 @@ def fit(
             if preset or config or hf_config:
                 raise ShapecalcError("model", "give a CASE or one of --preset, --config, "
                                      "--hf-config, not both")
-            c = planning.parse_case(case, presets_dir)
+            c = parse_case(case, presets_dir)
             model, wbase = c.model, c.workload
             if set_:
                 from ..inputs.sources import apply_overrides
@@ -322,7 +330,7 @@ def fit(
             wbase, batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
             logits=logits, tp=tp, pp=pp, block_size=block_size, attention_flops=attention_flops,
         )
-        doc = planning.fit(model, wl, hw, opts)
+        doc = plan_fit(model, wl, hw, opts)
         _emit_fit(doc, fmt, output, svg, html, model, wl)
     except ShapecalcError as e:
         _fail(e)
@@ -331,6 +339,10 @@ def fit(
 def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
               html: str | None, model: Any, wl: Any) -> None:
     from ..render import output as io_
+
+    if fmt == "json" and not (svg or html):  # the scripts' path: no rich
+        io_.write_text(io_.json_text(doc), output)
+        return
     from ..render import plan as pr
 
     def draw(console: Any) -> None:
@@ -390,7 +402,7 @@ def sweep(
     from ..model.config import ShapecalcError
 
     try:
-        from ..plan import planning
+        from ..plan.cases import parse_case, parse_str_grid
         from ..render.sweep import SWEEP_FORMATS
         from .sweep import run
 
@@ -398,9 +410,9 @@ def sweep(
         opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                      compute_dtype, attention, max_batched_tokens)
         hw = _gpu(gpu, hardware_dir, set_gpu)
-        parsed = [planning.parse_case(c, presets_dir) for c in cases]
+        parsed = [parse_case(c, presets_dir) for c in cases]
         given = _axes(batch, seq, tp, pp, dtype, kv_dtype)
-        phases = (planning.parse_str_grid(phase, "phase", ("prefill", "decode"))
+        phases = (parse_str_grid(phase, "phase", ("prefill", "decode"))
                   if phase is not None else None)
         fixed = {k: v for k, v in (("act_dtype", act_dtype), ("logits", logits),
                                    ("block_size", block_size),

@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
 from ..model.parallel import (
@@ -30,6 +28,7 @@ from ..model.parallel import (
 )
 from ..model.plan import layer_plan
 from .poly import FIT_DTYPES, Poly, measure
+from .scalar import SCALARS
 
 BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
@@ -128,54 +127,21 @@ class ClosedForm:
         return stage_params(plan, s, per_layer, emb, head, embed, self.model.tie_embeddings)
 
     # -- evaluation ----------------------------------------------------------------------------
-    def evaluate(
-        self,
-        batch: Any,
-        seq: Any,
-        phase: Any,
-        tp: Any,
-        pp: Any = 1,
-        dtype: Any = "bf16",
-        kv_dtype: Any = None,
-        act_dtype: Any = None,
-    ) -> dict[str, np.ndarray]:
-        """Totals at every point; arguments broadcast against each other (scalars or 1-D).
-
-        Dtypes are names, or bits per element as integers (what `DTYPE_BITS` maps a name to);
-        kv_dtype and act_dtype default to dtype. Points sorted by phase and tp (outermost) are
-        evaluated as slices, without gathering.
-        Returns int64 arrays when provably exact, else object arrays of Python ints.
-        """
-        arrs = np.broadcast_arrays(
-            np.asarray(batch), np.asarray(seq), np.asarray(phase), np.asarray(tp), np.asarray(pp),
-            np.asarray(dtype), np.asarray(dtype if kv_dtype is None else kv_dtype),
-            np.asarray(dtype if act_dtype is None else act_dtype),
-        )
-        B, T, ph, P, S, dt, kv, act = (np.ravel(a) for a in arrs)
-        n = B.size
-        B, T, P, S = (x.astype(np.int64) for x in (B, T, P, S))
-        if n and (B.min() < 1 or T.min() < 1 or P.min() < 1 or S.min() < 1):
+    def at(self, batch: int, seq: int, phase: str, tp: int, pp: int = 1, dtype: str = "bf16",
+           kv_dtype: str | None = None, act_dtype: str | None = None) -> dict[str, int]:
+        """Totals at one point, in Python ints (exact at any size; no NumPy)."""
+        if min(batch, seq, tp, pp) < 1:
             raise ShapecalcError("grid", "batch, seq, tp and pp must be ≥ 1")
-        bits = {name: _bits(a) for name, a in (("w", dt), ("kv", kv), ("act", act))}
-        phase_is_decode = _phase_codes(ph)
-        groups = self._groups(phase_is_decode, P, T)
-        big = self._needs_objects(groups, B, T, S)
-        dtype_out = object if big else np.int64
-        if big:
-            B, T, P, S = (x.astype(object) for x in (B, T, P, S))
-            bits = {k: v.astype(object) for k, v in bits.items()}
-        out: dict[str, np.ndarray] = {}
-        for (phase_name, p), regime, idx in groups:
-            full = self._regime_for(phase_name, 1, regime.lo)
-            part = self._compute(
-                full, regime, p, B[idx], T[idx], S[idx],
-                {k: v[idx] for k, v in bits.items()}, dtype_out,
-            )
-            for k, v in part.items():
-                if k not in out:
-                    out[k] = np.zeros(n, dtype=dtype_out)
-                out[k][idx] = v
-        return out
+        for d in (dtype, kv_dtype, act_dtype):
+            if d is not None and d not in DTYPE_BITS:
+                raise ShapecalcError(
+                    "dtype", f"unknown dtype {d!r}; known: {', '.join(DTYPE_BITS)}")
+        bits = {"w": DTYPE_BITS[dtype], "kv": DTYPE_BITS[kv_dtype or dtype],
+                "act": DTYPE_BITS[act_dtype or dtype]}
+        self.regimes(phase, tp)  # tp rules first
+        rank = self._regime_for(phase, tp, seq)
+        full = self._regime_for(phase, 1, seq)
+        return self.compute(full, rank, tp, batch, seq, pp, bits, None, SCALARS)
 
     def _regime_for(self, phase: str, p: int, t: int) -> Regime:
         for r in self.regimes(phase, p):
@@ -186,86 +152,33 @@ class ClosedForm:
             "seq", f"{t} is beyond the learned position table (largest {phase} seq: {limit})"
         )
 
-    def _groups(
-        self, decode: np.ndarray, P: np.ndarray, T: np.ndarray
-    ) -> list[tuple[tuple[str, int], Regime, np.ndarray | slice]]:
-        """Indices of the points of each (phase, p, regime); the p=1 fit rides along."""
-        out = []
-        key = decode.astype(np.int64) * (int(P.max(initial=1)) + 1) + P
-        for k in np.unique(key):
-            sel = np.flatnonzero(key == k)
-            is_dec, p = divmod(int(k), int(P.max(initial=1)) + 1)
-            phase = "decode" if is_dec else "prefill"
-            regs = self.regimes(phase, p)
-            self.regimes(phase, 1)
-            t = T[sel]
-            covered = np.zeros(sel.size, dtype=bool)
-            for r in regs:
-                m = (t >= r.lo) if r.hi is None else ((t >= r.lo) & (t <= r.hi))
-                covered |= m
-                if m.any():
-                    out.append(((phase, p), r, _as_slice(sel[m])))
-            if not covered.all():
-                bad = int(t[~covered][0])
-                self._regime_for(phase, p, bad)  # raises the clear error
-        return out
-
-    def _needs_objects(self, groups: list, B: np.ndarray, T: np.ndarray, S: np.ndarray) -> bool:
-        """True when some value or intermediate of the grid could reach 2⁶²."""
-        if not groups:
-            return False
-        bc, tc, sc = (np.array([int(x.max())], dtype=object) for x in (B, T, S))
-        wide = {k: np.array([64], dtype=object) for k in ("w", "kv", "act")}
-        for (phase, p), regime, _ in groups:
-            full = self._regime_for(phase, 1, regime.lo)
-            # every derived value is monotone in the fitted counts, so evaluating it exactly at
-            # the largest B, T and s with all coefficients made positive (a majorant of the
-            # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
-            fm, rm = full.majorant(), regime.majorant()
-            # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
-            vals = self._compute(fm, rm, p, bc, tc, sc, wide, object)
-            worst = 8 * max(int(v[0]) for v in vals.values()) + 7
-            b, t = int(bc[0]), int(tc[0])
-            for r in (fm, rm):
-                worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
-            if worst >= INT64_LIMIT:
-                return True
-        return False
-
-    def _compute(
-        self,
-        full: Regime,
-        rank: Regime,
-        p: int,
-        B: np.ndarray,
-        T: np.ndarray,
-        S: np.ndarray,
-        bits: dict[str, np.ndarray],
-        dtype: Any,
-    ) -> dict[str, np.ndarray]:
+    def compute(self, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
+                bits: dict[str, Any], dtype: Any, xp: Any) -> dict[str, Any]:
+        """Every total of the points of one regime (full: p = 1; rank: one of p ranks), over
+        arrays (xp = grid.ARRAYS) or at one point (xp = SCALARS)."""
         m = self.model
-        n = B.size
+        n = getattr(B, "size", 1)
         mono = {(0, 1): T, (0, 2): T * T, (1, 0): B, (1, 1): B * T}
         mono[(1, 2)] = mono[(1, 1)] * T
 
-        def ev(r: Regime, key: str) -> np.ndarray:
-            return r.polys[key].eval(mono, n, dtype)
+        def ev(r: Regime, key: str) -> Any:
+            return r.polys[key].eval(mono, n, dtype, xp)
 
         def const(r: Regime, key: str) -> int:
             poly = r.polys[key]
             assert poly.is_const, key
             return poly.num[0] // poly.den
 
-        def byte_sum(r: Regime, prefix: str) -> np.ndarray:
-            total = np.zeros(n, dtype=dtype)
+        def byte_sum(r: Regime, prefix: str) -> Any:
+            total = xp.zeros(n, dtype=dtype)
             for k, tg in r.tags.items():
                 if k.startswith(prefix + "."):
                     cls, rep = tg
                     total = total + rep * _nbytes(ev(r, k), cls, bits)
             return total
 
-        def largest(r: Regime, skip: tuple[str, ...] = ()) -> np.ndarray:
-            best = np.zeros(n, dtype=dtype)
+        def largest(r: Regime, skip: tuple[str, ...] = ()) -> Any:
+            best = xp.zeros(n, dtype=dtype)
             seen = set()
             for k, tg in r.tags.items():
                 if not k.startswith("act."):
@@ -275,93 +188,64 @@ class ClosedForm:
                 if kind in skip or sig in seen:
                     continue
                 seen.add(sig)
-                best = np.maximum(best, _nbytes(ev(r, k), cls, bits))
+                best = xp.maximum(best, _nbytes(ev(r, k), cls, bits))
             return best
 
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, Any] = {}
         params = const(full, "params")
-        out["params"] = np.full(n, params, dtype=dtype)
+        out["params"] = xp.full(n, params, dtype=dtype)
         out["flops"] = ev(full, "flops")
         out["elementwise_flops"] = ev(full, "ew")
         out["weight_bytes"] = _nbytes(out["params"], "w", bits)
         out["kv_cache_bytes"] = byte_sum(full, "kv")
         out["kv_cache_tokens"] = ev(full, "kv_tokens")
         out["kv_cache_bytes_per_token"] = _nbytes(
-            np.full(n, kv_elements_per_token(m), dtype=dtype), "kv", bits)
+            xp.full(n, kv_elements_per_token(m), dtype=dtype), "kv", bits)
         # paged: each group of layers that share a window has its own blocks
-        blocks = np.zeros(n, dtype=dtype)
-        paged = np.zeros(n, dtype=dtype)
+        blocks = xp.zeros(n, dtype=dtype)
+        paged = xp.zeros(n, dtype=dtype)
         for g, (_, layers) in enumerate(kv_groups(layer_plan(m))):
             b_g = paged_blocks(B, ev(full, f"group_tokens.{g}"), self.block_size)
             out[f"kv_cache_blocks@{g}"] = b_g
             blocks = blocks + b_g
-            per_token = _nbytes(np.full(n, kv_elements_per_token(m, 1, layers), dtype=dtype),
+            per_token = _nbytes(xp.full(n, kv_elements_per_token(m, 1, layers), dtype=dtype),
                                 "kv", bits)
             paged = paged + b_g * self.block_size * per_token
         out["kv_cache_blocks"] = blocks
         out["kv_cache_paged_bytes"] = paged
         out["largest_activation_bytes"] = largest(full, ("cache",))  # the cache is apart
         # tensor parallel (one rank)
-        out["tp"] = np.full(n, p, dtype=dtype)
-        out["kv_heads_per_rank"] = np.full(n, self.kv_heads_per_rank(p), dtype=dtype)
+        out["tp"] = xp.full(n, p, dtype=dtype)
+        out["kv_heads_per_rank"] = xp.full(n, self.kv_heads_per_rank(p), dtype=dtype)
         count = const(rank, "ar_count")
-        one = _nbytes(ev(rank, "ar"), rank.tags["ar"], bits) if count else np.zeros(n, dtype)
-        out["allreduce_per_layer"] = np.full(n, count, dtype=dtype)
+        one = _nbytes(ev(rank, "ar"), rank.tags["ar"], bits) if count else xp.zeros(n, dtype)
+        out["allreduce_per_layer"] = xp.full(n, count, dtype=dtype)
         out["allreduce_bytes"] = one
         out["allreduce_bytes_per_layer"] = one * count
         out["allreduce_bytes_total"] = one * (count * m.n_layers)
-        ring = ring_allreduce_bytes(one, p) if p > 1 else np.zeros(n, dtype=dtype)
+        ring = ring_allreduce_bytes(one, p) if p > 1 else xp.zeros(n, dtype=dtype)
         out["ring_bytes_per_rank"] = ring
         out["ring_bytes_per_rank_total"] = ring * (count * m.n_layers)
         out["embedding_allreduce_bytes"] = byte_sum(rank, "emb_ar")
         out["logits_allgather_bytes"] = byte_sum(rank, "gather")
         params_rank = const(rank, "params")
-        out["params_per_rank"] = np.full(n, params_rank, dtype=dtype)
+        out["params_per_rank"] = xp.full(n, params_rank, dtype=dtype)
         out["weight_bytes_per_rank"] = _nbytes(out["params_per_rank"], "w", bits)
         out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
         out["flops_per_rank"] = ev(rank, "flops")
         # the largest tensor a rank's step writes besides the KV cache itself, as traced (eager
         # attention) and as FlashAttention runs it (no scores, no repeated K/V)
         out["largest_activation_bytes_per_rank"] = largest(rank, ("cache",))
+        out["workspace_eager_bytes_per_rank"] = out["largest_activation_bytes_per_rank"]
         out["workspace_flash_bytes_per_rank"] = largest(rank, ("cache", "flash_skip"))
         # pipeline: the residual stream [B, Tq, D] crosses each boundary
         boundary = _nbytes(B * ev(full, "tq") * m.d_model, "act", bits)
         out["pp"] = S
-        out["boundary_bytes"] = np.where(S > 1, boundary, 0).astype(dtype)
+        out["boundary_bytes"] = boundary * (S > 1)
         out["boundary_bytes_total"] = boundary * (S - 1)
         return out
 
 
-def _nbytes(elems: np.ndarray, cls: str, bits: dict[str, np.ndarray]) -> np.ndarray:
+def _nbytes(elems: Any, cls: str, bits: dict[str, Any]) -> Any:
     """⌈elements·bits/8⌉ per point; `cls` is a dtype class or a fixed dtype's name."""
     return bytes_of(elems, bits[cls] if cls in bits else BITS[cls])
-
-
-def _as_slice(idx: np.ndarray) -> np.ndarray | slice:
-    """A contiguous run of indices as a slice: a view instead of a gather and a scatter."""
-    if idx.size and int(idx[-1]) - int(idx[0]) + 1 == idx.size:
-        return slice(int(idx[0]), int(idx[-1]) + 1)
-    return idx
-
-
-def _bits(names: np.ndarray) -> np.ndarray:
-    """Bits per element of each point: dtype names, or bit counts passed as integers."""
-    if names.dtype.kind in "iu":
-        return names.astype(np.int64)
-    out = np.zeros(names.size, dtype=np.int64)
-    for name in np.unique(names):
-        if str(name) not in DTYPE_BITS:
-            raise ShapecalcError("dtype", f"unknown dtype {name!r}; known: {', '.join(DTYPE_BITS)}")
-        out[names == name] = DTYPE_BITS[str(name)]
-    return out
-
-
-def _phase_codes(ph: np.ndarray) -> np.ndarray:
-    if ph.dtype.kind in "iub":
-        return ph.astype(bool)
-    out = np.zeros(ph.size, dtype=bool)
-    for name in np.unique(ph):
-        if str(name) not in ("prefill", "decode"):
-            raise ShapecalcError("phase", f"{name!r} is not one of 'prefill', 'decode'")
-        out[ph == name] = str(name) == "decode"
-    return out

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
 from ..model.expr import Expr
 from ..model.forward import FLASH_SKIP_ROLES, Stage
 from ..model.plan import LayerPlan
@@ -53,9 +51,10 @@ class Poly:
         assert r == 0, "closed form: a count is not an integer"
         return q
 
-    def eval(self, mono: dict[tuple[int, int], Any], n: int, dtype: Any) -> np.ndarray:
-        """Over arrays: mono maps each non-constant monomial to its values (B, T, T², …)."""
-        out = np.full(n, self.num[0], dtype=dtype)
+    def eval(self, mono: dict[tuple[int, int], Any], n: int, dtype: Any, xp: Any) -> Any:
+        """Over arrays (or at one point, with xp = SCALARS): mono maps each non-constant
+        monomial to its values (B, T, T², …)."""
+        out = xp.full(n, self.num[0], dtype=dtype)
         for c, m in zip(self.num[1:], MONOMIALS[1:], strict=True):
             if c:
                 out += c * mono[m]

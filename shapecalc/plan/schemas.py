@@ -1,7 +1,8 @@
 """JSON Schemas of what compare, sweep and fit write (`shapecalc schema compare|sweep_row|fit`).
 
-The models mirror the dicts planning.py builds; tests validate real output against them with extra
-keys forbidden and integers strict, so the schema and the JSON contract cannot drift apart.
+The models mirror the dicts plan/fit.py and plan/compare.py build; tests validate real output
+against them with extra keys forbidden and integers strict, so the schema and the JSON contract
+cannot drift apart.
 """
 
 from __future__ import annotations

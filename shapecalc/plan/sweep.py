@@ -13,10 +13,13 @@ from typing import Any
 import numpy as np
 
 from ..costs.fields import SWEEP_COLUMNS
+from ..costs.grid import evaluate
 from ..inputs.hardware import GPU
 from ..model.config import DTYPE_BITS, make_workload
+from .cases import Case, closed_form_for, valid
 from .columns import FIT_COLUMNS, PRICE_COLUMNS
-from .planning import Case, PlanOptions, _valid, closed_form_for, plan_arrays
+from .options import PlanOptions
+from .roofline import plan_arrays
 
 SWEEP_KEYS = SWEEP_COLUMNS  # the trace's numbers, declared in costs/fields.py
 SWEEP_FIT_KEYS = tuple(k for k, _ in FIT_COLUMNS)  # with --gpu (plan/columns.py)
@@ -83,7 +86,7 @@ class SweepGrid:
             self.points *= len(v)
         skipped: dict[str, int] = {}
         one = base.model_copy(update={"seq": 1})  # seq limits are checked per phase below
-        tps = [p for p in pick["tp"] if _valid(model, one, tp=p)]
+        tps = [p for p in pick["tp"] if valid(model, one, tp=p)]
         pps = [s for s in pick["pp"] if s <= model.n_layers]
         n_other = (len(pick["batch"]) * len(pick["seq"]) * len(pick["dtype"])
                    * len(pick["kv_dtype"]) * len(pick["phase"]))
@@ -171,7 +174,7 @@ class SweepGrid:
         dbits, kbits = self.dbits[di], self.kbits[kvi]
         act = self.act_name
         abits = dbits if act is None else np.full(n, DTYPE_BITS[act], np.int64)
-        res = self.cf.evaluate(B, T, ph, P, S, dbits, kbits, abits)
+        res = evaluate(self.cf, B, T, ph, P, S, dbits, kbits, abits)
         phases = ("prefill", "decode")
         dn = np.array(self.dnames, dtype=object)
         kn = np.array(self.kv_labels, dtype=object)

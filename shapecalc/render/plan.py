@@ -1,6 +1,6 @@
 """Output of compare, sweep and fit: rich tables and bars, JSON, JSON Lines, CSV, Markdown.
 
-Rendering never computes: it formats the dicts and columns that planning.py builds. Tables use
+Rendering never computes: it formats the dicts and columns that the plan package builds. Tables use
 binary units (KiB, MiB, GiB) and say so; JSON and CSV carry the exact integers.
 """
 

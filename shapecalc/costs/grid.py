@@ -1,0 +1,173 @@
+"""The closed form over whole NumPy grids (sweep, and fit's searches over many points).
+
+A grid is split by (phase, p, regime); each part evaluates its polynomials with int64 arithmetic
+when a bound proves every intermediate < 2⁶³ (the absolute coefficients at the largest B and T of
+the grid), else with object arrays of Python ints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..model.config import DTYPE_BITS, ShapecalcError
+from .closed import INT64_LIMIT, ClosedForm, Regime
+from .scalar import BOUNDS
+
+
+class Arrays:
+    """NumPy as the namespace `ClosedForm.compute` and planning take (see scalar.Scalars)."""
+
+    nan = np.nan
+    full = staticmethod(np.full)
+    zeros = staticmethod(np.zeros)
+    maximum = staticmethod(np.maximum)
+    minimum = staticmethod(np.minimum)
+    where = staticmethod(np.where)
+    isnan = staticmethod(np.isnan)
+
+    @staticmethod
+    def floats(a: Any) -> np.ndarray:
+        return np.asarray(a, dtype=np.float64) if a.dtype != object else a.astype(np.float64)
+
+    @staticmethod
+    def bound(compute: np.ndarray, memory: np.ndarray, comm: np.ndarray) -> np.ndarray:
+        """Which term is largest: the phase is compute-, memory- or communication-bound."""
+        stack = np.stack([compute, memory, comm])
+        idx = np.argmax(np.nan_to_num(stack, nan=-1.0), axis=0)
+        out = np.array(BOUNDS, dtype=object)[idx]
+        out[np.isnan(compute)] = None
+        return out
+
+
+ARRAYS = Arrays()
+
+
+def evaluate(
+    cf: ClosedForm,
+    batch: Any,
+    seq: Any,
+    phase: Any,
+    tp: Any,
+    pp: Any = 1,
+    dtype: Any = "bf16",
+    kv_dtype: Any = None,
+    act_dtype: Any = None,
+) -> dict[str, np.ndarray]:
+    """Totals at every point; arguments broadcast against each other (scalars or 1-D).
+
+    Dtypes are names, or bits per element as integers (what `DTYPE_BITS` maps a name to);
+    kv_dtype and act_dtype default to dtype. Points sorted by phase and tp (outermost) are
+    evaluated as slices, without gathering.
+    Returns int64 arrays when provably exact, else object arrays of Python ints.
+    """
+    arrs = np.broadcast_arrays(
+        np.asarray(batch), np.asarray(seq), np.asarray(phase), np.asarray(tp), np.asarray(pp),
+        np.asarray(dtype), np.asarray(dtype if kv_dtype is None else kv_dtype),
+        np.asarray(dtype if act_dtype is None else act_dtype),
+    )
+    B, T, ph, P, S, dt, kv, act = (np.ravel(a) for a in arrs)
+    n = B.size
+    B, T, P, S = (x.astype(np.int64) for x in (B, T, P, S))
+    if n and (B.min() < 1 or T.min() < 1 or P.min() < 1 or S.min() < 1):
+        raise ShapecalcError("grid", "batch, seq, tp and pp must be ≥ 1")
+    bits = {name: _bits(a) for name, a in (("w", dt), ("kv", kv), ("act", act))}
+    phase_is_decode = _phase_codes(ph)
+    groups = _groups(cf, phase_is_decode, P, T)
+    big = _needs_objects(cf, groups, B, T, S)
+    dtype_out = object if big else np.int64
+    if big:
+        B, T, P, S = (x.astype(object) for x in (B, T, P, S))
+        bits = {k: v.astype(object) for k, v in bits.items()}
+    out: dict[str, np.ndarray] = {}
+    for (phase_name, p), regime, idx in groups:
+        full = cf._regime_for(phase_name, 1, regime.lo)
+        part = cf.compute(
+            full, regime, p, B[idx], T[idx], S[idx],
+            {k: v[idx] for k, v in bits.items()}, dtype_out, ARRAYS,
+        )
+        for k, v in part.items():
+            if k not in out:
+                out[k] = np.zeros(n, dtype=dtype_out)
+            out[k][idx] = v
+    return out
+
+
+def _groups(
+    cf: ClosedForm, decode: np.ndarray, P: np.ndarray, T: np.ndarray
+) -> list[tuple[tuple[str, int], Regime, np.ndarray | slice]]:
+    """Indices of the points of each (phase, p, regime); the p=1 fit rides along."""
+    out = []
+    key = decode.astype(np.int64) * (int(P.max(initial=1)) + 1) + P
+    for k in np.unique(key):
+        sel = np.flatnonzero(key == k)
+        is_dec, p = divmod(int(k), int(P.max(initial=1)) + 1)
+        phase = "decode" if is_dec else "prefill"
+        regs = cf.regimes(phase, p)
+        cf.regimes(phase, 1)
+        t = T[sel]
+        covered = np.zeros(sel.size, dtype=bool)
+        for r in regs:
+            m = (t >= r.lo) if r.hi is None else ((t >= r.lo) & (t <= r.hi))
+            covered |= m
+            if m.any():
+                out.append(((phase, p), r, _as_slice(sel[m])))
+        if not covered.all():
+            bad = int(t[~covered][0])
+            cf._regime_for(phase, p, bad)  # raises the clear error
+    return out
+
+
+def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
+                   S: np.ndarray) -> bool:
+    """True when some value or intermediate of the grid could reach 2⁶²."""
+    if not groups:
+        return False
+    bc, tc, sc = (np.array([int(x.max())], dtype=object) for x in (B, T, S))
+    wide = {k: np.array([64], dtype=object) for k in ("w", "kv", "act")}
+    for (phase, p), regime, _ in groups:
+        full = cf._regime_for(phase, 1, regime.lo)
+        # every derived value is monotone in the fitted counts, so evaluating it exactly at
+        # the largest B, T and s with all coefficients made positive (a majorant of the
+        # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
+        fm, rm = full.majorant(), regime.majorant()
+        # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
+        vals = cf.compute(fm, rm, p, bc, tc, sc, wide, object, ARRAYS)
+        worst = 8 * max(int(v[0]) for v in vals.values()) + 7
+        b, t = int(bc[0]), int(tc[0])
+        for r in (fm, rm):
+            worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
+        if worst >= INT64_LIMIT:
+            return True
+    return False
+
+
+def _as_slice(idx: np.ndarray) -> np.ndarray | slice:
+    """A contiguous run of indices as a slice: a view instead of a gather and a scatter."""
+    if idx.size and int(idx[-1]) - int(idx[0]) + 1 == idx.size:
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
+
+
+def _bits(names: np.ndarray) -> np.ndarray:
+    """Bits per element of each point: dtype names, or bit counts passed as integers."""
+    if names.dtype.kind in "iu":
+        return names.astype(np.int64)
+    out = np.zeros(names.size, dtype=np.int64)
+    for name in np.unique(names):
+        if str(name) not in DTYPE_BITS:
+            raise ShapecalcError("dtype", f"unknown dtype {name!r}; known: {', '.join(DTYPE_BITS)}")
+        out[names == name] = DTYPE_BITS[str(name)]
+    return out
+
+
+def _phase_codes(ph: np.ndarray) -> np.ndarray:
+    if ph.dtype.kind in "iub":
+        return ph.astype(bool)
+    out = np.zeros(ph.size, dtype=bool)
+    for name in np.unique(ph):
+        if str(name) not in ("prefill", "decode"):
+            raise ShapecalcError("phase", f"{name!r} is not one of 'prefill', 'decode'")
+        out[ph == name] = str(name) == "decode"
+    return out

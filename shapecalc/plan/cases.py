@@ -1,0 +1,160 @@
+"""The inputs of the planning commands: cases (`NAME@field=value,…`), grids of values
+(`1..256x2`), and the closed form of each model, kept for the process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..costs.closed import ClosedForm
+from ..inputs import sources
+from ..inputs.hf import load_hf_config
+from ..model.config import ModelConfig, ShapecalcError, Workload, check
+
+WORKLOAD_FIELDS = tuple(Workload.field_info())
+
+MAX_AXIS = 10_000_000
+
+
+def parse_int_grid(text: str, field: str) -> list[int]:
+    """`1..256x2` (×2 from 1 to 256), `1..64+8` (steps of 8), `1..8` (every integer),
+    `512,2048,8192`, and mixtures (`1,2,64..256x2`). Order kept, duplicates dropped."""
+    out: list[int] = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            raise ShapecalcError(field, f"empty item in {text!r}")
+        if ".." not in part:
+            out.append(_pos_int(part, field, text))
+            continue
+        a, _, rest = part.partition("..")
+        mult = step = None
+        if "x" in rest:
+            rest, _, f = rest.partition("x")
+            mult = _pos_int(f, field, text)
+            if mult < 2:
+                raise ShapecalcError(field, f"factor x{mult} in {part!r} must be ≥ 2")
+        elif "+" in rest:
+            rest, _, st = rest.partition("+")
+            step = _pos_int(st, field, text)
+        lo, hi = _pos_int(a, field, text), _pos_int(rest, field, text)
+        if hi < lo:
+            raise ShapecalcError(field, f"empty range {part!r}: {hi} < {lo}")
+        if mult:
+            x = lo
+            while x <= hi:
+                out.append(x)
+                x *= mult
+        else:
+            step = step or 1
+            if (hi - lo) // step + 1 > MAX_AXIS:
+                raise ShapecalcError(field, f"{part!r} has more than {MAX_AXIS:,} values")
+            out.extend(range(lo, hi + 1, step))
+    seen: set[int] = set()
+    return [x for x in out if not (x in seen or seen.add(x))]  # type: ignore[func-returns-value]
+
+
+def _pos_int(s: str, field: str, whole: str) -> int:
+    s = s.strip().replace("_", "")
+    try:
+        v = int(s)
+    except ValueError:
+        raise ShapecalcError(field, f"{s!r} in {whole!r} is not an integer") from None
+    if v < 1:
+        raise ShapecalcError(field, f"{v} in {whole!r} must be ≥ 1")
+    return v
+
+
+def parse_str_grid(text: str, field: str, allowed: Iterable[str]) -> list[str]:
+    allowed = list(allowed)
+    out: list[str] = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if part not in allowed:
+            raise ShapecalcError(field, f"{part!r} is not one of {', '.join(allowed)}")
+        if part not in out:
+            out.append(part)
+    return out
+
+
+@dataclass
+class Case:
+    label: str
+    model: ModelConfig
+    workload: dict[str, Any] = field(default_factory=dict)  # fields the case fixes
+
+
+def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
+    """`NAME[@field=value,…]`: NAME a preset, a .toml/.json config or an HF config.json;
+    workload fields set the workload, model fields go through the same path as --set."""
+    src, at, spec = text.rpartition("@")
+    if not at or (Path(text).exists() and "=" not in spec):  # a file whose name has an @
+        src, spec = text, ""
+    elif not spec.strip():
+        raise ShapecalcError("case", f"{text!r}: expected field=value after @")
+    if not src.strip():
+        raise ShapecalcError("case", f"{text!r}: expected NAME[@field=value,…]")
+    src = src.strip()
+    path = Path(src)
+    looks_like_file = path.suffix.lower() in (".toml", ".json") or "/" in src or path.is_dir()
+    workload: dict[str, Any] = {}
+    if looks_like_file:
+        if not path.exists():
+            raise ShapecalcError("case", f"{text!r}: file not found: {src}")
+        if _is_hf(path):
+            model = load_hf_config(path)
+        else:
+            model, workload = sources.load_config_file(path)
+    else:
+        model = sources.load_preset(src, presets_dir)
+    sets: list[str] = []
+    for item in (s.strip() for s in spec.split(",")) if spec else ():
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key or not value.strip():
+            raise ShapecalcError("case", f"{text!r}: expected field=value, got {item!r}")
+        if key in WORKLOAD_FIELDS:
+            workload[key] = value.strip()
+        elif key in ModelConfig.field_info():
+            sets.append(f"{key}={value.strip()}")
+        else:
+            raise ShapecalcError("case", f"{text!r}: unknown field {key!r}")
+    if sets:
+        model = sources.apply_overrides(model, sets)
+    return Case(text, model, workload)
+
+
+def _is_hf(path: Path) -> bool:
+    if path.is_dir():
+        return True
+    if path.suffix.lower() != ".json":
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # load_config_file says what is wrong with it
+    return isinstance(data, dict) and "model_type" in data
+
+
+def closed_form_for(model: ModelConfig, wl: Workload) -> ClosedForm:
+    """The closed form of a model under a workload's switches; kept, so that its regimes are
+    made once per process (a planner's loop calls sweep and fit many times)."""
+    return _closed_form(model, wl.logits, wl.attention_flops, wl.padding_mask, wl.block_size)
+
+
+@lru_cache(maxsize=64)
+def _closed_form(model: ModelConfig, logits: str, attention_flops: str, padding_mask: bool,
+                 block_size: int) -> ClosedForm:
+    return ClosedForm(model, logits=logits, attention_flops=attention_flops,
+                      padding_mask=padding_mask, block_size=block_size)
+
+
+def valid(model: ModelConfig, wl: Workload, **change: int) -> bool:
+    """Whether `check` accepts the workload with `change` applied (a tp, pp, or seq)."""
+    try:
+        check(model, wl.model_copy(update=change))
+    except ShapecalcError:
+        return False
+    return True

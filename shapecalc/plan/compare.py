@@ -1,0 +1,98 @@
+"""compare: cases side by side, one column per case (and per value of an expansion axis): the
+trace's totals and ledgers at each column's workload, rows derived from a prefill and a decode
+step, and with a GPU the fit."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ..costs.trace import build_trace
+from ..inputs.hardware import GPU
+from ..model.config import Workload, make_workload, nbytes
+from ..model.parallel import kv_bytes_per_sequence, kv_bytes_per_token
+from .cases import Case, valid
+from .fit import fit
+from .options import PlanOptions
+
+
+def expand_cases(
+    cases: list[Case], base: dict[str, Any], axes: dict[str, list[Any]]
+) -> list[tuple[str, Case, Workload]]:
+    """Each case × the product of the expansion axes (a case's own fields win), deduplicated."""
+    names = [k for k, v in axes.items() if v]
+    out: list[tuple[str, Case, Workload]] = []
+    seen: set[tuple[str, Any]] = set()
+    for case in cases:
+        for combo in itertools.product(*(axes[k] for k in names)) or [()]:
+            grid = dict(zip(names, combo, strict=True))
+            fields = {**base, **grid, **case.workload}
+            wl = make_workload(fields)
+            label = case.label
+            # name the values that tell the columns of one case apart
+            extra = [f"{k}={v}" for k, v in grid.items()
+                     if k not in case.workload and len(axes[k]) > 1]
+            if extra:
+                label += ("," if "@" in label and "=" in label.rpartition("@")[2] else "@")
+                label += ",".join(extra)
+            key = (case.label, tuple(wl.model_dump().items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append((label, case, wl))
+    return out
+
+
+def compare(
+    columns: list[tuple[str, Case, Workload]], gpu: GPU | None, opts: PlanOptions
+) -> list[dict[str, Any]]:
+    """The `compare --json` list: per column the trace's totals and parallel sections at the
+    column's workload, the compare rows derived from a prefill and a decode trace, and the fit."""
+    out = []
+    for label, case, wl in columns:
+        model = case.model
+        doc = build_trace(model, wl)
+        pre = doc if wl.phase == "prefill" else build_trace(
+            model, wl.model_copy(update={"phase": "prefill"}))
+        dec_wl = wl.model_copy(update={"phase": "decode"})
+        dec = doc if wl.phase == "decode" else (
+            build_trace(model, dec_wl) if valid(model, dec_wl) else None)
+        tp = pre["parallel"]["tp"]
+        derived: dict[str, Any] = {
+            "kv_heads_per_rank": tp["kv_heads_per_rank"],
+            "kv_heads_replicated": tp["kv_heads_replicated"],
+            "kv_replication": max(1, wl.tp // model.kv_heads),
+            "kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(model, wl.kv, wl.tp),
+            "kv_cache_bytes_per_sequence_per_rank": kv_bytes_per_sequence(
+                model, wl.kv, wl.seq, "prefill", wl.tp),
+            "kv_cache_bytes_per_rank": tp["kv_cache_bytes_per_rank"],
+            # the residual stream [B,T,D] that crosses a pipeline boundary (whether or not pp>1)
+            "pp_boundary_bytes_per_crossing": nbytes(wl.batch * wl.seq * model.d_model, wl.act),
+            "prefill_flops": pre["totals"]["flops"],
+            "prefill_flops_per_rank": tp["flops_per_rank"],
+            "decode_flops": None,
+            "decode_flops_per_token": None,
+            "decode_bytes_read_per_rank": None,
+            "decode_arithmetic_intensity": None,
+        }
+        if dec is not None:
+            dtp = dec["parallel"]["tp"]
+            read = dtp["weight_bytes_per_rank"] + dtp["kv_cache_bytes_per_rank"]
+            derived.update({
+                "decode_flops": dec["totals"]["flops"],
+                "decode_flops_per_token": dec["totals"]["flops"] / wl.batch,
+                "decode_bytes_read_per_rank": read,
+                "decode_arithmetic_intensity": dtp["flops_per_rank"] / read,
+            })
+        item: dict[str, Any] = {
+            "case": label,
+            "model": model.model_dump(),
+            "workload": wl.model_dump(),
+            "totals": doc["totals"],
+            "parallel": doc["parallel"],
+            "derived": derived,
+        }
+        if gpu is not None:
+            item["fit"] = fit(model, wl, gpu, opts)
+        out.append(item)
+    return out

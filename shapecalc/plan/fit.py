@@ -1,0 +1,181 @@
+"""fit: one model on one GPU at one workload: memory per rank, the largest batch and context,
+the smallest tp and pp, KV tokens that fit, and roofline times.
+
+One workload, so one point at a time in plain Python ints (costs/scalar.py): exact at any size,
+and no NumPy to import on the planners' `fit --json` path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ..costs.closed import ClosedForm
+from ..costs.scalar import SCALARS
+from ..inputs.hardware import GPU
+from ..model.config import DTYPE_BITS, ModelConfig, Workload, check, nbytes
+from ..model.parallel import kv_bytes_per_token, kv_heads_per_rank, kv_replicated, pp_layers
+from .cases import closed_form_for, valid
+from .memory import memory, phase_terms, times, workspace_tokens
+from .options import ACTIVATIONS, PlanOptions, require_peak
+
+SEARCH_MAX = 2**48
+
+
+def point(cf: ClosedForm, gpu: GPU, opts: PlanOptions, wl: Workload, peak: float,
+          with_times: bool = False, **at: int) -> dict[str, Any]:
+    """Memory (and with_times, the roofline times) at the workload, with `at` changing its
+    batch, seq, tp or pp."""
+    B, T = at.get("batch", wl.batch), at.get("seq", wl.seq)
+    p, s = at.get("tp", wl.tp), at.get("pp", wl.pp)
+    dts = (wl.dtype, wl.kv, wl.act)
+    pre = cf.at(B, T, "prefill", p, s, *dts)
+    key = f"workspace_{opts.attention}_bytes_per_rank"
+    if opts.max_batched_tokens is None:
+        ws = pre[key]
+    else:
+        ws = cf.at(1, workspace_tokens(cf, opts, B, T, SCALARS), "prefill", p, s, *dts)[key]
+    out = memory(cf, gpu, opts, p, s, pre, 2 * ws, DTYPE_BITS[wl.dtype], DTYPE_BITS[wl.kv], 1,
+                 None, SCALARS)
+    if with_times:
+        limit = cf.seq_limit("decode")
+        dec = (math.nan,) * 3
+        if limit is None or T <= limit:
+            dec = phase_terms(gpu, opts, cf.at(B, T, "decode", p, s, *dts), peak, SCALARS)
+        out.update(times(opts, B, T, float(p) * float(s),
+                         phase_terms(gpu, opts, pre, peak, SCALARS), dec, SCALARS))
+    return out
+
+
+def _largest_ok(ok: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest x in [lo, hi] with ok(x), for ok true up to some point then false; lo − 1 if
+    none. Bisection: 48 probes for a range of 2⁴⁸."""
+    if not ok(lo):
+        return lo - 1
+    good, bad = lo, hi + 1
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if ok(mid) else (good, mid)
+    return good
+
+
+def _smallest(cands: list[int], ok: Callable[[int], bool]) -> int | None:
+    return next((c for c in cands if ok(c)), None)
+
+
+def model_params(cf: ClosedForm) -> int:
+    return cf.at(1, 1, "prefill", 1)["params"]
+
+
+def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[str, Any]:
+    """The `fit --json` document (a contract: see plan_schemas.FitOut)."""
+    check(model, wl)
+    cf = closed_form_for(model, wl)
+    cdt, peak = require_peak(gpu, wl.act, opts)
+    r = point(cf, gpu, opts, wl, peak, with_times=True)
+
+    def one(key: str) -> Any:
+        v = r[key]
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    def fits(**at: int) -> bool:
+        return bool(point(cf, gpu, opts, wl, peak, False, **at)["fits"])
+
+    max_batch = _largest_ok(lambda b: fits(batch=b), 1, SEARCH_MAX)
+    limit = cf.seq_limit("prefill")
+    cap_pos = model.max_positions
+    hi = min(x for x in (limit, cap_pos, SEARCH_MAX) if x is not None)
+    max_seq = _largest_ok(lambda t: fits(seq=t), 1, hi)
+    # memory alone, beyond the model's positions (rope models can be stretched)
+    max_seq_memory = max_seq
+    if cap_pos is not None and max_seq == hi and limit is None:
+        max_seq_memory = _largest_ok(lambda t: fits(seq=t), hi, SEARCH_MAX)
+    # the weights alone bound the degrees from below: a stage of one rank holds at least
+    # 1/(p·s) of them
+    weights = nbytes(model_params(cf), wl.dtype)
+    usable = gpu.memory_bytes - opts.reserve(gpu.memory_bytes)
+    min_tp = _smallest(
+        [p for p in range(1, model.n_heads + 1)
+         if weights <= usable * p * wl.pp and valid(model, wl, tp=p)],
+        lambda p: fits(tp=p),
+    )
+    min_pp = _smallest(
+        [s for s in range(1, model.n_layers + 1)
+         if weights <= usable * wl.tp * s and valid(model, wl, pp=s)],
+        lambda s: fits(pp=s),
+    )
+    times = {
+        "prefill_s": one("prefill_s"),
+        "decode_s_per_token": one("decode_s_per_token"),
+        "ttft_s": one("ttft_s"),
+        "itl_s": one("decode_s_per_token"),
+        "tokens_per_s": one("tokens_per_s"),
+        "prefill_tokens_per_s": one("prefill_tokens_per_s"),
+        "prefill_bound": one("prefill_bound"),
+        "decode_bound": one("decode_bound"),
+        "prefill_compute_s": one("prefill_compute_s"),
+        "prefill_memory_s": one("prefill_memory_s"),
+        "prefill_comm_s": one("prefill_comm_s"),
+        "decode_compute_s": one("decode_compute_s"),
+        "decode_memory_s": one("decode_memory_s"),
+        "decode_comm_s": one("decode_comm_s"),
+    }
+    notes = []
+    if times["decode_s_per_token"] is None:
+        notes.append(f"no decode estimate: a step with {wl.seq} cached tokens needs position "
+                     f"{wl.seq + 1} > max_positions={model.max_positions}")
+    if wl.tp > 8:
+        notes.append("tp > 8 spans more than one 8-GPU node: the link bandwidth is optimistic")
+    if cap_pos is not None and max_seq_memory > max_seq:
+        notes.append(f"max_seq is capped at the model's max_positions={cap_pos}; "
+                     f"memory alone would allow {max_seq_memory:,}")
+    doc: dict[str, Any] = {
+        "model": model.name,
+        "gpu": gpu.name,
+        "workload": wl.model_dump(),
+        "fits": one("fits"),
+        "memory_per_rank": {
+            "weights": one("mem_weights"),
+            "kv_cache": one("mem_kv_cache"),
+            "activations": one("mem_activations"),
+            "reserve": one("mem_reserve"),
+            "total": one("mem_total"),
+            "capacity": one("mem_capacity"),
+        },
+        "pp_stage": one("pp_stage"),
+        "kv_heads_per_rank": kv_heads_per_rank(model, wl.tp),
+        "kv_heads_replicated": kv_replicated(model, wl.tp),
+        "kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(
+            model, wl.kv, wl.tp, layers=max(pp_layers(model.n_layers, wl.pp))),
+        "kv_tokens_fit": one("kv_tokens_fit"),
+        "max_batch": max_batch,
+        "max_seq": max_seq,
+        "max_seq_memory": max_seq_memory,
+        "min_tp": min_tp,
+        "min_pp": min_pp,
+        "gpus": wl.tp * wl.pp,
+        "times": times,
+    }
+    if opts.price is not None:
+        doc["cost_per_million_tokens"] = one("cost_per_million_tokens")
+        doc["price_per_gpu_hour"] = opts.price
+    doc["assumptions"] = {
+        "lower_bound": True,
+        "utilization": opts.utilization,
+        "compute_efficiency": opts.compute_efficiency,
+        "memory_efficiency": opts.memory_efficiency,
+        "link_efficiency": opts.link_efficiency,
+        "compute_dtype": cdt,
+        "peak_flops": peak,
+        "hbm_bandwidth": gpu.hbm_bandwidth,
+        "link_bandwidth": gpu.link_bandwidth,
+        "attention": opts.attention,
+        "max_batched_tokens": opts.max_batched_tokens,
+        "activations": ACTIVATIONS,
+        "kv_cache": f"paged: B × ⌈T/{wl.block_size}⌉ blocks of {wl.block_size} tokens",
+    }
+    doc["notes"] = notes
+    return doc
+
+

@@ -1,0 +1,115 @@
+"""Memory per rank and roofline times from the closed form's totals: the one home of both.
+
+Written once over a namespace `xp` (costs/scalar.py): plain Python numbers for one point (fit,
+without NumPy) or NumPy arrays for many (sweep, grid.ARRAYS), each call for points of one tensor-
+parallel degree p and pipeline depth s.
+
+- memory per rank = weights + KV cache + activation workspace + reserve, for the pipeline stage
+  that needs the most; reserve = capacity − ⌊capacity × utilization⌋ (vLLM's
+  --gpu-memory-utilization). The KV cache is paged: each window group's blocks × block_size token
+  slots × the group's layers on the stage × bytes per token and layer.
+- prefill time = max(FLOPs/peak, bytes/bandwidth) per rank + (ring all-reduce bytes per rank + PP
+  boundary bytes) / link bandwidth; bytes = weights per rank + the KV cache written. Decode per
+  token: the same with the weights and the KV cache read. Each term is divided by its efficiency.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..costs.closed import ClosedForm
+from ..inputs.hardware import GPU
+from ..model.config import bytes_of
+from ..model.parallel import kv_elements_per_token, kv_groups, pp_layers, stage_group_layers
+from ..model.plan import layer_plan
+from .options import PlanOptions
+
+
+def workspace_tokens(cf: ClosedForm, opts: PlanOptions, B: Any, T: Any, xp: Any) -> Any:
+    """Tokens of the prefill step the activation workspace is sized for: chunked prefill (as
+    vLLM profiles it) sizes one sequence of at most --max-batched-tokens tokens."""
+    assert opts.max_batched_tokens is not None
+    tokens = xp.minimum(B * T, opts.max_batched_tokens)
+    limit = cf.seq_limit("prefill")
+    return tokens if limit is None else xp.minimum(tokens, limit)
+
+
+def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dict[str, Any],
+           act: Any, wbits: Any, kvbits: Any, n: int, dtype: Any, xp: Any) -> dict[str, Any]:
+    """Bytes per rank of the fullest pipeline stage, and the KV token slots that still fit
+    (`pre`: prefill totals at the n points; `act`: their activation workspace)."""
+    m = cf.model
+    plan = layer_plan(m)
+    bs = cf.block_size
+    cap = gpu.memory_bytes
+    reserve = opts.reserve(cap)
+    usable = cap - reserve
+    tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1), kvbits)  # one token, one layer
+    # paged token slots of the batch in each KV group (layers that share a window)
+    slots = [pre[f"kv_cache_blocks@{g}"] * bs for g in range(len(kv_groups(plan)))]
+    best: Any = None
+    weights = kv = stage = tokens_fit = None
+    for i, (k, per_group, params) in enumerate(zip(
+            pp_layers(m.n_layers, s), stage_group_layers(plan, s), cf.stage_params(p, s),
+            strict=True)):
+        w_i = bytes_of(params, wbits)
+        kv_i = sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c)
+        tot = w_i + kv_i
+        if best is None:
+            best, weights, kv, stage = tot, w_i, kv_i, xp.zeros(n, dtype=int)
+        else:
+            more = tot > best
+            best = xp.where(more, tot, best)
+            weights, kv = xp.where(more, w_i, weights), xp.where(more, kv_i, kv)
+            stage = xp.where(more, i, stage)
+        free = xp.maximum(usable - w_i - act, 0)
+        t_i = free // (bs * k * tok_layer) * bs
+        tokens_fit = t_i if tokens_fit is None else xp.minimum(tokens_fit, t_i)
+    total = weights + kv + act + reserve  # type: ignore[operator]
+    return {
+        "fits": total <= cap,
+        "mem_weights": weights,
+        "mem_kv_cache": kv,
+        "mem_activations": act,
+        "mem_reserve": xp.full(n, reserve, dtype=dtype),
+        "mem_total": total,
+        "mem_capacity": xp.full(n, cap, dtype=dtype),
+        "pp_stage": stage,
+        "kv_tokens_fit": tokens_fit,
+    }
+
+
+def phase_terms(gpu: GPU, opts: PlanOptions, tot: dict[str, Any], peak: Any, xp: Any
+                ) -> tuple[Any, Any, Any]:
+    """(compute, memory, communication) seconds of one step per rank, from its totals."""
+    compute = xp.floats(tot["flops_per_rank"]) / (peak * opts.compute_efficiency)
+    mem = xp.floats(tot["weight_bytes_per_rank"] + tot["kv_cache_bytes_per_rank"]) / (
+        gpu.hbm_bandwidth * opts.memory_efficiency)
+    comm = xp.floats(tot["ring_bytes_per_rank_total"] + tot["boundary_bytes_total"]) / (
+        gpu.link_bandwidth * opts.link_efficiency)
+    return compute, mem, comm
+
+
+def times(opts: PlanOptions, B: Any, T: Any, gpus: Any, pre: tuple[Any, Any, Any],
+          dec: tuple[Any, Any, Any], xp: Any) -> dict[str, Any]:
+    """Roofline lower bounds from the (compute, memory, communication) terms of a prefill and
+    a decode step (NaN where there is no decode estimate)."""
+    pc, pm, pl = pre
+    dc, dm, dl = dec
+    prefill_s = xp.maximum(pc, pm) + pl
+    decode_s = xp.maximum(dc, dm) + dl
+    b = xp.floats(B)
+    out = {
+        "prefill_compute_s": pc, "prefill_memory_s": pm, "prefill_comm_s": pl,
+        "decode_compute_s": dc, "decode_memory_s": dm, "decode_comm_s": dl,
+        "prefill_s": prefill_s,
+        "decode_s_per_token": decode_s,
+        "ttft_s": prefill_s,
+        "tokens_per_s": b / decode_s,
+        "prefill_tokens_per_s": b * xp.floats(T) / prefill_s,
+        "prefill_bound": xp.bound(pc, pm, pl),
+        "decode_bound": xp.bound(dc, dm, dl),
+    }
+    if opts.price is not None:
+        out["cost_per_million_tokens"] = opts.price * gpus / 3600.0 * decode_s / b * 1e6
+    return out

@@ -1,0 +1,64 @@
+"""Memory and roofline times over NumPy grids (sweep): the closed form evaluated at every point,
+then memory.py's formulas for each (tp, pp) in the grid."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..costs.closed import ClosedForm
+from ..costs.grid import ARRAYS, evaluate
+from ..inputs.hardware import GPU
+from .memory import memory, phase_terms, times, workspace_tokens
+from .options import PlanOptions
+
+
+def plan_arrays(
+    cf: ClosedForm,
+    gpu: GPU,
+    opts: PlanOptions,
+    B: np.ndarray,
+    T: np.ndarray,
+    P: np.ndarray,
+    S: np.ndarray,
+    wbits: np.ndarray,
+    kvbits: np.ndarray,
+    actbits: np.ndarray,
+    peak: np.ndarray,
+    with_times: bool = True,
+) -> dict[str, np.ndarray]:
+    """Memory per rank (exact integers), and roofline times (floats; NaN where the GPU has no
+    peak for the compute dtype or decode at T is outside the model's positions) at each point."""
+    n = B.size
+    pre = evaluate(cf, B, T, 0, P, S, wbits, kvbits, actbits)
+    dtype = pre["params"].dtype
+    key = f"workspace_{opts.attention}_bytes_per_rank"
+    if opts.max_batched_tokens is None:
+        ws = pre[key]
+    else:
+        tokens = workspace_tokens(cf, opts, B, T, ARRAYS)
+        ws = evaluate(cf, np.ones_like(B), tokens, 0, P, S, wbits, kvbits, actbits)[key]
+        ws = ws.astype(dtype)
+    act = 2 * ws
+    out: dict[str, np.ndarray] = {}
+    pairs = np.unique(np.stack([P.astype(np.int64), S.astype(np.int64)]), axis=1)
+    for p, s in pairs.T:
+        sel = np.flatnonzero((P == p) & (S == s))
+        part = memory(cf, gpu, opts, int(p), int(s), {k: v[sel] for k, v in pre.items()},
+                      act[sel], wbits[sel], kvbits[sel], sel.size, dtype, ARRAYS)
+        for k, v in part.items():
+            if k not in out:
+                out[k] = np.zeros(n, dtype=v.dtype)
+            out[k][sel] = v
+    if not with_times:
+        return out
+    dec = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+    limit = cf.seq_limit("decode")
+    ok = np.ones(n, dtype=bool) if limit is None else (T <= limit)
+    if ok.any():
+        idx = np.flatnonzero(ok)
+        d = evaluate(cf, B[idx], T[idx], 1, P[idx], S[idx], wbits[idx], kvbits[idx], actbits[idx])
+        for whole, part in zip(dec, phase_terms(gpu, opts, d, peak[idx], ARRAYS), strict=True):
+            whole[idx] = part
+    gpus = ARRAYS.floats(P) * ARRAYS.floats(S)
+    out.update(times(opts, B, T, gpus, phase_terms(gpu, opts, pre, peak, ARRAYS), dec, ARRAYS))
+    return out
