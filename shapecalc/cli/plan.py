@@ -7,7 +7,6 @@ the top: numpy, rich, pydantic and the planning code load inside the commands.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -32,6 +31,32 @@ from .options import (
     PresetsDir,
     Sets,
     Svg,
+    fail,
+)
+from .plan_options import (
+    Attention,
+    BatchList,
+    Cases,
+    ComputeDtype,
+    ComputeEff,
+    DtypeList,
+    Gpu,
+    HardwareDir,
+    KvDtypeList,
+    LinkEff,
+    MaxBatched,
+    MemoryEff,
+    PhaseList,
+    PpList,
+    Price,
+    SeqList,
+    SetGpu,
+    TpList,
+    Utilization,
+    gpu_option,
+    grid_axes,
+    output_format,
+    plan_opts,
 )
 
 PLAN_CONVENTIONS = (
@@ -43,126 +68,6 @@ PLAN_CONVENTIONS = (
     "BOUNDS: max(FLOPs/peak, bytes/bandwidth) + (ring all-reduce + PP boundary bytes)/link, "
     "each divided by its efficiency factor. Bytes in binary units (GiB = 2³⁰ B)."
 )
-
-# -- options of the planning commands (the shared ones come from options.py) ---
-Cases = Annotated[
-    list[str],
-    typer.Argument(
-        help="NAME or NAME@field=value,…: a preset, a .toml/.json config or an HF "
-        "config.json; workload fields (tp, seq, kv_dtype, …) and model fields (as --set) after @",
-        show_default=False,
-    ),
-]
-Gpu = Annotated[str | None, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")]
-HardwareDir = Annotated[
-    list[Path] | None,
-    typer.Option("--hardware-dir",
-                 help="another folder of GPU profiles (also $SHAPECALC_HARDWARE)"),
-]
-SetGpu = Annotated[
-    list[str] | None,
-    typer.Option("--set-gpu", help="override a GPU value: hbm_bandwidth=3.0e12, "
-                 "peak_flops.fp8=1.5e15, memory_bytes=96GiB (repeatable)"),
-]
-Utilization = Annotated[
-    float, typer.Option("--utilization", help="usable fraction of GPU memory; the rest is the "
-                        "reserve (vLLM's --gpu-memory-utilization)")
-]
-ComputeEff = Annotated[
-    float, typer.Option("--compute-efficiency", help="fraction of peak FLOP/s reached (0, 1]")
-]
-MemoryEff = Annotated[
-    float, typer.Option("--memory-efficiency", help="fraction of memory bandwidth reached (0, 1]")
-]
-LinkEff = Annotated[
-    float, typer.Option("--link-efficiency", help="fraction of link bandwidth reached (0, 1]")
-]
-Price = Annotated[
-    float | None, typer.Option("--price", help="price per GPU-hour: gives cost per 1M tokens")
-]
-ComputeDtype = Annotated[
-    str | None,
-    typer.Option("--compute-dtype", help="dtype of the matmuls' peak (default: activation dtype)"),
-]
-Attention = Annotated[
-    str, typer.Option("--attention", help="flash | eager: which tensors the activation "
-                      "workspace estimate counts")
-]
-MaxBatched = Annotated[
-    int | None, typer.Option("--max-batched-tokens", help="tokens of one prefill step for the "
-                             "activation estimate (chunked prefill, vLLM's "
-                             "--max-num-batched-tokens); default: all B·T at once")
-]
-
-
-BatchList = Annotated[
-    str | None, typer.Option("--batch", "-b", help="B: one or more, e.g. 1,8,32 or 1..256x2")
-]
-SeqList = Annotated[
-    str | None, typer.Option("--seq", "-t", help="T: one or more, e.g. 512,2048,8192")
-]
-TpList = Annotated[str | None, typer.Option("--tp", help="p: one or more, e.g. 1,2,4,8")]
-PpList = Annotated[str | None, typer.Option("--pp", help="s: one or more pipeline stage counts")]
-DtypeList = Annotated[
-    str | None, typer.Option("--dtype", help="one or more of fp32, bf16, fp16, fp8, int8, int4")
-]
-KvDtypeList = Annotated[
-    str | None, typer.Option("--kv-dtype", help="KV cache dtype(s) (default: dtype)")
-]
-PhaseList = Annotated[
-    str | None, typer.Option("--phase", help="prefill | decode, or both: prefill,decode")
-]
-
-
-# -- helpers --------------------------------------------------------------------------------------
-
-
-def _fail(e: Exception) -> None:
-    from .options import fail
-
-    fail(e)  # type: ignore[arg-type]
-
-
-def _gpu(name: str | None, dirs: list[Path] | None, sets: list[str] | None) -> Any:
-    from ..model.config import ShapecalcError
-
-    if name is None:
-        if sets:
-            raise ShapecalcError("set-gpu", "needs --gpu")
-        return None
-    from ..inputs.hardware import load_gpu
-
-    return load_gpu(name, dirs, sets)
-
-
-def _opts(utilization: float, ce: float, me: float, le: float, price: float | None,
-          compute_dtype: str | None, attention: str, max_batched_tokens: int | None) -> Any:
-    from ..plan.options import PlanOptions
-
-    return PlanOptions(utilization, ce, me, le, price, compute_dtype, attention,
-                       max_batched_tokens)
-
-
-def _format(fmt: str, as_json: bool, allowed: tuple[str, ...]) -> str:
-    from ..render.output import check_format
-
-    return check_format("json" if as_json else fmt, allowed)
-
-
-def _axes(batch: str | None, seq: str | None, tp: str | None, pp: str | None,
-          dtype: str | None, kv_dtype: str | None) -> dict[str, list[Any]]:
-    from ..model.config import DTYPE_BITS
-    from ..plan.cases import parse_int_grid, parse_str_grid
-
-    axes: dict[str, list[Any]] = {}
-    for name, text in (("batch", batch), ("seq", seq), ("tp", tp), ("pp", pp)):
-        if text is not None:
-            axes[name] = parse_int_grid(text, name)
-    for name, text in (("dtype", dtype), ("kv_dtype", kv_dtype)):
-        if text is not None:
-            axes[name] = parse_str_grid(text, name.replace("_", "-"), DTYPE_BITS)
-    return axes
-
 
 # -- compare --------------------------------------------------------------------------------------
 
@@ -209,15 +114,15 @@ def compare(
         from ..plan.fit import fit as plan_fit
         from ..render.output import FORMATS
 
-        fmt = _format(fmt, as_json, FORMATS)
-        opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
+        fmt = output_format(fmt, as_json, FORMATS)
+        opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                      compute_dtype, attention, max_batched_tokens)
-        hw = _gpu(gpu, hardware_dir, set_gpu)
+        hw = gpu_option(gpu, hardware_dir, set_gpu)
         parsed = [parse_case(c, presets_dir) for c in cases]
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
                                   ("logits", logits), ("block_size", block_size),
                                   ("attention_flops", attention_flops)) if v is not None}
-        axes = _axes(batch, seq, tp, pp, dtype, kv_dtype)
+        axes = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
         columns = expand_cases(parsed, base, axes)
         if hw is not None and logits is None:  # fit rows serve: logits of the last position only
             columns_fit = [(lb, c, w if "logits" in c.workload else
@@ -230,7 +135,7 @@ def compare(
                 item["fit"] = plan_fit(case.model, wl, hw, opts)
         _emit_compare(items, fmt, output, svg, html, ratio)
     except ShapecalcError as e:
-        _fail(e)
+        fail(e)
 
 
 def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
@@ -305,12 +210,12 @@ def fit(
         from ..render.output import FORMATS
         from .options import resolve_model, resolve_workload
 
-        fmt = _format(fmt, as_json, FORMATS)
+        fmt = output_format(fmt, as_json, FORMATS)
         if not gpu:
             raise ShapecalcError("gpu", "fit needs --gpu NAME (see: shapecalc hardware)")
-        opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
+        opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                      compute_dtype, attention, max_batched_tokens)
-        hw = _gpu(gpu, hardware_dir, set_gpu)
+        hw = gpu_option(gpu, hardware_dir, set_gpu)
         if case is not None:
             if preset or config or hf_config:
                 raise ShapecalcError("model", "give a CASE or one of --preset, --config, "
@@ -333,7 +238,7 @@ def fit(
         doc = plan_fit(model, wl, hw, opts)
         _emit_fit(doc, fmt, output, svg, html, model, wl)
     except ShapecalcError as e:
-        _fail(e)
+        fail(e)
 
 
 def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
@@ -406,12 +311,12 @@ def sweep(
         from ..render.sweep import SWEEP_FORMATS
         from .sweep import run
 
-        fmt = _format("jsonl" if as_json else fmt, False, SWEEP_FORMATS)
-        opts = _opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
+        fmt = output_format("jsonl" if as_json else fmt, False, SWEEP_FORMATS)
+        opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                      compute_dtype, attention, max_batched_tokens)
-        hw = _gpu(gpu, hardware_dir, set_gpu)
+        hw = gpu_option(gpu, hardware_dir, set_gpu)
         parsed = [parse_case(c, presets_dir) for c in cases]
-        given = _axes(batch, seq, tp, pp, dtype, kv_dtype)
+        given = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
         phases = (parse_str_grid(phase, "phase", ("prefill", "decode"))
                   if phase is not None else None)
         fixed = {k: v for k, v in (("act_dtype", act_dtype), ("logits", logits),
@@ -419,7 +324,7 @@ def sweep(
                                    ("attention_flops", attention_flops)) if v is not None}
         run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html)  # streams the rows
     except ShapecalcError as e:
-        _fail(e)
+        fail(e)
 
 
 # -- hardware -------------------------------------------------------------------------------------
@@ -441,7 +346,7 @@ def hardware(
         else:
             gpus = [load_gpu(name, hardware_dir, set_gpu)]
     except ShapecalcError as e:
-        _fail(e)
+        fail(e)
     if as_json:
         from .options import emit_json
 

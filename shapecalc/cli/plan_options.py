@@ -1,0 +1,124 @@
+"""The options and helpers the planning commands (compare, fit, sweep, hardware) share: typer
+`Annotated` aliases defined once, and the functions that turn them into a GPU, plan options and
+grid axes (or one error line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+Cases = Annotated[
+    list[str],
+    typer.Argument(
+        help="NAME or NAME@field=value,…: a preset, a .toml/.json config or an HF "
+        "config.json; workload fields (tp, seq, kv_dtype, …) and model fields (as --set) after @",
+        show_default=False,
+    ),
+]
+Gpu = Annotated[str | None, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")]
+HardwareDir = Annotated[
+    list[Path] | None,
+    typer.Option("--hardware-dir",
+                 help="another folder of GPU profiles (also $SHAPECALC_HARDWARE)"),
+]
+SetGpu = Annotated[
+    list[str] | None,
+    typer.Option("--set-gpu", help="override a GPU value: hbm_bandwidth=3.0e12, "
+                 "peak_flops.fp8=1.5e15, memory_bytes=96GiB (repeatable)"),
+]
+Utilization = Annotated[
+    float, typer.Option("--utilization", help="usable fraction of GPU memory; the rest is the "
+                        "reserve (vLLM's --gpu-memory-utilization)")
+]
+ComputeEff = Annotated[
+    float, typer.Option("--compute-efficiency", help="fraction of peak FLOP/s reached (0, 1]")
+]
+MemoryEff = Annotated[
+    float, typer.Option("--memory-efficiency", help="fraction of memory bandwidth reached (0, 1]")
+]
+LinkEff = Annotated[
+    float, typer.Option("--link-efficiency", help="fraction of link bandwidth reached (0, 1]")
+]
+Price = Annotated[
+    float | None, typer.Option("--price", help="price per GPU-hour: gives cost per 1M tokens")
+]
+ComputeDtype = Annotated[
+    str | None,
+    typer.Option("--compute-dtype", help="dtype of the matmuls' peak (default: activation dtype)"),
+]
+Attention = Annotated[
+    str, typer.Option("--attention", help="flash | eager: which tensors the activation "
+                      "workspace estimate counts")
+]
+MaxBatched = Annotated[
+    int | None, typer.Option("--max-batched-tokens", help="tokens of one prefill step for the "
+                             "activation estimate (chunked prefill, vLLM's "
+                             "--max-num-batched-tokens); default: all B·T at once")
+]
+
+
+BatchList = Annotated[
+    str | None, typer.Option("--batch", "-b", help="B: one or more, e.g. 1,8,32 or 1..256x2")
+]
+SeqList = Annotated[
+    str | None, typer.Option("--seq", "-t", help="T: one or more, e.g. 512,2048,8192")
+]
+TpList = Annotated[str | None, typer.Option("--tp", help="p: one or more, e.g. 1,2,4,8")]
+PpList = Annotated[str | None, typer.Option("--pp", help="s: one or more pipeline stage counts")]
+DtypeList = Annotated[
+    str | None, typer.Option("--dtype", help="one or more of fp32, bf16, fp16, fp8, int8, int4")
+]
+KvDtypeList = Annotated[
+    str | None, typer.Option("--kv-dtype", help="KV cache dtype(s) (default: dtype)")
+]
+PhaseList = Annotated[
+    str | None, typer.Option("--phase", help="prefill | decode, or both: prefill,decode")
+]
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def gpu_option(name: str | None, dirs: list[Path] | None, sets: list[str] | None) -> Any:
+    from ..model.config import ShapecalcError
+
+    if name is None:
+        if sets:
+            raise ShapecalcError("set-gpu", "needs --gpu")
+        return None
+    from ..inputs.hardware import load_gpu
+
+    return load_gpu(name, dirs, sets)
+
+
+def plan_opts(utilization: float, ce: float, me: float, le: float, price: float | None,
+          compute_dtype: str | None, attention: str, max_batched_tokens: int | None) -> Any:
+    from ..plan.options import PlanOptions
+
+    return PlanOptions(utilization, ce, me, le, price, compute_dtype, attention,
+                       max_batched_tokens)
+
+
+def output_format(fmt: str, as_json: bool, allowed: tuple[str, ...]) -> str:
+    from ..render.output import check_format
+
+    return check_format("json" if as_json else fmt, allowed)
+
+
+def grid_axes(batch: str | None, seq: str | None, tp: str | None, pp: str | None,
+          dtype: str | None, kv_dtype: str | None) -> dict[str, list[Any]]:
+    from ..model.config import DTYPE_BITS
+    from ..plan.cases import parse_int_grid, parse_str_grid
+
+    axes: dict[str, list[Any]] = {}
+    for name, text in (("batch", batch), ("seq", seq), ("tp", tp), ("pp", pp)):
+        if text is not None:
+            axes[name] = parse_int_grid(text, name)
+    for name, text in (("dtype", dtype), ("kv_dtype", kv_dtype)):
+        if text is not None:
+            axes[name] = parse_str_grid(text, name.replace("_", "-"), DTYPE_BITS)
+    return axes
+
+
