@@ -19,8 +19,8 @@ from typing import Any
 from .costs.schemas import TraceOut
 from .costs.trace import build_trace
 from .inputs import hardware as _hardware
-from .inputs import sources
 from .inputs.hardware import GPU
+from .inputs.model import load_model as _load_model
 from .model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, make_workload
 from .plan import cases as plan_cases
 from .plan import compare as plan_compare
@@ -67,22 +67,9 @@ def load_model(
     B=2, T=4, as `shapecalc trace`), with `set` overrides as `--set`: `{"n_kv_heads": 2}` or
     `["n_kv_heads=2"]`. `presets_dir` adds preset folders, as `--presets-dir`."""
     given = [x for x in (preset, config, hf_config) if x is not None]
-    if len(given) > 1:
-        raise ShapecalcError("model", "give one of preset, config, hf_config")
-    wl: dict[str, Any] = {}
-    if config is not None:
-        model, wl = sources.load_config_file(config)
-    elif hf_config is not None:
-        from .inputs.hf import load_hf_config
-
-        model = load_hf_config(hf_config)
-    else:
-        model = sources.load_preset(preset or "seed-tiny", _paths(presets_dir))
-        if preset is None:  # first seed's §13 (one set of sizes through the whole pass): B=2, T=4
-            wl = {"batch": 2, "seq": 4}
     sets = _items(set, json_values=True)
-    if sets:
-        model = sources.apply_overrides(model, sets)
+    model, wl = _load_model(preset, config, hf_config, sets, _paths(presets_dir),
+                            ("preset", "config", "hf_config"))
     label = str(given[0]) if given else "seed-tiny"
     return Model(model, wl, label + ("@" + ",".join(sets) if sets else ""))
 

@@ -74,25 +74,9 @@ def resolve_model(
     presets_dir: list[Path] | None,
 ) -> tuple[ModelConfig, dict[str, Any]]:
     """The model from exactly one source (seed-tiny if none), plus a config file's [workload]."""
-    from ..inputs import sources
+    from ..inputs.model import load_model
 
-    given = [x for x in (preset, config, hf_config) if x is not None]
-    if len(given) > 1:
-        raise ShapecalcError("model", "give one of --preset, --config, --hf-config")
-    workload: dict[str, Any] = {}
-    if config is not None:
-        model, workload = sources.load_config_file(config)
-    elif hf_config is not None:
-        from ..inputs.hf import load_hf_config
-
-        model = load_hf_config(hf_config)
-    else:
-        model = sources.load_preset(preset or "seed-tiny", presets_dir)
-        if preset is None:  # first seed's §13 (one set of sizes through the whole pass): B=2, T=4
-            workload = {"batch": 2, "seq": 4}
-    if sets:
-        model = sources.apply_overrides(model, sets)
-    return model, workload
+    return load_model(preset, config, hf_config, sets, presets_dir)
 
 
 def resolve_workload(base: dict[str, Any], **given: Any) -> Workload:

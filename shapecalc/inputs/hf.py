@@ -60,57 +60,36 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
         norm="rmsnorm",
         positions="rope",  # rope_scaling changes no shape
     )
+    # the family's class defaults: KV heads, positions, tied embeddings, the activation's key
+    kv, positions, tied, act_key = {
+        "llama": (None, 2048, False, "hidden_act"),
+        "mistral": (8, 4096 * 32, False, "hidden_act"),
+        "qwen2": (32, 32768, False, "hidden_act"),
+        # older transformers read hidden_activation (ignoring hidden_act); newer read hidden_act
+        "gemma": (16, 8192, True,
+                  "hidden_activation" if h.get("hidden_activation") else "hidden_act"),
+        "phi3": (None, 4096, False, "hidden_act"),
+    }[mt]
+    out.update(
+        n_kv_heads=_kv(h, kv, heads),
+        ffn=h.act(act_key, "gelu_pytorch_tanh" if mt == "gemma" else "silu", gated=True),
+        max_positions=h.get("max_position_embeddings", positions),
+        tie_embeddings=h.get("tie_word_embeddings", tied),
+    )
+    if mt in ("llama", "gemma"):  # attention_bias on q, k, v and o
+        bias = bool(h.get("attention_bias", False))
+        out.update(qkv_bias=bias, attn_out_bias=bias)
     if mt == "llama":
-        bias = bool(h.get("attention_bias", False))
-        out.update(
-            n_kv_heads=_kv(h, None, heads),
-            ffn=h.act("hidden_act", "silu", gated=True),
-            max_positions=h.get("max_position_embeddings", 2048),
-            tie_embeddings=h.get("tie_word_embeddings", False),
-            qkv_bias=bias,
-            attn_out_bias=bias,
-            ffn_bias=bool(h.get("mlp_bias", False)),
-        )
+        out.update(ffn_bias=bool(h.get("mlp_bias", False)))
     elif mt == "mistral":  # no biases anywhere (MistralAttention/MistralMLP use bias=False)
-        out.update(
-            n_kv_heads=_kv(h, 8, heads),
-            ffn=h.act("hidden_act", "silu", gated=True),
-            max_positions=h.get("max_position_embeddings", 4096 * 32),
-            tie_embeddings=h.get("tie_word_embeddings", False),
-            sliding_window=h.get("sliding_window", 4096),
-        )
+        out.update(sliding_window=h.get("sliding_window", 4096))
     elif mt == "qwen2":  # q, k, v have biases; o_proj and the MLP do not
-        out.update(
-            n_kv_heads=_kv(h, 32, heads),
-            ffn=h.act("hidden_act", "silu", gated=True),
-            max_positions=h.get("max_position_embeddings", 32768),
-            tie_embeddings=h.get("tie_word_embeddings", False),
-            qkv_bias=True,
-            sliding_window=_qwen2_window(h, out["n_layers"]),
-        )
+        out.update(qkv_bias=True, sliding_window=_qwen2_window(h, out["n_layers"]))
     elif mt == "gemma":
-        bias = bool(h.get("attention_bias", False))
-        # Older transformers read hidden_activation (ignoring hidden_act); newer read hidden_act.
-        key = "hidden_activation" if h.get("hidden_activation") else "hidden_act"
-        out.update(
-            n_kv_heads=_kv(h, 16, heads),
-            head_dim=h.get("head_dim", 256),
-            ffn=h.act(key, "gelu_pytorch_tanh", gated=True),
-            max_positions=h.get("max_position_embeddings", 8192),
-            tie_embeddings=h.get("tie_word_embeddings", True),
-            qkv_bias=bias,
-            attn_out_bias=bias,
-            embedding_scale=True,  # hidden_states * sqrt(hidden_size)
-        )
+        out.update(head_dim=h.get("head_dim", 256),
+                   embedding_scale=True)  # hidden_states * sqrt(hidden_size)
     elif mt == "phi3":  # one qkv_proj and one gate_up_proj matrix, no biases
-        out.update(
-            n_kv_heads=_kv(h, None, heads),
-            ffn=h.act("hidden_act", "silu", gated=True),
-            max_positions=h.get("max_position_embeddings", 4096),
-            tie_embeddings=h.get("tie_word_embeddings", False),
-            fused_qkv=True,
-            sliding_window=h.get("sliding_window"),
-        )
+        out.update(fused_qkv=True, sliding_window=h.get("sliding_window"))
     return out
 
 

@@ -155,52 +155,26 @@ def parallel_panel(doc: dict[str, Any]) -> Panel:
             "  heads per rank", f"{tp['heads_per_rank']} q · {tp['kv_heads_per_rank']} kv", kv_note
         )
         t.add_row("  Dff per rank", f"{tp['d_ff_per_rank']:,}", "")
-        cols = ", ".join(s["weight"] for s in tp["splits"] if s["split"] == "column")
-        rows = ", ".join(s["weight"] for s in tp["splits"] if s["split"] == "row")
+        cols = ", ".join(dict.fromkeys(s["weight"] for s in tp["splits"] if s["split"] == "column"))
+        rows = ", ".join(dict.fromkeys(s["weight"] for s in tp["splits"] if s["split"] == "row"))
         t.add_row("  split by column", "", cols)
         t.add_row("  split by row", "", rows + " (→ all-reduce of [B,T,D])")
         t.add_row("  all-reduces per layer", str(tp["allreduce_per_layer"]), "B·T·D·bytes each")
-        t.add_row(
-            "  one all-reduce", f"{tp['allreduce_bytes']:,}", human_bytes(tp["allreduce_bytes"])
-        )
-        t.add_row(
-            "  per layer",
-            f"{tp['allreduce_bytes_per_layer']:,}",
-            human_bytes(tp["allreduce_bytes_per_layer"]),
-        )
-        t.add_row(
-            "  over N layers",
-            f"{tp['allreduce_bytes_total']:,}",
-            human_bytes(tp["allreduce_bytes_total"]),
-        )
-        t.add_row(
-            "  ring traffic per rank",
-            f"{tp['ring_bytes_per_rank_total']:,}",
-            f"{human_bytes(tp['ring_bytes_per_rank_total'])} = 2(p−1)/p of the buffers",
-        )
-        t.add_row(
-            "  embedding all-reduce",
-            f"{tp['embedding_allreduce_bytes']:,}",
-            "vocab-parallel lookup",
-        )
-        t.add_row(
-            "  logits all-gather", f"{tp['logits_allgather_bytes']:,}", "vocab-parallel LM head"
-        )
-        t.add_row(
-            "  weights per rank",
-            f"{tp['weight_bytes_per_rank']:,}",
-            human_bytes(tp["weight_bytes_per_rank"]),
-        )
-        t.add_row(
-            "  KV cache per rank",
-            f"{tp['kv_cache_bytes_per_rank']:,}",
-            human_bytes(tp["kv_cache_bytes_per_rank"]),
-        )
-        t.add_row(
-            "  matmul FLOPs per rank",
-            f"{tp['flops_per_rank']:,}",
-            human_flops(tp["flops_per_rank"]),
-        )
+        human = {"bytes": human_bytes, "flops": human_flops}
+        for label, key, unit, note in (
+            ("one all-reduce", "allreduce_bytes", "bytes", ""),
+            ("per layer", "allreduce_bytes_per_layer", "bytes", ""),
+            ("over N layers", "allreduce_bytes_total", "bytes", ""),
+            ("ring traffic per rank", "ring_bytes_per_rank_total", "bytes",
+             " = 2(p−1)/p of the buffers"),
+            ("embedding all-reduce", "embedding_allreduce_bytes", "", "vocab-parallel lookup"),
+            ("logits all-gather", "logits_allgather_bytes", "", "vocab-parallel LM head"),
+            ("weights per rank", "weight_bytes_per_rank", "bytes", ""),
+            ("KV cache per rank", "kv_cache_bytes_per_rank", "bytes", ""),
+            ("matmul FLOPs per rank", "flops_per_rank", "flops", ""),
+        ):
+            shown = human[unit](tp[key]) if unit else ""
+            t.add_row(f"  {label}", f"{tp[key]:,}", shown + note)
     t.add_row("pipeline stages s", str(pp["stages"]), "" if pp["stages"] > 1 else "all N layers")
     if pp["stages"] > 1:
         t.add_row(

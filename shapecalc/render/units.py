@@ -11,40 +11,32 @@ def make_console() -> Console:
     return c if c.is_terminal else Console(width=200)
 
 
+def _scaled(n: int, units: tuple[tuple[str, int], ...], suffix: str, plain: str) -> str:
+    """n with the largest prefix not above it, to 2 decimals (`1.28 MFLOP`), else `plain`."""
+    for unit, scale in units:
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}{suffix}"
+    return plain
+
+
+_DECIMAL = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6),
+            ("k", 10**3))
+_BINARY = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+_COUNT = (("T", 10**12), ("B", 10**9), ("M", 10**6), ("k", 10**3))
+
+
 def human_flops(n: int) -> str:
     """Decimal prefixes for FLOPs (k, M, G, T, P, E)."""
-    for unit, scale in (
-        ("E", 10**18),
-        ("P", 10**15),
-        ("T", 10**12),
-        ("G", 10**9),
-        ("M", 10**6),
-        ("k", 10**3),
-    ):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}FLOP"
-    return f"{n} FLOP"
+    return _scaled(n, _DECIMAL, "FLOP", f"{n} FLOP")
 
 
 def human_bytes(n: int) -> str:
     """Binary prefixes, said as such: KiB, MiB, GiB, TiB, PiB."""
-    for unit, scale in (
-        ("PiB", 2**50),
-        ("TiB", 2**40),
-        ("GiB", 2**30),
-        ("MiB", 2**20),
-        ("KiB", 2**10),
-    ):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
+    return _scaled(n, _BINARY, "", f"{n} B")
 
 
 def human_count(n: int) -> str:
-    for unit, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("k", 10**3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return str(n)
+    return _scaled(n, _COUNT, "", str(n))
 
 
 def exact_bytes(n: int) -> str:
