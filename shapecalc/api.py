@@ -26,6 +26,7 @@ from .plan import cases as plan_cases
 from .plan import compare as plan_compare
 from .plan import fit as plan_fit
 from .plan import options as plan_options
+from .plan import sweep as sweeping
 from .plan.schemas import CompareItem, FitOut, SweepRow
 
 TraceResult = TraceOut  # `trace --json`
@@ -166,8 +167,6 @@ def sweep(
     a model cannot run (tp not dividing its heads, pp > N, seq beyond a learned position table)
     are skipped, as the CLI skips them; a grid with no valid point raises. With a `gpu`, the fit
     and time columns, and fit's plan options."""
-    from .plan import sweep as sweeping
-
     wfields, opts = _options(fields)
     hw = _gpu(gpu)
     parsed = [_case(c, presets_dir) for c in _many(cases)]

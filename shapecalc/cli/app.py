@@ -122,13 +122,14 @@ def trace(
             emit_json(doc)  # the planners' hot path: no rich, no file
             return
         from ..render import output as out
+        from ..render.console import render_table
         from ..render.trace import print_trace, trace_csv, trace_markdown
 
         def draw(console: Any) -> None:
             print_trace(doc, per_rank=per_rank, console=console)
 
         if fmt == "table":
-            out.render_table(draw, output, True, svg, html)
+            render_table(draw, output, True, svg, html)
             return
         text = {
             "json": lambda: out.json_text(doc),
@@ -137,7 +138,7 @@ def trace(
         }[fmt]()
         out.write_text(text, output)
         if svg or html:
-            out.render_table(draw, None, False, svg, html)
+            render_table(draw, None, False, svg, html)
     except ShapecalcError as e:
         fail(e)
 
@@ -152,9 +153,10 @@ def presets_list(ctx: typer.Context, presets_dir: PresetsDir = None) -> None:
     rows = []
     for name in sorted(sources.list_presets(presets_dir)):
         try:
-            rows.append((name, sources.load_preset(name, presets_dir)))
+            model = sources.load_preset(name, presets_dir)
         except ShapecalcError as e:
             fail(e)
+        rows.append((name, model, _params(model)))
     print_presets(rows)
 
 
@@ -171,7 +173,14 @@ def presets_show(name: str, presets_dir: PresetsDir = None, as_json: JsonOut = F
         return
     from ..render.trace import print_model
 
-    print_model(model)
+    print_model(model, _params(model))
+
+
+def _params(model: Any) -> int:
+    from ..costs.trace import build_trace
+    from ..model.config import Workload
+
+    return int(build_trace(model, Workload(batch=1, seq=1))["totals"]["params"])
 
 
 @app.command(help="Print the JSON Schemas of the model config, the workload and the outputs.")

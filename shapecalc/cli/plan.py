@@ -146,18 +146,19 @@ def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
         io_.write_text(io_.json_text(items), output)
         return
     from ..render import plan as pr
+    from ..render.console import render_table
 
     def draw(console: Any) -> None:
         pr.print_compare(items, console, ratio)
 
     if fmt == "table":
-        io_.render_table(draw, output, True, svg, html)
+        render_table(draw, output, True, svg, html)
         return
     text = {"json": lambda: io_.json_text(items), "csv": lambda: pr.compare_csv(items),
             "markdown": lambda: pr.compare_markdown(items, ratio)}[fmt]()
     io_.write_text(text, output)
     if svg or html:
-        io_.render_table(draw, None, False, svg, html)
+        render_table(draw, None, False, svg, html)
 
 
 # -- fit ------------------------------------------------------------------------------------------
@@ -249,6 +250,7 @@ def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None
         io_.write_text(io_.json_text(doc), output)
         return
     from ..render import plan as pr
+    from ..render.console import render_table
 
     def draw(console: Any) -> None:
         from ..costs.trace import build_trace
@@ -259,13 +261,13 @@ def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None
         console.print(breakdown_chart(build_trace(model, wl), memory=False))
 
     if fmt == "table":
-        io_.render_table(draw, output, True, svg, html)
+        render_table(draw, output, True, svg, html)
         return
     text = {"json": lambda: io_.json_text(doc), "csv": lambda: pr.fit_csv(doc),
             "markdown": lambda: pr.fit_markdown(doc)}[fmt]()
     io_.write_text(text, output)
     if svg or html:
-        io_.render_table(draw, None, False, svg, html)
+        render_table(draw, None, False, svg, html)
 
 
 # -- sweep ----------------------------------------------------------------------------------------
@@ -356,7 +358,8 @@ def hardware(
     from rich import box
     from rich.table import Table
 
-    from ..render.units import human_bytes, make_console
+    from ..render.console import make_console
+    from ..render.units import human_bytes
 
     t = Table(box=box.SIMPLE_HEAD, title="GPU profiles (dense peaks; link: per direction)")
     for col in ("name", "memory", "bytes", "HBM B/s", "link B/s", "bf16 FLOP/s", "fp8 FLOP/s",

@@ -77,12 +77,15 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
     """The rows of every grid in `fmt` to `output` (stdout if None); a table also to SVG/HTML."""
     from ..render import output as io_
     from ..render import sweep as pr
+    from ..render.console import render_table
 
     def draw(console: Any) -> None:
-        pr.sweep_table(list(_chunks(gs)), console)
+        from ..render.plan import sweep_table
+
+        sweep_table(list(_chunks(gs)), console)
 
     if fmt == "table":
-        io_.render_table(draw, output, True, svg, html)
+        render_table(draw, output, True, svg, html)
         return
     out, close = io_.open_output(output)
     try:
@@ -100,7 +103,7 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
         if close:
             out.close()
     if svg or html:
-        io_.render_table(draw, None, False, svg, html)
+        render_table(draw, None, False, svg, html)
 
 
 def byte_writer(out: IO[str]) -> Callable[[bytes | bytearray], Any]:

@@ -72,7 +72,7 @@ def print_verify(doc: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..render.units import make_console
+    from ..render.console import make_console
 
     wl = doc["workload"]
     title = (f"verify {doc['model']}: B={wl['batch']} T={wl['seq']} {wl['phase']}, "

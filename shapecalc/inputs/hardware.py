@@ -18,6 +18,7 @@ from pydantic_core import ValidationError
 
 from ..model.config import ShapecalcError, first_error
 from ..model.record import Pos, PosFloat, Record, _doc, _req
+from .sources import list_hardware
 
 # dtypes a profile can give a peak for; a matmul runs in the activation dtype unless told otherwise
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
@@ -53,8 +54,6 @@ class GPU(Record):
 
 
 def list_gpus(extra: list[Path] | None = None) -> dict[str, Path]:
-    from .sources import list_hardware
-
     return list_hardware(extra)
 
 

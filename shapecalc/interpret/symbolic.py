@@ -8,6 +8,7 @@ element with the constants in `ELEMENTWISE` and kept apart from the matmul FLOPs
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Literal, NamedTuple
 
 from ..model.config import ModelConfig, Workload, nbytes
@@ -50,8 +51,6 @@ def _total(d: Dim) -> tuple[int, str]:
 
 
 def _half(d: Dim) -> Dim:
-    from fractions import Fraction
-
     return Dim(d.value // 2, d.expr * Expr.const(Fraction(1, 2)))
 
 

@@ -6,12 +6,11 @@ stay portable. After `check()` passes, everything downstream trusts its input.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
+
+from pydantic_core import ValidationError
 
 from .record import Pos, Record, _doc, _req
-
-if TYPE_CHECKING:
-    from pydantic_core import ValidationError
 
 # Bits per element. int4 packs two values per byte, so bytes are rounded up per tensor.
 DTYPE_BITS: dict[str, int] = {
@@ -225,8 +224,6 @@ def first_error(err: ValidationError, prefix: str = "") -> ShapecalcError:
 
 def make_workload(fields: dict[str, Any]) -> Workload:
     """A Workload from loose fields (None means: not given), or one clear error line."""
-    from pydantic_core import ValidationError
-
     try:
         return Workload.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as e:

@@ -8,14 +8,10 @@ prints as `2·B·H·T²·Dh`, exactly as the seeds write it, and nobody types a 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Union
+from fractions import Fraction
 
-if TYPE_CHECKING:
-    from fractions import Fraction
-
-# Coefficients are ints, or Fractions where a size is halved (Dh/2); `fractions` is imported only
-# by the code that halves, since start-up time matters.
-Coef = Union[int, "Fraction"]
+# Coefficients are ints, or Fractions where a size is halved (Dh/2)
+Coef = int | Fraction
 
 # A monomial: ((symbol, exponent), ...) in order of first appearance.
 Mono = tuple[tuple[str, int], ...]

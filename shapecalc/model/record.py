@@ -20,6 +20,8 @@ from typing import (
     get_type_hints,
 )
 
+from pydantic_core import SchemaValidator
+
 
 class _Positive:
     """Marks an int that must be > 0."""
@@ -114,8 +116,6 @@ class Record:
     @classmethod
     def _schema_validator(cls) -> Any:
         if cls.__dict__.get("_validator") is None:
-            from pydantic_core import SchemaValidator
-
             cls._validator = SchemaValidator(cls._typed_dict())
         return cls._validator
 

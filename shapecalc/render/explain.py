@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
+from rich.table import Table
 
-from .units import make_console
+from .console import make_console
 
 
 def _fmt(x: float) -> str:
@@ -14,10 +16,6 @@ def _fmt(x: float) -> str:
 
 
 def print_explain(walk: Any) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-
     out = make_console()
     out.print(f"[bold]{escape(walk.heading)}[/]")
     out.print(escape("A product [m,n] × [n,p] is legal when the inner dims agree; it gives [m,p]."))

@@ -6,59 +6,19 @@ binary units (KiB, MiB, GiB) and say so; JSON and CSV carry the exact integers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rich import box
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
 from .output import csv_text, markdown_table
-from .units import human_bytes, human_count, human_flops
-
-# ── units ────────────────────────────────────────────────────────────────────────────────────────
-
-
-def human_time(s: float | None) -> str:
-    if s is None or (isinstance(s, float) and math.isnan(s)):
-        return "—"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s:.3g} s"
-
-
-def human_rate(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:,.1f}" if x < 1e6 else f"{x:.3g}"
-
-
-def money(x: float | None) -> str:
-    return "—" if x is None else f"${x:,.4g}"
-
-
-def _fmt(kind: str, v: Any) -> str:
-    if v is None:
-        return "—"
-    if kind == "bytes":
-        return human_bytes(int(v))
-    if kind == "flops":
-        return human_flops(int(v)) if isinstance(v, int) else human_flops(round(v))
-    if kind == "count":
-        return human_count(int(v))
-    if kind == "int":
-        return f"{int(v):,}"
-    if kind == "time":
-        return human_time(v)
-    if kind == "rate":
-        return human_rate(v)
-    if kind == "money":
-        return money(v)
-    if kind == "float":
-        return f"{v:,.3g}"
-    if kind == "bool":
-        return "yes" if v else "no"
-    return str(v)
-
+from .sweep import table_cols, table_rows
+from .units import fmt_value, human_bytes, human_rate, human_time, money
 
 # ── fit ──────────────────────────────────────────────────────────────────────────────────────────
 
@@ -68,8 +28,6 @@ MEM_PARTS = (("weights", "blue"), ("kv_cache", "magenta"), ("activations", "yell
 
 def memory_bar(mem: dict[str, int], width: int = 60) -> Any:
     """A stacked bar of the memory split of one rank, scaled to its capacity (or the total)."""
-    from rich.text import Text
-
     scale = max(mem["capacity"], mem["total"])
     bar = Text()
     used = 0
@@ -94,11 +52,6 @@ def memory_bar(mem: dict[str, int], width: int = 60) -> Any:
 
 
 def print_fit(doc: dict[str, Any], console: Any) -> None:
-    from rich import box
-    from rich.panel import Panel
-    from rich.table import Table
-    from rich.text import Text
-
     wl = doc["workload"]
     mem = doc["memory_per_rank"]
     a = doc["assumptions"]
@@ -171,7 +124,6 @@ def print_fit(doc: dict[str, Any], console: Any) -> None:
                         rates, Text(eff, style="dim")]
     for note in doc["notes"]:
         parts.append(Text("note: " + note, style="yellow"))
-    from rich.console import Group
 
     console.print(Panel(Group(*parts), title=title, border_style="cyan", expand=False))
 
@@ -300,10 +252,6 @@ def _ratio(v: Any, first: Any) -> str:
 
 
 def print_compare(items: list[dict[str, Any]], console: Any, ratio: bool = False) -> None:
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
     t = Table(box=box.SIMPLE_HEAD, title="compare" + (" (×: ratio to the first column)"
                                                        if ratio else ""),
               caption="best of each row in bold green; bytes in binary units (GiB = 2³⁰ B)"
@@ -318,7 +266,7 @@ def print_compare(items: list[dict[str, Any]], console: Any, ratio: bool = False
         best = _best(row, values)
         cells = []
         for i, v in enumerate(values):
-            s = _fmt(row.kind, v) + (_ratio(v, values[0]) if ratio and i else "")
+            s = fmt_value(row.kind, v) + (_ratio(v, values[0]) if ratio and i else "")
             cells.append(Text(s, style="bold green" if i in best else ""))
         t.add_row(row.label, *cells)
     console.print(t)
@@ -332,7 +280,7 @@ def compare_markdown(items: list[dict[str, Any]], ratio: bool = False) -> str:
         best = _best(row, values)
         cells = [row.label]
         for i, v in enumerate(values):
-            s = _fmt(row.kind, v) + (_ratio(v, values[0]) if ratio and i else "")
+            s = fmt_value(row.kind, v) + (_ratio(v, values[0]) if ratio and i else "")
             cells.append(f"**{s}**" if i in best else s)
         rows.append(cells)
     return markdown_table(header, rows)
@@ -346,3 +294,20 @@ def compare_csv(items: list[dict[str, Any]]) -> str:
 
 
 # ── sweep ────────────────────────────────────────────────────────────────────────────────────────
+
+
+# ── sweep ────────────────────────────────────────────────────────────────────────────────────────
+
+
+def sweep_table(chunks: list[Any], console: Any) -> None:
+    fit = any("fits" in c.columns for c in chunks)
+    cols = table_cols(fit)
+    t = Table(box=box.SIMPLE_HEAD, title="sweep", caption="bytes in binary units; times are "
+              "roofline lower bounds" if fit else "bytes in binary units")
+    t.add_column("model")
+    for k, _ in cols:
+        t.add_column(k, justify="left" if k in ("phase", "dtype", "kv_dtype") else "right")
+    for c in chunks:
+        for row in table_rows(c, cols):
+            t.add_row(*row)
+    console.print(t)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .output import markdown_table
-from .plan import _fmt
+from .units import fmt_value
 
 SWEEP_FORMATS = ("jsonl", "json", "csv", "markdown", "table")
 
@@ -264,39 +264,22 @@ def _csv_cell(s: str) -> str:
 # -- tables ---------------------------------------------------------------------------------------
 
 
-def _table_cols(fit: bool) -> tuple[tuple[str, str], ...]:
+def table_cols(fit: bool) -> tuple[tuple[str, str], ...]:
     return SWEEP_TABLE_COLS + (SWEEP_TABLE_FIT if fit else ())
 
 
-def sweep_table(chunks: list[Any], console: Any) -> None:
-    from rich import box
-    from rich.table import Table
-
-    fit = any("fits" in c.columns for c in chunks)
-    cols = _table_cols(fit)
-    t = Table(box=box.SIMPLE_HEAD, title="sweep", caption="bytes in binary units; times are "
-              "roofline lower bounds" if fit else "bytes in binary units")
-    t.add_column("model")
-    for k, _ in cols:
-        t.add_column(k, justify="left" if k in ("phase", "dtype", "kv_dtype") else "right")
-    for c in chunks:
-        for row in _table_rows(c, cols):
-            t.add_row(*row)
-    console.print(t)
-
-
-def _table_rows(c: Any, cols: tuple[tuple[str, str], ...]) -> Iterator[list[str]]:
+def table_rows(c: Any, cols: tuple[tuple[str, str], ...]) -> Iterator[list[str]]:
     lists = {k: c.columns[k].tolist() for k, _ in cols}
     for i in range(len(c)):
-        yield [c.case, *(_fmt(kind, lists[k][i]) for k, kind in cols)]
+        yield [c.case, *(fmt_value(kind, lists[k][i]) for k, kind in cols)]
 
 
 def sweep_markdown_lines(chunks: Iterable[Any], fit: bool) -> Iterator[str]:
     """A Markdown table, streamed: the header, then each chunk's rows (one text a chunk)."""
-    cols = _table_cols(fit)
+    cols = table_cols(fit)
     yield markdown_table(["model", *(k for k, _ in cols)], []).rstrip("\n")
     for c in chunks:
-        rows = list(_table_rows(c, cols))
+        rows = list(table_rows(c, cols))
         if rows:
             yield markdown_table(["model"], rows).split("\n", 2)[2].rstrip("\n")
 

@@ -11,8 +11,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model.config import ModelConfig
+from .console import make_console
 from .output import csv_text, markdown_table
-from .units import human_bytes, human_count, human_flops, make_console
+from .units import human_bytes, human_count, human_flops
 
 GROUP_TITLE = {"embedding": "embedding", "block": "block", "head": "head"}
 
@@ -214,7 +215,8 @@ def print_trace(
     console.print(breakdown_chart(doc))
 
 
-def print_presets(rows: list[tuple[str, ModelConfig]], console: Console | None = None) -> None:
+def print_presets(rows: list[tuple[str, ModelConfig, int]], console: Console | None = None
+                  ) -> None:
     t = Table(box=box.SIMPLE_HEAD, header_style="bold")
     for col in (
         "preset",
@@ -230,11 +232,7 @@ def print_presets(rows: list[tuple[str, ModelConfig]], console: Console | None =
         "params",
     ):
         t.add_column(col, justify="left" if col in ("preset", "FFN", "positions") else "right")
-    from ..costs.trace import build_trace
-    from ..model.config import Workload
-
-    for name, m in rows:
-        params = build_trace(m, Workload(batch=1, seq=1))["totals"]["params"]
+    for name, m, params in rows:
         t.add_row(
             name,
             str(m.n_layers),
@@ -251,16 +249,12 @@ def print_presets(rows: list[tuple[str, ModelConfig]], console: Console | None =
     (console or make_console()).print(t)
 
 
-def print_model(m: ModelConfig, console: Console | None = None) -> None:
-    from ..costs.trace import build_trace
-    from ..model.config import Workload
-
+def print_model(m: ModelConfig, params: int, console: Console | None = None) -> None:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)
     t.add_column()
     for k, v in m.model_dump().items():
         t.add_row(k, str(v))
-    params = build_trace(m, Workload(batch=1, seq=1))["totals"]["params"]
     t.add_row("parameters", f"{params:,} ({human_count(params)})")
     (console or make_console()).print(Panel(t, title=m.name, title_align="left"))
 

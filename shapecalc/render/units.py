@@ -1,14 +1,9 @@
-"""Numbers as people read them (decimal FLOPs, binary bytes) and the console tables print to."""
+"""Numbers as people read them: decimal FLOPs and counts, binary bytes (KiB, MiB, GiB)."""
 
 from __future__ import annotations
 
-from rich.console import Console
-
-
-def make_console() -> Console:
-    """A terminal keeps its width; a pipe or file gets room for the whole table."""
-    c = Console()
-    return c if c.is_terminal else Console(width=200)
+import math
+from typing import Any
 
 
 def _scaled(n: int, units: tuple[tuple[str, int], ...], suffix: str, plain: str) -> str:
@@ -41,3 +36,47 @@ def human_count(n: int) -> str:
 
 def exact_bytes(n: int) -> str:
     return f"{n:,} B ({human_bytes(n)})" if n >= 1024 else f"{n:,} B"
+
+
+def human_time(s: float | None) -> str:
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return "—"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s:.3g} s"
+
+
+def human_rate(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:,.1f}" if x < 1e6 else f"{x:.3g}"
+
+
+def money(x: float | None) -> str:
+    return "—" if x is None else f"${x:,.4g}"
+
+
+def fmt_value(kind: str, v: Any) -> str:
+    """One value of a table cell by its kind: bytes, flops, count, int, time, rate, money, …"""
+    if v is None:
+        return "—"
+    if kind == "bytes":
+        return human_bytes(int(v))
+    if kind == "flops":
+        return human_flops(int(v)) if isinstance(v, int) else human_flops(round(v))
+    if kind == "count":
+        return human_count(int(v))
+    if kind == "int":
+        return f"{int(v):,}"
+    if kind == "time":
+        return human_time(v)
+    if kind == "rate":
+        return human_rate(v)
+    if kind == "money":
+        return money(v)
+    if kind == "float":
+        return f"{v:,.3g}"
+    if kind == "bool":
+        return "yes" if v else "no"
+    return str(v)
