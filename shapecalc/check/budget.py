@@ -61,7 +61,9 @@ def estimate(model: ModelConfig, wl: Workload, layers: int, precision: str = "fl
         small = sum(s.params for s in st if s.op not in ("linear", "embed"))
         small += sum(s.shape[-1] for s in st if s.op == "linear") * 2
         return (small + act) * item + 3 * CHUNK + 64 * (1 << 20)
-    block = sum(s.params for s in st if s.group == "block")
+    # one layer of the largest kind (the symbolic list records one block per kind)
+    kinds = {s.kind for s in st if s.group == "block"}
+    block = max(sum(s.params for s in st if s.kind == k) for k in kinds)
     other = sum(s.params for s in st if s.group != "block")
     other += (ceil_div(model.vocab_size, p) * p - model.vocab_size) * model.d_model * 2
     w = other + layers * block
