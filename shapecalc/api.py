@@ -161,12 +161,13 @@ def sweep(
     presets_dir: PathLike | Sequence[PathLike] | None = None,
     **fields: Any,
 ) -> Iterator[SweepRow]:
-    """The rows of `shapecalc sweep --format jsonl`, case by case, computed as you iterate. The
-    axes `batch`, `seq`, `tp`, `pp`, `dtype`, `kv_dtype` and `phase` take one value, a list or a
-    CLI grid (`"1..256x2"`); an axis not given takes the case's value, else the default. Points
-    a model cannot run (tp not dividing its heads, pp > N, seq beyond a learned position table)
-    are skipped, as the CLI skips them; a grid with no valid point raises. With a `gpu`, the fit
-    and time columns, and fit's plan options."""
+    """The rows of `shapecalc sweep --format jsonl`, evaluated chunk by chunk as you iterate
+    (memory does not grow with the grid). The axes `batch`, `seq`, `tp`, `pp`, `dtype`,
+    `kv_dtype` and `phase` take one value, a list or a CLI grid (`"1..256x2"`); an axis not given
+    takes the case's value, else the default. Points a model cannot run (tp not dividing its
+    heads, pp > N, seq beyond a learned position table) are skipped, as the CLI skips them; a
+    grid without a valid point, or beyond the CLI's limit of points, raises here. With a `gpu`,
+    the fit and time columns, and fit's plan options."""
     wfields, opts = _options(fields)
     hw = _gpu(gpu)
     parsed = [_case(c, presets_dir) for c in _many(cases)]
@@ -175,33 +176,23 @@ def sweep(
     phases = (plan_cases.parse_str_grid(_text(phase), "phase", ("prefill", "decode"))
               if phase is not None else None)
     fixed = {k: v for k, v in wfields.items() if v is not None}
-    plans = []
-    for case in parsed:
-        w0 = make_workload({**fixed, **case.workload})  # what an axis not given takes
-        plans.append((case, sweeping.SweepAxes(
+    grids = []
+    for case in parsed:  # as the CLI: an axis not given takes the case's value, else the default
+        w0 = make_workload({**fixed, **case.workload})
+        grids.append(sweeping.SweepGrid(case, sweeping.SweepAxes(
             batch=given.get("batch", [w0.batch]), seq=given.get("seq", [w0.seq]),
             tp=given.get("tp", [w0.tp]), pp=given.get("pp", [w0.pp]),
             dtype=given.get("dtype", [w0.dtype]), kv_dtype=given.get("kv_dtype", [w0.kv_dtype]),
             phase=phases or [w0.phase],
-        )))
-
-    def rows() -> Iterator[SweepRow]:
-        skipped: list[str] = []
-        n = 0
-        for case, axes in plans:
-            out: Any = sweeping.sweep(case, axes, fixed, hw, opts)
-            for chunk in [out] if hasattr(out, "columns") else out:  # one chunk, or a stream
-                skipped += [f"{case.label}: {k} {c:,}" for k, c in chunk.skipped.items() if c]
-                cols = {k: _values(v) for k, v in chunk.columns.items()}
-                head = {"case": chunk.case, "model": chunk.model}
-                for values in zip(*cols.values(), strict=True):
-                    n += 1
-                    yield SweepRow.model_validate({**head, **dict(zip(cols, values, strict=True))})
-        if not n:
-            raise ShapecalcError("grid", "no valid point (points skipped: "
-                                 + "; ".join(skipped) + ")")
-
-    return rows()
+        ), fixed, hw, opts))
+    points = sum(g.points for g in grids)
+    if points > sweeping.MAX_POINTS:
+        raise ShapecalcError("grid", f"{points:,} points, more than the "
+                             f"{sweeping.MAX_POINTS:,} a sweep takes: narrow an axis")
+    if not sum(g.rows for g in grids):
+        raise ShapecalcError("grid", "no valid point (skipped: " + "; ".join(
+            f"{g.case}: {n:,} for {what}" for g in grids for what, n in g.skipped.items()) + ")")
+    return (row for g in grids for chunk in g.chunks() for row in _rows(chunk))
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -284,6 +275,14 @@ def _axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
         else:
             axes[name] = plan_cases.parse_str_grid(_text(v), name.replace("_", "-"), DTYPE_BITS)
     return axes
+
+
+def _rows(chunk: Any) -> Iterator[SweepRow]:
+    """A SweepChunk's rows, with the CLI's keys and values."""
+    cols = {k: _values(v) for k, v in chunk.columns.items()}
+    head = {"case": chunk.case, "model": chunk.model}
+    for values in zip(*cols.values(), strict=True):
+        yield SweepRow.model_validate({**head, **dict(zip(cols, values, strict=True))})
 
 
 def _values(col: Any) -> list[Any]:

@@ -129,7 +129,7 @@ FITS = [
                                 "utilization": 0.85, "compute_efficiency": 0.5}),
     ("qwen2.5-7b", "l40s", {"tp": 2, "pp": 2, "seq": 2048, "dtype": "fp8",
                             "compute_dtype": "bf16", "max_batched_tokens": 1024,
-                            "logits": "all"}),
+                            "logits": "all", "attention": "eager"}),
 ]
 
 
@@ -170,6 +170,8 @@ SWEEPS = [
     (["llama3-8b", "gpt2@dtype=fp16"], None,
      {"seq": [1024, 4096], "phase": "prefill,decode", "kv_dtype": ["bf16", "fp8"]}),
     (["llama3-70b"], "h100-sxm", {"batch": [1, 32], "tp": [4, 8], "pp": [1, 2], "price": 3.0}),
+    # more rows than one chunk of the streamed evaluation
+    (["qwen2.5-0.5b"], None, {"batch": "1..160", "seq": "64..8192+64", "tp": 2}),
 ]
 
 
@@ -192,12 +194,19 @@ def test_sweep_equals_cli(cli, cases, gpu, fields):
     (lambda: shapecalc.fit("gpt2", "no-such-gpu"), "gpu"),
     (lambda: shapecalc.fit("gpt2", "h100-sxm", utilization=2), "utilization"),
     (lambda: shapecalc.compare(["gpt2"], tp="1..x"), "tp"),
-    (lambda: list(shapecalc.sweep("gpt2", seq=4096)), "grid"),
+    (lambda: shapecalc.sweep("gpt2", seq=4096), "grid"),
 ])
 def test_bad_input_raises_shapecalc_error(call, field):
     with pytest.raises(shapecalc.ShapecalcError) as e:
         call()
     assert e.value.field == field
+
+
+def test_sweep_raises_before_the_first_row():
+    with pytest.raises(shapecalc.ShapecalcError, match="no valid point"):
+        shapecalc.sweep("gpt2", seq=[2048, 4096])  # beyond its 1024 learned positions
+    rows = shapecalc.sweep("gpt2", seq=[512, 2048])  # 2048 skipped, as the CLI skips it
+    assert [r.seq for r in rows] == [512]
 
 
 # -- the README's example --------------------------------------------------------------------------
