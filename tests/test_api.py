@@ -76,7 +76,8 @@ def test_importing_the_package_or_the_cli_does_not_load_the_api():
 # -- results equal the CLI's JSON ------------------------------------------------------------------
 
 TRACES = [
-    ("llama2-70b", {"tp": 4, "batch": 1, "seq": 2048, "dtype": "fp16"}),  # the §11 ledger
+    # the second seed's §11 (the TP communication ledger)
+    ("llama2-70b", {"tp": 4, "batch": 1, "seq": 2048, "dtype": "fp16"}),
     ("llama3-8b", {"phase": "decode", "batch": 4, "seq": 1000, "kv_dtype": "fp8", "tp": 2}),
     ("qwen2.5-0.5b", {"tp": 2, "pp": 2, "logits": "last", "per_rank": True}),
     ("gpt2", {"batch": 3, "seq": 64, "attention_flops": "causal", "padding_mask": True}),
