@@ -145,12 +145,7 @@ def compare(
     axes = _axes(wfields)
     base = {k: v for k, v in wfields.items() if v is not None}
     columns = plan_compare.expand_cases(parsed, base, axes)
-    items = plan_compare.compare(columns, None, opts)
-    if hw is not None:
-        for item, (_, case, wl) in zip(items, columns, strict=True):
-            if "logits" not in case.workload and "logits" not in base:  # fit rows serve
-                wl = wl.model_copy(update={"logits": "last"})
-            item["fit"] = plan_fit.fit(case.model, wl, hw, opts)
+    items = plan_compare.compare(columns, hw, opts, logits_set="logits" in base)
     return [CompareResult.model_validate(item) for item in items]
 
 
@@ -176,22 +171,7 @@ def sweep(
     phases = (plan_cases.parse_str_grid(_text(phase), "phase", ("prefill", "decode"))
               if phase is not None else None)
     fixed = {k: v for k, v in wfields.items() if v is not None}
-    grids = []
-    for case in parsed:  # as the CLI: an axis not given takes the case's value, else the default
-        w0 = make_workload({**fixed, **case.workload})
-        grids.append(sweeping.SweepGrid(case, sweeping.SweepAxes(
-            batch=given.get("batch", [w0.batch]), seq=given.get("seq", [w0.seq]),
-            tp=given.get("tp", [w0.tp]), pp=given.get("pp", [w0.pp]),
-            dtype=given.get("dtype", [w0.dtype]), kv_dtype=given.get("kv_dtype", [w0.kv_dtype]),
-            phase=phases or [w0.phase],
-        ), fixed, hw, opts))
-    points = sum(g.points for g in grids)
-    if points > sweeping.MAX_POINTS:
-        raise ShapecalcError("grid", f"{points:,} points, more than the "
-                             f"{sweeping.MAX_POINTS:,} a sweep takes: narrow an axis")
-    if not sum(g.rows for g in grids):
-        raise ShapecalcError("grid", "no valid point (skipped: " + "; ".join(
-            f"{g.case}: {n:,} for {what}" for g in grids for what, n in g.skipped.items()) + ")")
+    grids = sweeping.sweep_grids(parsed, given, phases, fixed, hw, opts)
     return (row for g in grids for chunk in g.chunks() for row in _rows(chunk))
 
 

@@ -111,7 +111,6 @@ def compare(
         from ..plan.cases import parse_case
         from ..plan.compare import compare as plan_compare
         from ..plan.compare import expand_cases
-        from ..plan.fit import fit as plan_fit
         from ..render.output import FORMATS
 
         fmt = output_format(fmt, as_json, FORMATS)
@@ -124,15 +123,7 @@ def compare(
                                   ("attention_flops", attention_flops)) if v is not None}
         axes = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
         columns = expand_cases(parsed, base, axes)
-        if hw is not None and logits is None:  # fit rows serve: logits of the last position only
-            columns_fit = [(lb, c, w if "logits" in c.workload else
-                            w.model_copy(update={"logits": "last"})) for lb, c, w in columns]
-        else:
-            columns_fit = columns
-        items = plan_compare(columns, None, opts)
-        if hw is not None:
-            for item, (_, case, wl) in zip(items, columns_fit, strict=True):
-                item["fit"] = plan_fit(case.model, wl, hw, opts)
+        items = plan_compare(columns, hw, opts, logits_set=logits is not None)
         _emit_compare(items, fmt, output, svg, html, ratio)
     except ShapecalcError as e:
         fail(e)

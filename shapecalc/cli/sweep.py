@@ -13,52 +13,16 @@ from typing import IO, Any
 
 import typer
 
-REASONS = {"tp": "tp is not a valid degree for the model's heads / Dff",
-           "pp": "pp exceeds the layers",
-           "seq": "seq exceeds the learned position table"}
-
-
-def grids(parsed: list[Any], given: dict[str, list[Any]], phases: list[str] | None,
-          fixed: dict[str, Any], hw: Any, opts: Any) -> list[Any]:
-    """One SweepGrid a case; axes not given take the case's [workload] value, else the default.
-    Raises on a grid beyond MAX_POINTS or without a valid point."""
-    from ..model.config import ShapecalcError, make_workload
-    from ..plan import sweep as sweeping
-
-    out = []
-    for case in parsed:
-        w0 = make_workload({**fixed, **case.workload})
-        axes = sweeping.SweepAxes(
-            batch=given.get("batch", [w0.batch]), seq=given.get("seq", [w0.seq]),
-            tp=given.get("tp", [w0.tp]), pp=given.get("pp", [w0.pp]),
-            dtype=given.get("dtype", [w0.dtype]),
-            kv_dtype=given.get("kv_dtype", [w0.kv_dtype]),
-            phase=phases or [w0.phase],
-        )
-        out.append(sweeping.SweepGrid(case, axes, fixed, hw, opts))
-    points = sum(g.points for g in out)
-    if points > sweeping.MAX_POINTS:
-        raise ShapecalcError("grid", f"{points:,} points, more than the "
-                             f"{sweeping.MAX_POINTS:,} a sweep takes: narrow an axis")
-    return out
-
-
-def notes(gs: list[Any]) -> list[str]:
-    return [f"{g.case}: skipped {count:,} point{'s' if count > 1 else ''} where {REASONS[what]}"
-            for g in gs for what, count in g.skipped.items()]
-
 
 def run(parsed: list[Any], given: dict[str, list[Any]], phases: list[str] | None,
         fixed: dict[str, Any], hw: Any, opts: Any, fmt: str, output: str | None,
         svg: str | None, html: str | None) -> None:
     from ..model.config import ShapecalcError
-    from ..plan.sweep import MAX_TABLE_ROWS
+    from ..plan.sweep import MAX_TABLE_ROWS, skipped_notes, sweep_grids
 
-    gs = grids(parsed, given, phases, fixed, hw, opts)
-    said = notes(gs)
+    gs = sweep_grids(parsed, given, phases, fixed, hw, opts)
+    said = skipped_notes(gs)
     rows = sum(g.rows for g in gs)
-    if not rows:
-        raise ShapecalcError("grid", "no valid point (" + "; ".join(said) + ")")
     if (fmt == "table" or svg or html) and rows > MAX_TABLE_ROWS:
         raise ShapecalcError("grid", f"{rows:,} rows, more than the {MAX_TABLE_ROWS:,} a table "
                              "holds: write --format csv or jsonl (without --svg/--html)")

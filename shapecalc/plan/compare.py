@@ -44,10 +44,13 @@ def expand_cases(
 
 
 def compare(
-    columns: list[tuple[str, Case, Workload]], gpu: GPU | None, opts: PlanOptions
+    columns: list[tuple[str, Case, Workload]], gpu: GPU | None, opts: PlanOptions,
+    logits_set: bool = False,
 ) -> list[dict[str, Any]]:
     """The `compare --json` list: per column the trace's totals and parallel sections at the
-    column's workload, the compare rows derived from a prefill and a decode trace, and the fit."""
+    column's workload, the compare rows derived from a prefill and a decode trace, and with a
+    GPU the fit. Fit rows serve: the logits of the last position only, unless the case or the
+    command (`logits_set`) says otherwise."""
     out = []
     for label, case, wl in columns:
         model = case.model
@@ -93,6 +96,8 @@ def compare(
             "derived": derived,
         }
         if gpu is not None:
-            item["fit"] = fit(model, wl, gpu, opts)
+            serving = logits_set or "logits" in case.workload
+            item["fit"] = fit(model, wl if serving else wl.model_copy(update={"logits": "last"}),
+                              gpu, opts)
         out.append(item)
     return out

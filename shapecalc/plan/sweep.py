@@ -15,7 +15,7 @@ import numpy as np
 from ..costs.fields import SWEEP_COLUMNS
 from ..costs.grid import evaluate
 from ..inputs.hardware import GPU
-from ..model.config import DTYPE_BITS, make_workload
+from ..model.config import DTYPE_BITS, ShapecalcError, make_workload
 from .cases import Case, closed_form_for, valid
 from .columns import FIT_COLUMNS, PRICE_COLUMNS
 from .options import PlanOptions
@@ -222,3 +222,40 @@ def sweep(
         return chunk
     empty = {k: np.zeros(0, dtype=np.int64) for k in grid.keys[2:]}
     return SweepChunk(grid.case, grid.model, empty, grid.skipped)
+
+
+REASONS = {"tp": "tp is not a valid degree for the model's heads / Dff",
+           "pp": "pp exceeds the layers",
+           "seq": "seq exceeds the learned position table"}
+
+
+def sweep_grids(cases: list[Case], given: dict[str, list[Any]], phases: list[str] | None,
+                fixed: dict[str, Any], gpu: GPU | None, opts: PlanOptions | None
+                ) -> list[SweepGrid]:
+    """One grid a case (what `shapecalc sweep` and the API's sweep run): an axis not given takes
+    the case's [workload] value, else the default. Refuses a sweep beyond MAX_POINTS, or one
+    with no valid point."""
+    out = []
+    for case in cases:
+        w0 = make_workload({**fixed, **case.workload})
+        axes = SweepAxes(
+            batch=given.get("batch", [w0.batch]), seq=given.get("seq", [w0.seq]),
+            tp=given.get("tp", [w0.tp]), pp=given.get("pp", [w0.pp]),
+            dtype=given.get("dtype", [w0.dtype]),
+            kv_dtype=given.get("kv_dtype", [w0.kv_dtype]),
+            phase=phases or [w0.phase],
+        )
+        out.append(SweepGrid(case, axes, fixed, gpu, opts))
+    points = sum(g.points for g in out)
+    if points > MAX_POINTS:
+        raise ShapecalcError("grid", f"{points:,} points, more than the {MAX_POINTS:,} a sweep "
+                             "takes: narrow an axis")
+    if not sum(g.rows for g in out):
+        raise ShapecalcError("grid", "no valid point (" + "; ".join(skipped_notes(out)) + ")")
+    return out
+
+
+def skipped_notes(grids: list[SweepGrid]) -> list[str]:
+    """What each grid skipped, and why: one line a reason."""
+    return [f"{g.case}: skipped {count:,} point{'s' if count > 1 else ''} where {REASONS[what]}"
+            for g in grids for what, count in g.skipped.items()]
