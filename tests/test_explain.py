@@ -1,10 +1,12 @@
-"""explain: the first seed's §6–§7 example through the executor, to the seed's 3 decimals."""
+"""explain: the first seed's §6–§7 (single-head attention by hand, and the causal mask) example
+through the executor, to the seed's 3 decimals."""
 
 from __future__ import annotations
 
 import numpy as np
 
-# the seed's printed matrices (§6.1–§7.1); causal_output is A_causal × V of those
+# the seed's printed matrices (§6.1–§7.1: attention by hand, then with the causal mask);
+# causal_output is A_causal × V of those
 SEED = {
     "Q": [[1, 0], [0, 1], [1, 1]],
     "K": [[1, 0], [1, 1], [2, 1]],

@@ -76,7 +76,8 @@ def test_paged_cache_equals_contiguous_and_uses_the_block_table(window):
     np.testing.assert_array_equal(out[0].logits, out[1].logits)
     tokens = T + 1 if window is None else window
     assert paged.blocks == 2 * -(-tokens // bs)
-    if window is None:  # second seed §9: token i is in block i // block_size, slot i % block_size
+    # second seed §9 (the paged KV cache): token i is in block i // block_size, slot i % block_size
+    if window is None:
         pool, codes = paged.pools[0], flat.codes[0]  # [blocks, slot, R, 2, H_kv, Dh]
         for i in (0, 3, 4, 9):
             phys = paged.table[1, i // bs]

@@ -269,7 +269,8 @@ def test_compare_llama2_70b_tp_degrees_shows_the_seed_ledger(cli):
     assert [it["case"] for it in items[:4]] == [f"llama2-70b@tp={p}" for p in (1, 2, 4, 8)]
     by = {(it["model"]["n_kv_heads"], it["workload"]["tp"]): it for it in items}
     tp4 = by[(8, 4)]["parallel"]["tp"]
-    # the second seed's §11 ledger: hidden 8192, TP 4, batch 1, seq 2048, fp16
+    # the second seed's §11 (the TP communication ledger): hidden 8192, TP 4, batch 1, seq 2048,
+    # fp16
     assert tp4["allreduce_bytes"] == 32 * MiB
     assert tp4["allreduce_bytes_per_layer"] == 64 * MiB
     assert tp4["allreduce_bytes_total"] == 5 * GiB

@@ -1,4 +1,5 @@
-"""The core: stage shapes, the seeds' formulas, the §11 ledger, exact totals, and the contract."""
+"""The core: stage shapes, the seeds' formulas, the §11 (TP communication) ledger, exact totals,
+and the contract."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from shapecalc.interpret.symbolic import stages
 from shapecalc.model.config import ModelConfig, Workload, nbytes
 from shapecalc.model.parallel import pp_layers
 
-# The first seed's §13 table: B=2, T=4, D=8, H=2, Dh=4, Dff=32, N_vocab=10000, in order.
+# The first seed's §13 (one set of sizes through the whole pass): B=2, T=4, D=8, H=2, Dh=4,
+# Dff=32, N_vocab=10000, stage by stage in order.
 SEED_13 = [
     ("token ids", [2, 4]),
     ("embedding", [2, 4, 8]),
@@ -65,7 +67,7 @@ def test_trace_without_arguments_shows_section_13_in_order(cli):
     assert "× N = 1 layer" in r.out and "totals" in r.out
 
 
-# the second seed's §11 ledger: hidden 8192, TP 4, batch 1, seq 2048, fp16
+# the second seed's §11 (the TP communication ledger): hidden 8192, TP 4, batch 1, seq 2048, fp16
 LEDGER = ("trace", "--preset", "llama2-70b", "--tp", "4", "--batch", "1", "--seq", "2048",
           "--dtype", "fp16", "--json")
 

@@ -116,7 +116,8 @@ def seed_example() -> Walk:
              (0, "attn.v"): np.array(SEED_WV)}
     weights = Weights(model, dtype=np.float64, given=given)
     return _walk(model, 3, np.array(SEED_X, dtype=np.float64), weights,
-                 "The first seed's §6–§7 example: T=3 tokens, D=Dh=2, one head")
+                 "The first seed's §6–§7 (single-head attention by hand): T=3 tokens, D=Dh=2, "
+                 "one head")
 
 
 def own_model(model: ModelConfig, T: int, seed: int = 0) -> Walk:

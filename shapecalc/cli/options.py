@@ -1,7 +1,7 @@
 """Command-line inputs shared by the commands: the typer `Annotated` option aliases, defined
 once, and the functions that turn them into a model and a workload (or one error line).
 
-cli.py and the command modules import them from here, so no command module imports another.
+cli/app.py and the command modules import them from here, so no command module imports another.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Commands of capacity planning: compare, sweep, fit (and hardware, the GPU profiles).
 
-cli.py imports this module at start-up and calls `register(app)`, so it imports nothing heavy at
+cli/app.py imports this module at start-up and calls `register(app)`, so it imports nothing heavy at
 the top: numpy, rich, pydantic and the planning code load inside the commands.
 """
 

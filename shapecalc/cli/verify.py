@@ -1,4 +1,4 @@
-"""`shapecalc verify` and `shapecalc explain`: registered on the main app by cli.py.
+"""`shapecalc verify` and `shapecalc explain`: registered on the main app by cli/app.py.
 
 numpy and rich are imported inside the commands, so `shapecalc --help` stays fast.
 """
@@ -186,8 +186,8 @@ def register(app: typer.Typer) -> None:
         if not doc["ok"]:
             raise typer.Exit(1)
 
-    @app.command(help="Walk the first seed's §6–§7 attention example (X, WQ, WK, WV) through the "
-                 "executor: Q, K, V, QKᵀ, scaled scores, softmax weights, output, and the causal "
+    @app.command(help="Walk the first seed's §6–§7 (single-head attention by hand, and the causal "
+                 "mask) example (X, WQ, WK, WV) through the executor: Q, K, V, QKᵀ, scaled scores, softmax weights, output, and the causal "
                  "variant, each with its shape and the [m,n]×[n,p] rule. With --preset/--config: "
                  "head 0 of layer 0 of your own (toy) model on a seeded input.")
     def explain(

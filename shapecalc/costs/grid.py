@@ -128,7 +128,7 @@ def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
     wide = {k: np.array([64], dtype=object) for k in ("w", "kv", "act")}
     for (phase, p), regime, _ in groups:
         full = cf._regime_for(phase, 1, regime.lo)
-        # every derived value is monotone in the fitted counts, so evaluating it exactly at
+        # every derived value is monotone in the polynomials' counts, so evaluating it exactly at
         # the largest B, T and s with all coefficients made positive (a majorant of the
         # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
         fm, rm = full.majorant(), regime.majorant()

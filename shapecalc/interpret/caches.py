@@ -139,7 +139,7 @@ class _Group:
 
 
 class PagedKV(KVCache):
-    """vLLM-style paging (the second design note's §9, the paged KV cache): pools of physical
+    """vLLM-style paging (the second seed's §9 (the paged KV cache)): pools of physical
     blocks of `block_size` tokens per layer, and one block table per sequence for each group of
     layers with the same window, shared by the layers of that group."""
 

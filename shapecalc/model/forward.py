@@ -1,8 +1,9 @@
 """The forward pass of a decoder-only Transformer, written once.
 
 `forward()` is plain code over a small vocabulary of operations (`Ops`). The symbolic interpreter
-(symbolic.py) answers each operation with shapes, formulas and exact counts; the NumPy interpreter
-(numeric.py) answers it with real arrays. Neither can drift from the other: there is one model.
+(interpret/symbolic.py) answers each operation with shapes, formulas and exact counts; the NumPy
+interpreter (interpret/numeric.py) answers it with real arrays. Neither can drift from the other:
+there is one model.
 
 With tensor parallelism the forward describes ONE rank: heads, KV heads, Dff and the vocabulary
 are that rank's share, and the row-parallel outputs meet in an all-reduce (Megatron/vLLM layout).
