@@ -187,7 +187,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
     @app.command(help="Walk the first seed's §6–§7 (single-head attention by hand, and the causal "
-                 "mask) example (X, WQ, WK, WV) through the executor: Q, K, V, QKᵀ, scaled scores, softmax weights, output, and the causal "
+                 "mask) example (X, WQ, WK, WV) through the executor: Q, K, V, QKᵀ, scaled "
+                 "scores, softmax weights, output, and the causal "
                  "variant, each with its shape and the [m,n]×[n,p] rule. With --preset/--config: "
                  "head 0 of layer 0 of your own (toy) model on a seeded input.")
     def explain(
