@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from ..model.config import ShapecalcError
-from . import plan, verify
+from . import lazy
 from .options import (
     PP,
     TP,
@@ -204,9 +204,8 @@ def schema(
     emit_json(schemas)
 
 
-# Commands in their own modules; each imports its heavy parts lazily.
-verify.register(app)
-plan.register(app)
+# Commands in their own modules, loaded when used.
+lazy.register(app)
 
 
 def main() -> None:

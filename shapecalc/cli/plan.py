@@ -1,7 +1,7 @@
 """Commands of capacity planning: compare, sweep, fit (and hardware, the GPU profiles).
 
-cli/app.py imports this module at start-up and calls `register(app)`, so it imports nothing heavy at
-the top: numpy, rich, pydantic and the planning code load inside the commands.
+Loaded when one of them is invoked (lazy.py); numpy, rich and the planning code load inside the
+commands, so each command loads only what it needs.
 """
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ def hardware(
         console.print(f"source: {gpus[0].source}")
 
 
-HELP = {
+_HELP = {
     "compare": "Side by side, one column per case (and per --tp/--batch/--seq/--dtype value): "
     "params, weights, KV cache per rank, FLOPs, all-reduce and ring bytes, PP boundary, decode "
     "intensity; with --gpu, fit and time rows. ",
@@ -383,39 +383,6 @@ HELP = {
 COMMANDS: dict[str, Callable[..., Any]] = {
     "compare": compare, "sweep": sweep, "fit": fit, "hardware": hardware,
 }
-
-
-def full_help(name: str) -> str:
-    return HELP[name] + (PLAN_CONVENTIONS if name != "hardware" else "")
-
-
-def register(app: typer.Typer) -> None:
-    """Add the commands to `app` as thin forwarders: typer turns every registered command's
-    signature into click parameters on each start, which for these ~30 options each would cost
-    the start-up of every other command; the real command is built only when it is invoked."""
-    for name in COMMANDS:
-        app.command(
-            name,
-            help=full_help(name),
-            short_help=HELP[name].split(": ")[0].split(". ")[0].rstrip(". ") + ".",
-            add_help_option=False,
-            context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-        )(_forwarder(name))
-
-
-def command(name: str) -> Any:
-    """The real click command of one planning command (for tests and the forwarder)."""
-    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    sub.command(name, help=full_help(name))(COMMANDS[name])
-    return typer.main.get_command(sub)
-
-
-def _forwarder(name: str) -> Callable[[typer.Context], None]:
-    def forward(ctx: typer.Context) -> None:
-        prog = f"{ctx.parent.info_name if ctx.parent else 'shapecalc'} {name}"
-        code = command(name).main(args=list(ctx.args), prog_name=prog, standalone_mode=False)
-        if isinstance(code, int) and code:
-            raise typer.Exit(code)
-
-    forward.__name__ = name
-    return forward
+# each command's --help: what it does, then the conventions of planning
+HELP = {name: text + (PLAN_CONVENTIONS if name != "hardware" else "")
+        for name, text in _HELP.items()}

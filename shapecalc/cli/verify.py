@@ -1,6 +1,6 @@
-"""`shapecalc verify` and `shapecalc explain`: registered on the main app by cli/app.py.
+"""`shapecalc verify` and `shapecalc explain` (loaded when invoked: lazy.py).
 
-numpy and rich are imported inside the commands, so `shapecalc --help` stays fast.
+numpy and rich are imported inside the commands, so each loads only what it needs.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from .options import (
 Layers = Annotated[
     int | None,
     typer.Option("--layers", "-k", help="K: layers to run (default: as many as fit the memory "
-                 "budget); totals are extrapolated ×N/K"),
+                 "budget, at least one of each kind of layer); each kind's totals are "
+                 "extrapolated ×count/run"),
 ]
 Precision = Annotated[
     str, typer.Option("--precision", help="NumPy dtype the executor computes in: float32 | "
@@ -123,102 +124,106 @@ def _progress(enabled: bool) -> Any:
     return bar, report
 
 
-def register(app: typer.Typer) -> None:
-    @app.command(help="Run the model in NumPy (seeded random weights, real widths, K layers) and "
-                 "check every symbolic number against the measured one: stage shapes, FLOPs, "
-                 "params, bytes, KV cache (contiguous and paged), decode vs full forward, TP "
-                 "all-reduce, PP boundary, causal and padding masks. Exit 1 on a mismatch.")
-    def verify(
-        preset: Preset = None,
-        config: ConfigFile = None,
-        hf_config: HFConfig = None,
-        set_: Sets = None,
-        presets_dir: PresetsDir = None,
-        batch: Batch = None,
-        seq: Seq = None,
-        phase: Phase = None,
-        dtype: DtypeOpt = None,
-        kv_dtype: KvDtype = None,
-        act_dtype: ActDtype = None,
-        logits: Logits = None,
-        tp: TP = None,
-        pp: PP = None,
-        block_size: BlockSize = None,
-        attention_flops: AttnFlops = None,
-        padding_mask: PaddingMask = None,
-        layers: Layers = None,
-        precision: Precision = "float32",
-        seed: Seed = 0,
-        memory_budget: Budget = None,
-        as_json: JsonOut = False,
-    ) -> None:
-        from ..check.verify import verify as run_verify
+def verify(
+    preset: Preset = None,
+    config: ConfigFile = None,
+    hf_config: HFConfig = None,
+    set_: Sets = None,
+    presets_dir: PresetsDir = None,
+    batch: Batch = None,
+    seq: Seq = None,
+    phase: Phase = None,
+    dtype: DtypeOpt = None,
+    kv_dtype: KvDtype = None,
+    act_dtype: ActDtype = None,
+    logits: Logits = None,
+    tp: TP = None,
+    pp: PP = None,
+    block_size: BlockSize = None,
+    attention_flops: AttnFlops = None,
+    padding_mask: PaddingMask = None,
+    layers: Layers = None,
+    precision: Precision = "float32",
+    seed: Seed = 0,
+    memory_budget: Budget = None,
+    as_json: JsonOut = False,
+) -> None:
+    from ..check.verify import verify as run_verify
 
-        try:
-            if precision not in ("float32", "float64", "float16"):
-                raise ShapecalcError("precision", f"{precision!r} is not one of float32, "
-                                     "float64, float16")
-            model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
-            wl = resolve_workload(
-                {**VERIFY_DEFAULTS, **wbase}, batch=batch, seq=seq, phase=phase, dtype=dtype,
-                kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp,
-                block_size=block_size, attention_flops=attention_flops,
-                padding_mask=padding_mask,
-            )
-            budget = None if memory_budget is None else int(memory_budget * 2**30)
-            from ..check.budget import estimate
+    try:
+        if precision not in ("float32", "float64", "float16"):
+            raise ShapecalcError("precision", f"{precision!r} is not one of float32, "
+                                 "float64, float16")
+        model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+        wl = resolve_workload(
+            {**VERIFY_DEFAULTS, **wbase}, batch=batch, seq=seq, phase=phase, dtype=dtype,
+            kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp,
+            block_size=block_size, attention_flops=attention_flops,
+            padding_mask=padding_mask,
+        )
+        budget = None if memory_budget is None else int(memory_budget * 2**30)
+        from ..check.budget import estimate
 
-            # a bar only where a run takes more than a moment: real widths
-            bar, report = _progress(estimate(model, wl, 1) > 256 << 20)
-            if bar is not None:
-                with bar:
-                    doc = run_verify(model, wl, layers=layers, precision=precision, seed=seed,
-                                     budget=budget, progress=report)
-            else:
+        # a bar only where a run takes more than a moment: real widths
+        bar, report = _progress(estimate(model, wl, 1) > 256 << 20)
+        if bar is not None:
+            with bar:
                 doc = run_verify(model, wl, layers=layers, precision=precision, seed=seed,
-                                 budget=budget)
-        except ShapecalcError as e:
-            fail(e)
-        if as_json:
-            emit_json(doc)
+                                 budget=budget, progress=report)
         else:
-            print_verify(doc)
-        if not doc["ok"]:
-            raise typer.Exit(1)
+            doc = run_verify(model, wl, layers=layers, precision=precision, seed=seed,
+                             budget=budget)
+    except ShapecalcError as e:
+        fail(e)
+    if as_json:
+        emit_json(doc)
+    else:
+        print_verify(doc)
+    if not doc["ok"]:
+        raise typer.Exit(1)
 
-    @app.command(help="Walk the first seed's §6–§7 (single-head attention by hand, and the causal "
-                 "mask) example (X, WQ, WK, WV) through the executor: Q, K, V, QKᵀ, scaled "
-                 "scores, softmax weights, output, and the causal "
-                 "variant, each with its shape and the [m,n]×[n,p] rule. With --preset/--config: "
-                 "head 0 of layer 0 of your own (toy) model on a seeded input.")
-    def explain(
-        preset: Preset = None,
-        config: ConfigFile = None,
-        hf_config: HFConfig = None,
-        set_: Sets = None,
-        presets_dir: PresetsDir = None,
-        seq: Annotated[int | None, typer.Option("--seq", "-t", help="T: tokens (own model; "
-                                                   "default 4)")] = None,
-        seed: Seed = 0,
-        as_json: JsonOut = False,
-    ) -> None:
-        from ..check import explain as ex
 
-        try:
-            if preset is None and config is None and hf_config is None and not set_:
-                if seq is not None:
-                    raise ShapecalcError("seq", "the seed's example has T=3; --seq needs a "
-                                         "--preset or --config")
-                doc = ex.seed_example()
-            else:
-                model, _ = resolve_model(preset, config, hf_config, set_, presets_dir)
-                doc = ex.own_model(model, seq or 4, seed)
-        except ShapecalcError as e:
-            fail(e)
-        if as_json:
-            emit_json(ex.to_json(doc))
+def explain(
+    preset: Preset = None,
+    config: ConfigFile = None,
+    hf_config: HFConfig = None,
+    set_: Sets = None,
+    presets_dir: PresetsDir = None,
+    seq: Annotated[int | None, typer.Option("--seq", "-t", help="T: tokens (own model; "
+                                               "default 4)")] = None,
+    seed: Seed = 0,
+    as_json: JsonOut = False,
+) -> None:
+    from ..check import explain as ex
+
+    try:
+        if preset is None and config is None and hf_config is None and not set_:
+            if seq is not None:
+                raise ShapecalcError("seq", "the seed's example has T=3; --seq needs a "
+                                     "--preset or --config")
+            doc = ex.seed_example()
         else:
-            from ..render.explain import print_explain
+            model, _ = resolve_model(preset, config, hf_config, set_, presets_dir)
+            doc = ex.own_model(model, seq or 4, seed)
+    except ShapecalcError as e:
+        fail(e)
+    if as_json:
+        emit_json(ex.to_json(doc))
+    else:
+        from ..render.explain import print_explain
 
-            print_explain(doc)
+        print_explain(doc)
 
+
+HELP = {
+    "verify": "Run the model in NumPy (seeded random weights, real widths, K layers) and "
+    "check every symbolic number against the measured one: stage shapes, FLOPs, "
+    "params, bytes, KV cache (contiguous and paged), decode vs full forward, TP "
+    "all-reduce, PP boundary, causal and padding masks. Exit 1 on a mismatch.",
+    "explain": "Walk the first seed's §6–§7 (single-head attention by hand, and the causal "
+    "mask) example (X, WQ, WK, WV) through the executor: Q, K, V, QKᵀ, scaled "
+    "scores, softmax weights, output, and the causal "
+    "variant, each with its shape and the [m,n]×[n,p] rule. With --preset/--config: "
+    "head 0 of layer 0 of your own (toy) model on a seeded input.",
+}
+COMMANDS = {"verify": verify, "explain": explain}
