@@ -162,3 +162,29 @@ def test_verify_fails_when_the_symbolic_side_ignores_a_window(monkeypatch):
     doc = verify(TWO, Workload(batch=1, seq=6, phase="decode"), precision="float64")
     bad = {c["name"] for c in doc["checks"] if not c["ok"]}
     assert "KV cache bytes (all layers)" in bad and "stage bytes (decode, p=1)" in bad
+
+
+def test_stages_carry_their_operands_and_verify_checks_them(monkeypatch):
+    doc = build_trace(TWO, Workload(batch=2, seq=8, tp=2))
+    by_role = {s["role"]: s for s in doc["stages"] if s["kind"] == 1}
+    # QKᵀ: [B,H,T,Dh] × [B,H,Dh,T]; the q projection: [B,T,D] × [D,H·Dh]
+    assert by_role["attn.scores"]["operands"] == [[2, H, 8, DH], [2, H, DH, 8]]
+    assert by_role["attn.scores"]["operand_dims"] == [["B", "H", "T", "Dh"], ["B", "H", "Dh", "T"]]
+    assert by_role["attn.q"]["operands"] == [[2, 8, D], [D, H * DH]]
+    rank = build_trace(TWO, Workload(batch=2, seq=8, tp=2), per_rank=True)["rank_stages"]
+    q = next(s for s in rank if s["role"] == "attn.q")
+    assert q["operands"] == [[2, 8, D], [D, H * DH // 2]] and q["operand_dims"][1] == ["D", "H·Dh/p"]
+
+    from shapecalc.interpret import symbolic
+
+    real = symbolic.SymbolicOps.linear
+
+    def transposed(self, x, role, name, d_in, d_out, bias, split):
+        out = real(self, x, role, name, d_in, d_out, bias, split)
+        self.stages[-1].operands = self.stages[-1].operands[::-1]
+        return out
+
+    monkeypatch.setattr(symbolic.SymbolicOps, "linear", transposed)
+    bad = {c["name"] for c in verify(TWO, Workload(batch=1, seq=6), precision="float64")["checks"]
+           if not c["ok"]}
+    assert "stage names and shapes (prefill, p=1)" in bad

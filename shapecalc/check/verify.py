@@ -61,7 +61,7 @@ def compare_stages(num: list[Stage], sym: list[Stage], plan: LayerPlan, k: int, 
     exp = _expand(sym, k, plan)
     checks = []
     same = [a.role == b.role and a.kind == b.kind and a.name == b.name and a.op == b.op
-            and a.group == b.group and a.shape == b.shape
+            and a.group == b.group and a.shape == b.shape and a.operands == b.operands
             for a, b in zip(num, exp, strict=False)]
     bad = next((i for i, ok in enumerate(same) if not ok), None)
     c = _check(f"stage names and shapes ({label})", len(exp), sum(same),

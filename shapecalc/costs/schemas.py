@@ -38,6 +38,8 @@ class StageOut(_Strict):
     split: str
     role: str
     kind: int | None
+    operands: list[list[int]]
+    operand_dims: list[list[str]]
     mask_dims: list[str] | None = None
 
 

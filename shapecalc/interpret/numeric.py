@@ -83,13 +83,14 @@ class NumericOps(Ops):
         return a.size // a.shape[0]  # elements one rank touches
 
     def _rec(self, role: str, name: str, op: str, a: np.ndarray, *, flops: int = 0, ew: int = 0,
-             params: int = 0, dtype: str | None = None, nbytes: int | None = None) -> np.ndarray:
+             params: int = 0, dtype: str | None = None, nbytes: int | None = None,
+             operands: tuple[tuple[int, ...], ...] = ()) -> np.ndarray:
         dtype = dtype or self.wl.act
         self.stages.append(Stage(
             name=name, op=op, group=self._group, dims=[], shape=list(a.shape[1:]), flops=flops,
             elementwise_flops=ew, params=params,
             bytes=measure(a[0], dtype) if nbytes is None else nbytes, dtype=dtype, role=role,
-            kind=self._kind, extra={"layer": self._layer}))
+            kind=self._kind, operands=[list(x) for x in operands], extra={"layer": self._layer}))
         self._last = a
         return a
 
@@ -218,7 +219,9 @@ class NumericOps(Ops):
                 y += b
             ew = self._el(y)
         y = y.reshape(y.shape[0], *rows, y.shape[-1])
-        return self._rec(role, name, "linear", y, flops=flops, ew=ew, params=params)
+        # the operands one rank multiplied: its input and its [d_in, width] weight
+        return self._rec(role, name, "linear", y, flops=flops, ew=ew, params=params,
+                         operands=(x.shape[1:], (x.shape[-1], y.shape[-1])))
 
     def _streamed(self, x: np.ndarray, shards: list[Any]) -> tuple[np.ndarray, int, int]:
         """x @ W with W made chunk by chunk (streamed weights); FLOPs and params of rank 0's
@@ -301,7 +304,8 @@ class NumericOps(Ops):
             qk = role == "attn.scores"
             batch = self._el(out) // (out.shape[-2] * out.shape[-1])
             flops = 2 * batch * pairs * (a.shape[-1] if qk else b.shape[-1])
-        return self._rec(role, name, "matmul", out, flops=flops)
+        return self._rec(role, name, "matmul", out, flops=flops,
+                         operands=(a.shape[1:], b.shape[1:]))
 
     def mask(self, s: np.ndarray, role: str, name: str, kind: str, window: int | None = None
              ) -> np.ndarray:

@@ -75,6 +75,7 @@ class SymbolicOps(Ops):
         note: str = "",
         ew_extra: tuple[int, str] = (0, "0"),
         split: str = "",
+        operands: tuple[tuple[Dim, ...], ...] = (),
     ) -> Sym:
         ewf = formula([ew, *out.dims]) if ew else (0, "0")
         ewf = sum_formula([ewf, ew_extra])
@@ -100,6 +101,8 @@ class SymbolicOps(Ops):
             split=split,
             role=role,
             kind=self._kind,
+            operands=[[d.value for d in x] for x in operands],
+            operand_dims=[[d.symbol for d in x] for x in operands],
         )
         if self.z.poly:  # the closed form reads each number as a polynomial in B and T
             stage.poly = (expr_of(flops[1]), expr_of(ewf[1]), product(out.dims).expr)
@@ -199,6 +202,7 @@ class SymbolicOps(Ops):
             note=note,
             ew_extra=formula([*rows, d_out]) if bias else (0, "0"),
             split=split,
+            operands=((*rows, d_in), (d_in, d_out)),
         )
 
     def split(self, x: Sym, parts: list[Dim]) -> list[Sym]:
@@ -265,10 +269,12 @@ class SymbolicOps(Ops):
                 out,
                 flops=formula([*batch, *pairs, inner]),
                 note="causal half: lower triangle only",
+                operands=(a.dims, b.dims),
             )
         # QKᵀ lists its factors query, key, width so that it reads 2·B·H·T²·Dh as the seeds do
         order = [mm, nn, kk] if role == "attn.scores" else [mm, kk, nn]
-        return self._rec(role, name, "matmul", out, flops=formula([2, *batch, *order]))
+        return self._rec(role, name, "matmul", out, flops=formula([2, *batch, *order]),
+                         operands=(a.dims, b.dims))
 
     def mask(self, s: Sym, role: str, name: str, kind: Literal["causal", "padding", "window"],
              window: int | None = None) -> Sym:

@@ -59,6 +59,8 @@ class Stage:
         "split",
         "role",
         "kind",
+        "operands",
+        "operand_dims",
     )
     __slots__ = (*FIELDS, "extra", "poly")
 
@@ -82,6 +84,8 @@ class Stage:
         split: str = "",  # how tensor parallelism shards this stage's weight: column, row, vocab
         role: str = "",
         kind: int | None = None,  # a block stage's layer kind (an index into the layer plan)
+        operands: list[list[int]] | None = None,  # a matmul's [m,k] and [k,n] (with batch dims)
+        operand_dims: list[list[str]] | None = None,  # the same in symbols (symbolic only)
         extra: dict[str, Any] | None = None,
     ):
         self.name, self.op, self.group, self.dims, self.shape = name, op, group, dims, shape
@@ -96,6 +100,8 @@ class Stage:
             split,
         )
         self.role, self.kind = role, kind
+        self.operands = operands if operands is not None else []
+        self.operand_dims = operand_dims if operand_dims is not None else []
         self.extra = extra if extra is not None else {}
         self.poly: tuple[Expr, Expr, Expr] | None = None  # see symbolic.stages(poly=True)
 

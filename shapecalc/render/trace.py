@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..costs.fields import PP_LEDGER, TOTALS, TP_LEDGER
 from ..model.config import ModelConfig
 from .console import make_console
 from .output import csv_text, markdown_table
@@ -326,25 +327,22 @@ def trace_markdown(doc: dict[str, Any]) -> str:
              shape_str(s["dims"], s["shape"]), s["flops_formula"] if s["flops"] else "",
              f"{s['flops']:,}" if s["flops"] else "", f"{s['params']:,}" if s["params"] else "",
              f"{s['bytes']:,}"] for s in doc["stages"]]
-    tp, pp = doc["parallel"]["tp"], doc["parallel"]["pp"]
-    summary = [
-        ["parameters", f"{tot['params']:,}"],
-        ["matmul FLOPs", f"{tot['flops']:,}"],
-        ["elementwise FLOPs", f"{tot['elementwise_flops']:,}"],
-        ["weight bytes", f"{tot['weight_bytes']:,} ({human_bytes(tot['weight_bytes'])})"],
-        ["KV cache bytes", f"{tot['kv_cache_bytes']:,} ({human_bytes(tot['kv_cache_bytes'])})"],
-        ["KV cache blocks", f"{tot['kv_cache_blocks']:,}"],
-        ["TP degree", str(tp["degree"])],
-        ["all-reduce bytes (one / layer / total)",
-         f"{tp['allreduce_bytes']:,} / {tp['allreduce_bytes_per_layer']:,} / "
-         f"{tp['allreduce_bytes_total']:,}"],
-        ["ring bytes per rank (total)", f"{tp['ring_bytes_per_rank_total']:,}"],
-        ["weight bytes per rank", f"{tp['weight_bytes_per_rank']:,}"],
-        ["KV cache bytes per rank", f"{tp['kv_cache_bytes_per_rank']:,}"],
-        ["PP stages / boundary bytes", f"{pp['stages']} / {pp['boundary_bytes']:,}"],
-    ]
+    # every number of the totals and the ledgers, with its meaning, as costs/fields.py declares
+    summary = []
+    for where, fields, values in (("totals", TOTALS, tot), ("parallel.tp", TP_LEDGER,
+                                  doc["parallel"]["tp"]),
+                                  ("parallel.pp", PP_LEDGER, doc["parallel"]["pp"])):
+        for f in fields:
+            v = values[f.name]
+            if f.type in ("int", "bool", "list[int]"):
+                shown = f"{v:,}" if f.type == "int" else str(v)
+            elif f.name == "largest_activation":
+                shown = f"{v['bytes']:,} ({v['name']})"
+            else:
+                continue  # breakdowns and splits: in the JSON
+            summary.append([f"{where}.{f.name}", shown, f.doc])
     head = (f"## {m['name']}: {wl['phase']}, B={wl['batch']}, T={wl['seq']}, {wl['dtype']}, "
             f"tp={wl['tp']}, pp={wl['pp']}\n\n")
     return (head + markdown_table(["stage", "shape", "FLOPs formula", "FLOPs", "params", "bytes"],
                                   rows)
-            + "\n" + markdown_table(["total", "value"], summary))
+            + "\n" + markdown_table(["key", "value", "meaning"], summary))
