@@ -173,7 +173,8 @@ def test_stages_carry_their_operands_and_verify_checks_them(monkeypatch):
     assert by_role["attn.q"]["operands"] == [[2, 8, D], [D, H * DH]]
     rank = build_trace(TWO, Workload(batch=2, seq=8, tp=2), per_rank=True)["rank_stages"]
     q = next(s for s in rank if s["role"] == "attn.q")
-    assert q["operands"] == [[2, 8, D], [D, H * DH // 2]] and q["operand_dims"][1] == ["D", "H·Dh/p"]
+    assert q["operands"] == [[2, 8, D], [D, H * DH // 2]]
+    assert q["operand_dims"][1] == ["D", "H·Dh/p"]
 
     from shapecalc.interpret import symbolic
 
