@@ -21,7 +21,7 @@ from .costs.trace import build_trace
 from .inputs import hardware as _hardware
 from .inputs.hardware import GPU
 from .inputs.model import load_model as _load_model
-from .model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, make_workload
+from .model.config import ModelConfig, ShapecalcError, Workload, make_workload
 from .plan import cases as plan_cases
 from .plan import compare as plan_compare
 from .plan import fit as plan_fit
@@ -36,8 +36,6 @@ CompareResult = CompareItem  # one item of `compare --json`
 
 PathLike = str | Path
 PLAN_OPTIONS = tuple(f.name for f in dataclasses.fields(plan_options.PlanOptions))
-_INT_AXES = ("batch", "seq", "tp", "pp")
-_STR_AXES = ("dtype", "kv_dtype")
 
 __all__ = [
     "GPU", "CompareResult", "FitResult", "Model", "ModelConfig", "ShapecalcError", "SweepRow",
@@ -245,16 +243,9 @@ def _text(v: Any) -> str:
 
 def _axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
     """Take the axis fields out of `fields`, parsed as the CLI's grids."""
-    axes: dict[str, list[Any]] = {}
-    for name in (*_INT_AXES, *_STR_AXES):
-        v = fields.pop(name, None)
-        if v is None:
-            continue
-        if name in _INT_AXES:
-            axes[name] = plan_cases.parse_int_grid(_text(v), name)
-        else:
-            axes[name] = plan_cases.parse_str_grid(_text(v), name.replace("_", "-"), DTYPE_BITS)
-    return axes
+    return plan_cases.parse_axes({name: _text(fields.pop(name)) for name in
+                                  (*plan_cases.INT_AXES, *plan_cases.STR_AXES)
+                                  if fields.get(name) is not None})
 
 
 def _rows(chunk: Any) -> Iterator[SweepRow]:

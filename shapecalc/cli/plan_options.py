@@ -108,17 +108,11 @@ def output_format(fmt: str, as_json: bool, allowed: tuple[str, ...]) -> str:
 
 
 def grid_axes(batch: str | None, seq: str | None, tp: str | None, pp: str | None,
-          dtype: str | None, kv_dtype: str | None) -> dict[str, list[Any]]:
-    from ..model.config import DTYPE_BITS
-    from ..plan.cases import parse_int_grid, parse_str_grid
+              dtype: str | None, kv_dtype: str | None) -> dict[str, list[Any]]:
+    from ..plan.cases import parse_axes
 
-    axes: dict[str, list[Any]] = {}
-    for name, text in (("batch", batch), ("seq", seq), ("tp", tp), ("pp", pp)):
-        if text is not None:
-            axes[name] = parse_int_grid(text, name)
-    for name, text in (("dtype", dtype), ("kv_dtype", kv_dtype)):
-        if text is not None:
-            axes[name] = parse_str_grid(text, name.replace("_", "-"), DTYPE_BITS)
-    return axes
+    return parse_axes({"batch": batch, "seq": seq, "tp": tp, "pp": pp, "dtype": dtype,
+                       "kv_dtype": kv_dtype})
+
 
 

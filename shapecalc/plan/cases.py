@@ -13,7 +13,7 @@ from typing import Any
 from ..costs.closed import ClosedForm
 from ..inputs import sources
 from ..inputs.hf import load_hf_config
-from ..model.config import ModelConfig, ShapecalcError, Workload, check
+from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
 
 WORKLOAD_FIELDS = tuple(Workload.field_info())
 
@@ -158,3 +158,21 @@ def valid(model: ModelConfig, wl: Workload, **change: int) -> bool:
     except ShapecalcError:
         return False
     return True
+
+
+INT_AXES = ("batch", "seq", "tp", "pp")
+STR_AXES = ("dtype", "kv_dtype")
+
+
+def parse_axes(texts: dict[str, str | None]) -> dict[str, list[Any]]:
+    """The grid axes compare and sweep expand over, from their texts (`1..256x2`, `bf16,fp8`);
+    an axis whose text is None is not given."""
+    axes: dict[str, list[Any]] = {}
+    for name, text in texts.items():
+        if text is None:
+            continue
+        if name in INT_AXES:
+            axes[name] = parse_int_grid(text, name)
+        else:
+            axes[name] = parse_str_grid(text, name.replace("_", "-"), DTYPE_BITS)
+    return axes
