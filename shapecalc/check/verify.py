@@ -23,8 +23,8 @@ from ..interpret.caches import ContiguousKV, PagedKV
 from ..interpret.numeric import PRECISIONS, Step, step, windows
 from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload, check
-from ..model.forward import Stage
 from ..model.plan import LayerPlan, layer_plan
+from ..model.stage import Stage
 from .budget import CHUNK, default_budget, plan_layers
 
 FIELDS = {"FLOPs": "flops", "elementwise FLOPs": "elementwise_flops", "params": "params",

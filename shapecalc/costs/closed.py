@@ -19,6 +19,7 @@ from typing import Any
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
 from ..model.parallel import (
+    active_params,
     kv_elements_per_token,
     kv_groups,
     kv_heads_per_rank,
@@ -117,12 +118,17 @@ class ClosedForm:
     def kv_heads_per_rank(self, p: int) -> int:
         return kv_heads_per_rank(self.model, p)
 
-    def stage_params(self, p: int, s: int) -> list[int]:
-        """Parameters per rank of each pipeline stage (TP degree p, s stages), as
-        `parallel.stage_params` places them."""
+    def stage_params(self, p: int, s: int, ep: int = 1) -> list[int]:
+        """Parameters per rank of each pipeline stage (TP degree p, s stages, routed experts
+        split over ep ranks), as `parallel.stage_params` places them."""
         r = self.regimes("prefill", p)[0].polys
         plan = layer_plan(self.model)
         per_layer = [r[f"kind_params.{k}"].at(1, 1) for k in range(len(plan.kinds))]
+        if ep > 1:  # whole experts, E/ep a rank, in place of each expert's Dff_e/p slice
+            full = self.regimes("prefill", 1)[0].polys
+            per_layer = [v - r[f"kind_expert_params.{k}"].at(1, 1)
+                         + full[f"kind_expert_params.{k}"].at(1, 1) // ep
+                         for k, v in enumerate(per_layer)]
         emb, head, embed = (r[k].at(1, 1) for k in ("emb_params", "head_params", "embed_params"))
         return stage_params(plan, s, per_layer, emb, head, embed, self.model.tie_embeddings)
 
@@ -194,6 +200,9 @@ class ClosedForm:
         out: dict[str, Any] = {}
         params = const(full, "params")
         out["params"] = xp.full(n, params, dtype=dtype)
+        experts = const(full, "expert_params")
+        out["active_params"] = xp.full(n, active_params(params, experts, m), dtype=dtype)
+        out["expert_params"] = xp.full(n, experts, dtype=dtype)
         out["flops"] = ev(full, "flops")
         out["elementwise_flops"] = ev(full, "ew")
         out["weight_bytes"] = _nbytes(out["params"], "w", bits)
@@ -230,6 +239,7 @@ class ClosedForm:
         out["logits_allgather_bytes"] = byte_sum(rank, "gather")
         params_rank = const(rank, "params")
         out["params_per_rank"] = xp.full(n, params_rank, dtype=dtype)
+        out["expert_params_per_rank"] = xp.full(n, const(rank, "expert_params"), dtype=dtype)
         out["weight_bytes_per_rank"] = _nbytes(out["params_per_rank"], "w", bits)
         out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
         out["flops_per_rank"] = ev(rank, "flops")

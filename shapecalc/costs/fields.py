@@ -21,6 +21,8 @@ class Field(NamedTuple):
 TOTALS: tuple[Field, ...] = (
     Field("params", "int", "parameters, as the implementation counts them (a tied LM head once)",
           "params"),
+    Field("active_params", "int", "parameters one token uses: a MoE skips E − k routed experts "
+          "a layer", "active_params"),
     Field("params_breakdown", "ParamsBreakdown", "parameters by part and by layer kind"),
     Field("flops", "int", "matmul FLOPs of the step (1 multiply-add = 2 FLOPs)", "flops"),
     Field("flops_breakdown", "FlopsBreakdown", "matmul FLOPs by where they go"),
@@ -82,9 +84,27 @@ PP_LEDGER: tuple[Field, ...] = (
     Field("kv_cache_bytes_per_stage", "list[int]", "KV cache bytes of each stage"),
 )
 
+EP_LEDGER: tuple[Field, ...] = (
+    Field("degree", "int", "ep: the routed experts split over ep ranks"),
+    Field("composition", "str", "how tp and ep share the GPUs, as vLLM composes them"),
+    Field("moe_layers", "int", "layers whose FFN is a Mixture-of-Experts"),
+    Field("experts_per_rank", "int", "E/ep routed experts on each rank"),
+    Field("expert_params", "int", "all routed experts' parameters, all layers"),
+    Field("expert_params_per_rank", "int", "the routed experts one rank holds"),
+    Field("expert_weight_bytes_per_rank", "int", "their bytes"),
+    Field("params_per_rank", "int", "one rank's parameters: attention and the rest split by tp, "
+          "routed experts by ep"),
+    Field("weight_bytes_per_rank", "int", "their bytes"),
+    Field("alltoall_bytes_per_layer", "int", "dispatch + combine, 2·B·T·k·D·bytes: every token "
+          "off-rank (the worst case)"),
+    Field("alltoall_bytes_per_layer_expected", "float", "× (ep−1)/ep: the off-rank share under "
+          "uniform routing (an expectation)"),
+    Field("alltoall_bytes_total", "int", "the worst case over the MoE layers"),
+)
+
 # the per-point numbers a sweep row carries, in this order (the CSV's columns)
 SWEEP_COLUMNS: tuple[str, ...] = tuple(
-    f.column for f in (*TOTALS, *TP_LEDGER, *PP_LEDGER) if f.column is not None)
+    f.column for f in (*TOTALS, *TP_LEDGER, *PP_LEDGER, *EP_LEDGER) if f.column is not None)
 
 
 def section(fields: tuple[Field, ...], values: dict[str, Any]) -> dict[str, Any]:

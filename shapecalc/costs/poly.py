@@ -17,8 +17,8 @@ from fractions import Fraction
 from typing import Any
 
 from ..model.expr import Expr
-from ..model.forward import FLASH_SKIP_ROLES, Stage
 from ..model.plan import LayerPlan
+from ..model.stage import EXPERT_ROLES, FLASH_SKIP_ROLES, Stage
 
 # B^i·T^j, i ≤ 1, j ≤ 2
 MONOMIALS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2))
@@ -151,6 +151,7 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
         return out
 
     num["params"] = const(sum(s.params * s.repeat for s in st))
+    num["expert_params"] = const(sum(s.params * s.repeat for s in st if s.role in EXPERT_ROLES))
     num["flops"] = total(flops)
     num["ew"] = total(ew)
     ids = next(i for i, s in enumerate(st) if s.role == "input.ids")
@@ -184,6 +185,8 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
             tag[f"{name}.{k}"] = (_cls(st[i].dtype), st[i].repeat)
     for kind in range(len(plan.kinds)):
         num[f"kind_params.{kind}"] = const(sum(s.params for s in st if s.kind == kind))
+        num[f"kind_expert_params.{kind}"] = const(sum(
+            s.params for s in st if s.kind == kind and s.role in EXPERT_ROLES))
     num["emb_params"] = const(sum(s.params * s.repeat for s in st if s.group == "embedding"))
     num["head_params"] = const(sum(s.params * s.repeat for s in st if s.group == "head"))
     num["embed_params"] = const(sum(s.params * s.repeat for s in st if s.role == "embed"))

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, create_model, field_validator
 from pydantic import Field as PydField
 
 from ..model.config import ModelConfig, Workload
-from .fields import PP_LEDGER, TOTALS, TP_LEDGER, Field
+from .fields import EP_LEDGER, PP_LEDGER, TOTALS, TP_LEDGER, Field
 
 
 class _Strict(BaseModel):
@@ -115,7 +115,8 @@ class SplitOut(_Strict):
 
 def _section(name: str, fields: tuple[Field, ...]) -> type[BaseModel]:
     """A schema made from the declarations in fields.py (their docs become descriptions)."""
-    types: dict[str, Any] = {"int": int, "bool": bool, "list[int]": list[int],
+    types: dict[str, Any] = {"int": int, "bool": bool, "str": str, "float": float,
+                             "list[int]": list[int],
                              "list[Split]": list[SplitOut], "ParamsBreakdown": ParamsBreakdown,
                              "FlopsBreakdown": FlopsBreakdown, "Activation": Activation}
     return create_model(  # type: ignore[call-overload, no-any-return]
@@ -126,11 +127,13 @@ def _section(name: str, fields: tuple[Field, ...]) -> type[BaseModel]:
 Totals = _section("Totals", TOTALS)
 TPOut = _section("TPOut", TP_LEDGER)
 PPOut = _section("PPOut", PP_LEDGER)
+EPOut = _section("EPOut", EP_LEDGER)
 
 
 class ParallelOut(_Strict):
     tp: TPOut  # type: ignore[valid-type]
     pp: PPOut  # type: ignore[valid-type]
+    ep: EPOut  # type: ignore[valid-type]
 
 
 class TraceOut(_Strict):

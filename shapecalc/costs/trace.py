@@ -12,8 +12,9 @@ from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
-from ..model.forward import ATTN_PROJ_ROLES, ATTN_SCORE_ROLES, FFN_ROLES, NORM_ROLES, Stage
 from ..model.parallel import (
+    active_params,
+    alltoall_bytes,
     kv_bytes_per_token,
     kv_heads_per_rank,
     kv_replicated,
@@ -24,7 +25,15 @@ from ..model.parallel import (
     stage_sums,
 )
 from ..model.plan import LayerPlan, layer_plan
-from .fields import PP_LEDGER, TOTALS, TP_LEDGER, section
+from ..model.stage import (
+    ATTN_PROJ_ROLES,
+    ATTN_SCORE_ROLES,
+    EXPERT_ROLES,
+    FFN_ROLES,
+    NORM_ROLES,
+    Stage,
+)
+from .fields import EP_LEDGER, PP_LEDGER, TOTALS, TP_LEDGER, section
 
 Pred = Callable[[Stage], bool]
 
@@ -129,8 +138,10 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
     kv_tokens = max((s.shape[3] for s in st if _is_cache(s)), default=0)
     blocks, paged = paged_kv(model, wl.batch, wl.seq, wl.phase, wl.block_size, wl.kv)
     largest = max(_activations(st), key=lambda s: s.bytes)
+    expert_params = _sum(st, "params", _role_in(EXPERT_ROLES))
     totals = section(TOTALS, {
         "params": params,
+        "active_params": active_params(params, expert_params, model),
         "params_breakdown": params_breakdown(st, plan),
         "flops": _sum(st, "flops"),
         "flops_breakdown": flops_breakdown(st),
@@ -154,7 +165,8 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "layers": layer_plan_doc(plan),
         "stages": [s.as_dict() for s in st],
         "totals": totals,
-        "parallel": {"tp": tp_ledger(model, wl, rank), "pp": pp_ledger(model, wl, st)},
+        "parallel": {"tp": tp_ledger(model, wl, rank), "pp": pp_ledger(model, wl, st),
+                     "ep": ep_ledger(model, wl, st, rank)},
     }
     if per_rank and wl.tp > 1:
         doc["rank_stages"] = [s.as_dict() for s in rank]
@@ -230,4 +242,40 @@ def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage]) -> dict[str, An
         "weight_bytes_per_stage": [nbytes(x, wl.dtype) for x in params],
         "kv_cache_bytes_per_stage": stage_sums(
             plan, s, [_per_layer(st, k, "bytes", _is_cache) for k in kinds]),
+    })
+
+
+def ep_ledger(model: ModelConfig, wl: Workload, st: list[Stage], rank: list[Stage]
+              ) -> dict[str, Any]:
+    """Expert parallelism, as vLLM runs it: the routed experts split over ep ranks (E/ep whole
+    experts each); attention stays tensor-parallel over tp, in ep/tp data-parallel replicas; each
+    MoE layer dispatches its tokens to their experts' ranks and combines them back (all-to-all)."""
+    ep, tp = wl.ep, wl.tp
+    experts = _sum(st, "params", _role_in(EXPERT_ROLES))
+    per_rank = _sum(rank, "params") - _sum(rank, "params", _role_in(EXPERT_ROLES)) + experts // ep
+    moe_layers = sum(c for k, c in zip(layer_plan(model).kinds, layer_plan(model).counts,
+                                       strict=True) if k.ffn == "moe")
+    tq = wl.seq if wl.phase == "prefill" else 1
+    a2a = alltoall_bytes(wl.batch, tq, model, wl.act) if ep > 1 else 0
+    if not model.moe:
+        composition = "a dense model: no experts to split"
+    elif ep == 1:
+        composition = f"no expert parallelism: each expert's Dff_e is split over the tp={tp} ranks"
+    else:
+        composition = (f"{ep} GPUs: attention tensor-parallel over tp={tp} in {ep // tp} "
+                       f"data-parallel replica{'s' if ep // tp > 1 else ''}; the routed experts "
+                       f"split over all {ep} (whole experts, {(model.n_experts or 0) // ep} each)")
+    return section(EP_LEDGER, {
+        "degree": ep,
+        "composition": composition,
+        "moe_layers": moe_layers,
+        "experts_per_rank": (model.n_experts or 0) // ep,  # check(): ep divides E
+        "expert_params": experts,
+        "expert_params_per_rank": experts // ep,
+        "expert_weight_bytes_per_rank": nbytes(experts // ep, wl.dtype),
+        "params_per_rank": per_rank if ep > 1 else _sum(rank, "params"),
+        "weight_bytes_per_rank": nbytes(per_rank if ep > 1 else _sum(rank, "params"), wl.dtype),
+        "alltoall_bytes_per_layer": a2a,
+        "alltoall_bytes_per_layer_expected": a2a * (ep - 1) / ep,
+        "alltoall_bytes_total": a2a * moe_layers,
     })

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from ..model.config import ModelConfig, Workload
-from ..model.forward import Ops, Sizes, Stage, forward
+from ..model.forward import Ops, Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, layer_plan
+from ..model.stage import Stage
+from . import moe
 from .caches import ContiguousKV, KVCache
 from .storage import decode, measure, stored_nbytes
 from .weights import Weights
@@ -48,6 +50,7 @@ class NumericOps(Ops):
         self.decoding = wl.phase == "decode"
         self.stages: list[Stage] = []
         self.gemms: list[tuple[Any, Any]] = []  # operand shapes (or operands) of every matmul
+        self.routed: list[np.ndarray] = []  # each MoE layer's [B,T,k] expert ids
         self.boundaries: list[int] = []
         self.full_out: np.ndarray | None = None
         self._group, self._layer = "embedding", -1
@@ -178,12 +181,15 @@ class NumericOps(Ops):
         y = np.multiply(x, self.dt(factor), out=x if role == "attn.scale" else None)
         return self._rec(role, name, "scale", y, ew=self._el(y))
 
-    def norm(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
-        m, n, D = self.m, self._el(x), self.m.d_model
+    def norm(self, x: np.ndarray, role: str, name: str, width: Any = None,
+             kind: str | None = None) -> np.ndarray:
+        m, n, D = self.m, self._el(x), x.shape[-1]
         key = (self._layer, role)
+        beta = m.has_norm_bias if kind is None else False
+        kind = kind or m.norm
         g = self.w.get((*key, "γ"), (D,), base=1.0)
         params = g.size
-        if m.norm == "layernorm":  # mean, subtract, square, mean, divide
+        if kind == "layernorm":  # mean, subtract, square, mean, divide
             y = x - x.mean(axis=-1, keepdims=True)
             var = np.square(y).mean(axis=-1, keepdims=True)
             y /= np.sqrt(var + self.dt(EPS))
@@ -194,11 +200,11 @@ class NumericOps(Ops):
             ew = 3 * n
         y *= g
         ew += n
-        if m.has_norm_bias:
+        if beta:
             b = self.w.get((*key, "β"), (D,))
             y += b
             ew, params = ew + n, params + b.size
-        return self._rec(role, name, m.norm, y, ew=ew, params=params)
+        return self._rec(role, name, kind, y, ew=ew, params=params)
 
     def linear(self, x: np.ndarray, role: str, name: str, d_in: Any, d_out: Any, bias: bool,
                split: Any) -> np.ndarray:
@@ -318,12 +324,30 @@ class NumericOps(Ops):
         np.copyto(s, self.neg, where=~allowed)
         return self._rec(role, name, "mask", s, ew=self._el(s))
 
-    def softmax(self, s: np.ndarray, role: str, name: str) -> np.ndarray:
+    def softmax(self, s: np.ndarray, role: str, name: str, sinks: Any = None) -> np.ndarray:
+        params = 0
+        if sinks is not None:  # each head's sink logit as one more column, dropped after
+            H = self.m.n_heads
+            full = self.w.get((self._layer, "attn.sinks"), (H,))
+            mine = full.reshape(-1, s.shape[2])  # [ranks, heads of a rank]
+            col = np.broadcast_to(mine[: s.shape[0], None, :, None, None], (*s.shape[:-1], 1))
+            s = np.concatenate([s, col.astype(s.dtype)], axis=-1)
+            params, name = mine[0].size, f"{name} (with sinks)"
         # row max, subtract, exp, row sum, divide: in place, the scores are not needed again
         s -= s.max(axis=-1, keepdims=True)
         np.exp(s, out=s)
         s /= s.sum(axis=-1, keepdims=True)
-        return self._rec(role, name, "softmax", s, ew=5 * self._el(s))
+        ew = 5 * self._el(s)
+        if sinks is not None:
+            s = s[..., :-1]
+        return self._rec(role, name, "softmax", s, ew=ew, params=params)
+
+    def route(self, logits: np.ndarray, role: str, name: str, k: Any) -> moe.Routing:
+        return moe.route(self, logits, role, name, k)
+
+    def experts(self, h: np.ndarray, routing: moe.Routing, D: Any, E: Any, k: Any, Dffe: Any
+                ) -> np.ndarray:
+        return moe.experts(self, h, routing, D, E, k, Dffe)
 
     def merge_heads(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         t = self._rec(role, f"{name}: transpose", "transpose", x.transpose(0, 1, 3, 2, 4))
@@ -343,6 +367,11 @@ class NumericOps(Ops):
             np.exp(u, out=u)
             u += 1
             y, ew = np.divide(x, u, out=u), 4 * n
+        elif kind == "sigmoid":  # 1 / (1 + e^−x): negate, exp, add, divide
+            u = np.negative(x)
+            np.exp(u, out=u)
+            u += 1
+            y, ew = np.reciprocal(u, out=u), 4 * n
         else:  # gelu (tanh form): ½·x·(1 + tanh(c·(x + 0.044715·x³))), 8 passes
             c = np.sqrt(2 / np.pi)
             u = x * x

@@ -13,8 +13,9 @@ from typing import Literal, NamedTuple
 
 from ..model.config import ModelConfig, Workload, nbytes
 from ..model.expr import Dim, Expr, expr_of, formula, product, sum_formula
-from ..model.forward import Group, Ops, Sizes, Split, Stage, forward
+from ..model.forward import ACT, Ops, Sizes, forward
 from ..model.plan import LayerPlan, LayerSpec
+from ..model.stage import Group, Split, Stage
 
 # FLOPs per output element of each elementwise operation (a documented convention; FlopCounterMode
 # counts none of them). Norms: mean/variance or mean-square, normalise, then γ (and β).
@@ -30,6 +31,9 @@ ELEMENTWISE: dict[str, int] = {
     "relu": 1,
     "layernorm": 5,  # + 1 for γ, + 1 for β
     "rmsnorm": 3,  # + 1 for γ, + 1 for β
+    "sigmoid": 4,  # negate, exp, add 1, divide
+    "topk": 1,  # one comparison per score
+    "combine": 2,  # each expert output × its weight, summed
 }
 
 SPLIT_NOTE = {
@@ -173,12 +177,15 @@ class SymbolicOps(Ops):
     def scale(self, x: Sym, role: str, name: str, factor: float, label: str) -> Sym:
         return self._rec(role, name, "scale", x, ew=ELEMENTWISE["scale"], note=f"× {label}")
 
-    def norm(self, x: Sym, role: str, name: str) -> Sym:
+    def norm(self, x: Sym, role: str, name: str, width: Dim | None = None,
+             kind: str | None = None) -> Sym:
         m = self.m
-        beta = m.has_norm_bias
-        per = ELEMENTWISE[m.norm] + 1 + int(beta)
-        p = _total(self.z.D * (2 if beta else 1))
-        return self._rec(role, name, m.norm, x, ew=per, params=p, note="γ, β" if beta else "γ")
+        beta = m.has_norm_bias if kind is None else False
+        kind = kind or m.norm
+        per = ELEMENTWISE[kind] + 1 + int(beta)
+        p = _total((self.z.D if width is None else width) * (2 if beta else 1))
+        note = ("γ, β" if beta else "γ") + ("" if width is None else " over each head's Dh")
+        return self._rec(role, name, kind, x, ew=per, params=p, note=note)
 
     def linear(self, x: Sym, role: str, name: str, d_in: Dim, d_out: Dim, bias: bool,
                split: Split) -> Sym:
@@ -292,11 +299,64 @@ class SymbolicOps(Ops):
         self.stages[-1].extra["mask_dims"] = [x.symbol for x in shown]
         return out
 
-    def softmax(self, s: Sym, role: str, name: str) -> Sym:
-        return self._rec(
-            role, name, "softmax", s, ew=ELEMENTWISE["softmax"],
-            note="over keys, row max subtracted",
-        )
+    def softmax(self, s: Sym, role: str, name: str, sinks: Dim | None = None) -> Sym:
+        if sinks is None:
+            return self._rec(
+                role, name, "softmax", s, ew=ELEMENTWISE["softmax"],
+                note="over keys, row max subtracted",
+            )
+        # one more column per row: the head's sink logit, dropped after the softmax
+        *rows, keys = s.dims
+        return self._rec(role, f"{name} (with sinks)", "softmax", s,
+                         ew_extra=formula([ELEMENTWISE["softmax"], *rows, keys + 1]),
+                         params=_total(sinks), note="over keys and the head's sink")
+
+    def route(self, logits: Sym, role: str, name: str, k: Dim) -> Sym:
+        m = self.m
+        *rows, E = logits.dims
+        scoring = m.router_scoring
+        parts = [formula([ELEMENTWISE[scoring], *rows, E]),
+                 formula([ELEMENTWISE["topk"], *rows, E])]
+        if m.norm_topk_prob:  # the k weights summed, then divided
+            parts.append(formula([2, *rows, k]))
+        note = f"{scoring} over E, top-{k.value}" + (", renormalised" if m.norm_topk_prob else "")
+        return self._rec(role, f"{name} ({scoring}, top-k)", "route", Sym((*rows, k), "fp32"),
+                         ew_extra=sum_formula(parts), note=note)
+
+    def experts(self, h: Sym, routing: Sym, D: Dim, E: Dim, k: Dim, Dffe: Dim) -> Sym:
+        m = self.m
+        rows = h.dims[:-1]
+        pair = (*rows, k)  # (token, expert) pairs: each token runs k experts
+        bias = m.expert_bias
+
+        def mats(role: str, name: str, d_in: Dim, d_out: Dim, split: Split) -> Sym:
+            # E experts' matrices, of which each token multiplies by k
+            out = self._act(*pair, d_out)
+            note = f"{E.value} experts, {k.value} per token"
+            if self.z.p > 1:
+                note += f", each expert {SPLIT_NOTE[split]}"
+            return self._rec(
+                role, name, "linear", out, flops=formula([2, *pair, d_in, d_out]),
+                params=_total(E * d_in * d_out + (E * d_out if bias else 0)),
+                ew_extra=formula([*pair, d_out]) if bias else (0, "0"), split=split,
+                note=note, operands=((*pair, d_in), (E, d_in, d_out)))
+
+        act = ACT[m.ffn]
+        if m.gated:
+            g = mats("moe.experts.gate", "experts: gate", D, Dffe, "column")
+            u = mats("moe.experts.up", "experts: up", D, Dffe, "column")
+            a = self._rec("moe.experts.act", f"experts: activation ({act})", act, g,
+                          ew=ELEMENTWISE[act])
+            u = self._rec("moe.experts.mul", "experts: gate ⊙ up", "mul", a,
+                          ew=ELEMENTWISE["mul"])
+        else:
+            u = mats("moe.experts.up", "experts: up", D, Dffe, "column")
+            u = self._rec("moe.experts.act", f"experts: activation ({act})", act, u,
+                          ew=ELEMENTWISE[act])
+        mats("moe.experts.down", "experts: down", Dffe, D, "row")
+        return self._rec("moe.combine", "combine (weighted sum)", "combine", self._act(*rows, D),
+                         ew=0, ew_extra=formula([ELEMENTWISE["combine"], *pair, D]),
+                         note="each token's k expert outputs × their routing weights")
 
     def merge_heads(self, x: Sym, role: str, name: str) -> Sym:
         B, H, T, Dh = x.dims

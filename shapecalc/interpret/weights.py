@@ -123,6 +123,8 @@ class Weights:
             return (W[:V][None] if p == 1 else W.reshape(p, sh.width, -1)).transpose(0, 2, 1)
         if sh.how == "row":
             return W.reshape(p, sh.d_in, W.shape[1])
+        if sh.how == "replicated":  # every rank holds it whole
+            return W[None]
         if sh.how == "kvrep":
             heads = np.arange(p) // sh.groups
             return W.reshape(W.shape[0], -1, sh.dh)[:, heads, :].transpose(1, 0, 2)
@@ -135,7 +137,8 @@ class Weights:
                               (0, sh.shape[1])).T
         if sh.how == "row":
             return self.block(sh.key, sh.shape, (r * sh.d_in, (r + 1) * sh.d_in), (c0, c1))
-        first = (r // sh.groups) * sh.dh if sh.how == "kvrep" else r * sh.width
+        first = (r // sh.groups) * sh.dh if sh.how == "kvrep" else (
+            0 if sh.how == "replicated" else r * sh.width)
         return self.block(sh.key, sh.shape, (0, sh.shape[0]), (first + c0, first + c1))
 
     def linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool, Any]:
@@ -167,11 +170,22 @@ class Weights:
             parts = [self._linear(layer, r, p) for r in ("attn.q", "attn.k", "attn.v")]
             b = np.concatenate([x[1] for x in parts], axis=-1) if m.qkv_bias else None
             return [x[0][0] for x in parts], b, sum(x[2] for x in parts), False
+        shared = m.n_shared_experts * m.dff_shared
         width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh, "attn.out": H * dh,
-                 "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff}[role]
+                 "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
+                 "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
+                 "moe.router": m.n_experts or 0, "moe.shared_gate": 1}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
-                 "ffn.down": m.ffn_bias}.get(role, m.qkv_bias)
-        if role in ("attn.out", "ffn.down"):  # row-parallel: rank r holds rows r·n/p …; bias once
+                 "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
+                 "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
+                 "moe.router": m.router_bias, "moe.shared_gate": False}.get(role, m.qkv_bias)
+        if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)
+            bf = self.get((layer, role, "bias"), (width,)) if has_b else None
+            sh = Shard((layer, role), (D, width), "replicated", p, D, width)
+            return [sh], (bf[None, None] if bf is not None else None), \
+                width if has_b else 0, False
+        if role in ("attn.out", "ffn.down", "moe.shared.down"):
+            # row-parallel: rank r holds rows r·n/p …; the bias is added once
             b = self.get((layer, role, "bias"), (D,)) if has_b else None
             return [Shard((layer, role), (width, D), "row", p, width // p, D)], b, \
                 D if has_b else 0, True

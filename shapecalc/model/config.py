@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic_core import ValidationError
 
-from .record import Pos, Record, _doc, _req
+from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 
 # Bits per element. int4 packs two values per byte, so bytes are rounded up per tensor.
 DTYPE_BITS: dict[str, int] = {
@@ -23,6 +23,7 @@ DTYPE_BITS: dict[str, int] = {
 }
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 AttentionKind = Literal["full", "sliding"]
+FfnKind = Literal["dense", "moe"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -92,6 +93,33 @@ class ModelConfig(Record):
         "each layer's attention, in order: full, or sliding (window W); default: every layer "
         "sliding when sliding_window is set, else full (Hugging Face's layer_types)",
     )
+    qk_norm: bool = _doc(False, "RMSNorm over each head's Dh on q and k (Qwen3): γ of Dh each")
+    attention_sinks: bool = _doc(
+        False, "a learned logit per head joins each softmax as one more column (gpt-oss)"
+    )
+    # Mixture-of-Experts (the FFN of the layers `ffn_types` marks moe)
+    n_experts: Pos | None = _doc(None, "E: routed experts (null: a dense model)")
+    experts_per_token: Pos | None = _doc(None, "k: experts each token is routed to")
+    d_ff_expert: Pos | None = _doc(None, "Dff_e: a routed expert's FFN width (default Dff)")
+    n_shared_experts: NonNeg = _doc(0, "shared experts every token goes through")
+    d_ff_shared: Pos | None = _doc(None, "Dff_s: a shared expert's width (default Dff_e)")
+    shared_expert_gate: bool = _doc(
+        False, "a sigmoid gate [D→1] scales the shared experts' output (Qwen2-MoE)"
+    )
+    router_bias: bool = _doc(False, "a bias on the router [D→E] (gpt-oss)")
+    expert_bias: bool = _doc(False, "biases on the experts' matrices (gpt-oss)")
+    router_scoring: Literal["softmax", "sigmoid"] = _doc(
+        "softmax", "how router logits become scores"
+    )
+    norm_topk_prob: bool = _doc(False, "the k chosen scores are renormalised to sum to 1")
+    routed_scaling_factor: PosFloat | None = _doc(
+        None, "the routed experts' output is scaled by this (DeepSeek)"
+    )
+    ffn_types: tuple[FfnKind, ...] | None = _doc(
+        None,
+        "each layer's FFN, in order: dense or moe; default: every layer moe when n_experts "
+        "is set, else dense",
+    )
 
     @property
     def kv_heads(self) -> int:
@@ -104,6 +132,18 @@ class ModelConfig(Record):
     @property
     def gated(self) -> bool:
         return self.ffn in ("swiglu", "geglu")
+
+    @property
+    def moe(self) -> bool:
+        return self.n_experts is not None
+
+    @property
+    def dff_expert(self) -> int:
+        return self.d_ff_expert if self.d_ff_expert is not None else self.d_ff
+
+    @property
+    def dff_shared(self) -> int:
+        return self.d_ff_shared if self.d_ff_shared is not None else self.dff_expert
 
     @property
     def has_norm_bias(self) -> bool:
@@ -143,10 +183,43 @@ class ModelConfig(Record):
                 raise ShapecalcError(
                     "sliding_window", "is set, but no layer in layer_types is sliding"
                 )
+        self._check_moe()
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
             )
+
+
+    def _check_moe(self) -> None:
+        moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",
+                      "router_bias", "expert_bias", "norm_topk_prob", "routed_scaling_factor")
+        if self.n_experts is None:
+            given = [f for f in moe_fields if getattr(self, f) not in (None, False)]
+            given += ["n_shared_experts"] if self.n_shared_experts else []
+            given += ["router_scoring"] if self.router_scoring != "softmax" else []
+            if given:
+                raise ShapecalcError(given[0], "is a Mixture-of-Experts field, but n_experts "
+                                     "is not set")
+            if self.ffn_types is not None and "moe" in self.ffn_types:
+                raise ShapecalcError("ffn_types", "moe layers need n_experts (E)")
+            return
+        if self.experts_per_token is None:
+            raise ShapecalcError("experts_per_token", "a Mixture-of-Experts model needs k")
+        if self.experts_per_token > self.n_experts:
+            raise ShapecalcError("experts_per_token", f"k={self.experts_per_token} exceeds "
+                                 f"E={self.n_experts} experts")
+        if self.shared_expert_gate and not self.n_shared_experts:
+            raise ShapecalcError("shared_expert_gate", "gates shared experts; n_shared_experts "
+                                 "is 0")
+        if self.ffn_types is not None:
+            if len(self.ffn_types) != self.n_layers:
+                raise ShapecalcError("ffn_types", f"lists {len(self.ffn_types)} layers, but "
+                                     f"N={self.n_layers}")
+            if "moe" not in self.ffn_types:
+                raise ShapecalcError("n_experts", "is set, but no layer in ffn_types is moe")
+        if self.parallel_block:
+            raise ShapecalcError("parallel_block", "a parallel block with Mixture-of-Experts "
+                                 "layers is not modelled")
 
 
 class Workload(Record):
@@ -172,6 +245,9 @@ class Workload(Record):
         "full", "full: the whole [T,T] as the seeds count; causal: lower triangle"
     )
     padding_mask: bool = _doc(False, "list the [B,1,1,T] padding mask stage")
+    ep: Pos = _doc(
+        1, "expert-parallel degree: the routed experts split over ep ranks (E/ep each)"
+    )
 
     @property
     def act(self) -> str:
@@ -197,6 +273,21 @@ def check(model: ModelConfig, wl: Workload) -> None:
         raise ShapecalcError(
             "tp", f"p={p} is not a multiple of H_kv={hkv}, so KV heads cannot be replicated evenly"
         )
+    if model.moe:
+        if model.dff_expert % p:
+            raise ShapecalcError("tp", f"p={p} does not divide Dff_e={model.dff_expert}")
+        if (model.n_shared_experts * model.dff_shared) % p:
+            raise ShapecalcError("tp", f"p={p} does not divide the shared experts' width "
+                                 f"{model.n_shared_experts * model.dff_shared}")
+    if wl.ep > 1:
+        if not model.moe:
+            raise ShapecalcError("ep", "expert parallelism needs a Mixture-of-Experts model")
+        assert model.n_experts is not None
+        if model.n_experts % wl.ep:
+            raise ShapecalcError("ep", f"ep={wl.ep} does not divide E={model.n_experts} experts")
+        if wl.ep % p:
+            raise ShapecalcError("ep", f"ep={wl.ep} is not a multiple of tp={p}: the ep GPUs "
+                                 "hold ep/tp tensor-parallel replicas of the attention")
     if wl.pp > model.n_layers:
         raise ShapecalcError("pp", f"s={wl.pp} pipeline stages exceed N={model.n_layers} layers")
     if model.positions == "learned" and model.max_positions is not None:

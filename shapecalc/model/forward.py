@@ -17,103 +17,7 @@ from typing import Any, Literal, NamedTuple
 from .config import ModelConfig, Workload, ceil_div
 from .expr import Dim, Expr
 from .plan import LayerPlan, LayerSpec, layer_plan
-
-Group = Literal["embedding", "block", "head"]
-Split = Literal["column", "row", "vocab", "replicated"]
-
-# Stage roles: what a stage IS, whatever its printed name. Breakdowns, FlashAttention's skips,
-# verify's matching and the ledgers key on roles; names are display text only.
-ATTN_PROJ_ROLES = ("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.out")
-ATTN_SCORE_ROLES = ("attn.scores", "attn.values")  # QKᵀ and A·V
-FFN_ROLES = ("ffn.gate", "ffn.up", "ffn.down")
-NORM_ROLES = ("attn.norm", "ffn.norm", "head.norm")
-KV_ROLES = ("kv.write", "kv.append", "kv.read")
-# what FlashAttention never materialises: the [B,H,Tq,Tk] scores and what acts on them, and the
-# GQA repeat of K and V to every query head
-FLASH_SKIP_ROLES = ("attn.scores", "attn.scale", "attn.mask", "attn.softmax", "attn.repeat_kv")
-
-
-class Stage:
-    """One step of the forward: what it produces and what it costs (per occurrence).
-
-    A plain class with slots rather than a dataclass: building a dataclass at import time costs
-    more than a whole `trace --json` may spend on start-up.
-    """
-
-    FIELDS = (
-        "name",
-        "op",
-        "group",
-        "dims",
-        "shape",
-        "flops",
-        "flops_formula",
-        "elementwise_flops",
-        "elementwise_formula",
-        "params",
-        "params_formula",
-        "bytes",
-        "dtype",
-        "repeat",
-        "note",
-        "split",
-        "role",
-        "kind",
-        "operands",
-        "operand_dims",
-    )
-    __slots__ = (*FIELDS, "extra", "poly")
-
-    def __init__(
-        self,
-        name: str,
-        op: str,
-        group: str,
-        dims: list[str],
-        shape: list[int],
-        flops: int = 0,
-        flops_formula: str = "0",
-        elementwise_flops: int = 0,
-        elementwise_formula: str = "0",
-        params: int = 0,
-        params_formula: str = "0",
-        bytes: int = 0,
-        dtype: str = "",
-        repeat: int = 1,
-        note: str = "",
-        split: str = "",  # how tensor parallelism shards this stage's weight: column, row, vocab
-        role: str = "",
-        kind: int | None = None,  # a block stage's layer kind (an index into the layer plan)
-        operands: list[list[int]] | None = None,  # a matmul's [m,k] and [k,n] (with batch dims)
-        operand_dims: list[list[str]] | None = None,  # the same in symbols (symbolic only)
-        extra: dict[str, Any] | None = None,
-    ):
-        self.name, self.op, self.group, self.dims, self.shape = name, op, group, dims, shape
-        self.flops, self.flops_formula = flops, flops_formula
-        self.elementwise_flops, self.elementwise_formula = elementwise_flops, elementwise_formula
-        self.params, self.params_formula = params, params_formula
-        self.bytes, self.dtype, self.repeat, self.note, self.split = (
-            bytes,
-            dtype,
-            repeat,
-            note,
-            split,
-        )
-        self.role, self.kind = role, kind
-        self.operands = operands if operands is not None else []
-        self.operand_dims = operand_dims if operand_dims is not None else []
-        self.extra = extra if extra is not None else {}
-        self.poly: tuple[Expr, Expr, Expr] | None = None  # see symbolic.stages(poly=True)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The stage's JSON form: its fields in order, then any extra keys (a mask's dims)."""
-        d = {f: getattr(self, f) for f in self.FIELDS}
-        d.update(self.extra)
-        return d
-
-    def __repr__(self) -> str:
-        return f"Stage({self.name!r}, {self.op!r}, {self.dims}, flops={self.flops})"
-
+from .stage import Group, Split
 
 
 class Sizes(NamedTuple):
@@ -127,6 +31,10 @@ class Sizes(NamedTuple):
     Hkv: Dim
     Dh: Dim
     Dff: Dim
+    E: Dim  # routed experts (every rank holds each expert's Dff_e/p slice)
+    k: Dim  # experts a token is routed to
+    Dffe: Dim  # a routed expert's width (per rank)
+    Dffs: Dim  # all shared experts' width, n_s·Dff_s (per rank)
     V: Dim
     N: Dim
     p: int
@@ -169,6 +77,10 @@ class Sizes(NamedTuple):
                 return Dim.of(sym, value)
             return Dim(ceil_div(value, p), Expr.sym(sym) * Expr([((("p", -1),), 1)]))
 
+        def shard_n(n_sym: str, n: int, sym: str, value: int) -> Dim:  # n·value, split over p
+            d = Dim.of(n_sym, n) * Dim.of(sym, value)
+            return d if p == 1 else Dim(ceil_div(n * value, p), d.expr * Expr([((("p", -1),), 1)]))
+
         hkv = model.kv_heads
         replicated = p > hkv
         decode = wl.phase == "decode"
@@ -184,6 +96,12 @@ class Sizes(NamedTuple):
             Hkv=Dim.const(1) if replicated else shard("H" if hkv == model.n_heads else "H_kv", hkv),
             Dh=of("Dh", model.dh),
             Dff=shard("Dff", model.d_ff),
+            E=of("E", model.n_experts or 0),
+            k=of("k", model.experts_per_token or 0),
+            Dffe=shard("Dff_e", model.dff_expert),
+            Dffs=shard("Dff_s", model.n_shared_experts * model.dff_shared)
+            if model.n_shared_experts == 1 or poly
+            else shard_n("n_s", model.n_shared_experts, "Dff_s", model.dff_shared),
             V=shard("N_vocab", model.vocab_size),
             N=of("N", model.n_layers),
             p=p,
@@ -224,7 +142,10 @@ class Ops:
     def scale(self, x: Any, role: str, name: str, factor: float, label: str) -> Any:
         raise NotImplementedError
 
-    def norm(self, x: Any, role: str, name: str) -> Any:
+    def norm(self, x: Any, role: str, name: str, width: Dim | None = None,
+             kind: str | None = None) -> Any:
+        """A norm over the last dim (`width`, default D) with γ (and β where the model has
+        them); `kind` rmsnorm or layernorm (default the model's)."""
         raise NotImplementedError
 
     def linear(self, x: Any, role: str, name: str, d_in: Dim, d_out: Dim, bias: bool,
@@ -257,7 +178,18 @@ class Ops:
              window: int | None = None) -> Any:
         raise NotImplementedError
 
-    def softmax(self, s: Any, role: str, name: str) -> Any:
+    def softmax(self, s: Any, role: str, name: str, sinks: Dim | None = None) -> Any:
+        """Over the keys; with `sinks`, each head's learned logit joins as one more column
+        (dropped from the output)."""
+        raise NotImplementedError
+
+    def route(self, logits: Any, role: str, name: str, k: Dim) -> Any:
+        """Router logits [B,T,E] → the k chosen experts of each token and their weights."""
+        raise NotImplementedError
+
+    def experts(self, h: Any, routing: Any, D: Dim, E: Dim, k: Dim, Dffe: Dim) -> Any:
+        """Each token through its k routed experts (a gated or plain FFN of width Dff_e each),
+        and their outputs combined by the routing weights: [B,T,D]."""
         raise NotImplementedError
 
     def merge_heads(self, x: Any, role: str, name: str) -> Any:
@@ -282,7 +214,8 @@ class Ops:
         raise NotImplementedError
 
 
-_ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "swiglu": "silu"}
+# the activation each FFN kind applies (gated kinds to the gate)
+ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "swiglu": "silu"}
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
@@ -334,7 +267,8 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
         x = ops.add(x, a, "residual", "residual")
         h = ops.norm(x, "ffn.norm", "FFN norm")
-        return ops.add(x, _ffn(ops, m, z, h, reduce=z.p > 1), "residual", "residual")
+        f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
+        return ops.add(x, f, "residual", "residual")
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
     a = _attention(ops, m, spec, wl, z, x, layer, angles)
     if z.p > 1:
@@ -358,6 +292,9 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
     k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
     v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dh)
+    if m.qk_norm:  # Qwen3: RMSNorm over each head's Dh, before RoPE
+        q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
+        k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")
     if angles is not None:
         q = ops.rope(q, "attn.rope", "RoPE q", angles)
         k = ops.rope(k, "attn.rope", "RoPE k", angles)
@@ -378,20 +315,44 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         s = ops.mask(s, "attn.mask", "sliding-window mask", "window", W)
     if wl.padding_mask:
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
-    a = ops.softmax(s, "attn.softmax", "softmax")
+    a = ops.softmax(s, "attn.softmax", "softmax", z.H if m.attention_sinks else None)
     o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W)
     o = ops.merge_heads(o, "attn.merge", "merge heads")
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
 
 
-def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool) -> Any:
-    act = _ACT[m.ffn]
+def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | None = None,
+         role: str = "ffn", label: str = "FFN") -> Any:
+    """A dense FFN of `width` (default Dff): gate and up split by column, down by row."""
+    act, w = ACT[m.ffn], z.Dff if width is None else width
     if m.gated:
-        g = ops.linear(h, "ffn.gate", "FFN gate", z.D, z.Dff, m.ffn_bias, "column")
-        u = ops.linear(h, "ffn.up", "FFN up", z.D, z.Dff, m.ffn_bias, "column")
-        u = ops.mul(ops.activation(g, "ffn.act", "activation", act), u, "ffn.mul", "gate ⊙ up")
+        g = ops.linear(h, f"{role}.gate", f"{label} gate", z.D, w, m.ffn_bias, "column")
+        u = ops.linear(h, f"{role}.up", f"{label} up", z.D, w, m.ffn_bias, "column")
+        u = ops.mul(ops.activation(g, f"{role}.act", "activation", act), u, f"{role}.mul",
+                    "gate ⊙ up")
     else:
-        u = ops.linear(h, "ffn.up", "FFN up", z.D, z.Dff, m.ffn_bias, "column")
-        u = ops.activation(u, "ffn.act", "activation", act)
-    y = ops.linear(u, "ffn.down", "FFN down", z.Dff, z.D, m.ffn_bias, "row")
+        u = ops.linear(h, f"{role}.up", f"{label} up", z.D, w, m.ffn_bias, "column")
+        u = ops.activation(u, f"{role}.act", "activation", act)
+    y = ops.linear(u, f"{role}.down", f"{label} down", w, z.D, m.ffn_bias, "row")
     return ops.allreduce(y, "comm.allreduce", "FFN all-reduce") if reduce else y
+
+
+def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool) -> Any:
+    """Mixture-of-Experts: a router picks k of E experts per token; their outputs are combined
+    by the routing weights; shared experts (if any) see every token. Under tensor parallelism
+    each expert's Dff_e is split as a dense FFN's is, and the sum is all-reduced once."""
+    logits = ops.linear(h, "moe.router", "router", z.D, z.E, m.router_bias, "replicated")
+    routing = ops.route(logits, "moe.route", "routing", z.k)
+    y = ops.experts(h, routing, z.D, z.E, z.k, z.Dffe)
+    if m.routed_scaling_factor is not None:
+        y = ops.scale(y, "moe.scale", "routed scaling", m.routed_scaling_factor,
+                      f"{m.routed_scaling_factor:g}")
+    if m.n_shared_experts:
+        s = _ffn(ops, m, z, h, False, z.Dffs, "moe.shared", "shared experts")
+        if m.shared_expert_gate:  # Qwen2-MoE: sigmoid(x·w) scales the shared output
+            g = ops.linear(h, "moe.shared_gate", "shared expert gate", z.D, Dim.const(1), False,
+                           "replicated")
+            s = ops.mul(s, ops.activation(g, "moe.shared_gate.act", "gate", "sigmoid"),
+                        "moe.shared_gate.mul", "gate × shared")
+        y = ops.add(y, s, "moe.add_shared", "routed + shared")
+    return ops.allreduce(y, "comm.allreduce", "MoE all-reduce") if reduce else y

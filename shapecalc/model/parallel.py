@@ -84,6 +84,32 @@ def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int
     return blocks, total
 
 
+# ── Mixture-of-Experts and expert parallelism ───────────────────────────────────────────────────
+
+
+def active_params(params: Any, expert_params: Any, model: ModelConfig) -> Any:
+    """Parameters one token uses: all of them but the E − k routed experts it skips in each MoE
+    layer (`expert_params`: all routed experts' parameters)."""
+    if not model.moe:
+        return params
+    E, k = model.n_experts, model.experts_per_token
+    return params - expert_params * (E - k) // E  # type: ignore[operator]
+
+
+def alltoall_bytes(batch: int, tq: int, model: ModelConfig, dtype: str) -> int:
+    """One MoE layer's all-to-all under expert parallelism when every token goes off-rank:
+    dispatch and combine each move B·T·k·D activations."""
+    return 2 * nbytes(batch * tq * (model.experts_per_token or 0) * model.d_model, dtype)
+
+
+def distinct_experts(tokens: Any, model: ModelConfig) -> Any:
+    """Expected distinct experts that `tokens` tokens (k routings each) reach in one layer under
+    uniform routing: E·(1 − (1 − k/E)^tokens). Why decode of a MoE is cheap at batch 1 and not at
+    batch 64: a step reads only the experts it touches."""
+    E, k = model.n_experts or 0, model.experts_per_token or 0
+    return E * (1 - (1 - k / E) ** tokens) if E else 0.0
+
+
 # ── pipeline parallelism ────────────────────────────────────────────────────────────────────────
 
 

@@ -1,4 +1,4 @@
-"""The layer plan: which kind of block each of the N layers is.
+"""The layer plan: which kind of block each of the N layers is (its attention and its FFN).
 
 A model resolves to runs of layer specs, each with a count. Layers of one spec are alike, so the
 symbolic trace records one block per *kind* (distinct spec) with its count, while the executor
@@ -21,16 +21,16 @@ class LayerSpec(NamedTuple):
 
     attention: str  # full | sliding
     window: int | None  # W, for sliding attention
-    ffn: str  # dense: gelu / relu (plain) or swiglu / geglu (gated)
+    ffn: str  # dense | moe (the activation, gated or not, is the model's)
     norm: str  # layernorm | rmsnorm
     norm_position: str  # pre | post
 
     @property
     def label(self) -> str:
-        """How the trace names the kind: `sliding window W=4096`, `full attention`."""
-        if self.attention == "sliding":
-            return f"sliding window W={self.window}"
-        return "full attention"
+        """How the trace names the kind: `sliding window W=4096`, `full attention · MoE`."""
+        attn = f"sliding window W={self.window}" if self.attention == "sliding" else (
+            "full attention")
+        return attn + (" · MoE" if self.ffn == "moe" else "")
 
 
 class Run(NamedTuple):
@@ -64,10 +64,11 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     types = model.layer_types or (
         ("sliding" if model.sliding_window is not None else "full",) * model.n_layers
     )
+    ffns = model.ffn_types or (("moe" if model.moe else "dense",) * model.n_layers)
     specs = [
-        LayerSpec(t, model.sliding_window if t == "sliding" else None, model.ffn, model.norm,
+        LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
                   model.norm_position)
-        for t in types
+        for t, f in zip(types, ffns, strict=True)
     ]
     runs: list[Run] = []
     for i, spec in enumerate(specs):

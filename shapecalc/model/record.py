@@ -27,8 +27,13 @@ class _Positive:
     """Marks an int that must be > 0."""
 
 
+class _NonNegative:
+    """Marks an int that must be ≥ 0."""
+
+
 Pos = Annotated[int, _Positive]
 PosFloat = Annotated[float, _Positive]
+NonNeg = Annotated[int, _NonNegative]
 
 
 class FieldInfo(NamedTuple):
@@ -60,6 +65,8 @@ def _core_schema(tp: Any) -> dict[str, Any]:
         schema = _core_schema(base)
         if _Positive in marks:
             schema["gt"] = 0
+        if _NonNegative in marks:
+            schema["ge"] = 0
         return schema
     if get_origin(tp) in (Union, UnionType):
         inner = [a for a in get_args(tp) if a is not type(None)]
@@ -90,6 +97,8 @@ def _json_schema(tp: Any) -> dict[str, Any]:
     }
     if "gt" in core:
         out["exclusiveMinimum"] = 0
+    if "ge" in core:
+        out["minimum"] = 0
     return out
 
 

@@ -36,15 +36,18 @@ def point(cf: ClosedForm, gpu: GPU, opts: PlanOptions, wl: Workload, peak: float
         ws = pre[key]
     else:
         ws = cf.at(1, workspace_tokens(cf, opts, B, T, SCALARS), "prefill", p, s, *dts)[key]
-    out = memory(cf, gpu, opts, p, s, pre, 2 * ws, DTYPE_BITS[wl.dtype], DTYPE_BITS[wl.kv], 1,
-                 None, SCALARS)
+    wbits = DTYPE_BITS[wl.dtype]
+    out = memory(cf, gpu, opts, p, s, pre, 2 * ws, wbits, DTYPE_BITS[wl.kv], 1, None, SCALARS,
+                 wl.ep)
     if with_times:
         limit = cf.seq_limit("decode")
         dec = (math.nan,) * 3
         if limit is None or T <= limit:
-            dec = phase_terms(gpu, opts, cf.at(B, T, "decode", p, s, *dts), peak, SCALARS)
+            dec = phase_terms(cf, gpu, opts, cf.at(B, T, "decode", p, s, *dts), peak, B, wbits,
+                              SCALARS, wl.ep)
         out.update(times(opts, B, T, float(p) * float(s),
-                         phase_terms(gpu, opts, pre, peak, SCALARS), dec, SCALARS))
+                         phase_terms(cf, gpu, opts, pre, peak, B * T, wbits, SCALARS, wl.ep),
+                         dec, SCALARS))
     return out
 
 

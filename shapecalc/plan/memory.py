@@ -20,7 +20,13 @@ from typing import Any
 from ..costs.closed import ClosedForm
 from ..inputs.hardware import GPU
 from ..model.config import bytes_of
-from ..model.parallel import kv_elements_per_token, kv_groups, pp_layers, stage_group_layers
+from ..model.parallel import (
+    distinct_experts,
+    kv_elements_per_token,
+    kv_groups,
+    pp_layers,
+    stage_group_layers,
+)
 from ..model.plan import layer_plan
 from .options import PlanOptions
 
@@ -35,9 +41,13 @@ def workspace_tokens(cf: ClosedForm, opts: PlanOptions, B: Any, T: Any, xp: Any)
 
 
 def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dict[str, Any],
-           act: Any, wbits: Any, kvbits: Any, n: int, dtype: Any, xp: Any) -> dict[str, Any]:
+           act: Any, wbits: Any, kvbits: Any, n: int, dtype: Any, xp: Any, ep: int = 1
+           ) -> dict[str, Any]:
     """Bytes per rank of the fullest pipeline stage, and the KV token slots that still fit
-    (`pre`: prefill totals at the n points; `act`: their activation workspace)."""
+    (`pre`: prefill totals at the n points; `act`: their activation workspace). With ep > 1 the
+    routed experts are split E/ep a GPU (exactly); the KV cache and the workspace are sized for
+    the whole batch on every attention replica (an upper bound: vLLM splits the batch over the
+    ep/tp replicas)."""
     m = cf.model
     plan = layer_plan(m)
     bs = cf.block_size
@@ -50,7 +60,7 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     best: Any = None
     weights = kv = stage = tokens_fit = None
     for i, (k, per_group, params) in enumerate(zip(
-            pp_layers(m.n_layers, s), stage_group_layers(plan, s), cf.stage_params(p, s),
+            pp_layers(m.n_layers, s), stage_group_layers(plan, s), cf.stage_params(p, s, ep),
             strict=True)):
         w_i = bytes_of(params, wbits)
         kv_i = sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c)
@@ -79,12 +89,26 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     }
 
 
-def phase_terms(gpu: GPU, opts: PlanOptions, tot: dict[str, Any], peak: Any, xp: Any
-                ) -> tuple[Any, Any, Any]:
-    """(compute, memory, communication) seconds of one step per rank, from its totals."""
-    compute = xp.floats(tot["flops_per_rank"]) / (peak * opts.compute_efficiency)
-    mem = xp.floats(tot["weight_bytes_per_rank"] + tot["kv_cache_bytes_per_rank"]) / (
-        gpu.hbm_bandwidth * opts.memory_efficiency)
+def phase_terms(cf: ClosedForm, gpu: GPU, opts: PlanOptions, tot: dict[str, Any], peak: Any,
+                tokens: Any, wbits: Any, xp: Any, ep: int = 1) -> tuple[Any, Any, Any]:
+    """(compute, memory, communication) seconds of one step per rank, from its totals. A MoE
+    step reads only the experts its `tokens` reach: each rank's routed experts × the expected
+    fraction reached under uniform routing, 1 − (1 − k/E)^tokens (`parallel.distinct_experts`).
+    With ep > 1 each GPU holds E/ep whole experts and does 1/ep of the step's FLOPs."""
+    m = cf.model
+    bw = gpu.hbm_bandwidth * opts.memory_efficiency
+    flops = tot["flops_per_rank"]
+    if not m.moe:
+        mem = xp.floats(tot["weight_bytes_per_rank"] + tot["kv_cache_bytes_per_rank"]) / bw
+    else:
+        experts = tot["expert_params_per_rank"] if ep == 1 else tot["expert_params"] // ep
+        others = tot["params_per_rank"] - tot["expert_params_per_rank"]
+        reached = distinct_experts(tokens, m) / m.n_experts
+        mem = (xp.floats(bytes_of(others, wbits) + tot["kv_cache_bytes_per_rank"])
+               + xp.floats(bytes_of(experts, wbits)) * reached) / bw
+        if ep > 1:
+            flops = tot["flops"] // ep
+    compute = xp.floats(flops) / (peak * opts.compute_efficiency)
     comm = xp.floats(tot["ring_bytes_per_rank_total"] + tot["boundary_bytes_total"]) / (
         gpu.link_bandwidth * opts.link_efficiency)
     return compute, mem, comm

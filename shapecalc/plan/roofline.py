@@ -25,6 +25,7 @@ def plan_arrays(
     actbits: np.ndarray,
     peak: np.ndarray,
     with_times: bool = True,
+    ep: int = 1,
 ) -> dict[str, np.ndarray]:
     """Memory per rank (exact integers), and roofline times (floats; NaN where the GPU has no
     peak for the compute dtype or decode at T is outside the model's positions) at each point."""
@@ -44,7 +45,7 @@ def plan_arrays(
     for p, s in pairs.T:
         sel = np.flatnonzero((P == p) & (S == s))
         part = memory(cf, gpu, opts, int(p), int(s), {k: v[sel] for k, v in pre.items()},
-                      act[sel], wbits[sel], kvbits[sel], sel.size, dtype, ARRAYS)
+                      act[sel], wbits[sel], kvbits[sel], sel.size, dtype, ARRAYS, ep)
         for k, v in part.items():
             if k not in out:
                 out[k] = np.zeros(n, dtype=v.dtype)
@@ -57,8 +58,10 @@ def plan_arrays(
     if ok.any():
         idx = np.flatnonzero(ok)
         d = evaluate(cf, B[idx], T[idx], 1, P[idx], S[idx], wbits[idx], kvbits[idx], actbits[idx])
-        for whole, part in zip(dec, phase_terms(gpu, opts, d, peak[idx], ARRAYS), strict=True):
+        terms = phase_terms(cf, gpu, opts, d, peak[idx], B[idx], wbits[idx], ARRAYS, ep)
+        for whole, part in zip(dec, terms, strict=True):
             whole[idx] = part
     gpus = ARRAYS.floats(P) * ARRAYS.floats(S)
-    out.update(times(opts, B, T, gpus, phase_terms(gpu, opts, pre, peak, ARRAYS), dec, ARRAYS))
+    out.update(times(opts, B, T, gpus, phase_terms(cf, gpu, opts, pre, peak, B * T, wbits,
+                                                   ARRAYS, ep), dec, ARRAYS))
     return out

@@ -95,6 +95,7 @@ class SweepGrid:
         if len(pps) < len(pick["pp"]):
             skipped["pp"] = (len(pick["pp"]) - len(pps)) * len(tps) * n_other
         self.cf = cf = closed_form_for(model, base)
+        self.ep = base.ep
         self.dnames = list(pick["dtype"])
         knames = list(pick["kv_dtype"])
         # one segment per phase (outermost): its seq axis without the seqs beyond the positions
@@ -199,7 +200,7 @@ class SweepGrid:
             peaks = [self.gpu.peak(str(x)) for x in names]
             peak = np.array([np.nan if v is None else v for v in peaks], dtype=float)[di]
             plan = plan_arrays(self.cf_fit, self.gpu, opts, B, T, P, S, dbits, kbits, abits,
-                               peak)
+                               peak, ep=self.ep)
             for k in SWEEP_FIT_KEYS:
                 cols[k] = plan[k]
             if opts.price is not None:

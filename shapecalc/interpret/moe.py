@@ -1,0 +1,106 @@
+"""The NumPy interpreter's Mixture-of-Experts operations: real routing (a router, its scores,
+the top k), and each expert run on exactly the tokens routed to it, so the FLOPs measured are
+the routed work whatever the routing. NumericOps (numeric.py) calls these with itself."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from ..model.forward import ACT
+from .weights import Shard
+
+if TYPE_CHECKING:
+    from .numeric import NumericOps
+
+
+class Routing(NamedTuple):
+    """The k experts each token goes to ([B,T,k] ids) and their routing weights."""
+
+    weights: np.ndarray
+    ids: np.ndarray
+
+
+def route(self: NumericOps, logits: np.ndarray, role: str, name: str, k: Any) -> Routing:
+    m = self.m
+    kk = m.experts_per_token or 0
+    z = logits[0]  # the router is replicated: every rank has the same logits
+    n = z.size
+    if m.router_scoring == "softmax":
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        scores, ew = e / e.sum(axis=-1, keepdims=True), 5 * n
+    else:
+        scores, ew = 1 / (1 + np.exp(-z)), 4 * n
+    ids = np.argsort(-scores, axis=-1, kind="stable")[..., :kk]  # top-k: one pass a score
+    w = np.take_along_axis(scores, ids, axis=-1)
+    ew += n
+    if m.norm_topk_prob:
+        w = w / w.sum(axis=-1, keepdims=True)
+        ew += 2 * w.size
+    self._rec(role, f"{name} ({m.router_scoring}, top-k)", "route", w[None], ew=ew,
+              dtype="fp32")
+    self.routed.append(ids)
+    return Routing(w, ids)
+
+def experts(self: NumericOps, h: np.ndarray, routing: Routing, D: Any, E: Any, k: Any, Dffe: Any
+            ) -> np.ndarray:
+    m = self.m
+    x = h[0]  # [B,T,D]: the FFN norm's output, the same on every rank
+    B, T, kk = routing.ids.shape
+    gated = m.gated
+    width = m.dff_expert // self.p
+    bias = m.expert_bias
+
+    def run(role: str, name: str, inputs: np.ndarray | None, d_in: int, d_out: int,
+            row: bool) -> np.ndarray:
+        # every expert on the tokens routed to it; out[r, b, t, slot] is that pair's result
+        out = np.zeros((self.p, B, T, kk, d_out if row else d_out // self.p), dtype=self.dt)
+        flops = 0
+        for e in range(m.n_experts or 0):
+            b, t, slot = np.nonzero(routing.ids == e)
+            sh = _expert_shard(self, role, e, d_in, d_out, row)
+            if not b.size:
+                continue
+            xin = x[None, b, t] if inputs is None else inputs[:, b, t, slot]
+            if self.w.resident:
+                y, f = self._mm(xin, self.w.stacked(sh))
+            else:  # made chunk by chunk, never whole
+                y, f, _ = self._streamed(xin, [sh])
+            flops += f
+            if bias:
+                full = self.w.get((self._layer, role, e, "bias"), (d_out,))
+                y[0 if row else slice(None)] += full if row else full.reshape(self.p, 1, -1)
+            out[:, b, t, slot] = y
+        ew = self._el(out) if bias else 0
+        # E experts' rank-0 operands (sizes of the shards this rank multiplies by)
+        params = (m.n_experts or 0) * sh.d_in * sh.width
+        if bias:
+            params += (m.n_experts or 0) * (d_out if row else d_out // self.p)
+        return self._rec(role, name, "linear", out, flops=flops, ew=ew, params=params,
+                         operands=((B, T, kk, d_in // self.p if row else d_in),
+                                   (m.n_experts or 0, d_in // self.p if row else d_in,
+                                    d_out if row else d_out // self.p)))
+
+    act = ACT[m.ffn]
+    D_ = m.d_model
+    if gated:
+        g = run("moe.experts.gate", "experts: gate", None, D_, m.dff_expert, False)
+        u = run("moe.experts.up", "experts: up", None, D_, m.dff_expert, False)
+        u = self.mul(self.activation(g, "moe.experts.act", "experts: activation", act), u,
+                     "moe.experts.mul", "experts: gate ⊙ up")
+    else:
+        u = run("moe.experts.up", "experts: up", None, D_, m.dff_expert, False)
+        u = self.activation(u, "moe.experts.act", "experts: activation", act)
+    assert u.shape[-1] == width
+    y = run("moe.experts.down", "experts: down", u, m.dff_expert, D_, True)
+    out = np.einsum("rbtkd,btk->rbtd", y, routing.weights.astype(self.dt))
+    return self._rec("moe.combine", "combine (weighted sum)", "combine", out,
+                     ew=2 * self._el(y))
+
+def _expert_shard(self: NumericOps, role: str, e: int, d_in: int, d_out: int, row: bool
+                  ) -> Shard:
+    p = self.p
+    if row:  # down: rows split, rank r holds its Dff_e slice
+        return Shard((self._layer, role, e), (d_in, d_out), "row", p, d_in // p, d_out)
+    return Shard((self._layer, role, e), (d_in, d_out), "column", p, d_in, d_out // p)
