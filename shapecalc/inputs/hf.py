@@ -8,11 +8,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
+from . import hf_moe
 from .sources import _parse
 
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
 _SILU = {"silu", "swish"}
-SUPPORTED = ("falcon", "gemma", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2")
+_DENSE = ("falcon", "gemma", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2")
+SUPPORTED = tuple(sorted((*_DENSE, *hf_moe.READERS)))
+# families that need what shapecalc does not model yet: the one line each is refused with
+_MLA = "Multi-head Latent Attention (kv_lora_rank, q_lora_rank), which is not modelled yet"
+_LLAMA4 = ("chunked attention (attention_chunk_size) and NoPE layers (no_rope_layers), "
+           "which are not modelled yet")
+REFUSED = {"deepseek_v2": _MLA, "deepseek_v3": _MLA, "llama4": _LLAMA4, "llama4_text": _LLAMA4}
+# keys that give a model experts: a dense family's class ignores them, so they mean the config
+# belongs to a Mixture-of-Experts family (a mixtral config relabelled mistral would count 7.24 B)
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
 
 
 class _HF:
@@ -69,10 +79,17 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
         "gemma": (16, 8192, True,
                   "hidden_activation" if h.get("hidden_activation") else "hidden_act"),
         "phi3": (None, 4096, False, "hidden_act"),
+        "qwen3": (32, 32768, False, "hidden_act"),  # hf_moe.py reads the rest of these
+        "mixtral": (8, 4096 * 32, False, "hidden_act"),
+        "phimoe": (8, 4096 * 32, False, "hidden_act"),
+        "qwen2_moe": (16, 32768, False, "hidden_act"),
+        "qwen3_moe": (4, 32768, False, "hidden_act"),
+        "gpt_oss": (8, 131072, False, None),  # its experts' SwiGLU reads no activation key
     }[mt]
     out.update(
         n_kv_heads=_kv(h, kv, heads),
-        ffn=h.act(act_key, "gelu_pytorch_tanh" if mt == "gemma" else "silu", gated=True),
+        ffn=h.act(act_key, "gelu_pytorch_tanh" if mt == "gemma" else "silu", gated=True)
+        if act_key else "swiglu",
         max_positions=h.get("max_position_embeddings", positions),
         tie_embeddings=h.get("tie_word_embeddings", tied),
     )
@@ -90,6 +107,8 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
                    embedding_scale=True)  # hidden_states * sqrt(hidden_size)
     elif mt == "phi3":  # one qkv_proj and one gate_up_proj matrix, no biases
         out.update(fused_qkv=True, sliding_window=h.get("sliding_window"))
+    else:
+        out.update(hf_moe.READERS[mt](h, out))
     return out
 
 
@@ -224,9 +243,26 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     mt, known = cfg.get("model_type"), ", ".join(SUPPORTED)
     if mt is None:
         raise ShapecalcError("model_type", f"missing from {path}; supported: {known}")
-    if mt not in SUPPORTED:
-        raise ShapecalcError("model_type", f"{mt!r} is not supported; supported: {known}")
+    text = cfg.get("text_config")
+    inner = text.get("model_type") if isinstance(text, dict) else None
+    mt, inner = (x if isinstance(x, str) else repr(x) for x in (mt, inner))
+    where = f"{mt!r}" + (f" (its text_config: {inner!r})" if isinstance(text, dict) else "")
+    if mt in REFUSED or inner in REFUSED:
+        raise ShapecalcError("model_type", f"{where} needs {REFUSED.get(mt) or REFUSED[inner]}")
+    if mt not in SUPPORTED and inner in SUPPORTED and isinstance(text, dict):
+        # a multimodal config: the decoder is its text model (the vision side is not counted);
+        # tie_word_embeddings may sit at the top
+        tied = {k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}
+        cfg, mt = {**tied, **text}, inner
+    elif mt not in SUPPORTED:
+        raise ShapecalcError("model_type", f"{where} is not supported; supported: {known}")
     h = _HF(cfg)
+    if mt not in hf_moe.MOE:
+        for key in _EXPERT_KEYS:
+            if h.get(key):
+                raise ShapecalcError(key, f"gives experts, which model_type {mt!r} does not "
+                                     "have (transformers would ignore the key); use the "
+                                     "Mixture-of-Experts family's model_type")
     if mt == "gpt2":
         fields = _gpt2(h)
     elif mt == "falcon":
