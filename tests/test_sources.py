@@ -38,10 +38,22 @@ def params(m: ModelConfig) -> int:
     norm = d * (2 if m.has_norm_bias else 1)
     attn = d * h * dh + 2 * d * hkv * dh + h * dh * d
     attn += (h * dh + 2 * hkv * dh) * m.qkv_bias + d * m.attn_out_bias
+    attn += 2 * dh * m.qk_norm + h * m.attention_sinks  # q/k RMSNorm γ; one sink a head
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
-    layer = attn + ffn + (1 if m.parallel_block else 2) * norm
-    total = v * d + m.n_layers * layer + norm
+    base = attn + (1 if m.parallel_block else 2) * norm
+    total = v * d + norm
+    for kind in m.ffn_types or (("moe" if m.n_experts else "dense",) * m.n_layers):
+        if kind == "dense":
+            total += base + ffn
+            continue
+        # MoE: router (+bias), E experts of width Dff_e (+biases), shared experts and their gate
+        E, de = m.n_experts, m.dff_expert
+        expert = mats * d * de + (((mats - 1) * de + d) if m.expert_bias else 0)
+        sw = m.n_shared_experts * m.dff_shared
+        shared = mats * d * sw + (((mats - 1) * sw + d) if m.ffn_bias and sw else 0)
+        total += (base + d * E + E * m.router_bias + E * expert + shared
+                  + d * m.shared_expert_gate)
     total += 0 if m.tie_embeddings else v * d
     total += v * m.lm_head_bias
     if m.positions == "learned":

@@ -23,6 +23,7 @@ from ..interpret.caches import ContiguousKV, PagedKV
 from ..interpret.numeric import PRECISIONS, Step, step, windows
 from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload, check
+from ..model.parallel import distinct_experts
 from ..model.plan import LayerPlan, layer_plan
 from ..model.stage import Stage
 from .budget import CHUNK, default_budget, plan_layers
@@ -134,6 +135,10 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     """Every check of one model and workload (see the module doc). `weights`: auto (resident
     when they fit the budget, else streamed), resident, or streamed."""
     check(model, wl)
+    if wl.ep > 1:
+        raise ShapecalcError("ep", "verify runs the experts as tensor-parallel shards; the "
+                             "executor does not split them over expert-parallel ranks (the "
+                             "trace's parallel.ep ledger is analytic): use ep=1")
     budget = default_budget() if budget is None else budget
     plan = layer_plan(model)
     K, need, resident = plan_layers(model, wl, layers, precision, budget, weights)
@@ -192,6 +197,13 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
                          _by_kind(main.kv_bytes, plan)))
     checks.append(_check("largest activation bytes", totals["largest_activation"]["bytes"],
                          _largest(main.stages)))
+    if main.routed:  # a report, not a check: how many experts the real routing reached
+        tokens = main.routed[0].shape[0] * main.routed[0].shape[1]
+        checks.append({
+            "name": f"experts reached per MoE layer by {tokens} tokens (expected under uniform "
+                    "routing, measured)", "symbolic": round(distinct_experts(tokens, model), 2),
+            "measured": [int(np.unique(ids).size) for ids in main.routed], "ok": True,
+            "report": True})
     s_pp = wl.pp
     hand = sorted(set(main.boundaries)) or [0]
     checks.append(_check(f"pipeline boundary bytes (s={s_pp})", pp_led["boundary_bytes"],

@@ -14,6 +14,7 @@ import typer
 from ..model.config import ShapecalcError
 from . import lazy
 from .options import (
+    EP,
     PP,
     TP,
     ActDtype,
@@ -81,6 +82,7 @@ def trace(
     logits: Logits = None,
     tp: TP = None,
     pp: PP = None,
+    ep: EP = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     padding_mask: PaddingMask = None,
@@ -112,6 +114,7 @@ def trace(
             logits=logits,
             tp=tp,
             pp=pp,
+            ep=ep,
             block_size=block_size,
             attention_flops=attention_flops,
             padding_mask=padding_mask,

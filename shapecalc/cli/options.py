@@ -45,6 +45,9 @@ ActDtype = Annotated[
 Logits = Annotated[str | None, typer.Option("--logits", help="all | last")]
 TP = Annotated[int | None, typer.Option("--tp", help="p: tensor-parallel degree")]
 PP = Annotated[int | None, typer.Option("--pp", help="s: pipeline stages")]
+EP = Annotated[int | None, typer.Option(
+    "--ep", help="expert-parallel degree: the routed experts split over ep GPUs (a multiple of "
+    "tp: attention in ep/tp tensor-parallel replicas)")]
 BlockSize = Annotated[int | None, typer.Option("--block-size", help="paged KV cache block (16)")]
 AttnFlops = Annotated[
     str | None, typer.Option("--attention-flops", help="full (seeds) | causal (lower half)")

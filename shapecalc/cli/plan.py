@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from .options import (
+    EP,
     PP,
     TP,
     ActDtype,
@@ -78,6 +79,7 @@ def compare(
     seq: SeqList = None,
     tp: TpList = None,
     pp: PpList = None,
+    ep: EP = None,
     dtype: DtypeList = None,
     kv_dtype: KvDtypeList = None,
     phase: Annotated[str | None, typer.Option("--phase", help="prefill | decode: the phase "
@@ -120,7 +122,8 @@ def compare(
         parsed = [parse_case(c, presets_dir) for c in cases]
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
                                   ("logits", logits), ("block_size", block_size),
-                                  ("attention_flops", attention_flops)) if v is not None}
+                                  ("attention_flops", attention_flops), ("ep", ep))
+                if v is not None}
         axes = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
         columns = expand_cases(parsed, base, axes)
         items = plan_compare(columns, hw, opts, logits_set=logits is not None)
@@ -175,6 +178,7 @@ def fit(
     )] = None,
     tp: TP = None,
     pp: PP = None,
+    ep: EP = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     gpu: Annotated[str, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")] = "",
@@ -225,7 +229,8 @@ def fit(
         wbase = {"logits": "last", **wbase}
         wl = resolve_workload(
             wbase, batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
-            logits=logits, tp=tp, pp=pp, block_size=block_size, attention_flops=attention_flops,
+            logits=logits, tp=tp, pp=pp, ep=ep, block_size=block_size,
+            attention_flops=attention_flops,
         )
         doc = plan_fit(model, wl, hw, opts)
         _emit_fit(doc, fmt, output, svg, html, model, wl)
@@ -270,6 +275,7 @@ def sweep(
     seq: SeqList = None,
     tp: TpList = None,
     pp: PpList = None,
+    ep: EP = None,
     dtype: DtypeList = None,
     kv_dtype: KvDtypeList = None,
     phase: PhaseList = None,
@@ -314,7 +320,8 @@ def sweep(
                   if phase is not None else None)
         fixed = {k: v for k, v in (("act_dtype", act_dtype), ("logits", logits),
                                    ("block_size", block_size),
-                                   ("attention_flops", attention_flops)) if v is not None}
+                                   ("attention_flops", attention_flops), ("ep", ep))
+                if v is not None}
         run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html)  # streams the rows
     except ShapecalcError as e:
         fail(e)

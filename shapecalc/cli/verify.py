@@ -87,8 +87,8 @@ def print_verify(doc: dict[str, Any]) -> None:
         sym = _fmt(c["symbolic"])
         if "tolerance" in c:
             sym = f"0 (± {c['tolerance']:.1e})"
-        mark = ("[yellow]skip[/]" if c.get("skipped") else
-                "[green]pass[/]" if c["ok"] else "[bold red]FAIL[/]")
+        mark = ("[yellow]skip[/]" if c.get("skipped") else "[cyan]info[/]" if c.get("report")
+                else "[green]pass[/]" if c["ok"] else "[bold red]FAIL[/]")
         name = escape(c["name"])
         if not c["ok"] and "detail" in c:
             name += f"\n[red]{escape(c['detail'])}[/]"

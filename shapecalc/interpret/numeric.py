@@ -413,6 +413,7 @@ class Step:
     kv_bytes: list[int]  # per layer run, one rank
     kv_blocks: int | None = None  # a paged cache's blocks after this step
     gemms: list[tuple[Any, Any]] = field(default_factory=list)
+    routed: list[np.ndarray] = field(default_factory=list)  # each MoE layer's [B,T,k] expert ids
 
 
 def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
@@ -429,7 +430,7 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
         logits = forward(ops, model, wl, Sizes.of(model, wl, p))
     assert ops.full_out is not None
     return Step(logits[0], ops.full_out[0], ops.stages, ops.boundaries, cache.nbytes(),
-                getattr(cache, "blocks", None), ops.gemms)
+                getattr(cache, "blocks", None), ops.gemms, ops.routed)
 
 
 def windows(model: ModelConfig) -> list[int | None]:
