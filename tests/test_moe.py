@@ -159,6 +159,26 @@ def test_verify_fails_when_the_symbolic_expert_count_or_k_is_perturbed(monkeypat
                   "stage names and shapes (prefill, p=1)"}
 
 
-def test_verify_refuses_expert_parallel_runs():
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_simulates_expert_parallelism(phase):
+    m = _tiny(n_experts=8, experts_per_token=2)
+    doc = verify(m, Workload(batch=4, seq=6, ep=4, phase=phase), precision="float64")
+    assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]
+    names = [c["name"] for c in doc["checks"]]
+    assert any(n.startswith("EP all-to-all bytes per MoE layer (ep=4") for n in names)
+    assert any(n.startswith("EP ep=4 == one rank") for n in names)
+
+
+def test_verify_fails_when_the_all_to_all_formula_is_off(monkeypatch):
+    from shapecalc.costs import trace
+
+    real = trace.alltoall_bytes
+    monkeypatch.setattr(trace, "alltoall_bytes", lambda *a: real(*a) // 2)  # dispatch only
+    doc = verify(_tiny(n_experts=8), Workload(batch=4, seq=6, ep=2), precision="float64")
+    assert "EP all-to-all bytes per MoE layer (ep=2, every pair off-rank)" in {
+        c["name"] for c in doc["checks"] if not c["ok"]}
+
+
+def test_verify_refuses_expert_parallelism_with_tensor_parallelism():
     with pytest.raises(ShapecalcError, match="ep"):
-        verify(_tiny(), Workload(batch=2, seq=5, ep=2), precision="float64")
+        verify(_tiny(), Workload(batch=2, seq=5, ep=2, tp=2), precision="float64")

@@ -135,10 +135,9 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     """Every check of one model and workload (see the module doc). `weights`: auto (resident
     when they fit the budget, else streamed), resident, or streamed."""
     check(model, wl)
-    if wl.ep > 1:
-        raise ShapecalcError("ep", "verify runs the experts as tensor-parallel shards; the "
-                             "executor does not split them over expert-parallel ranks (the "
-                             "trace's parallel.ep ledger is analytic): use ep=1")
+    if wl.ep > 1 and wl.tp > 1:
+        raise ShapecalcError("ep", "verify simulates expert parallelism with tp=1 (attention in "
+                             "ep data-parallel replicas); give --tp 1, or check tp and ep apart")
     budget = default_budget() if budget is None else budget
     plan = layer_plan(model)
     K, need, resident = plan_layers(model, wl, layers, precision, budget, weights)
@@ -197,6 +196,8 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
                          _by_kind(main.kv_bytes, plan)))
     checks.append(_check("largest activation bytes", totals["largest_activation"]["bytes"],
                          _largest(main.stages)))
+    if wl.ep > 1:
+        checks += _ep_checks(run, main, doc["parallel"]["ep"], pre, ids[:, :T], a_pre, wl, tol)
     if main.routed:  # a report, not a check: how many experts the real routing reached
         tokens = main.routed[0].shape[0] * main.routed[0].shape[1]
         checks.append({
@@ -298,6 +299,27 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         "weights": "resident" if resident else "streamed", "ok": ok,
         "checks": checks,
     }
+
+
+def _ep_checks(run: Callable[..., Step], main: Step, led: dict, pre: Workload, ids: np.ndarray,
+               a_pre: Step, wl: Workload, tol: float) -> list[dict]:
+    """Expert parallelism simulated: experts split over ep ranks, each sequence on replica
+    b mod ep, the off-rank (token, expert) pairs sent and their outputs sent back."""
+    ep = wl.ep
+    per_layer = {t["bytes_every_pair"] for t in main.ep_traffic}
+    pairs = sum(t["pairs"] for t in main.ep_traffic)
+    off = sum(t["off_rank"] for t in main.ep_traffic)
+    plain = run("ep=1 reference", pre.model_copy(update={"ep": 1}), ids, 1)
+    return [
+        _check(f"EP all-to-all bytes per MoE layer (ep={ep}, every pair off-rank)",
+               led["alltoall_bytes_per_layer"], per_layer.pop() if len(per_layer) == 1 else
+               sorted(per_layer)),
+        _close(f"EP ep={ep} == one rank (prefill logits)", a_pre.logits, plain.logits, tol),
+        {"name": f"EP off-rank share of the (token, expert) pairs (expected (ep−1)/ep under "
+                 f"uniform routing, measured over {pairs} pairs)",
+         "symbolic": round((ep - 1) / ep, 3), "measured": round(off / max(pairs, 1), 3),
+         "ok": True, "report": True},
+    ]
 
 
 def _factors(plan: LayerPlan, k: int) -> str:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..model.forward import ACT
+from .storage import measure
 from .weights import Shard
 
 if TYPE_CHECKING:
@@ -51,6 +52,10 @@ def experts(self: NumericOps, h: np.ndarray, routing: Routing, D: Any, E: Any, k
     gated = m.gated
     width = m.dff_expert // self.p
     bias = m.expert_bias
+    E = m.n_experts or 0
+    ep = self.wl.ep  # expert parallelism (with p = 1): expert e lives on rank e // (E/ep)
+    if ep > 1:
+        _dispatch(self, routing, x, E, ep)
 
     def run(role: str, name: str, inputs: np.ndarray | None, d_in: int, d_out: int,
             row: bool) -> np.ndarray:
@@ -94,9 +99,30 @@ def experts(self: NumericOps, h: np.ndarray, routing: Routing, D: Any, E: Any, k
         u = self.activation(u, "moe.experts.act", "experts: activation", act)
     assert u.shape[-1] == width
     y = run("moe.experts.down", "experts: down", u, m.dff_expert, D_, True)
-    out = np.einsum("rbtkd,btk->rbtd", y, routing.weights.astype(self.dt))
+    w = routing.weights.astype(self.dt)
+    if ep > 1:  # combine: each rank's partial sum over its own experts' pairs, then summed
+        owner = routing.ids // (E // ep)
+        parts = [np.einsum("rbtkd,btk->rbtd", y, np.where(owner == r, w, 0)) for r in range(ep)]
+        out = np.sum(parts, axis=0)
+    else:
+        out = np.einsum("rbtkd,btk->rbtd", y, w)
     return self._rec("moe.combine", "combine (weighted sum)", "combine", out,
                      ew=2 * self._el(y))
+
+def _dispatch(self: NumericOps, routing: Routing, x: np.ndarray, E: int, ep: int) -> None:
+    """What expert parallelism moves in one MoE layer, measured on the arrays: each sequence's
+    tokens live on replica b mod ep (data-parallel attention); every (token, expert) pair whose
+    expert lives elsewhere is sent there (dispatch) and its output sent back (combine)."""
+    b = np.arange(routing.ids.shape[0])[:, None, None]
+    owner = routing.ids // (E // ep)
+    sent = x[np.nonzero(owner != b % ep)[:2]]  # the token rows each off-rank pair moves
+    every = np.broadcast_to(x[:, :, None, :], (*routing.ids.shape, x.shape[-1]))
+    self.ep_traffic.append({
+        "pairs": int(routing.ids.size), "off_rank": int(sent.shape[0]),
+        "bytes_every_pair": 2 * measure(every, self.wl.act),
+        "bytes_off_rank": 2 * measure(sent, self.wl.act),
+    })
+
 
 def _expert_shard(self: NumericOps, role: str, e: int, d_in: int, d_out: int, row: bool
                   ) -> Shard:

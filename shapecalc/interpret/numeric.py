@@ -51,6 +51,7 @@ class NumericOps(Ops):
         self.stages: list[Stage] = []
         self.gemms: list[tuple[Any, Any]] = []  # operand shapes (or operands) of every matmul
         self.routed: list[np.ndarray] = []  # each MoE layer's [B,T,k] expert ids
+        self.ep_traffic: list[dict[str, int]] = []  # with ep > 1: each MoE layer's all-to-all
         self.boundaries: list[int] = []
         self.full_out: np.ndarray | None = None
         self._group, self._layer = "embedding", -1
@@ -414,6 +415,7 @@ class Step:
     kv_blocks: int | None = None  # a paged cache's blocks after this step
     gemms: list[tuple[Any, Any]] = field(default_factory=list)
     routed: list[np.ndarray] = field(default_factory=list)  # each MoE layer's [B,T,k] expert ids
+    ep_traffic: list[dict[str, int]] = field(default_factory=list)
 
 
 def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
@@ -430,7 +432,7 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
         logits = forward(ops, model, wl, Sizes.of(model, wl, p))
     assert ops.full_out is not None
     return Step(logits[0], ops.full_out[0], ops.stages, ops.boundaries, cache.nbytes(),
-                getattr(cache, "blocks", None), ops.gemms, ops.routed)
+                getattr(cache, "blocks", None), ops.gemms, ops.routed, ops.ep_traffic)
 
 
 def windows(model: ModelConfig) -> list[int | None]:
