@@ -24,7 +24,12 @@ def _imports(path: Path) -> set[str]:
     mod = _module(path)
     pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    # imports only a type checker sees (`if TYPE_CHECKING:`) make no runtime cycle
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg.split(".")
