@@ -87,6 +87,9 @@ def totals_panel(doc: dict[str, Any]) -> Panel:
     t.add_column(justify="right")
     t.add_column(style="dim")
     t.add_row("parameters", f"{tot['params']:,}", human_count(tot["params"]))
+    if tot["active_params"] != tot["params"]:
+        t.add_row("  active per token", f"{tot['active_params']:,}",
+                  f"{human_count(tot['active_params'])}: the k of E routed experts a token uses")
     t.add_row(
         "  embedding",
         f"{pb['embedding']:,}",
@@ -177,6 +180,16 @@ def parallel_panel(doc: dict[str, Any]) -> Panel:
         ):
             shown = human[unit](tp[key]) if unit else ""
             t.add_row(f"  {label}", f"{tp[key]:,}", shown + note)
+    ep = doc["parallel"]["ep"]
+    if ep["moe_layers"]:
+        t.add_row("expert parallel ep", str(ep["degree"]), ep["composition"])
+        if ep["degree"] > 1:
+            t.add_row("  experts per rank", f"{ep['experts_per_rank']:,}",
+                      human_bytes(ep["expert_weight_bytes_per_rank"]) + " of expert weights")
+            t.add_row("  all-to-all per MoE layer", f"{ep['alltoall_bytes_per_layer']:,}",
+                      f"{human_bytes(ep['alltoall_bytes_per_layer'])} if every token goes "
+                      f"off-rank; × (ep−1)/ep = {ep['alltoall_bytes_per_layer_expected']:,.0f} "
+                      "expected under uniform routing")
     t.add_row("pipeline stages s", str(pp["stages"]), "" if pp["stages"] > 1 else "all N layers")
     if pp["stages"] > 1:
         t.add_row(
