@@ -182,3 +182,16 @@ def test_verify_fails_when_the_all_to_all_formula_is_off(monkeypatch):
 def test_verify_refuses_expert_parallelism_with_tensor_parallelism():
     with pytest.raises(ShapecalcError, match="ep"):
         verify(_tiny(), Workload(batch=2, seq=5, ep=2, tp=2), precision="float64")
+
+
+def test_fit_with_expert_parallelism_finds_the_smallest_tp_beside_it():
+    from shapecalc.inputs.sources import load_preset
+
+    model, gpu = load_preset("qwen3-235b-a22b"), load_gpu("h200")
+    wl = Workload(batch=1, seq=4096, dtype="fp8", logits="last")
+    # one GPU cannot hold 235 B fp8 parameters; eight holding an eighth of the experts each can
+    assert fit(model, wl, gpu, PlanOptions())["min_tp"] == 2
+    on_ep = fit(model, wl.model_copy(update={"ep": 8}), gpu, PlanOptions())
+    assert on_ep["fits"] and on_ep["min_tp"] == 1
+    ep = build_trace(model, wl.model_copy(update={"ep": 8}))["parallel"]["ep"]
+    assert on_ep["memory_per_rank"]["weights"] == ep["weight_bytes_per_rank"]

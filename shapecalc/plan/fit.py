@@ -94,18 +94,18 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
     max_seq_memory = max_seq
     if cap_pos is not None and max_seq == hi and limit is None:
         max_seq_memory = _largest_ok(lambda t: fits(seq=t), hi, SEARCH_MAX)
-    # the weights alone bound the degrees from below: a stage of one rank holds at least
-    # 1/(p·s) of them
+    # the weights alone bound the degrees from below: a stage of one GPU holds at least
+    # 1/(max(p, ep)·s) of them (ep is a multiple of p)
     weights = nbytes(model_params(cf), wl.dtype)
     usable = gpu.memory_bytes - opts.reserve(gpu.memory_bytes)
     min_tp = _smallest(
         [p for p in range(1, model.n_heads + 1)
-         if weights <= usable * p * wl.pp and valid(model, wl, tp=p)],
+         if weights <= usable * max(p, wl.ep) * wl.pp and valid(model, wl, tp=p)],
         lambda p: fits(tp=p),
     )
     min_pp = _smallest(
         [s for s in range(1, model.n_layers + 1)
-         if weights <= usable * wl.tp * s and valid(model, wl, pp=s)],
+         if weights <= usable * max(wl.tp, wl.ep) * s and valid(model, wl, pp=s)],
         lambda s: fits(pp=s),
     )
     times = {
