@@ -18,13 +18,14 @@ from shapecalc.inputs.hf import load_hf_config
 from shapecalc.inputs.sources import load_preset, published
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
 
-HF = Path(__file__).parent / "data" / "hf_moe_draft"
-REFERENCE = Path(__file__).parent / "data" / "moe_reference.json"
-PUBLISHED = json.loads(REFERENCE.read_text())["published"] if REFERENCE.exists() else {}
+HF = Path(__file__).parent / "data" / "hf"
+# transformers' meta-device counts of these config.json files and the published integers, and
+# tiny models transformers built and counted (cases)
+REFERENCE = json.loads((Path(__file__).parent / "data" / "moe_reference.json").read_text())
 PRESETS = ("mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
            "gpt-oss-120b", "qwen3-8b")
 CONFIGS = (*PRESETS, "qwen1.5-moe-a2.7b", "phi3.5-moe")
-# the totals by hand (the `count` formula below), equal to the model cards' and to transformers'
+# the totals by hand (the `count` formula below), equal to the published ones and transformers'
 TOTAL = {
     "mixtral-8x7b": 46_702_792_704,
     "mixtral-8x22b": 140_620_634_112,
@@ -194,8 +195,8 @@ def test_hand_count_equals_published(stem):
     m = load_hf_config(HF / f"{stem}.json")
     assert count(m) == TOTAL[stem]
     assert count(m, active=True) == ACTIVE[stem]
-    if stem in PUBLISHED:  # transformers' meta-device count
-        assert PUBLISHED[stem] == TOTAL[stem]
+    ref = REFERENCE["published"][stem]
+    assert ref["params_meta"] == ref["params_published"] == TOTAL[stem]
 
 
 @pytest.mark.parametrize("stem", CONFIGS)
@@ -205,6 +206,16 @@ def test_trace_params_equal_published(stem):
     if stem in PRESETS:
         t = totals(load_preset(stem))
         assert (t["params"], t["active_params"]) == (TOTAL[stem], ACTIVE[stem])
+
+
+@pytest.mark.parametrize("case", REFERENCE["cases"], ids=[c["name"] for c in REFERENCE["cases"]])
+def test_tiny_models_transformers_built(case, tmp_path):
+    """cfg.to_dict() of each tiny model: its parameters, and the prefill's matmul FLOPs (which
+    see k, E and every width the reader gives)."""
+    m = load(tmp_path, case["hf_config"])
+    t = build_trace(m, Workload(batch=case["batch"], seq=case["seq"]))["totals"]
+    assert (t["params"], t["flops"]) == (case["params"], case["prefill_flops"])
+    assert count(m) == case["params"]
 
 
 # ── class defaults and per-layer keys ────────────────────────────────────────────────────────────
