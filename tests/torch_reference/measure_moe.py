@@ -1,0 +1,519 @@
+#!/usr/bin/env python3
+"""Measure reference matmul FLOPs and parameter counts of Mixture-of-Experts causal LMs with
+PyTorch and write ``tests/data/moe_reference.json``.
+
+Run manually (the test suite only reads the JSON, it never imports this file):
+
+    pip install torch==2.13.0+cpu transformers==5.24.0
+    python tests/torch_reference/measure_moe.py [--out PATH]
+
+Two parts:
+
+  * ``cases``: tiny models of each MoE family (mixtral, qwen2_moe, qwen3_moe, phimoe, gpt_oss, and
+    dense qwen3), random weights, float32, eager attention, CPU, B=5, T=7, measured with
+    ``torch.utils.flop_counter.FlopCounterMode`` exactly like ``measure_flops.py`` (prefill,
+    prefill_last, decode), with real routing: the router weights are redrawn from N(0, 1) so that
+    different tokens pick different experts, and the experts run with transformers' ``eager``
+    experts implementation (a loop over the experts that were hit, each on the tokens routed to
+    it). Each case also records the routing (per MoE layer: (token, expert) assignments, distinct
+    experts hit, tokens per expert), per-module FLOPs, and a cross-check of the prefill FLOPs under
+    the ``batched_mm`` and ``grouped_mm`` experts implementations.
+  * ``published``: each real config.json in ``tests/data/hf`` built on the meta device; the sum of
+    its parameters next to the published figure and its source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import sys
+import tempfile
+import traceback
+
+import torch
+import transformers
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import AutoConfig, AutoModelForCausalLM
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "moe_reference.json")
+HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
+
+B, T = 5, 7
+D, H, HKV, V, MAXPOS = 64, 4, 2, 1000, 256
+EXPERTS_IMPL = "eager"
+
+# Sizes differ between the symbols of a case (D=64, Dh=16 or 24, Dff_e, Dff_s, dense I=176, E, k)
+# so that a formula that swaps two of them gives a different number.
+CASES = [
+    ("mixtral_e8_k2", "mixtral", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=16,
+        num_hidden_layers=3, vocab_size=V, max_position_embeddings=MAXPOS,
+        intermediate_size=48, num_local_experts=8, num_experts_per_tok=2,
+        sliding_window=None, tie_word_embeddings=False)),
+    ("qwen2_moe_e12_k4_shared", "qwen2_moe", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV,
+        num_hidden_layers=3, vocab_size=V, max_position_embeddings=MAXPOS,
+        intermediate_size=176, moe_intermediate_size=40, shared_expert_intermediate_size=80,
+        num_experts=12, num_experts_per_tok=4, norm_topk_prob=False, decoder_sparse_step=1,
+        mlp_only_layers=[], use_sliding_window=False, tie_word_embeddings=False)),
+    ("qwen3_moe_e16_k4_dense0", "qwen3_moe", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=24,
+        num_hidden_layers=3, vocab_size=V, max_position_embeddings=MAXPOS,
+        intermediate_size=176, moe_intermediate_size=32, num_experts=16,
+        num_experts_per_tok=4, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[0],
+        use_sliding_window=False, tie_word_embeddings=False)),
+    ("qwen3_moe_e16_k4_step2", "qwen3_moe", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=24,
+        num_hidden_layers=4, vocab_size=V, max_position_embeddings=MAXPOS,
+        intermediate_size=176, moe_intermediate_size=32, num_experts=16,
+        num_experts_per_tok=4, norm_topk_prob=True, decoder_sparse_step=2, mlp_only_layers=[],
+        use_sliding_window=False, tie_word_embeddings=False)),
+    ("phimoe_e6_k2", "phimoe", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV,
+        num_hidden_layers=3, vocab_size=V, max_position_embeddings=MAXPOS,
+        intermediate_size=56, num_local_experts=6, num_experts_per_tok=2,
+        attention_bias=True, lm_head_bias=True, sliding_window=None, tie_word_embeddings=False)),
+    ("gpt_oss_e8_k3_sliding4", "gpt_oss", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=16,
+        num_hidden_layers=4, vocab_size=V, max_position_embeddings=MAXPOS,
+        intermediate_size=48, num_local_experts=8, num_experts_per_tok=3,
+        layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=4,
+        attention_bias=True, tie_word_embeddings=False)),
+    ("qwen3_dense", "qwen3", dict(
+        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=24,
+        num_hidden_layers=3, vocab_size=V, max_position_embeddings=MAXPOS,
+        intermediate_size=176, use_sliding_window=False, tie_word_embeddings=False)),
+]
+
+# Per-case remarks stored next to the numbers (facts checked against transformers 5.24.0).
+NOTES = {
+    "mixtral_e8_k2": (
+        "Router D->E without bias (aten.mm); softmax over all E, top-k, renormalised "
+        "(elementwise, not counted). Experts: gate_up_proj [E,2F,D] and down_proj [E,D,F], "
+        "F=intermediate_size."
+    ),
+    "qwen2_moe_e12_k4_shared": (
+        "Shared expert (gated MLP of width shared_expert_intermediate_size=80) runs on every "
+        "token; shared_expert_gate is Linear(D,1) without bias (aten.mm, 2*N*D) and scales it by "
+        "a sigmoid. q,k,v have biases (qkv_bias=True, aten.addmm), o does not. "
+        "norm_topk_prob=False."
+    ),
+    "qwen3_moe_e16_k4_dense0": (
+        "mlp_only_layers=[0]: layer 0 is a dense gated MLP of width intermediate_size=176, layers "
+        "1-2 are MoE. head_dim=24 so H*Dh=96 != D=64; q_norm/k_norm are elementwise (not "
+        "counted)."
+    ),
+    "qwen3_moe_e16_k4_step2": (
+        "decoder_sparse_step=2: layer i is MoE when (i+1) % 2 == 0, so layers 1 and 3 are MoE and "
+        "layers 0 and 2 are dense gated MLPs of width intermediate_size=176."
+    ),
+    "phimoe_e6_k2": (
+        "sparsemixer routing (top-2 only, eval path: no jitter). LayerNorm with bias; "
+        "attention_bias puts biases on q,k,v,o (aten.addmm); lm_head_bias=True makes the LM head "
+        "an aten.addmm."
+    ),
+    "gpt_oss_e8_k3_sliding4": (
+        "Router D->E with bias (aten.addmm); softmax over the top-k logits. Experts have biases "
+        "(gate_up_proj_bias [E,2F], down_proj_bias [E,D]); the gated SwiGLU with clamp and alpha "
+        "is elementwise. Attention has biases on q,k,v,o and per-head sinks (a column "
+        "concatenated to the logits before the softmax: no matmul FLOPs). Eager prefill computes "
+        "the full TxT scores on sliding layers too (the window is only a mask). In decode the "
+        "sliding layers' cache (DynamicSlidingWindowLayer) holds the last sliding_window-1=3 "
+        "keys, so the new token attends over 4 keys there and over T+1=8 on the full layers."
+    ),
+    "qwen3_dense": (
+        "Dense Qwen3 (the path qwen3-8b takes): q_norm/k_norm elementwise; head_dim=24 != D/H."
+    ),
+}
+
+ROUTER_CLASSES = ("Router",)  # MixtralTopKRouter, Qwen2MoeTopKRouter, ..., GptOssTopKRouter
+
+# The published configs in tests/data/hf: Hub repository, the figure its publisher gives, and
+# where the exact integer comes from (the meta-device sum must equal it).
+PUBLISHED = {
+    "mixtral-8x7b": dict(
+        repo="mistralai/Mixtral-8x7B-v0.1", params=46_702_792_704,
+        figure="46.7B total parameters, 12.9B used per token",
+        source="Mistral AI, 'Mixtral of experts' (Dec 2023): 46.7B total, 12.9B per token; the "
+        "exact 46,702,792,704 is the Hub's safetensors total and keras-hub's mixtral_8_7b_en "
+        "preset 'params' (keras_hub/src/models/mixtral/mixtral_presets.py)."),
+    "mixtral-8x22b": dict(
+        repo="mistralai/Mixtral-8x22B-v0.1", params=140_620_634_112,
+        figure="141B total parameters, 39B active",
+        source="Mistral AI, 'Cheaper, Better, Faster, Stronger' (Apr 2024): 39B active of 141B; "
+        "the exact 140,620,634,112 is the Hub's safetensors total of the 8x22B checkpoints (e.g. "
+        "the mistral-community/Mixtral-8x22B-v0.1 and alpindale/WizardLM-2-8x22B mirrors)."),
+    "qwen1.5-moe-a2.7b": dict(
+        repo="Qwen/Qwen1.5-MoE-A2.7B", params=14_315_784_192,
+        figure="14.3B parameters, 2.7B activated",
+        source="Qwen blog 'Qwen1.5-MoE: Matching 7B Model Performance with 1/3 Activated "
+        "Parameters' (Mar 2024); the exact 14,315,784,192 is the Hub's safetensors total and "
+        "keras-hub's qwen1.5_moe_2.7b_en preset 'params'."),
+    "qwen3-30b-a3b": dict(
+        repo="Qwen/Qwen3-30B-A3B", params=30_532_122_624,
+        figure="30.5B in total and 3.3B activated; non-embedding 29.9B",
+        source="Qwen3-30B-A3B model card ('Number of Parameters: 30.5B in total and 3.3B "
+        "activated'); the exact 30,532,122,624 is the Hub's safetensors total, keras-hub's "
+        "qwen3_moe_30b_a3b_en preset 'params' and llama.cpp's general.parameter_count."),
+    "qwen3-235b-a22b": dict(
+        repo="Qwen/Qwen3-235B-A22B", params=235_093_634_560,
+        figure="235B in total and 22B activated; non-embedding 234B",
+        source="Qwen3-235B-A22B model card; the exact 235,093,634,560 is the Hub API's "
+        "safetensors total (BF16) and keras-hub's qwen3_moe_235b_a22b_en preset 'params'."),
+    "qwen3-8b": dict(
+        repo="Qwen/Qwen3-8B", params=8_190_735_360,
+        figure="8.2B parameters; non-embedding 6.95B",
+        source="Qwen3-8B model card; the exact 8,190,735,360 is the Hub's safetensors total and "
+        "keras-hub's qwen3_8b_en preset 'params' ('8.19B')."),
+    "phi3.5-moe": dict(
+        repo="microsoft/Phi-3.5-MoE-instruct", params=41_873_153_344,
+        figure="16x3.8B parameters with 6.6B active parameters (Hub: 41.9B params)",
+        source="Phi-3.5-MoE-instruct model card ('16x3.8B parameters with 6.6B active parameters "
+        "when using 2 experts'), the Hub's '41.9B params'; the exact 41,873,153,344 is quoted in "
+        "r/LocalLLaMA's Phi-3.5 release summaries (feed-forward 40,267,415,552) - a secondary "
+        "source, and the only integer the config allows."),
+    "gpt-oss-20b": dict(
+        repo="openai/gpt-oss-20b", params=20_914_757_184,
+        figure="20.91B total parameters, 3.61B active (model card table: 21B / 3.6B)",
+        source="OpenAI, gpt-oss-120b & gpt-oss-20b model card (Aug 2025), parameter-count table "
+        "(Total 20.91B); the exact 20,914,757,184 is llama.cpp/Ollama's general.parameter_count "
+        "for gpt-oss:20b. The Hub page shows 21.5B because the MXFP4 blocks are stored as uint8."),
+    "gpt-oss-120b": dict(
+        repo="openai/gpt-oss-120b", params=116_829_156_672,
+        figure="116.83B total parameters, 5.13B active (model card table: 117B / 5.1B)",
+        source="OpenAI, gpt-oss-120b & gpt-oss-20b model card (Aug 2025), parameter-count table "
+        "(Total 116.83B); the exact 116,829,156,672 is llama.cpp/Ollama's general.parameter_count "
+        "for gpt-oss:120b."),
+}
+
+
+def _jsonable(obj) -> bool:
+    try:
+        json.dumps(obj)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def config_to_json_dict(cfg) -> dict:
+    """Complete, re-readable config.json dict: cfg.to_dict() minus non-serialisable entries."""
+    out = {k: v for k, v in cfg.to_dict().items() if _jsonable(v)}
+    out["model_type"] = cfg.model_type
+    for k in ("_attn_implementation_autoset", "_name_or_path"):
+        out.pop(k, None)
+    return out
+
+
+def check_roundtrip(cfg, d: dict) -> None:
+    """Save d as config.json, re-read it with AutoConfig, and compare."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(d, f)
+        cfg2 = AutoConfig.from_pretrained(tmp)
+    assert cfg2.model_type == cfg.model_type
+    skip = ("_attn_implementation_autoset", "transformers_version", "_name_or_path")
+    a = {k: v for k, v in cfg.to_dict().items() if _jsonable(v) and k not in skip}
+    b = {k: v for k, v in cfg2.to_dict().items() if _jsonable(v) and k not in skip}
+    diff = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    if diff:
+        raise AssertionError(f"config round-trip mismatch on keys {sorted(diff)}")
+
+
+def meta_params(cfg) -> int:
+    """Parameters of the model built from cfg on the meta device (no memory, no init)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def self_flops(counts: dict) -> dict:
+    """Per-module FLOPs not attributed to a child module, keyed by the module path below the model
+    class (e.g. 'model.layers.0.mlp.experts'); the values sum to the total."""
+    totals = {name: sum(ops.values()) for name, ops in counts.items() if name != "Global"}
+    # a module's parent is its nearest recorded ancestor (containers such as `layers`, a
+    # ModuleList that is never called, do not appear)
+    children = dict.fromkeys(totals, 0)
+    for name, total in totals.items():
+        parts = name.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            if (parent := ".".join(parts[:cut])) in totals:
+                children[parent] += total
+                break
+    out = {}
+    for name, total in totals.items():
+        if total - children[name]:
+            key = name.split(".", 1)[1] if "." in name else "(model)"
+            out[key] = int(total - children[name])
+    return dict(sorted(out.items(), key=lambda kv: _natural(kv[0])))
+
+
+def _natural(key: str):
+    return [int(p) if p.isdigit() else p for p in key.split(".")]
+
+
+def count(fn):
+    """Run fn under FlopCounterMode; (total, {op: flops} of Global, per-module self FLOPs)."""
+    fc = FlopCounterMode(display=False)
+    with fc:
+        fn()
+    counts = fc.get_flop_counts()
+    ops = {str(op): int(n) for op, n in counts.get("Global", {}).items()}
+    parts = self_flops({k: {str(o): int(n) for o, n in v.items()} for k, v in counts.items()})
+    total = int(fc.get_total_flops())
+    assert sum(parts.values()) == total, (sum(parts.values()), total)
+    return total, dict(sorted(ops.items())), parts
+
+
+class RoutingLog:
+    """Forward hooks on the routers that keep the chosen expert indices of each call."""
+
+    def __init__(self, model):
+        self.calls: dict[str, list] = {}
+        self.handles = []
+        for name, mod in model.named_modules():
+            if any(c in type(mod).__name__ for c in ROUTER_CLASSES):
+                self.handles.append(mod.register_forward_hook(self._hook(name)))
+        self.num_experts = {}
+
+    def _hook(self, name):
+        def hook(mod, args, out):
+            self.calls.setdefault(name, []).append(out[2].detach().clone())
+            self.num_experts[name] = mod.num_experts
+
+        return hook
+
+    def take(self) -> dict:
+        """Routing of the calls since the last take, per router: assignments, experts hit, loads."""
+        out = {}
+        for name, calls in self.calls.items():
+            (idx,) = calls  # one call per forward
+            loads = torch.bincount(idx.reshape(-1), minlength=self.num_experts[name]).tolist()
+            out[name.removesuffix(".gate").removesuffix(".router")] = {
+                "tokens": int(idx.shape[0]),
+                "top_k": int(idx.shape[1]),
+                "assignments": int(idx.numel()),
+                "experts_hit": int(sum(1 for n in loads if n)),
+                "tokens_per_expert": loads,
+            }
+        self.calls = {}
+        return dict(sorted(out.items(), key=lambda kv: _natural(kv[0])))
+
+
+def randomize_routers(model, seed: int = 1) -> None:
+    """Redraw every router weight (and bias) from N(0, 1): random, token-dependent routing that
+    does not rest on transformers' initialisation (5.24 draws them with std 0.02)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, mod in model.named_modules():
+            if any(c in type(mod).__name__ for c in ROUTER_CLASSES):
+                for p in mod.parameters(recurse=False):
+                    p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+
+
+def expert_check(cfg, parts: dict, routing: dict) -> dict:
+    """Each MoE layer's measured expert FLOPs against 2 * assignments * 3 * D * Dff_e."""
+    dff = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
+    out = {}
+    for layer, r in routing.items():
+        got = parts.get(f"{layer}.experts", 0)
+        want = 2 * r["assignments"] * 3 * cfg.hidden_size * dff
+        assert got == want, (layer, got, want)
+        out[layer] = got
+    return out
+
+
+def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
+    cfg = AutoConfig.for_model(model_type, **kwargs)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(
+        cfg, attn_implementation="eager", dtype=torch.float32, experts_implementation=EXPERTS_IMPL
+    )
+    model.eval()
+    randomize_routers(model)
+    cfg = model.config
+    is_moe = any(any(c in type(m).__name__ for c in ROUTER_CLASSES) for m in model.modules())
+    if is_moe:
+        assert cfg._experts_implementation == EXPERTS_IMPL, cfg._experts_implementation
+    log = RoutingLog(model)
+
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, V, (B, T), generator=g)
+    next_ids = torch.randint(0, V, (B, 1), generator=g)
+    params = model.forward
+    cache_kw = "cache" if "cache" in inspect.signature(params).parameters else "past_key_values"
+
+    res = {}
+    with torch.no_grad():
+        out = {}
+        res["prefill"] = count(lambda: out.setdefault("p", model(input_ids, use_cache=False)))
+        assert out["p"].logits.shape == (B, T, V)
+        routing = {"prefill": log.take()}
+        res["prefill_last"] = count(
+            lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1))
+        )
+        assert out["pl"].logits.shape == (B, 1, V)
+        assert log.take() == routing["prefill"]  # same tokens, same routing
+        pre = model(input_ids, use_cache=True)
+        log.take()
+        past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
+        assert past is not None
+        res["decode"] = count(
+            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past}))
+        )
+        assert out["d"].logits.shape == (B, 1, V)
+        routing["decode"] = log.take()
+
+        impl_check = None
+        if is_moe:
+            experts = {
+                "prefill": expert_check(cfg, res["prefill"][2], routing["prefill"]),
+                "decode": expert_check(cfg, res["decode"][2], routing["decode"]),
+            }
+            impl_check = {EXPERTS_IMPL: res["prefill"][0]}
+            for impl in ("batched_mm", "grouped_mm"):
+                try:
+                    model.set_experts_implementation(impl)
+                    impl_check[impl] = count(lambda: model(input_ids, use_cache=False))[0]
+                except Exception as exc:  # record why an implementation cannot run here
+                    impl_check[impl] = f"{type(exc).__name__}: {exc}"
+                log.take()
+            model.set_experts_implementation(EXPERTS_IMPL)
+
+    hf_config = config_to_json_dict(cfg)
+    hf_config.pop("experts_implementation", None)
+    check_roundtrip(cfg, hf_config)
+    n_params = int(sum(p.numel() for p in model.parameters()))
+    n_meta = meta_params(AutoConfig.for_model(**hf_config))
+    assert n_meta == n_params, (n_meta, n_params)
+
+    case = {
+        "name": name,
+        "model_type": model_type,
+        "hf_config": hf_config,
+        "batch": B,
+        "seq": T,
+        "experts_implementation": EXPERTS_IMPL if is_moe else None,
+        "prefill_flops": res["prefill"][0],
+        "prefill_last_flops": res["prefill_last"][0],
+        "decode_flops": res["decode"][0],
+        "prefill_ops": res["prefill"][1],
+        "prefill_last_ops": res["prefill_last"][1],
+        "decode_ops": res["decode"][1],
+        "prefill_modules": res["prefill"][2],
+        "prefill_last_modules": res["prefill_last"][2],
+        "decode_modules": res["decode"][2],
+        "params": n_params,
+        "params_meta": n_meta,
+        "note": NOTES.get(name, ""),
+    }
+    if is_moe:
+        case["routing"] = routing
+        case["expert_flops"] = experts
+        case["prefill_flops_by_experts_implementation"] = impl_check
+    return case
+
+
+def measure_published() -> dict:
+    out = {}
+    for stem, meta in PUBLISHED.items():
+        path = os.path.join(HF_DIR, f"{stem}.json")
+        with open(path) as f:
+            raw = json.load(f)
+        cfg = AutoConfig.from_pretrained(path)
+        out[stem] = {
+            "file": os.path.relpath(path, REPO_ROOT),
+            "repo": meta["repo"],
+            "model_type": raw["model_type"],
+            "architectures": raw.get("architectures"),
+            "params_meta": meta_params(cfg),
+            "params_published": meta["params"],
+            "figure": meta["figure"],
+            "source": meta["source"],
+        }
+    return out
+
+
+HOW = (
+    "cases: tiny models built with AutoModelForCausalLM.from_config(cfg, "
+    "attn_implementation='eager', dtype=torch.float32, experts_implementation='eager') after "
+    "torch.manual_seed(0); then every router's weight (and bias, gpt_oss) is redrawn from N(0,1) "
+    "(torch.Generator seed 1), so the routing is random and token-dependent whatever "
+    "transformers' initialisation does (the routing of each forward is recorded under "
+    "'routing'). eval(), torch.no_grad(), CPU. FLOPs are "
+    "torch.utils.flop_counter.FlopCounterMode(display=False).get_total_flops(): matmul-like aten "
+    "ops (mm, addmm, bmm, ...) as 2*m*k*n; bias adds, softmax, top-k, norms, activations, routing "
+    "weights and the weighted combine are NOT counted. *_ops: get_flop_counts()['Global']. "
+    "*_modules: FLOPs per module not attributed to a child module, keyed by the path below the "
+    "model class (so 'model.layers.0.self_attn' alone is the attention core QK^T and AV, "
+    "'model.layers.i.mlp.experts' the routed experts, 'model.layers.i.mlp.gate' or '.router' the "
+    "router); they sum to the total. prefill: model(input_ids[B,T], use_cache=False), logits for "
+    "all T positions. prefill_last: the same with logits_to_keep=1. decode: model(input_ids[B,T], "
+    "use_cache=True) outside the counter fills a DynamicCache, then only model(next_ids[B,1], "
+    "cache=<that cache>, use_cache=True) is counted. experts_implementation='eager' is the "
+    "experts class's own forward: a loop over the experts hit, each running gate_up and down on "
+    "the tokens routed to it (aten.mm), so the routed-expert FLOPs are exactly "
+    "2*assignments*3*D*Dff_e per MoE layer (assignments = tokens*k: no capacity limit, no dropped "
+    "tokens); the script asserts this for every MoE layer (expert_flops). "
+    "prefill_flops_by_experts_implementation re-measures the prefill under the other "
+    "implementations: 'batched_mm' gathers one weight matrix per (token, expert) pair and "
+    "multiplies with aten.bmm, also only the routed pairs, so it gives the same total; "
+    "'grouped_mm' calls torch.nn.functional.grouped_mm, which FlopCounterMode in torch 2.13 has "
+    "no formula for, so the routed experts count zero there. routing: per MoE layer the router's "
+    "top-k indices of that forward: tokens, top_k, assignments, experts_hit, tokens_per_expert. "
+    "hf_config is cfg.to_dict() of the built model (JSON-serialisable entries) and re-reads via "
+    "AutoConfig.from_pretrained. params: sum(p.numel()) of the built model; params_meta: the same "
+    "config built on the meta device (equal). published: each config.json in tests/data/hf read "
+    "with AutoConfig.from_pretrained and built with AutoModelForCausalLM.from_config under "
+    "torch.device('meta'); params_meta = sum(p.numel() for p in model.parameters()); "
+    "params_published: the exact published integer, figure: the publisher's rounded figure, "
+    "source: where both come from. gpt-oss's quantization_config (mxfp4) is not applied by "
+    "from_config: the count is of the dequantized (bf16) model, as the model card counts."
+)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    cases, errors = [], []
+    for name, model_type, kwargs in CASES:
+        try:
+            case = measure_case(name, model_type, kwargs)
+            cases.append(case)
+            print(f"{name:26s} prefill={case['prefill_flops']:>11,d} "
+                  f"prefill_last={case['prefill_last_flops']:>11,d} "
+                  f"decode={case['decode_flops']:>10,d} params={case['params']:,d}")
+        except Exception as exc:
+            traceback.print_exc()
+            errors.append({"name": name, "model_type": model_type,
+                           "error": f"{type(exc).__name__}: {exc}"})
+    published = measure_published()
+    for stem, p in published.items():
+        ok = "==" if p["params_meta"] == p["params_published"] else "!="
+        print(f"{stem:20s} meta={p['params_meta']:>17,d} {ok} published={p['params_published']:,d}")
+
+    doc = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "how": HOW,
+        "cases": cases,
+        "errors": errors,
+        "published": published,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"wrote {args.out} ({len(cases)} cases, {len(errors)} errors, "
+          f"{len(published)} published)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
