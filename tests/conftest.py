@@ -12,10 +12,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -68,3 +70,37 @@ def cli(capsys, monkeypatch):
         return Result(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.fixture
+def hf_model(tmp_path):
+    """Load a reference case's `hf_config` (as measured by tests/torch_reference) through
+    shapecalc's config.json reader."""
+    from shapecalc.inputs.hf import load_hf_config
+
+    def load(case):
+        path = tmp_path / f"{case['name']}.json"
+        path.write_text(json.dumps(case["hf_config"]))
+        return load_hf_config(path)
+
+    return load
+
+
+@pytest.fixture
+def live_measure():
+    """`measure(script, case)`: re-run a reference case through tests/torch_reference/<script>.py's
+    `measure_case`; skips when torch or transformers is not installed."""
+    if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers")):
+        pytest.skip("torch and transformers are not installed "
+                    "(pip install torch==2.13.0 transformers==5.24.0)")
+
+    def measure(script, case):
+        path = Path(__file__).parent / "torch_reference" / f"{script}.py"
+        spec = importlib.util.spec_from_file_location(script, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        kwargs = {k: v for k, v in case["hf_config"].items() if k != "model_type"}
+        return mod.measure_case(case["name"], case["model_type"], kwargs)
+
+    return measure

@@ -10,7 +10,6 @@ installed, `test_live_flop_counter` measures again instead of trusting the file.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -22,12 +21,6 @@ from shapecalc.model.config import Workload
 
 DATA = Path(__file__).parent / "data"
 REF = json.loads((DATA / "moe_reference.json").read_text())
-
-
-def _model(case, tmp_path):
-    path = tmp_path / f"{case['name']}.json"
-    path.write_text(json.dumps(case["hf_config"]))
-    return load_hf_config(path)
 
 
 def _flops(m, case, **kw):
@@ -46,28 +39,18 @@ def test_params_equal_the_meta_device_count_and_the_published_one(name):
 
 
 @pytest.mark.parametrize("case", REF["cases"], ids=[c["name"] for c in REF["cases"]])
-def test_matmul_flops_equal_flop_counter_with_real_routing(case, tmp_path):
-    m = _model(case, tmp_path)
+def test_matmul_flops_equal_flop_counter_with_real_routing(case, hf_model):
+    m = hf_model(case)
     assert _flops(m, case) == case["prefill_flops"]
     assert _flops(m, case, logits="last") == case["prefill_last_flops"]
     assert _flops(m, case, phase="decode") == case["decode_flops"]
     assert build_trace(m, Workload(batch=1, seq=1))["totals"]["params"] == case["params"]
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
-    reason="torch and transformers are not installed (pip install torch==2.13.0 transformers)",
-)
 @pytest.mark.parametrize("name", [c["name"] for c in REF["cases"][:3]])
-def test_live_flop_counter(name, tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "measure_moe", Path(__file__).parent / "torch_reference" / "measure_moe.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_live_flop_counter(name, hf_model, live_measure):
     case = next(c for c in REF["cases"] if c["name"] == name)
-    kwargs = {k: v for k, v in case["hf_config"].items() if k != "model_type"}
-    live = mod.measure_case(name, case["model_type"], kwargs)
-    m = _model(live, tmp_path)
+    live = live_measure("measure_moe", case)
+    m = hf_model(live)
     for key, kw in (("prefill_flops", {}), ("decode_flops", {"phase": "decode"})):
         assert _flops(m, live, **kw) == live[key]

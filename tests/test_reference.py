@@ -7,29 +7,21 @@ installed, `test_live_flop_counter` measures again instead of trusting the file.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from shapecalc.costs.trace import build_trace
-from shapecalc.inputs.hf import load_hf_config
 from shapecalc.model.config import Workload
 
 DATA = Path(__file__).parent / "data" / "flop_reference.json"
 REF = json.loads(DATA.read_text())
 
 
-def _model(case, tmp_path):
-    path = tmp_path / f"{case['name']}.json"
-    path.write_text(json.dumps(case["hf_config"]))
-    return load_hf_config(path)
-
-
 @pytest.mark.parametrize("case", REF["cases"], ids=[c["name"] for c in REF["cases"]])
-def test_matmul_flops_equal_flop_counter(case, tmp_path):
-    m = _model(case, tmp_path)
+def test_matmul_flops_equal_flop_counter(case, hf_model):
+    m = hf_model(case)
     B, T = case["batch"], case["seq"]
 
     def flops(**kw):
@@ -43,22 +35,11 @@ def test_matmul_flops_equal_flop_counter(case, tmp_path):
     assert params == case["num_parameters"]
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
-    reason="torch and transformers are not installed (pip install torch==2.13.0 transformers)",
-)
 @pytest.mark.parametrize("name", ["llama_gqa", "gpt2", "falcon_7b_style"])
-def test_live_flop_counter(name, tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "measure_flops", Path(__file__).parent / "torch_reference" / "measure_flops.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_live_flop_counter(name, hf_model, live_measure):
     case = next(c for c in REF["cases"] if c["name"] == name)
-    kwargs = {k: v for k, v in case["hf_config"].items() if k != "model_type"}
-    live = mod.measure_case(name, case["model_type"], kwargs)
-    m = _model(live, tmp_path)
+    live = live_measure("measure_flops", case)
+    m = hf_model(live)
     for phase, key in (("prefill", "prefill_flops"), ("decode", "decode_flops")):
         wl = Workload(batch=live["batch"], seq=live["seq"], phase=phase)
         assert build_trace(m, wl)["totals"]["flops"] == live[key]

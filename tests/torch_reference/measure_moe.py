@@ -29,13 +29,16 @@ import inspect
 import json
 import os
 import sys
-import tempfile
 import traceback
 
 import torch
 import transformers
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
+
+# the config.json writing and round-trip check are measure_flops.py's, shared
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure_flops import check_roundtrip, config_to_json_dict
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "moe_reference.json")
@@ -188,38 +191,6 @@ PUBLISHED = {
         "(Total 116.83B); the exact 116,829,156,672 is llama.cpp/Ollama's general.parameter_count "
         "for gpt-oss:120b."),
 }
-
-
-def _jsonable(obj) -> bool:
-    try:
-        json.dumps(obj)
-        return True
-    except (TypeError, ValueError):
-        return False
-
-
-def config_to_json_dict(cfg) -> dict:
-    """Complete, re-readable config.json dict: cfg.to_dict() minus non-serialisable entries."""
-    out = {k: v for k, v in cfg.to_dict().items() if _jsonable(v)}
-    out["model_type"] = cfg.model_type
-    for k in ("_attn_implementation_autoset", "_name_or_path"):
-        out.pop(k, None)
-    return out
-
-
-def check_roundtrip(cfg, d: dict) -> None:
-    """Save d as config.json, re-read it with AutoConfig, and compare."""
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(d, f)
-        cfg2 = AutoConfig.from_pretrained(tmp)
-    assert cfg2.model_type == cfg.model_type
-    skip = ("_attn_implementation_autoset", "transformers_version", "_name_or_path")
-    a = {k: v for k, v in cfg.to_dict().items() if _jsonable(v) and k not in skip}
-    b = {k: v for k, v in cfg2.to_dict().items() if _jsonable(v) and k not in skip}
-    diff = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
-    if diff:
-        raise AssertionError(f"config round-trip mismatch on keys {sorted(diff)}")
 
 
 def meta_params(cfg) -> int:
