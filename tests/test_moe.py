@@ -65,6 +65,11 @@ def test_expert_parallel_ledger():
     # the rest (attention, embeddings, norms, router) split by tp=2
     tp = build_trace(MIXTRAL, wl)["parallel"]["tp"]
     assert ep["params_per_rank"] == tp["params_per_rank"] - experts // 2 + experts // 8
+    # without expert parallelism a rank holds its Dff_e/tp slice of every expert, not all of them
+    no_ep = build_trace(MIXTRAL, Workload(batch=2, seq=1000, tp=2, dtype="fp8"))["parallel"]
+    assert no_ep["ep"]["expert_params_per_rank"] == experts // 2
+    assert no_ep["ep"]["expert_weight_bytes_per_rank"] == experts // 2
+    assert no_ep["ep"]["params_per_rank"] == no_ep["tp"]["params_per_rank"]
 
 
 @pytest.mark.parametrize(("args", "field"), [

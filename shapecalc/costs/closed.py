@@ -20,6 +20,7 @@ from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
 from ..model.parallel import (
     active_params,
+    ep_rank_expert_params,
     kv_elements_per_token,
     kv_groups,
     kv_heads_per_rank,
@@ -126,8 +127,8 @@ class ClosedForm:
         per_layer = [r[f"kind_params.{k}"].at(1, 1) for k in range(len(plan.kinds))]
         if ep > 1:  # whole experts, E/ep a rank, in place of each expert's Dff_e/p slice
             full = self.regimes("prefill", 1)[0].polys
-            per_layer = [v - r[f"kind_expert_params.{k}"].at(1, 1)
-                         + full[f"kind_expert_params.{k}"].at(1, 1) // ep
+            per_layer = [v - (sl := r[f"kind_expert_params.{k}"].at(1, 1))
+                         + ep_rank_expert_params(sl, full[f"kind_expert_params.{k}"].at(1, 1), ep)
                          for k, v in enumerate(per_layer)]
         emb, head, embed = (r[k].at(1, 1) for k in ("emb_params", "head_params", "embed_params"))
         return stage_params(plan, s, per_layer, emb, head, embed, self.model.tie_embeddings)

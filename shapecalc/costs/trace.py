@@ -15,6 +15,7 @@ from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
 from ..model.parallel import (
     active_params,
     alltoall_bytes,
+    ep_rank_expert_params,
     kv_bytes_per_token,
     kv_heads_per_rank,
     kv_replicated,
@@ -252,7 +253,9 @@ def ep_ledger(model: ModelConfig, wl: Workload, st: list[Stage], rank: list[Stag
     MoE layer dispatches its tokens to their experts' ranks and combines them back (all-to-all)."""
     ep, tp = wl.ep, wl.tp
     experts = _sum(st, "params", _role_in(EXPERT_ROLES))
-    per_rank = _sum(rank, "params") - _sum(rank, "params", _role_in(EXPERT_ROLES)) + experts // ep
+    rank_experts = _sum(rank, "params", _role_in(EXPERT_ROLES))
+    held = ep_rank_expert_params(rank_experts, experts, ep)
+    per_rank = _sum(rank, "params") - rank_experts + held
     moe_layers = sum(c for k, c in zip(layer_plan(model).kinds, layer_plan(model).counts,
                                        strict=True) if k.ffn == "moe")
     tq = wl.seq if wl.phase == "prefill" else 1
@@ -271,10 +274,10 @@ def ep_ledger(model: ModelConfig, wl: Workload, st: list[Stage], rank: list[Stag
         "moe_layers": moe_layers,
         "experts_per_rank": (model.n_experts or 0) // ep,  # check(): ep divides E
         "expert_params": experts,
-        "expert_params_per_rank": experts // ep,
-        "expert_weight_bytes_per_rank": nbytes(experts // ep, wl.dtype),
-        "params_per_rank": per_rank if ep > 1 else _sum(rank, "params"),
-        "weight_bytes_per_rank": nbytes(per_rank if ep > 1 else _sum(rank, "params"), wl.dtype),
+        "expert_params_per_rank": held,
+        "expert_weight_bytes_per_rank": nbytes(held, wl.dtype),
+        "params_per_rank": per_rank,
+        "weight_bytes_per_rank": nbytes(per_rank, wl.dtype),
         "alltoall_bytes_per_layer": a2a,
         "alltoall_bytes_per_layer_expected": a2a * (ep - 1) / ep,
         "alltoall_bytes_total": a2a * moe_layers,

@@ -96,6 +96,12 @@ def active_params(params: Any, expert_params: Any, model: ModelConfig) -> Any:
     return params - expert_params * (E - k) // E  # type: ignore[operator]
 
 
+def ep_rank_expert_params(tp_slice: Any, expert_params: Any, ep: int) -> Any:
+    """Routed-expert parameters one GPU holds: with ep > 1 whole experts, E/ep of them (vLLM's
+    split); otherwise its Dff_e/tp slice of every expert (`tp_slice`)."""
+    return expert_params // ep if ep > 1 else tp_slice
+
+
 def alltoall_bytes(batch: int, tq: int, model: ModelConfig, dtype: str) -> int:
     """One MoE layer's all-to-all under expert parallelism when every token goes off-rank:
     dispatch and combine each move B·T·k·D activations."""

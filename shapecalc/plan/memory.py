@@ -22,6 +22,7 @@ from ..inputs.hardware import GPU
 from ..model.config import bytes_of
 from ..model.parallel import (
     distinct_experts,
+    ep_rank_expert_params,
     kv_elements_per_token,
     kv_groups,
     pp_layers,
@@ -101,7 +102,7 @@ def phase_terms(cf: ClosedForm, gpu: GPU, opts: PlanOptions, tot: dict[str, Any]
     if not m.moe:
         mem = xp.floats(tot["weight_bytes_per_rank"] + tot["kv_cache_bytes_per_rank"]) / bw
     else:
-        experts = tot["expert_params_per_rank"] if ep == 1 else tot["expert_params"] // ep
+        experts = ep_rank_expert_params(tot["expert_params_per_rank"], tot["expert_params"], ep)
         others = tot["params_per_rank"] - tot["expert_params_per_rank"]
         reached = distinct_experts(tokens, m) / m.n_experts
         mem = (xp.floats(bytes_of(others, wbits) + tot["kv_cache_bytes_per_rank"])
