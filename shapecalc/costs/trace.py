@@ -256,8 +256,8 @@ def ep_ledger(model: ModelConfig, wl: Workload, st: list[Stage], rank: list[Stag
     rank_experts = _sum(rank, "params", _role_in(EXPERT_ROLES))
     held = ep_rank_expert_params(rank_experts, experts, ep)
     per_rank = _sum(rank, "params") - rank_experts + held
-    moe_layers = sum(c for k, c in zip(layer_plan(model).kinds, layer_plan(model).counts,
-                                       strict=True) if k.ffn == "moe")
+    plan = layer_plan(model)
+    moe_layers = sum(c for k, c in zip(plan.kinds, plan.counts, strict=True) if k.ffn == "moe")
     tq = wl.seq if wl.phase == "prefill" else 1
     a2a = alltoall_bytes(wl.batch, tq, model, wl.act) if ep > 1 else 0
     if not model.moe:
