@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
-from . import hf_moe
+from . import hf_keys, hf_moe
 from .sources import _parse
 
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
@@ -20,24 +20,25 @@ _MLA = "Multi-head Latent Attention (kv_lora_rank, q_lora_rank), which is not mo
 _LLAMA4 = ("chunked attention (attention_chunk_size) and NoPE layers (no_rope_layers), "
            "which are not modelled yet")
 REFUSED = {"deepseek_v2": _MLA, "deepseek_v3": _MLA, "llama4": _LLAMA4, "llama4_text": _LLAMA4}
-# keys that give a model experts: a dense family's class ignores them, so they mean the config
-# belongs to a Mixture-of-Experts family (a mixtral config relabelled mistral would count 7.24 B)
-_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size")
 
 
 class _HF:
-    """Reads keys of one config.json; absent keys take the transformers class default."""
+    """Reads keys of one config.json; absent keys take the transformers class default. Every key
+    looked at is recorded in `read` (hf_keys.READS declares them per family)."""
 
     def __init__(self, cfg: dict[str, Any]):
         self.cfg = cfg
+        self.read: set[str] = set()
 
     def need(self, key: str, symbol: str, *aliases: str) -> Any:
+        self.read.update((key, *aliases))
         for k in (key, *aliases):
             if self.cfg.get(k) is not None:
                 return self.cfg[k]
         raise ShapecalcError(key, f"missing from config.json (needed for {symbol})")
 
     def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
         return self.cfg.get(key, default)
 
     def act(self, key: str, default: str, gated: bool) -> str:
@@ -75,9 +76,7 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
         "llama": (None, 2048, False, "hidden_act"),
         "mistral": (8, 4096 * 32, False, "hidden_act"),
         "qwen2": (32, 32768, False, "hidden_act"),
-        # older transformers read hidden_activation (ignoring hidden_act); newer read hidden_act
-        "gemma": (16, 8192, True,
-                  "hidden_activation" if h.get("hidden_activation") else "hidden_act"),
+        "gemma": (16, 8192, True, "hidden_activation"),
         "phi3": (None, 4096, False, "hidden_act"),
         "qwen3": (32, 32768, False, "hidden_act"),  # hf_moe.py reads the rest of these
         "mixtral": (8, 4096 * 32, False, "hidden_act"),
@@ -86,6 +85,9 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
         "qwen3_moe": (4, 32768, False, "hidden_act"),
         "gpt_oss": (8, 131072, False, None),  # its experts' SwiGLU reads no activation key
     }[mt]
+    if act_key == "hidden_activation" and not h.get(act_key):
+        # older transformers read hidden_activation (ignoring hidden_act); newer read hidden_act
+        act_key = "hidden_act"
     out.update(
         n_kv_heads=_kv(h, kv, heads),
         ffn=h.act(act_key, "gelu_pytorch_tanh" if mt == "gemma" else "silu", gated=True)
@@ -234,6 +236,21 @@ def _opt(h: _HF) -> dict[str, Any]:
     )
 
 
+def read_family(h: _HF, mt: str) -> dict[str, Any]:
+    """The fields model_type `mt`'s reader reads from `h`, after the audit of the keys it leaves
+    unread (hf_keys.py): a shape-changing key no reader reads is refused, never ignored."""
+    if mt == "gpt2":
+        fields = _gpt2(h)
+    elif mt == "falcon":
+        fields = _falcon(h)
+    elif mt == "opt":
+        fields = _opt(h)
+    else:
+        fields = _llama_like(h, mt)
+    hf_keys.audit(h.cfg, mt)
+    return fields
+
+
 def load_hf_config(path: str | Path) -> ModelConfig:
     """A Hugging Face config.json (or the folder holding one) → ModelConfig."""
     path = Path(path)
@@ -256,21 +273,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         cfg, mt = {**tied, **text}, inner
     elif mt not in SUPPORTED:
         raise ShapecalcError("model_type", f"{where} is not supported; supported: {known}")
-    h = _HF(cfg)
-    if mt not in hf_moe.MOE:
-        for key in _EXPERT_KEYS:
-            if h.get(key):
-                raise ShapecalcError(key, f"gives experts, which model_type {mt!r} does not "
-                                     "have (transformers would ignore the key); use the "
-                                     "Mixture-of-Experts family's model_type")
-    if mt == "gpt2":
-        fields = _gpt2(h)
-    elif mt == "falcon":
-        fields = _falcon(h)
-    elif mt == "opt":
-        fields = _opt(h)
-    else:
-        fields = _llama_like(h, mt)
+    fields = read_family(_HF(cfg), mt)
     # Say only what differs from the defaults, so a loaded config reads like a preset.
     heads, d = fields["n_heads"], fields["d_model"]
     if isinstance(heads, int) and fields.get("n_kv_heads") == heads:
