@@ -8,13 +8,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
-from . import hf_keys, hf_moe
+from . import hf_alibi, hf_keys, hf_moe
 from .sources import _parse
 
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
 _SILU = {"silu", "swish"}
 _DENSE = ("falcon", "gemma", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2")
-SUPPORTED = tuple(sorted((*_DENSE, *hf_moe.READERS)))
+SUPPORTED = tuple(sorted((*_DENSE, *hf_moe.READERS, *hf_alibi.READERS)))
 # families that need what shapecalc does not model yet: the one line each is refused with
 _MLA = "Multi-head Latent Attention (kv_lora_rank, q_lora_rank), which is not modelled yet"
 _LLAMA4 = ("chunked attention (attention_chunk_size) and NoPE layers (no_rope_layers), "
@@ -245,6 +245,8 @@ def read_family(h: _HF, mt: str) -> dict[str, Any]:
         fields = _falcon(h)
     elif mt == "opt":
         fields = _opt(h)
+    elif mt in hf_alibi.READERS:
+        fields = hf_alibi.READERS[mt](h)
     else:
         fields = _llama_like(h, mt)
     hf_keys.audit(h.cfg, mt)

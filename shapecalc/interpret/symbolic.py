@@ -299,6 +299,11 @@ class SymbolicOps(Ops):
         self.stages[-1].extra["mask_dims"] = [x.symbol for x in shown]
         return out
 
+    def alibi(self, s: Sym, role: str, name: str) -> Sym:
+        # the bias table (slope × distance) is fixed, like a sinusoidal table: not counted
+        return self._rec(role, name, "alibi", s, ew=ELEMENTWISE["add"],
+                         note="+ per-head slope × key distance, broadcast to the scores")
+
     def softmax(self, s: Sym, role: str, name: str, sinks: Dim | None = None) -> Sym:
         if sinks is None:
             return self._rec(

@@ -66,7 +66,9 @@ class ModelConfig(Record):
     )
     norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
     norm_position: Literal["pre", "post"] = _doc("pre")
-    positions: Literal["learned", "sinusoidal", "rope", "none"] = _doc("learned")
+    positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = _doc(
+        "learned", "alibi: no table, no rotation; a per-head linear bias on the scores (BLOOM, MPT)"
+    )
     max_positions: Pos | None = _doc(
         None, "rows of a learned position table; the longest context otherwise"
     )
@@ -96,6 +98,10 @@ class ModelConfig(Record):
     qk_norm: bool = _doc(False, "RMSNorm over each head's Dh on q and k (Qwen3): γ of Dh each")
     attention_sinks: bool = _doc(
         False, "a learned logit per head joins each softmax as one more column (gpt-oss)"
+    )
+    # ALiBi models (BLOOM, MPT): the embedding norm
+    embedding_norm: bool = _doc(
+        False, "a norm (γ, β as the model's norms) right after the embedding lookup (BLOOM)"
     )
     # Mixture-of-Experts (the FFN of the layers `ffn_types` marks moe)
     n_experts: Pos | None = _doc(None, "E: routed experts (null: a dense model)")

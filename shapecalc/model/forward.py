@@ -178,6 +178,11 @@ class Ops:
              window: int | None = None) -> Any:
         raise NotImplementedError
 
+    def alibi(self, s: Any, role: str, name: str) -> Any:
+        """Scores [B,H,Tq,Tk] plus each head's linear bias −m_h·(i − j) (query position i, key
+        position j; m_h the head's ALiBi slope): one add per score."""
+        raise NotImplementedError
+
     def softmax(self, s: Any, role: str, name: str, sinks: Dim | None = None) -> Any:
         """Over the keys; with `sinks`, each head's learned logit joins as one more column
         (dropped from the output)."""
@@ -229,6 +234,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
         x = ops.allreduce(x, "comm.allreduce", "embedding all-reduce")
     if m.embedding_scale:
         x = ops.scale(x, "embed.scale", "embedding scale", m.d_model**0.5, "√D")
+    if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
+        x = ops.norm(x, "embed.norm", "embedding norm")
     if m.positions in ("learned", "sinusoidal"):
         x = ops.positions(x, m.positions, m.max_positions)
     angles = ops.rope_angles(z.Tq, z.Dh) if m.positions == "rope" else None
@@ -308,6 +315,8 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     kt = ops.transpose_last(k, "attn.kT", "kᵀ")
     s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=W)
     s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh")
+    if m.positions == "alibi":  # BLOOM, MPT: the positions enter as a bias on the scores
+        s = ops.alibi(s, "attn.alibi", "ALiBi bias")
     if wl.phase == "prefill":
         s = ops.mask(s, "attn.mask", "causal mask", "causal")
     if wl.phase == "prefill" and W is not None and W < wl.seq:
