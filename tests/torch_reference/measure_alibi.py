@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Measure reference parameter counts, matmul FLOPs and KV-cache bytes of BLOOM, MPT, GPT-BigCode
+(StarCoder 1 / SantaCoder) and StarCoder2 with PyTorch and write
+``tests/data/alibi_reference.json``.
+
+Run manually (the test suite only reads the JSON, except its live re-measure):
+
+    pip install torch==2.13.0+cpu transformers==5.24.0
+    python tests/torch_reference/measure_alibi.py [--out PATH]
+
+Two parts:
+
+  * ``cases``: tiny models of each family, random weights, float32, eager attention, CPU, B=5,
+    T=7, measured with ``torch.utils.flop_counter.FlopCounterMode`` as ``measure_moe.py`` does
+    (prefill with all logits, prefill with ``logits_to_keep=1``, decode of one token on the
+    prefill's cache), plus the bytes of the Hugging Face cache after the prefill (every layer's
+    cached K and V tensors) and the tokens each layer holds.
+  * ``published``: each real config.json of these families in ``tests/data/hf`` built on the meta
+    device; the sum of its parameters next to the published figure and its source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import sys
+import traceback
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+# the config.json writing, the round trip, FLOP counting and meta-device counts are shared
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from measure_flops import check_roundtrip, config_to_json_dict
+from measure_moe import count, meta_params
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "alibi_reference.json")
+HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
+
+B, T = 5, 7
+V = 1000
+
+# Head counts 6 and 12 are not powers of two, so the extra-slope rule of ALiBi runs; D, Dh, Dff
+# and the vocabulary differ so that a formula swapping two of them gives another number.
+CASES = [
+    ("bloom_h6", "bloom", dict(
+        hidden_size=96, n_head=6, n_layer=2, vocab_size=V, tie_word_embeddings=True)),
+    ("bloom_h4_untied", "bloom", dict(
+        hidden_size=64, n_head=4, n_layer=3, vocab_size=V, tie_word_embeddings=False)),
+    ("mpt_h12", "mpt", dict(
+        d_model=96, n_heads=12, n_layers=2, vocab_size=V, max_seq_len=64,
+        tie_word_embeddings=True)),
+    ("gpt_bigcode_mqa", "gpt_bigcode", dict(
+        n_embd=64, n_head=4, n_layer=2, n_inner=176, n_positions=64, vocab_size=V,
+        multi_query=True, tie_word_embeddings=True)),
+    ("gpt_bigcode_mha", "gpt_bigcode", dict(
+        n_embd=64, n_head=4, n_layer=2, n_inner=None, n_positions=64, vocab_size=V,
+        multi_query=False, tie_word_embeddings=False)),
+    ("starcoder2_sliding4", "starcoder2", dict(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+        intermediate_size=176, vocab_size=V, max_position_embeddings=64, sliding_window=4,
+        use_bias=True, tie_word_embeddings=False)),
+    ("starcoder2_full_nobias", "starcoder2", dict(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=1, num_hidden_layers=2,
+        intermediate_size=176, vocab_size=V, max_position_embeddings=64, sliding_window=None,
+        use_bias=False, tie_word_embeddings=True)),
+]
+
+NOTES = {
+    "bloom_h6": (
+        "word_embeddings_layernorm (gamma, beta: 2*D params, elementwise). query_key_value "
+        "[D,3D] with bias (aten.addmm). The scores are alibi.baddbmm(Q, K^T, alpha=1/sqrt(Dh)): "
+        "FlopCounterMode counts baddbmm as the bmm 2*B*H*Tq*Tk*Dh; the ALiBi add is not counted. "
+        "H=6 is not a power of two: slopes 2^(-8h/4) for h=1..4, then 2^(-1), 2^(-3)."
+    ),
+    "bloom_h4_untied": "tie_word_embeddings=false: a separate lm_head [D,V] without bias.",
+    "mpt_h12": (
+        "No biases, LayerNorm without beta, MLP 4*D (expansion_ratio is not read by "
+        "transformers). Scores: matmul * softmax_scale + the ALiBi table sliced from "
+        "max_seq_len=64 columns (elementwise)."
+    ),
+    "gpt_bigcode_mqa": (
+        "multi_query=true: c_attn [D, D+2*Dh] with bias; the cache holds K and V of ONE head "
+        "per layer ([B,1,T,Dh] each: transformers 5.x splits the fused c_attn output before "
+        "caching, where 4.x cached the fused [B,T,2*Dh] key_value; the same bytes). Eager "
+        "attention repeats the one K/V head for the H query heads (a view, no FLOPs)."
+    ),
+    "gpt_bigcode_mha": "multi_query=false: c_attn [D,3D], n_inner null = 4*D.",
+    "starcoder2_sliding4": (
+        "sliding_window=4 < T=7 on every layer. Eager prefill computes the full TxT scores "
+        "(the window is a mask). DynamicSlidingWindowLayer keeps the last sliding_window-1=3 "
+        "tokens after the prefill (kv_cache_bytes), where a cache that keeps W=4 tokens "
+        "(vLLM's, and shapecalc's) holds kv_cache_bytes_window_W; the decode token attends "
+        "over 3 cached keys plus itself = 4 = W either way."
+    ),
+    "starcoder2_full_nobias": "use_bias=false: no biases on q,k,v,o,c_fc,c_proj (aten.mm); "
+                              "the LayerNorms keep beta. H_kv=1.",
+}
+
+# The published configs in tests/data/hf: Hub repository, the figure its publisher gives, and
+# where the exact integer comes from (the meta-device sum must equal it when one is given).
+PUBLISHED = {
+    "bloom-560m": dict(
+        repo="bigscience/bloom-560m", params=559_214_592,
+        figure="559,214,592 parameters (256,901,120 embedding parameters)",
+        source="bigscience/bloom-560m model card, 'Model Architecture and Objective'; also "
+        "keras-hub's bloom_560m_multi preset 'params' and the Hub's safetensors total."),
+    "bloom-7b1": dict(
+        repo="bigscience/bloom-7b1", params=7_069_016_064,
+        figure="7,069,016,064 parameters (1,027,604,480 embedding parameters)",
+        source="bigscience/bloom-7b1 model card, 'Model Architecture and Objective'; the same "
+        "integer in public BLOOM model-size lists (bloom-7b1: 7.07B, 7069016064)."),
+    "mpt-7b": dict(
+        repo="mosaicml/mpt-7b", params=None,
+        figure="6.7B (model card hyperparameters: n_parameters 6.7B)",
+        source="mosaicml/mpt-7b model card; no exact integer is published, the meta-device "
+        "count 6,649,286,656 rounds to it."),
+    "starcoder": dict(
+        repo="bigcode/starcoder", params=15_517_456_384,
+        figure="15.5B parameters",
+        source="bigcode/starcoder model card and the StarCoder paper (15.5B); the exact "
+        "15,517,456,384 is quoted in a public scaling-analysis table (multipl-t-starcoder-15b) "
+        "- a secondary source, and the only integer the config allows."),
+    "starcoder2-15b": dict(
+        repo="bigcode/starcoder2-15b", params=None,
+        figure="15B parameters (StarCoder2-15B)",
+        source="bigcode/starcoder2-15b model card and the StarCoder 2 paper; no exact integer "
+        "is published there, the meta-device count 15,957,889,024 rounds to 16B (untied "
+        "lm_head, as the config says)."),
+}
+
+
+def cache_layers(past) -> list:
+    """The per-layer K/V tensors of a transformers 5.x cache."""
+    return [(layer.keys, layer.values) for layer in past.layers]
+
+
+def kv_bytes(past) -> tuple[int, list[int], list[list[int]]]:
+    """(bytes of every cached K and V, tokens each layer holds, the K shape of each layer)."""
+    total, tokens, shapes = 0, [], []
+    for k, v in cache_layers(past):
+        total += k.numel() * k.element_size() + v.numel() * v.element_size()
+        tokens.append(int(k.shape[-2]))
+        shapes.append(list(k.shape))
+    return total, tokens, shapes
+
+
+def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
+    cfg = AutoConfig.for_model(model_type, **kwargs)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
+                                             dtype=torch.float32)
+    model.eval()
+    cfg = model.config
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, V, (B, T), generator=g)
+    next_ids = torch.randint(0, V, (B, 1), generator=g)
+    cache_kw = ("cache" if "cache" in inspect.signature(model.forward).parameters
+                else "past_key_values")
+
+    res = {}
+    with torch.no_grad():
+        out = {}
+        res["prefill"] = count(lambda: out.setdefault("p", model(input_ids, use_cache=False)))
+        assert out["p"].logits.shape == (B, T, V)
+        res["prefill_last"] = count(
+            lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1)))
+        assert out["pl"].logits.shape == (B, 1, V)
+        pre = model(input_ids, use_cache=True)
+        past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
+        assert past is not None
+        kv, tokens, shapes = kv_bytes(past)
+        res["decode"] = count(
+            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past})))
+        assert out["d"].logits.shape == (B, 1, V)
+        # the last position of the decode equals the full forward over T+1 tokens (a check
+        # that the cache really served the decode)
+        full = model(torch.cat([input_ids, next_ids], dim=1), use_cache=False).logits[:, -1]
+        assert torch.allclose(out["d"].logits[:, -1], full, atol=1e-4), name
+
+    hf_config = config_to_json_dict(cfg)
+    check_roundtrip(cfg, hf_config)
+    n_params = int(sum(p.numel() for p in model.parameters()))
+    n_meta = meta_params(AutoConfig.for_model(**hf_config))
+    assert n_meta == n_params, (n_meta, n_params)
+    # a cache that keeps min(T, W) tokens per layer (W: the window, if any), from the shapes of
+    # the tensors transformers cached
+    W = getattr(cfg, "sliding_window", None)
+    held = T if W is None else min(T, W)
+    per_token = [k[0] * k[1] * k[3] * 2 * 4 for k in shapes]  # B·H_kv·Dh, K and V, float32
+    case = {
+        "name": name,
+        "model_type": model_type,
+        "hf_config": hf_config,
+        "batch": B,
+        "seq": T,
+        "prefill_flops": res["prefill"][0],
+        "prefill_last_flops": res["prefill_last"][0],
+        "decode_flops": res["decode"][0],
+        "prefill_ops": res["prefill"][1],
+        "prefill_last_ops": res["prefill_last"][1],
+        "decode_ops": res["decode"][1],
+        "prefill_modules": res["prefill"][2],
+        "decode_modules": res["decode"][2],
+        "kv_cache_bytes": kv,
+        "kv_cache_tokens_per_layer": tokens,
+        "kv_cache_key_shape_per_layer": shapes,
+        "kv_cache_bytes_window_W": sum(held * p for p in per_token),
+        "params": n_params,
+        "params_meta": n_meta,
+        "note": NOTES.get(name, ""),
+    }
+    return case
+
+
+def measure_published() -> dict:
+    out = {}
+    for stem, meta in PUBLISHED.items():
+        path = os.path.join(HF_DIR, f"{stem}.json")
+        with open(path) as f:
+            raw = json.load(f)
+        cfg = AutoConfig.from_pretrained(path)
+        out[stem] = {
+            "file": os.path.relpath(path, REPO_ROOT),
+            "repo": meta["repo"],
+            "model_type": raw["model_type"],
+            "architectures": raw.get("architectures"),
+            "params_meta": meta_params(cfg),
+            "params_published": meta["params"],
+            "figure": meta["figure"],
+            "source": meta["source"],
+        }
+    return out
+
+
+HOW = (
+    "cases: tiny models built with AutoModelForCausalLM.from_config(cfg, "
+    "attn_implementation='eager', dtype=torch.float32) after torch.manual_seed(0); eval(), "
+    "torch.no_grad(), CPU. FLOPs are torch.utils.flop_counter.FlopCounterMode(display=False)"
+    ".get_total_flops(): matmul-like aten ops (mm, addmm, bmm, baddbmm, ...) as 2*m*k*n; bias "
+    "adds, the ALiBi add, norms, softmax, activations are NOT counted. *_ops: "
+    "get_flop_counts()['Global']; *_modules: FLOPs per module not attributed to a child. "
+    "prefill: model(input_ids[B,T], use_cache=False), logits for all T positions. "
+    "prefill_last: the same with logits_to_keep=1. decode: model(input_ids[B,T], use_cache=True) "
+    "outside the counter fills a DynamicCache, then only model(next_ids[B,1], cache=<that "
+    "cache>, use_cache=True) is counted; the script asserts its logits equal the last position "
+    "of a full forward over T+1 tokens. kv_cache_bytes: sum of numel*element_size of every "
+    "layer's cached keys and values after the prefill (before the decode); "
+    "kv_cache_tokens_per_layer and kv_cache_key_shape_per_layer: what each layer holds. "
+    "kv_cache_bytes_window_W: the same cache holding min(T, W) tokens per layer (W the "
+    "sliding window; T without one), computed from those shapes. hf_config: cfg.to_dict() of "
+    "the built model, re-readable by AutoConfig.from_pretrained. params: sum(p.numel()) of the "
+    "built model; params_meta: the same config built on the meta device (equal). published: "
+    "each config.json read with AutoConfig.from_pretrained and built with "
+    "AutoModelForCausalLM.from_config under torch.device('meta'); params_meta = "
+    "sum(p.numel() for p in model.parameters()); params_published: the exact published "
+    "integer (null where only a rounded figure is published); figure; source."
+)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    cases, errors = [], []
+    for name, model_type, kwargs in CASES:
+        try:
+            case = measure_case(name, model_type, kwargs)
+            cases.append(case)
+            print(f"{name:24s} prefill={case['prefill_flops']:>11,d} "
+                  f"prefill_last={case['prefill_last_flops']:>11,d} "
+                  f"decode={case['decode_flops']:>10,d} kv={case['kv_cache_bytes']:,d} "
+                  f"params={case['params']:,d}")
+        except Exception as exc:
+            traceback.print_exc()
+            errors.append({"name": name, "model_type": model_type,
+                           "error": f"{type(exc).__name__}: {exc}"})
+    published = measure_published()
+    for stem, p in published.items():
+        ok = {None: "(figure only)", True: "==", False: "!="}[
+            None if p["params_published"] is None else p["params_meta"] == p["params_published"]]
+        print(f"{stem:16s} meta={p['params_meta']:>17,d} {ok} {p['params_published']}")
+
+    doc = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+        "how": HOW,
+        "cases": cases,
+        "errors": errors,
+        "published": published,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"wrote {args.out} ({len(cases)} cases, {len(errors)} errors, "
+          f"{len(published)} published)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
