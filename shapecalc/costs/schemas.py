@@ -69,6 +69,7 @@ class ParamsBreakdown(_Strict):
     lm_head: int
     total: int
     per_kind: list[KindParams]
+    embedding_norm: int  # BLOOM's norm after the embedding lookup (0 without one)
 
 
 class LayerKind(_Strict):

@@ -103,6 +103,7 @@ def params_breakdown(st: list[Stage], plan: LayerPlan) -> dict[str, Any]:
         "lm_head": _sum(st, "params", lambda s: s.role == "head.lm"),
         "total": _sum(st, "params"),
         "per_kind": kinds,
+        "embedding_norm": _sum(st, "params", lambda s: s.role == "embed.norm"),
     }
 
 

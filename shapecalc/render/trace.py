@@ -97,6 +97,8 @@ def totals_panel(doc: dict[str, Any]) -> Panel:
     )
     if pb["positions"]:
         t.add_row("  position table", f"{pb['positions']:,}", "")
+    if pb.get("embedding_norm"):
+        t.add_row("  embedding norm", f"{pb['embedding_norm']:,}", "")
     for k in pb["per_kind"]:
         alike = len(pb["per_kind"]) == 1
         t.add_row(
@@ -300,7 +302,8 @@ def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True) -
         ("position table", pb["positions"]),
         (f"attention × {n}", sum(k["attention_per_layer"] * k["count"] for k in kinds)),
         (f"FFN × {n}", sum(k["ffn_per_layer"] * k["count"] for k in kinds)),
-        ("norms", sum(k["norms_per_layer"] * k["count"] for k in kinds) + pb["final_norm"]),
+        ("norms", sum(k["norms_per_layer"] * k["count"] for k in kinds) + pb["final_norm"]
+         + pb.get("embedding_norm", 0)),
         ("LM head", pb["lm_head"]),
     ]
     _bar_rows(t, "where parameters go", [x for x in params if x[1]], human_count, width)
