@@ -16,8 +16,9 @@ import pytest
 
 from shapecalc.check.verify import verify
 from shapecalc.inputs.hf import load_hf_config
-from shapecalc.interpret import numeric, symbolic
-from shapecalc.interpret.numeric import NumericOps, alibi_slopes
+from shapecalc.interpret import alibi, symbolic
+from shapecalc.interpret.alibi import alibi_slopes
+from shapecalc.interpret.numeric import NumericOps
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
 
 REF = json.loads((Path(__file__).parent / "data" / "alibi_reference.json").read_text())
@@ -106,16 +107,16 @@ def test_an_embedding_norm_without_beta_fails(monkeypatch):
 
 # -- a wrong executor fails its behavioural checks -------------------------------------------------
 def test_every_rank_adding_rank_0s_slopes_fails(monkeypatch):
-    real, slopes = NumericOps.alibi, numeric.alibi_slopes
+    real, slopes = NumericOps.alibi, alibi.alibi_slopes
 
     def rank0(self, s, role, name):  # with p ranks, each adds the slopes of heads 0..H/p−1
         h = s.shape[2]
-        monkeypatch.setattr(numeric, "alibi_slopes",
+        monkeypatch.setattr(alibi, "alibi_slopes",
                             lambda H, mb=8.0: np.tile(slopes(H)[:h], H // h))
         try:
             return real(self, s, role, name)
         finally:
-            monkeypatch.setattr(numeric, "alibi_slopes", slopes)
+            monkeypatch.setattr(alibi, "alibi_slopes", slopes)
 
     monkeypatch.setattr(NumericOps, "alibi", rank0)
     bad = failing(verify(BLOOM, WL))

@@ -24,7 +24,7 @@ from ..model.forward import Ops, Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, layer_plan
 from ..model.stage import Stage
-from . import moe
+from . import alibi, moe
 from .caches import ContiguousKV, KVCache
 from .storage import decode, measure, stored_nbytes
 from .weights import Weights
@@ -33,15 +33,6 @@ PRECISIONS: dict[str, Any] = {"float32": np.float32, "float64": np.float64, "flo
 EPS = 1e-5
 ROPE_BASE = 10000.0
 
-
-def alibi_slopes(H: int, max_bias: float = 8.0) -> np.ndarray:
-    """ALiBi's per-head slopes (Press et al.; BLOOM's and MPT's code): with c = 2^⌊log2 H⌋,
-    m_h = 2^(−8·h/c) for h = 1..c, then for the H − c heads beyond a power of two the odd
-    steps of the next power's sequence, 2^(−8·(2j−1)/(2c)) for j = 1..H − c."""
-    c = 1 << (H.bit_length() - 1)
-    first = 2.0 ** (-max_bias * np.arange(1, c + 1) / c)
-    extra = 2.0 ** (-max_bias * np.arange(1, 2 * (H - c), 2) / (2 * c))
-    return np.concatenate([first, extra])
 
 
 
@@ -336,23 +327,7 @@ class NumericOps(Ops):
         return self._rec(role, name, "mask", s, ew=self._el(s))
 
     def alibi(self, s: np.ndarray, role: str, name: str) -> np.ndarray:
-        # query and key positions: this step's tokens; in decode the keys are the tokens the
-        # layer's cache holds (left padding: counted from each sequence's first real token)
-        q = np.asarray(self.pos)
-        if self.decoding:
-            held = self.cache.held_at(self._layer)
-            k = (np.cumsum(self.cache.seen, axis=1) - 1)[:, self.cache.total - held:]
-            if (k == k[0]).all():
-                k = k[0]
-        else:
-            k = q
-        dist = (q[..., :, None] - k[..., None, :]).astype(self.dt)  # i − j: [Tq,Tk] or [B,Tq,Tk]
-        if dist.ndim == 3:
-            dist = dist[:, None]
-        # each rank adds its own heads' slopes: rank r holds heads r·H/p …
-        m = alibi_slopes(self.m.n_heads).astype(self.dt).reshape(-1, s.shape[2])[: s.shape[0]]
-        s -= m[:, None, :, None, None] * dist
-        return self._rec(role, name, "alibi", s, ew=self._el(s))
+        return alibi.add_bias(self, s, role, name)
 
     def softmax(self, s: np.ndarray, role: str, name: str, sinks: Any = None) -> np.ndarray:
         params = 0
