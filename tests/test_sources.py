@@ -42,7 +42,7 @@ def params(m: ModelConfig) -> int:
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
     base = attn + (1 if m.parallel_block else 2) * norm
-    total = v * d + norm
+    total = v * d + norm + norm * m.embedding_norm  # final norm; BLOOM's embedding norm
     for kind in m.ffn_types or (("moe" if m.n_experts else "dense",) * m.n_layers):
         if kind == "dense":
             total += base + ffn
