@@ -162,6 +162,7 @@ def _write(tmp_path, case, **changes):
     ("bloom_h6", {"n_inner": 100}, "n_inner"),
     ("gpt_bigcode_mqa", {"scale_attn_weights": False}, "scale_attn_weights"),
     ("gpt_bigcode_mqa", {"add_cross_attention": True}, "add_cross_attention"),
+    ("gpt_bigcode_mqa", {"num_key_value_heads": 4}, "num_key_value_heads"),
     ("starcoder2_sliding4", {"norm_type": "rms_norm"}, "norm_type"),
     ("starcoder2_sliding4", {"mlp_type": "gated"}, "mlp_type"),
 ])

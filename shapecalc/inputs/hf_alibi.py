@@ -36,7 +36,8 @@ def _bloom(h: _HF) -> Fields:
                "the residual taken after the norm is not modelled", False)
     _refuse_if(h, "n_inner", lambda v: v in (None, 4 * d),
                f"transformers' BloomMLP is 4·hidden_size = {4 * d} wide whatever n_inner says")
-    if h.get("slow_but_exact", False) and h.get("pretraining_tp", 1) > 1:
+    slices = h.get("pretraining_tp", 1)
+    if h.get("slow_but_exact", False) and slices > 1:
         raise ShapecalcError("slow_but_exact", "true with pretraining_tp > 1: the output "
                              "projections run in slices without their biases, not modelled")
     return dict(
@@ -123,12 +124,18 @@ def _gpt_bigcode(h: _HF) -> Fields:
                "unscaled scores (no 1/√Dh) are not modelled", True)
     d = h.need("n_embd", "D", "hidden_size")
     heads = h.need("n_head", "H", "num_attention_heads")
+    kv = 1 if h.get("multi_query", True) else heads
+    # transformers 5.x writes num_key_value_heads, derived from multi_query (a given one is
+    # overwritten): one that disagrees is refused
+    _refuse_if(h, "num_key_value_heads", lambda v: v in (None, kv),
+               f"contradicts multi_query={h.get('multi_query', True)} (H_kv = {kv}), which "
+               "transformers' GPTBigCodeConfig derives it from")
     return dict(
         vocab_size=h.get("vocab_size", 50257),
         d_model=d,
         n_layers=h.need("n_layer", "N", "num_hidden_layers"),
         n_heads=heads,
-        n_kv_heads=1 if h.get("multi_query", True) else heads,
+        n_kv_heads=kv,
         d_ff=h.get("n_inner") or 4 * d,
         ffn=h.act("activation_function", "gelu_pytorch_tanh", gated=False),
         norm="layernorm",

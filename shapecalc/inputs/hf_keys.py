@@ -210,6 +210,26 @@ READS: dict[str, frozenset[str]] = {
                       "layer_norm_elementwise_affine", "do_layer_norm_before",
                       "_remove_final_layer_norm", "enable_bias", "max_position_embeddings",
                       "tie_word_embeddings"}),
+    # hf_alibi.py
+    "bloom": frozenset({"vocab_size", "hidden_size", "n_embed", "n_layer", "num_hidden_layers",
+                        "n_head", "num_attention_heads", "n_inner", "tie_word_embeddings",
+                        "apply_residual_connection_post_layernorm", "slow_but_exact",
+                        "pretraining_tp"}),
+    "mpt": frozenset({"vocab_size", "d_model", "hidden_size", "n_layers", "num_hidden_layers",
+                      "n_heads", "num_attention_heads", "attn_config", "expansion_ratio",
+                      "no_bias", "logit_scale", "norm_type", "max_seq_len",
+                      "tie_word_embeddings"}),
+    "gpt_bigcode": frozenset({"vocab_size", "n_embd", "hidden_size", "n_layer",
+                              "num_hidden_layers", "n_head", "num_attention_heads", "n_inner",
+                              "multi_query", "activation_function", "n_positions",
+                              "max_position_embeddings", "tie_word_embeddings",
+                              "add_cross_attention", "scale_attn_weights",
+                              "num_key_value_heads"}),
+    "starcoder2": frozenset({"vocab_size", "hidden_size", "num_hidden_layers",
+                             "num_attention_heads", "num_key_value_heads", "head_dim",
+                             "intermediate_size", "hidden_act", "max_position_embeddings",
+                             "sliding_window", "use_bias", "tie_word_embeddings", "norm_type",
+                             "mlp_type"}),
 }
 
 # Keys a family's transformers class ignores although they look meaningful, so its reader
