@@ -66,7 +66,7 @@ class ClosedForm:
         self.attention_flops = attention_flops
         self.padding_mask = padding_mask
         self.block_size = block_size
-        self._fits: dict[tuple[str, int], list[Regime]] = {}
+        self._fits: dict[tuple[str, int, int], Regime] = {}  # (phase, p, lo): one regime
 
     # -- fitting -------------------------------------------------------------------------------
     def workload(self, batch: int, seq: int, phase: str, tp: int, **dt: str) -> Workload:
@@ -83,29 +83,52 @@ class ClosedForm:
             return m.max_positions - (1 if phase == "decode" else 0)
         return None
 
-    def intervals(self, phase: str) -> list[tuple[int, int | None]]:
-        """Ranges of T within which the stage list keeps one structure: each window W of the
-        layer plan cuts at T = W (prefill: the window mask appears past it; decode: T+1 keys
-        reach W)."""
-        hi = self.seq_limit(phase)
-        cuts = sorted({w if phase == "prefill" else w - 1
-                       for w in (k.window for k in layer_plan(self.model).kinds)
-                       if w is not None and (w > 1 or phase == "prefill")})
+    def _cuts(self, phase: str) -> tuple[set[int], set[int]]:
+        """The last T of a regime: each window W of the layer plan cuts at T = W (prefill: the
+        window mask appears past it; decode: T+1 keys reach W); and each chunk size C at every
+        multiple of C (prefill: the last chunk restarts past it; decode: at every j·C − 1, the
+        new token opens a chunk). Returns (cuts, chunk sizes)."""
+        kinds = layer_plan(self.model).kinds
+        cuts = {w if phase == "prefill" else w - 1
+                for w in (k.window for k in kinds)
+                if w is not None and (w > 1 or phase == "prefill")}
+        return cuts, {k.chunk for k in kinds if k.chunk is not None}
+
+    def interval(self, phase: str, t: int) -> tuple[int, int | None]:
+        """The range [lo, hi] of T holding T = t within which the stage list keeps one structure
+        (hi None: unbounded; a learned position table bounds it)."""
+        cuts, chunks = self._cuts(phase)
+        lo = max((c for c in cuts if c < t), default=0) + 1
+        his = [c for c in cuts if c >= t]
+        off = 0 if phase == "prefill" else -1
+        for C in chunks:  # the periodic cuts j·C + off, j ≥ 1
+            if (j := (t - 1 - off) // C) >= 1:
+                lo = max(lo, j * C + off + 1)
+            his.append(max(1, -(-(t - off) // C)) * C + off)
+        hi = min(his, default=None)
+        limit = self.seq_limit(phase)
+        return lo, (limit if hi is None else min(hi, limit)) if limit is not None else hi
+
+    def intervals(self, phase: str, upto: int | None = None) -> list[tuple[int, int | None]]:
+        """The regimes' ranges of T in order, up to the one holding `upto` (default: all; with
+        chunked layers, which repeat without end, the first two periods past every other cut)."""
+        cuts, chunks = self._cuts(phase)
+        if upto is None and chunks:
+            upto = max(cuts, default=0) + 2 * max(chunks) + 1
+        hi_limit = self.seq_limit(phase)
         out: list[tuple[int, int | None]] = []
-        los = [1, *(c + 1 for c in cuts)]
-        tops: list[int | None] = [*cuts, None]
-        for lo, top in zip(los, tops, strict=True):
-            top = top if hi is None else (hi if top is None else min(top, hi))
-            if top is None or lo <= top:
-                out.append((lo, top))
+        t = 1
+        while hi_limit is None or t <= hi_limit:
+            lo, hi = self.interval(phase, t)
+            out.append((lo, hi))
+            if hi is None or (upto is not None and hi >= upto):
+                break
+            t = hi + 1
         return out
 
     def regimes(self, phase: str, p: int) -> list[Regime]:
-        key = (phase, p)
-        if key not in self._fits:
-            check(self.model, self.workload(1, 1, phase, p))  # tp rules, pp aside
-            self._fits[key] = [self._fit(phase, p, lo, hi) for lo, hi in self.intervals(phase)]
-        return self._fits[key]
+        """The regimes of `intervals(phase)`, fitted."""
+        return [self._regime_for(phase, p, lo) for lo, _ in self.intervals(phase)]
 
     def _fit(self, phase: str, p: int, lo: int, hi: int | None) -> Regime:
         """One run of the pipeline in poly mode, at a point inside the regime, gives every
@@ -122,11 +145,11 @@ class ClosedForm:
     def stage_params(self, p: int, s: int, ep: int = 1) -> list[int]:
         """Parameters per rank of each pipeline stage (TP degree p, s stages, routed experts
         split over ep ranks), as `parallel.stage_params` places them."""
-        r = self.regimes("prefill", p)[0].polys
+        r = self._regime_for("prefill", p, 1).polys
         plan = layer_plan(self.model)
         per_layer = [r[f"kind_params.{k}"].at(1, 1) for k in range(len(plan.kinds))]
         if ep > 1:  # whole experts, E/ep a rank, in place of each expert's Dff_e/p slice
-            full = self.regimes("prefill", 1)[0].polys
+            full = self._regime_for("prefill", 1, 1).polys
             per_layer = [v - (sl := r[f"kind_expert_params.{k}"].at(1, 1))
                          + ep_rank_expert_params(sl, full[f"kind_expert_params.{k}"].at(1, 1), ep)
                          for k, v in enumerate(per_layer)]
@@ -145,19 +168,24 @@ class ClosedForm:
                     "dtype", f"unknown dtype {d!r}; known: {', '.join(DTYPE_BITS)}")
         bits = {"w": DTYPE_BITS[dtype], "kv": DTYPE_BITS[kv_dtype or dtype],
                 "act": DTYPE_BITS[act_dtype or dtype]}
-        self.regimes(phase, tp)  # tp rules first
-        rank = self._regime_for(phase, tp, seq)
+        rank = self._regime_for(phase, tp, seq)  # tp rules first
         full = self._regime_for(phase, 1, seq)
         return self.compute(full, rank, tp, batch, seq, pp, bits, None, SCALARS)
 
     def _regime_for(self, phase: str, p: int, t: int) -> Regime:
-        for r in self.regimes(phase, p):
-            if r.lo <= t and (r.hi is None or t <= r.hi):
-                return r
+        """The regime holding T = t, fitted once (the tp rules checked first)."""
+        if not any(k[:2] == (phase, p) for k in self._fits):
+            check(self.model, self.workload(1, 1, phase, p))  # tp rules, pp aside
         limit = self.seq_limit(phase)
-        raise ShapecalcError(
-            "seq", f"{t} is beyond the learned position table (largest {phase} seq: {limit})"
-        )
+        if limit is not None and t > limit:
+            raise ShapecalcError(
+                "seq", f"{t} is beyond the learned position table (largest {phase} seq: {limit})"
+            )
+        lo, hi = self.interval(phase, t)
+        key = (phase, p, lo)
+        if key not in self._fits:
+            self._fits[key] = self._fit(phase, p, lo, hi)
+        return self._fits[key]
 
     def compute(self, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
                 bits: dict[str, Any], dtype: Any, xp: Any) -> dict[str, Any]:

@@ -104,18 +104,16 @@ def _groups(
         sel = np.flatnonzero(key == k)
         is_dec, p = divmod(int(k), int(P.max(initial=1)) + 1)
         phase = "decode" if is_dec else "prefill"
-        regs = cf.regimes(phase, p)
-        cf.regimes(phase, 1)
+        cf._regime_for(phase, p, 1)  # the tp rules
         t = T[sel]
-        covered = np.zeros(sel.size, dtype=bool)
-        for r in regs:
-            m = (t >= r.lo) if r.hi is None else ((t >= r.lo) & (t <= r.hi))
-            covered |= m
-            if m.any():
-                out.append(((phase, p), r, _as_slice(sel[m])))
-        if not covered.all():
-            bad = int(t[~covered][0])
-            cf._regime_for(phase, p, bad)  # raises the clear error
+        # each point's regime, by its range of T: few distinct T in a grid, one look-up each
+        uniq, inverse = np.unique(t, return_inverse=True)
+        los = np.array([cf.interval(phase, int(x))[0] for x in uniq], dtype=np.int64)[inverse]
+        for lo in np.unique(los):
+            m = los == lo
+            r = cf._regime_for(phase, p, int(t[m][0]))  # raises the clear error past a limit
+            cf._regime_for(phase, 1, int(t[m][0]))
+            out.append(((phase, p), r, _as_slice(sel[m])))
     return out
 
 

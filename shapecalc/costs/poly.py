@@ -162,15 +162,15 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
         tag[f"kv.{k}"] = (_cls(st[i].dtype), st[i].repeat)
     # tokens each KV group (layers sharing a window) holds, from one cache stage of the group:
     # [2, B, H_kv, tokens, Dh] has tokens = elements / (2·B·H_kv·Dh)
-    windows = list(dict.fromkeys(spec.window for spec in plan.kinds))
+    windows = list(dict.fromkeys(spec.reach for spec in plan.kinds))
     for i in kv:
         two, _, heads, _, dh = st[i].shape
-        g = windows.index(plan.kinds[st[i].kind].window)  # type: ignore[index]
+        g = windows.index(plan.kinds[st[i].kind].reach)  # type: ignore[index]
         num[f"group_tokens.{g}"] = elems[i].per_batch().divided(two * heads * dh)
     # the longest cache (within a regime, the same kind's at every point)
     longest = max(kv, key=lambda i: st[i].shape[3], default=None)
     num["kv_tokens"] = ZERO if longest is None else num[
-        f"group_tokens.{windows.index(plan.kinds[st[longest].kind].window)}"]  # type: ignore[index]
+        f"group_tokens.{windows.index(plan.kinds[st[longest].kind].reach)}"]  # type: ignore[index]
     ar = [i for i, s in enumerate(st)
           if s.role == "comm.allreduce" and s.group == "block" and s.kind == 0]
     num["ar_count"] = const(len(ar))

@@ -8,18 +8,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
-from . import hf_alibi, hf_keys, hf_moe
+from . import hf_alibi, hf_keys, hf_llama4, hf_moe
 from .sources import _parse
 
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
 _SILU = {"silu", "swish"}
 _DENSE = ("falcon", "gemma", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2")
-SUPPORTED = tuple(sorted((*_DENSE, *hf_moe.READERS, *hf_alibi.READERS)))
+SUPPORTED = tuple(sorted((*_DENSE, *hf_moe.READERS, *hf_alibi.READERS, "llama4_text")))
 # families that need what shapecalc does not model yet: the one line each is refused with
 _MLA = "Multi-head Latent Attention (kv_lora_rank, q_lora_rank), which is not modelled yet"
-_LLAMA4 = ("chunked attention (attention_chunk_size) and NoPE layers (no_rope_layers), "
-           "which are not modelled yet")
-REFUSED = {"deepseek_v2": _MLA, "deepseek_v3": _MLA, "llama4": _LLAMA4, "llama4_text": _LLAMA4}
+REFUSED = {"deepseek_v2": _MLA, "deepseek_v3": _MLA}
 
 
 class _HF:
@@ -84,6 +82,7 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
         "qwen2_moe": (16, 32768, False, "hidden_act"),
         "qwen3_moe": (4, 32768, False, "hidden_act"),
         "gpt_oss": (8, 131072, False, None),  # its experts' SwiGLU reads no activation key
+        "llama4_text": (8, 4096 * 32, False, "hidden_act"),  # hf_llama4.py reads the rest
     }[mt]
     if act_key == "hidden_activation" and not h.get(act_key):
         # older transformers read hidden_activation (ignoring hidden_act); newer read hidden_act
@@ -109,6 +108,8 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
                    embedding_scale=True)  # hidden_states * sqrt(hidden_size)
     elif mt == "phi3":  # one qkv_proj and one gate_up_proj matrix, no biases
         out.update(fused_qkv=True, sliding_window=h.get("sliding_window"))
+    elif mt == "llama4_text":
+        out.update(hf_llama4.llama4_text(h, out))
     else:
         out.update(hf_moe.READERS[mt](h, out))
     return out
@@ -268,7 +269,8 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     where = f"{mt!r}" + (f" (its text_config: {inner!r})" if isinstance(text, dict) else "")
     if mt in REFUSED or inner in REFUSED:
         raise ShapecalcError("model_type", f"{where} needs {REFUSED.get(mt) or REFUSED[inner]}")
-    if mt not in SUPPORTED and inner in SUPPORTED and isinstance(text, dict):
+    multimodal = mt not in SUPPORTED and inner in SUPPORTED and isinstance(text, dict)
+    if multimodal:
         # a multimodal config: the decoder is its text model (the vision side is not counted);
         # tie_word_embeddings may sit at the top
         tied = {k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}
@@ -285,6 +287,8 @@ def load_hf_config(path: str | Path) -> ModelConfig:
             fields["head_dim"] = None
     stem = path.stem if path.stem != "config" else path.resolve().parent.name
     fields["name"] = stem or "custom"
+    if multimodal:  # the line that says what was read
+        fields["name"] += " (text_config of a multimodal config; the vision tower is not counted)"
     try:
         return ModelConfig.model_validate(fields)
     except ValidationError as err:

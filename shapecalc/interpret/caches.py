@@ -1,7 +1,8 @@
 """KV caches for the NumPy executor: contiguous, and paged through block tables as vLLM does.
 
 Each layer keeps at most its own window W of tokens (the layer plan's `windows`: None for full
-attention), so local and global layers of one model hold different amounts.
+attention), or a chunked layer the tokens of its current chunk (Chunk(C)), so local and global
+layers of one model hold different amounts.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ from typing import Any
 import numpy as np
 
 from ..model.config import ceil_div
+from ..model.plan import Chunk, Reach, held
 from .storage import decode, encode, stored_nbytes
 
-Windows = int | None | Sequence[int | None]
+Windows = Reach | Sequence[Reach]
 
 
 class _PerLayer(list):  # type: ignore[type-arg]
     """One window for every layer (a model whose layers all attend alike)."""
 
-    def __init__(self, window: int | None):
+    def __init__(self, window: Reach):
         super().__init__()
         self.window = window
 
@@ -31,7 +33,7 @@ class _PerLayer(list):  # type: ignore[type-arg]
         return iter([self.window])
 
 
-def _windows(w: Windows) -> Sequence[int | None]:
+def _windows(w: Windows) -> Sequence[Reach]:
     return list(w) if isinstance(w, (list, tuple)) else _PerLayer(w)  # type: ignore[arg-type]
 
 
@@ -47,14 +49,13 @@ class KVCache:
         self.next_pos = np.zeros(0, dtype=np.int64)  # [B]: the next token's position
 
     def held_at(self, layer: int) -> int:
-        """Tokens layer `layer` keeps: min(total, W)."""
-        W = self.windows[layer]
-        return self.total if W is None else min(self.total, W)
+        """Tokens layer `layer` keeps: min(total, W), or its current chunk's."""
+        return held(self.windows[layer], self.total)
 
     @property
     def held(self) -> int:
         """Tokens the longest-reaching layers keep."""
-        return max(self.total if W is None else min(self.total, W) for W in self.windows)
+        return max(held(W, self.total) for W in self.windows)
 
     def valid(self, layer: int) -> np.ndarray:
         """[B, held]: which of the layer's kept tokens are real (not padding)."""
@@ -121,13 +122,17 @@ class ContiguousKV(KVCache):
 class _Group:
     """The block table of the layers that share one window (vLLM's KV cache group): token i
     lives in logical block i // block_size, slot i % block_size; with a window W, i counts
-    modulo a ring of ceil(W/block_size) blocks."""
+    modulo a ring of ceil(W/block_size) blocks; with chunks of C, i counts from its chunk's start
+    (i mod C), and a new chunk frees the old chunk's blocks (vLLM's chunked local attention)."""
 
-    def __init__(self, window: int | None, block_size: int, batch: int, max_tokens: int,
+    def __init__(self, window: Reach, block_size: int, batch: int, max_tokens: int,
                  seed: int):
-        tokens = max_tokens if window is None else min(max_tokens, window)
+        self.chunk = window.size if isinstance(window, Chunk) else None
+        reach = self.chunk if self.chunk is not None else window
+        assert not isinstance(reach, Chunk)
+        tokens = max_tokens if reach is None else min(max_tokens, reach)
         self.per_seq = ceil_div(tokens, block_size)
-        self.ring = self.per_seq * block_size if window is not None else None
+        self.ring = (self.chunk or self.per_seq * block_size) if reach is not None else None
         self.table = np.full((batch, self.per_seq), -1, dtype=np.int64)
         # physical blocks are handed out in shuffled order, so reading through the table is what
         # puts the tokens back in order
@@ -136,6 +141,14 @@ class _Group:
     @property
     def blocks(self) -> int:
         return int(np.count_nonzero(self.table >= 0))
+
+    def new_chunk(self, before: int, after: int) -> None:
+        """A step from `before` to `after` tokens that enters a new chunk frees the blocks of the
+        chunk before (the step writes its tokens afterwards)."""
+        if self.chunk and before and (before - 1) // self.chunk != (after - 1) // self.chunk:
+            used = self.table[self.table >= 0]
+            self.free = np.concatenate([used, self.free])
+            self.table[:] = -1
 
 
 class PagedKV(KVCache):
@@ -150,6 +163,12 @@ class PagedKV(KVCache):
         self.groups = {W: _Group(W, block_size, batch, max_tokens, seed)
                        for W in dict.fromkeys(self.windows)}
         self.pools: dict[int, np.ndarray] = {}
+
+    def start(self, valid_new: np.ndarray) -> None:
+        before = self.total
+        super().start(valid_new)
+        for g in self.groups.values():
+            g.new_chunk(before, self.total)
 
     @property
     def blocks(self) -> int:

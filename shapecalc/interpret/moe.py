@@ -28,6 +28,13 @@ def route(self: NumericOps, logits: np.ndarray, role: str, name: str, k: Any) ->
     kk = m.experts_per_token or 0
     z = logits[0]  # the router is replicated: every rank has the same logits
     n = z.size
+    if m.router_scoring == "topk_sigmoid":  # Llama 4: top k of the logits, sigmoid of those k
+        ids = np.argsort(-z, axis=-1, kind="stable")[..., :kk]
+        w = 1 / (1 + np.exp(-np.take_along_axis(z, ids, axis=-1)))
+        self._rec(role, f"{name} (top-k, sigmoid)", "route", w[None], ew=n + 4 * w.size,
+                  dtype="fp32")
+        self.routed.append(ids)
+        return Routing(w, ids)
     if m.router_scoring == "softmax":
         e = np.exp(z - z.max(axis=-1, keepdims=True))
         scores, ew = e / e.sum(axis=-1, keepdims=True), 5 * n
@@ -89,23 +96,31 @@ def experts(self: NumericOps, h: np.ndarray, routing: Routing, D: Any, E: Any, k
 
     act = ACT[m.ffn]
     D_ = m.d_model
+    w = routing.weights.astype(self.dt)
+    scaled = None
+    if m.routing_on_input:  # Llama 4: each pair's input × its weight; the outputs are summed
+        scaled = self._rec("moe.experts.in", "experts: input × routing weight", "mul",
+                           (x[:, :, None, :] * w[..., None])[None],
+                           ew=B * T * kk * D_)
+        w = np.ones_like(w)
     if gated:
-        g = run("moe.experts.gate", "experts: gate", None, D_, m.dff_expert, False)
-        u = run("moe.experts.up", "experts: up", None, D_, m.dff_expert, False)
+        g = run("moe.experts.gate", "experts: gate", scaled, D_, m.dff_expert, False)
+        u = run("moe.experts.up", "experts: up", scaled, D_, m.dff_expert, False)
         u = self.mul(self.activation(g, "moe.experts.act", "experts: activation", act), u,
                      "moe.experts.mul", "experts: gate ⊙ up")
     else:
-        u = run("moe.experts.up", "experts: up", None, D_, m.dff_expert, False)
+        u = run("moe.experts.up", "experts: up", scaled, D_, m.dff_expert, False)
         u = self.activation(u, "moe.experts.act", "experts: activation", act)
     assert u.shape[-1] == width
     y = run("moe.experts.down", "experts: down", u, m.dff_expert, D_, True)
-    w = routing.weights.astype(self.dt)
     if ep > 1:  # combine: each rank's partial sum over its own experts' pairs, then summed
         owner = routing.ids // (E // ep)
         parts = [np.einsum("rbtkd,btk->rbtd", y, np.where(owner == r, w, 0)) for r in range(ep)]
         out = np.sum(parts, axis=0)
     else:
         out = np.einsum("rbtkd,btk->rbtd", y, w)
+    if m.routing_on_input:  # a plain sum of the k outputs
+        return self._rec("moe.combine", "combine (sum)", "combine", out, ew=self._el(y))
     return self._rec("moe.combine", "combine (weighted sum)", "combine", out,
                      ew=2 * self._el(y))
 

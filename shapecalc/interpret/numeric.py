@@ -22,7 +22,7 @@ import numpy as np
 from ..model.config import ModelConfig, Workload
 from ..model.forward import Ops, Sizes, forward
 from ..model.parallel import pp_layers
-from ..model.plan import LayerPlan, LayerSpec, layer_plan
+from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
 from . import alibi, moe
 from .caches import ContiguousKV, KVCache
@@ -78,6 +78,15 @@ class NumericOps(Ops):
     def _window(self, W: int | None) -> np.ndarray:
         i, j = self._ij
         return (i - j < W) if W is not None else np.ones_like(self.causal)
+
+    def _chunk(self, C: int | None, pos: np.ndarray | None = None) -> np.ndarray:
+        """[T,T] (or [B,1,T,T] with per-sequence positions): query and key in one chunk of C
+        positions (as transformers counts them from a sequence's first real token)."""
+        if C is None:
+            return np.ones_like(self.causal)
+        c = (self.pos if pos is None else pos) // C
+        same = c[..., :, None] == c[..., None, :]
+        return same[:, None] if same.ndim == 3 else same
 
     def _key_valid(self) -> np.ndarray:
         """[B, keys] the current layer's queries may read: its cache in decode, else the step."""
@@ -189,7 +198,7 @@ class NumericOps(Ops):
         key = (self._layer, role)
         beta = m.has_norm_bias if kind is None else False
         kind = kind or m.norm
-        g = self.w.get((*key, "γ"), (D,), base=1.0)
+        g = self.w.get((*key, "γ"), (D,), base=1.0) if kind != "l2norm" else np.ones(1, self.dt)
         params = g.size
         if kind == "layernorm":  # mean, subtract, square, mean, divide
             y = x - x.mean(axis=-1, keepdims=True)
@@ -200,6 +209,8 @@ class NumericOps(Ops):
             ms = np.square(x).mean(axis=-1, keepdims=True)
             y = x / np.sqrt(ms + self.dt(EPS))
             ew = 3 * n
+        if kind == "l2norm":  # Llama 4's q/k norm: no γ
+            return self._rec(role, name, kind, y, ew=ew)
         y *= g
         ew += n
         if beta:
@@ -303,12 +314,23 @@ class NumericOps(Ops):
     def transpose_last(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         return self._rec(role, name, "transpose", x.swapaxes(-1, -2))
 
+    def temperature(self, q: np.ndarray, role: str, name: str) -> np.ndarray:
+        # transformers' Llama4TextAttention: floor_scale 8192, attn_scale 0.1 (its defaults), at
+        # the step's token indices (the tokens seen before it, plus 0..Tq−1), padding or not
+        tq = q.shape[-2]
+        pos = np.arange(self.cache.total - tq, self.cache.total, dtype=np.float64)
+        f = (np.log1p(np.floor((pos + 1.0) / 8192)) * 0.1 + 1.0).astype(self.dt)
+        y = q * f[:, None]
+        return self._rec(role, name, "scale", y, ew=self._el(y) + 6 * pos.size)
+
     def matmul(self, a: np.ndarray, b: np.ndarray, role: str, name: str, causal: bool,
-               window: int | None) -> np.ndarray:
+               window: int | None, chunk: int | None = None) -> np.ndarray:
         out, flops = self._mm(a, b)
         if causal and self.wl.attention_flops == "causal" and not self.decoding:
             # a causal kernel computes only the (query, key) pairs the masks allow
-            pairs = int(np.count_nonzero(self.causal & self._window(window)))
+            pos = self.pos if self.pos.ndim == 1 else self.pos[0]
+            pairs = int(np.count_nonzero(self.causal & self._window(window)
+                                         & self._chunk(chunk, pos)))
             qk = role == "attn.scores"
             batch = self._el(out) // (out.shape[-2] * out.shape[-1])
             flops = 2 * batch * pairs * (a.shape[-1] if qk else b.shape[-1])
@@ -321,6 +343,8 @@ class NumericOps(Ops):
             allowed = self.causal
         elif kind == "window":
             allowed = self._window(window)
+        elif kind == "chunk":
+            allowed = self._chunk(window)
         else:  # padding: [B,1,1,T] over the keys
             allowed = self._key_valid()[:, None, None, :]
         np.copyto(s, self.neg, where=~allowed)
@@ -439,7 +463,8 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
                 getattr(cache, "blocks", None), ops.gemms, ops.routed, ops.ep_traffic)
 
 
-def windows(model: ModelConfig) -> list[int | None]:
-    """Each layer's KV window (None: full attention), as the caches take them."""
+def windows(model: ModelConfig) -> list[Reach]:
+    """Each layer's KV reach (None: full attention; W: a window; Chunk(C): chunked), as the
+    caches take them."""
     plan = layer_plan(model)
-    return [plan.kinds[k].window for k in plan.kind_of]
+    return [plan.kinds[k].reach for k in plan.kind_of]

@@ -34,6 +34,7 @@ ELEMENTWISE: dict[str, int] = {
     "sigmoid": 4,  # negate, exp, add 1, divide
     "topk": 1,  # one comparison per score
     "combine": 2,  # each expert output × its weight, summed
+    "temperature": 6,  # per position: +1, ÷8192, floor, log1p, ×0.1, +1 (Llama 4)
 }
 
 SPLIT_NOTE = {
@@ -182,10 +183,19 @@ class SymbolicOps(Ops):
         m = self.m
         beta = m.has_norm_bias if kind is None else False
         kind = kind or m.norm
+        if kind == "l2norm":  # Llama 4's q/k norm: an RMS norm without γ
+            return self._rec(role, name, kind, x, ew=ELEMENTWISE["rmsnorm"],
+                             note="RMS over each head's Dh, no weights")
         per = ELEMENTWISE[kind] + 1 + int(beta)
         p = _total((self.z.D if width is None else width) * (2 if beta else 1))
         note = ("γ, β" if beta else "γ") + ("" if width is None else " over each head's Dh")
         return self._rec(role, name, kind, x, ew=per, params=p, note=note)
+
+    def temperature(self, q: Sym, role: str, name: str) -> Sym:
+        # one factor per query position, then q × its position's factor
+        return self._rec(role, name, "scale", q, ew=ELEMENTWISE["mul"],
+                         ew_extra=formula([ELEMENTWISE["temperature"], self.z.Tq]),
+                         note="q × (1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋)) per position (NoPE)")
 
     def linear(self, x: Sym, role: str, name: str, d_in: Dim, d_out: Dim, bias: bool,
                split: Split) -> Sym:
@@ -255,15 +265,21 @@ class SymbolicOps(Ops):
         return self._rec(role, name, "transpose", Sym((*d[:-2], d[-1], d[-2]), x.dtype),
                          note="view")
 
-    def matmul(self, a: Sym, b: Sym, role: str, name: str, causal: bool, window: int | None
-               ) -> Sym:
+    def matmul(self, a: Sym, b: Sym, role: str, name: str, causal: bool, window: int | None,
+               chunk: int | None = None) -> Sym:
         batch, (mm, kk), nn = a.dims[:-2], a.dims[-2:], b.dims[-1]
         out = self._act(*batch, mm, nn)
         if causal and self.wl.attention_flops == "causal" and self.wl.phase == "prefill":
             # only the lower triangle: Σ_i min(i+1, W) (query, key) pairs instead of T²
             T = self.z.Tq
             W = window
-            if W is None or W >= T.value:
+            if chunk is not None and chunk < T.value:
+                # q whole chunks of C and a last one of r = T − q·C (1 ≤ r ≤ C) tokens:
+                # 2·pairs = q·C·(C+1) + r·(r+1)
+                q = (T.value - 1) // chunk
+                r = T + (-q * chunk)
+                pairs = [r * (r + 1) + q * chunk * (chunk + 1)]
+            elif W is None or W >= T.value:
                 pairs = [T, T + 1]
             else:
                 w = self.z.sym("W", W)
@@ -283,7 +299,8 @@ class SymbolicOps(Ops):
         return self._rec(role, name, "matmul", out, flops=formula([2, *batch, *order]),
                          operands=(a.dims, b.dims))
 
-    def mask(self, s: Sym, role: str, name: str, kind: Literal["causal", "padding", "window"],
+    def mask(self, s: Sym, role: str, name: str,
+             kind: Literal["causal", "padding", "window", "chunk"],
              window: int | None = None) -> Sym:
         d = s.dims
         one = Dim.const(1)
@@ -291,10 +308,13 @@ class SymbolicOps(Ops):
             "causal": (one, one, d[-2], d[-1]),
             "padding": (d[0], one, one, d[-1]),
             "window": (one, one, d[-2], d[-1]),
+            "chunk": (one, one, d[-2], d[-1]),
         }[kind]
         note = f"mask {'[B,1,1,T]' if kind == 'padding' else '[1,1,T,T]'} broadcast to the scores"
         if kind == "window":
             note = f"keys older than W={window} masked; " + note
+        if kind == "chunk":
+            note = f"keys outside the query's chunk of C={window} masked; " + note
         out = self._rec(role, name, "mask", s, ew=ELEMENTWISE["mask"], note=note)
         self.stages[-1].extra["mask_dims"] = [x.symbol for x in shown]
         return out
@@ -320,6 +340,12 @@ class SymbolicOps(Ops):
         m = self.m
         *rows, E = logits.dims
         scoring = m.router_scoring
+        if scoring == "topk_sigmoid":  # Llama 4: top k of the logits, a sigmoid of those k
+            parts = [formula([ELEMENTWISE["topk"], *rows, E]),
+                     formula([ELEMENTWISE["sigmoid"], *rows, k])]
+            return self._rec(role, f"{name} (top-k, sigmoid)", "route", Sym((*rows, k), "fp32"),
+                             ew_extra=sum_formula(parts),
+                             note=f"top-{k.value} of the logits, sigmoid of those {k.value}")
         parts = [formula([ELEMENTWISE[scoring], *rows, E]),
                  formula([ELEMENTWISE["topk"], *rows, E])]
         if m.norm_topk_prob:  # the k weights summed, then divided
@@ -347,6 +373,9 @@ class SymbolicOps(Ops):
                 note=note, operands=((*pair, d_in), (E, d_in, d_out)))
 
         act = ACT[m.ffn]
+        if m.routing_on_input:  # Llama 4: each (token, expert) input × its routing weight
+            self._rec("moe.experts.in", "experts: input × routing weight", "mul",
+                      self._act(*pair, D), ew=ELEMENTWISE["mul"])
         if m.gated:
             g = mats("moe.experts.gate", "experts: gate", D, Dffe, "column")
             u = mats("moe.experts.up", "experts: up", D, Dffe, "column")
@@ -359,6 +388,10 @@ class SymbolicOps(Ops):
             u = self._rec("moe.experts.act", f"experts: activation ({act})", act, u,
                           ew=ELEMENTWISE[act])
         mats("moe.experts.down", "experts: down", Dffe, D, "row")
+        if m.routing_on_input:  # the weights were applied to the inputs: a plain sum
+            return self._rec("moe.combine", "combine (sum)", "combine", self._act(*rows, D),
+                             ew_extra=formula([ELEMENTWISE["add"], *pair, D]),
+                             note="each token's k expert outputs summed")
         return self._rec("moe.combine", "combine (weighted sum)", "combine", self._act(*rows, D),
                          ew=0, ew_extra=formula([ELEMENTWISE["combine"], *pair, D]),
                          note="each token's k expert outputs × their routing weights")

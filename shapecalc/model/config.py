@@ -22,7 +22,7 @@ DTYPE_BITS: dict[str, int] = {
     "int4": 4,
 }
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
-AttentionKind = Literal["full", "sliding"]
+AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe"]
 
 
@@ -114,8 +114,9 @@ class ModelConfig(Record):
     )
     router_bias: bool = _doc(False, "a bias on the router [D→E] (gpt-oss)")
     expert_bias: bool = _doc(False, "biases on the experts' matrices (gpt-oss)")
-    router_scoring: Literal["softmax", "sigmoid"] = _doc(
-        "softmax", "how router logits become scores"
+    router_scoring: Literal["softmax", "sigmoid", "topk_sigmoid"] = _doc(
+        "softmax", "how router logits become scores (topk_sigmoid: the top k logits, then a "
+        "sigmoid of those k, as Llama 4)"
     )
     norm_topk_prob: bool = _doc(False, "the k chosen scores are renormalised to sum to 1")
     routed_scaling_factor: PosFloat | None = _doc(
@@ -125,6 +126,26 @@ class ModelConfig(Record):
         None,
         "each layer's FFN, in order: dense or moe; default: every layer moe when n_experts "
         "is set, else dense",
+    )
+    # Llama 4: chunked attention, NoPE layers, the L2 q/k norm and the attention temperature
+    attention_chunk_size: Pos | None = _doc(
+        None, "C: a chunked layer's query reads only the keys of its own chunk of C positions "
+        "(layer_types marks the chunked layers; default: every layer)",
+    )
+    nope_layers: tuple[NonNeg, ...] | None = _doc(
+        None, "layers (0-based) that apply no RoPE (Llama 4's NoPE layers: no_rope_layers 0)"
+    )
+    qk_l2_norm: bool = _doc(
+        False, "q and k divided by their RMS over each head's Dh, no weights, after RoPE, on the "
+        "layers with RoPE (Llama 4's use_qk_norm)",
+    )
+    attn_temperature_tuning: bool = _doc(
+        False, "on NoPE layers q is scaled per position by 1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋) "
+        "(Llama 4)",
+    )
+    routing_on_input: bool = _doc(
+        False, "each routing weight scales the token's input to its expert, not the expert's "
+        "output (Llama 4)",
     )
 
     @property
@@ -189,12 +210,38 @@ class ModelConfig(Record):
                 raise ShapecalcError(
                     "sliding_window", "is set, but no layer in layer_types is sliding"
                 )
+        self._check_llama4()
         self._check_moe()
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
             )
 
+
+    def _check_llama4(self) -> None:
+        chunked = self.layer_types is not None and "chunked" in self.layer_types
+        if chunked and self.attention_chunk_size is None:
+            raise ShapecalcError("layer_types", "chunked layers need attention_chunk_size (C)")
+        if self.attention_chunk_size is not None:
+            if self.layer_types is not None and not chunked:
+                raise ShapecalcError("attention_chunk_size", "is set, but no layer in "
+                                     "layer_types is chunked")
+            if self.layer_types is None and self.sliding_window is not None:
+                raise ShapecalcError("attention_chunk_size", "and sliding_window both set: "
+                                     "layer_types must say which layers are chunked")
+        for f in ("nope_layers", "qk_l2_norm", "attn_temperature_tuning"):
+            if getattr(self, f) not in (None, False) and self.positions != "rope":
+                raise ShapecalcError(f, f"applies to RoPE models; positions is {self.positions!r}")
+        if self.nope_layers is not None:
+            bad = [i for i in self.nope_layers if i >= self.n_layers]
+            if bad:
+                raise ShapecalcError("nope_layers", f"layer {bad[0]} does not exist "
+                                     f"(N={self.n_layers})")
+            if len(set(self.nope_layers)) != len(self.nope_layers):
+                raise ShapecalcError("nope_layers", "lists a layer twice")
+        if self.routing_on_input and self.n_experts is None:
+            raise ShapecalcError("routing_on_input", "is a Mixture-of-Experts field, but "
+                                 "n_experts is not set")
 
     def _check_moe(self) -> None:
         moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",

@@ -16,7 +16,7 @@ from typing import Any, Literal, NamedTuple
 
 from .config import ModelConfig, Workload, ceil_div
 from .expr import Dim, Expr
-from .plan import LayerPlan, LayerSpec, layer_plan
+from .plan import Chunk, LayerPlan, LayerSpec, held, layer_plan
 from .stage import Group, Split
 
 
@@ -50,6 +50,8 @@ class Sizes(NamedTuple):
     def keys(self, spec: LayerSpec) -> tuple[Dim, Dim]:
         """(Tk, Tc) of one layer kind: keys each query reads, tokens its cache holds after the
         step. A sliding layer's cache keeps at most W tokens, so decode reads T′ = min(T+1, W)."""
+        if spec.chunk is not None:
+            return self._chunk_keys(spec.chunk)
         W = spec.window
         if not self.decode:
             return self.Tk, (self.sym("W", W) if W is not None and W < self.T else self.Tk)
@@ -59,6 +61,19 @@ class Sizes(NamedTuple):
             tk = Dim(self.T + 1, Expr.sym("T") + Expr.const(1)) if self.poly else Dim.of(
                 "T′", self.T + 1)
         return tk, tk
+
+    def _chunk_keys(self, C: int) -> tuple[Dim, Dim]:
+        """A chunked layer (Llama 4): its last query reads the keys of its own chunk, T_c =
+        ((n−1) mod C) + 1 of the n tokens after the step, and the cache keeps just those. Prefill
+        computes all T×T scores (eager attention; the chunk mask hides the others), so its
+        queries read Tk = T; decode reads T_c = (T mod C) + 1 keys."""
+        n = self.T + (1 if self.decode else 0)
+        if n <= C:  # one chunk so far: as full attention
+            return self.Tk, self.Tk
+        c = held(Chunk(C), n)
+        # in poly mode (T in one chunk's regime) a polynomial: n − C·⌊(n−1)/C⌋
+        tc = Dim(c, Expr.sym("T") + Expr.const(c - self.T)) if self.poly else Dim.of("T_c", c)
+        return (tc if self.decode else self.Tk), tc
 
     @staticmethod
     def of(model: ModelConfig, wl: Workload, p: int | None = None, poly: bool = False) -> Sizes:
@@ -170,12 +185,21 @@ class Ops:
     def transpose_last(self, x: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
-    def matmul(self, a: Any, b: Any, role: str, name: str, causal: bool, window: int | None
-               ) -> Any:
+    def matmul(self, a: Any, b: Any, role: str, name: str, causal: bool, window: int | None,
+               chunk: int | None = None) -> Any:
+        """`causal`: the attention matmuls, whose causal-half count keeps only the (query, key)
+        pairs the causal mask, the window W and the chunks of C allow."""
         raise NotImplementedError
 
-    def mask(self, s: Any, role: str, name: str, kind: Literal["causal", "padding", "window"],
+    def mask(self, s: Any, role: str, name: str,
+             kind: Literal["causal", "padding", "window", "chunk"],
              window: int | None = None) -> Any:
+        """`window`: W of a window mask, C of a chunk mask."""
+        raise NotImplementedError
+
+    def temperature(self, q: Any, role: str, name: str) -> Any:
+        """Llama 4's attention temperature on NoPE layers: q × (1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋)),
+        one factor per query position."""
         raise NotImplementedError
 
     def alibi(self, s: Any, role: str, name: str) -> Any:
@@ -302,18 +326,19 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     if m.qk_norm:  # Qwen3: RMSNorm over each head's Dh, before RoPE
         q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
         k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")
-    if angles is not None:
+    if angles is not None and not spec.nope:
         q = ops.rope(q, "attn.rope", "RoPE q", angles)
         k = ops.rope(k, "attn.rope", "RoPE k", angles)
+    q, k = _llama4_qk(ops, m, spec, z, q, k)
     Tk, Tc = z.keys(spec)
     k, v = ops.kv_cache(k, v, layer, Tk, Tc)
     groups = z.H.value // z.Hkv.value
     if groups > 1:  # GQA/MQA: each KV head serves `groups` query heads
         k = ops.repeat_kv(k, "attn.repeat_kv", "repeat k", groups, z.H)
         v = ops.repeat_kv(v, "attn.repeat_kv", "repeat v", groups, z.H)
-    W = spec.window
+    W, C = spec.window, spec.chunk
     kt = ops.transpose_last(k, "attn.kT", "kᵀ")
-    s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=W)
+    s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=W, chunk=C)
     s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh")
     if m.positions == "alibi":  # BLOOM, MPT: the positions enter as a bias on the scores
         s = ops.alibi(s, "attn.alibi", "ALiBi bias")
@@ -322,12 +347,28 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     if wl.phase == "prefill" and W is not None and W < wl.seq:
         # decode's cache already holds only W tokens
         s = ops.mask(s, "attn.mask", "sliding-window mask", "window", W)
+    if wl.phase == "prefill" and C is not None and C < wl.seq:
+        # decode's cache already holds only the current chunk
+        s = ops.mask(s, "attn.mask", "chunk mask", "chunk", C)
     if wl.padding_mask:
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
     a = ops.softmax(s, "attn.softmax", "softmax", z.H if m.attention_sinks else None)
-    o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W)
+    o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W, chunk=C)
     o = ops.merge_heads(o, "attn.merge", "merge heads")
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
+
+
+def _llama4_qk(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, q: Any, k: Any
+               ) -> tuple[Any, Any]:
+    """Llama 4, after RoPE: on RoPE layers q and k are L2-normed over Dh (use_qk_norm: an RMS norm
+    without weights); on NoPE layers q takes the per-position temperature."""
+    rope = m.positions == "rope" and not spec.nope
+    if m.qk_l2_norm and rope:
+        q = ops.norm(q, "attn.q_l2norm", "q L2 norm", z.Dh, "l2norm")
+        k = ops.norm(k, "attn.k_l2norm", "k L2 norm", z.Dh, "l2norm")
+    if m.attn_temperature_tuning and spec.nope:
+        q = ops.temperature(q, "attn.temperature", "attention temperature")
+    return q, k
 
 
 def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | None = None,

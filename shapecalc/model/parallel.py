@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import ModelConfig, ceil_div, nbytes
-from .plan import LayerPlan, layer_plan
+from .plan import LayerPlan, Reach, held, layer_plan
 
 # ── tensor parallelism ──────────────────────────────────────────────────────────────────────────
 
@@ -44,19 +44,18 @@ def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
     return nbytes(kv_elements_per_token(model, p, layers), dtype)
 
 
-def cached_tokens(window: int | None, T: int, phase: str) -> int:
+def cached_tokens(window: Reach, T: int, phase: str) -> int:
     """Tokens one layer's cache holds after the step: the prompt's T, or T+1 after a decode,
-    at most the layer's window W."""
-    n = T + (1 if phase == "decode" else 0)
-    return n if window is None else min(n, window)
+    at most the layer's window W, or a chunked layer's current chunk (plan.held)."""
+    return held(window, T + (1 if phase == "decode" else 0))
 
 
-def kv_groups(plan: LayerPlan) -> list[tuple[int | None, int]]:
+def kv_groups(plan: LayerPlan) -> list[tuple[Reach, int]]:
     """(window, layers) of each group of layers that share a window (vLLM's KV cache groups: a
     paged block spans the layers of one group); one group when every layer attends alike."""
-    out: dict[int | None, int] = {}
+    out: dict[Reach, int] = {}
     for kind, count in zip(plan.kinds, plan.counts, strict=True):
-        out[kind.window] = out.get(kind.window, 0) + count
+        out[kind.reach] = out.get(kind.reach, 0) + count
     return list(out.items())
 
 
@@ -153,7 +152,7 @@ def stage_group_layers(plan: LayerPlan, s: int) -> list[list[int]]:
     for counts in stage_kind_counts(plan, s):
         per = [0] * len(windows)
         for kind, c in zip(plan.kinds, counts, strict=True):
-            per[windows.index(kind.window)] += c
+            per[windows.index(kind.reach)] += c
         out.append(per)
     return out
 

@@ -15,22 +15,51 @@ from typing import NamedTuple
 from .config import ModelConfig
 
 
-class LayerSpec(NamedTuple):
-    """What one layer is: its attention (full, or a sliding window of W tokens), its FFN and
-    its norms. Layers with equal specs have equal shapes, parameters and costs."""
+class Chunk(NamedTuple):
+    """A chunked layer's cache reach: the keys of the current chunk of C positions."""
 
-    attention: str  # full | sliding
+    size: int
+
+
+# What a layer's KV cache keeps (and groups layers by): None all tokens, W a sliding window of
+# W tokens, Chunk(C) the current chunk of C positions.
+Reach = int | Chunk | None
+
+
+def held(reach: Reach, n: int) -> int:
+    """Tokens a layer's cache holds after n tokens: the keys its last query read. All n; the last
+    min(n, W) of a window; the last chunk's ((n−1) mod C) + 1 (what vLLM keeps for chunked local
+    attention; transformers' cache keeps the last min(n, C−1), a sliding window of C−1)."""
+    if reach is None:
+        return n
+    if isinstance(reach, Chunk):
+        return (n - 1) % reach.size + 1 if n else 0
+    return min(n, reach)
+
+
+class LayerSpec(NamedTuple):
+    """What one layer is: its attention (full, a sliding window of W tokens, or chunks of C), its
+    FFN and its norms. Layers with equal specs have equal shapes, parameters and costs."""
+
+    attention: str  # full | sliding | chunked
     window: int | None  # W, for sliding attention
     ffn: str  # dense | moe (the activation, gated or not, is the model's)
     norm: str  # layernorm | rmsnorm
     norm_position: str  # pre | post
+    chunk: int | None = None  # C, for chunked attention (Llama 4)
+    nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
+
+    @property
+    def reach(self) -> Reach:
+        return Chunk(self.chunk) if self.chunk is not None else self.window
 
     @property
     def label(self) -> str:
-        """How the trace names the kind: `sliding window W=4096`, `full attention · MoE`."""
+        """How the trace names the kind: `sliding window W=4096`, `full attention · MoE`,
+        `chunked C=8192`, `full attention · NoPE`."""
         attn = f"sliding window W={self.window}" if self.attention == "sliding" else (
-            "full attention")
-        return attn + (" · MoE" if self.ffn == "moe" else "")
+            f"chunked C={self.chunk}" if self.attention == "chunked" else "full attention")
+        return attn + (" · NoPE" if self.nope else "") + (" · MoE" if self.ffn == "moe" else "")
 
 
 class Run(NamedTuple):
@@ -62,13 +91,16 @@ class LayerPlan(NamedTuple):
 @lru_cache(maxsize=256)
 def layer_plan(model: ModelConfig) -> LayerPlan:
     types = model.layer_types or (
-        ("sliding" if model.sliding_window is not None else "full",) * model.n_layers
+        ("sliding" if model.sliding_window is not None else
+         "chunked" if model.attention_chunk_size is not None else "full",) * model.n_layers
     )
     ffns = model.ffn_types or (("moe" if model.moe else "dense",) * model.n_layers)
+    nope = set(model.nope_layers or ())
     specs = [
         LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
-                  model.norm_position)
-        for t, f in zip(types, ffns, strict=True)
+                  model.norm_position, model.attention_chunk_size if t == "chunked" else None,
+                  i in nope)
+        for i, (t, f) in enumerate(zip(types, ffns, strict=True))
     ]
     runs: list[Run] = []
     for i, spec in enumerate(specs):
