@@ -48,6 +48,8 @@ class KindParams(_Strict):
     label: str
     attention: str
     window: int | None
+    chunk: int | None  # C of a chunked layer (Llama 4)
+    nope: bool  # a layer without RoPE in a RoPE model (Llama 4)
     ffn: str
     count: int
     attention_per_layer: int
@@ -77,6 +79,8 @@ class LayerKind(_Strict):
     label: str
     attention: str
     window: int | None
+    chunk: int | None
+    nope: bool
     ffn: str
     norm: str
     norm_position: str

@@ -71,6 +71,8 @@ def kind_breakdown(st: list[Stage], plan: LayerPlan) -> list[dict[str, Any]]:
             "label": spec.label,
             "attention": spec.attention,
             "window": spec.window,
+            "chunk": spec.chunk,
+            "nope": spec.nope,
             "ffn": spec.ffn,
             "count": count,
             "attention_per_layer": _per_layer(st, k, "params", _role_in(ATTN_PROJ_ROLES)),
@@ -121,7 +123,8 @@ def layer_plan_doc(plan: LayerPlan) -> dict[str, Any]:
     """The layer plan as JSON: the kinds, and the runs of consecutive layers of one kind."""
     return {
         "kinds": [{"kind": k, "label": spec.label, "attention": spec.attention,
-                   "window": spec.window, "ffn": spec.ffn, "norm": spec.norm,
+                   "window": spec.window, "chunk": spec.chunk, "nope": spec.nope,
+                   "ffn": spec.ffn, "norm": spec.norm,
                    "norm_position": spec.norm_position, "count": count}
                   for k, (spec, count) in enumerate(zip(plan.kinds, plan.counts, strict=True))],
         "runs": [{"kind": plan.kinds.index(r.spec), "first": r.first, "count": r.length}

@@ -50,9 +50,9 @@ class Sizes(NamedTuple):
     def keys(self, spec: LayerSpec) -> tuple[Dim, Dim]:
         """(Tk, Tc) of one layer kind: keys each query reads, tokens its cache holds after the
         step. A sliding layer's cache keeps at most W tokens, so decode reads T′ = min(T+1, W)."""
-        if spec.chunk is not None:
+        if spec.chunk is not None and self.T + int(self.decode) > spec.chunk:
             return self._chunk_keys(spec.chunk)
-        W = spec.window
+        W = spec.window  # (a chunked layer within its first chunk reads as a full one)
         if not self.decode:
             return self.Tk, (self.sym("W", W) if W is not None and W < self.T else self.Tk)
         if W is not None and W < self.T + 1:
@@ -68,8 +68,6 @@ class Sizes(NamedTuple):
         computes all T×T scores (eager attention; the chunk mask hides the others), so its
         queries read Tk = T; decode reads T_c = (T mod C) + 1 keys."""
         n = self.T + (1 if self.decode else 0)
-        if n <= C:  # one chunk so far: as full attention
-            return self.Tk, self.Tk
         c = held(Chunk(C), n)
         # in poly mode (T in one chunk's regime) a polynomial: n − C·⌊(n−1)/C⌋
         tc = Dim(c, Expr.sym("T") + Expr.const(c - self.T)) if self.poly else Dim.of("T_c", c)
