@@ -295,3 +295,23 @@ def test_verify_fails_when_the_routing_on_input_is_dropped(monkeypatch):
 
     monkeypatch.setattr(symbolic.SymbolicOps, "experts", plain)
     assert not verify(m, Workload(batch=2, seq=6))["ok"]
+
+
+# ── planning ─────────────────────────────────────────────────────────────────────────────────────
+
+
+def test_fit_sizes_a_chunked_layer_for_its_fullest_chunk():
+    """Scout at tp=8 (one KV head a rank, 512 B per token and layer): 12 full layers hold T
+    tokens, 36 chunked layers at most C = 8192 — on the way to T, whatever T mod C is."""
+    from shapecalc.inputs.hardware import load_gpu
+    from shapecalc.plan.fit import fit
+    from shapecalc.plan.options import PlanOptions
+
+    m, gpu = load_preset("llama4-scout"), load_gpu("H100-SXM")
+    for T in (8192, 16384, 16385, 20000):
+        doc = fit(m, Workload(batch=8, seq=T, tp=8), gpu, PlanOptions())
+        assert doc["memory_per_rank"]["kv_cache"] == 8 * 512 * (12 * -(-T // 16) * 16 + 36 * 8192)
+    doc = fit(m, Workload(batch=8, seq=16384, tp=8), gpu, PlanOptions())
+    T = doc["max_seq"]  # the memory grows with T, so the largest T that fits is a threshold
+    for t, ok in ((T, True), (T + 1, False)):
+        assert fit(m, Workload(batch=8, seq=t, tp=8), gpu, PlanOptions())["fits"] is ok

@@ -28,7 +28,7 @@ from ..model.parallel import (
     ring_allreduce_bytes,
     stage_params,
 )
-from ..model.plan import layer_plan
+from ..model.plan import Chunk, layer_plan
 from .poly import FIT_DTYPES, Poly, measure
 from .scalar import SCALARS
 
@@ -44,10 +44,11 @@ class Regime:
     hi: int | None
     polys: dict[str, Poly]
     tags: dict[str, Any]
+    decode: bool = False
 
     def majorant(self) -> Regime:
         return Regime(self.lo, self.hi, {k: v.majorant() for k, v in self.polys.items()},
-                      self.tags)
+                      self.tags, self.decode)
 
 
 class ClosedForm:
@@ -136,7 +137,7 @@ class ClosedForm:
         wl = self.workload(1, lo, phase, p, **FIT_DTYPES)
         polys, tags = measure(symbolic_stages(self.model, wl, p, poly=True),
                               layer_plan(self.model))
-        return Regime(lo, hi, polys, tags)
+        return Regime(lo, hi, polys, tags, phase == "decode")
 
     # -- per-model constants -------------------------------------------------------------------
     def kv_heads_per_rank(self, p: int) -> int:
@@ -242,9 +243,13 @@ class ClosedForm:
         # paged: each group of layers that share a window has its own blocks
         blocks = xp.zeros(n, dtype=dtype)
         paged = xp.zeros(n, dtype=dtype)
-        for g, (_, layers) in enumerate(kv_groups(layer_plan(m))):
+        for g, (reach, layers) in enumerate(kv_groups(layer_plan(m))):
             b_g = paged_blocks(B, ev(full, f"group_tokens.{g}"), self.block_size)
             out[f"kv_cache_blocks@{g}"] = b_g
+            # planning sizes a chunked group for its fullest chunk on the way to T: min(n, C)
+            # tokens (the cache at exactly n tokens may hold fewer)
+            out[f"kv_cache_peak_blocks@{g}"] = b_g if not isinstance(reach, Chunk) else (
+                paged_blocks(B, xp.minimum(T + int(full.decode), reach.size), self.block_size))
             blocks = blocks + b_g
             per_token = _nbytes(xp.full(n, kv_elements_per_token(m, 1, layers), dtype=dtype),
                                 "kv", bits)

@@ -7,7 +7,8 @@ parallel degree p and pipeline depth s.
 - memory per rank = weights + KV cache + activation workspace + reserve, for the pipeline stage
   that needs the most; reserve = capacity − ⌊capacity × utilization⌋ (vLLM's
   --gpu-memory-utilization). The KV cache is paged: each window group's blocks × block_size token
-  slots × the group's layers on the stage × bytes per token and layer.
+  slots × the group's layers on the stage × bytes per token and layer; a chunked group (Llama 4)
+  is sized for its fullest chunk, min(T, C) tokens, which a sequence passes on its way to T.
 - prefill time = max(FLOPs/peak, bytes/bandwidth) per rank + (ring all-reduce bytes per rank + PP
   boundary bytes) / link bandwidth; bytes = weights per rank + the KV cache written. Decode per
   token: the same with the weights and the KV cache read. Each term is divided by its efficiency.
@@ -57,7 +58,7 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     usable = cap - reserve
     tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1), kvbits)  # one token, one layer
     # paged token slots of the batch in each KV group (layers that share a window)
-    slots = [pre[f"kv_cache_blocks@{g}"] * bs for g in range(len(kv_groups(plan)))]
+    slots = [pre[f"kv_cache_peak_blocks@{g}"] * bs for g in range(len(kv_groups(plan)))]
     best: Any = None
     weights = kv = stage = tokens_fit = None
     for i, (k, per_group, params) in enumerate(zip(
