@@ -229,12 +229,12 @@ def test_verify_passes_on_a_random_llama4_config():
     rng = random.Random(4)
     n = 4
     C = rng.choice([2, 3, 5])
-    types = tuple(rng.choice(["chunked", "full"]) for _ in range(n - 1)) + ("chunked",)
+    types = (*(rng.choice(["chunked", "full"]) for _ in range(n - 1)), "chunked")
     m = TINY.model_copy(update=dict(
         n_layers=n, attention_chunk_size=C, layer_types=types,
         nope_layers=tuple(i for i, t in enumerate(types) if t == "full") or None,
         n_experts=rng.choice([4, 8]), experts_per_token=rng.choice([1, 2, 3]),
-        ffn_types=tuple(rng.choice(["dense", "moe"]) for _ in range(n - 1)) + ("moe",),
+        ffn_types=(*(rng.choice(["dense", "moe"]) for _ in range(n - 1)), "moe"),
         qk_l2_norm=rng.choice([True, False])))
     ModelConfig.model_validate(m.model_dump())
     for phase in ("prefill", "decode"):

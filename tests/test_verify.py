@@ -97,8 +97,8 @@ WL = Workload(batch=2, seq=6, tp=2, pp=2, phase="prefill")
 def test_a_symbolic_matmul_one_flop_off_fails(monkeypatch):
     real = symbolic.SymbolicOps.matmul
 
-    def off_by_one(self, a, b, role, name, causal, window):
-        out = real(self, a, b, role, name, causal, window)
+    def off_by_one(self, a, b, role, name, causal, window, chunk=None):
+        out = real(self, a, b, role, name, causal, window, chunk)
         self.stages[-1].flops += 1
         return out
 

@@ -270,7 +270,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     if mt in REFUSED or inner in REFUSED:
         raise ShapecalcError("model_type", f"{where} needs {REFUSED.get(mt) or REFUSED[inner]}")
     multimodal = mt not in SUPPORTED and inner in SUPPORTED and isinstance(text, dict)
-    if multimodal:
+    if multimodal and isinstance(text, dict):
         # a multimodal config: the decoder is its text model (the vision side is not counted);
         # tie_word_embeddings may sit at the top
         tied = {k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}

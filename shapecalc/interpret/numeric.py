@@ -24,7 +24,7 @@ from ..model.forward import Ops, Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, moe
+from . import alibi, llama4, moe
 from .caches import ContiguousKV, KVCache
 from .storage import decode, measure, stored_nbytes
 from .weights import Weights
@@ -32,9 +32,6 @@ from .weights import Weights
 PRECISIONS: dict[str, Any] = {"float32": np.float32, "float64": np.float64, "float16": np.float16}
 EPS = 1e-5
 ROPE_BASE = 10000.0
-
-
-
 
 
 # -- the interpreter ------------------------------------------------------------------------------
@@ -78,15 +75,6 @@ class NumericOps(Ops):
     def _window(self, W: int | None) -> np.ndarray:
         i, j = self._ij
         return (i - j < W) if W is not None else np.ones_like(self.causal)
-
-    def _chunk(self, C: int | None, pos: np.ndarray | None = None) -> np.ndarray:
-        """[T,T] (or [B,1,T,T] with per-sequence positions): query and key in one chunk of C
-        positions (as transformers counts them from a sequence's first real token)."""
-        if C is None:
-            return np.ones_like(self.causal)
-        c = (self.pos if pos is None else pos) // C
-        same = c[..., :, None] == c[..., None, :]
-        return same[:, None] if same.ndim == 3 else same
 
     def _key_valid(self) -> np.ndarray:
         """[B, keys] the current layer's queries may read: its cache in decode, else the step."""
@@ -315,13 +303,7 @@ class NumericOps(Ops):
         return self._rec(role, name, "transpose", x.swapaxes(-1, -2))
 
     def temperature(self, q: np.ndarray, role: str, name: str) -> np.ndarray:
-        # transformers' Llama4TextAttention: floor_scale 8192, attn_scale 0.1 (its defaults), at
-        # the step's token indices (the tokens seen before it, plus 0..Tq−1), padding or not
-        tq = q.shape[-2]
-        pos = np.arange(self.cache.total - tq, self.cache.total, dtype=np.float64)
-        f = (np.log1p(np.floor((pos + 1.0) / 8192)) * 0.1 + 1.0).astype(self.dt)
-        y = q * f[:, None]
-        return self._rec(role, name, "scale", y, ew=self._el(y) + 6 * pos.size)
+        return llama4.temperature(self, q, role, name)
 
     def matmul(self, a: np.ndarray, b: np.ndarray, role: str, name: str, causal: bool,
                window: int | None, chunk: int | None = None) -> np.ndarray:
@@ -330,7 +312,7 @@ class NumericOps(Ops):
             # a causal kernel computes only the (query, key) pairs the masks allow
             pos = self.pos if self.pos.ndim == 1 else self.pos[0]
             pairs = int(np.count_nonzero(self.causal & self._window(window)
-                                         & self._chunk(chunk, pos)))
+                                         & llama4.chunk_mask(self, chunk, pos)))
             qk = role == "attn.scores"
             batch = self._el(out) // (out.shape[-2] * out.shape[-1])
             flops = 2 * batch * pairs * (a.shape[-1] if qk else b.shape[-1])
@@ -344,7 +326,7 @@ class NumericOps(Ops):
         elif kind == "window":
             allowed = self._window(window)
         elif kind == "chunk":
-            allowed = self._chunk(window)
+            allowed = llama4.chunk_mask(self, window)
         else:  # padding: [B,1,1,T] over the keys
             allowed = self._key_valid()[:, None, None, :]
         np.copyto(s, self.neg, where=~allowed)
@@ -464,7 +446,6 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
 
 
 def windows(model: ModelConfig) -> list[Reach]:
-    """Each layer's KV reach (None: full attention; W: a window; Chunk(C): chunked), as the
-    caches take them."""
+    """Each layer's KV reach (None: full; W: a window; Chunk(C): chunked), for the caches."""
     plan = layer_plan(model)
     return [plan.kinds[k].reach for k in plan.kind_of]

@@ -34,7 +34,6 @@ import types
 
 import torch
 import transformers
-from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM, Llama4ForConditionalGeneration
 from transformers.models.llama4 import modeling_llama4
 

@@ -1,0 +1,32 @@
+"""The NumPy interpreter's Llama 4 operations: the chunk mask and the attention temperature.
+NumericOps (numeric.py) calls these with itself."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .numeric import NumericOps
+
+
+def chunk_mask(self: NumericOps, C: int | None, pos: np.ndarray | None = None) -> np.ndarray:
+    """[T,T] (or [B,1,T,T] with per-sequence positions): query and key in one chunk of C
+    positions (as transformers counts them from a sequence's first real token)."""
+    if C is None:
+        return np.ones_like(self.causal)
+    c = (self.pos if pos is None else pos) // C
+    same = c[..., :, None] == c[..., None, :]
+    return same[:, None] if same.ndim == 3 else same
+
+
+def temperature(self: NumericOps, q: np.ndarray, role: str, name: str) -> np.ndarray:
+    """q × (1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋)): transformers' Llama4TextAttention with its default
+    floor_scale 8192 and attn_scale 0.1, at the step's token indices (the tokens seen before it,
+    plus 0..Tq−1), padding or not."""
+    tq = q.shape[-2]
+    pos = np.arange(self.cache.total - tq, self.cache.total, dtype=np.float64)
+    f = (np.log1p(np.floor((pos + 1.0) / 8192)) * 0.1 + 1.0).astype(self.dt)
+    y = q * f[:, None]
+    return self._rec(role, name, "scale", y, ew=self._el(y) + 6 * pos.size)
