@@ -18,11 +18,22 @@ from shapecalc.model.config import ShapecalcError
 
 DATA = Path(__file__).parent / "data"
 HF = DATA / "hf"
-REAL = {p.stem: json.loads(p.read_text()) for p in sorted(HF.glob("*.json"))
+
+
+def _text_model(cfg: dict) -> dict:
+    """A multimodal config's text model, as load_hf_config reads it (Llama 4's text_config)."""
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        return cfg
+    return {**{k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}, **text}
+
+
+REAL = {p.stem: _text_model(json.loads(p.read_text())) for p in sorted(HF.glob("*.json"))
         if p.name != "published.json"}
 # the tiny models measured with torch: each case's config as transformers 5.x writes it
 CASES = {f"{ref}:{c['name']}": c["hf_config"]
-         for ref in ("flop_reference", "moe_reference", "alibi_reference")
+         for ref in ("flop_reference", "moe_reference", "alibi_reference",
+                     "llama4_reference")
          for c in json.loads((DATA / f"{ref}.json").read_text())["cases"]}
 ALL = {**REAL, **CASES}
 # one real config per family, the base the probes change
