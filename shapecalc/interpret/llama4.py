@@ -11,12 +11,14 @@ if TYPE_CHECKING:
     from .numeric import NumericOps
 
 
-def chunk_mask(self: NumericOps, C: int | None, pos: np.ndarray | None = None) -> np.ndarray:
-    """[T,T] (or [B,1,T,T] with per-sequence positions): query and key in one chunk of C
-    positions (as transformers counts them from a sequence's first real token)."""
+def chunk_mask(self: NumericOps, C: int | None, one_row: bool = False) -> np.ndarray:
+    """[T,T] (or [B,1,T,T] with per-sequence positions, unless `one_row`: the first's): query
+    and key in one chunk of C positions (as transformers counts them from a sequence's first
+    real token)."""
     if C is None:
         return np.ones_like(self.causal)
-    c = (self.pos if pos is None else pos) // C
+    pos = self.pos[0] if one_row and self.pos.ndim == 2 else self.pos
+    c = pos // C
     same = c[..., :, None] == c[..., None, :]
     return same[:, None] if same.ndim == 3 else same
 

@@ -310,9 +310,8 @@ class NumericOps(Ops):
         out, flops = self._mm(a, b)
         if causal and self.wl.attention_flops == "causal" and not self.decoding:
             # a causal kernel computes only the (query, key) pairs the masks allow
-            pos = self.pos if self.pos.ndim == 1 else self.pos[0]
             pairs = int(np.count_nonzero(self.causal & self._window(window)
-                                         & llama4.chunk_mask(self, chunk, pos)))
+                                         & llama4.chunk_mask(self, chunk, one_row=True)))
             qk = role == "attn.scores"
             batch = self._el(out) // (out.shape[-2] * out.shape[-1])
             flops = 2 * batch * pairs * (a.shape[-1] if qk else b.shape[-1])
