@@ -46,6 +46,8 @@ def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
     for width in ("d_ff_expert", "d_ff_shared"):  # experts' widths too (Llama 4 Maverick's 128)
         if getattr(model, width) is not None:
             update[width] = getattr(model, width) // f
+    if model.rotary_dim is not None:  # partial rotary stays partial: an even R < dh
+        update["rotary_dim"] = max(2, model.rotary_dim // f // 2 * 2)
     return model.model_copy(update=update)
 
 
@@ -93,7 +95,8 @@ def test_reduced_width_keeps_the_architecture(name):
     assert small.dh == REDUCED_DH and f > 1
     assert (small.d_model * f, small.d_ff * f) == (model.d_model, model.d_ff)
     assert small.vocab_size % 8 == model.vocab_size % 8
-    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "d_ff_expert", "d_ff_shared"}
+    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "d_ff_expert", "d_ff_shared",
+              "rotary_dim"}
     assert small.model_dump(exclude=widths) == model.model_dump(exclude=widths)
     assert (small.n_heads, small.kv_heads) == (model.n_heads, model.kv_heads)
     assert _tp(small) == _tp(model)

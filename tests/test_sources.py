@@ -39,9 +39,10 @@ def params(m: ModelConfig) -> int:
     attn = d * h * dh + 2 * d * hkv * dh + h * dh * d
     attn += (h * dh + 2 * hkv * dh) * m.qkv_bias + d * m.attn_out_bias
     attn += 2 * dh * m.qk_norm + h * m.attention_sinks  # q/k RMSNorm γ; one sink a head
+    attn += (h + hkv) * dh * m.qk_norm_per_head  # q/k LayerNorm: a γ per head
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
-    base = attn + (1 if m.parallel_block else 2) * norm
+    base = attn + (m.parallel_norms if m.parallel_block else 2) * norm
     total = v * d + norm + norm * m.embedding_norm  # final norm; BLOOM's embedding norm
     for kind in m.ffn_types or (("moe" if m.n_experts else "dense",) * m.n_layers):
         if kind == "dense":
@@ -286,9 +287,12 @@ def test_falcon_variants(tmp_path):
     raises("alibi", load_hf_config, write_hf(tmp_path, {**f, "alibi": True}))
     big = {**f, "new_decoder_architecture": True, "num_kv_heads": 8, "num_attention_heads": 128,
            "hidden_size": 8192}  # fmt: skip
-    raises("new_decoder_architecture", load_hf_config, write_hf(tmp_path, big))
+    two = load_hf_config(write_hf(tmp_path, big))  # ln_attn and ln_mlp
+    assert (two.kv_heads, two.parallel_block, two.parallel_norms) == (8, True, 2)
     one_norm = load_hf_config(write_hf(tmp_path, {**big, "num_ln_in_parallel_attn": 1}))
-    assert (one_norm.kv_heads, one_norm.parallel_block) == (8, True)
+    assert (one_norm.kv_heads, one_norm.parallel_block, one_norm.parallel_norms) == (8, True, 1)
+    raises("num_ln_in_parallel_attn", load_hf_config,
+           write_hf(tmp_path, {**f, "num_ln_in_parallel_attn": 2}))
     seq = load_hf_config(write_hf(tmp_path, {**f, "parallel_attn": False, "multi_query": False}))
     assert (seq.parallel_block, seq.kv_heads) == (False, 71)
     assert params(seq) > PUBLISHED["falcon-7b"]

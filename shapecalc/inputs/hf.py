@@ -8,13 +8,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
-from . import hf_alibi, hf_keys, hf_llama4, hf_moe
+from . import hf_alibi, hf_classic, hf_keys, hf_llama4, hf_moe
 from .sources import _parse
 
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
 _SILU = {"silu", "swish"}
 _DENSE = ("falcon", "gemma", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2")
-SUPPORTED = tuple(sorted((*_DENSE, *hf_moe.READERS, *hf_alibi.READERS, "llama4_text")))
+SUPPORTED = tuple(sorted((*_DENSE, *hf_moe.READERS, *hf_alibi.READERS, *hf_classic.READERS,
+                         "llama4_text")))
 # families that need what shapecalc does not model yet: the one line each is refused with
 _MLA = "Multi-head Latent Attention (kv_lora_rank, q_lora_rank), which is not modelled yet"
 REFUSED = {"deepseek_v2": _MLA, "deepseek_v3": _MLA}
@@ -170,11 +171,10 @@ def _falcon(h: _HF) -> dict[str, Any]:
         raise ShapecalcError(
             "parallel_attn", "false with new_decoder_architecture: transformers versions disagree"
         )
-    if parallel and norms == 2:
+    if not new and parallel and norms == 2:
         raise ShapecalcError(
-            "new_decoder_architecture",
-            "two layer norms per parallel block (ln_attn, ln_mlp) cannot be represented; "
-            "shapecalc's parallel block reads one norm",
+            "num_ln_in_parallel_attn", "2 without new_decoder_architecture: transformers' Falcon "
+            "then builds ln_attn/ln_mlp but its forward reads input_layernorm"
         )
     if new:
         kv = h.get("num_kv_heads", h.get("n_head_kv")) or heads
@@ -198,6 +198,7 @@ def _falcon(h: _HF) -> dict[str, Any]:
         ffn_bias=bias,
         fused_qkv=True,  # query_key_value
         parallel_block=parallel,
+        parallel_norms=norms if parallel else 1,  # new decoder: ln_attn and ln_mlp (2)
     )
 
 
@@ -248,6 +249,8 @@ def read_family(h: _HF, mt: str) -> dict[str, Any]:
         fields = _opt(h)
     elif mt in hf_alibi.READERS:
         fields = hf_alibi.READERS[mt](h)
+    elif mt in hf_classic.READERS:
+        fields = hf_classic.READERS[mt](h)
     else:
         fields = _llama_like(h, mt)
     hf_keys.audit(h.cfg, mt)

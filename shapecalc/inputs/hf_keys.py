@@ -174,6 +174,11 @@ _LLAMA = frozenset({
     "head_dim", "num_key_value_heads", "hidden_act", "max_position_embeddings",
     "tie_word_embeddings",
 })  # fmt: skip
+_DIMS = frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                   "intermediate_size"})
+# partial rotary: where transformers 5.x looks for the factor (hf_classic._factor)
+_ROT = {"partial_rotary_factor", "rope_parameters.partial_rotary_factor",
+        "rope_scaling.partial_rotary_factor"}
 _QWEN_WINDOW = {"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"}
 _MOE = {"num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
         "mlp_only_layers"}
@@ -210,6 +215,18 @@ READS: dict[str, frozenset[str]] = {
                          "multi_query", "alibi", "new_decoder_architecture", "parallel_attn",
                          "num_ln_in_parallel_attn", "bias", "ffn_hidden_size", "activation",
                          "max_position_embeddings", "tie_word_embeddings"}),
+    # the classic families (hf_classic.py)
+    "gpt_neox": _DIMS | _ROT | {"rotary_pct", "attention_bias", "use_parallel_residual",
+                                "hidden_act", "max_position_embeddings", "tie_word_embeddings"},
+    "gptj": frozenset({"vocab_size", "n_embd", "hidden_size", "n_layer", "num_hidden_layers",
+                       "n_head", "num_attention_heads", "n_inner", "rotary_dim",
+                       "activation_function", "n_positions", "max_position_embeddings",
+                       "tie_word_embeddings"}),
+    "phi": _LLAMA | _ROT | {"qk_layernorm"},
+    "stablelm": _LLAMA | _ROT | {"use_qkv_bias", "qk_layernorm", "use_parallel_residual"},
+    "cohere": _LLAMA | _ROT | {"attention_bias", "use_qk_norm", "logit_scale"},
+    "granite": _LLAMA | _ROT | {"attention_bias", "mlp_bias", "embedding_multiplier",
+                                "attention_multiplier", "residual_multiplier", "logits_scaling"},
     "opt": frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                       "ffn_dim", "activation_function", "word_embed_proj_dim",
                       "layer_norm_elementwise_affine", "do_layer_norm_before",

@@ -24,15 +24,12 @@ from ..model.forward import Ops, Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, llama4, moe
+from . import alibi, llama4, moe, rotary
 from .caches import ContiguousKV, KVCache
 from .storage import decode, measure, stored_nbytes
 from .weights import Weights
 
 PRECISIONS: dict[str, Any] = {"float32": np.float32, "float64": np.float64, "float16": np.float16}
-EPS = 1e-5
-ROPE_BASE = 10000.0
-
 
 # -- the interpreter ------------------------------------------------------------------------------
 class NumericOps(Ops):
@@ -162,12 +159,8 @@ class NumericOps(Ops):
         return self._rec("pos.add", "position add", "add", y, ew=self._el(y), params=params)
 
     def rope_angles(self, T: Any, Dh: Any) -> np.ndarray:
-        dh = self.m.dh
-        inv = (ROPE_BASE ** (-np.arange(0, dh, 2) / dh)).astype(np.float32)
-        ang = self.pos.astype(np.float32)[..., None] * inv  # positions ⊗ frequencies: [T,Dh/2]
-        cos = np.concatenate([np.cos(ang)] * 2, axis=-1).astype(self.dt)
-        sin = np.sin(ang).astype(self.dt)
-        sin = np.concatenate([-sin, sin], axis=-1)  # rotate-half's sign folded into the table
+        # the rotated width R (Dh unless partial rotary): angles [T,R/2], tables [T,R]
+        ang, cos, sin = rotary.tables(self.m.rot, self.pos, self.dt, self.m.rope_interleaved)
         if ang.ndim == 3:  # per-sequence positions [B,T,Dh] → [B,1,T,Dh] against [R,B,H,T,Dh]
             cos, sin = cos[:, None], sin[:, None]
         self._rope = (cos, sin)
@@ -188,15 +181,7 @@ class NumericOps(Ops):
         kind = kind or m.norm
         g = self.w.get((*key, "γ"), (D,), base=1.0) if kind != "l2norm" else np.ones(1, self.dt)
         params = g.size
-        if kind == "layernorm":  # mean, subtract, square, mean, divide
-            y = x - x.mean(axis=-1, keepdims=True)
-            var = np.square(y).mean(axis=-1, keepdims=True)
-            y /= np.sqrt(var + self.dt(EPS))
-            ew = 5 * n
-        else:  # square, mean, divide
-            ms = np.square(x).mean(axis=-1, keepdims=True)
-            y = x / np.sqrt(ms + self.dt(EPS))
-            ew = 3 * n
+        y, ew = rotary.normalize(x, kind)
         if kind == "l2norm":  # Llama 4's q/k norm: no γ
             return self._rec(role, name, kind, y, ew=ew)
         y *= g
@@ -271,13 +256,16 @@ class NumericOps(Ops):
         return self._rec(role, f"{name}: transpose", "transpose", r.transpose(0, 1, 3, 2, 4))
 
     def rope(self, x: np.ndarray, role: str, name: str, angles: Any) -> np.ndarray:
-        cos, sin = self._rope
-        h = x.shape[-1] // 2
-        rot = np.concatenate([x[..., h:], x[..., :h]], axis=-1)  # moves data, no arithmetic
-        y = x * cos
-        rot *= sin
-        y += rot
-        return self._rec(role, name, "rope", y, ew=3 * self._el(y))
+        y, turned = rotary.rotate(x, *self._rope, self.m.rope_interleaved)
+        return self._rec(role, name, "rope", y, ew=3 * self._el(turned))
+
+    def head_norm(self, x: np.ndarray, role: str, name: str, heads: Any) -> np.ndarray:
+        full = self.m.n_heads if role == "attn.q_norm" else self.m.kv_heads
+        g = self.w.get((self._layer, role, "γ"), (full, x.shape[-1]), base=1.0)
+        gr = rotary.head_gammas(g, x.shape[0], x.shape[2])
+        y, ew = rotary.normalize(x, "layernorm")
+        y *= gr
+        return self._rec(role, name, "layernorm", y, ew=ew + self._el(y), params=gr[0].size)
 
     def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int, Tk: Any, Tc: Any
                  ) -> tuple[np.ndarray, np.ndarray]:

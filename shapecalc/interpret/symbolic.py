@@ -233,7 +233,18 @@ class SymbolicOps(Ops):
         return self._rec(role, f"{name}: transpose", "transpose", Sym((B, heads, T, Dh), r.dtype))
 
     def rope(self, x: Sym, role: str, name: str, angles: Sym) -> Sym:
-        return self._rec(role, name, "rope", x, ew=ELEMENTWISE["rope"])
+        m = self.m
+        if m.rot == m.dh:
+            return self._rec(role, name, "rope", x, ew=ELEMENTWISE["rope"])
+        # partial rotary: only the first R of Dh turn; the rest pass through
+        R = self.z.sym("R", m.rot)
+        return self._rec(role, name, "rope", x,
+                         ew_extra=formula([ELEMENTWISE["rope"], *x.dims[:-1], R]),
+                         note=f"first R={m.rot} of Dh={m.dh}")
+
+    def head_norm(self, x: Sym, role: str, name: str, heads: Dim) -> Sym:
+        return self._rec(role, name, "layernorm", x, ew=ELEMENTWISE["layernorm"] + 1,
+                         params=_total(heads * self.z.Dh), note="γ per head, over each head's Dh")
 
     def kv_cache(self, k: Sym, v: Sym, layer: int, Tk: Dim, Tc: Dim) -> tuple[Sym, Sym]:
         z, kv = self.z, self.wl.kv

@@ -148,6 +148,33 @@ class ModelConfig(Record):
         "output (Llama 4)",
     )
 
+    # Classic variants (GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite, Falcon's new decoder)
+    rotary_dim: Pos | None = _doc(
+        None, "R: RoPE turns only the first R of each head's Dh (partial rotary: GPT-NeoX "
+        "rotary_pct, Phi/StableLM partial_rotary_factor, GPT-J rotary_dim); default Dh"
+    )
+    rope_interleaved: bool = _doc(
+        False, "RoPE turns pairs (2i, 2i+1) instead of the two halves (GPT-J, Cohere); same counts"
+    )
+    parallel_norms: Literal[1, 2] = _doc(
+        1, "a parallel block's norms: 1, shared by attention and FFN (GPT-J, Phi-2, Cohere); 2, "
+        "each reads its own norm of x (GPT-NeoX ln1/ln2, Falcon's ln_attn/ln_mlp)"
+    )
+    qk_norm_per_head: bool = _doc(
+        False, "LayerNorm without β over each head's Dh on q and k, a γ per head (H·Dh and "
+        "H_kv·Dh: StableLM qk_layernorm, Cohere use_qk_norm)"
+    )
+    embedding_multiplier: PosFloat | None = _doc(None, "embeddings × this (Granite)")
+    attention_multiplier: PosFloat | None = _doc(
+        None, "the scores × this instead of 1/√Dh (Granite)"
+    )
+    residual_multiplier: PosFloat | None = _doc(
+        None, "each branch's output × this before its residual add (Granite)"
+    )
+    logit_scale: PosFloat | None = _doc(
+        None, "the logits × this (Cohere logit_scale; Granite's 1/logits_scaling)"
+    )
+
     @property
     def kv_heads(self) -> int:
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
@@ -212,6 +239,7 @@ class ModelConfig(Record):
                 )
         self._check_llama4()
         self._check_moe()
+        self._check_classic()
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
@@ -242,6 +270,29 @@ class ModelConfig(Record):
         if self.routing_on_input and self.n_experts is None:
             raise ShapecalcError("routing_on_input", "is a Mixture-of-Experts field, but "
                                  "n_experts is not set")
+
+    @property
+    def rot(self) -> int:
+        """R: the rotated width of each head (Dh unless partial rotary)."""
+        return self.rotary_dim if self.rotary_dim is not None else self.dh
+
+    def _check_classic(self) -> None:
+        rope = self.positions == "rope"
+        for f in ("rotary_dim", "rope_interleaved"):
+            if getattr(self, f) not in (None, False) and not rope:
+                raise ShapecalcError(f, "needs positions rope")
+        if self.rotary_dim is not None and (self.rotary_dim > self.dh or self.rotary_dim % 2):
+            raise ShapecalcError("rotary_dim", f"R={self.rotary_dim} must be even and at most "
+                                 f"Dh={self.dh} (RoPE rotates pairs of a head's dims)")
+        if self.parallel_norms == 2 and not self.parallel_block:
+            raise ShapecalcError("parallel_norms", "2 norms are a parallel block's; set "
+                                 "parallel_block")
+        if self.qk_norm_per_head and self.qk_norm:
+            raise ShapecalcError("qk_norm_per_head", "q and k take one norm: qk_norm or "
+                                 "qk_norm_per_head, not both")
+        if self.residual_multiplier is not None and self.parallel_block:
+            raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
+                                 "block; a parallel block with it is not modelled")
 
     def _check_moe(self) -> None:
         moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",

@@ -172,6 +172,11 @@ class Ops:
         raise NotImplementedError
 
     def rope(self, x: Any, role: str, name: str, angles: Any) -> Any:
+        """RoPE on the first R of each head's Dh (R = Dh unless partial rotary)."""
+        raise NotImplementedError
+
+    def head_norm(self, x: Any, role: str, name: str, heads: Dim) -> Any:
+        """LayerNorm without β over each head's Dh, with a γ per head: [heads, Dh] params."""
         raise NotImplementedError
 
     def kv_cache(self, k: Any, v: Any, layer: int, Tk: Dim, Tc: Dim) -> tuple[Any, Any]:
@@ -258,9 +263,12 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
         x = ops.scale(x, "embed.scale", "embedding scale", m.d_model**0.5, "√D")
     if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
         x = ops.norm(x, "embed.norm", "embedding norm")
+    if m.embedding_multiplier is not None:  # Granite
+        x = ops.scale(x, "embed.scale", "embedding multiplier", m.embedding_multiplier,
+                      f"{m.embedding_multiplier:g}")
     if m.positions in ("learned", "sinusoidal"):
         x = ops.positions(x, m.positions, m.max_positions)
-    angles = ops.rope_angles(z.Tq, z.Dh) if m.positions == "rope" else None
+    angles = ops.rope_angles(z.Tq, _rotary(m, z)) if m.positions == "rope" else None
 
     for layer, spec, _ in ops.layers(layer_plan(m)):
         ops.group("block")
@@ -276,6 +284,9 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     if tp:
         logits = ops.allgather(logits, "comm.allgather", "logits all-gather",
                                z.sym("N_vocab", m.vocab_size))
+    if m.logit_scale is not None:  # Cohere's logit_scale, Granite's 1/logits_scaling
+        logits = ops.scale(logits, "head.scale", "logit scale", m.logit_scale,
+                           f"{m.logit_scale:g}")
     if wl.logits == "all":
         logits = ops.last_position(logits, "head.last", "last position")
     return logits
@@ -286,7 +297,9 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
     if spec.norm_position == "pre":
         h = ops.norm(x, "attn.norm", "attention norm")
         a = _attention(ops, m, spec, wl, z, h, layer, angles)
-        if m.parallel_block:  # Falcon: x + attn(h) + ffn(h), one norm, one all-reduce
+        if m.parallel_block:  # x + attn(h) + ffn(h), one all-reduce
+            if m.parallel_norms == 2:  # GPT-NeoX, Falcon's new decoder: the FFN's own norm of x
+                h = ops.norm(x, "ffn.norm", "FFN norm")
             f = _ffn(ops, m, z, h, reduce=False)
             s = ops.add(a, f, "block.sum", "attention + FFN")
             if z.p > 1:
@@ -294,17 +307,32 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
             return ops.add(x, s, "residual", "residual")
         if z.p > 1:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
-        x = ops.add(x, a, "residual", "residual")
+        x = ops.add(x, _branch(ops, m, a), "residual", "residual")
         h = ops.norm(x, "ffn.norm", "FFN norm")
         f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
-        return ops.add(x, f, "residual", "residual")
+        return ops.add(x, _branch(ops, m, f), "residual", "residual")
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
     a = _attention(ops, m, spec, wl, z, x, layer, angles)
     if z.p > 1:
         a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
-    x = ops.norm(ops.add(x, a, "residual", "residual"), "attn.norm", "attention norm")
+    x = ops.norm(ops.add(x, _branch(ops, m, a), "residual", "residual"), "attn.norm",
+                 "attention norm")
     f = _ffn(ops, m, z, x, reduce=z.p > 1)
-    return ops.norm(ops.add(x, f, "residual", "residual"), "ffn.norm", "FFN norm")
+    return ops.norm(ops.add(x, _branch(ops, m, f), "residual", "residual"), "ffn.norm",
+                    "FFN norm")
+
+
+def _branch(ops: Ops, m: ModelConfig, y: Any) -> Any:
+    """A branch's output before its residual add: × residual_multiplier (Granite)."""
+    if m.residual_multiplier is None:
+        return y
+    return ops.scale(y, "residual.scale", "residual multiplier", m.residual_multiplier,
+                     f"{m.residual_multiplier:g}")
+
+
+def _rotary(m: ModelConfig, z: Sizes) -> Dim:
+    """R: the width RoPE turns in each head, Dh unless partial rotary."""
+    return z.Dh if m.rot == m.dh else z.sym("R", m.rot)
 
 
 def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
@@ -324,6 +352,9 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     if m.qk_norm:  # Qwen3: RMSNorm over each head's Dh, before RoPE
         q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
         k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")
+    if m.qk_norm_per_head:  # StableLM, Cohere: LayerNorm over Dh, γ per head
+        q = ops.head_norm(q, "attn.q_norm", "q norm (per head)", z.H)
+        k = ops.head_norm(k, "attn.k_norm", "k norm (per head)", z.Hkv)
     if angles is not None and not spec.nope:
         q = ops.rope(q, "attn.rope", "RoPE q", angles)
         k = ops.rope(k, "attn.rope", "RoPE k", angles)
@@ -337,7 +368,11 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     W, C = spec.window, spec.chunk
     kt = ops.transpose_last(k, "attn.kT", "kᵀ")
     s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=W, chunk=C)
-    s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh")
+    if m.attention_multiplier is not None:  # Granite: instead of 1/√Dh
+        s = ops.scale(s, "attn.scale", "scale", m.attention_multiplier,
+                      f"{m.attention_multiplier:g}")
+    else:
+        s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh")
     if m.positions == "alibi":  # BLOOM, MPT: the positions enter as a bias on the scores
         s = ops.alibi(s, "attn.alibi", "ALiBi bias")
     if wl.phase == "prefill":
