@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shapecalc.check.verify import verify
 from shapecalc.costs.closed import ClosedForm
@@ -20,6 +22,7 @@ from shapecalc.interpret import symbolic
 from shapecalc.model import forward as fwd
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
 from shapecalc.model.plan import layer_plan
+from tests.test_closed import assert_equal_at, valid_tps
 
 HF = Path(__file__).parent / "data" / "hf"
 
@@ -218,6 +221,7 @@ def test_regime_intervals_repeat_with_the_chunk():
 @pytest.mark.parametrize("seq,phase,kw", [
     (10, "prefill", {}), (10, "decode", {"block_size": 2}), (11, "decode", {"tp": 2}),
     (12, "decode", {"block_size": 2}), (9, "prefill", {"attention_flops": "causal"}),
+    (10, "decode", {"ep": 2}),
 ])
 def test_verify_passes_on_a_tiny_llama4(seq, phase, kw):
     doc = verify(TINY, Workload(batch=2, seq=seq, phase=phase, **kw))
@@ -315,3 +319,37 @@ def test_fit_sizes_a_chunked_layer_for_its_fullest_chunk():
     T = doc["max_seq"]  # the memory grows with T, so the largest T that fits is a threshold
     for t, ok in ((T, True), (T + 1, False)):
         assert fit(m, Workload(batch=8, seq=t, tp=8), gpu, PlanOptions())["fits"] is ok
+
+
+@st.composite
+def chunked_models(draw):
+    """Random models with chunked layers, beside full and sliding ones (the closed form's
+    periodic regimes cut with the windows' own)."""
+    n = draw(st.integers(1, 5))
+    kinds = draw(st.lists(st.sampled_from(["chunked", "full", "sliding"]), min_size=n,
+                          max_size=n).filter(lambda ks: "chunked" in ks))
+    moe = draw(st.booleans())
+    return TINY.model_copy(update=dict(
+        n_layers=n, layer_types=tuple(kinds), attention_chunk_size=draw(st.integers(1, 12)),
+        sliding_window=draw(st.integers(1, 12)) if "sliding" in kinds else None,
+        nope_layers=tuple(i for i, k in enumerate(kinds) if k == "full") or None,
+        qk_l2_norm=draw(st.booleans()), attn_temperature_tuning=draw(st.booleans()),
+        ffn_types=tuple(draw(st.sampled_from(["dense", "moe"])) for _ in range(n - 1))
+        + ("moe",) if moe else None,
+        **({} if moe else dict(n_experts=None, experts_per_token=None, d_ff_expert=None,
+                               n_shared_experts=0, router_scoring="softmax",
+                               routing_on_input=False)),
+    ))
+
+
+@settings(max_examples=25, deadline=None)
+@given(model=chunked_models(), data=st.data())
+def test_closed_form_equals_the_stage_list_on_random_chunked_models(model, data):
+    model = ModelConfig.model_validate(model.model_dump())
+    cf = ClosedForm(model, attention_flops=data.draw(st.sampled_from(["full", "causal"])),
+                    block_size=data.draw(st.sampled_from([1, 3, 16])))
+    points = [dict(batch=data.draw(st.integers(1, 5)), seq=data.draw(st.integers(1, 40)),
+                   phase=data.draw(st.sampled_from(["prefill", "decode"])),
+                   tp=data.draw(st.sampled_from(valid_tps(model))), pp=1, dtype="bf16",
+                   kv_dtype="bf16", act_dtype="bf16") for _ in range(6)]
+    assert_equal_at(model, cf, points)

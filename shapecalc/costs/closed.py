@@ -237,7 +237,12 @@ class ClosedForm:
         out["elementwise_flops"] = ev(full, "ew")
         out["weight_bytes"] = _nbytes(out["params"], "w", bits)
         out["kv_cache_bytes"] = byte_sum(full, "kv")
-        out["kv_cache_tokens"] = ev(full, "kv_tokens")
+        # the longest cache at each point: with chunked layers the longest kind can change
+        # within a regime (a chunk restarts), so the groups' tokens are compared per point
+        out["kv_cache_tokens"] = xp.zeros(n, dtype=dtype)
+        for g in range(len(kv_groups(layer_plan(m)))):
+            out["kv_cache_tokens"] = xp.maximum(out["kv_cache_tokens"],
+                                                ev(full, f"group_tokens.{g}"))
         out["kv_cache_bytes_per_token"] = _nbytes(
             xp.full(n, kv_elements_per_token(m), dtype=dtype), "kv", bits)
         # paged: each group of layers that share a window has its own blocks
