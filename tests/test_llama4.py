@@ -334,8 +334,8 @@ def chunked_models(draw):
         sliding_window=draw(st.integers(1, 12)) if "sliding" in kinds else None,
         nope_layers=tuple(i for i, k in enumerate(kinds) if k == "full") or None,
         qk_l2_norm=draw(st.booleans()), attn_temperature_tuning=draw(st.booleans()),
-        ffn_types=tuple(draw(st.sampled_from(["dense", "moe"])) for _ in range(n - 1))
-        + ("moe",) if moe else None,
+        ffn_types=(*(draw(st.sampled_from(["dense", "moe"])) for _ in range(n - 1)), "moe")
+        if moe else None,
         **({} if moe else dict(n_experts=None, experts_per_token=None, d_ff_expert=None,
                                n_shared_experts=0, router_scoring="softmax",
                                routing_on_input=False)),
