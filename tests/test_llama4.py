@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_closed import assert_equal_at, valid_tps  # tests/ is on sys.path (rootdir-less)
 
 from shapecalc.check.verify import verify
 from shapecalc.costs.closed import ClosedForm
@@ -22,7 +23,6 @@ from shapecalc.interpret import symbolic
 from shapecalc.model import forward as fwd
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
 from shapecalc.model.plan import layer_plan
-from tests.test_closed import assert_equal_at, valid_tps
 
 HF = Path(__file__).parent / "data" / "hf"
 
