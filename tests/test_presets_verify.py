@@ -35,14 +35,17 @@ def _fits(model: ModelConfig) -> bool:
 
 
 def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
-    """The preset with D, Dh, Dff and the vocabulary divided by Dh/dh: heads, KV heads, layers and
-    everything else kept; the vocabulary keeps its residue mod 8 (so its padding for p ranks)."""
+    """The preset with D, Dh, Dff and the vocabulary divided by Dh/dh (or the next smaller factor
+    that divides all three widths): heads, KV heads, layers and everything else kept; the
+    vocabulary keeps its residue mod 8 (so its padding for p ranks)."""
     f = model.dh // dh
+    while any(w % f for w in (model.dh, model.d_model, model.d_ff)):  # Phi-3: Dh 96, Dff 8192
+        f -= 1
     vocab = model.vocab_size // f
     vocab -= (vocab - model.vocab_size) % 8
     update = {"d_model": model.d_model // f, "d_ff": model.d_ff // f, "vocab_size": vocab}
     if model.head_dim is not None:
-        update["head_dim"] = dh
+        update["head_dim"] = model.dh // f
     for width in ("d_ff_expert", "d_ff_shared"):  # experts' widths too (Llama 4 Maverick's 128)
         if getattr(model, width) is not None:
             update[width] = getattr(model, width) // f
@@ -92,7 +95,7 @@ def test_reduced_width_keeps_the_architecture(name):
     model = sources.load_preset(name)
     small = reduced(model)
     f = model.dh // small.dh
-    assert small.dh == REDUCED_DH and f > 1
+    assert small.dh * f == model.dh and small.dh >= REDUCED_DH and f > 1
     assert (small.d_model * f, small.d_ff * f) == (model.d_model, model.d_ff)
     assert small.vocab_size % 8 == model.vocab_size % 8
     widths = {"d_model", "d_ff", "vocab_size", "head_dim", "d_ff_expert", "d_ff_shared",
