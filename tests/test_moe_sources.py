@@ -295,15 +295,6 @@ def test_qwen_sliding_windows(tmp_path):
 # ── refusals ─────────────────────────────────────────────────────────────────────────────────────
 
 
-def test_refused_families(tmp_path):
-    ds = {"model_type": "deepseek_v3", "hidden_size": 7168, "kv_lora_rank": 512,
-          "q_lora_rank": 1536, "n_routed_experts": 256}
-    err = raises("model_type", load, tmp_path, ds)
-    assert "Multi-head Latent Attention" in err.reason and "deepseek_v3" in err.reason
-    raises("model_type", load, tmp_path, {**ds, "model_type": "deepseek_v2"})
-    # (llama4 and llama4_text are read since: tests/test_llama4.py)
-
-
 def test_dense_families_refuse_expert_keys(tmp_path):
     x = {**hf("mixtral-8x7b"), "model_type": "mistral"}  # not a silent 7.24 B dense model
     err = raises("num_local_experts", load, tmp_path, x)

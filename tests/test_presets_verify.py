@@ -34,21 +34,33 @@ def _fits(model: ModelConfig) -> bool:
     return estimate(model, _workload(model), 1) <= FULL_WIDTH_CAP
 
 
-def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
-    """The preset with D, Dh, Dff and the vocabulary divided by Dh/dh (or the next smaller factor
-    that divides all three widths): heads, KV heads, layers and everything else kept; the
-    vocabulary keeps its residue mod 8 (so its padding for p ranks)."""
+# widths an MLA or MoE preset also divides (each one given)
+WIDTHS = ("d_ff_expert", "d_ff_shared", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+          "qk_rope_head_dim", "v_head_dim")
+
+
+def _factor(model: ModelConfig, dh: int = REDUCED_DH) -> int:
+    # MLA: D_r shrinks to 2, the least RoPE allows, and every width divides by the same factor
+    if model.mla:
+        return model.rot // 2
     f = model.dh // dh
     while any(w % f for w in (model.dh, model.d_model, model.d_ff)):  # Phi-3: Dh 96, Dff 8192
         f -= 1
+    return f
+
+
+def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
+    """The preset with D, Dh, Dff (and every MLA and expert width) and the vocabulary divided by
+    one factor (Dh/dh, or the next smaller factor that divides Dh, D and Dff; MLA: D_r/2): heads,
+    KV heads, layers and everything else kept; the vocabulary keeps its residue mod 8 (so its
+    padding for p ranks)."""
+    f = _factor(model, dh)
     vocab = model.vocab_size // f
     vocab -= (vocab - model.vocab_size) % 8
     update = {"d_model": model.d_model // f, "d_ff": model.d_ff // f, "vocab_size": vocab}
+    update |= {w: getattr(model, w) // f for w in WIDTHS if getattr(model, w) is not None}
     if model.head_dim is not None:
         update["head_dim"] = model.dh // f
-    for width in ("d_ff_expert", "d_ff_shared"):  # experts' widths too (Llama 4 Maverick's 128)
-        if getattr(model, width) is not None:
-            update[width] = getattr(model, width) // f
     if model.rotary_dim is not None:  # partial rotary stays partial: an even R < dh
         update["rotary_dim"] = max(2, model.rotary_dim // f // 2 * 2)
     return model.model_copy(update=update)
@@ -94,12 +106,15 @@ def test_the_largest_presets_are_reduced_in_the_default_run_and_full_width_under
 def test_reduced_width_keeps_the_architecture(name):
     model = sources.load_preset(name)
     small = reduced(model)
-    f = model.dh // small.dh
-    assert small.dh * f == model.dh and small.dh >= REDUCED_DH and f > 1
+    f = _factor(model)
+    assert f > 1
+    assert small.rot == 2 if model.mla else (small.dh * f == model.dh and small.dh >= REDUCED_DH)
     assert (small.d_model * f, small.d_ff * f) == (model.d_model, model.d_ff)
+    for w in WIDTHS:
+        if getattr(model, w) is not None:
+            assert getattr(small, w) * f == getattr(model, w), w
     assert small.vocab_size % 8 == model.vocab_size % 8
-    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "d_ff_expert", "d_ff_shared",
-              "rotary_dim"}
+    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "rotary_dim", *WIDTHS}
     assert small.model_dump(exclude=widths) == model.model_dump(exclude=widths)
     assert (small.n_heads, small.kv_heads) == (model.n_heads, model.kv_heads)
     assert _tp(small) == _tp(model)

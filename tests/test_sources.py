@@ -40,6 +40,12 @@ def params(m: ModelConfig) -> int:
     attn += (h * dh + 2 * hkv * dh) * m.qkv_bias + d * m.attn_out_bias
     attn += 2 * dh * m.qk_norm + h * m.attention_sinks  # q/k RMSNorm γ; one sink a head
     attn += (h + hkv) * dh * m.qk_norm_per_head  # q/k LayerNorm: a γ per head
+    if m.kv_lora_rank is not None:  # MLA, written out from DeepseekV3Attention.__init__
+        dq, dc, dr, dn, dv = (m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim,
+                              m.qk_nope_head_dim, m.v_head_dim)
+        q = d * h * (dn + dr) if dq is None else d * dq + dq + dq * h * (dn + dr)
+        attn = q + d * (dc + dr) + dc + dc * h * (dn + dv) + h * dv * d
+        attn += ((dq or 0) + dc + dr) * m.qkv_bias + d * m.attn_out_bias
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
     base = attn + (m.parallel_norms if m.parallel_block else 2) * norm

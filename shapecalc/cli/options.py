@@ -48,6 +48,9 @@ PP = Annotated[int | None, typer.Option("--pp", help="s: pipeline stages")]
 EP = Annotated[int | None, typer.Option(
     "--ep", help="expert-parallel degree: the routed experts split over ep GPUs (a multiple of "
     "tp: attention in ep/tp tensor-parallel replicas)")]
+MlaForm = Annotated[str | None, typer.Option(
+    "--mla-form", help="MLA models: absorbed (vLLM, FlashMLA; default) | latent (transformers "
+    "5.x: the latent cache re-expanded each step) | expanded (K and V of every head cached)")]
 BlockSize = Annotated[int | None, typer.Option("--block-size", help="paged KV cache block (16)")]
 AttnFlops = Annotated[
     str | None, typer.Option("--attention-flops", help="full (seeds) | causal (lower half)")

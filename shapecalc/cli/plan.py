@@ -27,6 +27,7 @@ from .options import (
     JsonOut,
     KvDtype,
     Logits,
+    MlaForm,
     Output,
     Preset,
     PresetsDir,
@@ -80,6 +81,7 @@ def compare(
     tp: TpList = None,
     pp: PpList = None,
     ep: EP = None,
+    mla_form: MlaForm = None,
     dtype: DtypeList = None,
     kv_dtype: KvDtypeList = None,
     phase: Annotated[str | None, typer.Option("--phase", help="prefill | decode: the phase "
@@ -122,7 +124,8 @@ def compare(
         parsed = [parse_case(c, presets_dir) for c in cases]
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
                                   ("logits", logits), ("block_size", block_size),
-                                  ("attention_flops", attention_flops), ("ep", ep))
+                                  ("attention_flops", attention_flops), ("ep", ep),
+                                  ("mla_form", mla_form))
                 if v is not None}
         axes = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
         columns = expand_cases(parsed, base, axes)
@@ -179,6 +182,7 @@ def fit(
     tp: TP = None,
     pp: PP = None,
     ep: EP = None,
+    mla_form: MlaForm = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     gpu: Annotated[str, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")] = "",
@@ -229,7 +233,7 @@ def fit(
         wbase = {"logits": "last", **wbase}
         wl = resolve_workload(
             wbase, batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
-            logits=logits, tp=tp, pp=pp, ep=ep, block_size=block_size,
+            logits=logits, tp=tp, pp=pp, ep=ep, mla_form=mla_form, block_size=block_size,
             attention_flops=attention_flops,
         )
         doc = plan_fit(model, wl, hw, opts)
@@ -276,6 +280,7 @@ def sweep(
     tp: TpList = None,
     pp: PpList = None,
     ep: EP = None,
+    mla_form: MlaForm = None,
     dtype: DtypeList = None,
     kv_dtype: KvDtypeList = None,
     phase: PhaseList = None,
@@ -320,7 +325,8 @@ def sweep(
                   if phase is not None else None)
         fixed = {k: v for k, v in (("act_dtype", act_dtype), ("logits", logits),
                                    ("block_size", block_size),
-                                   ("attention_flops", attention_flops), ("ep", ep))
+                                   ("attention_flops", attention_flops), ("ep", ep),
+                                  ("mla_form", mla_form))
                 if v is not None}
         run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html)  # streams the rows
     except ShapecalcError as e:

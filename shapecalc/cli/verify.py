@@ -23,6 +23,7 @@ from .options import (
     JsonOut,
     KvDtype,
     Logits,
+    MlaForm,
     PaddingMask,
     Phase,
     Preset,
@@ -139,6 +140,7 @@ def verify(
     logits: Logits = None,
     tp: TP = None,
     pp: PP = None,
+    mla_form: MlaForm = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     padding_mask: PaddingMask = None,
@@ -158,7 +160,7 @@ def verify(
         wl = resolve_workload(
             {**VERIFY_DEFAULTS, **wbase}, batch=batch, seq=seq, phase=phase, dtype=dtype,
             kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp,
-            block_size=block_size, attention_flops=attention_flops,
+            mla_form=mla_form, block_size=block_size, attention_flops=attention_flops,
             padding_mask=padding_mask,
         )
         budget = None if memory_budget is None else int(memory_budget * 2**30)

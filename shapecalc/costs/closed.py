@@ -61,12 +61,15 @@ class ClosedForm:
         attention_flops: str = "full",
         padding_mask: bool = False,
         block_size: int = 16,
+        mla_form: str | None = None,
     ):
         self.model = model
         self.logits = logits
         self.attention_flops = attention_flops
         self.padding_mask = padding_mask
         self.block_size = block_size
+        self.mla_form = mla_form  # MLA models: the cache and decode form (None: absorbed)
+        self.mla = mla_form or "absorbed"
         self._fits: dict[tuple[str, int, int], Regime] = {}  # (phase, p, lo): one regime
 
     # -- fitting -------------------------------------------------------------------------------
@@ -74,7 +77,8 @@ class ClosedForm:
         return Workload(
             batch=batch, seq=seq, phase=phase, tp=tp, logits=self.logits,  # type: ignore[arg-type]
             attention_flops=self.attention_flops,  # type: ignore[arg-type]
-            padding_mask=self.padding_mask, block_size=self.block_size, **dt,  # type: ignore[arg-type]
+            padding_mask=self.padding_mask, block_size=self.block_size,
+            mla_form=self.mla_form, **dt,  # type: ignore[arg-type]
         )
 
     def seq_limit(self, phase: str) -> int | None:
@@ -244,7 +248,7 @@ class ClosedForm:
             out["kv_cache_tokens"] = xp.maximum(out["kv_cache_tokens"],
                                                 ev(full, f"group_tokens.{g}"))
         out["kv_cache_bytes_per_token"] = _nbytes(
-            xp.full(n, kv_elements_per_token(m), dtype=dtype), "kv", bits)
+            xp.full(n, kv_elements_per_token(m, mla=self.mla), dtype=dtype), "kv", bits)
         # paged: each group of layers that share a window has its own blocks
         blocks = xp.zeros(n, dtype=dtype)
         paged = xp.zeros(n, dtype=dtype)
@@ -256,7 +260,8 @@ class ClosedForm:
             out[f"kv_cache_peak_blocks@{g}"] = b_g if not isinstance(reach, Chunk) else (
                 paged_blocks(B, xp.minimum(T + int(full.decode), reach.size), self.block_size))
             blocks = blocks + b_g
-            per_token = _nbytes(xp.full(n, kv_elements_per_token(m, 1, layers), dtype=dtype),
+            per_token = _nbytes(xp.full(n, kv_elements_per_token(m, 1, layers, self.mla),
+                                        dtype=dtype),
                                 "kv", bits)
             paged = paged + b_g * self.block_size * per_token
         out["kv_cache_blocks"] = blocks

@@ -32,8 +32,12 @@ TOTALS: tuple[Field, ...] = (
           "kv_cache_bytes"),
     Field("kv_cache_tokens", "int", "tokens per sequence in the longest layer's cache",
           "kv_cache_tokens"),
-    Field("kv_cache_bytes_per_token", "int", "2·N·H_kv·Dh·bytes: one token, every layer",
+    Field("kv_cache_bytes_per_token", "int", "2·N·H_kv·Dh·bytes: one token, every layer "
+          "(MLA: N·(D_c+D_r)·bytes latent, or N·H·(Dh+D_v)·bytes expanded)",
           "kv_cache_bytes_per_token"),
+    Field("kv_cache_form", "str", "what a token's cache entry is: kv (K and V of each KV head), "
+          "mla-absorbed or mla-latent (MLA's latent c_KV and k_rope), mla-expanded (K and V "
+          "of every head)"),
     Field("kv_cache_blocks", "int", "paged blocks of all sequences, over the window groups",
           "kv_cache_blocks"),
     Field("kv_cache_paged_bytes", "int", "bytes of those blocks, empty slots included",
@@ -48,6 +52,8 @@ TP_LEDGER: tuple[Field, ...] = (
     Field("kv_heads_per_rank", "int", "H_kv/p KV heads, or 1 replicated head",
           "kv_heads_per_rank"),
     Field("kv_heads_replicated", "bool", "p > H_kv: every rank holds a copy of one KV head"),
+    Field("kv_cache_replicated", "bool", "every rank holds the whole cache entry of a token: "
+          "MLA's latent (not split by heads), or one KV head copied"),
     Field("d_ff_per_rank", "int", "Dff/p"),
     Field("vocab_per_rank", "int", "⌈N_vocab/p⌉ rows of the vocab-parallel tables"),
     Field("splits", "list[Split]", "how each weight is split, and one rank's share"),

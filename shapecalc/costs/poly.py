@@ -161,14 +161,16 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
         num[f"kv.{k}"] = elems[i]
         tag[f"kv.{k}"] = (_cls(st[i].dtype), st[i].repeat)
     # tokens each KV group (layers sharing a window) holds, from one cache stage of the group:
-    # [2, B, H_kv, tokens, Dh] has tokens = elements / (2·B·H_kv·Dh)
+    # tokens sit on the second-last axis ([2, B, H_kv, tokens, Dh]; MLA's [B, tokens, D_c+D_r]),
+    # so tokens = elements / (B · the other axes)
     windows = list(dict.fromkeys(spec.reach for spec in plan.kinds))
+    batch = st[ids].shape[0]
     for i in kv:
-        two, _, heads, _, dh = st[i].shape
+        other = math.prod(st[i].shape) // (batch * st[i].shape[-2])
         g = windows.index(plan.kinds[st[i].kind].reach)  # type: ignore[index]
-        num[f"group_tokens.{g}"] = elems[i].per_batch().divided(two * heads * dh)
+        num[f"group_tokens.{g}"] = elems[i].per_batch().divided(other)
     # the longest cache (within a regime, the same kind's at every point)
-    longest = max(kv, key=lambda i: st[i].shape[3], default=None)
+    longest = max(kv, key=lambda i: st[i].shape[-2], default=None)
     num["kv_tokens"] = ZERO if longest is None else num[
         f"group_tokens.{windows.index(plan.kinds[st[longest].kind].reach)}"]  # type: ignore[index]
     ar = [i for i, s in enumerate(st)

@@ -140,8 +140,9 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
     rank = symbolic_stages(model, wl, wl.tp) if wl.tp > 1 else st
     params = _sum(st, "params")
     # the longest cache of any layer kind (the tokens of a full-attention layer)
-    kv_tokens = max((s.shape[3] for s in st if _is_cache(s)), default=0)
-    blocks, paged = paged_kv(model, wl.batch, wl.seq, wl.phase, wl.block_size, wl.kv)
+    kv_tokens = max((s.shape[-2] for s in st if _is_cache(s)), default=0)
+    blocks, paged = paged_kv(model, wl.batch, wl.seq, wl.phase, wl.block_size, wl.kv,
+                             mla=wl.mla)
     largest = max(_activations(st), key=lambda s: s.bytes)
     expert_params = _sum(st, "params", _role_in(EXPERT_ROLES))
     totals = section(TOTALS, {
@@ -154,7 +155,8 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "weight_bytes": nbytes(params, wl.dtype),
         "kv_cache_bytes": _sum(st, "bytes", _is_cache),
         "kv_cache_tokens": kv_tokens,
-        "kv_cache_bytes_per_token": kv_bytes_per_token(model, wl.kv),
+        "kv_cache_bytes_per_token": kv_bytes_per_token(model, wl.kv, mla=wl.mla),
+        "kv_cache_form": f"mla-{wl.mla}" if model.mla else "kv",
         "kv_cache_blocks": blocks,
         "kv_cache_paged_bytes": paged,
         "largest_activation": {
@@ -204,6 +206,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
         "heads_per_rank": model.n_heads // p,
         "kv_heads_per_rank": kv_heads_per_rank(model, p),
         "kv_heads_replicated": kv_replicated(model, p),
+        "kv_cache_replicated": kv_replicated(model, p) or (model.mla and wl.mla != "expanded"),
         "d_ff_per_rank": model.d_ff // p,
         "vocab_per_rank": ceil_div(model.vocab_size, p),
         "splits": splits,

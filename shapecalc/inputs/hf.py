@@ -8,17 +8,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
-from . import hf_alibi, hf_classic, hf_keys, hf_llama4, hf_moe
+from . import hf_alibi, hf_classic, hf_deepseek, hf_keys, hf_llama4, hf_moe
 from .sources import _parse
 
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
 _SILU = {"silu", "swish"}
 _DENSE = ("falcon", "gemma", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2")
 SUPPORTED = tuple(sorted((*_DENSE, *hf_moe.READERS, *hf_alibi.READERS, *hf_classic.READERS,
-                         "llama4_text")))
+                          *hf_deepseek.READERS, "llama4_text")))
 # families that need what shapecalc does not model yet: the one line each is refused with
-_MLA = "Multi-head Latent Attention (kv_lora_rank, q_lora_rank), which is not modelled yet"
-REFUSED = {"deepseek_v2": _MLA, "deepseek_v3": _MLA}
+REFUSED: dict[str, str] = {}
 
 
 class _HF:
@@ -84,6 +83,9 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
         "qwen3_moe": (4, 32768, False, "hidden_act"),
         "gpt_oss": (8, 131072, False, None),  # its experts' SwiGLU reads no activation key
         "llama4_text": (8, 4096 * 32, False, "hidden_act"),  # hf_llama4.py reads the rest
+        "deepseek_v2": (None, 2048, False, "hidden_act"),
+        "deepseek_v3": (128, 4096, False, "hidden_act"),
+        "kimi_k2": (128, 4096, False, "hidden_act"),
     }[mt]
     if act_key == "hidden_activation" and not h.get(act_key):
         # older transformers read hidden_activation (ignoring hidden_act); newer read hidden_act
@@ -111,6 +113,8 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
         out.update(fused_qkv=True, sliding_window=h.get("sliding_window"))
     elif mt == "llama4_text":
         out.update(hf_llama4.llama4_text(h, out))
+    elif mt in hf_deepseek.READERS:
+        out.update(hf_deepseek.READERS[mt](h, out))
     else:
         out.update(hf_moe.READERS[mt](h, out))
     return out

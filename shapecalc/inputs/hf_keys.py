@@ -183,6 +183,12 @@ _QWEN_WINDOW = {"use_sliding_window", "sliding_window", "max_window_layers", "la
 _MOE = {"num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
         "mlp_only_layers"}
 
+_DEEPSEEK = {"kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+             "v_head_dim", "attention_bias", "moe_layer_freq", "scoring_func", "norm_topk_prob",
+             "n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok",
+             "first_k_dense_replace", "moe_intermediate_size", "n_shared_experts",
+             "routed_scaling_factor"}
+
 # Every key each family's reader reads (tests/test_hf_keys.py: no more, no fewer).
 READS: dict[str, frozenset[str]] = {
     "llama": _LLAMA | {"attention_bias", "mlp_bias"},
@@ -232,6 +238,9 @@ READS: dict[str, frozenset[str]] = {
                       "layer_norm_elementwise_affine", "do_layer_norm_before",
                       "_remove_final_layer_norm", "enable_bias", "max_position_embeddings",
                       "tie_word_embeddings"}),
+    # hf_deepseek.py (Multi-head Latent Attention, DeepSeekMoE; kimi_k2 is the V3 architecture)
+    **{mt: _LLAMA | _DEEPSEEK | extra for mt, extra in (
+        ("deepseek_v2", {"topk_method", "mlp_bias"}), ("deepseek_v3", set()), ("kimi_k2", set()))},
     # hf_alibi.py
     "bloom": frozenset({"vocab_size", "hidden_size", "n_embed", "n_layer", "num_hidden_layers",
                         "n_head", "num_attention_heads", "n_inner", "tie_word_embeddings",

@@ -73,14 +73,24 @@ class KVCache:
                                                                       np.ndarray]:
         """Prefill: keep the last `held` tokens; returns K, V as read back from the cache (all T
         tokens, through the KV dtype) and the stored codes [R, 2, B, H_kv, held, Dh]."""
-        codes = encode(np.stack([k, v], axis=1), self.kv)
+        back, codes = self.write_parts(layer, (k, v))
+        return back[:, 0], back[:, 1], codes
+
+    def write_parts(self, layer: int, parts: tuple[np.ndarray, ...]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """`write` for any parts of one shape [R, B, heads, T, width] (K and V; MLA's one
+        latent or [K, V]): (all T tokens read back [R, parts, …], the stored codes)."""
+        codes = encode(np.stack(parts, axis=1), self.kv)
         self._store(layer, np.ascontiguousarray(codes[..., -self.held_at(layer) :, :]))
-        back = decode(codes, self.kv, self.dt)
-        return back[:, 0], back[:, 1], self._load(layer)
+        return decode(codes, self.kv, self.dt), self._load(layer)
 
     def append(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Decode: store the new token; returns its codes and all held codes."""
-        new = encode(np.stack([k, v], axis=1), self.kv)
+        return self.append_parts(layer, (k, v))
+
+    def append_parts(self, layer: int, parts: tuple[np.ndarray, ...]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        new = encode(np.stack(parts, axis=1), self.kv)
         self._add(layer, new)
         return new, self._load(layer)
 
@@ -196,12 +206,12 @@ class PagedKV(KVCache):
         return g.table[:, logical], np.broadcast_to(j % self.bs, (g.table.shape[0], j.size))
 
     def _put(self, layer: int, codes: np.ndarray, idx: np.ndarray) -> None:
-        R, _, B, hkv, _, dh = codes.shape
+        R, n, B, hkv, _, dh = codes.shape
         pool = self.pools.get(layer)
         if pool is None:
             per_seq = self.groups[self.windows[layer]].per_seq
             pool = self.pools[layer] = np.zeros(
-                (B * per_seq, self.bs, R, 2, hkv, dh), dtype=codes.dtype)
+                (B * per_seq, self.bs, R, n, hkv, dh), dtype=codes.dtype)
         phys, slot = self._slots(layer, idx)
         pool[phys, slot] = codes.transpose(2, 4, 0, 1, 3, 5)  # [B, tokens, R, 2, H_kv, Dh]
 

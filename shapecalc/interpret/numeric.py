@@ -24,7 +24,7 @@ from ..model.forward import Ops, Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, llama4, moe, rotary
+from . import alibi, llama4, mla, moe, rotary
 from .caches import ContiguousKV, KVCache
 from .storage import decode, measure, stored_nbytes
 from .weights import Weights
@@ -159,7 +159,7 @@ class NumericOps(Ops):
         return self._rec("pos.add", "position add", "add", y, ew=self._el(y), params=params)
 
     def rope_angles(self, T: Any, Dh: Any) -> np.ndarray:
-        # the rotated width R (Dh unless partial rotary): angles [T,R/2], tables [T,R]
+        # the rotated width R (Dh unless partial rotary; MLA's D_r): angles [T,R/2], tables [T,R]
         ang, cos, sin = rotary.tables(self.m.rot, self.pos, self.dt, self.m.rope_interleaved)
         if ang.ndim == 3:  # per-sequence positions [B,T,Dh] → [B,1,T,Dh] against [R,B,H,T,Dh]
             cos, sin = cos[:, None], sin[:, None]
@@ -240,6 +240,8 @@ class NumericOps(Ops):
         return y, flops, params
 
     def split(self, x: np.ndarray, parts: list[Any]) -> list[np.ndarray]:
+        if self.m.mla:
+            return mla.split(x, parts)
         dh = self.m.dh
         kv = max(1, self.m.kv_heads // self.p) * dh
         widths = [self._hq * dh, kv, kv]
@@ -249,14 +251,17 @@ class NumericOps(Ops):
     def split_heads(self, x: np.ndarray, role: str, name: str, heads: Any, Dh: Any
                     ) -> np.ndarray:
         R, B, T, width = x.shape
-        dh = self.m.dh
+        dh = int(Dh.value) if self.m.mla else self.m.dh  # MLA: latents (one head), kv_b
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":
             self._hq = width // dh
         return self._rec(role, f"{name}: transpose", "transpose", r.transpose(0, 1, 3, 2, 4))
 
     def rope(self, x: np.ndarray, role: str, name: str, angles: Any) -> np.ndarray:
-        y, turned = rotary.rotate(x, *self._rope, self.m.rope_interleaved)
+        cos, sin = self._rope
+        if x.ndim == 4 and cos.ndim == 4:  # MLA's k_rope [R,B,T,D_r], per-sequence positions
+            cos, sin = cos[:, 0], sin[:, 0]
+        y, turned = rotary.rotate(x, cos, sin, self.m.rope_interleaved)
         return self._rec(role, name, "rope", y, ew=3 * self._el(turned))
 
     def head_norm(self, x: np.ndarray, role: str, name: str, heads: Any) -> np.ndarray:
@@ -283,15 +288,16 @@ class NumericOps(Ops):
         back = decode(codes, kv, self.dt)
         return back[:, 0], back[:, 1]
 
+    # the variants' operations live in their own modules: MLA, MoE, ALiBi, Llama 4
+    mla_cache, concat, head_linear = mla.cache, mla.concat, mla.head_linear
+    route, experts, alibi, temperature = moe.route, moe.experts, alibi.add_bias, llama4.temperature
+
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:
         return self._rec(role, name, "repeat", np.repeat(x, self._hq // x.shape[2], axis=2))
 
     def transpose_last(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         return self._rec(role, name, "transpose", x.swapaxes(-1, -2))
-
-    def temperature(self, q: np.ndarray, role: str, name: str) -> np.ndarray:
-        return llama4.temperature(self, q, role, name)
 
     def matmul(self, a: np.ndarray, b: np.ndarray, role: str, name: str, causal: bool,
                window: int | None, chunk: int | None = None) -> np.ndarray:
@@ -319,9 +325,6 @@ class NumericOps(Ops):
         np.copyto(s, self.neg, where=~allowed)
         return self._rec(role, name, "mask", s, ew=self._el(s))
 
-    def alibi(self, s: np.ndarray, role: str, name: str) -> np.ndarray:
-        return alibi.add_bias(self, s, role, name)
-
     def softmax(self, s: np.ndarray, role: str, name: str, sinks: Any = None) -> np.ndarray:
         params = 0
         if sinks is not None:  # each head's sink logit as one more column, dropped after
@@ -339,13 +342,6 @@ class NumericOps(Ops):
         if sinks is not None:
             s = s[..., :-1]
         return self._rec(role, name, "softmax", s, ew=ew, params=params)
-
-    def route(self, logits: np.ndarray, role: str, name: str, k: Any) -> moe.Routing:
-        return moe.route(self, logits, role, name, k)
-
-    def experts(self, h: np.ndarray, routing: moe.Routing, D: Any, E: Any, k: Any, Dffe: Any
-                ) -> np.ndarray:
-        return moe.experts(self, h, routing, D, E, k, Dffe)
 
     def merge_heads(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         t = self._rec(role, f"{name}: transpose", "transpose", x.transpose(0, 1, 3, 2, 4))

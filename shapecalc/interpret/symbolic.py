@@ -188,7 +188,10 @@ class SymbolicOps(Ops):
                              note="RMS over each head's Dh, no weights")
         per = ELEMENTWISE[kind] + 1 + int(beta)
         p = _total((self.z.D if width is None else width) * (2 if beta else 1))
-        note = ("γ, β" if beta else "γ") + ("" if width is None else " over each head's Dh")
+        over = "" if width is None else (
+            " over each head's Dh" if role in ("attn.q_norm", "attn.k_norm")
+            else f" over {width.symbol}")
+        note = ("γ, β" if beta else "γ") + over
         return self._rec(role, name, kind, x, ew=per, params=p, note=note)
 
     def temperature(self, q: Sym, role: str, name: str) -> Sym:
@@ -260,6 +263,38 @@ class SymbolicOps(Ops):
                   note=note)
         full = Sym((z.B, z.Hkv, Tk, z.Dh), self.wl.act)
         return full, full
+
+    def mla_cache(self, x: Sym, layer: int, Tk: Dim, Tc: Dim, what: str) -> Sym:
+        z, kv = self.z, self.wl.kv
+        *lead, _, width = x.dims
+        note = what + ("; replicated on every rank" if z.p > 1 and len(lead) == 1 else "")
+        if self.wl.phase == "prefill":
+            self._rec("kv.write", "KV cache write", "kv_cache", Sym((*lead, Tc, width), kv),
+                      note=note)
+            return x
+        self._rec("kv.append", "KV cache append", "kv_append", Sym((*lead, z.Tq, width), kv),
+                  note=note)
+        self._rec("kv.read", "KV cache read", "kv_cache", Sym((*lead, Tk, width), kv), note=note)
+        return self._act(*lead, Tk, width)
+
+    def concat(self, parts: list[Sym], role: str, name: str, heads: Dim | None = None) -> Sym:
+        first = parts[0].dims
+        width = first[-1]
+        for p in parts[1:]:
+            width = width + p.dims[-1]
+        note = "the shared k_rope broadcast to every head" if heads is not None else ""
+        return self._rec(role, name, "concat", self._act(*first[:-1], width), note=note)
+
+    def head_linear(self, x: Sym, role: str, name: str, d_in: Dim, d_out: Dim, of: str,
+                    part: str) -> Sym:
+        B, H, T, _ = x.dims
+        half = "W_UK (its k_nope half)" if part == "k" else "W_UV (its v half)"
+        note = f"each head's block of {of.removeprefix('attn.')}_proj: {half}"
+        return self._rec(role, name, "matmul", self._act(B, H, T, d_out),
+                         flops=formula([2, B, H, T, d_in, d_out]),
+                         params=_total(H * d_in * d_out), note=note,
+                         split="column" if self.z.p > 1 else "",
+                         operands=((B, H, T, d_in), (H, d_in, d_out)))
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

@@ -170,8 +170,11 @@ class Weights:
             parts = [self._linear(layer, r, p) for r in ("attn.q", "attn.k", "attn.v")]
             b = np.concatenate([x[1] for x in parts], axis=-1) if m.qkv_bias else None
             return [x[0][0] for x in parts], b, sum(x[2] for x in parts), False
+        if role in _MLA_ROLES or (m.mla and role == "attn.q"):
+            return self._mla_linear(layer, role, p)
         shared = m.n_shared_experts * m.dff_shared
-        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh, "attn.out": H * dh,
+        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh,
+                 "attn.out": H * m.v_dim,
                  "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
                  "moe.router": m.n_experts or 0, "moe.shared_gate": 1}[role]
@@ -199,4 +202,25 @@ class Weights:
             b = bf.reshape(p, 1, width // p) if bf is not None else None
         return [sh], b, b[0].size if b is not None else 0, False
 
+    def _mla_linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
+        """MLA's projections: the down-projections (q_a, kv_a with k_rope) replicated on every
+        rank, the up-projections (q or q_b, kv_b) split by heads. Biases: attention_bias puts
+        them on q_a and kv_a (and o), never on the up-projections."""
+        m = self.m
+        H, dc, dr = m.n_heads, m.kv_lora_rank or 0, m.rot
+        d_in, width, how = {
+            "attn.q": (m.d_model, H * m.dh, "column"),
+            "attn.q_a": (m.d_model, m.q_lora_rank or 0, "replicated"),
+            "attn.q_b": (m.q_lora_rank or 0, H * m.dh, "column"),
+            "attn.kv_a": (m.d_model, dc + dr, "replicated"),
+            "attn.kv_b": (dc, H * ((m.qk_nope_head_dim or 0) + m.v_dim), "column"),
+        }[role]
+        if how == "replicated":
+            bf = self.get((layer, role, "bias"), (width,)) if m.qkv_bias else None
+            return [Shard((layer, role), (d_in, width), how, p, d_in, width)], (
+                bf[None, None] if bf is not None else None), width if bf is not None else 0, False
+        return [Shard((layer, role), (d_in, width), how, p, d_in, width // p)], None, 0, False
 
+
+# MLA's projections (weights._mla_linear)
+_MLA_ROLES = ("attn.q_a", "attn.q_b", "attn.kv_a", "attn.kv_b")

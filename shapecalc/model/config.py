@@ -147,6 +147,18 @@ class ModelConfig(Record):
         False, "each routing weight scales the token's input to its expert, not the expert's "
         "output (Llama 4)",
     )
+    # Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2): K and V come from a cached latent
+    kv_lora_rank: Pos | None = _doc(
+        None, "D_c: the KV latent width (kv_lora_rank); set: attention is MLA"
+    )
+    q_lora_rank: Pos | None = _doc(
+        None, "D_q: the query latent width (q_lora_rank); null: a plain q projection"
+    )
+    qk_nope_head_dim: Pos | None = _doc(None, "D_n: each head's q/k width without RoPE")
+    qk_rope_head_dim: Pos | None = _doc(
+        None, "D_r: the decoupled RoPE width, one k_rope shared by all heads"
+    )
+    v_head_dim: Pos | None = _doc(None, "D_v: each head's value width")
 
     # Classic variants (GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite, Falcon's new decoder)
     rotary_dim: Pos | None = _doc(
@@ -181,6 +193,9 @@ class ModelConfig(Record):
 
     @property
     def dh(self) -> int:
+        """Each head's q/k width: head_dim, D/H, or MLA's D_n + D_r."""
+        if self.mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim  # type: ignore[operator]
         return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
     @property
@@ -200,11 +215,20 @@ class ModelConfig(Record):
         return self.d_ff_shared if self.d_ff_shared is not None else self.dff_expert
 
     @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def v_dim(self) -> int:
+        """Each head's value width: Dh, or MLA's D_v."""
+        return self.v_head_dim if self.mla else self.dh  # type: ignore[return-value]
+
+    @property
     def has_norm_bias(self) -> bool:
         return self.norm_bias if self.norm_bias is not None else self.norm == "layernorm"
 
     def _check(self) -> None:
-        if self.head_dim is None and self.d_model % self.n_heads:
+        if self.head_dim is None and not self.mla and self.d_model % self.n_heads:
             raise ShapecalcError(
                 "n_heads",
                 f"D={self.d_model} is not divisible by H={self.n_heads}; "
@@ -216,7 +240,7 @@ class ModelConfig(Record):
                 f"H={self.n_heads} is not divisible by H_kv={self.kv_heads}; "
                 "each KV head must serve a whole group of query heads",
             )
-        if self.positions == "rope" and self.dh % 2:
+        if self.positions == "rope" and not self.mla and self.dh % 2:
             raise ShapecalcError("head_dim", f"RoPE rotates pairs, so Dh={self.dh} must be even")
         if self.positions == "learned" and self.max_positions is None:
             raise ShapecalcError("max_positions", "a learned position table needs its row count")
@@ -240,6 +264,7 @@ class ModelConfig(Record):
         self._check_llama4()
         self._check_moe()
         self._check_classic()
+        self._check_mla()
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
@@ -273,7 +298,9 @@ class ModelConfig(Record):
 
     @property
     def rot(self) -> int:
-        """R: the rotated width of each head (Dh unless partial rotary)."""
+        """R: the rotated width of each head: Dh unless partial rotary; MLA's decoupled D_r."""
+        if self.mla:
+            return self.qk_rope_head_dim  # type: ignore[return-value]
         return self.rotary_dim if self.rotary_dim is not None else self.dh
 
     def _check_classic(self) -> None:
@@ -293,6 +320,36 @@ class ModelConfig(Record):
         if self.residual_multiplier is not None and self.parallel_block:
             raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
                                  "block; a parallel block with it is not modelled")
+
+    def _check_mla(self) -> None:
+        mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        if not self.mla:
+            given = [f for f in mla_fields if getattr(self, f) is not None]
+            if given:
+                raise ShapecalcError(given[0], "is a Multi-head Latent Attention field, but "
+                                     "kv_lora_rank is not set")
+            return
+        for f in mla_fields[1:]:
+            if getattr(self, f) is None:
+                raise ShapecalcError(f, "Multi-head Latent Attention (kv_lora_rank set) needs it")
+        # MLA fixes the head widths and has no separate K/V heads: these would be contradictions
+        clashes = {"head_dim": self.head_dim is not None, "n_kv_heads": self.n_kv_heads not in (
+            None, self.n_heads), "fused_qkv": self.fused_qkv, "qk_norm": self.qk_norm,
+            "attention_sinks": self.attention_sinks, "parallel_block": self.parallel_block,
+            # windows, chunks and Llama 4's q/k variants are not modelled with MLA
+            "sliding_window": self.sliding_window is not None,
+            "attention_chunk_size": self.attention_chunk_size is not None,
+            "nope_layers": self.nope_layers is not None, "qk_l2_norm": self.qk_l2_norm,
+            "attn_temperature_tuning": self.attn_temperature_tuning,
+            "positions": self.positions not in ("rope", "none"),
+            "rotary_dim": self.rotary_dim is not None}
+        for f, bad in clashes.items():
+            if bad:
+                raise ShapecalcError(f, "does not apply to Multi-head Latent Attention "
+                                     "(kv_lora_rank set)")
+        if self.positions == "rope" and self.rot % 2:
+            raise ShapecalcError("qk_rope_head_dim", f"RoPE rotates pairs, so D_r="
+                                 f"{self.rot} must be even")
 
     def _check_moe(self) -> None:
         moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",
@@ -352,6 +409,13 @@ class Workload(Record):
     ep: Pos = _doc(
         1, "expert-parallel degree: the routed experts split over ep ranks (E/ep each)"
     )
+    mla_form: Literal["absorbed", "latent", "expanded"] | None = _doc(
+        None,
+        "MLA models only: the cache and decode form (default absorbed): absorbed (latent "
+        "cache, decode in the latent space: vLLM, SGLang, FlashMLA), latent (latent cache "
+        "re-expanded by kv_b_proj every step: transformers 5.x), expanded (K and V of every "
+        "head cached)",
+    )
 
     @property
     def act(self) -> str:
@@ -360,6 +424,11 @@ class Workload(Record):
     @property
     def kv(self) -> str:
         return self.kv_dtype or self.dtype
+
+    @property
+    def mla(self) -> str:
+        """MLA's form: absorbed unless mla_form says otherwise."""
+        return self.mla_form or "absorbed"
 
 
 def check(model: ModelConfig, wl: Workload) -> None:
@@ -392,6 +461,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
         if wl.ep % p:
             raise ShapecalcError("ep", f"ep={wl.ep} is not a multiple of tp={p}: the ep GPUs "
                                  "hold ep/tp tensor-parallel replicas of the attention")
+    if wl.mla_form is not None and not model.mla:
+        raise ShapecalcError("mla_form", "applies to Multi-head Latent Attention models only "
+                             "(kv_lora_rank set)")
     if wl.pp > model.n_layers:
         raise ShapecalcError("pp", f"s={wl.pp} pipeline stages exceed N={model.n_layers} layers")
     if model.positions == "learned" and model.max_positions is not None:

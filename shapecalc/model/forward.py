@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple
 
 from .config import ModelConfig, Workload, ceil_div
 from .expr import Dim, Expr
+from .mla import mla_attention
 from .plan import Chunk, LayerPlan, LayerSpec, held, layer_plan
 from .stage import Group, Split
 
@@ -37,6 +38,11 @@ class Sizes(NamedTuple):
     Dffs: Dim  # all shared experts' width, n_s·Dff_s (per rank)
     V: Dim
     N: Dim
+    Dc: Dim  # MLA: the KV latent width (kv_lora_rank)
+    Dq: Dim  # MLA: the query latent width (q_lora_rank)
+    Dn: Dim  # MLA: a head's q/k width without RoPE
+    Dr: Dim  # MLA: the decoupled RoPE width (and the RoPE width of every model)
+    Dv: Dim  # MLA: a head's value width
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -117,6 +123,11 @@ class Sizes(NamedTuple):
             else shard_n("n_s", model.n_shared_experts, "Dff_s", model.dff_shared),
             V=shard("N_vocab", model.vocab_size),
             N=of("N", model.n_layers),
+            Dc=of("D_c", model.kv_lora_rank or 0),
+            Dq=of("D_q", model.q_lora_rank or 0),
+            Dn=of("D_n", model.qk_nope_head_dim or 0),
+            Dr=of("D_r", model.rot) if model.mla else of("Dh", model.dh),
+            Dv=of("D_v", model.v_dim) if model.mla else of("Dh", model.dh),
             p=p,
             kv_replicated=replicated,
             T=T,
@@ -180,6 +191,22 @@ class Ops:
         raise NotImplementedError
 
     def kv_cache(self, k: Any, v: Any, layer: int, Tk: Dim, Tc: Dim) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def mla_cache(self, x: Any, layer: int, Tk: Dim, Tc: Dim, what: str) -> Any:
+        """MLA: one cached tensor (tokens on its second-last axis) per layer, written in
+        prefill; appended to and read whole (Tk tokens) in decode. `what` names its content."""
+        raise NotImplementedError
+
+    def concat(self, parts: list[Any], role: str, name: str, heads: Dim | None = None) -> Any:
+        """Parts side by side along the last dim; with `heads`, a one-head part is broadcast
+        to every head first (MLA's shared k_rope)."""
+        raise NotImplementedError
+
+    def head_linear(self, x: Any, role: str, name: str, d_in: Dim, d_out: Dim, of: str,
+                    part: str) -> Any:
+        """[B,H,T,d_in] → [B,H,T,d_out] through each head's own [d_in,d_out] block of weight
+        `of` (MLA's absorbed decode: `part` k multiplies by W_UKᵀ, v by W_UV)."""
         raise NotImplementedError
 
     def repeat_kv(self, x: Any, role: str, name: str, groups: int, heads: Dim) -> Any:
@@ -268,7 +295,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
                       f"{m.embedding_multiplier:g}")
     if m.positions in ("learned", "sinusoidal"):
         x = ops.positions(x, m.positions, m.max_positions)
-    angles = ops.rope_angles(z.Tq, _rotary(m, z)) if m.positions == "rope" else None
+    angles = (ops.rope_angles(z.Tq, z.Dr if m.mla else _rotary(m, z))
+              if m.positions == "rope" else None)
 
     for layer, spec, _ in ops.layers(layer_plan(m)):
         ops.group("block")
@@ -296,7 +324,8 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
            layer: int, angles: Any) -> Any:
     if spec.norm_position == "pre":
         h = ops.norm(x, "attn.norm", "attention norm")
-        a = _attention(ops, m, spec, wl, z, h, layer, angles)
+        attend = mla_attention if m.mla else _attention
+        a = attend(ops, m, spec, wl, z, h, layer, angles)
         if m.parallel_block:  # x + attn(h) + ffn(h), one all-reduce
             if m.parallel_norms == 2:  # GPT-NeoX, Falcon's new decoder: the FFN's own norm of x
                 h = ops.norm(x, "ffn.norm", "FFN norm")

@@ -31,17 +31,25 @@ def ring_allreduce_bytes(nbytes: Any, p: int) -> Any:
 # ── the KV cache ────────────────────────────────────────────────────────────────────────────────
 
 
-def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None) -> int:
-    """K and V elements one token adds to one rank's cache over `layers` layers (default N):
-    2·layers·H_kv·Dh (H_kv per rank)."""
+def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None,
+                          mla: str = "absorbed") -> int:
+    """Elements one token adds to one rank's cache over `layers` layers (default N):
+    2·layers·H_kv·Dh (H_kv per rank). MLA (form `mla`): a latent cache holds layers·(D_c + D_r),
+    the same on every tensor-parallel rank (the latent is not split by heads); an expanded cache
+    holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
     n = model.n_layers if layers is None else layers
+    if model.mla:
+        if mla == "expanded":
+            return n * (model.n_heads // p) * (model.dh + model.v_dim)
+        return n * (model.kv_lora_rank + model.rot)  # type: ignore[operator]
     return 2 * n * kv_heads_per_rank(model, p) * model.dh
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
-                       layers: int | None = None) -> int:
-    """2·N·H_kv·Dh·bytes: what one token adds to the cache of every layer (of one rank)."""
-    return nbytes(kv_elements_per_token(model, p, layers), dtype)
+                       layers: int | None = None, mla: str = "absorbed") -> int:
+    """2·N·H_kv·Dh·bytes (MLA: see kv_elements_per_token): what one token adds to the cache of
+    every layer (of one rank)."""
+    return nbytes(kv_elements_per_token(model, p, layers, mla), dtype)
 
 
 def cached_tokens(window: Reach, T: int, phase: str) -> int:
@@ -59,10 +67,11 @@ def kv_groups(plan: LayerPlan) -> list[tuple[Reach, int]]:
     return list(out.items())
 
 
-def kv_bytes_per_sequence(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1) -> int:
+def kv_bytes_per_sequence(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1,
+                          mla: str = "absorbed") -> int:
     """What one sequence's cache holds on one rank after the step: each group's tokens
     (at most its window) × the bytes a token costs over the group's layers."""
-    return sum(cached_tokens(window, T, phase) * kv_bytes_per_token(model, dtype, p, layers)
+    return sum(cached_tokens(window, T, phase) * kv_bytes_per_token(model, dtype, p, layers, mla)
                for window, layers in kv_groups(layer_plan(model)))
 
 
@@ -72,14 +81,14 @@ def paged_blocks(batch: Any, tokens: Any, block_size: int) -> Any:
 
 
 def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int, dtype: str,
-             p: int = 1) -> tuple[int, int]:
+             p: int = 1, mla: str = "absorbed") -> tuple[int, int]:
     """(blocks, bytes) of a paged cache: each sequence takes ⌈tokens/block_size⌉ blocks in each
     group, a block spanning the group's layers; the last block's empty slots count."""
     blocks = total = 0
     for window, layers in kv_groups(layer_plan(model)):
         b = paged_blocks(batch, cached_tokens(window, T, phase), block_size)
         blocks += b
-        total += b * block_size * kv_bytes_per_token(model, dtype, p, layers)
+        total += b * block_size * kv_bytes_per_token(model, dtype, p, layers, mla)
     return blocks, total
 
 

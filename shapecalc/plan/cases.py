@@ -141,14 +141,15 @@ def _is_hf(path: Path) -> bool:
 def closed_form_for(model: ModelConfig, wl: Workload) -> ClosedForm:
     """The closed form of a model under a workload's switches; kept, so that its regimes are
     made once per process (a planner's loop calls sweep and fit many times)."""
-    return _closed_form(model, wl.logits, wl.attention_flops, wl.padding_mask, wl.block_size)
+    return _closed_form(model, wl.logits, wl.attention_flops, wl.padding_mask, wl.block_size,
+                        wl.mla_form)
 
 
 @lru_cache(maxsize=64)
 def _closed_form(model: ModelConfig, logits: str, attention_flops: str, padding_mask: bool,
-                 block_size: int) -> ClosedForm:
+                 block_size: int, mla_form: str | None) -> ClosedForm:
     return ClosedForm(model, logits=logits, attention_flops=attention_flops,
-                      padding_mask=padding_mask, block_size=block_size)
+                      padding_mask=padding_mask, block_size=block_size, mla_form=mla_form)
 
 
 def valid(model: ModelConfig, wl: Workload, **change: int) -> bool:

@@ -65,9 +65,10 @@ def compare(
             "kv_heads_per_rank": tp["kv_heads_per_rank"],
             "kv_heads_replicated": tp["kv_heads_replicated"],
             "kv_replication": max(1, wl.tp // model.kv_heads),
-            "kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(model, wl.kv, wl.tp),
+            "kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(model, wl.kv, wl.tp,
+                                                                    mla=wl.mla),
             "kv_cache_bytes_per_sequence_per_rank": kv_bytes_per_sequence(
-                model, wl.kv, wl.seq, "prefill", wl.tp),
+                model, wl.kv, wl.seq, "prefill", wl.tp, wl.mla),
             "kv_cache_bytes_per_rank": tp["kv_cache_bytes_per_rank"],
             # the residual stream [B,T,D] that crosses a pipeline boundary (whether or not pp>1)
             "pp_boundary_bytes_per_crossing": nbytes(wl.batch * wl.seq * model.d_model, wl.act),

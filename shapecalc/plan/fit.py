@@ -149,15 +149,17 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
         "pp_stage": one("pp_stage"),
         "kv_heads_per_rank": kv_heads_per_rank(model, wl.tp),
         "kv_heads_replicated": kv_replicated(model, wl.tp),
+        "kv_cache_form": f"mla-{wl.mla}" if model.mla else "kv",
         "kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(
-            model, wl.kv, wl.tp, layers=max(pp_layers(model.n_layers, wl.pp))),
+            model, wl.kv, wl.tp, layers=max(pp_layers(model.n_layers, wl.pp)), mla=wl.mla),
         "kv_tokens_fit": one("kv_tokens_fit"),
         "max_batch": max_batch,
         "max_seq": max_seq,
         "max_seq_memory": max_seq_memory,
         "min_tp": min_tp,
         "min_pp": min_pp,
-        "gpus": wl.tp * wl.pp,
+        # with expert parallelism the ep GPUs (a multiple of tp) each hold a replica's share
+        "gpus": max(wl.tp, wl.ep) * wl.pp,
         "times": times,
     }
     if opts.price is not None:

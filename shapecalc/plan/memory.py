@@ -56,7 +56,8 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     cap = gpu.memory_bytes
     reserve = opts.reserve(cap)
     usable = cap - reserve
-    tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1), kvbits)  # one token, one layer
+    # one token, one layer
+    tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1, mla=cf.mla), kvbits)
     # paged token slots of the batch in each KV group (layers that share a window)
     slots = [pre[f"kv_cache_peak_blocks@{g}"] * bs for g in range(len(kv_groups(plan)))]
     best: Any = None

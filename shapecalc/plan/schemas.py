@@ -94,6 +94,7 @@ class FitOut(_WithWorkload):
     pp_stage: StrictInt
     kv_heads_per_rank: StrictInt
     kv_heads_replicated: StrictBool
+    kv_cache_form: str
     kv_cache_bytes_per_token_per_rank: StrictInt
     kv_tokens_fit: StrictInt
     max_batch: StrictInt

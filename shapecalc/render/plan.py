@@ -56,7 +56,8 @@ def print_fit(doc: dict[str, Any], console: Any) -> None:
     mem = doc["memory_per_rank"]
     a = doc["assumptions"]
     gpus = f"{doc['gpus']} GPU" + ("s" if doc["gpus"] > 1 else "")
-    title = (f"{doc['model']} on {doc['gpu']} · tp={wl['tp']} pp={wl['pp']} ({gpus}) · "
+    ep = f" ep={wl['ep']}" if wl.get("ep", 1) > 1 else ""
+    title = (f"{doc['model']} on {doc['gpu']} · tp={wl['tp']} pp={wl['pp']}{ep} ({gpus}) · "
              f"B={wl['batch']} T={wl['seq']} · {wl['dtype']}"
              + (f" kv {wl['kv_dtype']}" if wl["kv_dtype"] else ""))
     verdict = Text("fits" if doc["fits"] else "does not fit",
@@ -67,12 +68,13 @@ def print_fit(doc: dict[str, Any], console: Any) -> None:
     t.add_column("bytes", justify="right")
     t.add_column("", justify="right")
     t.add_column("how", style="dim")
-    kvh = doc["kv_heads_per_rank"]
+    kvh, form = doc["kv_heads_per_rank"], doc["kv_cache_form"]
+    per = (f"{kvh} KV head{'s' if kvh > 1 else ''} per rank"
+           + (" (replicated, as vLLM does)" if doc["kv_heads_replicated"] else "")
+           if form in ("kv", "mla-expanded") else "MLA's latent, whole on every rank")
     how = {
         "weights": "exact: the rank's parameters × dtype bytes",
-        "kv_cache": f"exact: {kvh} KV head{'s' if kvh > 1 else ''} per rank"
-        + (" (replicated, as vLLM does)" if doc["kv_heads_replicated"] else "")
-        + f", {a['kv_cache']}",
+        "kv_cache": f"exact: {per}, {a['kv_cache']}",
         "activations": f"estimate ({a['attention']} attention): 2 × largest tensor of a "
         + (f"{a['max_batched_tokens']:,}-token prefill step" if a["max_batched_tokens"]
            else "prefill of the whole batch"),

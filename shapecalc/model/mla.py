@@ -1,0 +1,106 @@
+"""Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2), part of the one forward definition.
+
+Written over the same `Ops` as forward.py; both interpreters run it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .config import ModelConfig, Workload
+from .expr import Dim
+from .plan import LayerSpec
+
+if TYPE_CHECKING:
+    from .forward import Ops, Sizes
+
+
+def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
+         layer: int, angles: Any) -> Any:
+    """Multi-head Latent Attention (DeepSeek-V2/V3). K and V of every head come from a latent
+    c_KV of D_c per token, plus one RoPE key k_rope of D_r shared by all heads; the cache keeps
+    the latent (`absorbed`, `latent`) or every head's K and V (`expanded`). Prefill expands the
+    latent through kv_b_proj in every form (as engines do: compute-bound, T queries); decode
+    differs: `latent` re-expands all T′ cached latents each step (transformers 5.x), `absorbed`
+    folds kv_b_proj into the query and the output (vLLM, SGLang, FlashMLA) and attends over the
+    latents themselves, `expanded` reads the cached K and V. Under TP the down-projections and
+    the latent cache are replicated on every rank; q_b, kv_b and o are split by heads."""
+    form, decode = wl.mla, z.decode
+    one = Dim.const(1)
+    if m.q_lora_rank is not None:
+        cq = ops.linear(h, "attn.q_a", "q down-projection (q_a)", z.D, z.Dq, m.qkv_bias,
+                        "replicated")
+        cq = ops.norm(cq, "attn.q_a_norm", "q latent norm", z.Dq, "rmsnorm")
+        q = ops.linear(cq, "attn.q_b", "q up-projection (q_b)", z.Dq, z.H * z.Dh,
+                       False, "column")
+    else:
+        q = ops.linear(h, "attn.q", "q projection", z.D, z.H * z.Dh, False, "column")
+    q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
+    q_nope, q_rope = ops.split(q, [z.Dn, z.Dr])
+    kv = ops.linear(h, "attn.kv_a", "kv down-projection (kv_a, with k_rope)", z.D, z.Dc + z.Dr,
+                    m.qkv_bias, "replicated")
+    c, k_rope = ops.split(kv, [z.Dc, z.Dr])
+    c = ops.norm(c, "attn.kv_a_norm", "kv latent norm", z.Dc, "rmsnorm")
+    if angles is not None:
+        q_rope = ops.rope(q_rope, "attn.rope", "RoPE q_rope", angles)
+        k_rope = ops.rope(k_rope, "attn.rope", "RoPE k_rope", angles)
+    Tk, Tc = z.keys(spec)
+
+    def expand(latent: Any) -> tuple[Any, Any]:
+        """Latents [B,t,D_c] and k_rope [B,t,D_r] → every head's K [B,H,t,D_n+D_r], V."""
+        c_t, r_t = latent
+        kvb = ops.linear(c_t, "attn.kv_b", "kv up-projection (kv_b)", z.Dc, z.H * (z.Dn + z.Dv),
+                         False, "column")
+        kvb = ops.split_heads(kvb, "attn.kv_b.heads", "k_nope, v", z.H, z.Dn + z.Dv)
+        k_nope, v = ops.split(kvb, [z.Dn, z.Dv])
+        r_h = ops.split_heads(r_t, "attn.k.heads", "k_rope", one, z.Dr)
+        return ops.concat([k_nope, r_h], "attn.k.concat", "k = [k_nope, k_rope]", z.H), v
+
+    if form == "expanded":
+        k, v = expand((c, k_rope))
+        kv_all = ops.mla_cache(ops.concat([k, v], "attn.kv.concat", "[K, V]"), layer, Tk, Tc,
+                           "K of H·(D_n+D_r) and V of H·D_v")
+        k, v = ops.split(kv_all, [z.Dh, z.Dv])
+    else:
+        lat = ops.mla_cache(ops.concat([c, k_rope], "attn.latent", "latent [c_KV, k_rope]"),
+                        layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
+        c_all, r_all = ops.split(lat, [z.Dc, z.Dr])
+        if form == "absorbed" and decode:
+            return _mla_absorbed(ops, m, z, q_nope, q_rope, lat, c_all)
+        k, v = expand((c_all, r_all))
+    q = ops.concat([q_nope, q_rope], "attn.q.concat", "q = [q_nope, q_rope]")
+    kt = ops.transpose_last(k, "attn.kT", "kᵀ")
+    s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=spec.window)
+    s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh, Dh = D_n+D_r")
+    if not decode:
+        s = ops.mask(s, "attn.mask", "causal mask", "causal")
+    if wl.padding_mask:
+        s = ops.mask(s, "attn.mask", "padding mask", "padding")
+    a = ops.softmax(s, "attn.softmax", "softmax")
+    o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=spec.window)
+    o = ops.merge_heads(o, "attn.merge", "merge heads")
+    return ops.linear(o, "attn.out", "output projection WO", z.H * z.Dv, z.D, m.attn_out_bias,
+                      "row")
+
+
+def _mla_absorbed(ops: Ops, m: ModelConfig, z: Sizes, q_nope: Any, q_rope: Any, lat: Any,
+                  c_all: Any) -> Any:
+    """MLA decode in the latent space: q_nope·W_UKᵀ puts each head's query beside the cached
+    latents, so scores read [c_KV, k_rope] (D_c + D_r) directly, A·c_KV gives each head a
+    latent output, and W_UV lifts it to D_v. kv_b_proj's two halves are used as W_UK and W_UV,
+    never applied to the cache."""
+    one = Dim.const(1)
+    ql = ops.head_linear(q_nope, "attn.q_absorb", "q absorbed (q_nope·W_UKᵀ)", z.Dn, z.Dc,
+                         "attn.kv_b", "k")
+    q = ops.concat([ql, q_rope], "attn.q.concat", "q = [q_latent, q_rope]")
+    lat_h = ops.split_heads(lat, "attn.latent.heads", "latent", one, z.Dc + z.Dr)
+    kt = ops.transpose_last(lat_h, "attn.kT", "latentᵀ")
+    s = ops.matmul(q, kt, "attn.scores", "Q·latentᵀ", causal=True, window=None)
+    s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh, Dh = D_n+D_r")
+    a = ops.softmax(s, "attn.softmax", "softmax")
+    c_h = ops.split_heads(c_all, "attn.latent.heads", "c_KV", one, z.Dc)
+    o = ops.matmul(a, c_h, "attn.values", "A·c_KV", causal=True, window=None)
+    o = ops.head_linear(o, "attn.v_up", "v up-projection (·W_UV)", z.Dc, z.Dv, "attn.kv_b",
+                        "v")
+    o = ops.merge_heads(o, "attn.merge", "merge heads")
+    return ops.linear(o, "attn.out", "output projection WO", z.H * z.Dv, z.D, m.attn_out_bias,
+                      "row")
