@@ -1,7 +1,7 @@
 """The NumPy interpreter's Multi-head Latent Attention operations: the one-tensor cache (the
 latent, or the expanded [K, V]), concatenation with a shared k_rope broadcast to every head, and
-the per-head blocks of kv_b_proj that absorbed decode multiplies by. NumericOps (numeric.py) calls
-these with itself."""
+the per-head blocks of kv_b_proj that absorbed decode multiplies by (NumericOps takes these as its
+methods; symbolic_mla.py has the symbolic side)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from .storage import decode, stored_nbytes
 
 if TYPE_CHECKING:
     from .numeric import NumericOps
+
+
 
 
 def cache(self: NumericOps, x: np.ndarray, layer: int, Tk: Any, Tc: Any, what: str

@@ -16,6 +16,7 @@ from ..model.expr import Dim, Expr, expr_of, formula, product, sum_formula
 from ..model.forward import ACT, Ops, Sizes, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import Group, Split, Stage
+from . import symbolic_mla as mla
 
 # FLOPs per output element of each elementwise operation (a documented convention; FlopCounterMode
 # counts none of them). Norms: mean/variance or mean-square, normalise, then γ (and β).
@@ -264,37 +265,8 @@ class SymbolicOps(Ops):
         full = Sym((z.B, z.Hkv, Tk, z.Dh), self.wl.act)
         return full, full
 
-    def mla_cache(self, x: Sym, layer: int, Tk: Dim, Tc: Dim, what: str) -> Sym:
-        z, kv = self.z, self.wl.kv
-        *lead, _, width = x.dims
-        note = what + ("; replicated on every rank" if z.p > 1 and len(lead) == 1 else "")
-        if self.wl.phase == "prefill":
-            self._rec("kv.write", "KV cache write", "kv_cache", Sym((*lead, Tc, width), kv),
-                      note=note)
-            return x
-        self._rec("kv.append", "KV cache append", "kv_append", Sym((*lead, z.Tq, width), kv),
-                  note=note)
-        self._rec("kv.read", "KV cache read", "kv_cache", Sym((*lead, Tk, width), kv), note=note)
-        return self._act(*lead, Tk, width)
-
-    def concat(self, parts: list[Sym], role: str, name: str, heads: Dim | None = None) -> Sym:
-        first = parts[0].dims
-        width = first[-1]
-        for p in parts[1:]:
-            width = width + p.dims[-1]
-        note = "the shared k_rope broadcast to every head" if heads is not None else ""
-        return self._rec(role, name, "concat", self._act(*first[:-1], width), note=note)
-
-    def head_linear(self, x: Sym, role: str, name: str, d_in: Dim, d_out: Dim, of: str,
-                    part: str) -> Sym:
-        B, H, T, _ = x.dims
-        half = "W_UK (its k_nope half)" if part == "k" else "W_UV (its v half)"
-        note = f"each head's block of {of.removeprefix('attn.')}_proj: {half}"
-        return self._rec(role, name, "matmul", self._act(B, H, T, d_out),
-                         flops=formula([2, B, H, T, d_in, d_out]),
-                         params=_total(H * d_in * d_out), note=note,
-                         split="column" if self.z.p > 1 else "",
-                         operands=((B, H, T, d_in), (H, d_in, d_out)))
+    # Multi-head Latent Attention (interpret/mla.py, beside the executor's)
+    mla_cache, concat, head_linear = mla.sym_cache, mla.sym_concat, mla.sym_head_linear
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims
