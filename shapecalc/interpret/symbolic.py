@@ -270,13 +270,8 @@ class SymbolicOps(Ops):
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims
-        return self._rec(
-            role,
-            name,
-            "repeat",
-            Sym((d[0], heads, d[2], d[3]), x.dtype),
-            note=f"each KV head serves {groups} query heads",
-        )
+        return self._rec(role, name, "repeat", Sym((d[0], heads, d[2], d[3]), x.dtype),
+                         note=f"each KV head serves {groups} query heads")
 
     def transpose_last(self, x: Sym, role: str, name: str) -> Sym:
         d = x.dims
@@ -433,13 +428,8 @@ class SymbolicOps(Ops):
         return self._rec(role, name, "allreduce", x, note="sum of the p partial results")
 
     def allgather(self, x: Sym, role: str, name: str, full: Dim) -> Sym:
-        return self._rec(
-            role,
-            name,
-            "allgather",
-            Sym((*x.dims[:-1], full), x.dtype),
-            note="each rank's vocabulary slice",
-        )
+        return self._rec(role, name, "allgather", Sym((*x.dims[:-1], full), x.dtype),
+                         note="each rank's vocabulary slice")
 
     def last_position(self, x: Sym, role: str, name: str) -> Sym:
         d = x.dims

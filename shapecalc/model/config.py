@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic_core import ValidationError
 
+from . import rules
+from .errors import ShapecalcError
 from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 
 # Bits per element. int4 packs two values per byte, so bytes are rounded up per tensor.
@@ -39,15 +41,6 @@ def bytes_of(elements: Any, bits: Any) -> Any:
 def nbytes(elements: int, dtype: str) -> int:
     """Exact bytes of `elements` values stored in `dtype` (int4: two per byte, rounded up)."""
     return bytes_of(elements, DTYPE_BITS[dtype])
-
-
-class ShapecalcError(Exception):
-    """A bad input: `field` names what the user gave, `reason` says why it cannot be used."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 class ModelConfig(Record):
@@ -227,6 +220,13 @@ class ModelConfig(Record):
     def has_norm_bias(self) -> bool:
         return self.norm_bias if self.norm_bias is not None else self.norm == "layernorm"
 
+    @property
+    def rot(self) -> int:
+        """R: the rotated width of each head: Dh unless partial rotary; MLA's decoupled D_r."""
+        if self.mla:
+            return self.qk_rope_head_dim  # type: ignore[return-value]
+        return self.rotary_dim if self.rotary_dim is not None else self.dh
+
     def _check(self) -> None:
         if self.head_dim is None and not self.mla and self.d_model % self.n_heads:
             raise ShapecalcError(
@@ -261,126 +261,15 @@ class ModelConfig(Record):
                 raise ShapecalcError(
                     "sliding_window", "is set, but no layer in layer_types is sliding"
                 )
-        self._check_llama4()
-        self._check_moe()
-        self._check_classic()
-        self._check_mla()
+        # each variant's rules (rules.py)
+        rules.check_llama4(self)
+        rules.check_moe(self)
+        rules.check_classic(self)
+        rules.check_mla(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
             )
-
-
-    def _check_llama4(self) -> None:
-        chunked = self.layer_types is not None and "chunked" in self.layer_types
-        if chunked and self.attention_chunk_size is None:
-            raise ShapecalcError("layer_types", "chunked layers need attention_chunk_size (C)")
-        if self.attention_chunk_size is not None:
-            if self.layer_types is not None and not chunked:
-                raise ShapecalcError("attention_chunk_size", "is set, but no layer in "
-                                     "layer_types is chunked")
-            if self.layer_types is None and self.sliding_window is not None:
-                raise ShapecalcError("attention_chunk_size", "and sliding_window both set: "
-                                     "layer_types must say which layers are chunked")
-        for f in ("nope_layers", "qk_l2_norm", "attn_temperature_tuning"):
-            if getattr(self, f) not in (None, False) and self.positions != "rope":
-                raise ShapecalcError(f, f"applies to RoPE models; positions is {self.positions!r}")
-        if self.nope_layers is not None:
-            bad = [i for i in self.nope_layers if i >= self.n_layers]
-            if bad:
-                raise ShapecalcError("nope_layers", f"layer {bad[0]} does not exist "
-                                     f"(N={self.n_layers})")
-            if len(set(self.nope_layers)) != len(self.nope_layers):
-                raise ShapecalcError("nope_layers", "lists a layer twice")
-        if self.routing_on_input and self.n_experts is None:
-            raise ShapecalcError("routing_on_input", "is a Mixture-of-Experts field, but "
-                                 "n_experts is not set")
-
-    @property
-    def rot(self) -> int:
-        """R: the rotated width of each head: Dh unless partial rotary; MLA's decoupled D_r."""
-        if self.mla:
-            return self.qk_rope_head_dim  # type: ignore[return-value]
-        return self.rotary_dim if self.rotary_dim is not None else self.dh
-
-    def _check_classic(self) -> None:
-        rope = self.positions == "rope"
-        for f in ("rotary_dim", "rope_interleaved"):
-            if getattr(self, f) not in (None, False) and not rope:
-                raise ShapecalcError(f, "needs positions rope")
-        if self.rotary_dim is not None and (self.rotary_dim > self.dh or self.rotary_dim % 2):
-            raise ShapecalcError("rotary_dim", f"R={self.rotary_dim} must be even and at most "
-                                 f"Dh={self.dh} (RoPE rotates pairs of a head's dims)")
-        if self.parallel_norms == 2 and not self.parallel_block:
-            raise ShapecalcError("parallel_norms", "2 norms are a parallel block's; set "
-                                 "parallel_block")
-        if self.qk_norm_per_head and self.qk_norm:
-            raise ShapecalcError("qk_norm_per_head", "q and k take one norm: qk_norm or "
-                                 "qk_norm_per_head, not both")
-        if self.residual_multiplier is not None and self.parallel_block:
-            raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
-                                 "block; a parallel block with it is not modelled")
-
-    def _check_mla(self) -> None:
-        mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-        if not self.mla:
-            given = [f for f in mla_fields if getattr(self, f) is not None]
-            if given:
-                raise ShapecalcError(given[0], "is a Multi-head Latent Attention field, but "
-                                     "kv_lora_rank is not set")
-            return
-        for f in mla_fields[1:]:
-            if getattr(self, f) is None:
-                raise ShapecalcError(f, "Multi-head Latent Attention (kv_lora_rank set) needs it")
-        # MLA fixes the head widths and has no separate K/V heads: these would be contradictions
-        clashes = {"head_dim": self.head_dim is not None, "n_kv_heads": self.n_kv_heads not in (
-            None, self.n_heads), "fused_qkv": self.fused_qkv, "qk_norm": self.qk_norm,
-            "attention_sinks": self.attention_sinks, "parallel_block": self.parallel_block,
-            # windows, chunks and Llama 4's q/k variants are not modelled with MLA
-            "sliding_window": self.sliding_window is not None,
-            "attention_chunk_size": self.attention_chunk_size is not None,
-            "nope_layers": self.nope_layers is not None, "qk_l2_norm": self.qk_l2_norm,
-            "attn_temperature_tuning": self.attn_temperature_tuning,
-            "positions": self.positions not in ("rope", "none"),
-            "rotary_dim": self.rotary_dim is not None}
-        for f, bad in clashes.items():
-            if bad:
-                raise ShapecalcError(f, "does not apply to Multi-head Latent Attention "
-                                     "(kv_lora_rank set)")
-        if self.positions == "rope" and self.rot % 2:
-            raise ShapecalcError("qk_rope_head_dim", f"RoPE rotates pairs, so D_r="
-                                 f"{self.rot} must be even")
-
-    def _check_moe(self) -> None:
-        moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",
-                      "router_bias", "expert_bias", "norm_topk_prob", "routed_scaling_factor")
-        if self.n_experts is None:
-            given = [f for f in moe_fields if getattr(self, f) not in (None, False)]
-            given += ["n_shared_experts"] if self.n_shared_experts else []
-            given += ["router_scoring"] if self.router_scoring != "softmax" else []
-            if given:
-                raise ShapecalcError(given[0], "is a Mixture-of-Experts field, but n_experts "
-                                     "is not set")
-            if self.ffn_types is not None and "moe" in self.ffn_types:
-                raise ShapecalcError("ffn_types", "moe layers need n_experts (E)")
-            return
-        if self.experts_per_token is None:
-            raise ShapecalcError("experts_per_token", "a Mixture-of-Experts model needs k")
-        if self.experts_per_token > self.n_experts:
-            raise ShapecalcError("experts_per_token", f"k={self.experts_per_token} exceeds "
-                                 f"E={self.n_experts} experts")
-        if self.shared_expert_gate and not self.n_shared_experts:
-            raise ShapecalcError("shared_expert_gate", "gates shared experts; n_shared_experts "
-                                 "is 0")
-        if self.ffn_types is not None:
-            if len(self.ffn_types) != self.n_layers:
-                raise ShapecalcError("ffn_types", f"lists {len(self.ffn_types)} layers, but "
-                                     f"N={self.n_layers}")
-            if "moe" not in self.ffn_types:
-                raise ShapecalcError("n_experts", "is set, but no layer in ffn_types is moe")
-        if self.parallel_block:
-            raise ShapecalcError("parallel_block", "a parallel block with Mixture-of-Experts "
-                                 "layers is not modelled")
 
 
 class Workload(Record):

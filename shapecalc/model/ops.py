@@ -1,0 +1,148 @@
+"""The vocabulary forward() is written in: each operation an interpreter answers (symbolic: shapes,
+formulas, exact counts; NumPy: real arrays). forward.py and mla.py use only these."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from .expr import Dim
+from .plan import LayerPlan, LayerSpec
+from .stage import Group, Split
+
+
+class Ops:
+    """The operations forward() is written in. Each returns the tensor it produces.
+
+    Tensors are opaque to forward(): symbolic ones are shapes, numeric ones are arrays. Every
+    operation that records a stage takes its `role` (what it is; weights are identified by
+    (layer, role)) and its `name` (what the table prints).
+    """
+
+    def layers(self, plan: LayerPlan) -> Iterable[tuple[int, LayerSpec, int]]:
+        """(layer, spec, kind) of the layers this interpreter runs."""
+        raise NotImplementedError
+
+    def group(self, g: Group) -> None:
+        raise NotImplementedError
+
+    def token_ids(self, B: Dim, T: Dim) -> Any:
+        raise NotImplementedError
+
+    def embed(self, ids: Any, V: Dim, D: Dim, split: Split) -> Any:
+        raise NotImplementedError
+
+    def positions(self, x: Any, kind: str, rows: int | None) -> Any:
+        raise NotImplementedError
+
+    def rope_angles(self, T: Dim, Dh: Dim) -> Any:
+        raise NotImplementedError
+
+    def scale(self, x: Any, role: str, name: str, factor: float, label: str) -> Any:
+        raise NotImplementedError
+
+    def norm(self, x: Any, role: str, name: str, width: Dim | None = None,
+             kind: str | None = None) -> Any:
+        """A norm over the last dim (`width`, default D) with γ (and β where the model has
+        them); `kind` rmsnorm or layernorm (default the model's)."""
+        raise NotImplementedError
+
+    def linear(self, x: Any, role: str, name: str, d_in: Dim, d_out: Dim, bias: bool,
+               split: Split) -> Any:
+        raise NotImplementedError
+
+    def split(self, x: Any, parts: list[Dim]) -> list[Any]:
+        raise NotImplementedError
+
+    def split_heads(self, x: Any, role: str, name: str, heads: Dim, Dh: Dim) -> Any:
+        raise NotImplementedError
+
+    def rope(self, x: Any, role: str, name: str, angles: Any) -> Any:
+        """RoPE on the first R of each head's Dh (R = Dh unless partial rotary)."""
+        raise NotImplementedError
+
+    def head_norm(self, x: Any, role: str, name: str, heads: Dim) -> Any:
+        """LayerNorm without β over each head's Dh, with a γ per head: [heads, Dh] params."""
+        raise NotImplementedError
+
+    def kv_cache(self, k: Any, v: Any, layer: int, Tk: Dim, Tc: Dim) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def mla_cache(self, x: Any, layer: int, Tk: Dim, Tc: Dim, what: str) -> Any:
+        """MLA: one cached tensor (tokens on its second-last axis) per layer, written in
+        prefill; appended to and read whole (Tk tokens) in decode. `what` names its content."""
+        raise NotImplementedError
+
+    def concat(self, parts: list[Any], role: str, name: str, heads: Dim | None = None) -> Any:
+        """Parts side by side along the last dim; with `heads`, a one-head part is broadcast
+        to every head first (MLA's shared k_rope)."""
+        raise NotImplementedError
+
+    def head_linear(self, x: Any, role: str, name: str, d_in: Dim, d_out: Dim, of: str,
+                    part: str) -> Any:
+        """[B,H,T,d_in] → [B,H,T,d_out] through each head's own [d_in,d_out] block of weight
+        `of` (MLA's absorbed decode: `part` k multiplies by W_UKᵀ, v by W_UV)."""
+        raise NotImplementedError
+
+    def repeat_kv(self, x: Any, role: str, name: str, groups: int, heads: Dim) -> Any:
+        raise NotImplementedError
+
+    def transpose_last(self, x: Any, role: str, name: str) -> Any:
+        raise NotImplementedError
+
+    def matmul(self, a: Any, b: Any, role: str, name: str, causal: bool, window: int | None,
+               chunk: int | None = None) -> Any:
+        """`causal`: the attention matmuls, whose causal-half count keeps only the (query, key)
+        pairs the causal mask, the window W and the chunks of C allow."""
+        raise NotImplementedError
+
+    def mask(self, s: Any, role: str, name: str,
+             kind: Literal["causal", "padding", "window", "chunk"],
+             window: int | None = None) -> Any:
+        """`window`: W of a window mask, C of a chunk mask."""
+        raise NotImplementedError
+
+    def temperature(self, q: Any, role: str, name: str) -> Any:
+        """Llama 4's attention temperature on NoPE layers: q × (1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋)),
+        one factor per query position."""
+        raise NotImplementedError
+
+    def alibi(self, s: Any, role: str, name: str) -> Any:
+        """Scores [B,H,Tq,Tk] plus each head's linear bias −m_h·(i − j) (query position i, key
+        position j; m_h the head's ALiBi slope): one add per score."""
+        raise NotImplementedError
+
+    def softmax(self, s: Any, role: str, name: str, sinks: Dim | None = None) -> Any:
+        """Over the keys; with `sinks`, each head's learned logit joins as one more column
+        (dropped from the output)."""
+        raise NotImplementedError
+
+    def route(self, logits: Any, role: str, name: str, k: Dim) -> Any:
+        """Router logits [B,T,E] → the k chosen experts of each token and their weights."""
+        raise NotImplementedError
+
+    def experts(self, h: Any, routing: Any, D: Dim, E: Dim, k: Dim, Dffe: Dim) -> Any:
+        """Each token through its k routed experts (a gated or plain FFN of width Dff_e each),
+        and their outputs combined by the routing weights: [B,T,D]."""
+        raise NotImplementedError
+
+    def merge_heads(self, x: Any, role: str, name: str) -> Any:
+        raise NotImplementedError
+
+    def add(self, a: Any, b: Any, role: str, name: str) -> Any:
+        raise NotImplementedError
+
+    def activation(self, x: Any, role: str, name: str, kind: str) -> Any:
+        raise NotImplementedError
+
+    def mul(self, a: Any, b: Any, role: str, name: str) -> Any:
+        raise NotImplementedError
+
+    def allreduce(self, x: Any, role: str, name: str) -> Any:
+        raise NotImplementedError
+
+    def allgather(self, x: Any, role: str, name: str, full: Dim) -> Any:
+        raise NotImplementedError
+
+    def last_position(self, x: Any, role: str, name: str) -> Any:
+        raise NotImplementedError

@@ -1,0 +1,117 @@
+"""The rules between a model's fields, one function per variant (MoE, MLA, Llama 4, the classic
+families): ModelConfig checks them after its own, so that downstream code trusts its input. Each
+rule names the field it refuses and why."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import ShapecalcError
+
+if TYPE_CHECKING:
+    from .config import ModelConfig
+
+
+def check_llama4(m: ModelConfig) -> None:
+    chunked = m.layer_types is not None and "chunked" in m.layer_types
+    if chunked and m.attention_chunk_size is None:
+        raise ShapecalcError("layer_types", "chunked layers need attention_chunk_size (C)")
+    if m.attention_chunk_size is not None:
+        if m.layer_types is not None and not chunked:
+            raise ShapecalcError("attention_chunk_size", "is set, but no layer in "
+                                 "layer_types is chunked")
+        if m.layer_types is None and m.sliding_window is not None:
+            raise ShapecalcError("attention_chunk_size", "and sliding_window both set: "
+                                 "layer_types must say which layers are chunked")
+    for f in ("nope_layers", "qk_l2_norm", "attn_temperature_tuning"):
+        if getattr(m, f) not in (None, False) and m.positions != "rope":
+            raise ShapecalcError(f, f"applies to RoPE models; positions is {m.positions!r}")
+    if m.nope_layers is not None:
+        bad = [i for i in m.nope_layers if i >= m.n_layers]
+        if bad:
+            raise ShapecalcError("nope_layers", f"layer {bad[0]} does not exist "
+                                 f"(N={m.n_layers})")
+        if len(set(m.nope_layers)) != len(m.nope_layers):
+            raise ShapecalcError("nope_layers", "lists a layer twice")
+    if m.routing_on_input and m.n_experts is None:
+        raise ShapecalcError("routing_on_input", "is a Mixture-of-Experts field, but "
+                             "n_experts is not set")
+
+def check_classic(m: ModelConfig) -> None:
+    rope = m.positions == "rope"
+    for f in ("rotary_dim", "rope_interleaved"):
+        if getattr(m, f) not in (None, False) and not rope:
+            raise ShapecalcError(f, "needs positions rope")
+    if m.rotary_dim is not None and (m.rotary_dim > m.dh or m.rotary_dim % 2):
+        raise ShapecalcError("rotary_dim", f"R={m.rotary_dim} must be even and at most "
+                             f"Dh={m.dh} (RoPE rotates pairs of a head's dims)")
+    if m.parallel_norms == 2 and not m.parallel_block:
+        raise ShapecalcError("parallel_norms", "2 norms are a parallel block's; set "
+                             "parallel_block")
+    if m.qk_norm_per_head and m.qk_norm:
+        raise ShapecalcError("qk_norm_per_head", "q and k take one norm: qk_norm or "
+                             "qk_norm_per_head, not both")
+    if m.residual_multiplier is not None and m.parallel_block:
+        raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
+                             "block; a parallel block with it is not modelled")
+
+def check_mla(m: ModelConfig) -> None:
+    mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    if not m.mla:
+        given = [f for f in mla_fields if getattr(m, f) is not None]
+        if given:
+            raise ShapecalcError(given[0], "is a Multi-head Latent Attention field, but "
+                                 "kv_lora_rank is not set")
+        return
+    for f in mla_fields[1:]:
+        if getattr(m, f) is None:
+            raise ShapecalcError(f, "Multi-head Latent Attention (kv_lora_rank set) needs it")
+    # MLA fixes the head widths and has no separate K/V heads: these would be contradictions
+    clashes = {"head_dim": m.head_dim is not None, "n_kv_heads": m.n_kv_heads not in (
+        None, m.n_heads), "fused_qkv": m.fused_qkv, "qk_norm": m.qk_norm,
+        "attention_sinks": m.attention_sinks, "parallel_block": m.parallel_block,
+        # windows, chunks and Llama 4's q/k variants are not modelled with MLA
+        "sliding_window": m.sliding_window is not None,
+        "attention_chunk_size": m.attention_chunk_size is not None,
+        "nope_layers": m.nope_layers is not None, "qk_l2_norm": m.qk_l2_norm,
+        "attn_temperature_tuning": m.attn_temperature_tuning,
+        "positions": m.positions not in ("rope", "none"),
+        "rotary_dim": m.rotary_dim is not None}
+    for f, bad in clashes.items():
+        if bad:
+            raise ShapecalcError(f, "does not apply to Multi-head Latent Attention "
+                                 "(kv_lora_rank set)")
+    if m.positions == "rope" and m.rot % 2:
+        raise ShapecalcError("qk_rope_head_dim", f"RoPE rotates pairs, so D_r="
+                             f"{m.rot} must be even")
+
+def check_moe(m: ModelConfig) -> None:
+    moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",
+                  "router_bias", "expert_bias", "norm_topk_prob", "routed_scaling_factor")
+    if m.n_experts is None:
+        given = [f for f in moe_fields if getattr(m, f) not in (None, False)]
+        given += ["n_shared_experts"] if m.n_shared_experts else []
+        given += ["router_scoring"] if m.router_scoring != "softmax" else []
+        if given:
+            raise ShapecalcError(given[0], "is a Mixture-of-Experts field, but n_experts "
+                                 "is not set")
+        if m.ffn_types is not None and "moe" in m.ffn_types:
+            raise ShapecalcError("ffn_types", "moe layers need n_experts (E)")
+        return
+    if m.experts_per_token is None:
+        raise ShapecalcError("experts_per_token", "a Mixture-of-Experts model needs k")
+    if m.experts_per_token > m.n_experts:
+        raise ShapecalcError("experts_per_token", f"k={m.experts_per_token} exceeds "
+                             f"E={m.n_experts} experts")
+    if m.shared_expert_gate and not m.n_shared_experts:
+        raise ShapecalcError("shared_expert_gate", "gates shared experts; n_shared_experts "
+                             "is 0")
+    if m.ffn_types is not None:
+        if len(m.ffn_types) != m.n_layers:
+            raise ShapecalcError("ffn_types", f"lists {len(m.ffn_types)} layers, but "
+                                 f"N={m.n_layers}")
+        if "moe" not in m.ffn_types:
+            raise ShapecalcError("n_experts", "is set, but no layer in ffn_types is moe")
+    if m.parallel_block:
+        raise ShapecalcError("parallel_block", "a parallel block with Mixture-of-Experts "
+                             "layers is not modelled")
