@@ -214,3 +214,65 @@ def test_cli_refusal_is_one_line_exit_2(tmp_path, cli):
     cfg = {**json.loads((HF / "phi-2.json").read_text()), "qk_layernorm": True}
     r = cli("trace", "--hf-config", str(_write(tmp_path, cfg)))
     assert r.code == 2 and "qk_layernorm" in r.err and len(r.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_closed_form_equals_the_stage_pipeline(family):
+    from shapecalc.costs.closed import ClosedForm
+    from tests.test_closed import assert_equal_at
+
+    m = tiny(family)
+    points = [dict(batch=b, seq=t, phase=ph, tp=tp, pp=pp, dtype="bf16", kv_dtype="fp8",
+                   act_dtype="bf16")
+              for b, t, ph, tp, pp in [(1, 3, "prefill", 1, 1), (3, 9, "decode", 2, 2),
+                                       (2, 17, "prefill", 4, 1), (5, 40, "decode", 1, 2)]]
+    assert_equal_at(m, ClosedForm(m), points)
+
+
+# -- the executor's RoPE layouts ----------------------------------------------------------------
+def _turn(x, R, interleaved, pos):
+    import numpy as np
+
+    from shapecalc.interpret import rotary
+
+    _, cos, sin = rotary.tables(R, np.asarray(pos), np.float64, interleaved)
+    return rotary.rotate(x, cos, sin, interleaved)[0]
+
+
+def test_the_executors_rope_turns_halves_or_pairs_by_hand():
+    import numpy as np
+
+    x = np.arange(1.0, 7.0)[None]  # one position, Dh = 6, R = 4
+    th = [1.0, 10000 ** -0.5]  # position 1 × the frequencies 10000^(−2i/R)
+    for interleaved, pairs in ((False, [(0, 2), (1, 3)]), (True, [(0, 1), (2, 3)])):
+        want = x.copy()
+        for (a, b), t in zip(pairs, th, strict=True):
+            c, s = np.cos(t), np.sin(t)
+            want[0, a], want[0, b] = x[0, a] * c - x[0, b] * s, x[0, b] * c + x[0, a] * s
+        # (the angles are float32, as transformers computes them; a wrong layout is off by O(1))
+        np.testing.assert_allclose(_turn(x, 4, interleaved, [1]), want, rtol=1e-6)
+
+
+def test_the_executors_rope_equals_transformers_gptj_and_gpt_neox():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import numpy as np
+    from transformers.models.gpt_neox import modeling_gpt_neox as neox
+    from transformers.models.gptj import modeling_gptj as gptj
+
+    B, H, T, Dh, R = 2, 3, 5, 12, 8
+    x = torch.randn(B, T, H, Dh, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    pos = np.arange(T)
+    # GPT-J: rotate_every_two on x[..., :R] of [B, T, H, Dh]
+    sincos = gptj.create_sinusoidal_positions(T, R).to(torch.float64)[None]
+    sin, cos = torch.split(sincos, R // 2, dim=-1)
+    want = torch.cat([gptj.apply_rotary_pos_emb(x[..., :R], sin, cos), x[..., R:]], dim=-1)
+    got = _turn(x.numpy().transpose(0, 2, 1, 3), R, True, pos).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+    # GPT-NeoX: rotate_half on the first R of [B, H, T, Dh]
+    q = x.transpose(1, 2)
+    inv = 1.0 / (10000 ** (torch.arange(0, R, 2, dtype=torch.float64) / R))
+    emb = torch.cat([torch.arange(T, dtype=torch.float64)[:, None] * inv] * 2, dim=-1)[None]
+    want, _ = neox.apply_rotary_pos_emb(q, q, emb.cos(), emb.sin())
+    np.testing.assert_allclose(_turn(q.numpy(), R, False, pos), want.numpy(), rtol=1e-6,
+                               atol=1e-6)
