@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
 from shapecalc.inputs.sources import (
     apply_overrides,
@@ -21,7 +22,7 @@ from shapecalc.inputs.sources import (
     presets_dirs,
     published,
 )
-from shapecalc.model.config import ModelConfig, ShapecalcError
+from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
 
 HF = Path(__file__).parent / "data" / "hf"
 PUBLISHED = json.loads((HF / "published.json").read_text())
@@ -284,8 +285,13 @@ def test_qwen2_sliding_window(tmp_path):
     assert load_hf_config(write_hf(tmp_path, q)).sliding_window == 4096
     q["max_window_layers"] = 28  # no layer at or past 28: nothing slides
     assert load_hf_config(write_hf(tmp_path, q)).sliding_window is None
-    q["max_window_layers"] = 14
-    raises("max_window_layers", load_hf_config, write_hf(tmp_path, q))
+    q["max_window_layers"] = 14  # layers 14..27 slide, 0..13 attend to everything
+    m = load_hf_config(write_hf(tmp_path, q))
+    assert m.layer_types == ("full",) * 14 + ("sliding",) * 14 and m.sliding_window == 4096
+    # the cache sums the kinds: 14 layers of T tokens and 14 of min(T, W), K and V of
+    # H_kv=4 heads of Dh=128 in bf16
+    t = build_trace(m, Workload(batch=1, seq=8192))["totals"]
+    assert t["kv_cache_bytes"] == (14 * 8192 + 14 * 4096) * 2 * 4 * 128 * 2
 
 
 def test_falcon_variants(tmp_path):

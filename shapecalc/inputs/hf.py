@@ -105,7 +105,7 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
     elif mt == "mistral":  # no biases anywhere (MistralAttention/MistralMLP use bias=False)
         out.update(sliding_window=h.get("sliding_window", 4096))
     elif mt == "qwen2":  # q, k, v have biases; o_proj and the MLP do not
-        out.update(qkv_bias=True, sliding_window=_qwen2_window(h, out["n_layers"]))
+        out.update(qkv_bias=True, **hf_moe.qwen_windows(h, out["n_layers"]))
     elif mt == "gemma":
         out.update(head_dim=h.get("head_dim", 256),
                    embedding_scale=True)  # hidden_states * sqrt(hidden_size)
@@ -118,27 +118,6 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
     else:
         out.update(hf_moe.READERS[mt](h, out))
     return out
-
-
-def _qwen2_window(h: _HF, n_layers: int) -> int | None:
-    """Qwen2 slides only when use_sliding_window, and then only on layers ≥ max_window_layers."""
-    window = h.get("sliding_window", 4096) if h.get("use_sliding_window", False) else None
-    if window is None:
-        return None
-    types = h.get("layer_types") or [
-        "sliding_attention" if i >= (h.get("max_window_layers", 28) or 0) else "full_attention"
-        for i in range(n_layers)
-    ]
-    sliding = sum(t == "sliding_attention" for t in types)
-    if sliding == 0:
-        return None
-    if sliding == len(types):
-        return window
-    raise ShapecalcError(
-        "max_window_layers",
-        f"a sliding window on {sliding} of {len(types)} layers cannot be represented; "
-        "shapecalc applies one window to every layer",
-    )
 
 
 def _gpt2(h: _HF) -> dict[str, Any]:

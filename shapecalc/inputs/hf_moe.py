@@ -149,16 +149,21 @@ def _qwen3_attention(h: _HF) -> Fields:
     return dict(qk_norm=True, qkv_bias=bias, attn_out_bias=bias)
 
 
-def _qwen3(h: _HF, f: Fields) -> Fields:
-    # head_dim defaults to 128 (not D/H); without layer_types, layers at or past
-    # max_window_layers slide, if use_sliding_window
-    n, window = f["n_layers"], _qwen_window(h)
+def qwen_windows(h: _HF, n: int) -> Fields:
+    """Qwen2, Qwen3: without layer_types, the layers at or past max_window_layers slide, if
+    use_sliding_window (transformers 5.x's default layer_types)."""
+    window = _qwen_window(h)
     types = h.get("layer_types") or [
-        "sliding_attention" if window is not None and i >= h.get("max_window_layers", 28)
+        "sliding_attention" if window is not None and i >= (h.get("max_window_layers", 28) or 0)
         else "full_attention" for i in range(n)
     ]
+    return _windows(types, window, n)
+
+
+def _qwen3(h: _HF, f: Fields) -> Fields:
+    # head_dim defaults to 128 (not D/H)
     return dict(head_dim=h.get("head_dim", 128), **_qwen3_attention(h),
-                **_windows(types, window, n))
+                **qwen_windows(h, f["n_layers"]))
 
 
 def _qwen3_moe(h: _HF, f: Fields) -> Fields:

@@ -39,6 +39,7 @@ from measure_flops import check_roundtrip, config_to_json_dict
 from measure_moe import (
     ROUTER_CLASSES,
     RoutingLog,
+    cache_bytes,
     count,
     expert_check,
     meta_params,
@@ -131,17 +132,6 @@ PUBLISHED = {
         "trillion total parameters'; its config.json says model_type kimi_k2 with "
         "architectures DeepseekV3ForCausalLM (transformers maps kimi_k2 to deepseek_v3)."),
 }
-
-
-def cache_bytes(cache) -> tuple[int, list[list[int]]]:
-    """Bytes of every tensor a transformers cache holds, and each layer's tensor shapes."""
-    total, shapes = 0, []
-    for layer in cache.layers:
-        tensors = [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-                   if t is not None]
-        total += sum(t.numel() * t.element_size() for t in tensors)
-        shapes.append([list(t.shape) for t in tensors])
-    return total, shapes
 
 
 def measure_case(name: str, model_type: str, kwargs: dict) -> dict:

@@ -296,6 +296,31 @@ def expert_check(cfg, parts: dict, routing: dict) -> dict:
     return out
 
 
+def cache_bytes(cache) -> tuple[int, list[list[int]]]:
+    """Bytes of every tensor a transformers cache holds, and each layer's tensor shapes."""
+    total, shapes = 0, []
+    for layer in cache.layers:
+        tensors = [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                   if t is not None]
+        total += sum(t.numel() * t.element_size() for t in tensors)
+        shapes.append([list(t.shape) for t in tensors])
+    return total, shapes
+
+
+def window_cache_bytes(cfg, cache) -> int:
+    """What the same cache holds when a sliding layer keeps min(T, W) tokens (vLLM's, and
+    shapecalc's convention) instead of transformers' W-1: per layer, its bytes per token x the
+    tokens it would keep."""
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * len(cache.layers)
+    total = 0
+    for kind, layer in zip(types, cache.layers, strict=True):
+        held = layer.keys.shape[-2]
+        per_token = 2 * layer.keys.numel() * layer.keys.element_size() // held
+        keep = min(T, cfg.sliding_window) if kind == "sliding_attention" else T
+        total += keep * per_token
+    return total
+
+
 def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
@@ -331,6 +356,8 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         log.take()
         past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
         assert past is not None
+        kv_hf, kv_shapes = cache_bytes(past)
+        kv_window = window_cache_bytes(cfg, past)
         res["decode"] = count(
             lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past}))
         )
@@ -378,6 +405,9 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         "decode_modules": res["decode"][2],
         "params": n_params,
         "params_meta": n_meta,
+        "kv_cache_bytes": kv_hf,
+        "kv_cache_bytes_window_W": kv_window,
+        "kv_cache_shapes": kv_shapes,
         "note": NOTES.get(name, ""),
     }
     if is_moe:
@@ -440,7 +470,11 @@ HOW = (
     "with AutoConfig.from_pretrained and built with AutoModelForCausalLM.from_config under "
     "torch.device('meta'); params_meta = sum(p.numel() for p in model.parameters()); "
     "params_published: the exact published integer, figure: the publisher's rounded figure, "
-    "source: where both come from. gpt-oss's quantization_config (mxfp4) is not applied by "
+    "source: where both come from. kv_cache_bytes: sum of numel*element_size of every tensor in "
+    "cache.layers[i].keys/.values after the use_cache=True prefill (float32), kv_cache_shapes "
+    "each layer's; kv_cache_bytes_window_W: the same cache if each sliding layer kept min(T, W) "
+    "tokens (vLLM's convention, which shapecalc reports) instead of transformers' W-1. "
+    "gpt-oss's quantization_config (mxfp4) is not applied by "
     "from_config: the count is of the dequantized (bf16) model, as the model card counts."
 )
 
