@@ -303,3 +303,9 @@ def test_mla_form_on_a_model_without_mla_exits_2(cli):
     _one_line(cli("trace", "--preset", "llama2-7b", "--mla-form", "latent"), "mla_form")
     _one_line(cli("trace", "--preset", "deepseek-v2-lite", "--mla-form", "compressed"),
               "mla_form")
+
+
+def test_explain_refuses_mla_in_one_line(cli, tmp_path):
+    path = tmp_path / "mla.json"
+    path.write_text(json.dumps(tiny().model_dump(exclude={"name"})))
+    _one_line(cli("explain", "--config", str(path)), "kv_lora_rank")

@@ -126,6 +126,9 @@ def own_model(model: ModelConfig, T: int, seed: int = 0) -> Walk:
                              f"than {MAX_D}: use a toy model")
     if not 1 <= T <= MAX_T:
         raise ShapecalcError("seq", f"explain prints every matrix: T must be 1..{MAX_T}, not {T}")
+    if model.mla:  # its q, k, v come through latents: `trace` lists those stages, verify runs them
+        raise ShapecalcError("kv_lora_rank", "explain walks q, k, v projections; Multi-head Latent "
+                             "Attention builds them from latents: see its stages in `trace`")
     # unit-scale weights, so that scores are not all ≈ 0 as with 0.02-scale ones
     weights = Weights(model, seed, np.float64, std=model.d_model**-0.5)
     X = np.random.default_rng(seed + 1).standard_normal((T, model.d_model))
