@@ -14,7 +14,7 @@ import pytest
 from shapecalc.check.budget import DEFAULT_BUDGET, GiB, estimate
 from shapecalc.check.verify import verify
 from shapecalc.inputs import sources
-from shapecalc.model.config import ModelConfig, Workload
+from shapecalc.model.config import ModelConfig, ShapecalcError, Workload, check
 from shapecalc.model.plan import layer_plan
 
 FULL_WIDTH_CAP = 1 * GiB  # the most one default-run case may plan to allocate
@@ -23,7 +23,11 @@ PRESETS = sorted(sources.list_presets())
 
 
 def _tp(model: ModelConfig) -> int:
-    return 2 if model.n_heads % 2 == 0 and model.d_ff % 2 == 0 and model.kv_heads % 2 == 0 else 1
+    try:  # tp=2 wherever the model allows it (OLMo 2's whole-width q/k norms do not)
+        check(model, Workload(batch=1, seq=8, tp=2))
+    except ShapecalcError:
+        return 1
+    return 2 if model.kv_heads % 2 == 0 else 1
 
 
 def _workload(model: ModelConfig) -> Workload:

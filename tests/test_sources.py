@@ -39,7 +39,8 @@ def params(m: ModelConfig) -> int:
     norm = d * (2 if m.has_norm_bias else 1)
     attn = d * h * dh + 2 * d * hkv * dh + h * dh * d
     attn += (h * dh + 2 * hkv * dh) * m.qkv_bias + d * m.attn_out_bias
-    attn += 2 * dh * m.qk_norm + h * m.attention_sinks  # q/k RMSNorm γ; one sink a head
+    qk = 2 * dh if m.qk_norm_width == "head" else (h + hkv) * dh  # OLMo 2: the whole width
+    attn += qk * m.qk_norm + h * m.attention_sinks  # q/k RMSNorm γ; one sink a head
     attn += (h + hkv) * dh * m.qk_norm_per_head  # q/k LayerNorm: a γ per head
     if m.kv_lora_rank is not None:  # MLA, written out from DeepseekV3Attention.__init__
         dq, dc, dr, dn, dv = (m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim,
@@ -49,7 +50,8 @@ def params(m: ModelConfig) -> int:
         attn += ((dq or 0) + dc + dr) * m.qkv_bias + d * m.attn_out_bias
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
-    base = attn + (m.parallel_norms if m.parallel_block else 2) * norm
+    norms = 4 if m.norm_position == "sandwich" else 2  # Gemma 2/3: + the post-norms; OLMo 2: 2
+    base = attn + (m.parallel_norms if m.parallel_block else norms) * norm
     total = v * d + norm + norm * m.embedding_norm  # final norm; BLOOM's embedding norm
     for kind in m.ffn_types or (("moe" if m.n_experts else "dense",) * m.n_layers):
         if kind == "dense":
@@ -325,9 +327,8 @@ def test_opt_variants(tmp_path):
 def test_hf_errors(tmp_path):
     err = raises("model_type", load_hf_config, write_hf(tmp_path, {"model_type": "bert"}))
     assert "'bert' is not supported; supported: " in err.reason and "llama" in err.reason
-    raises(
-        "model_type", load_hf_config, write_hf(tmp_path, {**hf("gemma-7b"), "model_type": "gemma2"})
-    )
+    raises("model_type", load_hf_config,
+           write_hf(tmp_path, {**hf("gemma-7b"), "model_type": "gemma3n"}))
     raises("model_type", load_hf_config, write_hf(tmp_path, {"hidden_size": 8}))
     cfg = hf("llama2-7b")
     del cfg["hidden_size"]

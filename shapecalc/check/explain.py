@@ -71,7 +71,7 @@ def _walk(model: ModelConfig, T: int, X: np.ndarray, weights: Weights, heading: 
         a = {"Q": q, "K": k, "V": v}[n][0, 0, 0]
         steps.append(Matrix(n, f"{n} = X × W{n}", a, _product(X, W, a)))
     if model.positions == "rope":
-        angles = ops.rope_angles(None, None)
+        angles = ops.rope_angles(None, None, model.rope_base)
         q = ops.rope(q, "attn.rope", "RoPE q", angles)
         k = ops.rope(k, "attn.rope", "RoPE k", angles)
         steps += [Matrix("Q_rope", "Q after RoPE (each pair rotated by its position)",

@@ -82,7 +82,23 @@ def compare_stages(num: list[Stage], sym: list[Stage], plan: LayerPlan, k: int, 
             i, s, m = wrong[0]
             c["detail"] = f"{_where(num[i])}: symbolic {s}, measured {m}"
         checks.append(c)
+    checks.append(_scale_factors(num, exp, label))
     return checks
+
+
+def _scale_factors(num: list[Stage], exp: list[Stage], label: str) -> dict:
+    """Each scale stage's factor (the score scale 1/√Dh or 1/√s, √D, …) against the one measured
+    on the arrays (after / before, to rounding)."""
+    pairs: list[tuple[Any, float, Stage]] = [
+        (b.extra.get("factor"), a.extra["factor"], a) for a, b in zip(num, exp, strict=False)
+        if a.op == "scale" and a.extra.get("factor") is not None]
+    wrong = [(s, m, a) for s, m, a in pairs
+             if s is None or abs(s - m) > 2e-3 * max(abs(s), abs(m))]
+    c = _check(f"stage scale factors ({label})", len(pairs), len(pairs) - len(wrong), not wrong)
+    if wrong:
+        s, m, a = wrong[0]
+        c["detail"] = f"{_where(a)}: symbolic {s}, measured {m}"
+    return c
 
 
 def _check(name: str, symbolic: Any, measured: Any, ok: bool | None = None) -> dict:

@@ -44,6 +44,8 @@ TOTALS: tuple[Field, ...] = (
           "kv_cache_paged_bytes"),
     Field("largest_activation", "Activation", "the largest tensor the step writes (no cache)",
           "largest_activation_bytes"),
+    Field("kv_cache_groups", "list[KvGroup]", "the layers sharing each window W or chunk C "
+          "(both null: full attention): how many, the tokens each holds per sequence, bytes"),
 )
 
 TP_LEDGER: tuple[Field, ...] = (

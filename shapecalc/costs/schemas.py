@@ -41,6 +41,7 @@ class StageOut(_Strict):
     operands: list[list[int]]
     operand_dims: list[list[str]]
     mask_dims: list[str] | None = None
+    factor: float | None = None  # a scale stage's factor (verify measures it)
 
 
 class KindParams(_Strict):
@@ -112,6 +113,14 @@ class Activation(_Strict):
     bytes: int
 
 
+class KvGroup(_Strict):
+    window: int | None
+    chunk: int | None
+    layers: int
+    tokens: int
+    bytes: int
+
+
 class SplitOut(_Strict):
     weight: str
     split: str
@@ -123,7 +132,8 @@ def _section(name: str, fields: tuple[Field, ...]) -> type[BaseModel]:
     types: dict[str, Any] = {"int": int, "bool": bool, "str": str, "float": float,
                              "list[int]": list[int],
                              "list[Split]": list[SplitOut], "ParamsBreakdown": ParamsBreakdown,
-                             "FlopsBreakdown": FlopsBreakdown, "Activation": Activation}
+                             "FlopsBreakdown": FlopsBreakdown, "Activation": Activation,
+                             "list[KvGroup]": list[KvGroup]}
     return create_model(  # type: ignore[call-overload, no-any-return]
         name, __base__=_Strict,
         **{f.name: (types[f.type], PydField(description=f.doc)) for f in fields})

@@ -17,6 +17,7 @@ from ..model.parallel import (
     alltoall_bytes,
     ep_rank_expert_params,
     kv_bytes_per_token,
+    kv_group_bytes,
     kv_heads_per_rank,
     kv_replicated,
     paged_kv,
@@ -25,7 +26,7 @@ from ..model.parallel import (
     stage_params,
     stage_sums,
 )
-from ..model.plan import LayerPlan, layer_plan
+from ..model.plan import Chunk, LayerPlan, layer_plan
 from ..model.stage import (
     ATTN_PROJ_ROLES,
     ATTN_SCORE_ROLES,
@@ -165,6 +166,12 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
             "shape": largest.shape,
             "bytes": largest.bytes,
         },
+        "kv_cache_groups": [
+            {"window": w if isinstance(w, int) else None,
+             "chunk": w.size if isinstance(w, Chunk) else None,
+             "layers": n, "tokens": tokens, "bytes": wl.batch * b}
+            for w, n, tokens, b in kv_group_bytes(model, wl.kv, wl.seq, wl.phase, mla=wl.mla)
+        ],
     })
     doc = {
         "model": model.model_dump(),

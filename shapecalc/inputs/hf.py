@@ -8,14 +8,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
-from . import hf_alibi, hf_classic, hf_deepseek, hf_keys, hf_llama4, hf_moe
+from . import hf_alibi, hf_classic, hf_deepseek, hf_gemma, hf_keys, hf_llama4, hf_moe
 from .sources import _parse
 
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
 _SILU = {"silu", "swish"}
 _DENSE = ("falcon", "gemma", "gpt2", "llama", "mistral", "opt", "phi3", "qwen2")
 SUPPORTED = tuple(sorted((*_DENSE, *hf_moe.READERS, *hf_alibi.READERS, *hf_classic.READERS,
-                          *hf_deepseek.READERS, "llama4_text")))
+                          *hf_deepseek.READERS, *hf_gemma.READERS, "llama4_text")))
 # families that need what shapecalc does not model yet: the one line each is refused with
 REFUSED: dict[str, str] = {}
 
@@ -86,18 +86,20 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
         "deepseek_v2": (None, 2048, False, "hidden_act"),
         "deepseek_v3": (128, 4096, False, "hidden_act"),
         "kimi_k2": (128, 4096, False, "hidden_act"),
+        **hf_gemma.DEFAULTS,
     }[mt]
-    if act_key == "hidden_activation" and not h.get(act_key):
+    if mt == "gemma" and act_key and not h.get(act_key):  # (Gemma 2/3: hidden_activation)
         # older transformers read hidden_activation (ignoring hidden_act); newer read hidden_act
         act_key = "hidden_act"
     out.update(
         n_kv_heads=_kv(h, kv, heads),
-        ffn=h.act(act_key, "gelu_pytorch_tanh" if mt == "gemma" else "silu", gated=True)
+        ffn=h.act(act_key, "gelu_pytorch_tanh" if mt.startswith("gemma") else "silu",
+                  gated=True)
         if act_key else "swiglu",
         max_positions=h.get("max_position_embeddings", positions),
         tie_embeddings=h.get("tie_word_embeddings", tied),
     )
-    if mt in ("llama", "gemma"):  # attention_bias on q, k, v and o
+    if mt in ("llama", "gemma", *hf_gemma.READERS):  # attention_bias on q, k, v and o
         bias = bool(h.get("attention_bias", False))
         out.update(qkv_bias=bias, attn_out_bias=bias)
     if mt == "llama":
@@ -116,7 +118,7 @@ def _llama_like(h: _HF, mt: str) -> dict[str, Any]:
     elif mt in hf_deepseek.READERS:
         out.update(hf_deepseek.READERS[mt](h, out))
     else:
-        out.update(hf_moe.READERS[mt](h, out))
+        out.update({**hf_moe.READERS, **hf_gemma.READERS}[mt](h, out))
     return out
 
 
@@ -224,6 +226,8 @@ def _opt(h: _HF) -> dict[str, Any]:
 def read_family(h: _HF, mt: str) -> dict[str, Any]:
     """The fields model_type `mt`'s reader reads from `h`, after the audit of the keys it leaves
     unread (hf_keys.py): a shape-changing key no reader reads is refused, never ignored."""
+    # widths a config class defaults (a multimodal Gemma 3's text_config leaves some out)
+    h.cfg = {**hf_gemma.CLASS_DEFAULTS.get(mt, {}), **h.cfg}
     if mt == "gpt2":
         fields = _gpt2(h)
     elif mt == "falcon":

@@ -180,6 +180,8 @@ _DIMS = frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attent
 _ROT = {"partial_rotary_factor", "rope_parameters.partial_rotary_factor",
         "rope_scaling.partial_rotary_factor"}
 _QWEN_WINDOW = {"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"}
+_GEMMA = {"hidden_activation", "attention_bias", "use_bidirectional_attention", "layer_types",
+          "sliding_window", "query_pre_attn_scalar", "rope_parameters"}
 _MOE = {"num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
         "mlp_only_layers"}
 
@@ -213,6 +215,13 @@ READS: dict[str, frozenset[str]] = {
                              "use_qk_norm", "attn_temperature_tuning", "moe_layers",
                              "interleave_moe_layer_step", "num_local_experts",
                              "num_experts_per_tok"},
+    # hf_gemma.py
+    "gemma2": _LLAMA - {"hidden_act"} | _GEMMA | {"attn_logit_softcapping",
+                                                  "final_logit_softcapping", "rope_theta"},
+    "gemma3_text": _LLAMA - {"hidden_act"} | _GEMMA | {
+        "sliding_window_pattern", "attn_logit_softcapping", "final_logit_softcapping",
+        "rope_theta", "rope_local_base_freq"},
+    "olmo2": _LLAMA | {"attention_bias", "rope_parameters", "rope_theta"},
     "gpt2": frozenset({"vocab_size", "n_embd", "n_layer", "n_head", "n_inner",
                        "activation_function", "n_positions", "tie_word_embeddings",
                        "add_cross_attention"}),

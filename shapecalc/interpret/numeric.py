@@ -24,7 +24,7 @@ from ..model.forward import Ops, Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, llama4, mla, moe, rotary
+from . import alibi, elementwise, llama4, mla, moe, rotary
 from .caches import ContiguousKV, KVCache
 from .storage import decode, measure, stored_nbytes
 from .weights import Weights
@@ -158,20 +158,28 @@ class NumericOps(Ops):
         y = x + pe
         return self._rec("pos.add", "position add", "add", y, ew=self._el(y), params=params)
 
-    def rope_angles(self, T: Any, Dh: Any) -> np.ndarray:
+    def rope_angles(self, T: Any, Dh: Any, base: float, sliding: bool = False) -> Any:
         # the rotated width R (Dh unless partial rotary; MLA's D_r): angles [T,R/2], tables [T,R]
-        ang, cos, sin = rotary.tables(self.m.rot, self.pos, self.dt, self.m.rope_interleaved)
+        ang, cos, sin = rotary.tables(self.m.rot, self.pos, self.dt, self.m.rope_interleaved,
+                                      base)
         if ang.ndim == 3:  # per-sequence positions [B,T,Dh] → [B,1,T,Dh] against [R,B,H,T,Dh]
             cos, sin = cos[:, None], sin[:, None]
-        self._rope = (cos, sin)
-        return self._rec("rope.angles", "RoPE angles", "outer", ang[None], ew=ang.size,
-                         dtype="fp32")
+        self._rec("rope.angles", "RoPE angles (sliding layers)" if sliding else "RoPE angles",
+                  "outer", ang[None], ew=ang.size, dtype="fp32")
+        return cos, sin  # what rope() turns with: the layer's own table
 
     def scale(self, x: np.ndarray, role: str, name: str, factor: float, label: str
               ) -> np.ndarray:
         # the scores are fresh from QKᵀ and used once: scale them in place
+        before = x.reshape(-1)[:256].astype(np.float64)  # the factor is measured: after/before
         y = np.multiply(x, self.dt(factor), out=x if role == "attn.scale" else None)
-        return self._rec(role, name, "scale", y, ew=self._el(y))
+        out = self._rec(role, name, "scale", y, ew=self._el(y))
+        self.stages[-1].extra["factor"] = elementwise.measured_factor(before, y)
+        return out
+
+    def softcap(self, x: np.ndarray, role: str, name: str, cap: float) -> np.ndarray:
+        y = elementwise.softcap(x, cap, self.dt)
+        return self._rec(role, name, "softcap", y, ew=3 * self._el(y))
 
     def norm(self, x: np.ndarray, role: str, name: str, width: Any = None,
              kind: str | None = None) -> np.ndarray:
@@ -179,12 +187,14 @@ class NumericOps(Ops):
         key = (self._layer, role)
         beta = m.has_norm_bias if kind is None else False
         kind = kind or m.norm
-        g = self.w.get((*key, "γ"), (D,), base=1.0) if kind != "l2norm" else np.ones(1, self.dt)
+        plus_one = m.norm_plus_one and kind == "rmsnorm"  # Gemma: γ around 0, × (1+γ)
+        g = (self.w.get((*key, "γ"), (D,), base=0.0 if plus_one else 1.0) if kind != "l2norm"
+             else np.ones(1, self.dt))
         params = g.size
         y, ew = rotary.normalize(x, kind)
         if kind == "l2norm":  # Llama 4's q/k norm: no γ
             return self._rec(role, name, kind, y, ew=ew)
-        y *= g
+        y *= (1 + g) if plus_one else g
         ew += n
         if beta:
             b = self.w.get((*key, "β"), (D,))
@@ -258,7 +268,7 @@ class NumericOps(Ops):
         return self._rec(role, f"{name}: transpose", "transpose", r.transpose(0, 1, 3, 2, 4))
 
     def rope(self, x: np.ndarray, role: str, name: str, angles: Any) -> np.ndarray:
-        cos, sin = self._rope
+        cos, sin = angles  # the layer's own table (rope_angles)
         if x.ndim == 4 and cos.ndim == 4:  # MLA's k_rope [R,B,T,D_r], per-sequence positions
             cos, sin = cos[:, 0], sin[:, 0]
         y, turned = rotary.rotate(x, cos, sin, self.m.rope_interleaved)
@@ -353,31 +363,8 @@ class NumericOps(Ops):
         return self._rec(role, name, "add", y, ew=self._el(y))
 
     def activation(self, x: np.ndarray, role: str, name: str, kind: str) -> np.ndarray:
-        n = self._el(x)
-        if kind == "relu":
-            y, ew = np.maximum(x, 0, out=x), n
-        elif kind == "silu":  # x / (1 + e^−x): negate, exp, add, divide
-            u = np.negative(x)
-            np.exp(u, out=u)
-            u += 1
-            y, ew = np.divide(x, u, out=u), 4 * n
-        elif kind == "sigmoid":  # 1 / (1 + e^−x): negate, exp, add, divide
-            u = np.negative(x)
-            np.exp(u, out=u)
-            u += 1
-            y, ew = np.reciprocal(u, out=u), 4 * n
-        else:  # gelu (tanh form): ½·x·(1 + tanh(c·(x + 0.044715·x³))), 8 passes
-            c = np.sqrt(2 / np.pi)
-            u = x * x
-            u *= self.dt(c * 0.044715)
-            u += self.dt(c)
-            u *= x
-            np.tanh(u, out=u)
-            u += 1
-            u *= x
-            u *= self.dt(0.5)
-            y, ew = u, 8 * n
-        return self._rec(role, f"{name} ({kind})", kind, y, ew=ew)
+        y, passes = elementwise.activation(x, kind, self.dt)
+        return self._rec(role, f"{name} ({kind})", kind, y, ew=passes * self._el(y))
 
     def mul(self, a: np.ndarray, b: np.ndarray, role: str, name: str) -> np.ndarray:
         y = a * b

@@ -11,11 +11,11 @@ EPS = 1e-5
 ROPE_BASE = 10000.0
 
 
-def tables(r: int, pos: np.ndarray, dt: Any, interleaved: bool
+def tables(r: int, pos: np.ndarray, dt: Any, interleaved: bool, base: float = ROPE_BASE
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(angles [..,T,R/2], cos, sin [..,T,R]) for the rotated width R; the rotation's sign is
-    folded into sin."""
-    inv = (ROPE_BASE ** (-np.arange(0, r, 2) / r)).astype(np.float32)
+    """(angles [..,T,R/2], cos, sin [..,T,R]) for the rotated width R and base θ; the rotation's
+    sign is folded into sin."""
+    inv = (base ** (-np.arange(0, r, 2) / r)).astype(np.float32)
     ang = pos.astype(np.float32)[..., None] * inv  # positions ⊗ frequencies
     c, sn = np.cos(ang).astype(dt), np.sin(ang).astype(dt)
     if interleaved:  # pairs (2i, 2i+1) share frequency i (GPT-J, Cohere)

@@ -36,6 +36,7 @@ ELEMENTWISE: dict[str, int] = {
     "topk": 1,  # one comparison per score
     "combine": 2,  # each expert output × its weight, summed
     "temperature": 6,  # per position: +1, ÷8192, floor, log1p, ×0.1, +1 (Llama 4)
+    "softcap": 3,  # divide by c, tanh, multiply by c
 }
 
 SPLIT_NOTE = {
@@ -152,32 +153,28 @@ class SymbolicOps(Ops):
     def positions(self, x: Sym, kind: str, rows: int | None) -> Sym:
         if kind == "learned":
             assert rows is not None
-            return self._rec(
-                "pos.add",
-                "position add",
-                "add",
-                x,
-                ew=ELEMENTWISE["add"],
-                params=formula([self.z.sym("P", rows), self.z.D]),
-                note=f"learned table [P,D], P = max_positions = {rows}",
-            )
+            return self._rec("pos.add", "position add", "add", x, ew=ELEMENTWISE["add"],
+                             params=formula([self.z.sym("P", rows), self.z.D]),
+                             note=f"learned table [P,D], P = max_positions = {rows}")
         return self._rec("pos.add", "position add", "add", x, ew=ELEMENTWISE["add"],
                          note="sinusoidal")
 
-    def rope_angles(self, T: Dim, Dh: Dim) -> Sym:
+    def rope_angles(self, T: Dim, Dh: Dim, base: float, sliding: bool = False) -> Sym:
         # positions ⊗ inverse frequencies → [T,Dh/2] angles, an elementwise outer product (as
         # transformers ≥ 5 computes it; FlopCounterMode counts no matmul here)
-        return self._rec(
-            "rope.angles",
-            "RoPE angles",
-            "outer",
-            Sym((T, _half(Dh)), "fp32"),
-            ew=ELEMENTWISE["mul"],
-            note="once per forward, shared by all layers",
-        )
+        which = f"the sliding layers, θ={base:g}" if sliding else "all layers"
+        return self._rec("rope.angles", "RoPE angles (sliding layers)" if sliding else
+                         "RoPE angles", "outer", Sym((T, _half(Dh)), "fp32"),
+                         ew=ELEMENTWISE["mul"], note=f"once per forward, shared by {which}")
 
     def scale(self, x: Sym, role: str, name: str, factor: float, label: str) -> Sym:
-        return self._rec(role, name, "scale", x, ew=ELEMENTWISE["scale"], note=f"× {label}")
+        self._rec(role, name, "scale", x, ew=ELEMENTWISE["scale"], note=f"× {label}")
+        self.stages[-1].extra["factor"] = factor  # verify measures it on the arrays
+        return x
+
+    def softcap(self, x: Sym, role: str, name: str, cap: float) -> Sym:
+        return self._rec(role, name, "softcap", x, ew=ELEMENTWISE["softcap"],
+                         note=f"{cap:g}·tanh(x/{cap:g})")
 
     def norm(self, x: Sym, role: str, name: str, width: Dim | None = None,
              kind: str | None = None) -> Sym:
@@ -190,9 +187,9 @@ class SymbolicOps(Ops):
         per = ELEMENTWISE[kind] + 1 + int(beta)
         p = _total((self.z.D if width is None else width) * (2 if beta else 1))
         over = "" if width is None else (
-            " over each head's Dh" if role in ("attn.q_norm", "attn.k_norm")
-            else f" over {width.symbol}")
+            " over each head's Dh" if len(x.dims) == 4 else f" over {width.symbol}")
         note = ("γ, β" if beta else "γ") + over
+        note += " (× (1+γ))" if m.norm_plus_one and kind == "rmsnorm" else ""
         return self._rec(role, name, kind, x, ew=per, params=p, note=note)
 
     def temperature(self, q: Sym, role: str, name: str) -> Sym:

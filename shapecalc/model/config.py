@@ -58,7 +58,9 @@ class ModelConfig(Record):
         "gelu", "gelu/relu: up, down; swiglu/geglu: gate, up, down"
     )
     norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
-    norm_position: Literal["pre", "post"] = _doc("pre")
+    norm_position: Literal["pre", "post", "sandwich", "output"] = _doc(
+        "pre", "pre: x + f(Norm(x)); post: Norm(x + f(x)); sandwich (Gemma 2/3): "
+        "x + Norm(f(Norm(x))); output (OLMo 2): x + Norm(f(x))")
     positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = _doc(
         "learned", "alibi: no table, no rotation; a per-head linear bias on the scores (BLOOM, MPT)"
     )
@@ -96,6 +98,15 @@ class ModelConfig(Record):
     embedding_norm: bool = _doc(
         False, "a norm (γ, β as the model's norms) right after the embedding lookup (BLOOM)"
     )
+    # Gemma 2/3 and OLMo 2 (and norm_position sandwich, output)
+    query_pre_attn_scalar: PosFloat | None = _doc(None, "s: scores × 1/√s, not 1/√Dh (Gemma 2/3)")
+    attn_softcap: PosFloat | None = _doc(None, "c: scores ← c·tanh(scores/c), before the mask")
+    final_softcap: PosFloat | None = _doc(None, "c: logits ← c·tanh(logits/c) (Gemma 2)")
+    norm_plus_one: bool = _doc(False, "RMSNorms × (1+γ), γ stored around 0 (Gemma); same counts")
+    qk_norm_width: Literal["head", "all"] = _doc("head", "q/k norms over each head's Dh, or all "
+                                                "of H·Dh and H_kv·Dh before the heads split")
+    rope_base: PosFloat = _doc(10000.0, "θ: RoPE's base (the executor's angles; no count changes)")
+    rope_base_local: PosFloat | None = _doc(None, "θ of the sliding layers (Gemma 3), if other")
     # Mixture-of-Experts (the FFN of the layers `ffn_types` marks moe)
     n_experts: Pos | None = _doc(None, "E: routed experts (null: a dense model)")
     experts_per_token: Pos | None = _doc(None, "k: experts each token is routed to")
@@ -244,7 +255,7 @@ class ModelConfig(Record):
             raise ShapecalcError("head_dim", f"RoPE rotates pairs, so Dh={self.dh} must be even")
         if self.positions == "learned" and self.max_positions is None:
             raise ShapecalcError("max_positions", "a learned position table needs its row count")
-        if self.parallel_block and self.norm_position == "post":
+        if self.parallel_block and self.norm_position != "pre":
             raise ShapecalcError(
                 "parallel_block", "a parallel block reads one pre-norm; it needs norm_position pre"
             )
@@ -266,6 +277,7 @@ class ModelConfig(Record):
         rules.check_moe(self)
         rules.check_classic(self)
         rules.check_mla(self)
+        rules.check_gemma(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
@@ -353,6 +365,10 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if wl.mla_form is not None and not model.mla:
         raise ShapecalcError("mla_form", "applies to Multi-head Latent Attention models only "
                              "(kv_lora_rank set)")
+    if p > 1 and model.qk_norm and model.qk_norm_width == "all":
+        # vLLM all-gathers q and k for OLMo 2's norm; that traffic is not modelled
+        raise ShapecalcError("tp", f"p={p}: q/k norms over the whole width (qk_norm_width all, "
+                             "OLMo 2) need every head's values on one rank; use tp 1")
     if wl.pp > model.n_layers:
         raise ShapecalcError("pp", f"s={wl.pp} pipeline stages exceed N={model.n_layers} layers")
     if model.positions == "learned" and model.max_positions is not None:

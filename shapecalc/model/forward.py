@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from . import gemma
 from .config import ModelConfig, Workload, ceil_div
 from .expr import Dim, Expr
 from .mla import mla_attention
@@ -157,20 +158,21 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
                       f"{m.embedding_multiplier:g}")
     if m.positions in ("learned", "sinusoidal"):
         x = ops.positions(x, m.positions, m.max_positions)
-    angles = (ops.rope_angles(z.Tq, z.Dr if m.mla else _rotary(m, z))
-              if m.positions == "rope" else None)
+    angles = gemma.rope_angles(ops, m, z.Tq, z.Dr if m.mla else _rotary(m, z))
 
     for layer, spec, _ in ops.layers(layer_plan(m)):
         ops.group("block")
-        x = _block(ops, m, spec, wl, z, x, layer, angles)
+        x = _block(ops, m, spec, wl, z, x, layer, angles[spec.attention == "sliding"])
 
     ops.group("head")
-    if m.norm_position == "pre":
+    if m.norm_position != "post":
         x = ops.norm(x, "head.norm", "final norm")
     if wl.logits == "last":
         x = ops.last_position(x, "head.last", "last position")
     logits = ops.linear(x, "head.lm", "lm head", z.D, z.V, m.lm_head_bias,
                         "vocab" if tp else "replicated")
+    if m.final_softcap is not None:  # Gemma 2: on every logit (each rank its vocabulary slice)
+        logits = ops.softcap(logits, "head.softcap", "final logit softcap", m.final_softcap)
     if tp:
         logits = ops.allgather(logits, "comm.allgather", "logits all-gather",
                                z.sym("N_vocab", m.vocab_size))
@@ -184,8 +186,9 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
 
 def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x: Any,
            layer: int, angles: Any) -> Any:
-    if spec.norm_position == "pre":
-        h = ops.norm(x, "attn.norm", "attention norm")
+    if spec.norm_position != "post":  # pre, and sandwich/output (their branches normed too)
+        pre = spec.norm_position != "output"  # OLMo 2: no pre-norms
+        h = ops.norm(x, "attn.norm", "attention norm") if pre else x
         attend = mla_attention if m.mla else _attention
         a = attend(ops, m, spec, wl, z, h, layer, angles)
         if m.parallel_block:  # x + attn(h) + ffn(h), one all-reduce
@@ -198,9 +201,11 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
             return ops.add(x, s, "residual", "residual")
         if z.p > 1:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
+        a = gemma.post_norm(ops, spec, a, "attn")
         x = ops.add(x, _branch(ops, m, a), "residual", "residual")
-        h = ops.norm(x, "ffn.norm", "FFN norm")
+        h = ops.norm(x, "ffn.norm", "FFN norm") if pre else x
         f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
+        f = gemma.post_norm(ops, spec, f, "ffn")
         return ops.add(x, _branch(ops, m, f), "residual", "residual")
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
     a = _attention(ops, m, spec, wl, z, x, layer, angles)
@@ -237,10 +242,11 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
         k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
         v = ops.linear(h, "attn.v", "v projection", z.D, kvw, m.qkv_bias, "column")
+    q, k = gemma.qk_norm_all(ops, m, q, k, qw, kvw)
     q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
     k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
     v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dh)
-    if m.qk_norm:  # Qwen3: RMSNorm over each head's Dh, before RoPE
+    if m.qk_norm and m.qk_norm_width == "head":  # Qwen3: over each head's Dh, before RoPE
         q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
         k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")
     if m.qk_norm_per_head:  # StableLM, Cohere: LayerNorm over Dh, γ per head
@@ -259,11 +265,9 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     W, C = spec.window, spec.chunk
     kt = ops.transpose_last(k, "attn.kT", "kᵀ")
     s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=W, chunk=C)
-    if m.attention_multiplier is not None:  # Granite: instead of 1/√Dh
-        s = ops.scale(s, "attn.scale", "scale", m.attention_multiplier,
-                      f"{m.attention_multiplier:g}")
-    else:
-        s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh")
+    s = ops.scale(s, "attn.scale", "scale", *gemma.score_scale(m))
+    if m.attn_softcap is not None:  # Gemma 2: after the scale, before the mask
+        s = ops.softcap(s, "attn.softcap", "attention softcap", m.attn_softcap)
     if m.positions == "alibi":  # BLOOM, MPT: the positions enter as a bias on the scores
         s = ops.alibi(s, "attn.alibi", "ALiBi bias")
     if wl.phase == "prefill":

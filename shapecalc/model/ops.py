@@ -35,7 +35,8 @@ class Ops:
     def positions(self, x: Any, kind: str, rows: int | None) -> Any:
         raise NotImplementedError
 
-    def rope_angles(self, T: Dim, Dh: Dim) -> Any:
+    def rope_angles(self, T: Dim, Dh: Dim, base: float, sliding: bool = False) -> Any:
+        """[T,Dh/2] angles of base θ; `sliding`: the table of the sliding layers only."""
         raise NotImplementedError
 
     def scale(self, x: Any, role: str, name: str, factor: float, label: str) -> Any:
@@ -94,6 +95,10 @@ class Ops:
                chunk: int | None = None) -> Any:
         """`causal`: the attention matmuls, whose causal-half count keeps only the (query, key)
         pairs the causal mask, the window W and the chunks of C allow."""
+        raise NotImplementedError
+
+    def softcap(self, x: Any, role: str, name: str, cap: float) -> Any:
+        """c·tanh(x/c): values squashed into (−c, c) (Gemma 2)."""
         raise NotImplementedError
 
     def mask(self, s: Any, role: str, name: str,

@@ -67,12 +67,23 @@ def kv_groups(plan: LayerPlan) -> list[tuple[Reach, int]]:
     return list(out.items())
 
 
+def kv_group_bytes(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1,
+                   mla: str = "absorbed") -> list[tuple[Reach, int, int, int]]:
+    """(reach, layers, tokens, bytes) of each KV group for one sequence on one rank after the
+    step: the tokens each of its layers holds (at most its window) × a token's bytes over them
+    (Gemma 2 at T=8192: 21 layers × 4096 tokens and 21 × 8192, not 42 × 8192)."""
+    out = []
+    for window, layers in kv_groups(layer_plan(model)):
+        tokens = cached_tokens(window, T, phase)
+        out.append((window, layers, tokens,
+                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla)))
+    return out
+
+
 def kv_bytes_per_sequence(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1,
                           mla: str = "absorbed") -> int:
-    """What one sequence's cache holds on one rank after the step: each group's tokens
-    (at most its window) × the bytes a token costs over the group's layers."""
-    return sum(cached_tokens(window, T, phase) * kv_bytes_per_token(model, dtype, p, layers, mla)
-               for window, layers in kv_groups(layer_plan(model)))
+    """What one sequence's cache holds on one rank after the step: the groups' sum."""
+    return sum(g[3] for g in kv_group_bytes(model, dtype, T, phase, p, mla))
 
 
 def paged_blocks(batch: Any, tokens: Any, block_size: int) -> Any:

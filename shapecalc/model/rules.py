@@ -115,3 +115,13 @@ def check_moe(m: ModelConfig) -> None:
     if m.parallel_block:
         raise ShapecalcError("parallel_block", "a parallel block with Mixture-of-Experts "
                              "layers is not modelled")
+
+
+def check_gemma(m: ModelConfig) -> None:
+    """Gemma 2/3 and OLMo 2."""
+    if m.qk_norm_width != "head" and not m.qk_norm:
+        raise ShapecalcError("qk_norm_width", "is set, but qk_norm is false")
+    if m.norm_plus_one and m.norm != "rmsnorm":
+        raise ShapecalcError("norm_plus_one", f"(1+γ) is Gemma's RMSNorm; norm is {m.norm}")
+    if m.rope_base_local is not None and m.positions != "rope":
+        raise ShapecalcError("rope_base_local", f"needs RoPE, not {m.positions}")

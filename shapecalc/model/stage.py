@@ -18,11 +18,12 @@ EXPERT_ROLES = ("moe.experts.gate", "moe.experts.up", "moe.experts.down")  # E e
 FFN_ROLES = ("ffn.gate", "ffn.up", "ffn.down", "moe.router", *EXPERT_ROLES, "moe.shared.gate",
              "moe.shared.up", "moe.shared.down", "moe.shared_gate")
 NORM_ROLES = ("attn.norm", "ffn.norm", "head.norm", "attn.q_norm", "attn.k_norm",
-              "attn.q_l2norm", "attn.k_l2norm")
+              "attn.q_l2norm", "attn.k_l2norm", "attn.post_norm", "ffn.post_norm")
 KV_ROLES = ("kv.write", "kv.append", "kv.read")
 # what FlashAttention never materialises: the [B,H,Tq,Tk] scores and what acts on them, and the
 # GQA repeat of K and V to every query head
-FLASH_SKIP_ROLES = ("attn.scores", "attn.scale", "attn.mask", "attn.softmax", "attn.repeat_kv")
+FLASH_SKIP_ROLES = ("attn.scores", "attn.scale", "attn.softcap", "attn.mask", "attn.softmax",
+                    "attn.repeat_kv")
 
 
 class Stage:

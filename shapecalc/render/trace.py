@@ -134,6 +134,12 @@ def totals_panel(doc: dict[str, Any]) -> Panel:
         f"{human_bytes(tot['kv_cache_bytes'])} · {tot['kv_cache_bytes_per_token']:,} B per "
         "token = 2·N·H_kv·Dh·bytes",
     )
+    groups = tot["kv_cache_groups"]
+    for g in groups if len(groups) > 1 else []:  # local and global layers hold different T
+        kind = (f"W={g['window']:,}" if g["window"] is not None else f"C={g['chunk']:,}"
+                if g["chunk"] is not None else "full attention")
+        t.add_row(f"  {g['layers']} layers × {g['tokens']:,} tokens ({kind})", f"{g['bytes']:,}",
+                  human_bytes(g["bytes"]))
     t.add_row(
         f"  paged, block {wl['block_size']}",
         f"{tot['kv_cache_blocks']:,} blocks",
