@@ -196,3 +196,15 @@ def test_refusals_name_the_key(tmp_path, cli):
     # OLMo 2's whole-width q/k norm needs every head on one rank
     r = cli("trace", "--preset", "olmo2-7b", "--tp", "2")
     assert r.code == 2 and r.err.strip().startswith("error: tp:") and "qk_norm_width" in r.err
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_kv_cache_groups_sum_to_the_cache_on_every_preset(phase):
+    from shapecalc.inputs.sources import list_presets
+
+    for name in sorted(list_presets()):
+        m = load_preset(name)
+        wl = Workload(batch=3, seq=1000 if m.positions == "learned" else 5000, phase=phase)
+        t = build_trace(m, wl)["totals"]
+        assert sum(g["bytes"] for g in t["kv_cache_groups"]) == t["kv_cache_bytes"], name
+        assert sum(g["layers"] for g in t["kv_cache_groups"]) == m.n_layers, name
