@@ -104,3 +104,26 @@ def live_measure():
         return mod.measure_case(case["name"], case["model_type"], kwargs)
 
     return measure
+
+
+@pytest.fixture
+def kv_matches_hf():
+    """`check(model, case)`: shapecalc's KV-cache bytes after a prefill of the case's B×T
+    (float32) equal the transformers cache the reference script measured, under each convention:
+    a sliding layer holding min(T, W) tokens (shapecalc's, vLLM's: `kv_cache_bytes_window_W`),
+    and W−1 (transformers' DynamicSlidingWindowLayer: `kv_cache_bytes`), the latter by the same
+    model with its window one shorter."""
+    from shapecalc.costs.trace import build_trace
+    from shapecalc.model.config import Workload
+
+    def check(model, case):
+        def kv(m):
+            wl = Workload(batch=case["batch"], seq=case["seq"], dtype="fp32")
+            return build_trace(m, wl)["totals"]["kv_cache_bytes"]
+
+        assert kv(model) == case["kv_cache_bytes_window_W"]
+        w = model.sliding_window
+        hf = model if w is None else model.model_copy(update={"sliding_window": w - 1})
+        assert kv(hf) == case["kv_cache_bytes"]
+
+    return check

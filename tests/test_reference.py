@@ -35,6 +35,12 @@ def test_matmul_flops_equal_flop_counter(case, hf_model):
     assert params == case["num_parameters"]
 
 
+@pytest.mark.parametrize("case", REF["cases"], ids=[c["name"] for c in REF["cases"]])
+def test_kv_cache_bytes_equal_the_transformers_cache(case, hf_model, kv_matches_hf):
+    """Mistral's sliding layers keep min(T, W) tokens in shapecalc, W−1 in transformers."""
+    kv_matches_hf(hf_model(case), case)
+
+
 @pytest.mark.parametrize("name", ["llama_gqa", "gpt2", "falcon_7b_style"])
 def test_live_flop_counter(name, hf_model, live_measure):
     case = next(c for c in REF["cases"] if c["name"] == name)

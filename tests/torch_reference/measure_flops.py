@@ -151,6 +151,30 @@ def count(fn):
     return int(fc.get_total_flops()), dict(sorted(ops.items()))
 
 
+def cache_bytes(cache) -> tuple[int, list[list[int]]]:
+    """Bytes of every tensor a transformers cache holds, and each layer's tensor shapes."""
+    total, shapes = 0, []
+    for layer in cache.layers:
+        tensors = [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                   if t is not None]
+        total += sum(t.numel() * t.element_size() for t in tensors)
+        shapes.append([list(t.shape) for t in tensors])
+    return total, shapes
+
+
+def window_cache_bytes(cfg, cache, seq: int) -> int:
+    """What the same cache holds when each layer transformers gives a sliding-window cache keeps
+    min(T, W) tokens (vLLM's convention, and shapecalc's) instead of its W-1: per layer, its bytes
+    per token x the tokens it would keep."""
+    total = 0
+    for layer in cache.layers:
+        held = layer.keys.shape[-2]
+        per_token = 2 * layer.keys.numel() * layer.keys.element_size() // held
+        sliding = type(layer).__name__ == "DynamicSlidingWindowLayer"
+        total += (min(seq, cfg.sliding_window) if sliding else seq) * per_token
+    return total
+
+
 def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
@@ -193,6 +217,8 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         pre = model(input_ids, use_cache=True)
         past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
         assert past is not None
+        kv_hf, kv_shapes = cache_bytes(past)
+        kv_window = window_cache_bytes(cfg, past, T)
         decode_flops, decode_ops = count(
             lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past}))
         )
@@ -215,6 +241,9 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         "prefill_last_ops": prefill_last_ops,
         "decode_ops": decode_ops,
         "num_parameters": int(n_params),
+        "kv_cache_bytes": kv_hf,
+        "kv_cache_bytes_window_W": kv_window,
+        "kv_cache_shapes": kv_shapes,
         "note": NOTES.get(name, ""),
     }
 
@@ -233,7 +262,11 @@ HOW = (
     "(past_key_values in older versions), use_cache=True) is counted, so each query attends over "
     "the keys held by the cache (T+1 with a full cache). hf_config is cfg.to_dict() of the built model (JSON-serialisable entries, with "
     "model_type) and re-reads via AutoConfig.from_pretrained on a directory holding it as config.json. "
-    "num_parameters counts unique parameter tensors (tied embeddings once)."
+    "num_parameters counts unique parameter tensors (tied embeddings once). kv_cache_bytes: sum of "
+    "numel*element_size of every tensor in cache.layers[i].keys/.values after the use_cache=True "
+    "prefill (float32), kv_cache_shapes each layer's; kv_cache_bytes_window_W: the same cache if "
+    "each layer transformers gives a DynamicSlidingWindowLayer kept min(T, W) tokens (vLLM's "
+    "convention, which shapecalc reports) instead of its W-1."
 )
 
 

@@ -35,11 +35,10 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict
+from measure_flops import cache_bytes, check_roundtrip, config_to_json_dict
 from measure_moe import (
     ROUTER_CLASSES,
     RoutingLog,
-    cache_bytes,
     count,
     expert_check,
     meta_params,

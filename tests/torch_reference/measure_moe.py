@@ -38,7 +38,12 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 # the config.json writing and round-trip check are measure_flops.py's, shared
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict
+from measure_flops import (
+    cache_bytes,
+    check_roundtrip,
+    config_to_json_dict,
+    window_cache_bytes,
+)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "moe_reference.json")
@@ -296,31 +301,6 @@ def expert_check(cfg, parts: dict, routing: dict) -> dict:
     return out
 
 
-def cache_bytes(cache) -> tuple[int, list[list[int]]]:
-    """Bytes of every tensor a transformers cache holds, and each layer's tensor shapes."""
-    total, shapes = 0, []
-    for layer in cache.layers:
-        tensors = [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-                   if t is not None]
-        total += sum(t.numel() * t.element_size() for t in tensors)
-        shapes.append([list(t.shape) for t in tensors])
-    return total, shapes
-
-
-def window_cache_bytes(cfg, cache) -> int:
-    """What the same cache holds when a sliding layer keeps min(T, W) tokens (vLLM's, and
-    shapecalc's convention) instead of transformers' W-1: per layer, its bytes per token x the
-    tokens it would keep."""
-    types = getattr(cfg, "layer_types", None) or ["full_attention"] * len(cache.layers)
-    total = 0
-    for kind, layer in zip(types, cache.layers, strict=True):
-        held = layer.keys.shape[-2]
-        per_token = 2 * layer.keys.numel() * layer.keys.element_size() // held
-        keep = min(T, cfg.sliding_window) if kind == "sliding_attention" else T
-        total += keep * per_token
-    return total
-
-
 def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
@@ -357,7 +337,7 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
         assert past is not None
         kv_hf, kv_shapes = cache_bytes(past)
-        kv_window = window_cache_bytes(cfg, past)
+        kv_window = window_cache_bytes(cfg, past, T)
         res["decode"] = count(
             lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past}))
         )
