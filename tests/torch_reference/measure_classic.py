@@ -20,19 +20,16 @@ Two parts:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import traceback
 
 import torch
-import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 # the config.json writing, round-trip check and FLOP counting are measure_flops.py's, shared
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict, count
+from measure_flops import check_roundtrip, config_to_json_dict, count, run
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "classic_reference.json")
@@ -231,31 +228,12 @@ HOW = (
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    cases, published, failed = [], {}, 0
-    for name, mt, kwargs in CASES:
-        try:
-            c = measure_case(name, mt, kwargs)
-            cases.append(c)
-            print(f"{name:30s} prefill={c['prefill_flops']:>10,d} decode={c['decode_flops']:>9,d}"
-                  f" kv={c['kv_cache_bytes_hf']:>7,d} R={c['rotary_dim']}")
-        except Exception:
-            traceback.print_exc()
-            failed += 1
-    for name in PUBLISHED:
-        published[name] = measure_published(name)
-        print(f"{name:30s} params_meta={published[name]['params_meta']:,d}")
-    doc = {"torch": torch.__version__, "transformers": transformers.__version__, "how": HOW,
-           "cases": cases, "published": published}
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print(f"wrote {args.out}")
-    return 1 if failed else 0
+    def show(c: dict) -> str:
+        return (f"prefill={c['prefill_flops']:>10,d} decode={c['decode_flops']:>9,d} "
+                f"kv={c['kv_cache_bytes_hf']:>7,d} R={c['rotary_dim']}")
 
+    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
+               published=lambda: {n: measure_published(n) for n in PUBLISHED}, threads=1)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -270,43 +270,49 @@ HOW = (
 )
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
+def run(argv, description: str, default_out: str, cases, measure_case, show, how: str, *,
+        published=None, extra: dict | None = None, threads: int = 2) -> int:
+    """Every measure_*.py's main: measure each (name, model_type, kwargs) case (a failing case is
+    recorded in `errors`, the others still run), then `published()` (stem -> meta-device counts)
+    if given, and write one JSON document: versions, `how`, `extra`, cases, errors, published.
+    `show(case)` is the line printed per case. Exits 1 when a case failed."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", default=default_out)
     args = ap.parse_args(argv)
-
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-    cases, errors = [], []
-    for name, model_type, kwargs in CASES:
+    torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
+    done, errors = [], []
+    for name, model_type, kwargs in cases:
         try:
             case = measure_case(name, model_type, kwargs)
-            cases.append(case)
-            last = case["prefill_last_flops"]
-            last_s = "null" if last is None else format(last, ",d")
-            print(
-                f"{name:24s} prefill={case['prefill_flops']:>12,d} "
-                f"prefill_last={last_s:>12} decode={case['decode_flops']:>10,d}"
-            )
-        except Exception as exc:  # record and skip families that fail in this version
+            done.append(case)
+            print(f"{name:28s} {show(case)}")
+        except Exception as exc:  # record and go on: the file says which case failed and why
             traceback.print_exc()
-            errors.append(
-                {"name": name, "model_type": model_type, "error": f"{type(exc).__name__}: {exc}"}
-            )
-            print(f"{name:24s} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
-
-    doc = {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "how": HOW,
-        "cases": cases,
-        "errors": errors,
-    }
+            errors.append({"name": name, "model_type": model_type,
+                           "error": f"{type(exc).__name__}: {exc}"})
+    doc = {"torch": torch.__version__, "transformers": transformers.__version__,
+           "python": sys.version.split()[0], "how": how, **(extra or {}), "cases": done,
+           "errors": errors}
+    if published is not None:
+        doc["published"] = published()
+        for stem, p in doc["published"].items():
+            print(f"{stem:28s} params_meta={p['params_meta']:,d}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=False)
+        json.dump(doc, f, indent=1)
         f.write("\n")
-    print(f"wrote {args.out} ({len(cases)} cases, {len(errors)} errors)")
-    return 0
+    print(f"wrote {args.out} ({len(done)} cases, {len(errors)} errors)")
+    return 1 if errors else 0
+
+
+def main(argv=None) -> int:
+    def show(c: dict) -> str:
+        last = "null" if c["prefill_last_flops"] is None else format(c["prefill_last_flops"], ",d")
+        return (f"prefill={c['prefill_flops']:>12,d} prefill_last={last:>12} "
+                f"decode={c['decode_flops']:>10,d} kv={c['kv_cache_bytes']:,d}")
+
+    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
+               threads=4)
 
 
 if __name__ == "__main__":

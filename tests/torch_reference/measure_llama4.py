@@ -25,7 +25,6 @@ Two parts:
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
@@ -33,12 +32,11 @@ import sys
 import types
 
 import torch
-import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, Llama4ForConditionalGeneration
 from transformers.models.llama4 import modeling_llama4
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict
+from measure_flops import check_roundtrip, config_to_json_dict, run
 from measure_moe import count, meta_params, randomize_routers
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -242,34 +240,14 @@ HOW = (
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    cases = []
-    for name, _, kwargs in CASES:
-        case = measure_case(name, "llama4_text", kwargs)
-        cases.append(case)
-        print(f"{name:24s} hf prefill={case['hf_prefill_flops']:,d} "
-              f"routed prefill={case['routed_prefill_flops']:,d} "
-              f"routed decode={case['routed_decode_flops']:,d} params={case['params']:,d}")
-    published = measure_published()
-    for stem, p in published.items():
-        print(f"{stem:16s} text={p['params_meta']:,d} full={p['params_meta_full']:,d}")
-    doc = {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": sys.version.split()[0],
-        "how": HOW,
-        "cases": cases,
-        "published": published,
-    }
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print(f"wrote {args.out}")
-    return 0
+    def show(c: dict) -> str:
+        return (f"hf prefill={c['hf_prefill_flops']:,d} "
+                f"routed prefill={c['routed_prefill_flops']:,d} "
+                f"routed decode={c['routed_decode_flops']:,d} params={c['params']:,d}")
 
+    cases = [(name, "llama4_text", kwargs) for name, _, kwargs in CASES]  # T: SEQ[name]
+    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, cases, measure_case, show, HOW,
+               published=measure_published)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,19 +23,16 @@ transformers 5.24 caches the latent and applies kv_b_proj to every cached token 
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
 import sys
-import traceback
 
 import torch
-import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import cache_bytes, check_roundtrip, config_to_json_dict
+from measure_flops import cache_bytes, check_roundtrip, config_to_json_dict, run
 from measure_moe import (
     ROUTER_CLASSES,
     RoutingLog,
@@ -238,38 +235,12 @@ HOW = (
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    cases, errors = [], []
-    for name, model_type, kwargs in CASES:
-        try:
-            case = measure_case(name, model_type, kwargs)
-            cases.append(case)
-            print(f"{name:28s} prefill={case['prefill_flops']:>10,d} "
-                  f"decode={case['decode_flops']:>9,d} kv={case['kv_cache_bytes_prefill']:,d} "
-                  f"params={case['params']:,d}")
-        except Exception as exc:
-            traceback.print_exc()
-            errors.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
-    published = measure_published()
-    for stem, p in published.items():
-        print(f"{stem:18s} meta={p['params_meta']:>17,d}  ({p['figure']})")
-    doc = {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "how": HOW,
-        "router_classes": list(ROUTER_CLASSES),
-        "cases": cases,
-        "published": published,
-        "errors": errors,
-    }
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=False)
-        f.write("\n")
-    return 1 if errors else 0
+    def show(c: dict) -> str:
+        return (f"prefill={c['prefill_flops']:>10,d} decode={c['decode_flops']:>9,d} "
+                f"kv={c['kv_cache_bytes_prefill']:,d} params={c['params']:,d}")
 
+    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
+               published=measure_published, extra={"router_classes": list(ROUTER_CLASSES)})
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,15 +24,12 @@ Two parts:
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
 import sys
-import traceback
 
 import torch
-import transformers
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -42,6 +39,7 @@ from measure_flops import (
     cache_bytes,
     check_roundtrip,
     config_to_json_dict,
+    run,
     window_cache_bytes,
 )
 
@@ -460,45 +458,12 @@ HOW = (
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=DEFAULT_OUT)
-    args = ap.parse_args(argv)
+    def show(c: dict) -> str:
+        return (f"prefill={c['prefill_flops']:>11,d} prefill_last={c['prefill_last_flops']:>11,d} "
+                f"decode={c['decode_flops']:>10,d} params={c['params']:,d}")
 
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    cases, errors = [], []
-    for name, model_type, kwargs in CASES:
-        try:
-            case = measure_case(name, model_type, kwargs)
-            cases.append(case)
-            print(f"{name:26s} prefill={case['prefill_flops']:>11,d} "
-                  f"prefill_last={case['prefill_last_flops']:>11,d} "
-                  f"decode={case['decode_flops']:>10,d} params={case['params']:,d}")
-        except Exception as exc:
-            traceback.print_exc()
-            errors.append({"name": name, "model_type": model_type,
-                           "error": f"{type(exc).__name__}: {exc}"})
-    published = measure_published()
-    for stem, p in published.items():
-        ok = "==" if p["params_meta"] == p["params_published"] else "!="
-        print(f"{stem:20s} meta={p['params_meta']:>17,d} {ok} published={p['params_published']:,d}")
-
-    doc = {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": sys.version.split()[0],
-        "how": HOW,
-        "cases": cases,
-        "errors": errors,
-        "published": published,
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    print(f"wrote {args.out} ({len(cases)} cases, {len(errors)} errors, "
-          f"{len(published)} published)")
-    return 1 if errors else 0
-
+    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
+               published=measure_published)
 
 if __name__ == "__main__":
     sys.exit(main())
