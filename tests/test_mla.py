@@ -309,3 +309,13 @@ def test_explain_refuses_mla_in_one_line(cli, tmp_path):
     path = tmp_path / "mla.json"
     path.write_text(json.dumps(tiny().model_dump(exclude={"name"})))
     _one_line(cli("explain", "--config", str(path)), "kv_lora_rank")
+
+
+def test_verify_cli_simulates_expert_parallelism_on_a_deepseek_like_model(cli, tmp_path):
+    path = tmp_path / "mla.json"
+    path.write_text(json.dumps(tiny().model_dump(exclude={"name"})))
+    r = cli("verify", "--config", str(path), "--ep", "4", "--json")
+    assert r.code == 0, r.err
+    names = {c["name"]: c for c in json.loads(r.out)["checks"]}
+    assert names["EP ep=4 == one rank (prefill logits)"]["ok"]
+    _one_line(cli("verify", "--config", str(path), "--ep", "4", "--tp", "2"), "ep")

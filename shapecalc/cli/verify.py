@@ -11,6 +11,7 @@ import typer
 
 from ..model.config import ShapecalcError
 from .options import (
+    EP,
     PP,
     TP,
     ActDtype,
@@ -140,6 +141,7 @@ def verify(
     logits: Logits = None,
     tp: TP = None,
     pp: PP = None,
+    ep: EP = None,
     mla_form: MlaForm = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
@@ -159,7 +161,7 @@ def verify(
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         wl = resolve_workload(
             {**VERIFY_DEFAULTS, **wbase}, batch=batch, seq=seq, phase=phase, dtype=dtype,
-            kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp,
+            kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp, ep=ep,
             mla_form=mla_form, block_size=block_size, attention_flops=attention_flops,
             padding_mask=padding_mask,
         )
