@@ -97,7 +97,9 @@ def _deepseek(h: _HF, f: Fields, mt: str) -> Fields:
         out["ffn_bias"] = bool(h.get("mlp_bias", False))
     # num_nextn_predict_layers: DeepSeek-V3's multi-token-prediction module (14 B on the Hub)
     # is a training / speculative-decoding head that transformers does not build; like
-    # transformers (and the published 671 B), shapecalc counts the main model
+    # transformers (and the published 671 B), shapecalc counts the main model. Read, so that the
+    # key audit knows it is handled here and refuses it for families that have no such module.
+    h.get("num_nextn_predict_layers")
     return out
 
 

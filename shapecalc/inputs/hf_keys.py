@@ -100,6 +100,7 @@ SHAPE_KEYS: dict[str, Key] = {
     "mlp_only_layers": Key("the layers that are MoE", (None, [])),
     "moe_layers": Key("the layers that are MoE", (None, [])),
     "intermediate_size_mlp": Key("the dense MLP's width (Llama 4)"),
+    "num_nextn_predict_layers": Key("multi-token-prediction modules (DeepSeek-V3)", _NONE0),
     # Multi-head Latent Attention
     "kv_lora_rank": Key("Multi-head Latent Attention (a latent KV cache)"),
     "q_lora_rank": Key("Multi-head Latent Attention (a low-rank q projection)"),
@@ -189,7 +190,7 @@ _DEEPSEEK = {"kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_di
              "v_head_dim", "attention_bias", "moe_layer_freq", "scoring_func", "norm_topk_prob",
              "n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok",
              "first_k_dense_replace", "moe_intermediate_size", "n_shared_experts",
-             "routed_scaling_factor"}
+             "routed_scaling_factor", "num_nextn_predict_layers"}
 
 # Every key each family's reader reads (tests/test_hf_keys.py: no more, no fewer).
 READS: dict[str, frozenset[str]] = {
