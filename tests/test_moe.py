@@ -98,13 +98,14 @@ def test_fit_splits_experts_over_ep_and_reads_only_the_experts_a_step_reaches():
     # decode at batch 1: one token reaches 1 − (1 − 2/8)^1 = 1/4 of each layer's experts
     dec = build_trace(MIXTRAL, wl.model_copy(update={"phase": "decode"}))["parallel"]["tp"]
     experts = 32 * 8 * 3 * 4096 * (14336 // 2) * 2  # bf16 bytes, one rank's slices
-    others = dec["weight_bytes_per_rank"] - experts
+    # of the untied embedding table (32000/2 rows a rank) the step gathers ⌈B/2⌉ rows
+    others = dec["weight_bytes_per_rank"] - experts - (16000 - 1) * 4096 * 2
     want = (others + dec["kv_cache_bytes_per_rank"] + experts * 0.25) / gpu.hbm_bandwidth
     assert doc["times"]["decode_memory_s"] == pytest.approx(want, rel=1e-12)
     # at batch 64 nearly every expert is read: 1 − (3/4)^64
     big = fit(MIXTRAL, wl.model_copy(update={"batch": 64}), gpu, PlanOptions())
     dec64 = build_trace(MIXTRAL, wl.model_copy(update={"phase": "decode", "batch": 64}))
-    want64 = (others + dec64["parallel"]["tp"]["kv_cache_bytes_per_rank"]
+    want64 = (others + (32 - 1) * 4096 * 2 + dec64["parallel"]["tp"]["kv_cache_bytes_per_rank"]
               + experts * (1 - 0.75**64)) / gpu.hbm_bandwidth
     assert big["times"]["decode_memory_s"] == pytest.approx(want64, rel=1e-12)
 

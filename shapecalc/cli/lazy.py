@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "closed form with NumPy."),
     "fit": ("plan", "Does a model fit a GPU at tp×pp?"),
     "hardware": ("plan", "List the GPU profiles, or show one (with --set-gpu overrides)."),
+    "calibrate": ("calibrate", "Fit the expected-time model to serving measurements; write a "
+                  "GPU profile."),
 }
 
 

@@ -284,6 +284,8 @@ class ClosedForm:
         params_rank = const(rank, "params")
         out["params_per_rank"] = xp.full(n, params_rank, dtype=dtype)
         out["expert_params_per_rank"] = xp.full(n, const(rank, "expert_params"), dtype=dtype)
+        # the token-embedding table a rank holds (vocab-parallel: V/p rows): a step gathers rows
+        out["embed_params_per_rank"] = xp.full(n, const(rank, "embed_params"), dtype=dtype)
         out["weight_bytes_per_rank"] = _nbytes(out["params_per_rank"], "w", bits)
         out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
         out["flops_per_rank"] = ev(rank, "flops")

@@ -36,6 +36,20 @@ class PeakFlops(Record):
     int4: PosFloat | None = _doc(None)
 
 
+class PerfTerms(Record):
+    """The expected-time model's terms for this GPU (plan/perf.py); absent: the calibrated
+    defaults. `shapecalc calibrate` writes this table."""
+
+    gemm_efficiency: PosFloat | None = _doc(None, "fraction of peak FLOP/s in large GEMMs")
+    gemm_half_tokens: float | None = _doc(None, "GEMM rows at which half of that is reached")
+    memory_efficiency: PosFloat | None = _doc(None, "fraction of HBM bandwidth weights reach")
+    attention_efficiency: PosFloat | None = _doc(None, "fraction of HBM bandwidth KV reads reach")
+    layer_overhead_s: float | None = _doc(None, "seconds per layer per decode step")
+    prefill_layer_overhead_s: float | None = _doc(None, "seconds per layer per prefill step")
+    allreduce_latency_s: float | None = _doc(None, "seconds per all-reduce (α)")
+    link_efficiency: PosFloat | None = _doc(None, "fraction of link bandwidth reached")
+
+
 class GPU(Record):
     """A GPU profile: datasheet values (see presets/hardware/)."""
 
@@ -48,6 +62,7 @@ class GPU(Record):
     link: str = _doc("", "the intra-node link, e.g. 'NVLink 4'")
     link_bandwidth: PosFloat = _req("intra-node link, bytes/s per direction")
     peak_flops: PeakFlops = _req("dense peak FLOP/s per dtype")
+    perf: PerfTerms | None = _doc(None, "the expected-time model's terms (plan/perf.py)")
 
     def peak(self, dtype: str) -> float | None:
         return getattr(self.peak_flops, dtype, None)
@@ -98,14 +113,17 @@ def _override(data: dict[str, Any], item: str) -> None:
     if not sep or not key:
         raise ShapecalcError("set-gpu", f"expected field=value, got {item!r}")
     parts = key.split(".")
+    tables = {"peak_flops": PEAK_DTYPES, "perf": tuple(PerfTerms.field_info())}
     if parts[0] not in GPU.field_info() or (
-        len(parts) == 2 and (parts[0] != "peak_flops" or parts[1] not in PEAK_DTYPES)
+        len(parts) == 2 and parts[1] not in tables.get(parts[0], ())
     ) or len(parts) > 2:
-        fields = [*(f for f in GPU.field_info() if f != "peak_flops"),
-                  *(f"peak_flops.{d}" for d in PEAK_DTYPES)]
+        fields = [*(f for f in GPU.field_info() if f not in tables),
+                  *(f"peak_flops.{d}" for d in PEAK_DTYPES),
+                  *(f"perf.{d}" for d in tables["perf"])]
         raise ShapecalcError("set-gpu", f"unknown field {key!r}; known: {', '.join(fields)}")
-    if len(parts) == 1 and parts[0] == "peak_flops":
-        raise ShapecalcError("set-gpu", "set one dtype's peak: peak_flops.bf16=989e12")
+    if len(parts) == 1 and parts[0] in tables:
+        raise ShapecalcError(
+            "set-gpu", "set one value: peak_flops.bf16=989e12, perf.layer_overhead_s=4e-6")
     value: Any = text
     if parts[0] not in ("name", "vendor", "source", "memory", "link"):
         value = parse_quantity(text, "set-gpu")
@@ -114,9 +132,9 @@ def _override(data: dict[str, Any], item: str) -> None:
                 raise ShapecalcError("set-gpu", f"memory_bytes must be whole bytes, got {text!r}")
             value = int(value)
     if len(parts) == 2:
-        table = dict(data.get("peak_flops") or {})
+        table = dict(data.get(parts[0]) or {})
         table[parts[1]] = value
-        data["peak_flops"] = table
+        data[parts[0]] = table
     else:
         data[parts[0]] = value
 

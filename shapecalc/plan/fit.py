@@ -19,6 +19,9 @@ from ..model.parallel import kv_bytes_per_token, kv_heads_per_rank, kv_replicate
 from .cases import closed_form_for, valid
 from .memory import memory, phase_terms, times, workspace_tokens
 from .options import ACTIVATIONS, PlanOptions, require_peak
+from .perf import PerfParams, expected_times, perf_params
+from .perf_defaults import DATA as DEFAULTS_DATA
+from .perf_defaults import DATE as DEFAULTS_DATE
 
 SEARCH_MAX = 2**48
 
@@ -51,6 +54,33 @@ def point(cf: ClosedForm, gpu: GPU, opts: PlanOptions, wl: Workload, peak: float
     return out
 
 
+def _none(v: Any) -> Any:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def estimates(cf: ClosedForm, gpu: GPU, opts: PlanOptions, pp: PerfParams, wl: Workload,
+              peak: float, B: int) -> dict[str, Any]:
+    """The expected times (perf.py) and the roofline lower bounds at batch B, context wl.seq:
+    TTFT, decode per token, tokens/s per sequence, for the batch and per GPU, the largest term."""
+    T, p, s = wl.seq, wl.tp, wl.pp
+    gpus = max(p, wl.ep) * s
+    r = point(cf, gpu, opts, wl, peak, True, batch=B)
+    d = _none(r["decode_s_per_token"])
+    bound = {
+        "ttft_s": _none(r["ttft_s"]), "decode_s_per_token": d,
+        "tokens_per_s_per_sequence": None if d is None else 1.0 / d,
+        "tokens_per_s": None if d is None else B / d,
+        "tokens_per_s_per_gpu": None if d is None else B / d / gpus,
+        "prefill_dominant": r["prefill_bound"], "decode_dominant": r["decode_bound"],
+    }
+    dts = (wl.dtype, wl.kv, wl.act)
+    limit = cf.seq_limit("decode")
+    dec = cf.at(B, T, "decode", p, s, *dts) if limit is None or T <= limit else None
+    exp = expected_times(cf, gpu, pp, cf.at(B, T, "prefill", p, s, *dts), dec, peak, B, T,
+                         gpus, DTYPE_BITS[wl.dtype], SCALARS, wl.ep)
+    return {"batch": B, "expected": exp, "lower_bound": bound}
+
+
 def _largest_ok(ok: Callable[[int], bool], lo: int, hi: int) -> int:
     """The largest x in [lo, hi] with ok(x), for ok true up to some point then false; lo − 1 if
     none. Bisection: 48 probes for a range of 2⁴⁸."""
@@ -76,11 +106,11 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
     check(model, wl)
     cf = closed_form_for(model, wl)
     cdt, peak = require_peak(gpu, wl.act, opts)
+    terms = perf_params(gpu, list(opts.perf))
     r = point(cf, gpu, opts, wl, peak, with_times=True)
 
     def one(key: str) -> Any:
-        v = r[key]
-        return None if isinstance(v, float) and math.isnan(v) else v
+        return _none(r[key])
 
     def fits(**at: int) -> bool:
         return bool(point(cf, gpu, opts, wl, peak, False, **at)["fits"])
@@ -124,7 +154,15 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
         "decode_memory_s": one("decode_memory_s"),
         "decode_comm_s": one("decode_comm_s"),
     }
+    # a context the model has no positions for does not fit, whatever the memory
+    context_ok = cap_pos is None or wl.seq <= cap_pos
+    fits_all = bool(one("fits")) and context_ok
+    verdict = "fits" if fits_all else (
+        "does not fit (context)" if not context_ok else "does not fit (memory)")
+    at = estimates(cf, gpu, opts, terms, wl, peak, wl.batch)
     notes = []
+    if not context_ok:
+        notes.append(f"context {wl.seq:,} is beyond the model's max_positions={cap_pos:,}")
     if times["decode_s_per_token"] is None:
         notes.append(f"no decode estimate: a step with {wl.seq} cached tokens needs position "
                      f"{wl.seq + 1} > max_positions={model.max_positions}")
@@ -137,7 +175,8 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
         "model": model.name,
         "gpu": gpu.name,
         "workload": wl.model_dump(),
-        "fits": one("fits"),
+        "fits": fits_all,
+        "verdict": verdict,
         "memory_per_rank": {
             "weights": one("mem_weights"),
             "kv_cache": one("mem_kv_cache"),
@@ -161,12 +200,20 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
         # with expert parallelism the ep GPUs (a multiple of tp) each hold a replica's share
         "gpus": max(wl.tp, wl.ep) * wl.pp,
         "times": times,
+        # the calibrated estimate (plan/perf.py) beside the bound, at B and at the largest batch
+        "expected": at["expected"],
+        "lower_bound": at["lower_bound"],
+        "at_max_batch": estimates(cf, gpu, opts, terms, wl, peak, max_batch)
+        if max_batch >= 1 else None,
+        "perf_terms": terms.as_dict(),
     }
     if opts.price is not None:
         doc["cost_per_million_tokens"] = one("cost_per_million_tokens")
         doc["price_per_gpu_hour"] = opts.price
     doc["assumptions"] = {
         "lower_bound": True,
+        "expected": "max(compute, memory) + communication + overhead with the perf_terms "
+                    f"(plan/perf.py); defaults calibrated {DEFAULTS_DATE} on {DEFAULTS_DATA}",
         "utilization": opts.utilization,
         "compute_efficiency": opts.compute_efficiency,
         "memory_efficiency": opts.memory_efficiency,

@@ -10,8 +10,8 @@ parallel degree p and pipeline depth s.
   slots × the group's layers on the stage × bytes per token and layer; a chunked group (Llama 4)
   is sized for its fullest chunk, min(T, C) tokens, which a sequence passes on its way to T.
 - prefill time = max(FLOPs/peak, bytes/bandwidth) per rank + (ring all-reduce bytes per rank + PP
-  boundary bytes) / link bandwidth; bytes = weights per rank + the KV cache written. Decode per
-  token: the same with the weights and the KV cache read. Each term is divided by its efficiency.
+  boundary bytes) / link bandwidth; bytes = weights per rank (of the embedding table only the
+  rows looked up) + the KV cache written. Decode per token: the same with the KV cache read. Each term is divided by its efficiency.
 """
 
 from __future__ import annotations
@@ -92,6 +92,35 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     }
 
 
+def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: Any) -> Any:
+    """Parameters of the embedding table a step reads on one rank: a lookup gathers the rows
+    of its tokens, ⌈tokens/p⌉ of the rank's V/p (the tokens spread over the vocab shards),
+    not the whole table; a tied table is read whole anyway by the LM head."""
+    table = tot["embed_params_per_rank"]
+    if cf.model.tie_embeddings:
+        return table
+    D = cf.model.d_model
+    rows = -(-tokens // tot["tp"])
+    return xp.minimum(rows * D, table)
+
+
+def step_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, wbits: Any, xp: Any,
+               ep: int = 1) -> Any:
+    """HBM bytes one step must move on a rank: the weights it reads (the embedding rows it
+    looks up, not the table; of a MoE layer, the experts its `tokens` reach) + the KV cache
+    (written in prefill, read in decode). Floats where experts are fractional."""
+    m = cf.model
+    table = tot["embed_params_per_rank"]
+    read = embedding_rows_read(cf, tot, tokens, xp)
+    kv = tot["kv_cache_bytes_per_rank"]
+    if not m.moe:
+        return bytes_of(tot["params_per_rank"] - table + read, wbits) + kv
+    experts = ep_rank_expert_params(tot["expert_params_per_rank"], tot["expert_params"], ep)
+    others = tot["params_per_rank"] - tot["expert_params_per_rank"] - table + read
+    reached = distinct_experts(tokens, m) / m.n_experts
+    return xp.floats(bytes_of(others, wbits) + kv) + xp.floats(bytes_of(experts, wbits)) * reached
+
+
 def phase_terms(cf: ClosedForm, gpu: GPU, opts: PlanOptions, tot: dict[str, Any], peak: Any,
                 tokens: Any, wbits: Any, xp: Any, ep: int = 1) -> tuple[Any, Any, Any]:
     """(compute, memory, communication) seconds of one step per rank, from its totals. A MoE
@@ -101,16 +130,9 @@ def phase_terms(cf: ClosedForm, gpu: GPU, opts: PlanOptions, tot: dict[str, Any]
     m = cf.model
     bw = gpu.hbm_bandwidth * opts.memory_efficiency
     flops = tot["flops_per_rank"]
-    if not m.moe:
-        mem = xp.floats(tot["weight_bytes_per_rank"] + tot["kv_cache_bytes_per_rank"]) / bw
-    else:
-        experts = ep_rank_expert_params(tot["expert_params_per_rank"], tot["expert_params"], ep)
-        others = tot["params_per_rank"] - tot["expert_params_per_rank"]
-        reached = distinct_experts(tokens, m) / m.n_experts
-        mem = (xp.floats(bytes_of(others, wbits) + tot["kv_cache_bytes_per_rank"])
-               + xp.floats(bytes_of(experts, wbits)) * reached) / bw
-        if ep > 1:
-            flops = tot["flops"] // ep
+    mem = xp.floats(step_bytes(cf, tot, tokens, wbits, xp, ep)) / bw
+    if m.moe and ep > 1:
+        flops = tot["flops"] // ep
     compute = xp.floats(flops) / (peak * opts.compute_efficiency)
     comm = xp.floats(tot["ring_bytes_per_rank_total"] + tot["boundary_bytes_total"]) / (
         gpu.link_bandwidth * opts.link_efficiency)

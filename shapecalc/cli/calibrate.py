@@ -1,0 +1,79 @@
+"""`shapecalc calibrate FILE`: fit the expected-time model's terms (plan/perf.py) to serving
+measurements, print how well they match, and write a GPU profile (or the shipped defaults).
+
+Loaded when invoked (lazy.py)."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .options import JsonOut, emit_json, fail
+from .plan_options import HardwareDir
+
+DEFAULTS_FILE = Path(__file__).parents[1] / "plan" / "perf_defaults.py"
+
+
+def calibrate(
+    file: Annotated[Path, typer.Argument(help="measurements: JSON with \"records\" (the format "
+                                         "of tests/data/serving-measurements.json)")],
+    hardware_dir: HardwareDir = None,
+    write: Annotated[Path | None, typer.Option(
+        "--write", help="write each measured GPU's profile with the fitted [perf] table into "
+        "this folder (then use it with --hardware-dir)")] = None,
+    check: Annotated[bool, typer.Option(
+        "--check", help="no fit: report the terms the GPU profiles (or the defaults) hold")
+    ] = False,
+    write_defaults: Annotated[bool, typer.Option(
+        "--write-defaults", help="write the fit as the shipped defaults (plan/perf_defaults.py)")
+    ] = False,
+    as_json: JsonOut = False,
+) -> None:
+    from ..model.config import ShapecalcError
+
+    try:
+        from ..plan import calibrate as cal
+        from ..plan.perf import PerfParams
+        from ..plan.perf_defaults import PARAMS
+
+        cases = cal.load_cases(file, hardware_dir)
+        pp: PerfParams | Callable[[Any], PerfParams]
+        if check:
+            pp = cal.with_profile_terms(PerfParams(**PARAMS))
+        else:
+            pp = cal.fit_params(cases)
+        rep = cal.report(cases, pp)
+        if not check:
+            assert isinstance(pp, PerfParams)
+            rep["fitted"] = pp.as_dict()
+            today = datetime.date.today().isoformat()
+            data = f"{file.as_posix()} ({len(cases)} records)"
+            if write is not None:
+                write.mkdir(parents=True, exist_ok=True)
+                for gpu in {c.gpu.name: c.gpu for c in cases}.values():
+                    path = write / f"{gpu.name}.toml"
+                    path.write_text(cal.profile_toml(
+                        gpu, pp, f"shapecalc calibrate {today} on {data}"), encoding="utf-8")
+                    rep.setdefault("written", []).append(str(path))
+            if write_defaults:
+                DEFAULTS_FILE.write_text(cal.defaults_py(pp, today, data), encoding="utf-8")
+                rep.setdefault("written", []).append(str(DEFAULTS_FILE))
+        if as_json:
+            emit_json(rep)
+        else:
+            typer.echo(cal.report_text(rep))
+    except ShapecalcError as e:
+        fail(e)
+
+
+COMMANDS = {"calibrate": calibrate}
+HELP = {"calibrate": (
+    "Fit the expected-time model's terms (compute, memory and attention efficiencies, per-layer "
+    "overheads, all-reduce latency, link efficiency) to serving measurements and print, per "
+    "metric type, the median, min and max of measured ÷ expected and the rms of its log. "
+    "--write DIR writes a GPU profile with the fitted [perf] table (read it with "
+    "--hardware-dir); --check reports the profiles' own terms without fitting.")}

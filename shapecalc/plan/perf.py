@@ -1,0 +1,142 @@
+"""The expected time of a step: a calibrated model of how GPUs run one, next to the roofline
+lower bound (memory.phase_terms). The one home of its terms:
+
+- compute = FLOPs / (peak × gemm_efficiency × M/(M + gemm_half_tokens)): large GEMMs reach a
+  fraction of peak; skinny ones (M = the step's tokens, B in decode) reach less.
+- memory = the bound's bytes / HBM bandwidth, the weights (only the looked-up embedding rows)
+  at memory_efficiency, the KV cache (written in prefill, read once in decode: FlashAttention-
+  style, no [T,T] scores to memory) at attention_efficiency.
+- communication = per all-reduce a latency α (allreduce_latency_s) + ring bytes / (link ×
+  link_efficiency); pipeline boundary bytes at the same link.
+- overhead = per layer per step, layer_overhead_s in decode (CUDA graphs replay it) and
+  prefill_layer_overhead_s in prefill (kernel launches, synchronisation, host work).
+- step = max(compute, memory) + communication + overhead. With efficiencies ≤ 1 and costs ≥ 0
+  each term is ≥ the bound's, so expected ≥ lower bound.
+
+Defaults: perf_defaults.py, written by `shapecalc calibrate` (plan/calibrate.py) from published
+measurements; a GPU profile's [perf] table, `--set-gpu perf.NAME=V` and `--perf NAME=V` override.
+Plain Python or NumPy (`xp`, as memory.py): no imports beyond the planners'.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from ..costs.closed import ClosedForm
+from ..inputs.hardware import GPU
+from ..model.config import ShapecalcError
+from .memory import step_bytes
+from .perf_defaults import PARAMS
+
+TERMS = ("compute", "memory", "communication", "overhead")
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    gemm_efficiency: float  # fraction of peak FLOP/s a large GEMM reaches
+    gemm_half_tokens: float  # tokens per step (GEMM rows M) at which it reaches half of that
+    memory_efficiency: float  # fraction of HBM bandwidth weight reads reach
+    attention_efficiency: float  # fraction of HBM bandwidth the KV-cache reads/writes reach
+    layer_overhead_s: float  # fixed seconds per layer per decode step (launches, sync)
+    prefill_layer_overhead_s: float  # the same per layer of a prefill step
+    allreduce_latency_s: float  # α: seconds per all-reduce, whatever its size
+    link_efficiency: float  # fraction of the link bandwidth a ring all-reduce reaches
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ShapecalcError(f"perf.{f.name}", f"must be a finite number ≥ 0, got {v}")
+            if f.name.endswith("efficiency") and not 0 < v <= 1:
+                raise ShapecalcError(f"perf.{f.name}", f"must be in (0, 1], got {v}")
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+NAMES = tuple(f.name for f in fields(PerfParams))
+
+
+def perf_params(gpu: GPU, sets: list[str] | None = None) -> PerfParams:
+    """The calibrated defaults, then the GPU profile's [perf] table, then `NAME=VALUE` sets."""
+    out = PerfParams(**PARAMS)
+    table: Any = gpu.perf  # a nullable table validates to a dict
+    if table is not None:
+        table = table if isinstance(table, dict) else table.model_dump()
+        out = replace(out, **{k: v for k, v in table.items() if v is not None})
+    for item in sets or []:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or key not in NAMES:
+            raise ShapecalcError("perf", f"expected NAME=VALUE with NAME one of {', '.join(NAMES)}"
+                                 f", got {item!r}")
+        try:
+            value = float(text)
+        except ValueError:
+            raise ShapecalcError(f"perf.{key}", f"{text!r} is not a number") from None
+        out = replace(out, **{key: value})
+    return out
+
+
+def step_terms(cf: ClosedForm, gpu: GPU, pp: PerfParams, tot: dict[str, Any], peak: Any,
+               tokens: Any, wbits: Any, xp: Any, ep: int = 1, decode: bool = False
+               ) -> tuple[Any, Any, Any, Any]:
+    """(compute, memory, communication, overhead) expected seconds of one step per rank."""
+    m = cf.model
+    flops = tot["flops"] // ep if (m.moe and ep > 1) else tot["flops_per_rank"]
+    rows = xp.floats(tokens)
+    eff = pp.gemm_efficiency * rows / (rows + pp.gemm_half_tokens)
+    compute = xp.floats(flops) / (peak * eff)
+    kv = xp.floats(tot["kv_cache_bytes_per_rank"])
+    weights = xp.floats(step_bytes(cf, tot, tokens, wbits, xp, ep)) - kv
+    memory = (weights / pp.memory_efficiency + kv / pp.attention_efficiency) / gpu.hbm_bandwidth
+    n_ar = tot["allreduce_per_layer"] * m.n_layers * (tot["tp"] > 1)
+    comm = (xp.floats(n_ar) * pp.allreduce_latency_s
+            + xp.floats(tot["ring_bytes_per_rank_total"] + tot["boundary_bytes_total"])
+            / (gpu.link_bandwidth * pp.link_efficiency))
+    per_layer = pp.layer_overhead_s if decode else pp.prefill_layer_overhead_s
+    overhead = xp.floats(tot["tp"]) * 0.0 + m.n_layers * per_layer
+    return compute, memory, comm, overhead
+
+
+def step_seconds(terms: tuple[Any, Any, Any, Any], xp: Any) -> Any:
+    c, mem, comm, over = terms
+    return xp.maximum(c, mem) + comm + over
+
+
+def dominant(terms: tuple[Any, Any, Any, Any]) -> str | None:
+    """The largest term of one step (plain numbers)."""
+    if any(t != t for t in terms):
+        return None
+    return TERMS[terms.index(max(terms))]
+
+
+def expected_times(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, Any],
+                   dec: dict[str, Any] | None, peak: float, B: int, T: int, gpus: int,
+                   wbits: int, xp: Any, ep: int = 1) -> dict[str, Any]:
+    """The `expected` block of fit: TTFT (prefill of B×T), decode per token at T cached tokens,
+    tokens/s per sequence, for the batch and per GPU, and the dominating terms."""
+    pt = step_terms(cf, gpu, pp, pre, peak, B * T, wbits, xp, ep)
+    ttft = step_seconds(pt, xp)
+    out: dict[str, Any] = {
+        "ttft_s": ttft,
+        "prefill_terms_s": dict(zip(TERMS, pt, strict=True)),
+        "prefill_dominant": dominant(pt),
+        "decode_s_per_token": None, "tokens_per_s_per_sequence": None,
+        "tokens_per_s": None, "tokens_per_s_per_gpu": None,
+        "decode_terms_s": None, "decode_dominant": None,
+    }
+    if dec is not None:
+        dt = step_terms(cf, gpu, pp, dec, peak, B, wbits, xp, ep, decode=True)
+        d = step_seconds(dt, xp)
+        out.update({
+            "decode_s_per_token": d,
+            "tokens_per_s_per_sequence": 1.0 / d,
+            "tokens_per_s": B / d,
+            "tokens_per_s_per_gpu": B / d / gpus,
+            "decode_terms_s": dict(zip(TERMS, dt, strict=True)),
+            "decode_dominant": dominant(dt),
+        })
+    return out
