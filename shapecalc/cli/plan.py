@@ -47,6 +47,7 @@ from .plan_options import (
     KvDtypeList,
     LinkEff,
     MaxBatched,
+    PerfSets,
     MemoryEff,
     PhaseList,
     PpList,
@@ -68,7 +69,8 @@ PLAN_CONVENTIONS = (
     "a rank writes in prefill, without the [T,T] scores under FlashAttention) + reserve "
     "(1 − --utilization, like vLLM's --gpu-memory-utilization 0.9). Times are roofline LOWER "
     "BOUNDS: max(FLOPs/peak, bytes/bandwidth) + (ring all-reduce + PP boundary bytes)/link, "
-    "each divided by its efficiency factor. Bytes in binary units (GiB = 2³⁰ B)."
+    "each divided by its efficiency factor. Expected times: a model calibrated on published "
+    "measurements (README, shapecalc calibrate; --perf NAME=V). Bytes in binary units."
 )
 
 # -- compare --------------------------------------------------------------------------------------
@@ -101,7 +103,8 @@ def compare(
     price: Price = None,
     compute_dtype: ComputeDtype = None,
     attention: Attention = "flash",
-    max_batched_tokens: MaxBatched = None,
+    max_batched_tokens: MaxBatched = 8192,
+    perf: PerfSets = None,
     ratio: Annotated[bool, typer.Option("--ratio", help="show ratios to the first column")] = False,
     fmt: Format = "table",
     as_json: JsonOut = False,
@@ -119,7 +122,7 @@ def compare(
 
         fmt = output_format(fmt, as_json, FORMATS)
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
-                     compute_dtype, attention, max_batched_tokens)
+                     compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         parsed = [parse_case(c, presets_dir) for c in cases]
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
@@ -195,7 +198,8 @@ def fit(
     price: Price = None,
     compute_dtype: ComputeDtype = None,
     attention: Attention = "flash",
-    max_batched_tokens: MaxBatched = None,
+    max_batched_tokens: MaxBatched = 8192,
+    perf: PerfSets = None,
     fmt: Format = "table",
     as_json: JsonOut = False,
     output: Output = None,
@@ -214,7 +218,7 @@ def fit(
         if not gpu:
             raise ShapecalcError("gpu", "fit needs --gpu NAME (see: shapecalc hardware)")
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
-                     compute_dtype, attention, max_batched_tokens)
+                     compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         if case is not None:
             if preset or config or hf_config:
@@ -240,6 +244,8 @@ def fit(
         _emit_fit(doc, fmt, output, svg, html, model, wl)
     except ShapecalcError as e:
         fail(e)
+    if not doc["fits"]:  # scripts test the verdict by the exit code
+        raise typer.Exit(1)
 
 
 def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
@@ -299,7 +305,8 @@ def sweep(
     price: Price = None,
     compute_dtype: ComputeDtype = None,
     attention: Attention = "flash",
-    max_batched_tokens: MaxBatched = None,
+    max_batched_tokens: MaxBatched = 8192,
+    perf: PerfSets = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="jsonl | json (both: one JSON object per line) | csv | markdown | table"
     )] = "jsonl",
@@ -317,7 +324,7 @@ def sweep(
 
         fmt = output_format("jsonl" if as_json else fmt, False, SWEEP_FORMATS)
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
-                     compute_dtype, attention, max_batched_tokens)
+                     compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         parsed = [parse_case(c, presets_dir) for c in cases]
         given = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
@@ -389,8 +396,9 @@ _HELP = {
     "with NumPy: one row per point (JSON Lines or CSV). Ranges: 1..256x2 (powers of two), "
     "1..64+8 (steps), lists 512,2048. ",
     "fit": "Does a model fit a GPU at tp×pp? Memory per rank, the largest batch, the longest "
-    "context, the smallest tp and pp, KV tokens that fit, and roofline time estimates (lower "
-    "bounds). ",
+    "context, the smallest tp and pp, KV tokens that fit, roofline lower bounds and expected "
+    "times (at B and at the largest batch). Exit code 1 when the verdict is 'does not fit' "
+    "(memory, or a context beyond max_positions), 0 when it fits. ",
     "hardware": "List the GPU profiles, or show one (with --set-gpu overrides).",
 }
 COMMANDS: dict[str, Callable[..., Any]] = {

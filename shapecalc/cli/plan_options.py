@@ -53,9 +53,14 @@ Attention = Annotated[
                       "workspace estimate counts")
 ]
 MaxBatched = Annotated[
-    int | None, typer.Option("--max-batched-tokens", help="tokens of one prefill step for the "
-                             "activation estimate (chunked prefill, vLLM's "
-                             "--max-num-batched-tokens); default: all B·T at once")
+    int, typer.Option("--max-batched-tokens", help="tokens of one prefill step for the "
+                      "activation estimate (chunked prefill, vLLM's --max-num-batched-tokens, "
+                      "default 8192); 0: the whole batch's B·T at once")
+]
+PerfSets = Annotated[
+    list[str] | None,
+    typer.Option("--perf", help="override a term of the expected-time model: NAME=VALUE, e.g. "
+                 "layer_overhead_s=4e-5 (repeatable; names: shapecalc calibrate --help, README)"),
 ]
 
 
@@ -94,11 +99,13 @@ def gpu_option(name: str | None, dirs: list[Path] | None, sets: list[str] | None
 
 
 def plan_opts(utilization: float, ce: float, me: float, le: float, price: float | None,
-          compute_dtype: str | None, attention: str, max_batched_tokens: int | None) -> Any:
+              compute_dtype: str | None, attention: str, max_batched_tokens: int | None,
+              perf: list[str] | None = None) -> Any:
     from ..plan.options import PlanOptions
+    from ..plan.perf import perf_overrides
 
     return PlanOptions(utilization, ce, me, le, price, compute_dtype, attention,
-                       max_batched_tokens)
+                       max_batched_tokens or None, perf_overrides(perf))
 
 
 def output_format(fmt: str, as_json: bool, allowed: tuple[str, ...]) -> str:

@@ -106,7 +106,7 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
     check(model, wl)
     cf = closed_form_for(model, wl)
     cdt, peak = require_peak(gpu, wl.act, opts)
-    terms = perf_params(gpu, list(opts.perf))
+    terms = perf_params(gpu, opts.perf)
     r = point(cf, gpu, opts, wl, peak, with_times=True)
 
     def one(key: str) -> Any:

@@ -59,24 +59,30 @@ class PerfParams:
 NAMES = tuple(f.name for f in fields(PerfParams))
 
 
-def perf_params(gpu: GPU, sets: list[str] | None = None) -> PerfParams:
+def perf_overrides(sets: list[str] | None) -> tuple[str, ...]:
+    """`NAME=VALUE` items, checked (a known name, a number); kept as given."""
+    for item in sets or []:
+        key, sep, text = item.partition("=")
+        if not sep or key.strip() not in NAMES:
+            raise ShapecalcError("perf", f"expected NAME=VALUE with NAME one of {', '.join(NAMES)}"
+                                 f", got {item!r}")
+        try:
+            float(text)
+        except ValueError:
+            raise ShapecalcError(f"perf.{key.strip()}", f"{text!r} is not a number") from None
+    return tuple(sets or ())
+
+
+def perf_params(gpu: GPU, sets: list[str] | tuple[str, ...] | None = None) -> PerfParams:
     """The calibrated defaults, then the GPU profile's [perf] table, then `NAME=VALUE` sets."""
     out = PerfParams(**PARAMS)
     table: Any = gpu.perf  # a nullable table validates to a dict
     if table is not None:
         table = table if isinstance(table, dict) else table.model_dump()
         out = replace(out, **{k: v for k, v in table.items() if v is not None})
-    for item in sets or []:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or key not in NAMES:
-            raise ShapecalcError("perf", f"expected NAME=VALUE with NAME one of {', '.join(NAMES)}"
-                                 f", got {item!r}")
-        try:
-            value = float(text)
-        except ValueError:
-            raise ShapecalcError(f"perf.{key}", f"{text!r} is not a number") from None
-        out = replace(out, **{key: value})
+    for item in perf_overrides(list(sets or ())):
+        key, _, text = item.partition("=")
+        out = replace(out, **{key.strip(): float(text)})
     return out
 
 

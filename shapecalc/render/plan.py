@@ -60,7 +60,7 @@ def print_fit(doc: dict[str, Any], console: Any) -> None:
     title = (f"{doc['model']} on {doc['gpu']} · tp={wl['tp']} pp={wl['pp']}{ep} ({gpus}) · "
              f"B={wl['batch']} T={wl['seq']} · {wl['dtype']}"
              + (f" kv {wl['kv_dtype']}" if wl["kv_dtype"] else ""))
-    verdict = Text("fits" if doc["fits"] else "does not fit",
+    verdict = Text(doc.get("verdict") or ("fits" if doc["fits"] else "does not fit"),
                    style="bold green" if doc["fits"] else "bold red")
     t = Table(box=box.SIMPLE_HEAD, title="memory per rank"
               + (f" (pipeline stage {doc['pp_stage']}, the fullest)" if wl["pp"] > 1 else ""))
@@ -110,12 +110,7 @@ def print_fit(doc: dict[str, Any], console: Any) -> None:
                    human_time(tm[f"{ph}_compute_s"]), human_time(tm[f"{ph}_memory_s"]),
                    human_time(tm[f"{ph}_comm_s"]), Text(human_time(tm[total]), style="bold"),
                    str(tm[f"{ph}_bound"] or "—"))
-    rates = Table(box=None, show_header=False, padding=(0, 2))
-    rates.add_column(style="bold")
-    rates.add_column(justify="right")
-    rates.add_row("time to first token ≥", human_time(tm["ttft_s"]))
-    rates.add_row("inter-token latency ≥", human_time(tm["itl_s"]))
-    rates.add_row("tokens/s (batch) ≤", human_rate(tm["tokens_per_s"]))
+    rates = estimate_table(doc)
     if "cost_per_million_tokens" in doc:
         rates.add_row(f"cost per 1M tokens ≥ (at ${doc['price_per_gpu_hour']:g}/GPU-h)",
                       money(doc["cost_per_million_tokens"]))
@@ -128,6 +123,32 @@ def print_fit(doc: dict[str, Any], console: Any) -> None:
         parts.append(Text("note: " + note, style="yellow"))
 
     console.print(Panel(Group(*parts), title=title, border_style="cyan", expand=False))
+
+
+ESTIMATES = (("time to first token", "ttft_s", human_time),
+             ("decode time per token", "decode_s_per_token", human_time),
+             ("tokens/s per sequence", "tokens_per_s_per_sequence", human_rate),
+             ("tokens/s (batch)", "tokens_per_s", human_rate),
+             ("tokens/s per GPU", "tokens_per_s_per_gpu", human_rate),
+             ("prefill: largest term", "prefill_dominant", str),
+             ("decode: largest term", "decode_dominant", str))
+
+
+def estimate_table(doc: dict[str, Any]) -> Any:
+    """Expected (calibrated) and lower-bound times at B and at the largest batch that fits."""
+    t = Table(box=box.SIMPLE_HEAD, title="expected (calibrated model) and roofline bound")
+    B = doc["workload"]["batch"]
+    mx = doc.get("at_max_batch")
+    cols = [(f"B={B} expected", doc["expected"]), ("bound", doc["lower_bound"])]
+    if mx:
+        cols += [(f"B={mx['batch']} (largest) expected", mx["expected"]),
+                 ("bound", mx["lower_bound"])]
+    t.add_column("")
+    for name, _ in cols:
+        t.add_column(name, justify="right", style="bold" if "expected" in name else "dim")
+    for label, key, f in ESTIMATES:
+        t.add_row(label, *("—" if d[key] is None else f(d[key]) for _, d in cols))
+    return t
 
 
 def fit_flat(doc: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -162,6 +183,8 @@ def fit_markdown(doc: dict[str, Any]) -> str:
            ["ITL (lower bound)", human_time(tm["itl_s"])],
            ["tokens/s (upper bound)", human_rate(tm["tokens_per_s"])],
            ["prefill bound", str(tm["prefill_bound"])], ["decode bound", str(tm["decode_bound"])]]
+    ans += [[f"{label} (expected)", "—" if doc["expected"][key] is None
+             else f(doc["expected"][key])] for label, key, f in ESTIMATES]
     if "cost_per_million_tokens" in doc:
         ans.append(["cost per 1M tokens (lower bound)", money(doc["cost_per_million_tokens"])])
     return (head + markdown_table(["memory per rank", "bytes", ""], rows) + "\n"
