@@ -144,8 +144,8 @@ def test_fit_equals_cli(cli, preset, gpu, fields):
 
 def test_fit_of_a_case_with_a_gpu_object(cli):
     gpu = shapecalc.load_gpu("h100-sxm", set={"memory_bytes": "96GiB"})
-    assert dump(shapecalc.fit("llama2-70b@tp=4,seq=8192", gpu, batch=4)) == cli_json(
-        cli, "fit", "llama2-70b@tp=4,seq=8192", "--gpu", "h100-sxm",
+    assert dump(shapecalc.fit("llama2-70b@tp=4,seq=4096", gpu, batch=4)) == cli_json(
+        cli, "fit", "llama2-70b@tp=4,seq=4096", "--gpu", "h100-sxm",
         "--set-gpu", "memory_bytes=96GiB", "--batch", "4", "--json")
 
 

@@ -71,7 +71,7 @@ def test_fit_llama2_70b_on_h100_tp4(cli):
     A = 2 * (B * T * D * 2)  # the residual stream [B,T,D] is the largest tensor (> Dff/p = 7168)
     R = reserve(C)
     r = cli("fit", "llama2-70b", "--gpu", "H100-SXM", "--tp", "4", "--batch", "1", "--seq",
-            "2048", "--dtype", "fp16", "--price", "2", "--json")
+            "2048", "--dtype", "fp16", "--price", "2", "--max-batched-tokens", "0", "--json")
     assert r.code == 0, r.err
     doc = r.json()
     FitOut.model_validate(doc)
@@ -133,7 +133,7 @@ def test_fit_llama3_8b_on_a100_80gb():
     R = reserve(C)
     assert R == 8 * GiB
     wl = Workload(batch=B, seq=T, logits="last")
-    doc = fit(model, wl, load_gpu("A100-80GB"), PlanOptions(price=1.5))
+    doc = fit(model, wl, load_gpu("A100-80GB"), PlanOptions(price=1.5, max_batched_tokens=None))
     FitOut.model_validate(json.loads(json.dumps(doc)))
     mem = doc["memory_per_rank"]
     assert (mem["weights"], mem["kv_cache"], mem["activations"], mem["reserve"]) == (
@@ -173,7 +173,12 @@ def test_chunked_prefill_sizes_the_workspace_like_vllm(cli):
     assert doc["memory_per_rank"]["activations"] == A
     assert doc["assumptions"]["max_batched_tokens"] == 8192
     assert doc["max_batch"] == (C - R - W - A) // (T * kv_tok) == 56  # 39 without chunking
-    r = cli("fit", "llama3-8b", "--gpu", "A100-80GB", "--max-batched-tokens", "0")
+    whole = cli("fit", "llama3-8b", "--gpu", "A100-80GB", "--batch", "16", "--seq", str(T),
+                "--max-batched-tokens", "0", "--json").json()  # 0: the whole batch at once
+    assert whole["assumptions"]["max_batched_tokens"] is None and whole["max_batch"] == 39
+    assert cli("fit", "llama3-8b", "--gpu", "A100-80GB", "--batch", "16", "--seq", str(T),
+               "--json").json()["max_batch"] == 56  # 8192 is the default
+    r = cli("fit", "llama3-8b", "--gpu", "A100-80GB", "--max-batched-tokens", "-1")
     assert r.code == 2 and r.err.startswith("error: max-batched-tokens:")
 
 

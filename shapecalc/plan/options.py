@@ -27,7 +27,7 @@ class PlanOptions:
     price: float | None = None  # per GPU-hour
     compute_dtype: str | None = None
     attention: str = "flash"  # flash | eager: which tensors the workspace estimate counts
-    max_batched_tokens: int | None = None  # a prefill step's tokens (vLLM); None: all B·T
+    max_batched_tokens: int | None = 8192  # a prefill step's tokens (vLLM); None: all B·T
     perf: tuple[str, ...] = ()  # NAME=VALUE overrides of the expected-time terms (plan/perf.py)
 
     def __post_init__(self) -> None:

@@ -69,8 +69,53 @@ class TimesOut(_Strict):
     decode_comm_s: float | None
 
 
+Term = Literal["compute", "memory", "communication", "overhead"]
+
+
+class StepTerms(_Strict):
+    """Expected seconds of one step per rank, term by term (plan/perf.py)."""
+
+    compute: float
+    memory: float
+    communication: float
+    overhead: float
+
+
+class EstimateOut(_Strict):
+    """Times of one batch: expected (calibrated) or the roofline lower bound; null where no
+    decode estimate."""
+
+    ttft_s: float
+    decode_s_per_token: float | None
+    tokens_per_s_per_sequence: float | None
+    tokens_per_s: float | None
+    tokens_per_s_per_gpu: float | None
+    prefill_dominant: Term
+    decode_dominant: Term | None
+    prefill_terms_s: StepTerms | None = None  # expected only
+    decode_terms_s: StepTerms | None = None
+
+
+class AtBatchOut(_Strict):
+    batch: StrictInt
+    expected: EstimateOut
+    lower_bound: EstimateOut
+
+
+class PerfTermsOut(_Strict):
+    gemm_efficiency: float
+    gemm_half_tokens: float
+    memory_efficiency: float
+    attention_efficiency: float
+    layer_overhead_s: float
+    prefill_layer_overhead_s: float
+    allreduce_latency_s: float
+    link_efficiency: float
+
+
 class Assumptions(_Strict):
     lower_bound: Literal[True]
+    expected: str
     utilization: float
     compute_efficiency: float
     memory_efficiency: float
@@ -90,6 +135,7 @@ class FitOut(_WithWorkload):
     gpu: str
     workload: dict[str, Any]
     fits: StrictBool
+    verdict: Literal["fits", "does not fit (memory)", "does not fit (context)"]
     memory_per_rank: MemoryOut
     pp_stage: StrictInt
     kv_heads_per_rank: StrictInt
@@ -104,6 +150,10 @@ class FitOut(_WithWorkload):
     min_pp: StrictInt | None
     gpus: StrictInt
     times: TimesOut
+    expected: EstimateOut
+    lower_bound: EstimateOut
+    at_max_batch: AtBatchOut | None
+    perf_terms: PerfTermsOut
     cost_per_million_tokens: float | None = None  # present when --price is given
     price_per_gpu_hour: float | None = None
     assumptions: Assumptions
