@@ -228,8 +228,8 @@ def fit_params(cases: list[Case], start: PerfParams = START, iters: int = 600) -
         n = len(x0)
         mid = [sum(p[j] for p in pts[:-1]) / n for j in range(n)]
 
-        def at(t: float) -> list[float]:
-            return [m + t * (m - w) for m, w in zip(mid, pts[-1], strict=True)]
+        def at(t: float, mid: list[float] = mid, worst: list[float] = pts[-1]) -> list[float]:
+            return [m + t * (m - w) for m, w in zip(mid, worst, strict=True)]
 
         xr = at(1.0)
         fr = loss(cases, _from_x(xr))

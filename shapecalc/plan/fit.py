@@ -19,7 +19,14 @@ from ..model.parallel import kv_bytes_per_token, kv_heads_per_rank, kv_replicate
 from .cases import closed_form_for, valid
 from .memory import memory, phase_terms, times, workspace_tokens
 from .options import ACTIVATIONS, PlanOptions, require_peak
-from .perf import PerfParams, expected_times, perf_params
+from .perf import (
+    DECODE_COLUMNS,
+    PerfParams,
+    expected_decode,
+    expected_prefill,
+    expected_times,
+    perf_params,
+)
 from .perf_defaults import DATA as DEFAULTS_DATA
 from .perf_defaults import DATE as DEFAULTS_DATE
 
@@ -45,12 +52,20 @@ def point(cf: ClosedForm, gpu: GPU, opts: PlanOptions, wl: Workload, peak: float
     if with_times:
         limit = cf.seq_limit("decode")
         dec = (math.nan,) * 3
+        dec_tot = None
         if limit is None or T <= limit:
-            dec = phase_terms(cf, gpu, opts, cf.at(B, T, "decode", p, s, *dts), peak, B, wbits,
-                              SCALARS, wl.ep)
+            dec_tot = cf.at(B, T, "decode", p, s, *dts)
+            dec = phase_terms(cf, gpu, opts, dec_tot, peak, B, wbits, SCALARS, wl.ep)
         out.update(times(opts, B, T, float(p) * float(s),
                          phase_terms(cf, gpu, opts, pre, peak, B * T, wbits, SCALARS, wl.ep),
                          dec, SCALARS))
+        # the calibrated expectation (plan/perf.py), as sweep's columns
+        pp = perf_params(gpu, opts.perf)
+        out.update(expected_prefill(cf, gpu, pp, pre, peak, B * T, wbits, SCALARS, wl.ep))
+        out.update(dict.fromkeys(DECODE_COLUMNS, math.nan), expected_decode_dominant=None)
+        if dec_tot is not None:
+            out.update(expected_decode(cf, gpu, pp, dec_tot, peak, B,
+                                       float(max(p, wl.ep)) * float(s), wbits, SCALARS, wl.ep))
     return out
 
 

@@ -11,7 +11,8 @@ parallel degree p and pipeline depth s.
   is sized for its fullest chunk, min(T, C) tokens, which a sequence passes on its way to T.
 - prefill time = max(FLOPs/peak, bytes/bandwidth) per rank + (ring all-reduce bytes per rank + PP
   boundary bytes) / link bandwidth; bytes = weights per rank (of the embedding table only the
-  rows looked up) + the KV cache written. Decode per token: the same with the KV cache read. Each term is divided by its efficiency.
+  rows looked up) + the KV cache written. Decode per token: the same with the KV cache read.
+  Each term is divided by its efficiency.
 """
 
 from __future__ import annotations

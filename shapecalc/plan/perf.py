@@ -112,11 +112,41 @@ def step_seconds(terms: tuple[Any, Any, Any, Any], xp: Any) -> Any:
     return xp.maximum(c, mem) + comm + over
 
 
-def dominant(terms: tuple[Any, Any, Any, Any]) -> str | None:
-    """The largest term of one step (plain numbers)."""
-    if any(t != t for t in terms):
-        return None
-    return TERMS[terms.index(max(terms))]
+def dominant(terms: tuple[Any, Any, Any, Any]) -> Any:
+    """The largest term of one step: a name (plain numbers) or an array of names (None where
+    there is no estimate)."""
+    if isinstance(terms[0], float):
+        return None if any(t != t for t in terms) else TERMS[terms.index(max(terms))]
+    import numpy as np  # arrays only: a sweep has NumPy loaded already
+
+    stack = np.stack([np.asarray(t, dtype=float) for t in terms])
+    out = np.array(TERMS, dtype=object)[np.argmax(np.nan_to_num(stack, nan=-1.0), axis=0)]
+    out[np.isnan(stack[0])] = None
+    return out
+
+
+def expected_prefill(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, Any], peak: Any,
+                     tokens: Any, wbits: Any, xp: Any, ep: int = 1) -> dict[str, Any]:
+    """The expected_* prefill columns of sweep and of fit's point."""
+    pt = step_terms(cf, gpu, pp, pre, peak, tokens, wbits, xp, ep)
+    return {"expected_ttft_s": step_seconds(pt, xp), "expected_prefill_dominant": dominant(pt)}
+
+
+def expected_decode(cf: ClosedForm, gpu: GPU, pp: PerfParams, dec: dict[str, Any], peak: Any,
+                    B: Any, serving: Any, wbits: Any, xp: Any, ep: int = 1) -> dict[str, Any]:
+    """The expected_* decode columns (`serving`: the GPUs that serve the batch)."""
+    dt = step_terms(cf, gpu, pp, dec, peak, B, wbits, xp, ep, decode=True)
+    d = step_seconds(dt, xp)
+    return {
+        "expected_decode_s_per_token": d,
+        "expected_tokens_per_s": xp.floats(B) / d,
+        "expected_tokens_per_s_per_gpu": xp.floats(B) / d / serving,
+        "expected_decode_dominant": dominant(dt),
+    }
+
+
+DECODE_COLUMNS = ("expected_decode_s_per_token", "expected_tokens_per_s",
+                  "expected_tokens_per_s_per_gpu", "expected_decode_dominant")
 
 
 def expected_times(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, Any],

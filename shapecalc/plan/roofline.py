@@ -10,6 +10,7 @@ from ..costs.grid import ARRAYS, evaluate
 from ..inputs.hardware import GPU
 from .memory import memory, phase_terms, times, workspace_tokens
 from .options import PlanOptions
+from .perf import DECODE_COLUMNS, expected_decode, expected_prefill, perf_params
 
 
 def plan_arrays(
@@ -64,4 +65,15 @@ def plan_arrays(
     gpus = ARRAYS.floats(P) * ARRAYS.floats(S)
     out.update(times(opts, B, T, gpus, phase_terms(cf, gpu, opts, pre, peak, B * T, wbits,
                                                    ARRAYS, ep), dec, ARRAYS))
+    # the calibrated expectation (plan/perf.py) beside the bound; decode where there is one
+    pp = perf_params(gpu, opts.perf)
+    serving = ARRAYS.floats(np.maximum(P, ep)) * ARRAYS.floats(S)
+    out.update(expected_prefill(cf, gpu, pp, pre, peak, B * T, wbits, ARRAYS, ep))
+    for k in DECODE_COLUMNS:
+        out[k] = np.full(n, None, dtype=object) if k.endswith("dominant") else np.full(n, np.nan)
+    if ok.any():
+        part = expected_decode(cf, gpu, pp, d, peak[idx], B[idx], serving[idx], wbits[idx],
+                               ARRAYS, ep)
+        for k in DECODE_COLUMNS:
+            out[k][idx] = part[k]
     return out

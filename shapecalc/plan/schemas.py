@@ -201,7 +201,8 @@ class CompareOut(RootModel[list[CompareItem]]):
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 
 
-_TYPES: dict[str, Any] = {"int": StrictInt, "bool": StrictBool, "float": float, "bound": Bound}
+_TYPES: dict[str, Any] = {"int": StrictInt, "bool": StrictBool, "float": float, "bound": Bound,
+                          "term": Literal["compute", "memory", "communication", "overhead"]}
 # One line of `sweep` (JSON Lines; CSV has the same columns): the point, the trace's numbers
 # (SWEEP_COLUMNS, declared in costs/fields.py), then with --gpu the fit and time keys (the cost
 # with --price).

@@ -254,6 +254,13 @@ def compare_rows(items: list[dict[str, Any]]) -> list[Row]:
             Row("tokens/s ≤", lambda it: f(it)["times"]["tokens_per_s"], "rate", "high"),
             Row("prefill bound", lambda it: f(it)["times"]["prefill_bound"], "text", None),
             Row("decode bound", lambda it: f(it)["times"]["decode_bound"], "text", None),
+            Row("TTFT expected", lambda it: f(it)["expected"]["ttft_s"], "time", "low"),
+            Row("ITL expected", lambda it: f(it)["expected"]["decode_s_per_token"], "time", "low"),
+            Row("tokens/s expected", lambda it: f(it)["expected"]["tokens_per_s"], "rate", "high"),
+            Row("tokens/s / GPU expected", lambda it: f(it)["expected"]["tokens_per_s_per_gpu"],
+                "rate", "high"),
+            Row("largest term (decode)", lambda it: f(it)["expected"]["decode_dominant"], "text",
+                None),
         ]
         if "cost_per_million_tokens" in items[0]["fit"]:
             rows.append(Row("cost / 1M tokens ≥", lambda it: it["fit"]["cost_per_million_tokens"],
@@ -280,7 +287,8 @@ def print_compare(items: list[dict[str, Any]], console: Any, ratio: bool = False
     t = Table(box=box.SIMPLE_HEAD, title="compare" + (" (×: ratio to the first column)"
                                                        if ratio else ""),
               caption="best of each row in bold green; bytes in binary units (GiB = 2³⁰ B)"
-              + ("; times are roofline lower bounds" if items and "fit" in items[0] else ""))
+              + ("; ≥/≤: roofline bounds, expected: the calibrated model" if items and "fit" in
+                 items[0] else ""))
     t.add_column("", style="bold")
     for it in items:
         wl = it["workload"]
@@ -328,7 +336,8 @@ def sweep_table(chunks: list[Any], console: Any) -> None:
     fit = any("fits" in c.columns for c in chunks)
     cols = table_cols(fit)
     t = Table(box=box.SIMPLE_HEAD, title="sweep", caption="bytes in binary units; times are "
-              "roofline lower bounds" if fit else "bytes in binary units")
+              "roofline lower bounds, expected_*: the calibrated model" if fit
+              else "bytes in binary units")
     t.add_column("model")
     for k, _ in cols:
         t.add_column(k, justify="left" if k in ("phase", "dtype", "kv_dtype") else "right")

@@ -31,7 +31,9 @@ SWEEP_TABLE_COLS = (
     ("boundary_bytes", "bytes"),
 )
 SWEEP_TABLE_FIT = (("fits", "bool"), ("mem_total", "bytes"), ("kv_tokens_fit", "int"),
-                   ("ttft_s", "time"), ("decode_s_per_token", "time"), ("tokens_per_s", "rate"))
+                   ("ttft_s", "time"), ("decode_s_per_token", "time"), ("tokens_per_s", "rate"),
+                   ("expected_ttft_s", "time"), ("expected_decode_s_per_token", "time"),
+                   ("expected_tokens_per_s", "rate"))
 
 BLOCK_BYTES = 8 << 20  # the byte matrix of the rows written at once
 
