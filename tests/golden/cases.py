@@ -55,8 +55,8 @@ def record(run) -> dict[str, object]:
     doc: dict[str, object] = {}
     for key, argv in argvs().items():
         code, out, err = run(argv)
-        if code == 0:
-            doc[key] = {"code": 0, "json": parse(out, argv[0] == "sweep")}
+        if code == 0 or (code == 1 and argv[0] == "fit"):  # fit: exit 1 = does not fit
+            doc[key] = {"code": code, "json": parse(out, argv[0] == "sweep")}
         else:
             doc[key] = {"code": code, "err": err.strip()}
     return doc
