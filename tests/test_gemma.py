@@ -155,9 +155,12 @@ def test_fit_longest_context_uses_the_per_kind_cache():
     T = got["max_seq_memory"]
     need = 21 * 8192 * (-(-min(T, 4096) // 16) * 16 + -(-T // 16) * 16)
     at = fit(m, wl.model_copy(update={"seq": T}), gpu, opts)
-    assert at["memory_per_rank"]["kv_cache"] == need and at["fits"]
-    over = fit(m, wl.model_copy(update={"seq": T + 16}), gpu, opts)
-    assert not over["fits"]
+    # T is past max_positions: memory fits, the context does not (fit's verdict says which)
+    mem = at["memory_per_rank"]
+    assert mem["kv_cache"] == need and mem["total"] <= mem["capacity"]
+    assert at["verdict"] == "does not fit (context)"
+    over = fit(m, wl.model_copy(update={"seq": T + 16}), gpu, opts)["memory_per_rank"]
+    assert over["total"] > over["capacity"]
 
 
 # ── the import ───────────────────────────────────────────────────────────────────────────────
