@@ -195,3 +195,36 @@ def test_calibrate_writes_a_profile_that_reproduces_your_measurements(cli, tmp_p
     fitted = cli("fit", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--hardware-dir", str(out),
                  "--json").json()["perf_terms"]
     assert fitted != PARAMS
+
+
+def test_deployment_modes_say_which_bytes_are_at_which_width(cli):
+    """--mode fp8 is W8A8 as engines run it: fp8 weights at the fp8 peak, bf16 activations,
+    all-reduces and KV cache; int4-wo keeps 16-bit GEMMs; fp8-kv halves only the cache."""
+    base = ["fit", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--seq", "4096", "--tp", "2",
+            "--json"]
+    bf16 = cli(*base, "--mode", "bf16").json()
+    fp8 = cli(*base, "--mode", "fp8").json()
+    assert fp8["assumptions"]["widths"] == {"weights": "fp8", "activations": "bf16",
+                                            "all_reduce": "bf16", "kv_cache": "bf16",
+                                            "compute": "fp8"}
+    assert fp8["assumptions"]["peak_flops"] == 1979e12
+    mb, mf = bf16["memory_per_rank"], fp8["memory_per_rank"]
+    assert mf["weights"] * 2 == mb["weights"] and mf["kv_cache"] == mb["kv_cache"]
+    assert mf["activations"] == mb["activations"]  # activations stay bf16
+    # the all-reduce stays 16-bit: the same communication in prefill
+    assert fp8["times"]["prefill_comm_s"] == bf16["times"]["prefill_comm_s"]
+    int4 = cli(*base, "--mode", "int4-wo").json()
+    assert int4["assumptions"]["compute_dtype"] == "bf16"
+    assert int4["memory_per_rank"]["weights"] * 4 == mb["weights"]
+    kv8 = cli(*base, "--mode", "fp8-kv").json()["memory_per_rank"]
+    assert kv8["kv_cache"] * 2 == mb["kv_cache"] and kv8["weights"] == mb["weights"]
+    # explicit flags win over the mode; --dtype alone keeps its meaning (all at that width)
+    both = cli(*base, "--mode", "fp8", "--kv-dtype", "fp8").json()["assumptions"]["widths"]
+    assert both["kv_cache"] == "fp8" and both["activations"] == "bf16"
+    plain = cli(*base, "--dtype", "fp8").json()["assumptions"]["widths"]
+    assert set(plain.values()) == {"fp8"}
+    tr = cli("trace", "--preset", "llama3-8b", "--mode", "int8-wo", "--json").json()
+    assert tr["widths"] == {"weights": "int8", "activations": "bf16", "all_reduce": "bf16",
+                            "kv_cache": "bf16"}
+    bad = cli(*base, "--mode", "fp4")
+    assert bad.code == 2 and bad.err.startswith("error: mode: 'fp4' is not one of")

@@ -30,6 +30,7 @@ from .options import (
     KvDtype,
     Logits,
     MlaForm,
+    Mode,
     Output,
     PaddingMask,
     Phase,
@@ -80,6 +81,7 @@ def trace(
     dtype: DtypeOpt = None,
     kv_dtype: KvDtype = None,
     act_dtype: ActDtype = None,
+    mode: Mode = None,
     logits: Logits = None,
     tp: TP = None,
     pp: PP = None,
@@ -107,6 +109,7 @@ def trace(
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         wl = resolve_workload(
             wbase,
+            mode,
             batch=batch,
             seq=seq,
             phase=phase,

@@ -36,8 +36,12 @@ Seq = Annotated[
 ]
 Phase = Annotated[str | None, typer.Option("--phase", help="prefill | decode")]
 DtypeOpt = Annotated[
-    str | None, typer.Option("--dtype", help="fp32 | bf16 | fp16 | fp8 | int8 | int4")
+    str | None, typer.Option("--dtype", help="fp32 | bf16 | fp16 | fp8 | int8 | int4: the "
+                             "weights, and activations and KV cache unless given apart")
 ]
+Mode = Annotated[str | None, typer.Option(
+    "--mode", help="deployment widths: bf16 | fp8 (W8A8: fp8 weights and GEMMs, bf16 "
+    "activations and all-reduce) | int8-wo | int4-wo (weight-only, 16-bit GEMMs) | fp8-kv")]
 KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="KV cache dtype (default dtype)")]
 ActDtype = Annotated[
     str | None, typer.Option("--act-dtype", help="activation dtype (default dtype)")
@@ -85,8 +89,12 @@ def resolve_model(
     return load_model(preset, config, hf_config, sets, presets_dir)
 
 
-def resolve_workload(base: dict[str, Any], **given: Any) -> Workload:
-    return make_workload({**base, **{k: v for k, v in given.items() if v is not None}})
+def resolve_workload(base: dict[str, Any], mode: str | None = None, **given: Any) -> Workload:
+    """The workload: a config's [workload], then a deployment mode's widths, then the flags."""
+    from ..model.deploy import mode_fields
+
+    return make_workload({**base, **mode_fields(mode),
+                          **{k: v for k, v in given.items() if v is not None}})
 
 
 def emit_json(doc: Any) -> None:

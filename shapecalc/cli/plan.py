@@ -28,6 +28,7 @@ from .options import (
     KvDtype,
     Logits,
     MlaForm,
+    Mode,
     Output,
     Preset,
     PresetsDir,
@@ -179,6 +180,7 @@ def fit(
     dtype: DtypeOpt = None,
     kv_dtype: KvDtype = None,
     act_dtype: ActDtype = None,
+    mode: Mode = None,
     logits: Annotated[str | None, typer.Option(
         "--logits", help="all | last (default last: serving computes the last position only)",
     )] = None,
@@ -217,8 +219,10 @@ def fit(
         fmt = output_format(fmt, as_json, FORMATS)
         if not gpu:
             raise ShapecalcError("gpu", "fit needs --gpu NAME (see: shapecalc hardware)")
+        from ..model.deploy import mode_compute
+
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
-                     compute_dtype, attention, max_batched_tokens, perf)
+                         compute_dtype or mode_compute(mode), attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         if case is not None:
             if preset or config or hf_config:
@@ -236,7 +240,7 @@ def fit(
             model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         wbase = {"logits": "last", **wbase}
         wl = resolve_workload(
-            wbase, batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
+            wbase, mode, batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
             logits=logits, tp=tp, pp=pp, ep=ep, mla_form=mla_form, block_size=block_size,
             attention_flops=attention_flops,
         )

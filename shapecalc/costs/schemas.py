@@ -154,6 +154,7 @@ class ParallelOut(_Strict):
 class TraceOut(_Strict):
     model: dict[str, Any]
     workload: dict[str, Any]
+    widths: dict[str, str]  # weights, activations, all_reduce, kv_cache → dtype
     layers: LayerPlanOut
     stages: list[StageOut]
     totals: Totals  # type: ignore[valid-type]

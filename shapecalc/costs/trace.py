@@ -12,6 +12,7 @@ from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
+from ..model.deploy import widths
 from ..model.parallel import (
     active_params,
     alltoall_bytes,
@@ -176,6 +177,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
     doc = {
         "model": model.model_dump(),
         "workload": wl.model_dump(),
+        "widths": widths(wl),  # which bytes are at which width (model/deploy.py)
         "layers": layer_plan_doc(plan),
         "stages": [s.as_dict() for s in st],
         "totals": totals,

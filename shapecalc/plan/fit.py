@@ -15,6 +15,7 @@ from ..costs.closed import ClosedForm
 from ..costs.scalar import SCALARS
 from ..inputs.hardware import GPU
 from ..model.config import DTYPE_BITS, ModelConfig, Workload, check, nbytes
+from ..model.deploy import widths
 from ..model.parallel import kv_bytes_per_token, kv_heads_per_rank, kv_replicated, pp_layers
 from .cases import closed_form_for, valid
 from .memory import memory, phase_terms, times, workspace_tokens
@@ -234,6 +235,7 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
         "memory_efficiency": opts.memory_efficiency,
         "link_efficiency": opts.link_efficiency,
         "compute_dtype": cdt,
+        "widths": widths(wl, cdt),
         "peak_flops": peak,
         "hbm_bandwidth": gpu.hbm_bandwidth,
         "link_bandwidth": gpu.link_bandwidth,

@@ -121,6 +121,7 @@ class Assumptions(_Strict):
     memory_efficiency: float
     link_efficiency: float
     compute_dtype: str
+    widths: dict[str, str]  # weights, activations, all_reduce, kv_cache, compute → dtype
     peak_flops: float
     hbm_bandwidth: float
     link_bandwidth: float

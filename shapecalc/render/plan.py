@@ -117,6 +117,9 @@ def print_fit(doc: dict[str, Any], console: Any) -> None:
     eff = (f"{a['compute_dtype']} peak {a['peak_flops']:.4g} FLOP/s × {a['compute_efficiency']:g}, "
            f"memory {a['hbm_bandwidth']:.4g} B/s × {a['memory_efficiency']:g}, "
            f"link {a['link_bandwidth']:.4g} B/s per direction × {a['link_efficiency']:g}")
+    wd = a["widths"]
+    eff += (f"\nbytes: weights {wd['weights']}, activations and all-reduce {wd['activations']}, "
+            f"KV cache {wd['kv_cache']}; GEMMs at the {wd['compute']} peak")
     parts: list[Any] = [Text.assemble("verdict: ", verdict), t, bar, legend, Text(""), ans, tt,
                         rates, Text(eff, style="dim")]
     for note in doc["notes"]:

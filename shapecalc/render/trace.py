@@ -225,8 +225,12 @@ def print_trace(
     console = console or make_console()
     m, wl = doc["model"], doc["workload"]
     stages = doc["stages"]
+    wd = doc.get("widths") or {}
+    dts = wl["dtype"] if len(set(wd.values())) <= 1 else (
+        f"weights {wd['weights']}, activations/all-reduce {wd['activations']}, "
+        f"KV {wd['kv_cache']}")
     title = (
-        f"{m['name']} · {wl['phase']} · B={wl['batch']} T={wl['seq']} · {wl['dtype']}"
+        f"{m['name']} · {wl['phase']} · B={wl['batch']} T={wl['seq']} · {dts}"
         f" · tp={wl['tp']} pp={wl['pp']}"
     )
     if per_rank and "rank_stages" in doc:
