@@ -91,7 +91,7 @@ def test_llama2_70b_tp4_ledger(cli):
 def test_json_is_one_document_with_stable_keys_and_schema(cli):
     r = cli("trace", "--preset", "gpt2", "--seq", "512", "--json")
     doc = r.json()
-    assert list(doc) == ["model", "workload", "layers", "stages", "totals", "parallel"]
+    assert list(doc) == ["model", "workload", "layers", "stages", "totals", "parallel", "widths"]
     for key in (
         "params",
         "flops",

@@ -177,12 +177,12 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
     doc = {
         "model": model.model_dump(),
         "workload": wl.model_dump(),
-        "widths": widths(wl),  # which bytes are at which width (model/deploy.py)
         "layers": layer_plan_doc(plan),
         "stages": [s.as_dict() for s in st],
         "totals": totals,
         "parallel": {"tp": tp_ledger(model, wl, rank), "pp": pp_ledger(model, wl, st),
                      "ep": ep_ledger(model, wl, st, rank)},
+        "widths": widths(wl),  # which bytes are at which width (model/deploy.py)
     }
     if per_rank and wl.tp > 1:
         doc["rank_stages"] = [s.as_dict() for s in rank]
