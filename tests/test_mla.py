@@ -319,3 +319,12 @@ def test_verify_cli_simulates_expert_parallelism_on_a_deepseek_like_model(cli, t
     names = {c["name"]: c for c in json.loads(r.out)["checks"]}
     assert names["EP ep=4 == one rank (prefill logits)"]["ok"]
     _one_line(cli("verify", "--config", str(path), "--ep", "4", "--tp", "2"), "ep")
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_padding_mask_is_listed_and_run_in_every_decode_form(form):
+    wl = Workload(batch=2, seq=5, phase="decode", mla_form=form, padding_mask=True)
+    stages = build_trace(tiny(), wl)["stages"]
+    assert [s["kind"] for s in stages if s["name"] == "padding mask"] == [0, 1]  # each kind once
+    doc = verify(tiny(), wl, precision="float64")
+    assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]

@@ -11,11 +11,12 @@ from .expr import Dim
 from .plan import LayerSpec
 
 if TYPE_CHECKING:
-    from .forward import Ops, Sizes
+    from .forward import Sizes
+    from .ops import Ops
 
 
 def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
-         layer: int, angles: Any) -> Any:
+                  layer: int, angles: Any) -> Any:
     """Multi-head Latent Attention (DeepSeek-V2/V3). K and V of every head come from a latent
     c_KV of D_c per token, plus one RoPE key k_rope of D_r shared by all heads; the cache keeps
     the latent (`absorbed`, `latent`) or every head's K and V (`expanded`). Prefill expands the
@@ -45,9 +46,8 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
         k_rope = ops.rope(k_rope, "attn.rope", "RoPE k_rope", angles)
     Tk, Tc = z.keys(spec)
 
-    def expand(latent: Any) -> tuple[Any, Any]:
+    def expand(c_t: Any, r_t: Any) -> tuple[Any, Any]:
         """Latents [B,t,D_c] and k_rope [B,t,D_r] → every head's K [B,H,t,D_n+D_r], V."""
-        c_t, r_t = latent
         kvb = ops.linear(c_t, "attn.kv_b", "kv up-projection (kv_b)", z.Dc, z.H * (z.Dn + z.Dv),
                          False, "column")
         kvb = ops.split_heads(kvb, "attn.kv_b.heads", "k_nope, v", z.H, z.Dn + z.Dv)
@@ -56,17 +56,17 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
         return ops.concat([k_nope, r_h], "attn.k.concat", "k = [k_nope, k_rope]", z.H), v
 
     if form == "expanded":
-        k, v = expand((c, k_rope))
+        k, v = expand(c, k_rope)
         kv_all = ops.mla_cache(ops.concat([k, v], "attn.kv.concat", "[K, V]"), layer, Tk, Tc,
-                           "K of H·(D_n+D_r) and V of H·D_v")
+                               "K of H·(D_n+D_r) and V of H·D_v")
         k, v = ops.split(kv_all, [z.Dh, z.Dv])
     else:
         lat = ops.mla_cache(ops.concat([c, k_rope], "attn.latent", "latent [c_KV, k_rope]"),
-                        layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
+                            layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
         c_all, r_all = ops.split(lat, [z.Dc, z.Dr])
         if form == "absorbed" and decode:
-            return _mla_absorbed(ops, m, z, q_nope, q_rope, lat, c_all)
-        k, v = expand((c_all, r_all))
+            return _mla_absorbed(ops, m, wl, z, q_nope, q_rope, lat, c_all)
+        k, v = expand(c_all, r_all)
     q = ops.concat([q_nope, q_rope], "attn.q.concat", "q = [q_nope, q_rope]")
     kt = ops.transpose_last(k, "attn.kT", "kᵀ")
     s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=spec.window)
@@ -82,8 +82,8 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
                       "row")
 
 
-def _mla_absorbed(ops: Ops, m: ModelConfig, z: Sizes, q_nope: Any, q_rope: Any, lat: Any,
-                  c_all: Any) -> Any:
+def _mla_absorbed(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, q_nope: Any, q_rope: Any,
+                  lat: Any, c_all: Any) -> Any:
     """MLA decode in the latent space: q_nope·W_UKᵀ puts each head's query beside the cached
     latents, so scores read [c_KV, k_rope] (D_c + D_r) directly, A·c_KV gives each head a
     latent output, and W_UV lifts it to D_v. kv_b_proj's two halves are used as W_UK and W_UV,
@@ -96,6 +96,8 @@ def _mla_absorbed(ops: Ops, m: ModelConfig, z: Sizes, q_nope: Any, q_rope: Any, 
     kt = ops.transpose_last(lat_h, "attn.kT", "latentᵀ")
     s = ops.matmul(q, kt, "attn.scores", "Q·latentᵀ", causal=True, window=None)
     s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh, Dh = D_n+D_r")
+    if wl.padding_mask:
+        s = ops.mask(s, "attn.mask", "padding mask", "padding")
     a = ops.softmax(s, "attn.softmax", "softmax")
     c_h = ops.split_heads(c_all, "attn.latent.heads", "c_KV", one, z.Dc)
     o = ops.matmul(a, c_h, "attn.values", "A·c_KV", causal=True, window=None)
