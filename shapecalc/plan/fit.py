@@ -46,7 +46,13 @@ def point(cf: ClosedForm, gpu: GPU, opts: PlanOptions, wl: Workload, peak: float
     if opts.max_batched_tokens is None:
         ws = pre[key]
     else:
-        ws = cf.at(1, workspace_tokens(cf, opts, B, T, SCALARS), "prefill", p, s, *dts)[key]
+        # one chunk's workspace: the same step for every batch past the chunk (memoised: the
+        # bisections of fit probe it ~100 times)
+        memo = cf.__dict__.setdefault("_workspace_memo", {})
+        probe = (workspace_tokens(cf, opts, B, T, SCALARS), p, s, dts, key)
+        if probe not in memo:
+            memo[probe] = cf.at(1, probe[0], "prefill", p, s, *dts)[key]
+        ws = memo[probe]
     wbits = DTYPE_BITS[wl.dtype]
     out = memory(cf, gpu, opts, p, s, pre, 2 * ws, wbits, DTYPE_BITS[wl.kv], 1, None, SCALARS,
                  wl.ep)
