@@ -228,3 +228,13 @@ def test_deployment_modes_say_which_bytes_are_at_which_width(cli):
                             "kv_cache": "bf16"}
     bad = cli(*base, "--mode", "fp4")
     assert bad.code == 2 and bad.err.startswith("error: mode: 'fp4' is not one of")
+
+
+def test_compare_and_sweep_take_the_mode_too(cli):
+    c = cli("compare", "llama3-8b", "--gpu", "h100-sxm", "--mode", "fp8", "--json").json()[0]
+    assert (c["workload"]["dtype"], c["workload"]["act_dtype"]) == ("fp8", "bf16")
+    assert c["fit"]["assumptions"]["compute_dtype"] == "fp8"
+    rows = cli("sweep", "llama3-8b", "--gpu", "h100-sxm", "--mode", "fp8-kv", "--batch", "1",
+               "--seq", "128").out.splitlines()
+    row = json.loads(rows[0])
+    assert (row["dtype"], row["act_dtype"], row["kv_dtype"]) == ("bf16", "bf16", "fp8")

@@ -57,6 +57,7 @@ from .plan_options import (
     SetGpu,
     TpList,
     Utilization,
+    apply_mode,
     gpu_option,
     grid_axes,
     output_format,
@@ -90,6 +91,7 @@ def compare(
     phase: Annotated[str | None, typer.Option("--phase", help="prefill | decode: the phase "
                                                  "of the totals and parallel sections")] = None,
     act_dtype: ActDtype = None,
+    mode: Mode = None,
     logits: Logits = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
@@ -122,8 +124,10 @@ def compare(
         from ..render.output import FORMATS
 
         fmt = output_format(fmt, as_json, FORMATS)
+        from ..model.deploy import mode_compute
+
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
-                     compute_dtype, attention, max_batched_tokens, perf)
+                         compute_dtype or mode_compute(mode), attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         parsed = [parse_case(c, presets_dir) for c in cases]
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
@@ -132,6 +136,7 @@ def compare(
                                   ("mla_form", mla_form))
                 if v is not None}
         axes = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
+        apply_mode(mode, base, axes)
         columns = expand_cases(parsed, base, axes)
         items = plan_compare(columns, hw, opts, logits_set=logits is not None)
         _emit_compare(items, fmt, output, svg, html, ratio)
@@ -295,6 +300,7 @@ def sweep(
     kv_dtype: KvDtypeList = None,
     phase: PhaseList = None,
     act_dtype: ActDtype = None,
+    mode: Mode = None,
     logits: Logits = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
@@ -327,8 +333,10 @@ def sweep(
         from .sweep import run
 
         fmt = output_format("jsonl" if as_json else fmt, False, SWEEP_FORMATS)
+        from ..model.deploy import mode_compute
+
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
-                     compute_dtype, attention, max_batched_tokens, perf)
+                         compute_dtype or mode_compute(mode), attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         parsed = [parse_case(c, presets_dir) for c in cases]
         given = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
@@ -339,6 +347,7 @@ def sweep(
                                    ("attention_flops", attention_flops), ("ep", ep),
                                   ("mla_form", mla_form))
                 if v is not None}
+        apply_mode(mode, fixed, given)
         run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html)  # streams the rows
     except ShapecalcError as e:
         fail(e)

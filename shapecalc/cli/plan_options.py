@@ -123,3 +123,15 @@ def grid_axes(batch: str | None, seq: str | None, tp: str | None, pp: str | None
 
 
 
+
+
+def apply_mode(mode: str | None, fixed: dict[str, Any], axes: dict[str, Any]) -> None:
+    """A deployment mode's widths (model/deploy.py) where no flag gave them: the activation
+    dtype into the fixed fields, the weight and KV dtypes into the axes."""
+    from ..model.deploy import mode_fields
+
+    f = mode_fields(mode)
+    if f:
+        fixed.setdefault("act_dtype", f["act_dtype"])
+        axes.setdefault("dtype", [f["dtype"]])
+        axes.setdefault("kv_dtype", [f["kv_dtype"]])
