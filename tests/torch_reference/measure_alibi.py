@@ -22,7 +22,6 @@ Two parts:
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import sys
 
@@ -32,7 +31,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 # the config.json writing, the round trip, FLOP counting and meta-device counts are shared
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from measure_flops import check_roundtrip, config_to_json_dict, run
-from measure_moe import count, meta_params
+from measure_moe import count, meta_params, published_counts
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "alibi_reference.json")
@@ -215,23 +214,7 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
 
 
 def measure_published() -> dict:
-    out = {}
-    for stem, meta in PUBLISHED.items():
-        path = os.path.join(HF_DIR, f"{stem}.json")
-        with open(path) as f:
-            raw = json.load(f)
-        cfg = AutoConfig.from_pretrained(path)
-        out[stem] = {
-            "file": os.path.relpath(path, REPO_ROOT),
-            "repo": meta["repo"],
-            "model_type": raw["model_type"],
-            "architectures": raw.get("architectures"),
-            "params_meta": meta_params(cfg),
-            "params_published": meta["params"],
-            "figure": meta["figure"],
-            "source": meta["source"],
-        }
-    return out
+    return published_counts(PUBLISHED)
 
 
 HOW = (

@@ -24,7 +24,6 @@ transformers 5.24 caches the latent and applies kv_b_proj to every cached token 
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import sys
 
@@ -39,6 +38,7 @@ from measure_moe import (
     count,
     expert_check,
     meta_params,
+    published_counts,
     randomize_routers,
 )
 
@@ -194,27 +194,17 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     }
 
 
+def _hub_config(path: str, raw: dict):
+    """The config transformers builds: quantization_config dropped (the bf16 model is counted),
+    model_type kimi_k2 read as deepseek_v3 (as transformers' kimi_k25 maps it)."""
+    d = {k: v for k, v in raw.items() if k != "quantization_config"}
+    if d["model_type"] == "kimi_k2":
+        d["model_type"] = "deepseek_v3"
+    return AutoConfig.for_model(**d)
+
+
 def measure_published() -> dict:
-    out = {}
-    for stem, meta in PUBLISHED.items():
-        path = os.path.join(HF_DIR, f"{stem}.json")
-        with open(path) as f:
-            raw = json.load(f)
-        cfg_dict = {k: v for k, v in raw.items() if k != "quantization_config"}
-        if cfg_dict["model_type"] == "kimi_k2":  # as transformers' kimi_k25 maps it
-            cfg_dict["model_type"] = "deepseek_v3"
-        cfg = AutoConfig.for_model(**cfg_dict)
-        out[stem] = {
-            "file": os.path.relpath(path, REPO_ROOT),
-            "repo": meta["repo"],
-            "model_type": raw["model_type"],
-            "architectures": raw.get("architectures"),
-            "params_meta": meta_params(cfg),
-            "params_published": meta["params"],
-            "figure": meta["figure"],
-            "source": meta["source"],
-        }
-    return out
+    return published_counts(PUBLISHED, _hub_config)
 
 
 HOW = (

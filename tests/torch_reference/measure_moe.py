@@ -395,13 +395,16 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     return case
 
 
-def measure_published() -> dict:
+def published_counts(table: dict, load=None) -> dict:
+    """Each stem of `table` (its repo, published params, figure, source): tests/data/hf/<stem>.json
+    built on the meta device (`load(path, raw)` makes its config; default from_pretrained),
+    next to the published figures."""
     out = {}
-    for stem, meta in PUBLISHED.items():
+    for stem, meta in table.items():
         path = os.path.join(HF_DIR, f"{stem}.json")
         with open(path) as f:
             raw = json.load(f)
-        cfg = AutoConfig.from_pretrained(path)
+        cfg = load(path, raw) if load else AutoConfig.from_pretrained(path)
         out[stem] = {
             "file": os.path.relpath(path, REPO_ROOT),
             "repo": meta["repo"],
@@ -413,6 +416,10 @@ def measure_published() -> dict:
             "source": meta["source"],
         }
     return out
+
+
+def measure_published() -> dict:
+    return published_counts(PUBLISHED)
 
 
 HOW = (
