@@ -30,7 +30,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 # the config.json writing, the round trip, FLOP counting and meta-device counts are shared
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict, run
+from measure_flops import (
+    cache_bytes,
+    check_roundtrip,
+    config_to_json_dict,
+    run,
+    window_cache_bytes,
+)
 from measure_moe import count, meta_params, published_counts
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -130,21 +136,6 @@ PUBLISHED = {
 }
 
 
-def cache_layers(past) -> list:
-    """The per-layer K/V tensors of a transformers 5.x cache."""
-    return [(layer.keys, layer.values) for layer in past.layers]
-
-
-def kv_bytes(past) -> tuple[int, list[int], list[list[int]]]:
-    """(bytes of every cached K and V, tokens each layer holds, the K shape of each layer)."""
-    total, tokens, shapes = 0, [], []
-    for k, v in cache_layers(past):
-        total += k.numel() * k.element_size() + v.numel() * v.element_size()
-        tokens.append(int(k.shape[-2]))
-        shapes.append(list(k.shape))
-    return total, tokens, shapes
-
-
 def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
@@ -169,7 +160,8 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         pre = model(input_ids, use_cache=True)
         past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
         assert past is not None
-        kv, tokens, shapes = kv_bytes(past)
+        kv, shapes = cache_bytes(past)
+        kv_window = window_cache_bytes(cfg, past, T)
         res["decode"] = count(
             lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past})))
         assert out["d"].logits.shape == (B, 1, V)
@@ -183,11 +175,6 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     n_params = int(sum(p.numel() for p in model.parameters()))
     n_meta = meta_params(AutoConfig.for_model(**hf_config))
     assert n_meta == n_params, (n_meta, n_params)
-    # a cache that keeps min(T, W) tokens per layer (W: the window, if any), from the shapes of
-    # the tensors transformers cached
-    W = getattr(cfg, "sliding_window", None)
-    held = T if W is None else min(T, W)
-    per_token = [k[0] * k[1] * k[3] * 2 * 4 for k in shapes]  # B·H_kv·Dh, K and V, float32
     case = {
         "name": name,
         "model_type": model_type,
@@ -203,9 +190,9 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         "prefill_modules": res["prefill"][2],
         "decode_modules": res["decode"][2],
         "kv_cache_bytes": kv,
-        "kv_cache_tokens_per_layer": tokens,
-        "kv_cache_key_shape_per_layer": shapes,
-        "kv_cache_bytes_window_W": sum(held * p for p in per_token),
+        "kv_cache_tokens_per_layer": [keys[-2] for keys, _ in shapes],
+        "kv_cache_key_shape_per_layer": [keys for keys, _ in shapes],
+        "kv_cache_bytes_window_W": kv_window,
         "params": n_params,
         "params_meta": n_meta,
         "note": NOTES.get(name, ""),
@@ -250,6 +237,7 @@ def main(argv=None) -> int:
 
     return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
                published=measure_published)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -29,7 +29,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 # the config.json writing, round-trip check and FLOP counting are measure_flops.py's, shared
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict, count, run
+from measure_flops import cache_bytes, check_roundtrip, config_to_json_dict, count, run
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "classic_reference.json")
@@ -117,11 +117,6 @@ def _rotary_dim(model) -> int | None:
     return None
 
 
-def _cache_layers(cache):
-    """(keys, values) of each layer of a transformers 5.x cache."""
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
 def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
@@ -142,11 +137,9 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         assert out["l"].logits.shape == (B, 1, vocab)
         pre = model(ids, use_cache=True)
         cache = pre.cache
-        layers = _cache_layers(cache)
-        kv_bytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size()
-                       for k, v in layers)
-        kv_heads = sorted({int(k.shape[1]) for k, _ in layers})
-        kv_tokens = sorted({int(k.shape[2]) for k, _ in layers})
+        kv_bytes, shapes = cache_bytes(cache)
+        kv_heads = sorted({keys[1] for keys, _ in shapes})
+        kv_tokens = sorted({keys[2] for keys, _ in shapes})
         decode, decode_ops = count(
             lambda: out.setdefault("d", model(nxt, use_cache=True, cache=cache)))
         assert out["d"].logits.shape == (B, 1, vocab)
@@ -234,6 +227,7 @@ def main(argv=None) -> int:
 
     return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
                published=lambda: {n: measure_published(n) for n in PUBLISHED}, threads=1)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -29,7 +29,13 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict, run
+from measure_flops import (
+    cache_bytes,
+    check_roundtrip,
+    config_to_json_dict,
+    run,
+    window_cache_bytes,
+)
 from measure_moe import count
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -173,18 +179,13 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
         assert past is not None
         layers = hf_cache_layers(past)
+        kv_hf, _ = cache_bytes(past)
+        bytes_w = window_cache_bytes(cfg, past, T)
         res["decode"] = count(
             lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past})))
         assert out["d"].logits.shape == (B, 1, V)
     if cfg.final_logit_softcapping if hasattr(cfg, "final_logit_softcapping") else False:
         assert out["p"].logits.abs().max() < cfg.final_logit_softcapping
-    # the same cache with a sliding layer keeping min(T, W) tokens (vLLM's convention) instead
-    # of transformers' min(T, W-1): bytes per token of each layer times the tokens kept
-    window = getattr(cfg, "sliding_window", None)
-    types = getattr(cfg, "layer_types", None) or ["full_attention"] * len(layers)
-    kept_w = [min(T, window) if t == "sliding_attention" else T for t in types]
-    bytes_w = sum(layer["bytes"] // layer["tokens"] * n
-                  for layer, n in zip(layers, kept_w, strict=True))
 
     hf_config = config_to_json_dict(cfg)
     check_roundtrip(cfg, hf_config)
@@ -205,7 +206,7 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         "prefill_modules": res["prefill"][2],
         "decode_modules": res["decode"][2],
         "kv_cache_layers": layers,
-        "kv_cache_bytes_hf": sum(layer["bytes"] for layer in layers),
+        "kv_cache_bytes_hf": kv_hf,
         "kv_cache_bytes_window_w": bytes_w,
         "params": n_params,
         "params_meta": n_meta,
@@ -265,6 +266,7 @@ def main(argv=None) -> int:
 
     return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
                published=measure_published)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -36,7 +36,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, Llama4ForConditionalG
 from transformers.models.llama4 import modeling_llama4
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict, run
+from measure_flops import cache_bytes, check_roundtrip, config_to_json_dict, run
 from measure_moe import count, meta_params, randomize_routers
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -122,8 +122,7 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
         pre = model(ids, use_cache=True)
         cache = getattr(pre, "cache", None) or pre.past_key_values
         out["kv_tokens"] = kv_tokens(cache)
-        out["kv_bytes"] = int(sum(layer.keys.numel() + layer.values.numel()
-                                  for layer in cache.layers) * 4)
+        out["kv_bytes"] = cache_bytes(cache)[0]
         out["cache_layers"] = [type(layer).__name__ for layer in cache.layers]
         res["decode"] = count(lambda: out.setdefault("d", model(nxt, use_cache=True,
                                                                **{kw: cache})))
@@ -248,6 +247,7 @@ def main(argv=None) -> int:
     cases = [(name, "llama4_text", kwargs) for name, _, kwargs in CASES]  # T: SEQ[name]
     return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, cases, measure_case, show, HOW,
                published=measure_published)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -232,5 +232,6 @@ def main(argv=None) -> int:
     return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
                published=measure_published, extra={"router_classes": list(ROUTER_CLASSES)})
 
+
 if __name__ == "__main__":
     sys.exit(main())

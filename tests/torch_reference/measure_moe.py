@@ -472,5 +472,6 @@ def main(argv=None) -> int:
     return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
                published=measure_published)
 
+
 if __name__ == "__main__":
     sys.exit(main())
