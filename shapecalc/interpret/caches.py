@@ -69,27 +69,18 @@ class KVCache:
         count = valid_new.sum(axis=1)
         self.next_pos = count if self.total == valid_new.shape[1] else self.next_pos + count
 
-    def write(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                                      np.ndarray]:
-        """Prefill: keep the last `held` tokens; returns K, V as read back from the cache (all T
-        tokens, through the KV dtype) and the stored codes [R, 2, B, H_kv, held, Dh]."""
-        back, codes = self.write_parts(layer, (k, v))
-        return back[:, 0], back[:, 1], codes
-
     def write_parts(self, layer: int, parts: tuple[np.ndarray, ...]
                     ) -> tuple[np.ndarray, np.ndarray]:
-        """`write` for any parts of one shape [R, B, heads, T, width] (K and V; MLA's one
-        latent or [K, V]): (all T tokens read back [R, parts, …], the stored codes)."""
+        """Prefill: keep the last `held` tokens of parts of one shape [R, B, heads, T, width]
+        (K and V; MLA's one latent or [K, V]); returns them as read back from the cache (all T
+        tokens, through the KV dtype: [R, parts, …]) and the stored codes."""
         codes = encode(np.stack(parts, axis=1), self.kv)
         self._store(layer, np.ascontiguousarray(codes[..., -self.held_at(layer) :, :]))
         return decode(codes, self.kv, self.dt), self._load(layer)
 
-    def append(self, layer: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Decode: store the new token; returns its codes and all held codes."""
-        return self.append_parts(layer, (k, v))
-
     def append_parts(self, layer: int, parts: tuple[np.ndarray, ...]
                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Decode: store the new token's parts; returns its codes and all held codes."""
         new = encode(np.stack(parts, axis=1), self.kv)
         self._add(layer, new)
         return new, self._load(layer)

@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .storage import decode, stored_nbytes
-
 if TYPE_CHECKING:
     from .numeric import NumericOps
 
@@ -21,25 +19,12 @@ def cache(self: NumericOps, x: np.ndarray, layer: int, Tk: Any, Tc: Any, what: s
           ) -> np.ndarray:
     """One cached tensor per layer: MLA's latent [R,B,T,D_c+D_r] (kept as one head) or its
     expanded [K, V] [R,B,H,T,·]; returns every token the step reads, through the KV dtype."""
-    kv = self.wl.kv
     latent = x.ndim == 4  # [R,B,T,W]: stored as one head
 
     def shown(codes: np.ndarray) -> np.ndarray:  # [R,1,B,heads,T,W] as the tensor cached
         return codes[:, 0, :, 0] if latent else codes[:, 0]
 
-    x5 = x[:, :, None] if latent else x
-    if not self.decoding:
-        back, codes = self.cache.write_parts(layer, (x5,))
-        self._rec("kv.write", "KV cache write", "kv_cache", shown(codes), dtype=kv,
-                  nbytes=stored_nbytes(codes[0], kv))
-    else:
-        new, codes = self.cache.append_parts(layer, (x5,))
-        self._rec("kv.append", "KV cache append", "kv_append", shown(new), dtype=kv,
-                  nbytes=stored_nbytes(new[0], kv))
-        self._rec("kv.read", "KV cache read", "kv_cache", shown(codes), dtype=kv,
-                  nbytes=stored_nbytes(codes[0], kv))
-        back = decode(codes, kv, self.dt)
-    back = back[:, 0]  # the one part, every token the step reads
+    back = self.cache_step(layer, (x[:, :, None] if latent else x,), shown)[:, 0]
     return back[:, :, 0] if latent else back
 
 

@@ -284,19 +284,26 @@ class NumericOps(Ops):
 
     def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int, Tk: Any, Tc: Any
                  ) -> tuple[np.ndarray, np.ndarray]:
+        back = self.cache_step(layer, (k, v))
+        return back[:, 0], back[:, 1]
+
+    def cache_step(self, layer: int, parts: tuple[np.ndarray, ...],
+                   shown: Callable[[np.ndarray], np.ndarray] = lambda c: c) -> np.ndarray:
+        """One layer's cache entry of `parts` (K and V; MLA's one tensor): written in prefill,
+        appended and read whole in decode, each a stage (`shown`: the codes as the stage shows
+        them). Returns every token the step reads, through the KV dtype: [R, parts, …]."""
         kv = self.wl.kv
         if not self.decoding:
-            k, v, codes = self.cache.write(layer, k, v)
-            self._rec("kv.write", "KV cache write", "kv_cache", codes, dtype=kv,
+            back, codes = self.cache.write_parts(layer, parts)
+            self._rec("kv.write", "KV cache write", "kv_cache", shown(codes), dtype=kv,
                       nbytes=stored_nbytes(codes[0], kv))
-            return k, v
-        new, codes = self.cache.append(layer, k, v)
-        self._rec("kv.append", "KV cache append", "kv_append", new, dtype=kv,
+            return back
+        new, codes = self.cache.append_parts(layer, parts)
+        self._rec("kv.append", "KV cache append", "kv_append", shown(new), dtype=kv,
                   nbytes=stored_nbytes(new[0], kv))
-        self._rec("kv.read", "KV cache read", "kv_cache", codes, dtype=kv,
+        self._rec("kv.read", "KV cache read", "kv_cache", shown(codes), dtype=kv,
                   nbytes=stored_nbytes(codes[0], kv))
-        back = decode(codes, kv, self.dt)
-        return back[:, 0], back[:, 1]
+        return decode(codes, kv, self.dt)
 
     # the variants' operations live in their own modules: MLA, MoE, ALiBi, Llama 4
     mla_cache, concat, head_linear = mla.cache, mla.concat, mla.head_linear

@@ -248,19 +248,26 @@ class SymbolicOps(Ops):
                          params=_total(heads * self.z.Dh), note="γ per head, over each head's Dh")
 
     def kv_cache(self, k: Sym, v: Sym, layer: int, Tk: Dim, Tc: Dim) -> tuple[Sym, Sym]:
-        z, kv = self.z, self.wl.kv
-        two = Dim.const(2)
+        z = self.z
         note = "K and V; replicated KV head" if z.kv_replicated else "K and V"
+        self.cache_stages((Dim.const(2), z.B, z.Hkv), z.Dh, Tk, Tc, note)
         if self.wl.phase == "prefill":
-            self._rec("kv.write", "KV cache write", "kv_cache",
-                      Sym((two, z.B, z.Hkv, Tc, z.Dh), kv), note=note)
             return k, v
-        self._rec("kv.append", "KV cache append", "kv_append",
-                  Sym((two, z.B, z.Hkv, z.Tq, z.Dh), kv), note=note)
-        self._rec("kv.read", "KV cache read", "kv_cache", Sym((two, z.B, z.Hkv, Tk, z.Dh), kv),
-                  note=note)
-        full = Sym((z.B, z.Hkv, Tk, z.Dh), self.wl.act)
+        full = self._act(z.B, z.Hkv, Tk, z.Dh)
         return full, full
+
+    def cache_stages(self, lead: tuple[Dim, ...], width: Dim, Tk: Dim, Tc: Dim, note: str
+                     ) -> None:
+        """One layer's cache entry [*lead, tokens, width] in the KV dtype: written in prefill
+        (Tc tokens), appended (the step's tokens) and read whole (Tk) in decode."""
+        z, kv = self.z, self.wl.kv
+        if self.wl.phase == "prefill":
+            self._rec("kv.write", "KV cache write", "kv_cache", Sym((*lead, Tc, width), kv),
+                      note=note)
+            return
+        self._rec("kv.append", "KV cache append", "kv_append", Sym((*lead, z.Tq, width), kv),
+                  note=note)
+        self._rec("kv.read", "KV cache read", "kv_cache", Sym((*lead, Tk, width), kv), note=note)
 
     # Multi-head Latent Attention (interpret/mla.py, beside the executor's)
     mla_cache, concat, head_linear = mla.sym_cache, mla.sym_concat, mla.sym_head_linear

@@ -14,18 +14,11 @@ if TYPE_CHECKING:
 
 
 def sym_cache(self: SymbolicOps, x: Sym, layer: int, Tk: Dim, Tc: Dim, what: str) -> Sym:
-    z, kv = self.z, self.wl.kv
     *lead, _, width = x.dims
-    note = what + ("; replicated on every rank" if z.p > 1 and len(lead) == 1 else "")
-    if self.wl.phase == "prefill":
-        self._rec("kv.write", "KV cache write", "kv_cache", x._replace(
-            dims=(*lead, Tc, width), dtype=kv), note=note)
-        return x
-    self._rec("kv.append", "KV cache append", "kv_append", x._replace(
-        dims=(*lead, z.Tq, width), dtype=kv), note=note)
-    self._rec("kv.read", "KV cache read", "kv_cache", x._replace(
-        dims=(*lead, Tk, width), dtype=kv), note=note)
-    return self._act(*lead, Tk, width)
+    # the latent [B,T,W] has no head axis: every rank holds it whole
+    note = what + ("; replicated on every rank" if self.z.p > 1 and len(lead) == 1 else "")
+    self.cache_stages(tuple(lead), width, Tk, Tc, note)
+    return x if self.wl.phase == "prefill" else self._act(*lead, Tk, width)
 
 
 def sym_concat(self: SymbolicOps, parts: list[Sym], role: str, name: str,
