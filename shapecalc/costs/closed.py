@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
-from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
+from ..model.config import (
+    DTYPE_BITS,
+    MLA_DEFAULT,
+    ModelConfig,
+    ShapecalcError,
+    Workload,
+    bytes_of,
+    check,
+)
 from ..model.parallel import (
     active_params,
     ep_rank_expert_params,
@@ -69,7 +77,7 @@ class ClosedForm:
         self.padding_mask = padding_mask
         self.block_size = block_size
         self.mla_form = mla_form  # MLA models: the cache and decode form (None: absorbed)
-        self.mla = mla_form or "absorbed"
+        self.mla = mla_form or MLA_DEFAULT
         self._fits: dict[tuple[str, int, int], Regime] = {}  # (phase, p, lo): one regime
 
     # -- fitting -------------------------------------------------------------------------------

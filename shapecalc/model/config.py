@@ -23,6 +23,7 @@ DTYPE_BITS: dict[str, int] = {
     "int8": 8,
     "int4": 4,
 }
+MLA_DEFAULT = "absorbed"  # MLA's cache and decode form unless mla_form says (vLLM's, FlashMLA's)
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe"]
@@ -329,7 +330,7 @@ class Workload(Record):
     @property
     def mla(self) -> str:
         """MLA's form: absorbed unless mla_form says otherwise."""
-        return self.mla_form or "absorbed"
+        return self.mla_form or MLA_DEFAULT
 
 
 def check(model: ModelConfig, wl: Workload) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ModelConfig, ceil_div, nbytes
+from .config import MLA_DEFAULT, ModelConfig, ceil_div, nbytes
 from .plan import LayerPlan, Reach, held, layer_plan
 
 # ── tensor parallelism ──────────────────────────────────────────────────────────────────────────
@@ -32,7 +32,7 @@ def ring_allreduce_bytes(nbytes: Any, p: int) -> Any:
 
 
 def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None,
-                          mla: str = "absorbed") -> int:
+                          mla: str = MLA_DEFAULT) -> int:
     """Elements one token adds to one rank's cache over `layers` layers (default N):
     2·layers·H_kv·Dh (H_kv per rank). MLA (form `mla`): a latent cache holds layers·(D_c + D_r),
     the same on every tensor-parallel rank (the latent is not split by heads); an expanded cache
@@ -46,7 +46,7 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
-                       layers: int | None = None, mla: str = "absorbed") -> int:
+                       layers: int | None = None, mla: str = MLA_DEFAULT) -> int:
     """2·N·H_kv·Dh·bytes (MLA: see kv_elements_per_token): what one token adds to the cache of
     every layer (of one rank)."""
     return nbytes(kv_elements_per_token(model, p, layers, mla), dtype)
@@ -68,7 +68,7 @@ def kv_groups(plan: LayerPlan) -> list[tuple[Reach, int]]:
 
 
 def kv_group_bytes(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1,
-                   mla: str = "absorbed") -> list[tuple[Reach, int, int, int]]:
+                   mla: str = MLA_DEFAULT) -> list[tuple[Reach, int, int, int]]:
     """(reach, layers, tokens, bytes) of each KV group for one sequence on one rank after the
     step: the tokens each of its layers holds (at most its window) × a token's bytes over them
     (Gemma 2 at T=8192: 21 layers × 4096 tokens and 21 × 8192, not 42 × 8192)."""
@@ -81,7 +81,7 @@ def kv_group_bytes(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 
 
 
 def kv_bytes_per_sequence(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1,
-                          mla: str = "absorbed") -> int:
+                          mla: str = MLA_DEFAULT) -> int:
     """What one sequence's cache holds on one rank after the step: the groups' sum."""
     return sum(g[3] for g in kv_group_bytes(model, dtype, T, phase, p, mla))
 
@@ -92,7 +92,7 @@ def paged_blocks(batch: Any, tokens: Any, block_size: int) -> Any:
 
 
 def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int, dtype: str,
-             p: int = 1, mla: str = "absorbed") -> tuple[int, int]:
+             p: int = 1, mla: str = MLA_DEFAULT) -> tuple[int, int]:
     """(blocks, bytes) of a paged cache: each sequence takes ⌈tokens/block_size⌉ blocks in each
     group, a block spanning the group's layers; the last block's empty slots count."""
     blocks = total = 0
