@@ -45,6 +45,17 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
     return 2 * n * kv_heads_per_rank(model, p) * model.dh
 
 
+def kv_cache_form(model: ModelConfig, mla: str = MLA_DEFAULT) -> str:
+    """What a token's cache entry is: kv (K and V of each KV head), or MLA's form."""
+    return f"mla-{mla}" if model.mla else "kv"
+
+
+def kv_cache_replicated(model: ModelConfig, p: int, mla: str = MLA_DEFAULT) -> bool:
+    """Every rank holds the whole entry: one copied KV head (H_kv < p), or MLA's latent, which
+    is not split by heads."""
+    return kv_replicated(model, p) or (model.mla and mla != "expanded")
+
+
 def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
                        layers: int | None = None, mla: str = MLA_DEFAULT) -> int:
     """2·N·H_kv·Dh·bytes (MLA: see kv_elements_per_token): what one token adds to the cache of

@@ -16,7 +16,13 @@ from ..costs.scalar import SCALARS
 from ..inputs.hardware import GPU
 from ..model.config import DTYPE_BITS, ModelConfig, Workload, check, nbytes
 from ..model.deploy import widths
-from ..model.parallel import kv_bytes_per_token, kv_heads_per_rank, kv_replicated, pp_layers
+from ..model.parallel import (
+    kv_bytes_per_token,
+    kv_cache_form,
+    kv_heads_per_rank,
+    kv_replicated,
+    pp_layers,
+)
 from .cases import closed_form_for, valid
 from .memory import memory, phase_terms, times, workspace_tokens
 from .options import ACTIVATIONS, PlanOptions, require_peak
@@ -210,7 +216,7 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
         "pp_stage": one("pp_stage"),
         "kv_heads_per_rank": kv_heads_per_rank(model, wl.tp),
         "kv_heads_replicated": kv_replicated(model, wl.tp),
-        "kv_cache_form": f"mla-{wl.mla}" if model.mla else "kv",
+        "kv_cache_form": kv_cache_form(model, wl.mla),
         "kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(
             model, wl.kv, wl.tp, layers=max(pp_layers(model.n_layers, wl.pp)), mla=wl.mla),
         "kv_tokens_fit": one("kv_tokens_fit"),
