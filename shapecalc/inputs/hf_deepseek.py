@@ -10,6 +10,7 @@ where they would change the model (`moe_layer_freq` ≠ 1, `scoring_func` agains
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..model.config import ShapecalcError
@@ -104,6 +105,5 @@ def _deepseek(h: _HF, f: Fields, mt: str) -> Fields:
 
 
 READERS: dict[str, Callable[[_HF, Fields], Fields]] = {
-    mt: (lambda h, f, mt=mt: _deepseek(h, f, mt))  # type: ignore[misc]
-    for mt in ("deepseek_v2", "deepseek_v3", "kimi_k2")
+    mt: partial(_deepseek, mt=mt) for mt in ("deepseek_v2", "deepseek_v3", "kimi_k2")
 }
