@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from test_closed import assert_equal_at
+from test_errors import _one_clean_line
 
 from shapecalc.check.verify import verify
 from shapecalc.costs.closed import ClosedForm
@@ -255,9 +256,7 @@ def test_deepseek_v3_fits_8_h200_in_fp8_not_in_bf16(cli):
 
 
 def _one_line(r, field: str) -> None:
-    assert r.code == 2 and not r.out
-    lines = r.err.strip().splitlines()
-    assert len(lines) == 1 and field in lines[0] and "Traceback" not in r.err, r.err
+    assert field in _one_clean_line(r), r.err
 
 
 @pytest.mark.parametrize("change,field", [
