@@ -21,7 +21,6 @@ Two parts:
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 
@@ -30,13 +29,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 # the config.json writing, the round trip, FLOP counting and meta-device counts are shared
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import (
-    cache_bytes,
-    check_roundtrip,
-    config_to_json_dict,
-    run,
-    window_cache_bytes,
-)
+from measure_flops import check_roundtrip, config_to_json_dict, forward_steps, run
 from measure_moe import count, meta_params, published_counts
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -143,31 +136,13 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
                                              dtype=torch.float32)
     model.eval()
     cfg = model.config
-    g = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, V, (B, T), generator=g)
-    next_ids = torch.randint(0, V, (B, 1), generator=g)
-    cache_kw = ("cache" if "cache" in inspect.signature(model.forward).parameters
-                else "past_key_values")
-
-    res = {}
+    res = forward_steps(model, count, V)
+    out, (kv, shapes), kv_window = res["out"], res["kv"], res["kv_window"]
     with torch.no_grad():
-        out = {}
-        res["prefill"] = count(lambda: out.setdefault("p", model(input_ids, use_cache=False)))
-        assert out["p"].logits.shape == (B, T, V)
-        res["prefill_last"] = count(
-            lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1)))
-        assert out["pl"].logits.shape == (B, 1, V)
-        pre = model(input_ids, use_cache=True)
-        past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
-        assert past is not None
-        kv, shapes = cache_bytes(past)
-        kv_window = window_cache_bytes(cfg, past, T)
-        res["decode"] = count(
-            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past})))
-        assert out["d"].logits.shape == (B, 1, V)
         # the last position of the decode equals the full forward over T+1 tokens (a check
         # that the cache really served the decode)
-        full = model(torch.cat([input_ids, next_ids], dim=1), use_cache=False).logits[:, -1]
+        ids = torch.cat([res["ids"], res["next_ids"]], dim=1)
+        full = model(ids, use_cache=False).logits[:, -1]
         assert torch.allclose(out["d"].logits[:, -1], full, atol=1e-4), name
 
     hf_config = config_to_json_dict(cfg)

@@ -29,7 +29,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 # the config.json writing, round-trip check and FLOP counting are measure_flops.py's, shared
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import cache_bytes, check_roundtrip, config_to_json_dict, count, run
+from measure_flops import check_roundtrip, config_to_json_dict, count, forward_steps, run
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "classic_reference.json")
@@ -124,25 +124,12 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
                                              dtype=torch.float32)
     model.eval()
     cfg = model.config
-    vocab = cfg.vocab_size
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab, (B, T), generator=g)
-    nxt = torch.randint(0, vocab, (B, 1), generator=g)
-    with torch.no_grad():
-        out = {}
-        prefill, prefill_ops = count(lambda: out.setdefault("p", model(ids, use_cache=False)))
-        assert out["p"].logits.shape == (B, T, vocab)
-        last, last_ops = count(
-            lambda: out.setdefault("l", model(ids, use_cache=False, logits_to_keep=1)))
-        assert out["l"].logits.shape == (B, 1, vocab)
-        pre = model(ids, use_cache=True)
-        cache = pre.cache
-        kv_bytes, shapes = cache_bytes(cache)
-        kv_heads = sorted({keys[1] for keys, _ in shapes})
-        kv_tokens = sorted({keys[2] for keys, _ in shapes})
-        decode, decode_ops = count(
-            lambda: out.setdefault("d", model(nxt, use_cache=True, cache=cache)))
-        assert out["d"].logits.shape == (B, 1, vocab)
+    steps = forward_steps(model, count, cfg.vocab_size)
+    (prefill, prefill_ops), (last, last_ops) = steps["prefill"], steps["prefill_last"]
+    decode, decode_ops = steps["decode"]
+    kv_bytes, shapes = steps["kv"]
+    kv_heads = sorted({keys[1] for keys, _ in shapes})
+    kv_tokens = sorted({keys[2] for keys, _ in shapes})
     hf_config = config_to_json_dict(cfg)
     check_roundtrip(cfg, hf_config)
     return {

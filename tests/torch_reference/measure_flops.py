@@ -175,6 +175,41 @@ def window_cache_bytes(cfg, cache, seq: int) -> int:
     return total
 
 
+def forward_steps(model, count_fn, vocab: int, at_cache=None) -> dict:
+    """The counted forwards of a measure script on a built model, on seeded token ids [B,T] and
+    [B,1]: 'prefill' (all T logits, no cache), 'prefill_last' (logits_to_keep=1; None where the
+    forward lacks that argument) and 'decode' (one token on the cache of a use_cache=True prefill
+    run outside the counter), each what `count_fn` returns. Also 'out' (their outputs), 'kv' and
+    'kv_window' (cache_bytes and window_cache_bytes of the cache before the decode), 'at_cache'
+    (what `at_cache(cache)` returns then), the 'cache' after the decode, and the ids."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (B, T), generator=g)
+    next_ids = torch.randint(0, vocab, (B, 1), generator=g)
+    params = inspect.signature(model.forward).parameters
+    # transformers 5.x renamed `past_key_values` to `cache` (argument and output field)
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    res: dict = {"out": {}, "ids": ids, "next_ids": next_ids, "prefill_last": None}
+    out = res["out"]
+    with torch.no_grad():
+        res["prefill"] = count_fn(lambda: out.setdefault("p", model(ids, use_cache=False)))
+        assert out["p"].logits.shape == (B, T, vocab), out["p"].logits.shape
+        if "logits_to_keep" in params:
+            res["prefill_last"] = count_fn(
+                lambda: out.setdefault("pl", model(ids, use_cache=False, logits_to_keep=1)))
+            assert out["pl"].logits.shape == (B, 1, vocab), out["pl"].logits.shape
+        pre = model(ids, use_cache=True)
+        cache = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
+        assert cache is not None
+        res["kv"] = cache_bytes(cache)
+        res["kv_window"] = window_cache_bytes(model.config, cache, T)
+        res["at_cache"] = at_cache(cache) if at_cache else None
+        res["decode"] = count_fn(
+            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: cache})))
+        assert out["d"].logits.shape == (B, 1, vocab), out["d"].logits.shape
+    res["cache"] = cache
+    return res
+
+
 def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
@@ -186,43 +221,11 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
     )
     model.eval()
     cfg = model.config  # the config actually used (attn implementation resolved, etc.)
-    vocab = cfg.vocab_size
-
-    g = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, vocab, (B, T), generator=g)
-    next_ids = torch.randint(0, vocab, (B, 1), generator=g)
-
-    accepts_ltk = "logits_to_keep" in inspect.signature(model.forward).parameters
-
-    with torch.no_grad():
-        out = {}
-        prefill_flops, prefill_ops = count(
-            lambda: out.setdefault("p", model(input_ids, use_cache=False))
-        )
-        assert out["p"].logits.shape == (B, T, vocab), out["p"].logits.shape
-
-        prefill_last_flops = prefill_last_ops = None
-        if accepts_ltk:
-            prefill_last_flops, prefill_last_ops = count(
-                lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1))
-            )
-            assert out["pl"].logits.shape == (B, 1, vocab), out["pl"].logits.shape
-
-        # Decode: cache a T-token prefill outside the counter, then count one new token.
-        # Recent transformers 5.x renamed `past_key_values` to `cache` (argument and output field);
-        # use whichever this version has (same object, a DynamicCache).
-        cache_kw = (
-            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-        )
-        pre = model(input_ids, use_cache=True)
-        past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
-        assert past is not None
-        kv_hf, kv_shapes = cache_bytes(past)
-        kv_window = window_cache_bytes(cfg, past, T)
-        decode_flops, decode_ops = count(
-            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past}))
-        )
-        assert out["d"].logits.shape == (B, 1, vocab), out["d"].logits.shape
+    steps = forward_steps(model, count, cfg.vocab_size)
+    prefill_flops, prefill_ops = steps["prefill"]
+    prefill_last_flops, prefill_last_ops = steps["prefill_last"] or (None, None)
+    decode_flops, decode_ops = steps["decode"]
+    (kv_hf, kv_shapes), kv_window = steps["kv"], steps["kv_window"]
 
     hf_config = config_to_json_dict(cfg)
     check_roundtrip(cfg, hf_config)

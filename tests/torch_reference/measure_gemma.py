@@ -20,7 +20,6 @@ Two parts:
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sys
@@ -29,13 +28,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import (
-    cache_bytes,
-    check_roundtrip,
-    config_to_json_dict,
-    run,
-    window_cache_bytes,
-)
+from measure_flops import check_roundtrip, config_to_json_dict, forward_steps, run
 from measure_moe import count
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -163,27 +156,8 @@ def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
                                              dtype=torch.float32)
     model.eval()
     cfg = model.config
-    g = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, V, (B, T), generator=g)
-    next_ids = torch.randint(0, V, (B, 1), generator=g)
-    cache_kw = ("cache" if "cache" in inspect.signature(model.forward).parameters
-                else "past_key_values")
-    res, out = {}, {}
-    with torch.no_grad():
-        res["prefill"] = count(lambda: out.setdefault("p", model(input_ids, use_cache=False)))
-        assert out["p"].logits.shape == (B, T, V)
-        res["prefill_last"] = count(
-            lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1)))
-        assert out["pl"].logits.shape == (B, 1, V)
-        pre = model(input_ids, use_cache=True)
-        past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
-        assert past is not None
-        layers = hf_cache_layers(past)
-        kv_hf, _ = cache_bytes(past)
-        bytes_w = window_cache_bytes(cfg, past, T)
-        res["decode"] = count(
-            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past})))
-        assert out["d"].logits.shape == (B, 1, V)
+    res = forward_steps(model, count, V, at_cache=hf_cache_layers)
+    out, layers, (kv_hf, _), bytes_w = res["out"], res["at_cache"], res["kv"], res["kv_window"]
     if cfg.final_logit_softcapping if hasattr(cfg, "final_logit_softcapping") else False:
         assert out["p"].logits.abs().max() < cfg.final_logit_softcapping
 
