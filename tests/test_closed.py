@@ -233,7 +233,7 @@ def test_bad_points_are_refused():
 def test_poly_mode_equals_polynomials_fitted_to_the_pipeline(name):
     """Two ways to the same polynomials: one poly-mode run (B, T symbols) against forward
     differences over six ordinary runs of the pipeline."""
-    from shapecalc.costs.poly import FIT_DTYPES, measure
+    from shapecalc.costs.poly import ATTENTION_ROLES, FIT_DTYPES, measure
     from shapecalc.interpret.symbolic import stages
     from shapecalc.model.plan import layer_plan
 
@@ -248,9 +248,32 @@ def test_poly_mode_equals_polynomials_fitted_to_the_pipeline(name):
                     for b in (1, 2) for t in ts}
             for key, pick in (("flops", lambda st: sum(s.flops * s.repeat for s in st)),
                               ("ew", lambda st: sum(s.elementwise_flops * s.repeat for s in st)),
+                              ("attn", lambda st: sum(s.flops * s.repeat for s in st
+                                                      if s.role in ATTENTION_ROLES)),
                               ("kv_tokens", lambda st: max(
                                   (s.shape[3] for s in st if s.op == "kv_cache"), default=0))):
                 fitted = fit_poly({pt: pick(st) for pt, st in runs.items()})
                 assert fitted == regime.polys[key], (name, phase, p, key)
-            assert measure(stages(model, cf.workload(1, lo, phase, p, **FIT_DTYPES), p,
-                                  poly=True), plan)[0] == regime.polys
+            one = measure(stages(model, cf.workload(1, lo, phase, p, **FIT_DTYPES), p,
+                                 poly=True), plan)[0]
+            # a causal closed form's attention is already the causal half
+            assert {**one, "attn_causal": one["attn"]} == regime.polys
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "mistral-7b", "gemma2-9b", "llama4-scout",
+                                  "deepseek-v2-lite", "gpt2"])
+def test_causal_flops_equal_the_causal_conventions_count(name):
+    """Times are planned on the FLOPs a causal kernel does, whatever --attention-flops counts:
+    under the seeds' full [T,T] convention, `causal_flops` equals the causal convention's
+    `flops` (windows, chunks and MLA included), and decode has nothing to skip."""
+    model = load_preset(name)
+    full, causal = ClosedForm(model), ClosedForm(model, attention_flops="causal")
+    for B, T, p in ((1, 1, 1), (3, 37, 2), (2, 700, 1), (1, 5000, 2), (4, 9000, 1)):
+        if full.seq_limit("prefill") is not None and T > full.seq_limit("prefill"):
+            continue
+        a, b = full.at(B, T, "prefill", p), causal.at(B, T, "prefill", p)
+        assert a["causal_flops"] == b["flops"] == b["causal_flops"]
+        assert a["causal_flops_per_rank"] == b["flops_per_rank"]
+        assert a["flops"] - a["causal_flops"] >= 0
+        d = full.at(B, T, "decode", p)
+        assert d["causal_flops"] == d["flops"]

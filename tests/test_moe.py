@@ -57,8 +57,9 @@ def test_expert_parallel_ledger():
     assert ep["experts_per_rank"] == 1 and ep["moe_layers"] == 32
     assert ep["expert_params"] == experts and ep["expert_params_per_rank"] == experts // 8
     assert ep["expert_weight_bytes_per_rank"] == experts // 8  # fp8: a byte a parameter
-    # dispatch + combine of B·T·k tokens of D activations (fp8 activations here)
-    assert ep["alltoall_bytes_per_layer"] == 2 * 2 * 1000 * 2 * 4096
+    # dispatch + combine of B·T·k tokens of D activations (bf16: fp8 weights keep 16-bit
+    # activations, as engines run them)
+    assert ep["alltoall_bytes_per_layer"] == 2 * 2 * 1000 * 2 * 4096 * 2
     assert ep["alltoall_bytes_per_layer_expected"] == ep["alltoall_bytes_per_layer"] * 7 / 8
     assert ep["alltoall_bytes_total"] == 32 * ep["alltoall_bytes_per_layer"]
     assert "4 data-parallel replicas" in ep["composition"]

@@ -36,10 +36,13 @@ def test_the_lower_bound_holds_on_every_published_measurement(cases):
     for r in rep["records"]:
         assert r["bound_holds"], r
         # and the expected estimate lies between the bound and the far side
-        if r["unit"] in ("ms",):
-            assert r["lower_bound"] <= r["expected"]
-        else:
+        if r["rate"]:
             assert r["lower_bound"] >= r["expected"]
+        else:
+            assert r["lower_bound"] <= r["expected"]
+    # every tpot is compared as a time, whatever unit its record gives
+    tpot = [r for r in rep["records"] if r["metric_type"] == "tpot"]
+    assert {r["unit"] for r in tpot} == {"ms", "s/token"} and not any(r["rate"] for r in tpot)
 
 
 def test_the_shipped_defaults_match_the_measurements(cases):
@@ -218,11 +221,20 @@ def test_deployment_modes_say_which_bytes_are_at_which_width(cli):
     assert int4["memory_per_rank"]["weights"] * 4 == mb["weights"]
     kv8 = cli(*base, "--mode", "fp8-kv").json()["memory_per_rank"]
     assert kv8["kv_cache"] * 2 == mb["kv_cache"] and kv8["weights"] == mb["weights"]
-    # explicit flags win over the mode; --dtype alone keeps its meaning (all at that width)
+    # explicit flags win over the mode
     both = cli(*base, "--mode", "fp8", "--kv-dtype", "fp8").json()["assumptions"]["widths"]
     assert both["kv_cache"] == "fp8" and both["activations"] == "bf16"
-    plain = cli(*base, "--dtype", "fp8").json()["assumptions"]["widths"]
-    assert set(plain.values()) == {"fp8"}
+    # --dtype is the weights' width, run as engines run it: fp8 is W8A8 (as --mode fp8),
+    # int8/int4 weight-only, 16- and 32-bit all at that width; the KV cache is fp8 only if asked
+    for dtype, mode in (("fp8", "fp8"), ("int4", "int4-wo"), ("int8", "int8-wo"),
+                        ("bf16", "bf16")):
+        plain = cli(*base, "--dtype", dtype).json()
+        assert plain["assumptions"]["widths"] == cli(*base, "--mode", mode).json()[
+            "assumptions"]["widths"], dtype
+    fp32 = cli(*base, "--dtype", "fp32").json()["assumptions"]["widths"]
+    assert set(fp32.values()) == {"fp32"} and fp32["compute"] == "fp32"
+    a8 = cli(*base, "--dtype", "fp8", "--act-dtype", "fp8").json()["assumptions"]["widths"]
+    assert a8["activations"] == a8["all_reduce"] == a8["kv_cache"] == "fp8"
     tr = cli("trace", "--preset", "llama3-8b", "--mode", "int8-wo", "--json").json()
     assert tr["widths"] == {"weights": "int8", "activations": "bf16", "all_reduce": "bf16",
                             "kv_cache": "bf16"}

@@ -104,7 +104,10 @@ def test_fit_llama2_70b_on_h100_tp4(cli):
     ring_pre = 2 * N * 2 * (p - 1) * ceil_div(B * T * D * 2, p)  # 2 all-reduces a layer
     ring_dec = 2 * N * 2 * (p - 1) * ceil_div(B * 1 * D * 2, p)
     assert ring_pre == 8_053_063_680 == 1.5 * 5 * GiB
-    pc = pre["parallel"]["tp"]["flops_per_rank"] / peak
+    # a causal kernel skips QKᵀ's and A·V's masked upper triangle: T² − T(T+1)/2 pairs of
+    # 2·Dh FLOPs each, per matmul, query head of the rank and layer
+    masked = 2 * 2 * Dh * B * (H // p) * N * (T * T - T * (T + 1) // 2)
+    pc = (pre["parallel"]["tp"]["flops_per_rank"] - masked) / peak
     pm = (W + KV) / bw
     prefill = max(pc, pm) + ring_pre / link
     kv_read = kv_tok * (T + 1) * B  # the new token reads T′ = T+1 keys
@@ -150,7 +153,8 @@ def test_fit_llama3_8b_on_a100_80gb():
     pre = build_trace(model, wl)
     dec = build_trace(model, wl.model_copy(update={"phase": "decode"}))
     peak, bw = 312e12, 2.039e12
-    prefill = max(pre["totals"]["flops"] / peak, (W + B * T * kv_tok) / bw)  # no TP traffic
+    masked = 2 * 2 * 128 * B * 32 * N * (T * T - T * (T + 1) // 2)  # see the test above
+    prefill = max((pre["totals"]["flops"] - masked) / peak, (W + B * T * kv_tok) / bw)
     table = (128256 - B) * 4096 * 2  # the embedding rows a decode step does not look up
     decode = max(dec["totals"]["flops"] / peak, (W - table + B * (T + 1) * kv_tok) / bw)
     t = doc["times"]

@@ -124,10 +124,8 @@ def compare(
         from ..render.output import FORMATS
 
         fmt = output_format(fmt, as_json, FORMATS)
-        from ..model.deploy import mode_compute
-
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
-                         compute_dtype or mode_compute(mode), attention, max_batched_tokens, perf)
+                         compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         parsed = [parse_case(c, presets_dir) for c in cases]
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
@@ -224,10 +222,8 @@ def fit(
         fmt = output_format(fmt, as_json, FORMATS)
         if not gpu:
             raise ShapecalcError("gpu", "fit needs --gpu NAME (see: shapecalc hardware)")
-        from ..model.deploy import mode_compute
-
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
-                         compute_dtype or mode_compute(mode), attention, max_batched_tokens, perf)
+                         compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         if case is not None:
             if preset or config or hf_config:
@@ -333,10 +329,8 @@ def sweep(
         from .sweep import run
 
         fmt = output_format("jsonl" if as_json else fmt, False, SWEEP_FORMATS)
-        from ..model.deploy import mode_compute
-
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
-                         compute_dtype or mode_compute(mode), attention, max_batched_tokens, perf)
+                         compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         parsed = [parse_case(c, presets_dir) for c in cases]
         given = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)

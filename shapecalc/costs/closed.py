@@ -23,6 +23,7 @@ from ..model.config import (
     ModelConfig,
     ShapecalcError,
     Workload,
+    act_width,
     bytes_of,
     check,
 )
@@ -147,8 +148,15 @@ class ClosedForm:
         """One run of the pipeline in poly mode, at a point inside the regime, gives every
         number of the regime as a polynomial in B and T."""
         wl = self.workload(1, lo, phase, p, **FIT_DTYPES)
-        polys, tags = measure(symbolic_stages(self.model, wl, p, poly=True),
-                              layer_plan(self.model))
+        plan = layer_plan(self.model)
+        polys, tags = measure(symbolic_stages(self.model, wl, p, poly=True), plan)
+        # the QKᵀ and A·V FLOPs a causal kernel does (the lower triangle), whatever the
+        # counting convention: times are planned on them (plan/memory.py, plan/perf.py)
+        polys["attn_causal"] = polys["attn"]
+        if phase == "prefill" and self.attention_flops != "causal":
+            causal = wl.model_copy(update={"attention_flops": "causal"})
+            polys["attn_causal"] = measure(symbolic_stages(self.model, causal, p, poly=True),
+                                           plan)[0]["attn"]
         return Regime(lo, hi, polys, tags, phase == "decode")
 
     # -- per-model constants -------------------------------------------------------------------
@@ -179,8 +187,9 @@ class ClosedForm:
             if d is not None and d not in DTYPE_BITS:
                 raise ShapecalcError(
                     "dtype", f"unknown dtype {d!r}; known: {', '.join(DTYPE_BITS)}")
-        bits = {"w": DTYPE_BITS[dtype], "kv": DTYPE_BITS[kv_dtype or dtype],
-                "act": DTYPE_BITS[act_dtype or dtype]}
+        act = act_dtype or act_width(dtype)
+        bits = {"w": DTYPE_BITS[dtype], "kv": DTYPE_BITS[kv_dtype or act],
+                "act": DTYPE_BITS[act]}
         rank = self._regime_for(phase, tp, seq)  # tp rules first
         full = self._regime_for(phase, 1, seq)
         return self.compute(full, rank, tp, batch, seq, pp, bits, None, SCALARS)
@@ -297,6 +306,9 @@ class ClosedForm:
         out["weight_bytes_per_rank"] = _nbytes(out["params_per_rank"], "w", bits)
         out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
         out["flops_per_rank"] = ev(rank, "flops")
+        # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
+        for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):
+            out[key] = ev(r, "flops") - ev(r, "attn") + ev(r, "attn_causal")
         # the largest tensor a rank's step writes besides the KV cache itself, as traced (eager
         # attention) and as FlashAttention runs it (no scores, no repeated K/V)
         out["largest_activation_bytes_per_rank"] = largest(rank, ("cache",))

@@ -20,6 +20,9 @@ from ..model.expr import Expr
 from ..model.plan import LayerPlan
 from ..model.stage import EXPERT_ROLES, FLASH_SKIP_ROLES, Stage
 
+# the matmuls whose cost grows with the context: QKᵀ and A·V
+ATTENTION_ROLES = ("attn.scores", "attn.values")
+
 # B^i·T^j, i ≤ 1, j ≤ 2
 MONOMIALS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2))
 
@@ -153,6 +156,7 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     num["params"] = const(sum(s.params * s.repeat for s in st))
     num["expert_params"] = const(sum(s.params * s.repeat for s in st if s.role in EXPERT_ROLES))
     num["flops"] = total(flops)
+    num["attn"] = total(flops, lambda s: s.role in ATTENTION_ROLES)
     num["ew"] = total(ew)
     ids = next(i for i, s in enumerate(st) if s.role == "input.ids")
     num["tq"] = elems[ids].per_batch()  # ids are [B, Tq]

@@ -25,6 +25,21 @@ DTYPE_BITS: dict[str, int] = {
 }
 MLA_DEFAULT = "absorbed"  # MLA's cache and decode form unless mla_form says (vLLM's, FlashMLA's)
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+WIDE_DTYPES = ("fp32", "bf16", "fp16")
+
+
+# How engines (vLLM, TensorRT-LLM) run weights of each width: fp8, int8 and int4 weights keep
+# activations and all-reduces in 16 bits (bf16); fp8 weights run W8A8 GEMMs at the fp8 peak,
+# int8 and int4 are weight-only, dequantised into 16-bit GEMMs. The one home of these defaults.
+def act_width(dtype: str) -> str:
+    """The activations' dtype for weights in `dtype` (unless --act-dtype says)."""
+    return dtype if dtype in WIDE_DTYPES else "bf16"
+
+
+def compute_width(dtype: str, act: str) -> str:
+    """The dtype whose peak FLOP/s the GEMMs reach: fp8 for fp8 weights (W8A8), else the
+    activations'."""
+    return "fp8" if dtype == "fp8" else act
 AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe"]
 
@@ -295,9 +310,11 @@ class Workload(Record):
         "(the new token reads T′ = T+1 keys)",
     )
     phase: Literal["prefill", "decode"] = _doc("prefill")
-    dtype: Dtype = _doc("bf16", "weights (and activations unless act_dtype)")
-    act_dtype: Dtype | None = _doc(None, "activations and all-reduce buffers (default dtype)")
-    kv_dtype: Dtype | None = _doc(None, "KV cache (default dtype)")
+    dtype: Dtype = _doc("bf16", "weights; activations too when 16 or 32 bits wide")
+    act_dtype: Dtype | None = _doc(
+        None, "activations and all-reduce buffers (default: dtype when 16 or 32 bits wide, else "
+        "bf16, as engines run fp8, int8 and int4 weights)")
+    kv_dtype: Dtype | None = _doc(None, "KV cache (default: the activations' dtype)")
     logits: Literal["all", "last"] = _doc(
         "all", "all: every position, as a forward does; last: generation only"
     )
@@ -321,11 +338,16 @@ class Workload(Record):
 
     @property
     def act(self) -> str:
-        return self.act_dtype or self.dtype
+        return self.act_dtype or act_width(self.dtype)
 
     @property
     def kv(self) -> str:
-        return self.kv_dtype or self.dtype
+        return self.kv_dtype or self.act
+
+    @property
+    def compute(self) -> str:
+        """The dtype whose peak the GEMMs run at."""
+        return compute_width(self.dtype, self.act)
 
     @property
     def mla(self) -> str:

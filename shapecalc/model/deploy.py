@@ -1,13 +1,17 @@
 """Deployment modes: the widths engines run a model at, by name (`--mode`).
 
-`--dtype` is the width of the weights, and of the activations, all-reduces and KV cache unless
-`--act-dtype`/`--kv-dtype` say otherwise. Serving engines mix widths; a mode names a mix:
+`--dtype` is the width of the weights. Activations and all-reduces are the weights' width when it
+is 16 or 32 bits, else bf16; the KV cache is the activations' width; fp8 weights run W8A8 GEMMs
+at the fp8 peak, int8 and int4 weights are weight-only (config.act_width, config.compute_width:
+how vLLM and TensorRT-LLM run them). `--act-dtype`/`--kv-dtype`/`--compute-dtype` say otherwise.
+A mode names a mix:
 - bf16: everything in bf16;
 - fp8: W8A8 as vLLM and TensorRT-LLM run it on Hopper — fp8 weights and GEMMs at fp8 peak, while
   activations between kernels and the all-reduces stay bf16; the KV cache stays bf16;
 - int8-wo, int4-wo: weight-only quantisation — int8/int4 weights, dequantised into 16-bit GEMMs;
 - fp8-kv: bf16 everywhere but an fp8 KV cache.
 Explicit --dtype/--act-dtype/--kv-dtype win over the mode's; --compute-dtype over its compute.
+Each mode's GEMMs run at config.compute_width of its weights and activations.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ from typing import Any
 
 from .config import ShapecalcError
 
-# mode → (weights, activations and all-reduce, KV cache, the GEMMs' peak)
-MODES: dict[str, tuple[str, str, str, str]] = {
-    "bf16": ("bf16", "bf16", "bf16", "bf16"),
-    "fp8": ("fp8", "bf16", "bf16", "fp8"),
-    "int8-wo": ("int8", "bf16", "bf16", "bf16"),
-    "int4-wo": ("int4", "bf16", "bf16", "bf16"),
-    "fp8-kv": ("bf16", "bf16", "fp8", "bf16"),
+# mode → (weights, activations and all-reduce, KV cache)
+MODES: dict[str, tuple[str, str, str]] = {
+    "bf16": ("bf16", "bf16", "bf16"),
+    "fp8": ("fp8", "bf16", "bf16"),
+    "int8-wo": ("int8", "bf16", "bf16"),
+    "int4-wo": ("int4", "bf16", "bf16"),
+    "fp8-kv": ("bf16", "bf16", "fp8"),
 }
 
 
@@ -32,14 +36,8 @@ def mode_fields(mode: str | None) -> dict[str, Any]:
         return {}
     if mode not in MODES:
         raise ShapecalcError("mode", f"{mode!r} is not one of {', '.join(MODES)}")
-    w, act, kv, _ = MODES[mode]
+    w, act, kv = MODES[mode]
     return {"dtype": w, "act_dtype": act, "kv_dtype": kv}
-
-
-def mode_compute(mode: str | None) -> str | None:
-    """The dtype whose peak the mode's GEMMs run at (None without a mode)."""
-    mode_fields(mode)  # a known mode, or the error
-    return None if mode is None else MODES[mode][3]
 
 
 def widths(wl: Any, compute: str | None = None) -> dict[str, str]:

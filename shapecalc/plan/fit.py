@@ -133,7 +133,7 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
     """The `fit --json` document (a contract: see plan_schemas.FitOut)."""
     check(model, wl)
     cf = closed_form_for(model, wl)
-    cdt, peak = require_peak(gpu, wl.act, opts)
+    cdt, peak = require_peak(gpu, wl.compute, opts)
     terms = perf_params(gpu, opts.perf)
     r = point(cf, gpu, opts, wl, peak, with_times=True)
 

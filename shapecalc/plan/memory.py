@@ -9,7 +9,8 @@ parallel degree p and pipeline depth s.
   --gpu-memory-utilization). The KV cache is paged: each window group's blocks × block_size token
   slots × the group's layers on the stage × bytes per token and layer; a chunked group (Llama 4)
   is sized for its fullest chunk, min(T, C) tokens, which a sequence passes on its way to T.
-- prefill time = max(FLOPs/peak, bytes/bandwidth) per rank + (ring all-reduce bytes per rank + PP
+- prefill time = max(FLOPs/peak, bytes/bandwidth) per rank (FLOPs as a causal kernel does them:
+  attention's lower triangle) + (ring all-reduce bytes per rank + PP
   boundary bytes) / link bandwidth; bytes = weights per rank (of the embedding table only the
   rows looked up) + the KV cache written. Decode per token: the same with the KV cache read.
   Each term is divided by its efficiency.
@@ -122,18 +123,24 @@ def step_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, wbits: Any, xp:
     return xp.floats(bytes_of(others, wbits) + kv) + xp.floats(bytes_of(experts, wbits)) * reached
 
 
+def step_flops(cf: ClosedForm, tot: dict[str, Any], ep: int = 1) -> Any:
+    """FLOPs one rank's step does, as kernels run it: attention's lower triangle only (a
+    causal kernel skips the masked half, whatever --attention-flops counts); with ep > 1 each
+    GPU does 1/ep of a MoE step."""
+    if cf.model.moe and ep > 1:
+        return tot["causal_flops"] // ep
+    return tot["causal_flops_per_rank"]
+
+
 def phase_terms(cf: ClosedForm, gpu: GPU, opts: PlanOptions, tot: dict[str, Any], peak: Any,
                 tokens: Any, wbits: Any, xp: Any, ep: int = 1) -> tuple[Any, Any, Any]:
     """(compute, memory, communication) seconds of one step per rank, from its totals. A MoE
     step reads only the experts its `tokens` reach: each rank's routed experts × the expected
     fraction reached under uniform routing, 1 − (1 − k/E)^tokens (`parallel.distinct_experts`).
     With ep > 1 each GPU holds E/ep whole experts and does 1/ep of the step's FLOPs."""
-    m = cf.model
     bw = gpu.hbm_bandwidth * opts.memory_efficiency
-    flops = tot["flops_per_rank"]
+    flops = step_flops(cf, tot, ep)
     mem = xp.floats(step_bytes(cf, tot, tokens, wbits, xp, ep)) / bw
-    if m.moe and ep > 1:
-        flops = tot["flops"] // ep
     compute = xp.floats(flops) / (peak * opts.compute_efficiency)
     comm = xp.floats(tot["ring_bytes_per_rank_total"] + tot["boundary_bytes_total"]) / (
         gpu.link_bandwidth * opts.link_efficiency)

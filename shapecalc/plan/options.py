@@ -55,14 +55,15 @@ class PlanOptions:
         return capacity - math.floor(capacity * Fraction(str(self.utilization)))
 
 
-def compute_dtype(gpu: GPU, act: str, opts: PlanOptions) -> tuple[str, float | None]:
-    """The dtype matmuls run in (the activation dtype unless --compute-dtype), and its peak."""
-    dt = opts.compute_dtype or act
+def compute_dtype(gpu: GPU, compute: str, opts: PlanOptions) -> tuple[str, float | None]:
+    """The dtype matmuls run in (the workload's, config.compute_width, unless
+    --compute-dtype), and its peak."""
+    dt = opts.compute_dtype or compute
     return dt, gpu.peak(dt)
 
 
-def require_peak(gpu: GPU, act: str, opts: PlanOptions) -> tuple[str, float]:
-    dt, peak = compute_dtype(gpu, act, opts)
+def require_peak(gpu: GPU, compute: str, opts: PlanOptions) -> tuple[str, float]:
+    dt, peak = compute_dtype(gpu, compute, opts)
     if peak is None:
         have = ", ".join(d for d in PEAK_DTYPES if gpu.peak(d) is not None)
         raise ShapecalcError(

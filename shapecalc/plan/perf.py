@@ -2,7 +2,8 @@
 lower bound (memory.phase_terms). The one home of its terms:
 
 - compute = FLOPs / (peak × gemm_efficiency × M/(M + gemm_half_tokens)): large GEMMs reach a
-  fraction of peak; skinny ones (M = the step's tokens, B in decode) reach less.
+  fraction of peak; skinny ones (M = the step's tokens, B in decode) reach less. FLOPs are a
+  causal kernel's (memory.step_flops: attention's lower triangle).
 - memory = the bound's bytes / HBM bandwidth, the weights (only the looked-up embedding rows)
   at memory_efficiency, the KV cache (written in prefill, read once in decode: FlashAttention-
   style, no [T,T] scores to memory) at attention_efficiency.
@@ -27,7 +28,7 @@ from typing import Any
 from ..costs.closed import ClosedForm
 from ..inputs.hardware import GPU
 from ..model.config import ShapecalcError
-from .memory import step_bytes
+from .memory import step_bytes, step_flops
 from .perf_defaults import PARAMS
 
 TERMS = ("compute", "memory", "communication", "overhead")
@@ -91,7 +92,7 @@ def step_terms(cf: ClosedForm, gpu: GPU, pp: PerfParams, tot: dict[str, Any], pe
                ) -> tuple[Any, Any, Any, Any]:
     """(compute, memory, communication, overhead) expected seconds of one step per rank."""
     m = cf.model
-    flops = tot["flops"] // ep if (m.moe and ep > 1) else tot["flops_per_rank"]
+    flops = step_flops(cf, tot, ep)
     rows = xp.floats(tokens)
     eff = pp.gemm_efficiency * rows / (rows + pp.gemm_half_tokens)
     compute = xp.floats(flops) / (peak * eff)

@@ -15,7 +15,13 @@ import numpy as np
 from ..costs.fields import SWEEP_COLUMNS
 from ..costs.grid import evaluate
 from ..inputs.hardware import GPU
-from ..model.config import DTYPE_BITS, ShapecalcError, make_workload
+from ..model.config import (
+    DTYPE_BITS,
+    ShapecalcError,
+    act_width,
+    compute_width,
+    make_workload,
+)
 from .cases import Case, closed_form_for, valid
 from .columns import FIT_COLUMNS, PRICE_COLUMNS
 from .options import PlanOptions
@@ -113,16 +119,19 @@ class SweepGrid:
         self.tps = np.array(tps, dtype=np.int64)
         self.batches = np.array(pick["batch"], dtype=np.int64)
         self.pps = np.array(pps, dtype=np.int64)
+        self.act_name = fields.get("act_dtype")
+        # each dtype's activations (config.act_width unless --act-dtype) and GEMM dtype
+        self.acts = [self.act_name or act_width(d) for d in self.dnames]
         self.kv_labels = tuple(dict.fromkeys(
-            [*self.dnames, *(k for k in knames if k is not None)]))
+            [*self.acts, *(k for k in knames if k is not None)]))
         kidx = {k: i for i, k in enumerate(self.kv_labels)}
-        # the kv dtype name of each (dtype, kv dtype) pair: None follows the dtype
-        self.kv_of = np.array([[kidx[d if k is None else k] for k in knames]
-                               for d in self.dnames], dtype=np.int64).reshape(
+        # the kv dtype name of each (dtype, kv dtype) pair: None follows the activations
+        self.kv_of = np.array([[kidx[a if k is None else k] for k in knames]
+                               for a in self.acts], dtype=np.int64).reshape(
                                    len(self.dnames), len(knames))
+        self.abits = np.array([DTYPE_BITS[a] for a in self.acts], dtype=np.int64)
         self.dbits = np.array([DTYPE_BITS[d] for d in self.dnames], dtype=np.int64)
         self.kbits = np.array([DTYPE_BITS[k] for k in self.kv_labels], dtype=np.int64)
-        self.act_name = fields.get("act_dtype")
         # the axes of a phase's segment, seq (index 2) set per segment
         self.shape = [len(tps), len(pick["batch"]), 0, len(pps), len(self.dnames), len(knames)]
         self.rows = sum(self._seg_rows(seq) for _, seq in self.segments)
@@ -171,10 +180,7 @@ class SweepGrid:
 
     def _evaluate(self, lo: int, hi: int) -> SweepChunk:
         ph, P, B, T, S, di, kvi = self._indices(lo, hi)
-        n = B.size
-        dbits, kbits = self.dbits[di], self.kbits[kvi]
-        act = self.act_name
-        abits = dbits if act is None else np.full(n, DTYPE_BITS[act], np.int64)
+        dbits, kbits, abits = self.dbits[di], self.kbits[kvi], self.abits[di]
         res = evaluate(self.cf, B, T, ph, P, S, dbits, kbits, abits)
         phases = ("prefill", "decode")
         dn = np.array(self.dnames, dtype=object)
@@ -182,21 +188,20 @@ class SweepGrid:
         codes: dict[str, tuple[np.ndarray, tuple[str, ...]]] = {
             "phase": (ph, phases), "dtype": (di, tuple(self.dnames)),
             "kv_dtype": (kvi, self.kv_labels),
-            "act_dtype": (di, tuple(self.dnames)) if act is None else (np.zeros(n, np.int64),
-                                                                      (act,)),
+            "act_dtype": (di, tuple(self.acts)),
         }
         cols: dict[str, np.ndarray] = {
             "batch": B, "seq": T, "phase": np.array(phases, dtype=object)[ph],
             "tp": P, "pp": S, "dtype": dn[di], "kv_dtype": kn[kvi],
-            "act_dtype": dn[di] if act is None else np.full(n, act, dtype=object),
+            "act_dtype": np.array(self.acts, dtype=object)[di],
         }
         for k in SWEEP_KEYS:
             cols[k] = res[k]
         if self.gpu is not None and self.cf_fit is not None:
             opts = self.opts or PlanOptions()
             # the peak FLOP/s of each dtype's compute dtype (NaN where the GPU has none)
-            compute = opts.compute_dtype or act
-            names = self.dnames if compute is None else [compute] * len(self.dnames)
+            names = [opts.compute_dtype or compute_width(d, a)
+                     for d, a in zip(self.dnames, self.acts, strict=True)]
             peaks = [self.gpu.peak(str(x)) for x in names]
             peak = np.array([np.nan if v is None else v for v in peaks], dtype=float)[di]
             plan = plan_arrays(self.cf_fit, self.gpu, opts, B, T, P, S, dbits, kbits, abits,

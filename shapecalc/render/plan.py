@@ -102,7 +102,8 @@ def print_fit(doc: dict[str, Any], console: Any) -> None:
                 f"after weights and activations; {per_token} per token per rank")
     tm = doc["times"]
     tt = Table(box=box.SIMPLE_HEAD,
-               title="time: roofline LOWER BOUNDS (max(FLOPs/peak, bytes/bandwidth) + link)")
+               title="time: roofline LOWER BOUNDS (max(FLOPs/peak, bytes/bandwidth) + link; "
+                     "attention FLOPs: the causal half a kernel does)")
     for col in ("phase", "compute", "memory", "communication", "total", "bound"):
         tt.add_column(col, justify="left" if col in ("phase", "bound") else "right")
     for ph, total in (("prefill", "prefill_s"), ("decode", "decode_s_per_token")):
