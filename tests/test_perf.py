@@ -246,6 +246,22 @@ def test_compare_and_sweep_take_the_mode_too(cli):
     c = cli("compare", "llama3-8b", "--gpu", "h100-sxm", "--mode", "fp8", "--json").json()[0]
     assert (c["workload"]["dtype"], c["workload"]["act_dtype"]) == ("fp8", "bf16")
     assert c["fit"]["assumptions"]["compute_dtype"] == "fp8"
+    assert c["widths"] == {"weights": "fp8", "activations": "bf16", "all_reduce": "bf16",
+                           "kv_cache": "bf16"}
+    table = cli("compare", "llama3-8b", "llama3-8b@dtype=fp8", "--gpu", "h100-sxm").out
+    assert "w fp8 act bf16 KV bf16" in table  # the column says which bytes are at which width
+    # sweep's dtype axis runs each weight width as engines do: fp8 with bf16 activations and KV
+    rows = [json.loads(x) for x in cli("sweep", "llama3-8b", "--gpu", "h100-sxm", "--dtype",
+                                       "bf16,fp8,int4", "--batch", "1", "--seq", "128",
+                                       "--phase", "decode").out.splitlines()]
+    assert [(r["dtype"], r["act_dtype"], r["kv_dtype"]) for r in rows] == [
+        ("bf16", "bf16", "bf16"), ("fp8", "bf16", "bf16"), ("int4", "bf16", "bf16")]
+    fits = {d: cli("fit", "llama3-8b", "--gpu", "h100-sxm", "--dtype", d, "--batch", "1",
+                   "--seq", "128", "--json").json() for d in ("fp8", "int4")}
+    for r in rows[1:]:
+        f = fits[r["dtype"]]
+        assert r["expected_decode_s_per_token"] == pytest.approx(
+            f["expected"]["decode_s_per_token"], rel=1e-9)
     rows = cli("sweep", "llama3-8b", "--gpu", "h100-sxm", "--mode", "fp8-kv", "--batch", "1",
                "--seq", "128").out.splitlines()
     row = json.loads(rows[0])

@@ -92,6 +92,7 @@ def compare(
             "case": label,
             "model": model.model_dump(),
             "workload": wl.model_dump(),
+            "widths": doc["widths"],  # which bytes are at which width (model/deploy.py)
             "totals": doc["totals"],
             "parallel": doc["parallel"],
             "derived": derived,

@@ -183,6 +183,7 @@ class CompareItem(_WithWorkload):
     case: str
     model: dict[str, Any]
     workload: dict[str, Any]
+    widths: dict[str, str]  # weights, activations, all_reduce, kv_cache → dtype
     totals: Totals  # type: ignore[valid-type]
     parallel: ParallelOut
     derived: Derived

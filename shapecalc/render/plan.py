@@ -295,8 +295,10 @@ def print_compare(items: list[dict[str, Any]], console: Any, ratio: bool = False
                  items[0] else ""))
     t.add_column("", style="bold")
     for it in items:
-        wl = it["workload"]
-        t.add_column(f"{it['case']}\nB={wl['batch']} T={wl['seq']} {wl['dtype']}"
+        wl, wd = it["workload"], it["widths"]
+        dts = wl["dtype"] if len(set(wd.values())) <= 1 else (
+            f"w {wd['weights']} act {wd['activations']} KV {wd['kv_cache']}")
+        t.add_column(f"{it['case']}\nB={wl['batch']} T={wl['seq']}\n{dts}"
                      f"\ntp={wl['tp']} pp={wl['pp']}", justify="right")
     for row in compare_rows(items):
         values = [row.get(it) for it in items]
