@@ -103,7 +103,7 @@ def trace(
     html: Html = None,
 ) -> None:
     from ..costs.trace import build_trace
-    from ..render.output import check_format
+    from ..render.output import check_format, check_outputs
 
     try:
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
@@ -127,6 +127,7 @@ def trace(
         )
         doc = build_trace(model, wl, per_rank=per_rank)
         fmt = check_format("json" if as_json else fmt)
+        check_outputs(output=output, svg=svg, html=html)
         if fmt == "json" and output is None and not (svg or html):
             emit_json(doc)  # the planners' hot path: no rich, no file
             return
@@ -155,6 +156,7 @@ def trace(
 @presets_app.callback()
 def presets_list(ctx: typer.Context, presets_dir: PresetsDir = None) -> None:
     if ctx.invoked_subcommand is not None:
+        ctx.obj = {"presets_dir": presets_dir}  # `presets --presets-dir X show`: show reads X
         return
     from ..inputs import sources
     from ..render.trace import print_presets
@@ -170,9 +172,12 @@ def presets_list(ctx: typer.Context, presets_dir: PresetsDir = None) -> None:
 
 
 @presets_app.command("show", help="Print one preset's fields and parameter count.")
-def presets_show(name: str, presets_dir: PresetsDir = None, as_json: JsonOut = False) -> None:
+def presets_show(ctx: typer.Context, name: str, presets_dir: PresetsDir = None,
+                 as_json: JsonOut = False) -> None:
     from ..inputs import sources
 
+    given = (ctx.obj or {}).get("presets_dir") or []
+    presets_dir = [*given, *(presets_dir or [])] or None
     try:
         model = sources.load_preset(name, presets_dir)
     except ShapecalcError as e:
@@ -221,10 +226,12 @@ def main() -> None:
     """Entry point: usage errors become one line on stderr and exit code 2."""
     from typer.core import _click  # typer vendors click; its errors are click's
 
+    from .streams import error_line, guarded
+
     try:
-        code = app(standalone_mode=False)
+        code = guarded(lambda: app(standalone_mode=False))
     except _click.exceptions.ClickException as e:
-        typer.echo(f"error: {e.format_message()}".replace("\n", " "), err=True)
+        error_line(e.format_message().replace("\n", " "))
         sys.exit(2)
     except typer.Abort:
         sys.exit(130)

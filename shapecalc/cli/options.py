@@ -72,7 +72,9 @@ Html = Annotated[str | None, typer.Option("--html", help="also save the table as
 
 
 def fail(err: ShapecalcError) -> None:
-    typer.echo(f"error: {err}", err=True)
+    from .streams import error_line
+
+    error_line(str(err))
     raise typer.Exit(2)
 
 

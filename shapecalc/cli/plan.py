@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..render.output import check_outputs
 from .options import (
     EP,
     PP,
@@ -137,6 +138,7 @@ def compare(
         apply_mode(mode, base, axes)
         columns = expand_cases(parsed, base, axes)
         items = plan_compare(columns, hw, opts, logits_set=logits is not None)
+        check_outputs(output=output, svg=svg, html=html)
         _emit_compare(items, fmt, output, svg, html, ratio)
     except ShapecalcError as e:
         fail(e)
@@ -246,6 +248,7 @@ def fit(
             attention_flops=attention_flops,
         )
         doc = plan_fit(model, wl, hw, opts)
+        check_outputs(output=output, svg=svg, html=html)
         _emit_fit(doc, fmt, output, svg, html, model, wl)
     except ShapecalcError as e:
         fail(e)
@@ -342,6 +345,7 @@ def sweep(
                                   ("mla_form", mla_form))
                 if v is not None}
         apply_mode(mode, fixed, given)
+        check_outputs(output=output, svg=svg, html=html)
         run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html)  # streams the rows
     except ShapecalcError as e:
         fail(e)

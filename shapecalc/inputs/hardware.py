@@ -10,7 +10,6 @@ is): no pydantic BaseModel, no numpy, no rich.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from pydantic_core import ValidationError
 
 from ..model.config import ShapecalcError, first_error
 from ..model.record import Pos, PosFloat, Record, _doc, _req
+from . import files
 from .sources import list_hardware
 
 # dtypes a profile can give a peak for; a matmul runs in the activation dtype unless told otherwise
@@ -73,15 +73,8 @@ def list_gpus(extra: list[Path] | None = None) -> dict[str, Path]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ShapecalcError("gpu", f"file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ShapecalcError("gpu", f"cannot read {path}: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        reason = " ".join(str(e).split())
-        raise ShapecalcError("gpu", f"{path} is not valid TOML: {reason}") from None
+    data: dict[str, Any] = files.loads(files.read_text(path, "gpu"), "TOML", path, "gpu")
+    return data
 
 
 def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None = None) -> GPU:

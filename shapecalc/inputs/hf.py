@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
-from . import hf_alibi, hf_classic, hf_deepseek, hf_gemma, hf_keys, hf_llama4, hf_moe
+from . import files, hf_alibi, hf_classic, hf_deepseek, hf_gemma, hf_keys, hf_llama4, hf_moe
 from .sources import _parse
 
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
@@ -252,7 +252,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     cfg = _parse(path, "hf-config")
     mt, known = cfg.get("model_type"), ", ".join(SUPPORTED)
     if mt is None:
-        raise ShapecalcError("model_type", f"missing from {path}; supported: {known}")
+        raise ShapecalcError("model_type", f"missing from {files.shown(path)}; supported: {known}")
     text = cfg.get("text_config")
     inner = text.get("model_type") if isinstance(text, dict) else None
     mt, inner = (x if isinstance(x, str) else repr(x) for x in (mt, inner))
@@ -276,11 +276,11 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         if fields.get("head_dim") == d // heads:
             fields["head_dim"] = None
     stem = path.stem if path.stem != "config" else path.resolve().parent.name
-    fields["name"] = stem or "custom"
+    fields["name"] = files.escape_controls(stem) or "custom"
     if multimodal:  # the line that says what was read
         fields["name"] += " (text_config of a multimodal config; the vision tower is not counted)"
     try:
         return ModelConfig.model_validate(fields)
     except ValidationError as err:
         e = first_error(err)
-        raise ShapecalcError(e.field, f"{e.reason} (read from {path})") from None
+        raise ShapecalcError(e.field, f"{e.reason} (read from {files.shown(path)})") from None

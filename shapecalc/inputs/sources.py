@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
+from . import files
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,8 @@ def _list(dirs: list[Path], field: str) -> dict[str, Path]:
         if not d.is_dir():
             if d == builtin:
                 continue
-            raise ShapecalcError(field, f"not a directory: {d}")
+            what = "not a directory" if os.path.lexists(d) else "folder not found"
+            raise ShapecalcError(field, f"{what}: {files.shown(d)}")
         for f in sorted(d.glob("*.toml")) + sorted(d.glob("*.json")):
             found.setdefault(f.stem, f)  # earlier folders shadow later ones
     return found
@@ -84,36 +85,25 @@ def load_preset(name: str, extra: list[Path] | None = None) -> ModelConfig:
 # ── config files ─────────────────────────────────────────────────────────────────────────────────
 
 
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
-
-
 def _parse(path: Path, field: str) -> dict[str, Any]:
     """TOML or JSON by suffix (anything else: TOML, then JSON); a table/object at the top."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ShapecalcError(field, f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise ShapecalcError(field, f"not a file: {path}") from None
-    except OSError as e:
-        raise ShapecalcError(field, f"cannot read {path}: {e.strerror or e}") from None
-
-    loaders = {"TOML": lambda: tomllib.loads(raw.decode("utf-8")), "JSON": lambda: json.loads(raw)}
+    text = files.read_text(path, field)
     kinds = {".toml": ["TOML"], ".json": ["JSON"]}.get(path.suffix.lower(), ["TOML", "JSON"])
     errors = []
     for kind in kinds:
         try:
-            data = loaders[kind]()
+            data = files.loads(text, kind, path, field)
             break
-        except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as e:
-            errors.append(_one_line(e))
+        except files.SyntaxRefusal as e:
+            if len(kinds) == 1:
+                raise
+            errors.append(e.detail)
     else:
-        if len(kinds) == 1:
-            raise ShapecalcError(field, f"{path} is not valid {kinds[0]}: {errors[0]}")
-        raise ShapecalcError(field, f"{path} is neither valid TOML ({errors[0]}) nor JSON")
+        raise ShapecalcError(field, f"{files.shown(path)} is neither valid TOML ({errors[0]}) "
+                             "nor JSON")
     if not isinstance(data, dict):
-        raise ShapecalcError(field, f"{path}: the top level must be a table of model fields")
+        raise ShapecalcError(field, f"{files.shown(path)}: the top level must be a table of "
+                             "model fields")
     return data
 
 
@@ -142,10 +132,10 @@ def load_config_file(path: str | Path) -> tuple[ModelConfig, dict]:
     data = _parse(path, "config")
     if "model_type" in data:
         raise ShapecalcError(
-            "config", f"{path}: looks like a Hugging Face config.json; use --hf-config"
+            "config", f"{files.shown(path)}: looks like a Hugging Face config.json; use --hf-config"
         )
     fields, _, wl = _split(data)
-    fields.setdefault("name", path.stem)
+    fields.setdefault("name", files.escape_controls(path.stem))
     try:
         return ModelConfig.model_validate(fields), wl
     except ValidationError as err:

@@ -413,6 +413,8 @@ def first_error(err: ValidationError, prefix: str = "") -> ShapecalcError:
         msg = "unknown field"
     elif e["type"] == "literal_error":
         msg = f"{e['input']!r} is not one of {msg.split('Input should be ')[-1]}"
+    elif e["type"] == "string_pattern_mismatch":  # record.py: a control character
+        msg = f"{e['input']!r} contains a control character"
     name = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "config")
     return ShapecalcError(name, msg)
 

@@ -78,6 +78,8 @@ def _core_schema(tp: Any) -> dict[str, Any]:
     if get_origin(tp) is tuple:  # tuple[X, ...]: a JSON list, kept as a (hashable) tuple
         return {"type": "tuple", "items_schema": [_core_schema(get_args(tp)[0])],
                 "variadic_item_index": 0}
+    if tp is str:  # names reach the terminal: no control characters (ESC, NUL, newlines)
+        return {"type": "str", "pattern": r"^\P{Cc}*$"}
     return {"type": {int: "int", bool: "bool", str: "str", float: "float"}[tp]}
 
 

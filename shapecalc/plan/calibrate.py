@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..costs.closed import ClosedForm
+from ..inputs import files
 from ..inputs.hardware import GPU, load_gpu
 from ..inputs.sources import list_hardware, list_presets, load_preset
 from ..model.config import DTYPE_BITS, ShapecalcError, Workload
@@ -203,10 +204,7 @@ def resolve(rec: dict[str, Any], extra: list[Path] | None = None) -> Case:
 
 
 def load_cases(path: Path, extra: list[Path] | None = None) -> list[Case]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ShapecalcError("calibrate", f"cannot read {path}: {e}") from None
+    doc = files.read_json(path, "calibrate")
     recs = doc.get("records") if isinstance(doc, dict) else None
     if not recs:
         raise ShapecalcError("calibrate", f"{path} has no \"records\"")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..costs.closed import ClosedForm
-from ..inputs import sources
+from ..inputs import files, sources
 from ..inputs.hf import load_hf_config
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
 
@@ -132,8 +131,8 @@ def _is_hf(path: Path) -> bool:
     if path.suffix.lower() != ".json":
         return False
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = files.read_json(path, "case")
+    except ShapecalcError:
         return False  # load_config_file says what is wrong with it
     return isinstance(data, dict) and "model_type" in data
 

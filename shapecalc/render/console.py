@@ -7,10 +7,27 @@ import io
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
+from rich import console as _rich
+from rich.errors import MarkupError
 
-from ..model.config import ShapecalcError
-from .output import open_output
+from .output import open_output, write_text
+
+
+class Console(_rich.Console):
+    """rich's Console, where a string that is not valid markup (a model named `x [/b]`) prints
+    as it is instead of raising MarkupError, and a closed pipe (`| head -1`) sends the rest to
+    /dev/null, so that the command ends with its own exit code (rich would exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        from ..cli.streams import quiet_stdout
+
+        quiet_stdout()
+
+    def render_str(self, text: str, **kw: Any) -> Any:
+        try:
+            return super().render_str(text, **kw)
+        except MarkupError:
+            return super().render_str(text, **{**kw, "markup": False})
 
 
 def make_console() -> Console:
@@ -46,10 +63,7 @@ def render_table(
     else:
         console = Console(file=io.StringIO(), width=160, record=True)
         draw(console)
-    try:
-        if svg:
-            console.save_svg(svg, title="shapecalc", clear=False)
-        if html:
-            console.save_html(html, clear=False)
-    except OSError as e:
-        raise ShapecalcError("svg" if svg else "html", f"cannot write: {e.strerror or e}") from None
+    if svg:
+        write_text(console.export_svg(title="shapecalc", clear=False), svg, "svg")
+    if html:
+        write_text(console.export_html(clear=False), html, "html")

@@ -1,0 +1,169 @@
+"""Reading the files a user names (--config, --hf-config, presets, hardware profiles, sweep and
+compare cases, calibrate's measurements): every way a file can be hostile ends as one
+`ShapecalcError(field, reason)`, before it can hang, exhaust memory or recurse.
+
+- The type is checked on an open, non-blocking descriptor: a FIFO or a device (/dev/zero) is
+  refused, never read, so nothing waits for a writer or reads forever.
+- At most MAX_BYTES are read: a config is kilobytes; anything over 10 MiB is refused.
+- Text is UTF-8; a UTF-8 byte-order mark (Windows editors write one) is accepted and dropped;
+  UTF-16/32 and other bytes are refused, naming the offset.
+- JSON refuses duplicate keys (the last would silently win), naming the key; TOML already does.
+- Nesting deeper than MAX_DEPTH is refused (no RecursionError downstream).
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import json
+import os
+import stat
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from ..model.errors import ShapecalcError
+
+MAX_BYTES = 10 * 2**20
+MAX_DEPTH = 64
+# every file read as an input, (device, inode) → the path it was named by: an output that is one
+# of them is refused (render/output.py), however it is spelled (symlink, hard link, ../)
+READ: dict[tuple[int, int], str] = {}
+
+
+def shown(path: str | Path) -> str:
+    """A path as one printable line: control characters (a newline in a name) escaped."""
+    return escape_controls(str(path))
+
+
+def escape_controls(text: str) -> str:
+    """Control characters (ESC, NUL, newlines, …) as visible escapes: `\\n`, `\\x1b`."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
+def read_bytes(path: str | Path, field: str) -> bytes:
+    """The bytes of a regular file of at most MAX_BYTES, or one error line."""
+    p = shown(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ShapecalcError(field, f"file not found: {p}") from None
+    except IsADirectoryError:
+        raise ShapecalcError(field, f"{p} is a directory, not a file") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ShapecalcError(field, f"{p}: a symlink loop") from None
+        raise ShapecalcError(field, f"cannot read {p}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ShapecalcError(field, f"{p} is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+            raise ShapecalcError(field, f"{p} is {kind}, not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise ShapecalcError(field, f"{p} is {st.st_size:,} bytes, more than the "
+                                 f"{MAX_BYTES // 2**20} MiB a config may have")
+        READ.setdefault((st.st_dev, st.st_ino), str(path))
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ShapecalcError(field, f"cannot read {p}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_BYTES:  # grew while read
+        raise ShapecalcError(field, f"{p} is more than {MAX_BYTES // 2**20} MiB")
+    return raw
+
+
+def decode(raw: bytes, path: str | Path, field: str) -> str:
+    """UTF-8 text (a UTF-8 BOM dropped), or one line naming what the bytes are."""
+    p = shown(path)
+    if raw.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        raise ShapecalcError(field, f"{p} is UTF-32 text; save it as UTF-8")
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise ShapecalcError(field, f"{p} is UTF-16 text; save it as UTF-8")
+    if raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ShapecalcError(field, f"{p} is not UTF-8 text (byte 0x{raw[e.start]:02x} at "
+                             f"offset {e.start})") from None
+    if "\0" in text:
+        raise ShapecalcError(field, f"{p} is a binary file (a NUL byte at offset "
+                             f"{text.index(chr(0))})")
+    return text
+
+
+def read_text(path: str | Path, field: str) -> str:
+    return decode(read_bytes(path, field), path, field)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Duplicate(k)
+        out[k] = v
+    return out
+
+
+class _Duplicate(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+class SyntaxRefusal(ShapecalcError):
+    """Not valid TOML/JSON; `detail` is the parser's message (for "neither TOML nor JSON")."""
+
+    def __init__(self, field: str, reason: str, detail: str):
+        super().__init__(field, reason)
+        self.detail = detail
+
+
+def _one_line(err: Exception) -> str:
+    return escape_controls(" ".join(str(err).split()))
+
+
+def loads(text: str, kind: str, path: str | Path, field: str) -> Any:
+    """Parse TOML or JSON text; every failure (syntax, duplicate key, depth) as one error line."""
+    p = shown(path)
+    try:
+        if kind == "TOML":
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _Duplicate as e:
+        raise ShapecalcError(field, f"{p}: duplicate key {escape_controls(repr(e.key))}") from None
+    except RecursionError:
+        raise ShapecalcError(field, f"{p} is nested too deeply") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise SyntaxRefusal(field, f"{p} is not valid {kind}: {_one_line(e)}", _one_line(e)) \
+            from None
+    if _depth(data) > MAX_DEPTH:
+        raise ShapecalcError(field, f"{p} is nested more than {MAX_DEPTH} levels deep")
+    return data
+
+
+def _depth(data: Any) -> int:
+    """How deep lists and tables nest (iteratively: no recursion on hostile input)."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        x, d = todo.pop()
+        if isinstance(x, dict):
+            x = list(x.values())
+        if isinstance(x, list):
+            deepest = max(deepest, d)
+            if d > MAX_DEPTH:
+                break
+            todo += [(v, d + 1) for v in x if isinstance(v, (dict, list))]
+    return deepest
+
+
+def read_json(path: str | Path, field: str) -> Any:
+    """A JSON file, through every check above."""
+    return loads(read_text(path, field), "JSON", path, field)
