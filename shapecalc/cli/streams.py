@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import codecs
 import errno
-import os
 import sys
 import unicodedata
 from collections.abc import Callable
 from typing import Any
 
 from ..model.errors import ShapecalcError
+from ..render.output import quiet_stdout
 
 # one character for one (tables stay aligned)
 _ASCII = {
@@ -62,18 +62,6 @@ def _ascii_fallback() -> None:
             reconfigure = getattr(s, "reconfigure", None)
             if reconfigure is not None:
                 reconfigure(errors="shapecalc-ascii")
-
-
-def quiet_stdout() -> None:
-    """Point stdout at /dev/null (after a broken pipe or a full disk), so that the flush at exit
-    is quiet."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 def error_line(text: str) -> None:

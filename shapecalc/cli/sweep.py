@@ -42,6 +42,7 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
     from ..render import output as io_
     from ..render import sweep as pr
     from ..render.console import render_table
+    from ..render.output import quiet_stdout
 
     def draw(console: Any) -> None:
         from ..render.plan import sweep_table
@@ -81,16 +82,3 @@ def byte_writer(out: IO[str]) -> Callable[[bytes | bytearray], Any]:
         return buf.write  # type: ignore[no-any-return]
     return lambda b: out.write(b.decode("utf-8"))
 
-
-def quiet_stdout() -> None:
-    """After a broken pipe: point stdout at /dev/null, so that the flush at exit is quiet."""
-    import os
-    import sys
-
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)

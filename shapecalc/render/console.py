@@ -10,7 +10,7 @@ from typing import Any
 from rich import console as _rich
 from rich.errors import MarkupError
 
-from .output import open_output, write_text
+from .output import open_output, quiet_stdout, write_text
 
 
 class Console(_rich.Console):
@@ -19,8 +19,6 @@ class Console(_rich.Console):
     /dev/null, so that the command ends with its own exit code (rich would exit 1)."""
 
     def on_broken_pipe(self) -> None:
-        from ..cli.streams import quiet_stdout
-
         quiet_stdout()
 
     def render_str(self, text: str, **kw: Any) -> Any:

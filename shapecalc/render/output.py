@@ -123,6 +123,18 @@ class OutputFile(io.TextIOWrapper):
             self.temp = None
 
 
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null (after a broken pipe or a full disk), so that the flush at exit
+    is quiet."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def shown(path: str | Path) -> str:
     from ..inputs.files import shown as _shown
 
