@@ -64,6 +64,10 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
         if not close:
             quiet_stdout()
         return
+    except OSError as e:  # byte_writer writes past OutputFile.write: name the file here
+        if isinstance(out, io_.OutputFile):
+            raise out.error(e) from None
+        raise
     finally:
         if close:
             out.close()

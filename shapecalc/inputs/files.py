@@ -92,6 +92,8 @@ def decode(raw: bytes, path: str | Path, field: str) -> str:
     except UnicodeDecodeError as e:
         raise ShapecalcError(field, f"{p} is not UTF-8 text (byte 0x{raw[e.start]:02x} at "
                              f"offset {e.start})") from None
+    if not text.strip():
+        raise ShapecalcError(field, f"{p} is empty")
     if "\0" in text:
         raise ShapecalcError(field, f"{p} is a binary file (a NUL byte at offset "
                              f"{text.index(chr(0))})")

@@ -78,20 +78,20 @@ class OutputFile(io.TextIOWrapper):
     target: str
     temp: str | None
 
-    def _err(self, e: OSError) -> ShapecalcError:
+    def error(self, e: OSError) -> ShapecalcError:
         return ShapecalcError(self.field, f"cannot write {shown(self.target)}: {e.strerror or e}")
 
     def write(self, s: str) -> int:
         try:
             return super().write(s)
         except OSError as e:
-            raise self._err(e) from None
+            raise self.error(e) from None
 
     def flush(self) -> None:
         try:
             super().flush()
         except OSError as e:
-            raise self._err(e) from None
+            raise self.error(e) from None
 
     def close(self) -> None:
         if self.closed:
@@ -99,7 +99,7 @@ class OutputFile(io.TextIOWrapper):
         try:
             super().close()
         except OSError as e:
-            raise self._err(e) from None
+            raise self.error(e) from None
         finally:
             if _tx is None or self not in _tx.files:
                 self.commit()
@@ -110,7 +110,7 @@ class OutputFile(io.TextIOWrapper):
                 os.replace(self.temp, self.target)
             except OSError as e:
                 self.discard()
-                raise self._err(e) from None
+                raise self.error(e) from None
             self.temp = None
 
     def discard(self) -> None:
