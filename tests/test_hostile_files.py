@@ -317,3 +317,17 @@ def test_derived_names_and_paths_are_escaped(cli, tmp_path):
     # a name that is not valid rich markup prints as it is
     r = cli("trace", "--set", "name=x [/bold] [red]")
     assert r.code == 0 and "x [/bold] [red]" in r.out
+
+
+def test_calibrate_write_checks_its_folder(cli, tmp_path):
+    meas = ROOT / "tests" / "data" / "serving-measurements.json"
+    (tmp_path / "keep.txt").write_text("keep\n")
+    _contract(cli("calibrate", str(meas), "--write", str(tmp_path / "keep.txt")), "write",
+              "not a directory")
+    hw = tmp_path / "hw"
+    assert cli("calibrate", str(meas), "--write", str(hw), "--json").code == 0
+    before = _snapshot(tmp_path)
+    # the profiles it reads from --hardware-dir are inputs: --write into that folder is refused
+    _contract(cli("calibrate", str(meas), "--hardware-dir", str(hw), "--write", str(hw)),
+              "write", "input")
+    assert _snapshot(tmp_path) == before

@@ -53,11 +53,15 @@ def calibrate(
             today = datetime.date.today().isoformat()
             data = f"{file.as_posix()} ({len(cases)} records)"
             if write is not None:
-                write.mkdir(parents=True, exist_ok=True)
+                from ..render.output import make_folder, write_text
+
+                make_folder(write, "write")
                 for gpu in {c.gpu.name: c.gpu for c in cases}.values():
                     path = write / f"{gpu.name}.toml"
-                    path.write_text(cal.profile_toml(
-                        gpu, pp, f"shapecalc calibrate {today} on {data}"), encoding="utf-8")
+                    if path.parent != write:  # a profile named `../x`
+                        raise ShapecalcError("write", f"GPU name {gpu.name!r} is not a file name")
+                    write_text(cal.profile_toml(gpu, pp, f"shapecalc calibrate {today} on {data}"),
+                               str(path), "write")
                     rep.setdefault("written", []).append(str(path))
             if write_defaults:
                 DEFAULTS_FILE.write_text(cal.defaults_py(pp, today, data), encoding="utf-8")

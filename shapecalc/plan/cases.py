@@ -122,7 +122,7 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
             raise ShapecalcError("case", f"{text!r}: unknown field {key!r}")
     if sets:
         model = sources.apply_overrides(model, sets)
-    return Case(text, model, workload)
+    return Case(files.escape_controls(text), model, workload)  # the label prints
 
 
 def _is_hf(path: Path) -> bool:

@@ -216,6 +216,17 @@ def open_file(path: str | Path, field: str = "output") -> OutputFile:
     return f
 
 
+def make_folder(path: str | Path, field: str) -> None:
+    """A folder for outputs (with its parents), or one error line."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ShapecalcError(field, f"{shown(path)} is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ShapecalcError(field, f"cannot make the folder {shown(path)}: "
+                             f"{e.strerror or e}") from None
+
+
 def _new_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
