@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from ..model.config import ShapecalcError
-from . import lazy
+from . import helptext, lazy
 from .options import (
     EP,
     PP,
@@ -57,11 +57,21 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=False,
     pretty_exceptions_enable=False,
+    context_settings=helptext.HELP_OPTIONS,
     help="Shapes, FLOPs, parameters, bytes, KV cache and TP/PP traffic of decoder-only "
     "Transformers, exactly. " + CONVENTIONS,
 )
 presets_app = typer.Typer(help="List the model presets, or show one.", invoke_without_command=True)
 app.add_typer(presets_app, name="presets")
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", help="print the version and exit", is_eager=True,
+        callback=helptext.print_version)] = False,
+) -> None:
+    """Options before the command: --version, -h/--help."""
 
 
 # -- commands -------------------------------------------------------------------------------------
@@ -229,7 +239,9 @@ def main() -> None:
     from .streams import error_line, guarded
 
     try:
-        code = guarded(lambda: app(standalone_mode=False))
+        # help texts escaped once (cli/helptext.py), so rich markup cannot eat `[m,k]`
+        code = guarded(lambda: helptext.escape_tree(typer.main.get_command(app))(
+            standalone_mode=False))
     except _click.exceptions.ClickException as e:
         error_line(e.format_message().replace("\n", " "))
         sys.exit(2)

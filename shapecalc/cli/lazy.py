@@ -14,6 +14,8 @@ from typing import Any
 
 import typer
 
+from .helptext import HELP_OPTIONS, escape_tree
+
 # name: (module under cli/, the line `shapecalc --help` lists)
 COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("verify", "Run the model in NumPy and check every symbolic number against the "
@@ -44,9 +46,10 @@ def register(app: typer.Typer) -> None:
 def command(name: str) -> Any:
     """The real click command (for the forwarder, and for tests)."""
     module = importlib.import_module(f".{COMMANDS[name][0]}", __package__)
-    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                      context_settings=HELP_OPTIONS)
     sub.command(name, help=module.HELP[name])(module.COMMANDS[name])
-    return typer.main.get_command(sub)
+    return escape_tree(typer.main.get_command(sub))
 
 
 def _forwarder(name: str) -> Callable[[typer.Context], None]:
