@@ -43,6 +43,7 @@ from .options import (
     fail,
     resolve_model,
     resolve_workload,
+    seq_note,
 )
 
 CONVENTIONS = (
@@ -120,6 +121,7 @@ def trace(
         wl = resolve_workload(
             wbase,
             mode,
+            model,
             batch=batch,
             seq=seq,
             phase=phase,
@@ -136,6 +138,7 @@ def trace(
             padding_mask=padding_mask,
         )
         doc = build_trace(model, wl, per_rank=per_rank)
+        note = seq_note(model, wl, seq, wbase)
         fmt = check_format("json" if as_json else fmt)
         check_outputs(output=output, svg=svg, html=html)
         if fmt == "json" and output is None and not (svg or html):
@@ -146,7 +149,7 @@ def trace(
         from ..render.trace import print_trace, trace_csv, trace_markdown
 
         def draw(console: Any) -> None:
-            print_trace(doc, per_rank=per_rank, console=console)
+            print_trace(doc, per_rank=per_rank, console=console, seq_note=note)
 
         if fmt == "table":
             render_table(draw, output, True, svg, html)

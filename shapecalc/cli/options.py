@@ -91,12 +91,31 @@ def resolve_model(
     return load_model(preset, config, hf_config, sets, presets_dir)
 
 
-def resolve_workload(base: dict[str, Any], mode: str | None = None, **given: Any) -> Workload:
-    """The workload: a config's [workload], then a deployment mode's widths, then the flags."""
+def resolve_workload(base: dict[str, Any], mode: str | None = None,
+                     model: ModelConfig | None = None, decode: bool = False,
+                     preferred_seq: int | None = None, **given: Any) -> Workload:
+    """The workload: a config's [workload], then a deployment mode's widths, then the flags.
+    With `model`, a T given nowhere is one the model fits (model/defaults.py), also for a
+    decode step when the command runs one (`decode`)."""
     from ..model.deploy import mode_fields
 
-    return make_workload({**base, **mode_fields(mode),
-                          **{k: v for k, v in given.items() if v is not None}})
+    fields = {**base, **mode_fields(mode), **{k: v for k, v in given.items() if v is not None}}
+    if model is not None and fields.get("seq") is None:
+        from ..model.defaults import DEFAULT_SEQ, default_seq
+
+        phases = [str(fields.get("phase") or "prefill")] + (["decode"] if decode else [])
+        fields["seq"] = default_seq(model, phases, preferred_seq or DEFAULT_SEQ)
+    return make_workload(fields)
+
+
+def seq_note(model: ModelConfig, wl: Workload, seq: int | None, base: dict[str, Any],
+             preferred_seq: int | None = None) -> str | None:
+    """The header's `T=… (default…)` when neither --seq nor the config's [workload] gave T."""
+    if seq is not None or base.get("seq") is not None:
+        return None
+    from ..model.defaults import DEFAULT_SEQ, default_seq_note
+
+    return default_seq_note(model, wl.seq, preferred_seq or DEFAULT_SEQ)
 
 
 def emit_json(doc: Any) -> None:

@@ -139,13 +139,16 @@ def compare(
         columns = expand_cases(parsed, base, axes)
         items = plan_compare(columns, hw, opts, logits_set=logits is not None)
         check_outputs(output=output, svg=svg, html=html)
-        _emit_compare(items, fmt, output, svg, html, ratio)
+        note = None if seq is not None or any("seq" in c.workload for c in parsed) else (
+            "T: default min(2048, max_positions) of each model")
+        _emit_compare(items, fmt, output, svg, html, ratio, note)
     except ShapecalcError as e:
         fail(e)
 
 
 def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
-                  svg: str | None, html: str | None, ratio: bool) -> None:
+                  svg: str | None, html: str | None, ratio: bool,
+                  seq_note: str | None = None) -> None:
     from ..render import output as io_
 
     if fmt == "json" and not (svg or html):  # the scripts' path: no rich
@@ -155,7 +158,7 @@ def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
     from ..render.console import render_table
 
     def draw(console: Any) -> None:
-        pr.print_compare(items, console, ratio)
+        pr.print_compare(items, console, ratio, seq_note)
 
     if fmt == "table":
         render_table(draw, output, True, svg, html)
@@ -219,7 +222,7 @@ def fit(
         from ..plan.cases import parse_case
         from ..plan.fit import fit as plan_fit
         from ..render.output import FORMATS
-        from .options import resolve_model, resolve_workload
+        from .options import resolve_model, resolve_workload, seq_note
 
         fmt = output_format(fmt, as_json, FORMATS)
         if not gpu:
@@ -243,13 +246,13 @@ def fit(
             model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         wbase = {"logits": "last", **wbase}
         wl = resolve_workload(
-            wbase, mode, batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
-            logits=logits, tp=tp, pp=pp, ep=ep, mla_form=mla_form, block_size=block_size,
-            attention_flops=attention_flops,
+            wbase, mode, model, decode=True, batch=batch, seq=seq, dtype=dtype,
+            kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp, ep=ep,
+            mla_form=mla_form, block_size=block_size, attention_flops=attention_flops,
         )
         doc = plan_fit(model, wl, hw, opts)
         check_outputs(output=output, svg=svg, html=html)
-        _emit_fit(doc, fmt, output, svg, html, model, wl)
+        _emit_fit(doc, fmt, output, svg, html, model, wl, seq_note(model, wl, seq, wbase))
     except ShapecalcError as e:
         fail(e)
     if not doc["fits"]:  # scripts test the verdict by the exit code
@@ -257,7 +260,7 @@ def fit(
 
 
 def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
-              html: str | None, model: Any, wl: Any) -> None:
+              html: str | None, model: Any, wl: Any, note: str | None = None) -> None:
     from ..render import output as io_
 
     if fmt == "json" and not (svg or html):  # the scripts' path: no rich
@@ -270,7 +273,7 @@ def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None
         from ..costs.trace import build_trace
         from ..render.trace import breakdown_chart
 
-        pr.print_fit(doc, console)
+        pr.print_fit(doc, console, note)
         # where the FLOPs (of a prefill) and the parameters go; the memory bar is above
         console.print(breakdown_chart(build_trace(model, wl), memory=False))
 

@@ -26,6 +26,10 @@ def run(parsed: list[Any], given: dict[str, list[Any]], phases: list[str] | None
     if (fmt == "table" or svg or html) and rows > MAX_TABLE_ROWS:
         raise ShapecalcError("grid", f"{rows:,} rows, more than the {MAX_TABLE_ROWS:,} a table "
                              "holds: write --format csv or jsonl (without --svg/--html)")
+    if "seq" not in given and "seq" not in fixed:  # say where the default T was capped
+        said += [f"{g.case}: T={g.axes_seq} (default: min(2048, max_positions))"
+                 for c, g in zip(parsed, gs, strict=True)
+                 if "seq" not in c.workload and g.axes_seq != 2048]
     for note in said:
         typer.echo(f"note: {note}", err=True)
     emit(gs, fmt, output, svg, html)

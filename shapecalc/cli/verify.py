@@ -35,6 +35,7 @@ from .options import (
     fail,
     resolve_model,
     resolve_workload,
+    seq_note,
 )
 
 Layers = Annotated[
@@ -54,7 +55,8 @@ Budget = Annotated[
                  "memory, so every machine runs the same plan); K layers and resident or streamed "
                  "weights are chosen to fit it"),
 ]
-VERIFY_DEFAULTS = {"batch": 2, "seq": 16}  # small B and T: verify runs real widths
+VERIFY_DEFAULTS = {"batch": 2}  # small B and T (VERIFY_SEQ): verify runs real widths
+VERIFY_SEQ = 16
 
 
 def _fmt(x: Any) -> str:
@@ -71,14 +73,15 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
-def print_verify(doc: dict[str, Any]) -> None:
+def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
     from ..render.console import make_console
 
     wl = doc["workload"]
-    title = (f"verify {doc['model']}: B={wl['batch']} T={wl['seq']} {wl['phase']}, "
+    title = (f"verify {doc['model']}: B={wl['batch']} {seq_note or 'T=' + str(wl['seq'])} "
+             f"{wl['phase']}, "
              f"p={wl['tp']} s={wl['pp']}, {doc['precision']}")
     table = Table(title=title, title_justify="left")
     table.add_column("check")
@@ -160,7 +163,8 @@ def verify(
                                  "float64, float16")
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         wl = resolve_workload(
-            {**VERIFY_DEFAULTS, **wbase}, batch=batch, seq=seq, phase=phase, dtype=dtype,
+            {**VERIFY_DEFAULTS, **wbase}, None, model, preferred_seq=VERIFY_SEQ, batch=batch,
+            seq=seq, phase=phase, dtype=dtype,
             kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp, ep=ep,
             mla_form=mla_form, block_size=block_size, attention_flops=attention_flops,
             padding_mask=padding_mask,
@@ -182,7 +186,7 @@ def verify(
     if as_json:
         emit_json(doc)
     else:
-        print_verify(doc)
+        print_verify(doc, seq_note(model, wl, seq, wbase, VERIFY_SEQ))
     if not doc["ok"]:
         raise typer.Exit(1)
 
@@ -199,6 +203,7 @@ def explain(
     as_json: JsonOut = False,
 ) -> None:
     from ..check import explain as ex
+    from ..model.defaults import default_seq
 
     try:
         if preset is None and config is None and hf_config is None and not set_:
@@ -208,7 +213,7 @@ def explain(
             doc = ex.seed_example()
         else:
             model, _ = resolve_model(preset, config, hf_config, set_, presets_dir)
-            doc = ex.own_model(model, seq or 4, seed)
+            doc = ex.own_model(model, seq or default_seq(model, preferred=4), seed)
     except ShapecalcError as e:
         fail(e)
     if as_json:

@@ -400,7 +400,8 @@ def check(model: ModelConfig, wl: Workload) -> None:
             raise ShapecalcError(
                 "seq",
                 f"{last} positions exceed the learned position table of "
-                f"max_positions={model.max_positions}",
+                f"max_positions={model.max_positions}; the largest valid seq is "
+                f"{model.max_positions - (last - wl.seq)}",
             )
 
 

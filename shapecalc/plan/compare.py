@@ -10,6 +10,7 @@ from typing import Any
 from ..costs.trace import build_trace
 from ..inputs.hardware import GPU
 from ..model.config import Workload, make_workload, nbytes
+from ..model.defaults import default_seq
 from ..model.parallel import kv_bytes_per_sequence, kv_bytes_per_token
 from .cases import Case, valid
 from .fit import fit
@@ -27,6 +28,9 @@ def expand_cases(
         for combo in itertools.product(*(axes[k] for k in names)) or [()]:
             grid = dict(zip(names, combo, strict=True))
             fields = {**base, **grid, **case.workload}
+            if fields.get("seq") is None:  # a T the model fits, for its decode rows too
+                fields["seq"] = default_seq(case.model, [fields.get("phase") or "prefill",
+                                                         "decode"])
             wl = make_workload(fields)
             label = case.label
             # name the values that tell the columns of one case apart

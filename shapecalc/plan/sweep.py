@@ -22,6 +22,7 @@ from ..model.config import (
     compute_width,
     make_workload,
 )
+from ..model.defaults import default_seq
 from .cases import Case, closed_form_for, valid
 from .columns import FIT_COLUMNS, PRICE_COLUMNS
 from .options import PlanOptions
@@ -86,6 +87,7 @@ class SweepGrid:
         pick = {k: ([make_workload({k: fields[k]}).model_dump()[k]] if k in case.workload else v)
                 for k, v in vars(axes).items()}
         self.case, self.model = case.label, model.name
+        self.axes_seq = pick["seq"][0]  # the first T (a default T's note: cli/sweep.py)
         self.gpu, self.opts = gpu, (opts or PlanOptions()) if gpu is not None else opts
         self.points = 1  # the product of the axes, before skipping
         for v in pick.values():
@@ -244,8 +246,10 @@ def sweep_grids(cases: list[Case], given: dict[str, list[Any]], phases: list[str
     out = []
     for case in cases:
         w0 = make_workload({**fixed, **case.workload})
+        seq0 = w0.seq if {**fixed, **case.workload}.get("seq") is not None else default_seq(
+            case.model, phases or [w0.phase])  # a T the model fits (model/defaults.py)
         axes = SweepAxes(
-            batch=given.get("batch", [w0.batch]), seq=given.get("seq", [w0.seq]),
+            batch=given.get("batch", [w0.batch]), seq=given.get("seq", [seq0]),
             tp=given.get("tp", [w0.tp]), pp=given.get("pp", [w0.pp]),
             dtype=given.get("dtype", [w0.dtype]),
             kv_dtype=given.get("kv_dtype", [w0.kv_dtype]),

@@ -51,14 +51,14 @@ def memory_bar(mem: dict[str, int], width: int = 60) -> Any:
     return bar, legend
 
 
-def print_fit(doc: dict[str, Any], console: Any) -> None:
+def print_fit(doc: dict[str, Any], console: Any, seq_note: str | None = None) -> None:
     wl = doc["workload"]
     mem = doc["memory_per_rank"]
     a = doc["assumptions"]
     gpus = f"{doc['gpus']} GPU" + ("s" if doc["gpus"] > 1 else "")
     ep = f" ep={wl['ep']}" if wl.get("ep", 1) > 1 else ""
     title = (f"{doc['model']} on {doc['gpu']} · tp={wl['tp']} pp={wl['pp']}{ep} ({gpus}) · "
-             f"B={wl['batch']} T={wl['seq']} · {wl['dtype']}"
+             f"B={wl['batch']} {seq_note or 'T=' + str(wl['seq'])} · {wl['dtype']}"
              + (f" kv {wl['kv_dtype']}" if wl["kv_dtype"] else ""))
     verdict = Text(doc.get("verdict") or ("fits" if doc["fits"] else "does not fit"),
                    style="bold green" if doc["fits"] else "bold red")
@@ -287,9 +287,11 @@ def _ratio(v: Any, first: Any) -> str:
     return f" ×{float(v) / float(first):.3g}"
 
 
-def print_compare(items: list[dict[str, Any]], console: Any, ratio: bool = False) -> None:
+def print_compare(items: list[dict[str, Any]], console: Any, ratio: bool = False,
+                  seq_note: str | None = None) -> None:
     t = Table(box=box.SIMPLE_HEAD, title="compare" + (" (×: ratio to the first column)"
-                                                       if ratio else ""),
+                                                       if ratio else "")
+              + (f" · {seq_note}" if seq_note else ""),
               caption="best of each row in bold green; bytes in binary units (GiB = 2³⁰ B)"
               + ("; ≥/≤: roofline bounds, expected: the calibrated model" if items and "fit" in
                  items[0] else ""))

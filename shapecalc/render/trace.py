@@ -220,7 +220,8 @@ def parallel_panel(doc: dict[str, Any]) -> Panel:
 
 
 def print_trace(
-    doc: dict[str, Any], per_rank: bool = False, console: Console | None = None
+    doc: dict[str, Any], per_rank: bool = False, console: Console | None = None,
+    seq_note: str | None = None,
 ) -> None:
     console = console or make_console()
     m, wl = doc["model"], doc["workload"]
@@ -230,7 +231,7 @@ def print_trace(
         f"weights {wd['weights']}, activations/all-reduce {wd['activations']}, "
         f"KV {wd['kv_cache']}")
     title = (
-        f"{m['name']} · {wl['phase']} · B={wl['batch']} T={wl['seq']} · {dts}"
+        f"{m['name']} · {wl['phase']} · B={wl['batch']} {seq_note or 'T=' + str(wl['seq'])} · {dts}"
         f" · tp={wl['tp']} pp={wl['pp']}"
     )
     if per_rank and "rank_stages" in doc:
