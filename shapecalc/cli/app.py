@@ -44,6 +44,7 @@ from .options import (
     resolve_model,
     resolve_workload,
     seq_note,
+    show_target,
 )
 
 CONVENTIONS = (
@@ -62,8 +63,6 @@ app = typer.Typer(
     help="Shapes, FLOPs, parameters, bytes, KV cache and TP/PP traffic of decoder-only "
     "Transformers, exactly. " + CONVENTIONS,
 )
-presets_app = typer.Typer(help="List the model presets, or show one.", invoke_without_command=True)
-app.add_typer(presets_app, name="presets")
 
 
 @app.callback()
@@ -166,41 +165,35 @@ def trace(
         fail(e)
 
 
-@presets_app.callback()
-def presets_list(ctx: typer.Context, presets_dir: PresetsDir = None) -> None:
-    if ctx.invoked_subcommand is not None:
-        ctx.obj = {"presets_dir": presets_dir}  # `presets --presets-dir X show`: show reads X
-        return
-    from ..inputs import sources
-    from ..render.trace import print_presets
-
-    rows = []
-    for name in sorted(sources.list_presets(presets_dir)):
-        try:
-            model = sources.load_preset(name, presets_dir)
-        except ShapecalcError as e:
-            fail(e)
-        rows.append((name, model, _params(model)))
-    print_presets(rows)
-
-
-@presets_app.command("show", help="Print one preset's fields and parameter count.")
-def presets_show(ctx: typer.Context, name: str, presets_dir: PresetsDir = None,
-                 as_json: JsonOut = False) -> None:
+@app.command(help="List the model presets, or show one: `presets NAME` or `presets show NAME` "
+             "(its fields, with the defaults it takes resolved: H_kv, Dh, …, and its parameters).")
+def presets(
+    words: Annotated[list[str] | None, typer.Argument(
+        help="NAME or show NAME (none: list every preset)", metavar="NAME",
+        show_default=False)] = None,
+    presets_dir: PresetsDir = None,
+    as_json: JsonOut = False,
+) -> None:
     from ..inputs import sources
 
-    given = (ctx.obj or {}).get("presets_dir") or []
-    presets_dir = [*given, *(presets_dir or [])] or None
     try:
-        model = sources.load_preset(name, presets_dir)
+        name = show_target(words, "preset")
+        if name is None:
+            names = sorted(sources.list_presets(presets_dir))
+            models = [sources.load_preset(n, presets_dir) for n in names]
+        else:
+            model = sources.load_preset(name, presets_dir)
     except ShapecalcError as e:
         fail(e)
-    if as_json:
-        emit_json(model.model_dump())
+    if as_json:  # the fields as a config file takes them (None: the default)
+        emit_json([m.model_dump() for m in models] if name is None else model.model_dump())
         return
-    from ..render.trace import print_model
+    from ..render.trace import print_model, print_presets
 
-    print_model(model, _params(model))
+    if name is None:
+        print_presets([(n, m, _params(m)) for n, m in zip(names, models, strict=True)])
+    else:
+        print_model(model, _params(model))
 
 
 def _params(model: Any) -> int:

@@ -120,3 +120,14 @@ def seq_note(model: ModelConfig, wl: Workload, seq: int | None, base: dict[str, 
 
 def emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+
+
+def show_target(words: list[str] | None, what: str) -> str | None:
+    """`presets`, `presets NAME` and `presets show NAME` (hardware alike): the NAME, or None to
+    list them all."""
+    w = list(words or [])
+    if w[:1] == ["show"] and len(w) > 1:
+        w = w[1:]
+    if len(w) > 1 or w == ["show"]:
+        raise ShapecalcError(what, f"expected NAME or show NAME, got {' '.join(words or [])!r}")
+    return w[0] if w else None

@@ -358,7 +358,9 @@ def sweep(
 
 
 def hardware(
-    name: Annotated[str | None, typer.Argument(help="a profile to show")] = None,
+    words: Annotated[list[str] | None, typer.Argument(
+        help="NAME or show NAME: a profile to show (none: list every profile)", metavar="NAME",
+        show_default=False)] = None,
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
     as_json: JsonOut = False,
@@ -367,7 +369,9 @@ def hardware(
 
     try:
         from ..inputs.hardware import list_gpus, load_gpu
+        from .options import show_target
 
+        name = show_target(words, "gpu")
         if name is None:
             gpus = [load_gpu(n, hardware_dir) for n in sorted(list_gpus(hardware_dir))]
         else:
@@ -413,7 +417,8 @@ _HELP = {
     "context, the smallest tp and pp, KV tokens that fit, roofline lower bounds and expected "
     "times (at B and at the largest batch). Exit code 1 when the verdict is 'does not fit' "
     "(memory, or a context beyond max_positions), 0 when it fits. ",
-    "hardware": "List the GPU profiles, or show one (with --set-gpu overrides).",
+    "hardware": "List the GPU profiles, or show one: `hardware NAME` or `hardware show NAME` "
+    "(with --set-gpu overrides).",
 }
 COMMANDS: dict[str, Callable[..., Any]] = {
     "compare": compare, "sweep": sweep, "fit": fit, "hardware": hardware,

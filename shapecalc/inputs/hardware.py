@@ -17,6 +17,7 @@ from pydantic_core import ValidationError
 
 from ..model.config import ShapecalcError, first_error
 from ..model.record import Pos, PosFloat, Record, _doc, _req
+from ..model.suggest import did_you_mean
 from . import files
 from .sources import list_hardware
 
@@ -87,7 +88,8 @@ def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None 
         match = known.get(name) or {k.lower(): v for k, v in known.items()}.get(name.lower())
         if match is None:
             raise ShapecalcError(
-                "gpu", f"unknown GPU {name!r}; known: {', '.join(sorted(known)) or '(none)'}"
+                "gpu", f"unknown GPU {name!r}{did_you_mean(name, known)}; known: "
+                f"{', '.join(sorted(known)) or '(none)'}"
             )
         data = _read(match)
     data.setdefault("name", path.stem)

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
+from ..model.suggest import did_you_mean
 from . import files
 
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -72,7 +73,8 @@ def _preset_path(name: str, extra: list[Path] | None) -> Path:
     known = list_presets(extra)
     if name not in known:
         raise ShapecalcError(
-            "preset", f"unknown preset {name!r}; known: {', '.join(sorted(known)) or '(none)'}"
+            "preset", f"unknown preset {name!r}{did_you_mean(name, known)}; known: "
+            f"{', '.join(sorted(known)) or '(none)'}"
         )
     return known[name]
 

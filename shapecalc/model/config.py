@@ -6,6 +6,7 @@ stay portable. After `check()` passes, everything downstream trusts its input.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic_core import ValidationError
@@ -13,6 +14,7 @@ from pydantic_core import ValidationError
 from . import rules
 from .errors import ShapecalcError
 from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
+from .suggest import canonical_dtype, did_you_mean
 
 # Bits per element. int4 packs two values per byte, so bytes are rounded up per tensor.
 DTYPE_BITS: dict[str, int] = {
@@ -23,6 +25,7 @@ DTYPE_BITS: dict[str, int] = {
     "int8": 8,
     "int4": 4,
 }
+DTYPE_FIELDS = ("dtype", "kv_dtype", "act_dtype")  # aliases accepted: model/suggest.py
 MLA_DEFAULT = "absorbed"  # MLA's cache and decode form unless mla_form says (vLLM's, FlashMLA's)
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 WIDE_DTYPES = ("fp32", "bf16", "fp16")
@@ -414,6 +417,8 @@ def first_error(err: ValidationError, prefix: str = "") -> ShapecalcError:
         msg = "unknown field"
     elif e["type"] == "literal_error":
         msg = f"{e['input']!r} is not one of {msg.split('Input should be ')[-1]}"
+        msg += did_you_mean(e["input"], re.findall(r"'([^']*)'", e.get("ctx", {}).get("expected",
+                                                                                   "")))
     elif e["type"] == "string_pattern_mismatch":  # record.py: a control character
         msg = f"{e['input']!r} contains a control character"
     name = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "config")
@@ -422,6 +427,7 @@ def first_error(err: ValidationError, prefix: str = "") -> ShapecalcError:
 
 def make_workload(fields: dict[str, Any]) -> Workload:
     """A Workload from loose fields (None means: not given), or one clear error line."""
+    fields = {k: canonical_dtype(v) if k in DTYPE_FIELDS else v for k, v in fields.items()}
     try:
         return Workload.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as e:

@@ -38,3 +38,28 @@ def default_seq_note(model: ModelConfig, seq: int, preferred: int = DEFAULT_SEQ)
     if model.max_positions is not None and seq < model.max_positions:
         cap = f"max_positions − 1 = {seq}: a decode step's new token"
     return f"T={seq} (default: min({preferred}, {cap}))"
+
+
+def resolved_fields(m: ModelConfig) -> dict[str, tuple[object, str]]:
+    """The fields a config leaves None (or unsaid) that take their value from others: field →
+    (the value used, where it comes from). `presets show` prints these, not None."""
+    out: dict[str, tuple[object, str]] = {}
+    if m.n_kv_heads is None:
+        out["n_kv_heads"] = (m.kv_heads, "H")
+    if m.head_dim is None:
+        out["head_dim"] = (m.dh, "D_n + D_r" if m.mla else "D/H")
+    if m.norm_bias is None:
+        out["norm_bias"] = (m.has_norm_bias, f"{m.norm}: β {'yes' if m.has_norm_bias else 'no'}")
+    if m.moe and m.d_ff_expert is None:
+        out["d_ff_expert"] = (m.dff_expert, "Dff")
+    if m.moe and m.n_shared_experts and m.d_ff_shared is None:
+        out["d_ff_shared"] = (m.dff_shared, "Dff_e")
+    if m.rotary_dim is None and m.positions == "rope" and not m.mla:
+        out["rotary_dim"] = (m.rot, "Dh")
+    if m.layer_types is None:
+        out["layer_types"] = ("sliding" if m.sliding_window else "full", "every layer")
+    if m.ffn_types is None:
+        out["ffn_types"] = ("moe" if m.moe else "dense", "every layer")
+    if m.max_positions is None:
+        out["max_positions"] = ("no limit", "no learned table")
+    return out

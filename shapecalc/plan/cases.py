@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -13,6 +13,7 @@ from ..costs.closed import ClosedForm
 from ..inputs import files, sources
 from ..inputs.hf import load_hf_config
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
+from ..model.suggest import canonical_dtype, did_you_mean, did_you_mean_dtype
 
 WORKLOAD_FIELDS = tuple(Workload.field_info())
 
@@ -67,12 +68,16 @@ def _pos_int(s: str, field: str, whole: str) -> int:
     return v
 
 
-def parse_str_grid(text: str, field: str, allowed: Iterable[str]) -> list[str]:
+def parse_str_grid(text: str, field: str, allowed: Iterable[str],
+                   canon: Callable[[str], str] | None = None) -> list[str]:
+    """`bf16,fp8`: each of `allowed` (after `canon`, e.g. the dtype aliases), order kept."""
     allowed = list(allowed)
     out: list[str] = []
     for part in (p.strip() for p in str(text).split(",")):
+        part = canon(part) if canon else part
         if part not in allowed:
-            raise ShapecalcError(field, f"{part!r} is not one of {', '.join(allowed)}")
+            raise ShapecalcError(field, f"{part!r} is not one of {', '.join(allowed)}"
+                                 + (did_you_mean_dtype if canon else did_you_mean)(part, allowed))
         if part not in out:
             out.append(part)
     return out
@@ -174,5 +179,5 @@ def parse_axes(texts: dict[str, str | None]) -> dict[str, list[Any]]:
         if name in INT_AXES:
             axes[name] = parse_int_grid(text, name)
         else:
-            axes[name] = parse_str_grid(text, name.replace("_", "-"), DTYPE_BITS)
+            axes[name] = parse_str_grid(text, name.replace("_", "-"), DTYPE_BITS, canonical_dtype)
     return axes

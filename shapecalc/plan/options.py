@@ -9,6 +9,7 @@ from fractions import Fraction
 
 from ..inputs.hardware import GPU, PEAK_DTYPES
 from ..model.config import ShapecalcError
+from ..model.suggest import did_you_mean_dtype
 
 ACTIVATIONS = (
     "2 × the largest tensor one rank writes in the prefill step, the KV cache aside (its input "
@@ -42,7 +43,7 @@ class PlanOptions:
         if self.compute_dtype is not None and self.compute_dtype not in PEAK_DTYPES:
             raise ShapecalcError(
                 "compute-dtype", f"{self.compute_dtype!r} is not one of {', '.join(PEAK_DTYPES)}"
-            )
+                + did_you_mean_dtype(self.compute_dtype, PEAK_DTYPES))
         if self.attention not in ("flash", "eager"):
             raise ShapecalcError("attention", f"{self.attention!r} is not one of flash, eager")
         if self.max_batched_tokens is not None and self.max_batched_tokens < 1:

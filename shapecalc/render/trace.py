@@ -280,8 +280,12 @@ def print_model(m: ModelConfig, params: int, console: Console | None = None) -> 
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)
     t.add_column()
+    from ..model.defaults import resolved_fields
+
+    used = resolved_fields(m)  # the values a None stands for: H_kv = H, Dh = D/H, …
     for k, v in m.model_dump().items():
-        t.add_row(k, str(v))
+        t.add_row(k, f"{used[k][0]} (default: {used[k][1]})" if k in used
+                  else "none" if v is None else str(v))
     t.add_row("parameters", f"{params:,} ({human_count(params)})")
     (console or make_console()).print(Panel(t, title=m.name, title_align="left"))
 
