@@ -9,11 +9,20 @@ from typing import Any
 
 from ..costs.trace import build_trace
 from ..inputs.hardware import GPU
-from ..model.config import Workload, make_workload, nbytes
+from ..model.config import DTYPE_BITS, Workload, make_workload, nbytes
 from ..model.defaults import default_seq
-from ..model.parallel import kv_bytes_per_sequence, kv_bytes_per_token
-from .cases import Case, valid
+from ..model.parallel import (
+    cached_tokens,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    kv_groups,
+    pp_layers,
+    stage_group_layers,
+)
+from ..model.plan import layer_plan
+from .cases import Case, closed_form_for, valid
 from .fit import fit
+from .memory import stage_bytes
 from .options import PlanOptions
 
 
@@ -82,6 +91,7 @@ def compare(
             "decode_flops_per_token": None,
             "decode_bytes_read_per_rank": None,
             "decode_arithmetic_intensity": None,
+            **stage_rows(model, wl),
         }
         if dec is not None:
             dtp = dec["parallel"]["tp"]
@@ -107,3 +117,27 @@ def compare(
                               gpu, opts)
         out.append(item)
     return out
+
+
+def stage_rows(model: Any, wl: Workload) -> dict[str, Any]:
+    """The per-rank rows of one GPU of the fullest pipeline stage (the one `fit` sizes, so that
+    weights + KV cache here add up to fit's memory per rank): its weights and paged KV cache
+    (memory.stage_bytes), a token's KV over the largest stage's layers (as fit), and one
+    sequence's cache over the stage's layers. With pp = 1, the whole model's on one rank."""
+    cf = closed_form_for(model, wl)
+    pre = cf.at(wl.batch, wl.seq, "prefill", wl.tp, wl.pp, wl.dtype, wl.kv, wl.act)
+    stages = stage_bytes(cf, wl.tp, wl.pp, pre, DTYPE_BITS[wl.dtype], DTYPE_BITS[wl.kv], wl.ep)
+    i = max(range(len(stages)), key=lambda j: stages[j][1] + stages[j][2])  # the first fullest
+    plan = layer_plan(model)
+    per_group = stage_group_layers(plan, wl.pp)[i]
+    seq = sum(cached_tokens(w, wl.seq, "prefill")
+              * kv_bytes_per_token(model, wl.kv, wl.tp, c, wl.mla)
+              for (w, _), c in zip(kv_groups(plan), per_group, strict=True) if c)
+    return {
+        "pp_stage": i,
+        "stage_weight_bytes_per_rank": stages[i][1],
+        "stage_kv_cache_bytes_per_rank": stages[i][2],
+        "stage_kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(
+            model, wl.kv, wl.tp, max(pp_layers(model.n_layers, wl.pp)), wl.mla),
+        "stage_kv_cache_bytes_per_sequence_per_rank": seq,
+    }

@@ -52,23 +52,15 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     routed experts are split E/ep a GPU (exactly); the KV cache and the workspace are sized for
     the whole batch on every attention replica (an upper bound: vLLM splits the batch over the
     ep/tp replicas)."""
-    m = cf.model
-    plan = layer_plan(m)
     bs = cf.block_size
     cap = gpu.memory_bytes
     reserve = opts.reserve(cap)
     usable = cap - reserve
     # one token, one layer
-    tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1, mla=cf.mla), kvbits)
-    # paged token slots of the batch in each KV group (layers that share a window)
-    slots = [pre[f"kv_cache_peak_blocks@{g}"] * bs for g in range(len(kv_groups(plan)))]
+    tok_layer = bytes_of(kv_elements_per_token(cf.model, p, layers=1, mla=cf.mla), kvbits)
     best: Any = None
     weights = kv = stage = tokens_fit = None
-    for i, (k, per_group, params) in enumerate(zip(
-            pp_layers(m.n_layers, s), stage_group_layers(plan, s), cf.stage_params(p, s, ep),
-            strict=True)):
-        w_i = bytes_of(params, wbits)
-        kv_i = sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c)
+    for i, (k, w_i, kv_i) in enumerate(stage_bytes(cf, p, s, pre, wbits, kvbits, ep)):
         tot = w_i + kv_i
         if best is None:
             best, weights, kv, stage = tot, w_i, kv_i, xp.zeros(n, dtype=int)
@@ -92,6 +84,24 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
         "pp_stage": stage,
         "kv_tokens_fit": tokens_fit,
     }
+
+
+def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any, kvbits: Any,
+                ep: int = 1) -> list[tuple[int, Any, Any]]:
+    """(layers, weight bytes, paged KV cache bytes) of one rank of each pipeline stage (`pre`:
+    the prefill totals, whose peak blocks size the cache). The one home of a stage's bytes:
+    memory() takes the fullest stage, compare its rows."""
+    m = cf.model
+    plan = layer_plan(m)
+    tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1, mla=cf.mla), kvbits)
+    # paged token slots of the batch in each KV group (layers that share a window)
+    slots = [pre[f"kv_cache_peak_blocks@{g}"] * cf.block_size
+             for g in range(len(kv_groups(plan)))]
+    return [(k, bytes_of(params, wbits),
+             sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c))
+            for k, per_group, params in zip(
+                pp_layers(m.n_layers, s), stage_group_layers(plan, s),
+                cf.stage_params(p, s, ep), strict=True)]
 
 
 def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: Any) -> Any:

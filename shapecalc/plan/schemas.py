@@ -175,6 +175,12 @@ class Derived(_Strict):
     decode_flops_per_token: float | None
     decode_bytes_read_per_rank: StrictInt | None
     decode_arithmetic_intensity: float | None
+    # one GPU of the fullest pipeline stage (fit's): the rows that follow --pp
+    pp_stage: StrictInt
+    stage_weight_bytes_per_rank: StrictInt
+    stage_kv_cache_bytes_per_rank: StrictInt
+    stage_kv_cache_bytes_per_token_per_rank: StrictInt
+    stage_kv_cache_bytes_per_sequence_per_rank: StrictInt
 
 
 class CompareItem(_WithWorkload):

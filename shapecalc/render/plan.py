@@ -221,13 +221,15 @@ def compare_rows(items: list[dict[str, Any]]) -> list[Row]:
     d = lambda it: it["derived"]  # noqa: E731
     rows = [
         Row("params", lambda it: it["totals"]["params"], "count", None),
-        Row("weights / rank", lambda it: tp(it)["weight_bytes_per_rank"], "bytes", "low"),
+        # per rank: one GPU of the fullest pipeline stage, as fit's memory per rank
+        Row("weights / rank", lambda it: d(it)["stage_weight_bytes_per_rank"], "bytes", "low"),
         Row("KV heads / rank", _kv_heads, "text", None),
-        Row("KV cache / token / rank", lambda it: d(it)["kv_cache_bytes_per_token_per_rank"],
+        Row("KV cache / token / rank",
+            lambda it: d(it)["stage_kv_cache_bytes_per_token_per_rank"], "bytes", "low"),
+        Row("KV cache / sequence / rank",
+            lambda it: d(it)["stage_kv_cache_bytes_per_sequence_per_rank"], "bytes", "low"),
+        Row("KV cache / batch / rank (paged)", lambda it: d(it)["stage_kv_cache_bytes_per_rank"],
             "bytes", "low"),
-        Row("KV cache / sequence / rank", lambda it: d(it)["kv_cache_bytes_per_sequence_per_rank"],
-            "bytes", "low"),
-        Row("KV cache / batch / rank", lambda it: d(it)["kv_cache_bytes_per_rank"], "bytes", "low"),
         Row("prefill FLOPs", lambda it: d(it)["prefill_flops"], "flops", "low"),
         Row("prefill FLOPs / rank", lambda it: d(it)["prefill_flops_per_rank"], "flops", "low"),
         Row("decode FLOPs / token", lambda it: d(it)["decode_flops_per_token"], "flops", "low"),
