@@ -35,7 +35,38 @@ TOL = {"float64": 1e-9, "float32": 2e-4, "float16": 3e-2}
 # two runs that order their sums differently (p ranks vs one, a padded batch vs one sequence):
 # one step of the KV dtype, which the comparison must allow.
 KV_TOL = {"fp32": 0.0, "fp16": 1e-3, "bf16": 8e-3, "int8": 3e-2, "fp8": 3e-2, "int4": 0.1}
-Progress = Callable[[str, int, int], None]
+Progress = Callable[[str, int, int], None]  # (what runs now, steps done, steps in all)
+
+
+class Steps:
+    """verify's progress in units of real work: each forward run of the model is its embedding,
+    K layers and its head, K + 1 steps (the embedding's ends at layer 0, the last layer's with
+    the head); `report(label, k, n)` says k of the n steps are done (n: every run verify makes,
+    counted up front by `runs_planned`), at each layer and at each run's end."""
+
+    def __init__(self, report: Progress | None, runs: int, layers: int) -> None:
+        self.report, self.per_run, self.n, self.k = report, layers + 1, runs * (layers + 1), 0
+
+    def start(self, label: str) -> Callable[[int, int], None] | None:
+        if self.report is None:
+            return None
+        report, base, n = self.report, self.k, self.n
+        report(label, min(base, n), n)
+        # at layer i: the embedding and layers 0..i-1 are done
+        return lambda i, _k: report(label, min(base + 1 + i, n), n)
+
+    def finish(self, label: str) -> None:
+        self.k += self.per_run
+        if self.report is not None:
+            self.report(label, min(self.k, self.n), self.n)
+
+
+def runs_planned(can_decode: bool, p: int, ep: int, T: int) -> int:
+    """The forward runs verify() makes, in its order: prefill (and decode) on a contiguous
+    cache at p=1, an ep=1 reference (ep > 1), the same on a paged cache, at p ranks (p > 1),
+    the full forward over T+1 tokens, the causal check, and the padding check's three runs."""
+    d = int(can_decode)
+    return ((1 + d) * (3 if p > 1 else 2) + (ep > 1) + d + (T + d >= 2) + 3 * (T >= 2))
 
 
 # -- comparing ------------------------------------------------------------------------------------
@@ -174,11 +205,14 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     can_decode = not (model.positions == "learned" and model.max_positions is not None
                       and T + 1 > model.max_positions)
     win = windows(model)
+    steps = Steps(progress, runs_planned(can_decode, p, wl.ep, T), K)
 
     def run(label: str, wl_: Workload, ids_: np.ndarray, p_: int, cache: Any = None,
             valid: np.ndarray | None = None) -> Step:
-        cb = (lambda i, k: progress(label, i, k)) if progress else None
-        return step(model, wl_, w, ids_, p=p_, cache=cache, layers=K, valid=valid, on_layer=cb)
+        out = step(model, wl_, w, ids_, p=p_, cache=cache, layers=K, valid=valid,
+                   on_layer=steps.start(label))
+        steps.finish(label)
+        return out
 
     def contiguous() -> ContiguousKV:
         return ContiguousKV(wl.kv, win, dt)

@@ -106,25 +106,23 @@ def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
     out.print("[green]all checks pass[/]" if not bad else f"[bold red]{bad} check(s) failed[/]")
 
 
-def _progress(enabled: bool) -> Any:
-    """One rich progress bar on stderr, over the layers of each run, when stderr is a terminal."""
+def _progress(enabled: bool, console: Any = None) -> Any:
+    """One rich progress bar on stderr when it is a terminal: step k of n of the whole run (each
+    forward run's layers and head: check.verify.Steps), and what runs now."""
     if not enabled:
         return None, None
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    console = Console(stderr=True)
+    console = console or Console(stderr=True)
     if not console.is_terminal:
         return None, None
-    bar = Progress(console=console, transient=True)
-    task = bar.add_task("verify", total=1)
-    current = [""]
+    bar = Progress(TextColumn("verify: {task.description}"), BarColumn(),
+                   TextColumn("step"), MofNCompleteColumn(), console=console, transient=True)
+    task = bar.add_task("starting", total=None)
 
     def report(label: str, done: int, total: int) -> None:
-        if label != current[0]:
-            current[0] = label
-            bar.reset(task, total=total, description=label)
-        bar.update(task, completed=done)  # layers finished before this one
+        bar.update(task, completed=done, total=total, description=label)
 
     return bar, report
 
