@@ -10,6 +10,7 @@ every matrix is printed with its shape and the rule that makes each product lega
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -120,10 +121,46 @@ def seed_example() -> Walk:
                  "one head")
 
 
-def own_model(model: ModelConfig, T: int, seed: int = 0) -> Walk:
+def toy_presets(extra: list[Path] | None = None) -> list[str]:
+    """The presets explain can print whole: D ≤ MAX_D, q, k, v from projections (not MLA)."""
+    from ..inputs import sources
+
+    out = []
+    for name in sorted(sources.list_presets(extra)):
+        try:
+            m = sources.load_preset(name, extra)
+        except ShapecalcError:
+            continue  # a broken preset of the user's is not a suggestion
+        if m.d_model <= MAX_D and not m.mla:
+            out.append(f"{name} (D={m.d_model})")
+    return out
+
+
+def _shrunk(model: ModelConfig) -> str:
+    """`, or this model narrowed: --set d_model=60 --set head_dim=5`: the widest D ≤ MAX_D
+    that keeps its H heads (and an even Dh under RoPE), if the narrowed model validates."""
+    h = model.n_heads
+    dh = MAX_D // h - (MAX_D // h) % (2 if model.positions == "rope" else 1)
+    if dh < 1:
+        return ""
+    sets = {"d_model": h * dh, "head_dim": dh}
+    try:
+        ModelConfig.model_validate({**model.model_dump(), **sets})
+    except (ShapecalcError, ValueError):
+        return ""
+    return ", or this model narrowed to D ≤ 64: " + " ".join(
+        f"--set {k}={v}" for k, v in sets.items())
+
+
+def own_model(model: ModelConfig, T: int, seed: int = 0,
+              presets_dir: list[Path] | None = None) -> Walk:
     if model.d_model > MAX_D:
-        raise ShapecalcError("model", f"explain prints every matrix; D={model.d_model} is more "
-                             f"than {MAX_D}: use a toy model")
+        toys = toy_presets(presets_dir)
+        raise ShapecalcError(
+            "model", f"explain prints every matrix; D={model.d_model} is more than {MAX_D}: "
+            + (f"try a toy model, a preset (--preset NAME): {', '.join(toys)}" if toys else
+               "give a toy model (--config with d_model ≤ 64)")
+            + _shrunk(model))
     if not 1 <= T <= MAX_T:
         raise ShapecalcError("seq", f"explain prints every matrix: T must be 1..{MAX_T}, not {T}")
     if model.mla:  # its q, k, v come through latents: `trace` lists those stages, verify runs them

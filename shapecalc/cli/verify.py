@@ -211,7 +211,7 @@ def explain(
             doc = ex.seed_example()
         else:
             model, _ = resolve_model(preset, config, hf_config, set_, presets_dir)
-            doc = ex.own_model(model, seq or default_seq(model, preferred=4), seed)
+            doc = ex.own_model(model, seq or default_seq(model, preferred=4), seed, presets_dir)
     except ShapecalcError as e:
         fail(e)
     if as_json:
