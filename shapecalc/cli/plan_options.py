@@ -101,11 +101,13 @@ def gpu_option(name: str | None, dirs: list[Path] | None, sets: list[str] | None
 def plan_opts(utilization: float, ce: float, me: float, le: float, price: float | None,
               compute_dtype: str | None, attention: str, max_batched_tokens: int | None,
               perf: list[str] | None = None) -> Any:
+    from ..model.config import DTYPE_BITS
     from ..model.suggest import canonical_dtype
     from ..plan.options import PlanOptions
     from ..plan.perf import perf_overrides
 
-    return PlanOptions(utilization, ce, me, le, price, canonical_dtype(compute_dtype), attention,
+    return PlanOptions(utilization, ce, me, le, price, canonical_dtype(compute_dtype, DTYPE_BITS),
+                       attention,
                        max_batched_tokens or None, perf_overrides(perf))
 
 

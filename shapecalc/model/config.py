@@ -427,7 +427,8 @@ def first_error(err: ValidationError, prefix: str = "") -> ShapecalcError:
 
 def make_workload(fields: dict[str, Any]) -> Workload:
     """A Workload from loose fields (None means: not given), or one clear error line."""
-    fields = {k: canonical_dtype(v) if k in DTYPE_FIELDS else v for k, v in fields.items()}
+    fields = {k: canonical_dtype(v, DTYPE_BITS) if k in DTYPE_FIELDS else v
+              for k, v in fields.items()}
     try:
         return Workload.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as e:

@@ -12,15 +12,13 @@ DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32
                  "float": "fp32"}
 
 
-def canonical_dtype(name: Any) -> Any:
-    """`bfloat16` → `bf16` (any case); a known name or anything else unchanged (the validation
-    that follows says what is wrong with it)."""
-    from .config import DTYPE_BITS
-
+def canonical_dtype(name: Any, known: Iterable[str]) -> Any:
+    """`bfloat16` → `bf16`, `BF16` → `bf16` (one of `known`); anything else unchanged (the
+    validation that follows says what is wrong with it)."""
     if not isinstance(name, str):
         return name
     key = name.strip().lower()
-    return DTYPE_ALIASES.get(key, key if key in DTYPE_BITS else name)
+    return DTYPE_ALIASES.get(key, key if key in set(known) else name)
 
 
 def close_names(name: str, known: Iterable[str], n: int = 3) -> list[str]:

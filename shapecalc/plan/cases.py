@@ -179,5 +179,6 @@ def parse_axes(texts: dict[str, str | None]) -> dict[str, list[Any]]:
         if name in INT_AXES:
             axes[name] = parse_int_grid(text, name)
         else:
-            axes[name] = parse_str_grid(text, name.replace("_", "-"), DTYPE_BITS, canonical_dtype)
+            axes[name] = parse_str_grid(text, name.replace("_", "-"), DTYPE_BITS,
+                                        lambda d: canonical_dtype(d, DTYPE_BITS))
     return axes
