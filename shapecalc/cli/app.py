@@ -150,17 +150,24 @@ def trace(
         def draw(console: Any) -> None:
             print_trace(doc, per_rank=per_rank, console=console, seq_note=note)
 
+        def page() -> str:
+            from ..render.html import trace_html
+
+            return trace_html(doc)
+
         if fmt == "table":
-            render_table(draw, output, True, svg, html)
+            render_table(draw, output, True, svg, html, page)
             return
         text = {
             "json": lambda: out.json_text(doc),
             "csv": lambda: trace_csv(doc),
             "markdown": lambda: trace_markdown(doc),
         }[fmt]()
+        from ..render import export
+
+        pending = export.prepare(draw, svg, html, page, output)  # checked before any writing
         out.write_text(text, output)
-        if svg or html:
-            render_table(draw, None, False, svg, html)
+        export.write(pending)
     except ShapecalcError as e:
         fail(e)
 

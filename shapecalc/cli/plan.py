@@ -160,14 +160,21 @@ def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
     def draw(console: Any) -> None:
         pr.print_compare(items, console, ratio, seq_note)
 
+    def page() -> str:
+        from ..render.html import compare_html
+
+        return compare_html(items, ratio)
+
     if fmt == "table":
-        render_table(draw, output, True, svg, html)
+        render_table(draw, output, True, svg, html, page)
         return
     text = {"json": lambda: io_.json_text(items), "csv": lambda: pr.compare_csv(items),
             "markdown": lambda: pr.compare_markdown(items, ratio)}[fmt]()
+    from ..render import export
+
+    pending = export.prepare(draw, svg, html, page, output)  # checked before any writing
     io_.write_text(text, output)
-    if svg or html:
-        render_table(draw, None, False, svg, html)
+    export.write(pending)
 
 
 # -- fit ------------------------------------------------------------------------------------------
@@ -277,14 +284,22 @@ def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None
         # where the FLOPs (of a prefill) and the parameters go; the memory bar is above
         console.print(breakdown_chart(build_trace(model, wl), memory=False))
 
+    def page() -> str:
+        from ..costs.trace import build_trace
+        from ..render.html import fit_html
+
+        return fit_html(doc, build_trace(model, wl))
+
     if fmt == "table":
-        render_table(draw, output, True, svg, html)
+        render_table(draw, output, True, svg, html, page)
         return
     text = {"json": lambda: io_.json_text(doc), "csv": lambda: pr.fit_csv(doc),
             "markdown": lambda: pr.fit_markdown(doc)}[fmt]()
+    from ..render import export
+
+    pending = export.prepare(draw, svg, html, page, output)  # checked before any writing
     io_.write_text(text, output)
-    if svg or html:
-        render_table(draw, None, False, svg, html)
+    export.write(pending)
 
 
 # -- sweep ----------------------------------------------------------------------------------------

@@ -53,9 +53,17 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
 
         sweep_table(list(_chunks(gs)), console)
 
+    def page() -> str:
+        from ..render.html import sweep_html
+
+        return sweep_html(list(_chunks(gs)))
+
     if fmt == "table":
-        render_table(draw, output, True, svg, html)
+        render_table(draw, output, True, svg, html, page)
         return
+    from ..render import export
+
+    pending = export.prepare(draw, svg, html, page, output)  # checked before any writing
     out, close = io_.open_output(output)
     try:
         if fmt == "markdown":
@@ -75,8 +83,7 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
     finally:
         if close:
             out.close()
-    if svg or html:
-        render_table(draw, None, False, svg, html)
+    export.write(pending)
 
 
 def byte_writer(out: IO[str]) -> Callable[[bytes | bytearray], Any]:

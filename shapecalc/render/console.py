@@ -1,9 +1,8 @@
-"""The console tables print to, and table output: to the terminal, to --output, or exported as
-SVG/HTML."""
+"""The console tables print to, and table output: to the terminal or to --output, and the
+--svg/--html exports (export.py)."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from typing import Any
 
@@ -40,28 +39,26 @@ def render_table(
     show: bool = True,
     svg: str | None = None,
     html: str | None = None,
+    page: Callable[[], str] | None = None,
 ) -> None:
-    """Print what `draw(console)` draws (to the terminal, or plain to --output), and export the
-    recording as SVG/HTML when asked. With show=False it is drawn for the exports only."""
-    record = bool(svg or html)
+    """Print what `draw(console)` draws (to the terminal, or plain to --output), and save it as
+    an SVG picture (export.py) and the report `page()` as HTML (html.py) when asked. With
+    show=False it is drawn for the exports only. The paths were checked before (check_outputs),
+    and the files are committed when the command succeeds (output.py)."""
     if show and output is None:
-        console = make_console()
-        if record:
-            console = Console(record=True, width=console.width)
-        draw(console)
+        draw(make_console())
     elif show:
         out, close = open_output(output)
         try:
-            console = Console(file=out, width=200, record=record, color_system=None,
-                              force_terminal=False)
-            draw(console)
+            draw(Console(file=out, width=200, color_system=None, force_terminal=False))
         finally:
             if close:
                 out.close()
-    else:
-        console = Console(file=io.StringIO(), width=160, record=True)
-        draw(console)
     if svg:
-        write_text(console.export_svg(title="shapecalc", clear=False), svg, "svg")
+        from .export import svg_text
+
+        write_text(svg_text(draw), svg, "svg")
     if html:
-        write_text(console.export_html(clear=False), html, "html")
+        if page is None:  # every command that draws a table has its report
+            raise ValueError("render_table: --html without a page")
+        write_text(page(), html, "html")

@@ -300,18 +300,15 @@ def _bar_rows(t: Table, title: str, items: list[tuple[str, int]], unit: Any, wid
         t.add_row("  " + label, bar, unit(v), f"{100 * v / total:5.1f} %")
 
 
-def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True) -> Table:
-    """Bars of where the matmul FLOPs, the parameters and (with `memory`) one device's memory
-    go."""
+def breakdown_items(doc: dict[str, Any], memory: bool = True
+                    ) -> list[tuple[str, list[tuple[str, int]], Any]]:
+    """(title, [(label, value)], unit) of where the matmul FLOPs, the parameters and (with
+    `memory`) one device's memory go: the terminal's bars and the HTML report's charts."""
     tot, pb, fb = doc["totals"], doc["totals"]["params_breakdown"], doc["totals"]["flops_breakdown"]
     n = doc["model"]["n_layers"]
     kinds = pb["per_kind"]
-    t = Table.grid(padding=(0, 2))
-    for _ in range(4):
-        t.add_column()
     flops = [(k.replace("_", " "), v) for k, v in fb.items()]
     flops.append(("elementwise (apart)", tot["elementwise_flops"]))
-    _bar_rows(t, "where FLOPs go", [x for x in flops if x[1]], human_flops, width)
     params = [
         ("embedding", pb["embedding"]),
         ("position table", pb["positions"]),
@@ -321,17 +318,28 @@ def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True) -
          + pb.get("embedding_norm", 0)),
         ("LM head", pb["lm_head"]),
     ]
-    _bar_rows(t, "where parameters go", [x for x in params if x[1]], human_count, width)
-    if not memory:
-        return t
-    tp = doc["parallel"]["tp"]
-    parts = [
-        ("weights", tp["weight_bytes_per_rank"]),
-        ("KV cache", tp["kv_cache_bytes_per_rank"]),
-        ("largest activation", tp["largest_activation_bytes_per_rank"]),
-    ]
-    title = "where one device's memory goes" + (" (per rank)" if tp["degree"] > 1 else "")
-    _bar_rows(t, title, [x for x in parts if x[1]], human_bytes, width)
+    out = [("where FLOPs go", [x for x in flops if x[1]], human_flops),
+           ("where parameters go", [x for x in params if x[1]], human_count)]
+    if memory:
+        tp = doc["parallel"]["tp"]
+        parts = [
+            ("weights", tp["weight_bytes_per_rank"]),
+            ("KV cache", tp["kv_cache_bytes_per_rank"]),
+            ("largest activation", tp["largest_activation_bytes_per_rank"]),
+        ]
+        title = "where one device's memory goes" + (" (per rank)" if tp["degree"] > 1 else "")
+        out.append((title, [x for x in parts if x[1]], human_bytes))
+    return out
+
+
+def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True) -> Table:
+    """Bars of where the matmul FLOPs, the parameters and (with `memory`) one device's memory
+    go."""
+    t = Table.grid(padding=(0, 2))
+    for _ in range(4):
+        t.add_column()
+    for title, items, unit in breakdown_items(doc, memory):
+        _bar_rows(t, title, items, unit, width)
     return t
 
 

@@ -1,0 +1,514 @@
+"""`--html FILE`: a self-contained report page, built from the same dicts as `--json`.
+
+One file, nothing fetched: the style, a small sorting/copying script and the charts (inline SVG)
+are in the page, and no `src`/`href` points anywhere but inside it. Tables are real `<table>`s:
+a header click sorts by the exact value (`data-v`, also what "copy as TSV" copies), so human units
+on screen never round what is sorted or copied. Every text from the user (model names, labels,
+formulas) goes through `html.escape`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .trace import breakdown_items
+from .units import fmt_value, human_bytes, human_count, human_flops, human_time
+
+# A cell: text, or (text, exact value) where the exact value sorts and copies.
+Cell = Any
+
+CSS = """
+:root{color-scheme:light dark;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#fff;
+--alt:#f6f8fa;--c0:#0969da;--c1:#bf3989;--c2:#9a6700;--c3:#1a7f37;--c4:#8250df;--c5:#57606a;
+--free:#dafbe1;--over:#cf222e}
+@media (prefers-color-scheme:dark){:root{--fg:#e6edf3;--muted:#9198a1;--line:#3d444d;
+--bg:#0d1117;--alt:#151b23;--c0:#4493f8;--c1:#db61a2;--c2:#d29922;--c3:#3fb950;--c4:#ab7df8;
+--c5:#9198a1;--free:#12261e;--over:#f85149}}
+*{box-sizing:border-box}
+body{margin:0 auto;max-width:1240px;padding:1rem 1.25rem 3rem;color:var(--fg);background:var(--bg);
+font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",Arial,sans-serif}
+h1{font-size:1.35rem;margin:.3rem 0;overflow-wrap:anywhere}
+h2{font-size:1.1rem;margin:1.8rem 0 .5rem;padding-bottom:.2rem;border-bottom:1px solid var(--line)}
+p{margin:.3rem 0;overflow-wrap:anywhere}
+.muted,caption,figcaption small{color:var(--muted)}
+.wrap{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
+th,td{padding:.22rem .45rem;border-bottom:1px solid var(--line);text-align:left;
+vertical-align:top;overflow-wrap:break-word}
+td.m{overflow-wrap:anywhere;min-width:9rem}
+thead th{background:var(--alt);position:sticky;top:0}
+tbody tr:hover{background:var(--alt)}
+.n{text-align:right}
+td.n{white-space:nowrap}
+table.wide{font-size:.75rem}
+table.wide th,table.wide td{padding:.15rem .2rem;overflow-wrap:anywhere}
+table.wide td.n{white-space:normal}
+code,.m{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:.9em}
+caption{caption-side:bottom;text-align:left;padding:.3rem 0}
+table.sortable th{cursor:pointer;user-select:none}
+th[aria-sort=ascending]::after{content:" ▲"}
+th[aria-sort=descending]::after{content:" ▼"}
+.best{font-weight:700;color:var(--c3)}
+.bad{font-weight:700;color:var(--over)}
+.ok{font-weight:700;color:var(--c3)}
+.ew{color:var(--muted)}
+button.copy{font:inherit;font-size:.85em;margin:.2rem 0;padding:.1rem .5rem;cursor:pointer}
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,26rem),1fr));
+gap:1rem 2rem}
+figure{margin:0;min-width:0}
+figcaption{font-weight:600;margin-bottom:.3rem}
+svg.chart{display:block;width:100%;max-width:640px;height:auto}
+svg.chart text{fill:var(--fg);font-size:13px}
+svg.chart .track{fill:var(--alt)}
+svg.chart .free{fill:var(--free)}
+svg.chart .cap{stroke:var(--over);stroke-width:2}
+.s0{fill:var(--c0)}.s1{fill:var(--c1)}.s2{fill:var(--c2)}.s3{fill:var(--c3)}.s4{fill:var(--c4)}
+.s5{fill:var(--c5)}
+ul.notes{padding-left:1.2rem}
+footer{margin-top:2rem;color:var(--muted);font-size:.85em}
+""".strip()
+
+# Sort a table by a header click (exact values: integers as BigInt, so 2^63 and beyond compare
+# right), and copy a table as tab-separated exact values.
+SCRIPT = """
+(function(){
+function val(c){return c.dataset.v!==undefined?c.dataset.v:c.innerText.trim()}
+function num(a,b){var ia=/^-?\\d+$/.test(a),ib=/^-?\\d+$/.test(b);
+if(ia&&ib){var x=BigInt(a),y=BigInt(b);return x<y?-1:x>y?1:0}
+var fa=parseFloat(a),fb=parseFloat(b);if(isNaN(fa))return isNaN(fb)?0:1;if(isNaN(fb))return -1;
+return fa-fb}
+document.querySelectorAll("table.sortable").forEach(function(t){
+t.querySelectorAll("thead th").forEach(function(th,i){th.tabIndex=0;th.title="sort";
+function go(){var asc=th.getAttribute("aria-sort")!=="ascending",b=t.tBodies[0];
+t.querySelectorAll("thead th").forEach(function(h){h.removeAttribute("aria-sort")});
+th.setAttribute("aria-sort",asc?"ascending":"descending");
+var rows=Array.prototype.slice.call(b.rows),n=th.classList.contains("n");
+rows.sort(function(r,s){var x=val(r.cells[i]),y=val(s.cells[i]);
+var c=n?num(x,y):x.localeCompare(y,undefined,{numeric:true});return asc?c:-c});
+rows.forEach(function(r){b.appendChild(r)})}
+th.addEventListener("click",go);
+th.addEventListener("keydown",function(e){
+if(e.key==="Enter"||e.key===" "){e.preventDefault();go()}})
+})});
+document.querySelectorAll("button.copy").forEach(function(btn){btn.addEventListener("click",
+function(){var t=document.getElementById(btn.dataset.table);
+var tsv=Array.prototype.map.call(t.rows,function(r){return Array.prototype.map.call(r.cells,
+val).join("\\t")}).join("\\n");
+function done(){btn.textContent="copied"}
+function fallback(){var a=document.createElement("textarea");a.value=tsv;
+document.body.appendChild(a);a.select();document.execCommand("copy");a.remove();done()}
+if(navigator.clipboard){navigator.clipboard.writeText(tsv).then(done,fallback)}else{fallback()}
+})});
+})();
+""".strip()
+
+
+def esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def page(title: str, subtitle: str, sections: Iterable[str], data: Any = None) -> str:
+    """The whole document. `data` (the --json document) rides along, inert, for scripts."""
+    from .. import __version__
+
+    body = "\n".join(sections)
+    blob = ""
+    if data is not None:  # JSON inside <script>: escape <, >, & so no text can close the tag
+        js = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        js = js.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        blob = f'<script type="application/json" id="shapecalc-data">{js}</script>\n'
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        # no fetch of any kind, even if something slipped into the page
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n"
+        f"<title>{esc(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n<body>\n"
+        f"<header><h1>{esc(title)}</h1>\n<p class=\"muted\">{esc(subtitle)}</p></header>\n"
+        f"<main>\n{body}\n</main>\n{blob}"
+        f"<footer>shapecalc {esc(__version__)} · bytes in binary units (KiB, MiB, GiB = 2³⁰ B), "
+        "FLOPs and counts in decimal ones; click a column header to sort by the exact values"
+        f"</footer>\n<script>\n{SCRIPT}\n</script>\n</body>\n</html>\n"
+    )
+
+
+def section(title: str, *parts: str, id_: str | None = None) -> str:
+    ident = f' id="{esc(id_)}"' if id_ else ""
+    return f"<section{ident}>\n<h2>{esc(title)}</h2>\n" + "\n".join(parts) + "\n</section>"
+
+
+def table(tid: str, header: Sequence[str], rows: Iterable[Sequence[Cell]], numeric: set[int],
+          caption: str = "", sortable: bool = True, mono: set[int] | None = None,
+          wide: bool = False) -> str:
+    """A <table>: `numeric` columns right-aligned and sorted by number; a cell is text, or
+    (text, exact) whose exact value sorts and copies, or (text, exact, css class); `mono`
+    columns in a fixed-width font; a `wide` table (many columns) in a smaller font, its numbers
+    allowed to wrap, so that it fits the window rather than scroll."""
+    mono = mono or set()
+    num_attr = ' class="n"'
+    classes = " ".join(k for k in ("sortable" if sortable else "", "wide" if wide else "") if k)
+    sort_attr = f' class="{classes}"' if classes else ""
+    # a break allowed after each underscore of a key (<wbr> is not copied with the text)
+    head = "".join(f'<th scope="col"{num_attr if i in numeric else ""}>'
+                   f'{esc(h).replace("_", "_<wbr>")}</th>' for i, h in enumerate(header))
+    out = [f'<button class="copy" type="button" data-table="{esc(tid)}">copy as TSV</button>',
+           f'<div class="wrap"><table id="{esc(tid)}"{sort_attr}>']
+    if caption:
+        out.append(f"<caption>{esc(caption)}</caption>")
+    out.append(f"<thead><tr>{head}</tr></thead><tbody>")
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            text, exact, extra = (*cell, None, "")[:3] if isinstance(cell, tuple) else (
+                cell, None, "")
+            klass = " ".join(k for k in ("n" if i in numeric else "", "m" if i in mono else "",
+                                         extra) if k)
+            attrs = f' class="{klass}"' if klass else ""
+            if exact is not None:
+                attrs += f' data-v="{esc(_exact(exact))}"'
+                if str(text) != _exact(exact):
+                    attrs += f' title="{esc(_exact(exact))}"'
+            tag = "th" if i == 0 else "td"
+            scope = ' scope="row"' if i == 0 else ""
+            cells.append(f"<{tag}{scope}{attrs}>{esc(text)}</{tag}>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "\n".join(out)
+
+
+def _exact(v: Any) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return "" if math.isnan(v) else repr(v)
+    return str(v)
+
+
+# -- charts ----------------------------------------------------------------------------------------
+W = 600  # the viewBox width; the SVG scales to its column
+
+
+def bars_svg(title: str, items: Sequence[tuple[str, int | float]], unit: Any) -> str:
+    """Horizontal bars, one per item, as shares of their sum, each with its value and percent."""
+    items = [(k, v) for k, v in items if v]
+    total = sum(v for _, v in items) or 1
+    row, label_w, text_w = 26, 190, 150
+    bar_w = W - label_w - text_w
+    h = row * len(items) + 6
+    out = [f'<figure><figcaption>{esc(title)}</figcaption>',
+           f'<svg class="chart" viewBox="0 0 {W} {h}" role="img" '
+           f'xmlns="http://www.w3.org/2000/svg"><title>{esc(title)}</title>']
+    for i, (label, v) in enumerate(items):
+        y = 3 + i * row
+        share = v / total
+        w = max(bar_w * share, 1.0)
+        out.append(
+            f'<text x="0" y="{y + 17}">{esc(_clip(label, 26))}</text>'
+            f'<rect class="track" x="{label_w}" y="{y + 4}" width="{bar_w}" height="16"/>'
+            f'<rect class="s{i % 6}" x="{label_w}" y="{y + 4}" width="{w:.1f}" height="16">'
+            f"<title>{esc(label)}: {esc(_exact(v))}</title></rect>"
+            f'<text x="{W}" y="{y + 17}" text-anchor="end">{esc(unit(v))} · '
+            f"{100 * share:.1f} %</text>"
+        )
+    out.append("</svg></figure>")
+    return "".join(out)
+
+
+def stacked_svg(title: str, parts: Sequence[tuple[str, int]], capacity: int | None = None
+                ) -> str:
+    """One stacked bar of `parts` (with a legend), scaled to `capacity` when given: the rest of
+    it is free, and a total above it is drawn past a red capacity line."""
+    parts = [(k, v) for k, v in parts if v]
+    total = sum(v for _, v in parts)
+    scale = max(total, capacity or 0) or 1
+    bar_w, legend_row = W, 22
+    h = 34 + legend_row * (len(parts) + (1 if capacity else 0)) + 4
+    out = [f'<figure><figcaption>{esc(title)}</figcaption>',
+           f'<svg class="chart" viewBox="0 0 {W} {h}" role="img" '
+           f'xmlns="http://www.w3.org/2000/svg"><title>{esc(title)}</title>',
+           f'<rect class="{"free" if capacity else "track"}" x="0" y="4" width="{bar_w}" '
+           'height="24"/>']
+    x = 0.0
+    for i, (label, v) in enumerate(parts):
+        w = bar_w * v / scale
+        out.append(f'<rect class="s{i % 6}" x="{x:.1f}" y="4" width="{max(w, 1.0):.1f}" '
+                   f'height="24"><title>{esc(label)}: {v:,} B</title></rect>')
+        x += w
+    if capacity and total > capacity:
+        cx = bar_w * capacity / scale
+        out.append(f'<line class="cap" x1="{cx:.1f}" y1="0" x2="{cx:.1f}" y2="32"/>')
+    y = 34
+    legend = [(f"s{i % 6}", label, v) for i, (label, v) in enumerate(parts)]
+    if capacity:
+        legend.append(("free", "free" if total <= capacity else "over capacity",
+                       abs(capacity - total)))
+    for klass, label, v in legend:
+        share = f" · {100 * v / capacity:.1f} % of capacity" if capacity else (
+            f" · {100 * v / (total or 1):.1f} %")
+        out.append(f'<rect class="{klass}" x="0" y="{y + 4}" width="14" height="14"/>'
+                   f'<text x="22" y="{y + 16}">{esc(label)}: {esc(human_bytes(v))}'
+                   f"{esc(share)}</text>")
+        y += legend_row
+    out.append("</svg></figure>")
+    return "".join(out)
+
+
+def _clip(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def charts(*figures: str) -> str:
+    return '<div class="charts">' + "".join(figures) + "</div>"
+
+
+# -- trace -----------------------------------------------------------------------------------------
+def _shape(s: dict[str, Any]) -> str:
+    return f"[{','.join(s['dims'])}] = [{','.join(str(x) for x in s['shape'])}]"
+
+
+def _part(s: dict[str, Any], kinds: list[dict[str, Any]]) -> str:
+    if s["group"] != "block":
+        return str(s["group"])
+    n = s["repeat"]
+    label = f": {kinds[s['kind']]['label']}" if len(kinds) > 1 and s.get("kind") is not None else ""
+    return f"block × {n}{label}"
+
+
+def stage_table(tid: str, stages: list[dict[str, Any]], kinds: list[dict[str, Any]],
+                caption: str) -> str:
+    rows = []
+    for i, s in enumerate(stages):
+        flops: Cell
+        if s["flops"]:
+            formula, flops = s["flops_formula"], (human_flops(s["flops"]), s["flops"])
+        elif s["elementwise_flops"]:
+            formula = s["elementwise_formula"] + " (elementwise)"
+            flops = (human_flops(s["elementwise_flops"]) + " ew", s["elementwise_flops"], "ew")
+        else:
+            formula, flops = "", ("", 0)
+        rows.append([(str(i + 1), i + 1), _part(s, kinds), s["name"], _shape(s), formula, flops,
+                     (f"{s['params']:,}" if s["params"] else "", s["params"]),
+                     (human_bytes(s["bytes"]), s["bytes"]), s["dtype"], s["note"]])
+    return table(tid, ["#", "part", "stage", "shape", "FLOPs formula", "FLOPs", "params", "bytes",
+                       "dtype", "note"], rows, numeric={0, 5, 6, 7}, caption=caption,
+                 mono={3, 4})
+
+
+def _ledger_rows(doc: dict[str, Any]) -> list[list[Cell]]:
+    """Every number of the totals and the ledgers, with its meaning, as costs/fields.py says."""
+    from ..costs.fields import PP_LEDGER, TOTALS, TP_LEDGER
+
+    human = {"flops": human_flops, "elementwise_flops": human_flops, "params": human_count,
+             "active_params": human_count}
+    rows: list[list[Cell]] = []
+    for where, fields, values in (("totals", TOTALS, doc["totals"]),
+                                  ("parallel.tp", TP_LEDGER, doc["parallel"]["tp"]),
+                                  ("parallel.pp", PP_LEDGER, doc["parallel"]["pp"])):
+        for f in fields:
+            v = values[f.name]
+            if f.type == "int":
+                h = human.get(f.name, human_bytes if "bytes" in f.name else lambda _: "")(v)
+                rows.append([f"{where}.{f.name}", (f"{v:,}", v), h, f.doc])
+            elif f.type in ("bool", "str", "list[int]"):
+                shown = " · ".join(f"{x:,}" for x in v) if f.type == "list[int]" else str(v)
+                rows.append([f"{where}.{f.name}", shown, "", f.doc])
+            elif f.name == "largest_activation":
+                rows.append([f"{where}.{f.name}", (f"{v['bytes']:,}", v["bytes"]),
+                             f"{human_bytes(v['bytes'])}: {v['name']} {_shape(v)}", f.doc])
+    return rows
+
+
+def trace_title(doc: dict[str, Any]) -> tuple[str, str]:
+    m, wl = doc["model"], doc["workload"]
+    wd = doc.get("widths") or {}
+    dts = wl["dtype"] if len(set(wd.values())) <= 1 else (
+        f"weights {wd['weights']}, activations/all-reduce {wd['activations']}, "
+        f"KV {wd['kv_cache']}")
+    return (f"{m['name']}: {wl['phase']}, B={wl['batch']}, T={wl['seq']}",
+            f"dtype {dts} · tp={wl['tp']} pp={wl['pp']} ep={wl.get('ep', 1)} · "
+            f"attention FLOPs {wl['attention_flops']} · logits {wl['logits']}")
+
+
+def trace_html(doc: dict[str, Any]) -> str:
+    """`trace --html`: the stages with their formulas, the totals and ledgers, and the charts."""
+    m, tot = doc["model"], doc["totals"]
+    title, subtitle = trace_title(doc)
+    kinds = doc["layers"]["kinds"]
+    tp = doc["parallel"]["tp"]
+    flops, params, (mem_title, mem_parts, _) = breakdown_items(doc, memory=True)
+    figs = [stacked_svg(mem_title + ": weights + KV cache + largest activation", mem_parts)]
+    figs += [bars_svg(t, items, unit) for t, items, unit in (flops, params)]
+    layers = ", ".join(f"{k['count']} × {k['label']}" for k in kinds)
+    summary = (f"<p>{m['n_layers']} layers ({esc(layers)}), D={m['d_model']:,}, "
+               f"H={m['n_heads']}, N_vocab={m['vocab_size']:,}: {tot['params']:,} parameters "
+               f"({esc(human_count(tot['params']))}), {tot['flops']:,} matmul FLOPs "
+               f"({esc(human_flops(tot['flops']))}), KV cache {tot['kv_cache_bytes']:,} B "
+               f"({esc(human_bytes(tot['kv_cache_bytes']))}).</p>")
+    sections = [
+        section("summary", summary, charts(*figs), id_="summary"),
+        section("stages", stage_table(
+            "stages", doc["stages"], kinds,
+            "block stages are one layer of their kind (× the count in 'part'); FLOPs: matmul, "
+            "or elementwise (ew) where a stage has no matmul"), id_="stages"),
+    ]
+    if "rank_stages" in doc:
+        sections.append(section("one tensor-parallel rank's stages", stage_table(
+            "rank-stages", doc["rank_stages"], kinds, f"rank 0 of p={tp['degree']}"),
+            id_="rank-stages"))
+    sections.append(section("totals and parallel ledgers", table(
+        "totals", ["key", "value", "", "meaning"], _ledger_rows(doc), numeric={1},
+        caption="the keys of trace --json"), id_="totals"))
+    sections.append(section("parameters by part", table(
+        "params", ["part", "parameters", "", "per layer: attention · FFN · norms"],
+        _params_rows(doc), numeric={1}, sortable=False), id_="params"))
+    return page(title, subtitle, sections, data=doc)
+
+
+def _params_rows(doc: dict[str, Any]) -> list[list[Cell]]:
+    pb = doc["totals"]["params_breakdown"]
+    rows: list[list[Cell]] = [["embedding", (f"{pb['embedding']:,}", pb["embedding"]),
+                               human_count(pb["embedding"]), ""]]
+    for key, label in (("positions", "position table"), ("embedding_norm", "embedding norm")):
+        if pb.get(key):
+            rows.append([label, (f"{pb[key]:,}", pb[key]), human_count(pb[key]), ""])
+    for k in pb["per_kind"]:
+        rows.append([f"{k['count']} layers: {k['label']}", (f"{k['layers']:,}", k["layers"]),
+                     human_count(k["layers"]),
+                     f"{k['per_layer']:,} = {k['attention_per_layer']:,} · "
+                     f"{k['ffn_per_layer']:,} · {k['norms_per_layer']:,}"])
+    rows.append(["final norm", (f"{pb['final_norm']:,}", pb["final_norm"]), "", ""])
+    tied = doc["model"]["tie_embeddings"]
+    rows.append(["LM head", (f"{pb['lm_head']:,}", pb["lm_head"]), human_count(pb["lm_head"]),
+                 "tied to the embedding: counted once" if tied else ""])
+    rows.append(["total", (f"{pb['total']:,}", pb["total"]), human_count(pb["total"]), ""])
+    return rows
+
+
+# -- fit -------------------------------------------------------------------------------------------
+def fit_html(doc: dict[str, Any], trace_doc: dict[str, Any]) -> str:
+    """`fit --html`: the verdict, the memory bar to capacity, the answers, the times, the FLOP and
+    parameter breakdowns (of the trace of the same workload) and every key of fit --json."""
+    from .plan import ESTIMATES, MEM_PARTS, fit_flat
+
+    wl, mem = doc["workload"], doc["memory_per_rank"]
+    verdict = doc.get("verdict") or ("fits" if doc["fits"] else "does not fit")
+    title = f"{doc['model']} on {doc['gpu']}: {verdict}"
+    subtitle = (f"tp={wl['tp']} pp={wl['pp']} ep={wl.get('ep', 1)} ({doc['gpus']} GPU"
+                f"{'s' if doc['gpus'] > 1 else ''}) · B={wl['batch']} T={wl['seq']} · "
+                f"{wl['dtype']}" + (f", KV {wl['kv_dtype']}" if wl["kv_dtype"] else ""))
+    parts = [(k.replace("_", " "), mem[k]) for k, _ in MEM_PARTS]
+    stage = f" (pipeline stage {doc['pp_stage']}, the fullest)" if wl["pp"] > 1 else ""
+    figs = [stacked_svg(f"memory per rank{stage}: {human_bytes(mem['total'])} of "
+                        f"{human_bytes(mem['capacity'])}", parts, mem["capacity"])]
+    figs += [bars_svg(t + " (prefill of this workload)" if "FLOPs" in t else t, items, unit)
+             for t, items, unit in breakdown_items(trace_doc, memory=False)]
+    mem_rows: list[list[Cell]] = [[k.replace("_", " "), (f"{mem[k]:,}", mem[k]),
+                                   human_bytes(mem[k])]
+                                  for k in ("weights", "kv_cache", "activations", "reserve",
+                                            "total", "capacity")]
+    ans: list[list[Cell]] = [
+        ["largest batch", (f"{doc['max_batch']:,}", doc["max_batch"]), f"at T={wl['seq']:,}"],
+        ["longest context", (f"{doc['max_seq']:,}", doc["max_seq"]), f"at B={wl['batch']:,}"],
+        ["smallest tp", fmt_value("int", doc["min_tp"]), f"at pp={wl['pp']}"],
+        ["smallest pp", fmt_value("int", doc["min_pp"]), f"at tp={wl['tp']}"],
+        ["KV tokens that fit", (f"{doc['kv_tokens_fit']:,}", doc["kv_tokens_fit"]),
+         f"{human_bytes(doc['kv_cache_bytes_per_token_per_rank'])} per token per rank"],
+    ]
+    tm = doc["times"]
+    times = [[ph, *((human_time(tm[f"{p}_{t}_s"]), tm[f"{p}_{t}_s"])
+                    for t in ("compute", "memory", "comm")),
+              (human_time(tm[total]), tm[total]), str(tm[f"{p}_bound"] or "—")]
+             for ph, p, total in (("prefill", "prefill", "prefill_s"),
+                                  ("decode (per token)", "decode", "decode_s_per_token"))]
+    est_cols = [(f"B={wl['batch']} expected", doc["expected"]), ("bound", doc["lower_bound"])]
+    if doc.get("at_max_batch"):
+        mx = doc["at_max_batch"]
+        est_cols += [(f"B={mx['batch']} (largest) expected", mx["expected"]),
+                     ("bound", mx["lower_bound"])]
+    est = [[label, *((("—" if d[key] is None else f(d[key])), d[key]) for _, d in est_cols)]
+           for label, key, f in ESTIMATES]
+    verdict_p = (f'<p>verdict: <span class="{"ok" if doc["fits"] else "bad"}">{esc(verdict)}'
+                 "</span></p>")
+    notes = "".join(f"<li>{esc(n)}</li>" for n in doc["notes"])
+    sections = [
+        section("memory", verdict_p, charts(*figs[:1]), table(
+            "memory", ["part", "bytes", ""], mem_rows, numeric={1}, sortable=False), id_="memory"),
+        section("answers", table("answers", ["question", "answer", "at"], ans, numeric={1},
+                                 sortable=False), id_="answers"),
+        section("time: roofline lower bounds", table(
+            "times", ["phase", "compute", "memory", "communication", "total", "bound"], times,
+            numeric={1, 2, 3, 4}, sortable=False,
+            caption="max(FLOPs/peak, bytes/bandwidth) + link"), table(
+            "estimates", ["", *(c for c, _ in est_cols)], est, numeric={1, 2, 3, 4},
+            sortable=False, caption="expected (calibrated model) and roofline bound"),
+            id_="times"),
+        section("where FLOPs and parameters go", charts(*figs[1:]), id_="breakdowns"),
+    ]
+    if notes:
+        sections.append(section("notes", f'<ul class="notes">{notes}</ul>', id_="notes"))
+    sections.append(section("every key of fit --json", table(
+        "keys", ["key", "value"], [[k, (_fmt_any(v), v if isinstance(v, (int, float)) else None)]
+                                   for k, v in fit_flat(doc)], numeric=set()), id_="keys"))
+    return page(title, subtitle, sections, data=doc)
+
+
+def _fmt_any(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v).lower() if v is not None else "null"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+# -- compare ---------------------------------------------------------------------------------------
+def compare_html(items: list[dict[str, Any]], ratio: bool = False) -> str:
+    """`compare --html`: one column per case, the best of each row marked."""
+    from .plan import _best, _ratio, compare_rows
+
+    header = ["", *(f"{it['case']} · B={it['workload']['batch']} T={it['workload']['seq']} "
+                    f"{it['workload']['dtype']} tp={it['workload']['tp']} "
+                    f"pp={it['workload']['pp']}" for it in items)]
+    rows: list[list[Cell]] = []
+    for row in compare_rows(items):
+        values = [row.get(it) for it in items]
+        best = _best(row, values)
+        rows.append([row.label, *((fmt_value(row.kind, v)
+                                   + (_ratio(v, values[0]) if ratio and i else ""),
+                                   v if isinstance(v, (int, float)) else None,
+                                   "best" if i in best else "")
+                                  for i, v in enumerate(values))])
+    body = table("compare", header, rows, numeric=set(range(1, len(header))), sortable=False,
+                 wide=len(items) > 4,
+                 caption="best of each row in bold green" + (
+                     "; ≥/≤: roofline bounds, expected: the calibrated model"
+                     if items and "fit" in items[0] else ""))
+    cases = ", ".join(it["case"] for it in items)
+    return page(f"compare: {cases}", f"{len(items)} column{'s' if len(items) != 1 else ''}",
+                [section("compare", body, id_="compare")], data=items)
+
+
+# -- sweep -----------------------------------------------------------------------------------------
+def sweep_html(chunks: list[Any]) -> str:
+    """`sweep --html`: every point a row (the table's columns), sortable by exact values."""
+    from .sweep import table_cols
+
+    fit = any("fits" in c.columns for c in chunks)
+    cols = table_cols(fit)
+    rows: list[list[Cell]] = []
+    for c in chunks:
+        lists = {k: c.columns[k].tolist() for k, _ in cols}
+        for i in range(len(c)):
+            rows.append([c.case, *((fmt_value(kind, lists[k][i]),
+                                    lists[k][i] if kind not in ("text",) else None)
+                                   for k, kind in cols)])
+    numeric = {i + 1 for i, (_, kind) in enumerate(cols) if kind not in ("text", "bool")}
+    cases = ", ".join(dict.fromkeys(c.case for c in chunks))
+    return page(f"sweep: {cases}", f"{len(rows):,} points",
+                [section("points", table("sweep", ["model", *(k for k, _ in cols)], rows,
+                                         numeric=numeric, wide=True), id_="points")])
