@@ -47,6 +47,7 @@ td.n{white-space:nowrap}
 table.wide{font-size:.75rem}
 table.wide th,table.wide td{padding:.15rem .2rem;overflow-wrap:anywhere}
 table.wide td.n{white-space:normal}
+table.wide th[scope=row]{min-width:8rem}
 code,.m{font-family:ui-monospace,"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:.9em}
 caption{caption-side:bottom;text-align:left;padding:.3rem 0}
 table.sortable th{cursor:pointer;user-select:none}
@@ -131,7 +132,7 @@ def page(title: str, subtitle: str, sections: Iterable[str], data: Any = None) -
         f"<header><h1>{esc(title)}</h1>\n<p class=\"muted\">{esc(subtitle)}</p></header>\n"
         f"<main>\n{body}\n</main>\n{blob}"
         f"<footer>shapecalc {esc(__version__)} · bytes in binary units (KiB, MiB, GiB = 2³⁰ B), "
-        "FLOPs and counts in decimal ones; click a column header to sort by the exact values"
+        "FLOPs and counts in decimal ones; a click on a column header sorts by the exact values"
         f"</footer>\n<script>\n{SCRIPT}\n</script>\n</body>\n</html>\n"
     )
 
