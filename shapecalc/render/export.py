@@ -18,7 +18,7 @@ from typing import Any
 
 from ..model.config import ShapecalcError
 
-SVG_WIDTH = 240  # the widest drawing measured; the picture is then drawn at its content's width
+SVG_WIDTH = 240  # the console a picture is drawn on, then cut to its content's width
 FONTS = '"Fira Code", "DejaVu Sans Mono", "Liberation Mono", Menlo, Consolas, monospace'
 
 
@@ -35,19 +35,17 @@ def svg_format() -> str:
 
 
 def svg_text(draw: Callable[[Any], None], title: str = "shapecalc") -> str:
-    """What `draw(console)` prints, as an SVG exactly as wide as its widest line."""
+    """What `draw(console)` prints, as an SVG exactly as wide as its widest line: drawn once on a
+    wide console, whose width is then cut to that line (only trailing blanks lie beyond it)."""
     from rich.cells import cell_len
     from rich.console import Console
 
-    def record(width: int) -> Console:
-        c = Console(file=io.StringIO(), width=width, record=True, force_terminal=True,
-                    color_system="truecolor", legacy_windows=False)
-        draw(c)
-        return c
-
-    wide = record(SVG_WIDTH).export_text(clear=True)
-    width = max((cell_len(line.rstrip()) for line in wide.splitlines()), default=1)
-    c = record(max(width, len(title) + 12))  # the window's title must fit too
+    c = Console(file=io.StringIO(), width=SVG_WIDTH, record=True, force_terminal=True,
+                color_system="truecolor", legacy_windows=False)
+    draw(c)
+    text = c.export_text(clear=False)
+    width = max((cell_len(line.rstrip()) for line in text.splitlines()), default=1)
+    c.width = max(width, len(title) + 12)  # the window's title must fit too
     return c.export_svg(title=title, code_format=svg_format(), clear=True)
 
 
