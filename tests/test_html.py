@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from shapecalc.render.export import svg_text
+from shapecalc.render.console import svg_text
 
 
 class Doc(HTMLParser):

@@ -163,11 +163,9 @@ def trace(
             "csv": lambda: trace_csv(doc),
             "markdown": lambda: trace_markdown(doc),
         }[fmt]()
-        from ..render import export
-
-        pending = export.prepare(draw, svg, html, page, output)  # checked before any writing
         out.write_text(text, output)
-        export.write(pending)
+        if svg or html:
+            render_table(draw, None, False, svg, html, page)
     except ShapecalcError as e:
         fail(e)
 

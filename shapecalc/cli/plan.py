@@ -170,11 +170,9 @@ def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
         return
     text = {"json": lambda: io_.json_text(items), "csv": lambda: pr.compare_csv(items),
             "markdown": lambda: pr.compare_markdown(items, ratio)}[fmt]()
-    from ..render import export
-
-    pending = export.prepare(draw, svg, html, page, output)  # checked before any writing
     io_.write_text(text, output)
-    export.write(pending)
+    if svg or html:
+        render_table(draw, None, False, svg, html, page)
 
 
 # -- fit ------------------------------------------------------------------------------------------
@@ -295,11 +293,9 @@ def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None
         return
     text = {"json": lambda: io_.json_text(doc), "csv": lambda: pr.fit_csv(doc),
             "markdown": lambda: pr.fit_markdown(doc)}[fmt]()
-    from ..render import export
-
-    pending = export.prepare(draw, svg, html, page, output)  # checked before any writing
     io_.write_text(text, output)
-    export.write(pending)
+    if svg or html:
+        render_table(draw, None, False, svg, html, page)
 
 
 # -- sweep ----------------------------------------------------------------------------------------

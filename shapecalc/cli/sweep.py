@@ -61,9 +61,6 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
     if fmt == "table":
         render_table(draw, output, True, svg, html, page)
         return
-    from ..render import export
-
-    pending = export.prepare(draw, svg, html, page, output)  # checked before any writing
     out, close = io_.open_output(output)
     try:
         if fmt == "markdown":
@@ -83,7 +80,8 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
     finally:
         if close:
             out.close()
-    export.write(pending)
+    if svg or html:
+        render_table(draw, None, False, svg, html, page)
 
 
 def byte_writer(out: IO[str]) -> Callable[[bytes | bytearray], Any]:

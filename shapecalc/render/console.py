@@ -1,8 +1,15 @@
 """The console tables print to, and table output: to the terminal or to --output, and the
---svg/--html exports (export.py)."""
+--svg/--html exports.
+
+--svg is the table as the terminal shows it, drawn at the width of its content (no empty half
+canvas), with local monospace fonts only (rich's template fetches Fira Code from a CDN, which
+fails offline and is a network request the user did not ask for). --html is the report of
+html.py. Both are written by output.py's checked, atomic writer, like every output.
+"""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +49,7 @@ def render_table(
     page: Callable[[], str] | None = None,
 ) -> None:
     """Print what `draw(console)` draws (to the terminal, or plain to --output), and save it as
-    an SVG picture (export.py) and the report `page()` as HTML (html.py) when asked. With
+    an SVG picture (svg_text) and the report `page()` as HTML (html.py) when asked. With
     show=False it is drawn for the exports only. The paths were checked before (check_outputs),
     and the files are committed when the command succeeds (output.py)."""
     if show and output is None:
@@ -55,10 +62,38 @@ def render_table(
             if close:
                 out.close()
     if svg:
-        from .export import svg_text
-
         write_text(svg_text(draw), svg, "svg")
     if html:
         if page is None:  # every command that draws a table has its report
             raise ValueError("render_table: --html without a page")
         write_text(page(), html, "html")
+
+
+SVG_WIDTH = 240  # the console a picture is drawn on, then cut to its content's width
+FONTS = '"Fira Code", "DejaVu Sans Mono", "Liberation Mono", Menlo, Consolas, monospace'
+
+
+def svg_format() -> str:
+    """rich's SVG template without its @font-face rules (their url()s point at a CDN)."""
+    import re
+
+    from rich._export_format import CONSOLE_SVG_FORMAT
+
+    fmt = re.sub(r"\s*@font-face \{\{.*?\}\}", "", CONSOLE_SVG_FORMAT, flags=re.S)
+    fmt = fmt.replace("font-family: Fira Code, monospace;", f"font-family: {FONTS};")
+    fmt = fmt.replace("font-family: arial;", "font-family: Arial, Helvetica, sans-serif;")
+    return fmt
+
+
+def svg_text(draw: Callable[[Any], None], title: str = "shapecalc") -> str:
+    """What `draw(console)` prints, as an SVG exactly as wide as its widest line: drawn once on a
+    wide console, whose width is then cut to that line (only trailing blanks lie beyond it)."""
+    from rich.cells import cell_len
+
+    c = Console(file=io.StringIO(), width=SVG_WIDTH, record=True, force_terminal=True,
+                color_system="truecolor", legacy_windows=False)
+    draw(c)
+    text = c.export_text(clear=False)
+    width = max((cell_len(line.rstrip()) for line in text.splitlines()), default=1)
+    c.width = max(width, len(title) + 12)  # the window's title must fit too
+    return c.export_svg(title=title, code_format=svg_format(), clear=True)
