@@ -22,6 +22,7 @@ from .inputs import hardware as _hardware
 from .inputs.hardware import GPU
 from .inputs.model import load_model as _load_model
 from .model.config import ModelConfig, ShapecalcError, Workload, make_workload
+from .model.defaults import default_seq
 from .plan import cases as plan_cases
 from .plan import compare as plan_compare
 from .plan import fit as plan_fit
@@ -122,7 +123,7 @@ def fit(
     if hw is None:
         raise ShapecalcError("gpu", "fit needs a GPU (a name from `shapecalc hardware`)")
     m = _model(model, presets_dir)
-    wl = _workload(m, workload, wfields, {"logits": "last"})
+    wl = _workload(m, workload, wfields, {"logits": "last"}, decode=True)
     return FitResult.model_validate(plan_fit.fit(m.config, wl, hw, opts))
 
 
@@ -218,9 +219,13 @@ def _many(cases: Any) -> list[Any]:
 
 
 def _workload(m: Model, wl: Workload | None, fields: dict[str, Any],
-              defaults: Mapping[str, Any] | None = None) -> Workload:
+              defaults: Mapping[str, Any] | None = None, decode: bool = False) -> Workload:
     base = wl.model_dump() if wl is not None else {**(defaults or {}), **m.workload}
-    return make_workload({**base, **fields})
+    merged = {**base, **fields}
+    if merged.get("seq") is None:  # a T the model fits, as the CLI's (model/defaults.py)
+        phases = [str(merged.get("phase") or "prefill")] + (["decode"] if decode else [])
+        merged["seq"] = default_seq(m.config, phases)
+    return make_workload(merged)
 
 
 def _options(fields: dict[str, Any]) -> tuple[dict[str, Any], plan_options.PlanOptions]:

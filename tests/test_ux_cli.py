@@ -255,3 +255,15 @@ def test_explain_names_the_toy_presets_and_a_narrowed_model(cli, tmp_path):
         'positions = "none"\n')
     err = cli("explain", "--preset", "gpt2", "--presets-dir", str(tmp_path)).err
     assert "mini (D=12)" in err
+
+
+def test_the_api_takes_the_same_default_T():
+    import shapecalc
+
+    assert shapecalc.trace("gpt2").workload["seq"] == 1024
+    assert shapecalc.trace("gpt2", phase="decode").workload["seq"] == 1023
+    assert shapecalc.fit("gpt2", "H100-SXM").workload["seq"] == 1023  # it plans a decode step
+    assert shapecalc.compare("gpt2")[0].workload["seq"] == 1023
+    assert {r.seq for r in shapecalc.sweep("gpt2")} == {1024}
+    assert shapecalc.trace("llama3-8b").workload["seq"] == 2048
+    assert shapecalc.trace("gpt2", seq=8).workload["seq"] == 8
