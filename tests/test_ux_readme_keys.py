@@ -147,6 +147,18 @@ def json_paragraphs() -> list[str]:
     return [p for p in _paragraphs(prose) if "--json" in p or "JSON Lines" in p]
 
 
+def _python_module(token: str) -> bool:
+    """A dotted name of an importable Python module (`html.parser`): code, not a JSON path."""
+    import importlib.util
+
+    if "." not in token:
+        return False
+    try:
+        return importlib.util.find_spec(token) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def test_readme_names_only_real_keys(universe):
     paths, keys, values = universe
     bad = []
@@ -156,8 +168,8 @@ def test_readme_names_only_real_keys(universe):
             bad += [k for k in re.findall(r'"([A-Za-z_][A-Za-z0-9_]*)"', token)
                     if k not in keys]
             if (not KEYLIKE.fullmatch(token) or token.endswith((".py", ".json", ".toml"))
-                    or token in COMMANDS or token in FOREIGN):
-                continue  # flags, commands, shapes, file names
+                    or token in COMMANDS or token in FOREIGN or _python_module(token)):
+                continue  # flags, commands, shapes, file names, `html.parser`
             ok = (token in values or (token in paths if "." in token else token in keys))
             if not ok:
                 bad.append(token)
@@ -169,6 +181,7 @@ def test_the_check_can_fail(universe):
     paths, keys, _ = universe
     assert "parallel.tp.degree" in paths and "parallel.tp" in paths
     assert "kv_cache_byte" not in keys
+    assert _python_module("html.parser") and not _python_module("parallel.tp")
     real = {"parallel": {"tp": {"degree": 4}}}
     assert contained({"parallel.tp": {"degree": 4}}, real) is not None
     assert contained({"parallel": {"tp": {"degree": 4}}}, real) is None
