@@ -240,6 +240,8 @@ def test_deployment_modes_say_which_bytes_are_at_which_width(cli):
                             "kv_cache": "bf16"}
     bad = cli(*base, "--mode", "fp4")
     assert bad.code == 2 and bad.err.startswith("error: mode: 'fp4' is not one of")
+    near = cli(*base, "--mode", "int4")
+    assert near.code == 2 and "(did you mean 'int4-wo'?)" in near.err
 
 
 def test_compare_and_sweep_take_the_mode_too(cli):

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import ShapecalcError
+from .suggest import did_you_mean
 
 # mode → (weights, activations and all-reduce, KV cache)
 MODES: dict[str, tuple[str, str, str]] = {
@@ -35,7 +36,8 @@ def mode_fields(mode: str | None) -> dict[str, Any]:
     if mode is None:
         return {}
     if mode not in MODES:
-        raise ShapecalcError("mode", f"{mode!r} is not one of {', '.join(MODES)}")
+        raise ShapecalcError("mode", f"{mode!r} is not one of {', '.join(MODES)}"
+                             + did_you_mean(mode, MODES))
     w, act, kv = MODES[mode]
     return {"dtype": w, "act_dtype": act, "kv_dtype": kv}
 
