@@ -314,6 +314,10 @@ def test_derived_names_and_paths_are_escaped(cli, tmp_path):
     assert r.code == 0 and "\x1b[2J" not in r.out
     # a missing path with a newline: one escaped line
     _contract(cli("trace", "--config", f"{tmp_path}/x\ny.toml"), "config", "x\\ny.toml")
+    # a bidirectional override is refused like a control character; other unicode is a name
+    _contract(cli("trace", "--set", "name=ab\u202ecd"), "name", "\\u202e")
+    r = cli("trace", "--set", "name=héllo 模型", "--json")
+    assert r.json()["model"]["name"] == "héllo 模型"
     # a name that is not valid rich markup prints as it is
     r = cli("trace", "--set", "name=x [/bold] [red]")
     assert r.code == 0 and "x [/bold] [red]" in r.out

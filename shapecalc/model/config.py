@@ -420,7 +420,7 @@ def first_error(err: ValidationError, prefix: str = "") -> ShapecalcError:
         msg += did_you_mean(e["input"], re.findall(r"'([^']*)'", e.get("ctx", {}).get("expected",
                                                                                    "")))
     elif e["type"] == "string_pattern_mismatch":  # record.py: a control character
-        msg = f"{e['input']!r} contains a control character"
+        msg = f"{e['input']!r} contains a control character"  # repr: visible escapes
     name = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "config")
     return ShapecalcError(name, msg)
 

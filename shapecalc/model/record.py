@@ -78,8 +78,9 @@ def _core_schema(tp: Any) -> dict[str, Any]:
     if get_origin(tp) is tuple:  # tuple[X, ...]: a JSON list, kept as a (hashable) tuple
         return {"type": "tuple", "items_schema": [_core_schema(get_args(tp)[0])],
                 "variadic_item_index": 0}
-    if tp is str:  # names reach the terminal: no control characters (ESC, NUL, newlines)
-        return {"type": "str", "pattern": r"^\P{Cc}*$"}
+    if tp is str:  # names reach the terminal: no control characters (ESC, NUL, newlines), no
+        # bidirectional overrides (text that reads in another order than it is)
+        return {"type": "str", "pattern": r"^[^\p{Cc}\x{202A}-\x{202E}\x{2066}-\x{2069}]*$"}
     return {"type": {int: "int", bool: "bool", str: "str", float: "float"}[tp]}
 
 
