@@ -233,6 +233,16 @@ def test_existing_output_is_overwritten_atomically(cli, tmp_path):
     assert r.code == 1 and json.loads(out.read_text())["fits"] is False
 
 
+def test_inputs_are_those_of_this_command(cli, tmp_path):
+    """A file read by an earlier command (same process) may be this command's output."""
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(TINY)
+    assert cli("trace", "--config", str(cfg), "--json").code == 0
+    r = cli("trace", "--format", "csv", "--output", str(cfg))
+    assert r.code == 0, r.err
+    assert cfg.read_text().startswith("group,")
+
+
 def test_symlinked_output_writes_through(cli, tmp_path):
     real = tmp_path / "real.csv"
     real.write_text("old\n")

@@ -51,9 +51,13 @@ _tx: _Pending | None = None
 def transaction() -> Iterator[Callable[[], None]]:
     """Outputs opened inside are moved into place when the returned commit() is called, and
     discarded (temporary files removed, targets untouched) otherwise."""
+    from ..inputs.files import READ
+
     global _tx
     outer, _tx = _tx, _Pending()
     tx = _tx
+    if outer is None:
+        READ.clear()  # the inputs of this command only (an inode may be reused afterwards)
 
     def commit() -> None:
         for f in tx.files:
@@ -68,6 +72,8 @@ def transaction() -> Iterator[Callable[[], None]]:
         _tx = outer
         for f in tx.files:
             f.discard()
+        if outer is None:
+            READ.clear()
 
 
 class OutputFile(io.TextIOWrapper):
