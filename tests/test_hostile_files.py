@@ -268,6 +268,19 @@ def test_full_stdout_is_one_line(args):
     assert r.stderr == "error: stdout: cannot write: No space left on device\n"
 
 
+def test_closed_stdout_is_one_line(tmp_path):
+    """`>&-`: Python's sys.stdout is None; writing to it is one line, an --output file works."""
+    e = {**os.environ, "PYTHONPATH": str(ROOT)}
+    py = f"{sys.executable} -m shapecalc"
+    r = subprocess.run(f"{py} trace >&-", shell=True, cwd=ROOT, env=e, text=True,
+                       stderr=subprocess.PIPE, timeout=60)
+    assert r.returncode == 2 and r.stderr == "error: stdout: cannot write: stdout is closed\n"
+    out = tmp_path / "t.csv"
+    r = subprocess.run(f"{py} trace --format csv -o {out} >&-", shell=True, cwd=ROOT, env=e,
+                       text=True, stderr=subprocess.PIPE, timeout=60)
+    assert r.returncode == 0 and r.stderr == "" and out.read_text().startswith("group,")
+
+
 @pytest.mark.parametrize("args", [["trace"], ["sweep", "seed-tiny", "--batch", "1..4096"],
                                   ["compare", "seed-tiny", "--batch", "1..64"]])
 def test_broken_pipe_is_quiet(args):

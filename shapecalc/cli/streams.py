@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import errno
+import io
 import sys
 import unicodedata
 from collections.abc import Callable
@@ -64,9 +65,20 @@ def _ascii_fallback() -> None:
                 reconfigure(errors="shapecalc-ascii")
 
 
+class _Closed(io.TextIOBase):
+    """stdout when the shell closed it (`>&-`): Python gives None; writing is an error line."""
+
+    encoding = "utf-8"
+
+    def write(self, s: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+
 def error_line(text: str) -> None:
     from ..inputs.files import escape_controls
 
+    if sys.stderr is None:  # `2>&-`: nowhere to say it; the exit code says it
+        return
     try:
         sys.stderr.write(f"error: {escape_controls(text)}\n")
         sys.stderr.flush()
@@ -78,6 +90,8 @@ def guarded(call: Callable[[], Any]) -> int:
     """Run a command; its exit code (2 for a stream or output failure)."""
     from ..render.output import transaction
 
+    if sys.stdout is None:
+        sys.stdout = _Closed()
     _ascii_fallback()
     try:
         with transaction() as commit:
@@ -95,7 +109,7 @@ def guarded(call: Callable[[], Any]) -> int:
         return 0
     except OSError as e:
         if e.filename is not None or e.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT,
-                                                     errno.EFBIG):
+                                                     errno.EFBIG, errno.EBADF):
             raise
         quiet_stdout()
         error_line(f"stdout: cannot write: {e.strerror or e}")
