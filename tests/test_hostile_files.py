@@ -291,6 +291,7 @@ def test_broken_pipe_is_quiet(args):
     p.stdout.readline()
     p.stdout.close()  # `| head -1`
     err = p.stderr.read().decode()
+    p.stderr.close()
     assert p.wait(timeout=60) == 0 and err == "", err
 
 
