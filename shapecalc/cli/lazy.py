@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hardware": ("plan", "List the GPU profiles, or show one (with --set-gpu overrides)."),
     "calibrate": ("calibrate", "Fit the expected-time model to serving measurements; write a "
                   "GPU profile."),
+    "serve": ("serve", "Simulate serving under load: latency percentiles, throughput, goodput, "
+              "and the GPUs an SLO needs."),
 }
 
 

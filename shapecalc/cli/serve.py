@@ -1,0 +1,221 @@
+"""`shapecalc serve`: simulate a serving deployment under load (shapecalc/serve/).
+
+Loaded when invoked (lazy.py)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .options import (
+    EP,
+    PP,
+    TP,
+    ActDtype,
+    BlockSize,
+    ConfigFile,
+    DtypeOpt,
+    HFConfig,
+    JsonOut,
+    KvDtype,
+    Mode,
+    Preset,
+    PresetsDir,
+    Sets,
+    emit_json,
+    fail,
+)
+from .plan_options import (
+    ComputeDtype,
+    Gpu,
+    HardwareDir,
+    MaxBatched,
+    PerfSets,
+    SetGpu,
+    Utilization,
+)
+
+
+def serve(
+    preset: Preset = None,
+    config: ConfigFile = None,
+    hf_config: HFConfig = None,
+    set_: Sets = None,
+    presets_dir: PresetsDir = None,
+    gpu: Gpu = None,
+    hardware_dir: HardwareDir = None,
+    set_gpu: SetGpu = None,
+    tp: TP = None,
+    pp: PP = None,
+    ep: EP = None,
+    dtype: DtypeOpt = None,
+    kv_dtype: KvDtype = None,
+    act_dtype: ActDtype = None,
+    mode: Mode = None,
+    block_size: BlockSize = None,
+    utilization: Utilization = 0.9,
+    compute_dtype: ComputeDtype = None,
+    perf: PerfSets = None,
+    max_batched_tokens: MaxBatched = 8192,
+    max_num_seqs: Annotated[int, typer.Option(
+        "--max-num-seqs", help="most sequences a replica runs at once (vLLM's --max-num-seqs)")
+    ] = 256,
+    kv_blocks: Annotated[int | None, typer.Option(
+        "--kv-blocks", help="KV-cache blocks per replica (default: what fit's memory model "
+        "leaves)")] = None,
+    shared_prefix: Annotated[int, typer.Option(
+        "--shared-prefix", help="tokens of a system prompt every request starts with, cached "
+        "once (prefix caching); 0: none")] = 0,
+    replicas: Annotated[int, typer.Option("--replicas", help="replicas behind the router")] = 1,
+    router: Annotated[str, typer.Option(
+        "--router", help="round-robin | least-loaded (fewest requests queued or running)")
+    ] = "round-robin",
+    rate: Annotated[float | None, typer.Option(
+        "--rate", help="arrivals per second (default: all requests at t=0)")] = None,
+    arrivals: Annotated[str, typer.Option(
+        "--arrivals", help="poisson | gamma:CV (gaps with that coefficient of variation)")
+    ] = "poisson",
+    concurrency: Annotated[int | None, typer.Option(
+        "--concurrency", help="a closed loop of this many users (instead of --rate)")] = None,
+    prompt: Annotated[str, typer.Option(
+        "--prompt", help="prompt tokens: N, uniform:LO,HI or lognormal:MEAN,SIGMA")] = "2048",
+    output: Annotated[str, typer.Option(
+        "--output", help="output tokens: N, uniform:LO,HI or lognormal:MEAN,SIGMA")] = "256",
+    requests: Annotated[int, typer.Option("--requests", help="requests to simulate")] = 1000,
+    trace: Annotated[Path | None, typer.Option(
+        "--trace", help="a JSONL or CSV file of arrival_s, prompt_tokens, output_tokens (instead "
+        "of --rate/--prompt/--output)")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="the workload's random seed")] = 0,
+    slo: Annotated[str | None, typer.Option(
+        "--slo", help="ttft=1s,itl=50ms: goodput counts requests within both; --find-* need "
+        "the p99 of each within it")] = None,
+    find_rate: Annotated[bool, typer.Option(
+        "--find-rate", help="bisect for the highest --rate that meets the SLO")] = False,
+    find_gpus: Annotated[bool, typer.Option(
+        "--find-gpus", help="the fewest GPUs (tp × pp × replicas) that serve --rate within the "
+        "SLO, and the frontier explored")] = False,
+    as_json: JsonOut = False,
+) -> None:
+    from ..model.config import ShapecalcError
+
+    try:
+        from ..model.deploy import mode_compute
+        from ..serve import search, sim
+        from ..serve import workload as W
+        from .options import resolve_model, resolve_workload
+        from .plan_options import gpu_option, plan_opts
+
+        if not gpu:
+            raise ShapecalcError("gpu", "serve needs --gpu NAME (see: shapecalc hardware)")
+        if find_rate and find_gpus:
+            raise ShapecalcError("find-rate", "give --find-rate or --find-gpus, not both")
+        if rate is not None and concurrency is not None:
+            raise ShapecalcError("concurrency", "give --rate or --concurrency, not both")
+        if find_gpus and rate is None:
+            raise ShapecalcError("rate", "--find-gpus needs --rate")
+        if trace is not None and (find_rate or find_gpus):
+            raise ShapecalcError("trace", "--find-rate and --find-gpus draw their own workload "
+                                 "(--prompt, --output); a trace fixes the arrivals")
+        opts = plan_opts(utilization, 1.0, 1.0, 1.0, None, compute_dtype or mode_compute(mode),
+                         "flash", max_batched_tokens, perf)
+        hw = gpu_option(gpu, hardware_dir, set_gpu)
+        model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+        wbase = {k: v for k, v in wbase.items() if k not in ("batch", "seq", "phase")}
+        wl = resolve_workload({"logits": "last", **wbase}, mode, dtype=dtype, kv_dtype=kv_dtype,
+                              act_dtype=act_dtype, tp=tp, pp=pp, ep=ep, block_size=block_size)
+        dep = sim.Deployment(model, wl, hw, opts, replicas, router, max_num_seqs, kv_blocks,
+                             shared_prefix)
+        target = sim.parse_slo(slo)
+        plens, olens = W.parse_lengths(prompt, "prompt"), W.parse_lengths(output, "output")
+        cv = W.parse_arrivals(arrivals)
+        head = {"model": model.name, "gpu": hw.name,
+                "deployment": {"tp": wl.tp, "pp": wl.pp, "ep": wl.ep, "replicas": replicas,
+                               "gpus": dep.gpus, "router": router, "dtype": wl.dtype,
+                               "kv_dtype": wl.kv, "act_dtype": wl.act,
+                               "block_size": wl.block_size, "max_num_seqs": max_num_seqs,
+                               "max_batched_tokens": opts.max_batched_tokens,
+                               "shared_prefix": shared_prefix},
+                "workload": {"requests": requests, "rate": rate, "arrivals": arrivals,
+                             "concurrency": concurrency, "prompt": prompt, "output": output,
+                             "trace": None if trace is None else str(trace), "seed": seed},
+                "slo": {"ttft_s": target.ttft_s, "itl_s": target.itl_s,
+                        "percentile": target.percentile}}
+        if find_rate or find_gpus:
+            probes = 0
+            with _progress("searching", None) as bar:
+                def tick() -> None:
+                    nonlocal probes
+                    probes += 1
+                    bar(probes, 0)
+
+                if find_rate:
+                    doc = {**head, "command": "find-rate",
+                           "find_rate": search.find_rate(dep, requests, plens, olens, seed, cv,
+                                                         target, tick)}
+                else:
+                    assert rate is not None
+                    fixed_tp = (wl.tp,) if tp is not None else None
+                    fixed_pp = (wl.pp,) if pp is not None else None
+                    doc = {**head, "command": "find-gpus",
+                           "find_gpus": search.find_gpus(dep, rate, requests, plens, olens, seed,
+                                                         cv, target, fixed_tp, fixed_pp, tick)}
+        else:
+            if trace is not None:
+                reqs = W.read_trace(trace)
+                arrival_rate = None
+            else:
+                reqs = W.generate(requests, rate, plens, olens, seed, cv)
+                arrival_rate = rate
+            eng = sim.engine(dep)
+            with _progress("simulating", len(reqs)) as bar:
+                reps, seqs = sim.run(dep, reqs, concurrency, bar)
+            doc = {**head, "command": "simulate", "kv_blocks_per_replica": eng.info["kv_blocks"],
+                   "kv_tokens_per_replica": eng.info["kv_tokens"],
+                   "perf_terms": eng.cost.pp.as_dict(),
+                   **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
+    except ShapecalcError as e:
+        fail(e)
+    if as_json:
+        emit_json(doc)
+        return
+    from ..render.console import make_console
+    from ..render.serve import print_serve
+
+    print_serve(doc, make_console())
+
+
+class _progress:
+    """A rich progress bar on stderr, only when stderr is a terminal; else a no-op."""
+
+    def __init__(self, what: str, total: int | None):
+        self.what, self.total = what, total
+        self.bar: Any = None
+
+    def __enter__(self) -> Callable[[int, int], None]:
+        if not sys.stderr.isatty():
+            return lambda done, total: None
+        from rich.console import Console
+        from rich.progress import Progress
+
+        self.bar = Progress(console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task(self.what, total=self.total)
+        return lambda done, total: self.bar.update(task, completed=done)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+HELP = {"serve": "Simulate a serving deployment under load: continuous batching (vLLM-like: "
+        "chunked prefill, paged KV cache with fit's blocks, preemption by recompute, prefix "
+        "caching) on --replicas of tp×pp GPUs, each iteration timed by the calibrated expected-"
+        "time model. Prints TTFT, inter-token and end-to-end latency percentiles, throughput, "
+        "goodput under --slo, preemptions, and KV-cache utilisation and queue length over "
+        "time. --find-rate and --find-gpus search. Leaves out: network, tokenizer, sampling "
+        "cost, speculative decoding."}
+COMMANDS: dict[str, Callable[..., Any]] = {"serve": serve}

@@ -1,0 +1,295 @@
+"""One replica's engine: vLLM's iteration-level scheduler over a paged KV cache.
+
+Each iteration (vLLM V1, simplified where noted):
+1. every decoding sequence gets one token; a sequence whose cache of L tokens fills its last
+   block (L % block_size == 0) needs a new block. When the free blocks do not suffice, the
+   lowest-priority running sequence (the last admitted) is preempted by recompute: its blocks
+   are freed and it goes back to the head of the queue, to prefill its prompt and the tokens it
+   had generated again;
+2. the token budget left (max_num_batched_tokens − decodes) goes to sequences part-way through
+   their prefill (chunked prefill), in admission order, then to waiting sequences, admitted only
+   while fewer than max_num_seqs run and the blocks of their chunk are free (a prefill that
+   cannot get its blocks takes the chunk they allow, and waits otherwise);
+3. the step's time is cost.IterationCost for its exact mix; a prefill that completes emits its
+   first token, every decode a token, at the end of the step.
+
+Kept in O(1) per iteration however many sequences decode: Σ L grows by the number of decoders
+each step; the sequences that need a block at step j are those whose (L0 − j0) ≡ −j (mod the
+block size), counted per residue; each sequence's last step is known when its decode starts.
+
+Fast-forward: while no prefill runs and no waiting sequence can be admitted (the queue is
+empty, max_num_seqs run, or the head's blocks are not free), the steps until the next finish,
+the next arrival or the next block shortage are pure decodes of the same B sequences on a cache
+growing by B a step. perf's terms are affine in that cache (FLOPs and bytes are), so the first
+step is perf.step_terms exactly and step i adds i× the difference to the second; each step is
+still its own iteration (its time, tokens and blocks), at a few hundred nanoseconds.
+
+Prefix caching (--shared-prefix N): every prompt starts with the same N tokens; their
+⌊N/block_size⌋ full blocks are held once (pinned), and once a prefill has computed them a newly
+admitted (or recomputed) sequence starts its prefill after them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .cost import IterationCost
+from .workload import Request
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    max_batched_tokens: int
+    block_size: int
+    num_blocks: int  # of the KV cache of one replica (fit's memory model)
+    shared_prefix: int = 0
+
+
+class Seq:
+    __slots__ = ("req", "tokens", "done", "blocks", "gen", "j0", "L0", "cls", "last_iter",
+                 "first", "last", "finish", "preemptions")
+
+    def __init__(self, req: Request):
+        self.req = req
+        self.tokens = req.prompt  # to prefill (prompt + generated after a preemption)
+        self.done = 0  # of those, computed
+        self.blocks = 0  # own blocks while prefilling
+        self.gen = 0  # tokens emitted (when the decode started, while decoding)
+        self.j0 = self.L0 = self.cls = self.last_iter = 0
+        self.first = self.last = self.finish = -1.0
+        self.preemptions = 0
+
+
+class Replica:
+    def __init__(self, cost: IterationCost, cfg: SchedulerConfig, on_finish: Callable[[Seq], None]
+                 | None = None, trace: bool = False):
+        self.cost, self.cfg = cost, cfg
+        self.on_finish = on_finish
+        bs = cfg.block_size
+        self.pb = cfg.shared_prefix // bs  # pinned prefix blocks
+        self.prefix_ready = False
+        self.free = cfg.num_blocks - self.pb
+        self.waiting: deque[Seq] = deque()
+        self.running: dict[int, Seq] = {}  # admission order
+        self.prefilling: dict[int, Seq] = {}
+        self.n_dec = 0
+        self.base = 0  # Σ (L0 − j0) over decoders: Σ L at step j = base + n_dec·j
+        self.cls = [0] * bs
+        self.finish_at: dict[int, dict[int, Seq]] = {}
+        self.it = 0
+        self.clock = 0.0
+        self.preemptions = 0
+        # spans of the timeline: start, seconds, used blocks, waiting, running (one iteration,
+        # or a fast-forwarded run of decode steps)
+        self.log: list[tuple[float, float, int, int, int]] = []
+        self.durs: list[float] = []  # each iteration's seconds
+        self.toks: list[int] = []  # and the decode tokens it emitted (inter-token gaps)
+        self.fast = not trace
+        self.gaps: list[float] = []  # inter-token gaps that span a preemption
+        self.trace = trace  # keep each iteration's schedule (tests, small runs)
+        self.schedule: list[dict[str, object]] = []
+        self.events: list[tuple[float, str, int]] = []
+
+    # -- queue ------------------------------------------------------------------------------------
+    def add(self, req: Request, now: float) -> Seq:
+        if not self.running and not self.waiting:
+            self.clock = max(self.clock, now)
+        s = Seq(req)
+        self.waiting.append(s)
+        return s
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    # -- one iteration ----------------------------------------------------------------------------
+    def _own(self, tokens: int) -> int:
+        """Blocks a sequence of `tokens` cached tokens holds besides the pinned prefix."""
+        return max(0, -(-tokens // self.cfg.block_size) - self.pb)
+
+    def _preempt(self, j: int) -> int:
+        """Preempt the last admitted running sequence; 1 if it was a decoder due a block now."""
+        _, s = self.running.popitem()
+        s.preemptions += 1
+        self.preemptions += 1
+        self.events.append((self.clock, "preempt", s.req.id))
+        due = 0
+        if s.req.id in self.prefilling:
+            del self.prefilling[s.req.id]
+            self.free += s.blocks
+        else:
+            L = s.L0 + j - s.j0
+            self.free += self._own(L)
+            self.n_dec -= 1
+            self.base -= s.L0 - s.j0
+            self.cls[s.cls] -= 1
+            due = int(s.cls == (-j) % self.cfg.block_size)
+            del self.finish_at[s.last_iter][s.req.id]
+            s.gen += j - s.j0
+        s.tokens = s.req.prompt + s.gen
+        s.done = s.blocks = 0
+        self.waiting.appendleft(s)
+        return due
+
+    def advance(self, until: float) -> None:
+        """The next iteration, or a fast-forwarded run of decode steps that start before
+        `until` (the next arrival)."""
+        if not (self.fast and self.n_dec and not self.prefilling and self._stretch(until)):
+            self.step()
+
+    def _blocked(self) -> bool:
+        """Whether no waiting sequence can be admitted until a sequence ends."""
+        if not self.waiting:
+            return True
+        cfg = self.cfg
+        if len(self.running) >= cfg.max_num_seqs or cfg.max_batched_tokens <= self.n_dec:
+            return True
+        s = self.waiting[0]
+        start = min(self.pb * cfg.block_size if self.prefix_ready else 0, s.tokens - 1)
+        k = min(s.tokens - start, cfg.max_batched_tokens - self.n_dec)
+        return self._own(start + k) > self.free  # blocks only shrink during decodes
+
+    def _stretch(self, until: float) -> int:
+        if not self._blocked():
+            return 0
+        bs, j, B = self.cfg.block_size, self.it, self.n_dec
+        stop = min(self.finish_at)  # handled by step(): its sequences end
+        cache = self.base + B * j
+        c0, m0, comm, over = self.cost.terms(0, 0, 0, 0, B, cache)
+        c1, m1, _, _ = self.cost.terms(0, 0, 0, 0, B, cache + B)
+        dc, dm = c1 - c0, m1 - m0
+        clock, free, cls = self.clock, self.free, self.cls
+        durs, toks = self.durs, self.toks
+        i = 0
+        while j + i < stop and clock < until:
+            need = cls[(-(j + i)) % bs]
+            if need > free:
+                break
+            free -= need
+            d = max(c0 + dc * i, m0 + dm * i) + comm + over
+            durs.append(d)
+            clock += d
+            i += 1
+        if i:
+            toks.extend([B] * i)
+            self.log.append((self.clock, clock - self.clock, self.cfg.num_blocks - free,
+                             len(self.waiting), len(self.running)))
+            self.clock, self.free = clock, free
+            self.it += i
+        return i
+
+    def step(self) -> None:
+        cfg, bs, j = self.cfg, self.cfg.block_size, self.it
+        need = self.cls[(-j) % bs]
+        while need > self.free:
+            need -= self._preempt(j)
+        self.free -= need
+        budget = cfg.max_batched_tokens - self.n_dec
+        chunks = n = sq = ctx = 0
+        done: list[Seq] = []
+        plan: list[tuple[int, int, int]] = []
+
+        def take(s: Seq, k: int) -> None:
+            nonlocal chunks, n, sq, ctx, budget
+            c = s.done
+            chunks += 1
+            n += k
+            sq += k * k + 2 * c * k
+            ctx += c
+            budget -= k
+            s.done += k
+            if self.trace:
+                plan.append((s.req.id, c, k))
+            if s.done == s.tokens:
+                done.append(s)
+
+        for s in list(self.prefilling.values()):
+            if budget <= 0:
+                break
+            k = min(s.tokens - s.done, budget)
+            extra = self._own(s.done + k) - s.blocks
+            if extra > self.free:  # the tokens its free blocks allow
+                k = (s.blocks + self.pb + self.free) * bs - s.done
+                if k <= 0:
+                    continue
+                extra = self._own(s.done + k) - s.blocks
+            self.free -= extra
+            s.blocks += extra
+            take(s, k)
+        hit = self.pb * bs if self.prefix_ready else 0
+        while budget > 0 and self.waiting and len(self.running) < cfg.max_num_seqs:
+            s = self.waiting[0]
+            start = min(hit, s.tokens - 1)  # the last token is computed to emit the next
+            k = min(s.tokens - start, budget)
+            blocks = self._own(start + k)
+            if blocks > self.free:
+                break
+            self.waiting.popleft()
+            self.running[s.req.id] = s
+            self.prefilling[s.req.id] = s
+            self.free -= blocks
+            s.blocks = blocks
+            s.done = start
+            take(s, k)
+        decodes = self.n_dec
+        if not chunks and not decodes:
+            if self.running:  # prefills stuck on blocks: free the last one's
+                self._preempt(j)
+            return
+        cache = self.base + decodes * j
+        d = self.cost.seconds(chunks, n, sq, ctx, decodes, cache)
+        start, end = self.clock, self.clock + d
+        self.log.append((start, d, self.cfg.num_blocks - self.free, len(self.waiting),
+                         len(self.running)))
+        self.durs.append(d)
+        self.toks.append(decodes)
+        if self.trace:
+            self.schedule.append({"iteration": j, "start_s": start, "seconds": d,
+                                  "prefill": plan, "decodes": decodes, "cache": cache,
+                                  "free_blocks": self.free})
+        self.clock = end
+        if self.pb and not self.prefix_ready and any(
+                s.done >= self.pb * bs for s in self.prefilling.values()):
+            self.prefix_ready = True
+        for s in self.finish_at.pop(j, {}).values():  # their last decode
+            self.free += self._own(s.L0 + j - s.j0 + 1)
+            self.n_dec -= 1
+            self.base -= s.L0 - s.j0
+            self.cls[s.cls] -= 1
+            del self.running[s.req.id]
+            s.gen = s.req.output
+            self._end(s, end)
+        for s in done:  # a prefill emits a token
+            del self.prefilling[s.req.id]
+            s.gen += 1
+            if s.gen == 1:
+                s.first = end
+            else:
+                self.gaps.append(end - s.last)
+            s.last = end
+            if s.gen == s.req.output:
+                self.free += s.blocks
+                del self.running[s.req.id]
+                self._end(s, end)
+                continue
+            s.L0, s.j0 = s.tokens, j + 1
+            s.cls = (s.L0 - s.j0) % bs
+            s.last_iter = s.j0 + (s.req.output - s.gen) - 1
+            self.cls[s.cls] += 1
+            self.n_dec += 1
+            self.base += s.L0 - s.j0
+            self.finish_at.setdefault(s.last_iter, {})[s.req.id] = s
+        self.it += 1
+
+    def _end(self, s: Seq, t: float) -> None:
+        s.finish = s.last = t
+        self.events.append((t, "finish", s.req.id))
+        if self.on_finish is not None:
+            self.on_finish(s)

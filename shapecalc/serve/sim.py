@@ -1,0 +1,374 @@
+"""Replicas behind a router, driven by a workload; the metrics of a run.
+
+A discrete-event loop: the busy replica whose clock is earliest runs its next iteration, unless a
+request arrives first (an arrival at the very time an iteration would start is queued first).
+The router sends each request, as it arrives, round-robin or to the replica with the fewest
+requests queued or running (ties: the lowest index). A closed loop of C users sends request
+k + C when request k ends.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..inputs.hardware import GPU
+from ..model.config import ModelConfig, ShapecalcError, Workload
+from ..plan.cases import closed_form_for
+from ..plan.fit import point
+from ..plan.options import PlanOptions, require_peak
+from ..plan.perf import perf_params
+from .cost import IterationCost
+from .scheduler import Replica, SchedulerConfig, Seq
+from .workload import Request
+
+ROUTERS = ("round-robin", "least-loaded")
+PERCENTILES = (50, 90, 99)
+TIMELINE_POINTS = 100
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_s: float | None = None
+    itl_s: float | None = None
+    percentile: int = 99  # the percentile of TTFT and ITL that must meet them
+
+
+def parse_slo(text: str | None) -> SLO:
+    """`ttft=1s,itl=50ms` (s, ms or us; a bare number is seconds)."""
+    if not text:
+        return SLO()
+    vals: dict[str, float] = {}
+    for item in (x.strip() for x in text.split(",")):
+        key, eq, v = item.partition("=")
+        key = key.strip().lower()
+        if not eq or key not in ("ttft", "itl"):
+            raise ShapecalcError("slo", f"expected ttft=TIME,itl=TIME (e.g. ttft=1s,itl=50ms), "
+                                 f"got {item!r}")
+        v = v.strip().lower()
+        scale = 1.0
+        for unit, k in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+            if v.endswith(unit):
+                v, scale = v[: -len(unit)], k
+                break
+        try:
+            x = float(v) * scale
+        except ValueError:
+            raise ShapecalcError("slo", f"{item!r}: {v!r} is not a time") from None
+        if not (x > 0 and math.isfinite(x)):
+            raise ShapecalcError("slo", f"{item!r}: the time must be > 0")
+        vals[key + "_s"] = x
+    return SLO(**vals)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One replica's model, parallelism (wl.tp/pp/ep), GPU and scheduler, and their count."""
+
+    model: ModelConfig
+    wl: Workload
+    gpu: GPU
+    opts: PlanOptions
+    replicas: int = 1
+    router: str = "round-robin"
+    max_num_seqs: int = 256
+    kv_blocks: int | None = None  # None: fit's memory model
+    shared_prefix: int = 0
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return max(self.wl.tp, self.wl.ep) * self.wl.pp
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_replica * self.replicas
+
+
+@dataclass
+class Engine:
+    cost: IterationCost
+    cfg: SchedulerConfig
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def kv_blocks(dep: Deployment, peak: float) -> int:
+    """Blocks of the paged KV cache a replica holds, as fit sizes it: the memory left beside
+    the weights, the reserve and the workspace of one prefill chunk of max_batched_tokens."""
+    cf = closed_form_for(dep.model, dep.wl)
+    mbt = dep.opts.max_batched_tokens or 8192
+    limit = cf.seq_limit("prefill")
+    seq = mbt if limit is None else min(mbt, limit)
+    tokens = point(cf, dep.gpu, dep.opts, dep.wl, peak, batch=1, seq=seq)["kv_tokens_fit"]
+    return int(tokens) // dep.wl.block_size
+
+
+def engine(dep: Deployment) -> Engine:
+    if dep.router not in ROUTERS:
+        raise ShapecalcError("router", f"{dep.router!r} is not one of {', '.join(ROUTERS)}")
+    if dep.replicas < 1:
+        raise ShapecalcError("replicas", f"must be ≥ 1, got {dep.replicas}")
+    mbt = dep.opts.max_batched_tokens
+    if mbt is None:
+        raise ShapecalcError("max-batched-tokens", "serve needs a token budget per iteration "
+                             "(> 0)")
+    if not 1 <= dep.max_num_seqs <= mbt:
+        raise ShapecalcError("max-num-seqs", f"must be in [1, --max-batched-tokens = {mbt}], got "
+                             f"{dep.max_num_seqs}")
+    if dep.shared_prefix < 0:
+        raise ShapecalcError("shared-prefix", f"must be ≥ 0, got {dep.shared_prefix}")
+    cf = closed_form_for(dep.model, dep.wl)
+    _, peak = require_peak(dep.gpu, dep.wl.act, dep.opts)
+    blocks = dep.kv_blocks if dep.kv_blocks is not None else kv_blocks(dep, peak)
+    if blocks < 1:
+        raise ShapecalcError("gpu", f"{dep.model.name} leaves no room for a KV cache on "
+                             f"{dep.gpu.name} at tp={dep.wl.tp}, pp={dep.wl.pp}")
+    cost = IterationCost(cf, dep.gpu, perf_params(dep.gpu, dep.opts.perf), dep.wl, peak)
+    cfg = SchedulerConfig(dep.max_num_seqs, mbt, dep.wl.block_size, blocks, dep.shared_prefix)
+    return Engine(cost, cfg, {"kv_blocks": blocks, "kv_tokens": blocks * dep.wl.block_size,
+                              "peak_flops": peak})
+
+
+def check_requests(dep: Deployment, eng: Engine, reqs: list[Request]) -> None:
+    """One line for a request no replica could ever serve."""
+    cap = eng.cfg.num_blocks * eng.cfg.block_size
+    limit = dep.model.max_positions if dep.model.positions == "learned" else None
+    for r in reqs:
+        if r.prompt + r.output > cap:
+            raise ShapecalcError("prompt", f"request {r.id}: {r.prompt} prompt + {r.output} output "
+                                 f"tokens exceed the KV cache of a replica ({cap:,} tokens: "
+                                 f"{eng.cfg.num_blocks:,} blocks of {eng.cfg.block_size})")
+        if limit is not None and r.prompt + r.output > limit:
+            raise ShapecalcError("prompt", f"request {r.id}: {r.prompt} + {r.output} tokens exceed "
+                                 f"the model's max_positions={limit}")
+        if r.prompt < dep.shared_prefix:
+            raise ShapecalcError("shared-prefix", f"request {r.id}: its prompt of {r.prompt} "
+                                 f"tokens is shorter than the shared prefix {dep.shared_prefix}")
+
+
+def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
+        progress: Callable[[int, int], None] | None = None, trace: bool = False,
+        eng: Engine | None = None) -> tuple[list[Replica], list[Seq]]:
+    """Simulate; returns the replicas (their logs) and each request's sequence, by id."""
+    eng = eng or engine(dep)
+    check_requests(dep, eng, reqs)
+    n = len(reqs)
+    seqs: list[Seq | None] = [None] * n
+    pending: list[tuple[float, int]] = []
+    nxt = n
+    if concurrency is None:
+        pending = [(r.arrival, r.id) for r in reqs]
+        heapq.heapify(pending)
+    else:
+        if concurrency < 1:
+            raise ShapecalcError("concurrency", f"must be ≥ 1, got {concurrency}")
+        nxt = min(concurrency, n)
+        pending = [(0.0, i) for i in range(nxt)]
+
+    def on_finish(s: Seq) -> None:
+        nonlocal nxt
+        if concurrency is not None and nxt < n:
+            heapq.heappush(pending, (s.finish, nxt))
+            nxt += 1
+
+    reps = [Replica(eng.cost, eng.cfg, on_finish, trace) for _ in range(dep.replicas)]
+    arrival = [r.arrival for r in reqs]
+    ready: list[tuple[float, int]] = []  # (clock, index) of busy replicas; stale entries skipped
+    k = steps = 0
+    while True:
+        while ready and not (reps[ready[0][1]].busy and reps[ready[0][1]].clock == ready[0][0]):
+            heapq.heappop(ready)
+        a = pending[0][0] if pending else math.inf
+        if ready and ready[0][0] < a:
+            _, idx = heapq.heappop(ready)
+            r = reps[idx]
+            before = (r.it, r.preemptions)
+            r.advance(a)
+            if (r.it, r.preemptions) == before:
+                raise AssertionError("serve: a replica made no progress")
+            if r.busy:
+                heapq.heappush(ready, (r.clock, idx))
+            steps += 1
+            if progress is not None and steps % 2000 == 0:
+                progress(sum(1 for s in seqs if s is not None and s.finish >= 0), n)
+            continue
+        if not pending:
+            break
+        t, i = heapq.heappop(pending)
+        req = reqs[i] if concurrency is None else replace(reqs[i], arrival=t)
+        arrival[i] = t
+        if dep.router == "round-robin":
+            idx = k % len(reps)
+        else:
+            idx = min(range(len(reps)), key=lambda x: reps[x].outstanding)
+        k += 1
+        was = reps[idx].busy
+        seqs[i] = reps[idx].add(req, t)
+        if not was:
+            heapq.heappush(ready, (reps[idx].clock, idx))
+    out = [s for s in seqs if s is not None]
+    assert len(out) == n and all(s.finish >= 0 for s in out)
+    if concurrency is not None:
+        for s in out:  # the arrival the loop gave it
+            s.req = replace(s.req, arrival=arrival[s.req.id])
+    if progress is not None:
+        progress(n, n)
+    return reps, out
+
+
+# -- metrics --------------------------------------------------------------------------------------
+
+
+def percentile(pairs: list[tuple[float, int]], q: float) -> float | None:
+    """Nearest rank over (value, weight) pairs sorted by value: the smallest value whose
+    cumulative weight reaches q% of the total."""
+    total = sum(w for _, w in pairs)
+    if total == 0:
+        return None
+    goal = q / 100.0 * total
+    acc = 0
+    for v, w in pairs:
+        acc += w
+        if acc >= goal:
+            return v
+    return pairs[-1][0]
+
+
+def summary(values: list[float] | list[tuple[float, int]]) -> dict[str, float | None]:
+    pairs = sorted(v if isinstance(v, tuple) else (v, 1) for v in values)
+    total = sum(w for _, w in pairs)
+    out: dict[str, float | None] = {f"p{q}": percentile(pairs, q) for q in PERCENTILES}
+    out["mean"] = sum(v * w for v, w in pairs) / total if total else None
+    out["max"] = pairs[-1][0] if pairs else None
+    return out
+
+
+def _itl(reps: list[Replica]) -> dict[str, float | None]:
+    """Inter-token gaps: each iteration's seconds, once for every decode token it emitted (the
+    previous token of a running sequence came at the end of the step before), and the gaps
+    across a preemption; nearest-rank percentiles, with NumPy (millions of steps)."""
+    import numpy as np
+
+    d = np.concatenate([np.asarray(rep.durs + rep.gaps, dtype=float) for rep in reps])
+    w = np.concatenate([np.asarray(rep.toks + [1] * len(rep.gaps), dtype=np.int64)
+                        for rep in reps])
+    keep = w > 0
+    d, w = d[keep], w[keep]
+    if not d.size:
+        return {**{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
+    order = np.argsort(d, kind="stable")
+    d, cum = d[order], np.cumsum(w[order])
+    total = int(cum[-1])
+    out: dict[str, float | None] = {}
+    for q in PERCENTILES:
+        i = int(np.searchsorted(cum, q / 100.0 * total, side="left"))
+        out[f"p{q}"] = float(d[min(i, d.size - 1)])
+    out["mean"] = float(np.dot(d, w[order]) / total)
+    out["max"] = float(d[-1])
+    return out
+
+
+def saturated(eng: Engine, reqs: list[Request]) -> dict[str, Any]:
+    """The decode-only ceiling of one replica: the most sequences that can decode at once (max
+    num_seqs, or the blocks of the shortest prompt plus a token each) at the shortest context.
+    A decode token costs least there (a step's time per sequence falls with the batch and
+    grows with the context) and a first token costs a prefill, so no run exceeds it."""
+    cfg = eng.cfg
+    pmin = min(r.prompt for r in reqs)
+    pb = cfg.shared_prefix // cfg.block_size
+    per = max(1, -(-(pmin + 1) // cfg.block_size) - pb)
+    b = max(1, min(cfg.max_num_seqs, (cfg.num_blocks - pb) // per))
+    step = eng.cost.decode(b, pmin)
+    return {"max_decode_batch": b, "decode_step_s": step, "output_tokens_per_s": b / step}
+
+
+def _buckets(reps: list[Replica], end: float) -> dict[str, list[float]]:
+    """The KV-cache utilisation (mean over replicas) and the waiting and running requests
+    (summed) over TIMELINE_POINTS equal spans of [0, end], time-weighted."""
+    m = TIMELINE_POINTS
+    width = end / m if end > 0 else 1.0
+    kv = [0.0] * m
+    wait = [0.0] * m
+    run_ = [0.0] * m
+    for rep in reps:
+        nb = rep.cfg.num_blocks
+        for start, d, used, w, r in rep.log:
+            s, e = start, start + d
+            i = min(int(s / width), m - 1)
+            while s < e and i < m:
+                hi = min(e, (i + 1) * width) if i < m - 1 else e
+                f = (hi - s) / width
+                kv[i] += f * used / nb / len(reps)
+                wait[i] += f * w
+                run_[i] += f * r
+                s = hi
+                i += 1
+    return {"t_s": [round((i + 0.5) * width, 9) for i in range(m)],
+            "kv_utilization": kv, "waiting": wait, "running": run_}
+
+
+def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], slo: SLO,
+            reqs: list[Request], rate: float | None) -> dict[str, Any]:
+    t0 = min(s.req.arrival for s in seqs)
+    end = max(s.finish for s in seqs)
+    span = max(end - t0, 1e-12)
+    ttft = [s.first - s.req.arrival for s in seqs]
+    e2e = [s.finish - s.req.arrival for s in seqs]
+    tpot = [(s.finish - s.first) / (s.req.output - 1) for s in seqs if s.req.output > 1]
+    itl = _itl(reps)
+    n = len(seqs)
+    inp = sum(s.req.prompt for s in seqs)
+    outp = sum(s.req.output for s in seqs)
+    gpus = dep.gpus
+    good = sum(
+        1 for s in seqs
+        if (slo.ttft_s is None or s.first - s.req.arrival <= slo.ttft_s)
+        and (slo.itl_s is None or s.req.output == 1
+             or (s.finish - s.first) / (s.req.output - 1) <= slo.itl_s))
+    ttft_sum, itl_sum = summary(ttft), itl
+    key = f"p{slo.percentile}"
+    met = ((slo.ttft_s is None or (ttft_sum[key] or 0.0) <= slo.ttft_s)
+           and (slo.itl_s is None or (itl_sum[key] or 0.0) <= slo.itl_s))
+    busy = sum(d * (w + r) for rep in reps for _, d, _, w, r in rep.log)
+    sat = saturated(eng, reqs)
+    iters = sum(len(rep.durs) for rep in reps)
+    kv_time = sum(d * used / rep.cfg.num_blocks for rep in reps for _, d, used, _, _ in rep.log)
+    wait_time = sum(d * w for rep in reps for _, d, _, w, _ in rep.log)
+    kv_max = max((used / rep.cfg.num_blocks for rep in reps for _, _, used, _, _ in rep.log),
+                 default=0.0)
+    wait_max = max((w for rep in reps for _, _, _, w, _ in rep.log), default=0)
+    return {
+        "requests": n,
+        "duration_s": span,
+        "iterations": iters,
+        "ttft_s": ttft_sum,
+        "itl_s": itl_sum,
+        "tpot_s": summary(tpot),
+        "e2e_s": summary(e2e),
+        "throughput": {
+            "requests_per_s": n / span,
+            "input_tokens_per_s": inp / span,
+            "output_tokens_per_s": outp / span,
+            "requests_per_s_per_gpu": n / span / gpus,
+            "input_tokens_per_s_per_gpu": inp / span / gpus,
+            "output_tokens_per_s_per_gpu": outp / span / gpus,
+        },
+        "goodput": {
+            "slo": {"ttft_s": slo.ttft_s, "itl_s": slo.itl_s},
+            "requests_per_s": good / span,
+            "fraction": good / n,
+        },
+        "slo_met": met,
+        "slo_percentile": slo.percentile,
+        "preemptions": sum(rep.preemptions for rep in reps),
+        # time-weighted over [first arrival, last finish] (idle time: an empty cache and queue)
+        "kv_utilization": {"mean": kv_time / len(reps) / span, "max": kv_max},
+        "queue": {"mean": wait_time / span, "max": wait_max},
+        "littles_law": {"mean_in_flight": busy / span,
+                        "arrival_rate_x_mean_latency": None if rate is None
+                        else rate * sum(e2e) / n},
+        "saturated_per_replica": sat,
+        "timeline": _buckets(reps, end),
+    }
