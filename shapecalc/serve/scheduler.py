@@ -133,6 +133,7 @@ class Replica:
             due = int(s.cls == (-j) % self.cfg.block_size)
             del self.finish_at[s.last_iter][s.req.id]
             s.gen += j - s.j0
+            s.last = self.clock  # its last token: the end of the step before
         s.tokens = s.req.prompt + s.gen
         s.done = s.blocks = 0
         self.waiting.appendleft(s)
