@@ -4,6 +4,7 @@ and a hand-checked schedule with one preemption."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -249,7 +250,7 @@ def test_least_loaded_router_and_replicas():
 def test_closed_loop_keeps_concurrency():
     dep = _dep()
     reqs = _fixed(40, 256, 32)
-    eng, reps, seqs = _run(dep, reqs, concurrency=4)
+    _eng, reps, seqs = _run(dep, reqs, concurrency=4)
     rep = reps[0]
     assert max(r for _, _, _, _, r in rep.log) <= 4
     starts = sorted(s.req.arrival for s in seqs)
@@ -264,11 +265,11 @@ def test_workload_lengths_and_trace(tmp_path):
     mean = sum(r.prompt for r in rng_reqs) / len(rng_reqs)
     assert mean == pytest.approx(500, rel=0.05)
     assert {r.output for r in rng_reqs} == set(range(10, 21))
-    gaps = [b.arrival - a.arrival for a, b in zip(rng_reqs, rng_reqs[1:], strict=False)]
+    gaps = [b.arrival - a.arrival for a, b in itertools.pairwise(rng_reqs)]
     assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.05)
     cv = 3.0
     g = W.generate(5000, 10.0, W.Lengths("fixed", 1), W.Lengths("fixed", 1), 2, cv)
-    gg = [b.arrival - a.arrival for a, b in zip(g, g[1:], strict=False)]
+    gg = [b.arrival - a.arrival for a, b in itertools.pairwise(g)]
     m = sum(gg) / len(gg)
     sd = math.sqrt(sum((x - m) ** 2 for x in gg) / len(gg))
     assert m == pytest.approx(0.1, rel=0.1) and sd / m == pytest.approx(cv, rel=0.15)

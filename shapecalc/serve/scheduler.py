@@ -49,8 +49,21 @@ class SchedulerConfig:
 
 
 class Seq:
-    __slots__ = ("req", "tokens", "done", "blocks", "gen", "j0", "L0", "cls", "last_iter",
-                 "first", "last", "finish", "preemptions")
+    __slots__ = (
+        "L0",
+        "blocks",
+        "cls",
+        "done",
+        "finish",
+        "first",
+        "gen",
+        "j0",
+        "last",
+        "last_iter",
+        "preemptions",
+        "req",
+        "tokens",
+    )
 
     def __init__(self, req: Request):
         self.req = req
@@ -246,13 +259,13 @@ class Replica:
             return
         cache = self.base + decodes * j
         d = self.cost.seconds(chunks, n, sq, ctx, decodes, cache)
-        start, end = self.clock, self.clock + d
-        self.log.append((start, d, self.cfg.num_blocks - self.free, len(self.waiting),
+        t0, end = self.clock, self.clock + d
+        self.log.append((t0, d, self.cfg.num_blocks - self.free, len(self.waiting),
                          len(self.running)))
         self.durs.append(d)
         self.toks.append(decodes)
         if self.trace:
-            self.schedule.append({"iteration": j, "start_s": start, "seconds": d,
+            self.schedule.append({"iteration": j, "start_s": t0, "seconds": d,
                                   "prefill": plan, "decodes": decodes, "cache": cache,
                                   "free_blocks": self.free})
         self.clock = end

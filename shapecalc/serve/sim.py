@@ -61,7 +61,7 @@ def parse_slo(text: str | None) -> SLO:
         if not (x > 0 and math.isfinite(x)):
             raise ShapecalcError("slo", f"{item!r}: the time must be > 0")
         vals[key + "_s"] = x
-    return SLO(**vals)
+    return SLO(vals.get("ttft_s"), vals.get("itl_s"))
 
 
 @dataclass(frozen=True)
