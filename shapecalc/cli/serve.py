@@ -103,7 +103,6 @@ def serve(
     from ..model.config import ShapecalcError
 
     try:
-        from ..model.deploy import mode_compute
         from ..serve import search, sim
         from ..serve import workload as W
         from .options import resolve_model, resolve_workload
@@ -120,7 +119,7 @@ def serve(
         if trace is not None and (find_rate or find_gpus):
             raise ShapecalcError("trace", "--find-rate and --find-gpus draw their own workload "
                                  "(--prompt, --output); a trace fixes the arrivals")
-        opts = plan_opts(utilization, 1.0, 1.0, 1.0, None, compute_dtype or mode_compute(mode),
+        opts = plan_opts(utilization, 1.0, 1.0, 1.0, None, compute_dtype,
                          "flash", max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)

@@ -27,8 +27,8 @@ from ..model.config import DTYPE_BITS, ShapecalcError, Workload
 from ..plan.perf import PerfParams, step_seconds, step_terms
 
 # the totals of a step that depend on its tokens (the rest are per-rank constants)
-VARYING = ("flops", "flops_per_rank", "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total",
-           "boundary_bytes_total")
+VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
+           "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total", "boundary_bytes_total")
 CONSTANT = ("params_per_rank", "embed_params_per_rank", "tp", "allreduce_per_layer",
             "expert_params_per_rank", "expert_params", "params")
 
