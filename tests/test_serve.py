@@ -60,29 +60,28 @@ def test_cost_reproduces_closed_form_at_any_batch_and_length(name, tp):
 
 
 @pytest.mark.parametrize("name", ["llama3-8b", "qwen3-30b-a3b"])
-def test_chunks_add_up_to_the_whole_prefill_under_causal_attention(name):
-    """With causal attention FLOPs a prompt split into chunks costs the whole prefill plus one
-    LM head per extra chunk, and a one-token chunk on L cached tokens costs a decode step on L:
-    the context offsets are right, not only the c = 0 case the coefficients come from."""
+@pytest.mark.parametrize("counted", ["full", "causal"])
+def test_chunks_add_up_to_the_whole_prefill_under_causal_attention(name, counted):
+    """The causal FLOPs (what the time model runs) of a prompt split into chunks are the whole
+    prefill's plus one LM head per extra chunk, and a one-token chunk on L cached tokens costs a
+    decode step on L: the context offsets are right, not only the c = 0 the coefficients come
+    from. (Whatever --attention-flops counts; under `causal` also the counted FLOPs.)"""
     model = load_preset(name)
-    wl = Workload(seq=1, tp=1, logits="last", attention_flops="causal")
-    cf = ClosedForm(model, logits="last", attention_flops="causal")
+    wl = Workload(seq=1, tp=1, logits="last", attention_flops=counted)
+    cf = ClosedForm(model, logits="last", attention_flops=counted)
     ic = IterationCost(cf, H100, perf_params(H100), wl, H100.peak("bf16"))
-    head = ic.totals(1, 1, 1, 0, 0, 0)["flops"] - ic.totals(1, 2, 4, 0, 0, 0)["flops"] \
-        + ic.totals(1, 1, 1, 0, 0, 0)["flops"]  # S(0) = 2·S(1) − S(2) + … : the LM head
-    whole = cf.at(1, 1500, "prefill", 1)["flops"]
-    parts = [(0, 700), (700, 512), (1212, 288)]
-    got = sum(ic.totals(1, n, n * n + 2 * c * n, c, 0, 0)["flops"] for c, n in parts)
-    per_seq = cf.at(1, 1, "prefill", 1)["flops"] - (cf.at(1, 2, "prefill", 1)["flops"]
-                                                    - cf.at(1, 1, "prefill", 1)["flops"])
-    assert head != 0 and per_seq != 0
-    # S(0): the per-sequence constant, read from the closed form at T = 1, 2, 3
-    s = [cf.at(1, t, "prefill", 1)["flops"] for t in (1, 2, 3)]
-    s0 = 3 * s[0] - 3 * s[1] + s[2]
-    assert got == whole + 2 * s0
-    for L in (1, 100, 4095):
-        chunk = ic.totals(1, 1, 1 + 2 * L, L, 0, 0)["flops"]
-        assert chunk == cf.at(1, L, "decode", 1)["flops"], L
+    keys = ["causal_flops"] + (["flops"] if counted == "causal" else [])
+    for key in keys:
+        whole = cf.at(1, 1500, "prefill", 1)[key]
+        parts = [(0, 700), (700, 512), (1212, 288)]
+        got = sum(ic.totals(1, n, n * n + 2 * c * n, c, 0, 0)[key] for c, n in parts)
+        # S(0), the per-sequence constant (the LM head), from the closed form at T = 1, 2, 3
+        s = [cf.at(1, t, "prefill", 1)[key] for t in (1, 2, 3)]
+        s0 = 3 * s[0] - 3 * s[1] + s[2]
+        assert s0 > 0 and got == whole + 2 * s0, key
+        for L in (1, 100, 4095):
+            chunk = ic.totals(1, 1, 1 + 2 * L, L, 0, 0)[key]
+            assert chunk == cf.at(1, L, "decode", 1)[key], (key, L)
 
 
 # -- a static batch is fit's ---------------------------------------------------------------------

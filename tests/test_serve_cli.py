@@ -170,3 +170,17 @@ def test_random_traces_conserve_blocks_and_tokens(rows, blocks, budget, seqs, pr
         results.append([(s.first, s.finish) for s in done])
     for (f1, e1), (f2, e2) in zip(*results, strict=True):
         assert f1 == pytest.approx(f2, rel=1e-9) and e1 == pytest.approx(e2, rel=1e-9)
+
+
+def test_find_rate_and_trace_from_the_command_line(cli, tmp_path):
+    r = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--prompt", "512", "--output",
+            "64", "--requests", "60", "--max-batched-tokens", "1024", "--slo",
+            "ttft=300ms,itl=40ms", "--find-rate")
+    assert r.code == 0, r.err
+    assert "--find-rate probes" in r.out and "highest rate within the SLO" in r.out
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,5\n0.5,300,7\n")
+    doc = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--trace", str(trace),
+              "--json").json()
+    assert doc["requests"] == 2 and doc["throughput"]["output_tokens_per_s"] == pytest.approx(
+        12 / doc["duration_s"])

@@ -47,7 +47,7 @@ def print_chart(doc: dict[str, Any], console: Any) -> None:
     console.print(f"[bold]over time[/bold] (0 … {_t(end)}, {len(tl['t_s'])} spans, "
                   "each column a mean)")
     console.print(f"  KV cache  {spark(tl['kv_utilization'], 1.0, width)}  0–100 %")
-    console.print(f"  queue     {spark(tl['waiting'], qmax, width)}  0–{qmax:,.0f} waiting")
+    console.print(f"  queue     {spark(tl['waiting'], qmax, width)}  0–{qmax:.3g} waiting (mean)")
 
 
 def print_metrics(doc: dict[str, Any], console: Any) -> None:

@@ -19,7 +19,7 @@ from . import sim
 from .workload import Lengths, Request, generate
 
 BISECTIONS = 12
-CANDIDATE_TP = (1, 2, 4, 8)
+CANDIDATE_TP = (8, 4, 2, 1)  # the largest first: its plan bounds the others' search
 CANDIDATE_PP = (1, 2, 4)
 MAX_REPLICAS = 256
 
@@ -43,7 +43,7 @@ def find_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, see
     eng = sim.engine(dep)
     probe_reqs = generate(n, 1.0, prompt, output, seed, cv)
     sat = sim.saturated(eng, probe_reqs)
-    hi = sat["output_tokens_per_s"] / output.mean * dep.replicas
+    hi = ceiling = sat["output_tokens_per_s"] / output.mean * dep.replicas
     lo = hi / 1000.0
     tried: list[dict[str, Any]] = []
 
@@ -67,14 +67,14 @@ def find_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, see
         return {"rate": hi, "reason": "meets the SLO at the decode-only ceiling",
                 "ceiling_requests_per_s": hi, "probes": tried, "at_rate": m_hi}
     for _ in range(BISECTIONS):
-        mid = math.sqrt(lo * hi)  if hi / lo > 4 else (lo + hi) / 2
+        mid = math.sqrt(lo * hi) if hi / lo > 4 else (lo + hi) / 2
         g, m = ok(mid)
         if g:
             lo, best = mid, m
         else:
             hi = mid
     return {"rate": lo, "reason": f"bisection ({BISECTIONS} steps)", "ceiling_requests_per_s":
-            hi, "probes": tried, "at_rate": best}
+            ceiling, "probes": tried, "at_rate": best}
 
 
 def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output: Lengths,
@@ -133,15 +133,25 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
                         tick()
                 return seen[r]
 
+            # no more replicas than the best plan so far has GPUs: they could not beat it
+            best = min((x["gpus"] for x in frontier if x["slo_met"]), default=None)
+            cap = MAX_REPLICAS if best is None else min(MAX_REPLICAS,
+                                                        (best - 1) // base.gpus_per_replica)
             r = max(1, math.ceil(rate / per))
+            if r > cap:
+                notes.append(f"tp={p} pp={s}: {r} replicas (the decode-only ceiling's count) "
+                             f"need as many GPUs as the best plan so far, or more")
+                continue
             bad = 0
             while not meets(r):
                 bad = r
-                r *= 2
-                if r > MAX_REPLICAS:
+                if r == cap:
                     break
-            if r > MAX_REPLICAS:
-                notes.append(f"tp={p} pp={s}: the SLO is missed with {bad} replicas")
+                r = min(2 * r, cap)
+            if not seen[r]:
+                notes.append(f"tp={p} pp={s}: the SLO is missed with {bad} replicas"
+                             + ("" if cap == MAX_REPLICAS else
+                                " (more would need as many GPUs as the best plan so far)"))
                 continue
             while r - bad > 1:  # bad fails (or is 0), r meets
                 mid = (bad + r) // 2

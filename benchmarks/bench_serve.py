@@ -1,0 +1,88 @@
+"""`serve` side by side: the closed-form simulator, the same without fast-forward, and a naive
+per-iteration trace (the symbolic interpreter run for each iteration's mix), in one run.
+
+- the issue's speed case: 10,000 requests of 2048-in/500-out on one replica of llama3-70b tp=4
+  (H100-SXM), at t = 0 (max load) and at 3 requests/s: wall time, simulated iterations/s and
+  requests/s (target: under 5 s on a 2-core machine);
+- the same runs stepped one iteration at a time (no fast-forward of pure-decode runs);
+- the naive per-iteration trace: `build_trace` (the symbolic interpreter) for a decode step of
+  each of a sample of the run's iterations (B = its decodes, T = their mean cache), its
+  iterations/s and the time the whole run would take at that rate;
+- a `--find-gpus` search (llama3-70b, 20 requests/s, 2048/256, SLO ttft=1s,itl=50ms, 2000
+  requests; target: under a minute).
+
+    python benchmarks/bench_serve.py [naive-sample-iterations]
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from shapecalc.costs.trace import build_trace
+from shapecalc.inputs.hardware import load_gpu
+from shapecalc.inputs.sources import load_preset
+from shapecalc.model.config import Workload
+from shapecalc.plan.options import PlanOptions
+from shapecalc.serve import search, sim
+from shapecalc.serve import workload as W
+
+MODEL, GPU, TP = "llama3-70b", "h100-sxm", 4
+N, PROMPT, OUTPUT = 10_000, 2048, 500
+
+
+def simulate(dep: sim.Deployment, reqs: list[W.Request], fast: bool) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    eng = sim.engine(dep)
+    reps, seqs = sim.run(dep, reqs, eng=eng, trace=not fast)
+    m = sim.metrics(dep, eng, reps, seqs, sim.SLO(), reqs, None)
+    for rep in reps:
+        rep.schedule.clear()
+    return time.perf_counter() - t0, m
+
+
+def main() -> None:
+    sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+    model = load_preset(MODEL)
+    wl = Workload(seq=1, tp=TP, logits="last")
+    dep = sim.Deployment(model, wl, load_gpu(GPU), PlanOptions())
+    print(f"{MODEL} tp={TP} on {GPU}, {N:,} requests of {PROMPT}-in/{OUTPUT}-out, one replica")
+    print(f"{'case':<34}{'wall s':>9}{'iterations':>12}{'iter/s':>12}{'req/s':>10}")
+    for label, rate in (("max load (all at t=0)", None), ("3 requests/s", 3.0)):
+        reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT), 0)
+        wall, m = simulate(dep, reqs, True)
+        it = m["iterations"]
+        print(f"{'closed form, ' + label:<34}{wall:>9.2f}{it:>12,}{it / wall:>12,.0f}"
+              f"{N / wall:>10,.0f}")
+        wall2, m2 = simulate(dep, reqs, False)
+        print(f"{'  step by step':<34}{wall2:>9.2f}{m2['iterations']:>12,}"
+              f"{m2['iterations'] / wall2:>12,.0f}{N / wall2:>10,.0f}   "
+              f"(fast-forward ×{wall2 / wall:.1f})")
+        # the naive per-iteration trace, on a sample of this run's decode mixes
+        rng = random.Random(0)
+        mixes = [(rng.randint(1, 256), rng.randint(PROMPT, PROMPT + OUTPUT))
+                 for _ in range(sample)]
+        t0 = time.perf_counter()
+        for b, t in mixes:
+            build_trace(model, Workload(batch=b, seq=t, phase="decode", tp=TP, logits="last"))
+        per = (time.perf_counter() - t0) / sample
+        print(f"{'  naive per-iteration trace':<34}{per * it:>9.0f}{it:>12,}{1 / per:>12,.0f}"
+              f"{N / (per * it):>10,.2f}   (extrapolated from {sample} iterations; "
+              f"closed form ×{per * it / wall:,.0f})")
+    reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
+    t0 = time.perf_counter()
+    out = search.find_gpus(dep, reqs_rate, 2000, W.Lengths("fixed", PROMPT),
+                           W.Lengths("fixed", 256), 0, None, slo)
+    wall = time.perf_counter() - t0
+    plan = out["plan"]
+    print(f"--find-gpus at {reqs_rate:g} req/s, 2048/256, ttft=1s,itl=50ms: {wall:.1f} s, "
+          f"{len(out['frontier'])} simulations; plan: {plan and plan['gpus']} GPUs "
+          f"({plan and plan['replicas']} × tp={plan and plan['tp']})")
+
+
+if __name__ == "__main__":
+    main()
