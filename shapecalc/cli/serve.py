@@ -66,7 +66,7 @@ def serve(
     ] = 256,
     kv_blocks: Annotated[int | None, typer.Option(
         "--kv-blocks", help="KV-cache blocks per replica (default: what fit's memory model "
-        "leaves)")] = None,
+        "leaves)", show_default="fit's memory model")] = None,
     shared_prefix: Annotated[int, typer.Option(
         "--shared-prefix", help="tokens of a system prompt every request starts with, cached "
         "once (prefix caching); 0: none")] = 0,
@@ -75,12 +75,14 @@ def serve(
         "--router", help="round-robin | least-loaded (fewest requests queued or running)")
     ] = "round-robin",
     rate: Annotated[float | None, typer.Option(
-        "--rate", help="arrivals per second (default: all requests at t=0)")] = None,
+        "--rate", help="arrivals per second", show_default="all requests at t=0 (maximum load)")
+    ] = None,
     arrivals: Annotated[str, typer.Option(
         "--arrivals", help="poisson | gamma:CV (gaps with that coefficient of variation)")
     ] = "poisson",
     concurrency: Annotated[int | None, typer.Option(
-        "--concurrency", help="a closed loop of this many users (instead of --rate)")] = None,
+        "--concurrency", help="a closed loop of this many users (instead of --rate)",
+        show_default="none: open loop")] = None,
     prompt: Annotated[str, typer.Option(
         "--prompt", help="prompt tokens: N, uniform:LO,HI or lognormal:MEAN,SIGMA")] = "2048",
     output: Annotated[str, typer.Option(
@@ -88,11 +90,11 @@ def serve(
     requests: Annotated[int, typer.Option("--requests", help="requests to simulate")] = 1000,
     trace: Annotated[Path | None, typer.Option(
         "--trace", help="a JSONL or CSV file of arrival_s, prompt_tokens, output_tokens (instead "
-        "of --rate/--prompt/--output)")] = None,
+        "of --rate/--prompt/--output)", show_default="none: drawn")] = None,
     seed: Annotated[int, typer.Option("--seed", help="the workload's random seed")] = 0,
     slo: Annotated[str | None, typer.Option(
         "--slo", help="ttft=1s,itl=50ms: goodput counts requests within both; --find-* need "
-        "the p99 of each within it")] = None,
+        "the p99 of each within it", show_default="none")] = None,
     find_rate: Annotated[bool, typer.Option(
         "--find-rate", help="bisect for the highest --rate that meets the SLO")] = False,
     find_gpus: Annotated[bool, typer.Option(
