@@ -32,6 +32,14 @@ OUTPUTS = {
     "sweep": ["sweep", "llama3-8b", "--gpu", GPU, "--price", "2", "--format", "jsonl"],
     "verify": ["verify", "--json"],
     "explain": ["explain", "--json"],
+    "serve": ["serve", "--preset", "llama3-8b", "--gpu", GPU, "--rate", "2", "--prompt", "512",
+              "--output", "32", "--requests", "30", "--slo", "ttft=1s,itl=50ms", "--json"],
+    "serve-find-rate": ["serve", "--preset", "llama3-8b", "--gpu", GPU, "--prompt", "512",
+                        "--output", "32", "--requests", "30", "--slo", "ttft=1s,itl=50ms",
+                        "--max-batched-tokens", "1024", "--find-rate", "--json"],
+    "serve-find-gpus": ["serve", "--preset", "llama3-8b", "--gpu", GPU, "--rate", "2", "--prompt",
+                        "512", "--output", "32", "--requests", "30", "--slo", "ttft=1s,itl=50ms",
+                        "--max-batched-tokens", "1024", "--find-gpus", "--json"],
 }
 KEYLIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -137,7 +145,7 @@ NOT_OUTPUT = ("## Python API", "## Architecture", "## Benchmarks", "## Tests")
 # backticked names in those paragraphs that are other programs' (not JSON keys)
 FOREIGN = {"max_num_batched_tokens"}  # vLLM's engine argument, named beside --max-batched-tokens
 COMMANDS = {"trace", "fit", "compare", "sweep", "verify", "explain", "presets", "hardware",
-            "schema", "calibrate"}
+            "schema", "calibrate", "serve"}
 
 
 def json_paragraphs() -> list[str]:
