@@ -95,6 +95,10 @@ def assert_self_contained(text: str, doc: Doc) -> None:
         assert "url(" not in style and "@import" not in style
     for script in doc.scripts:
         assert "fetch(" not in script and "XMLHttpRequest" not in script
+    ids = [a["id"] for _, a in doc.tags if a.get("id")]
+    assert len(ids) == len(set(ids)), ids  # "copy as TSV" finds its table by id
+    tables = {a.get("id") for t, a in doc.tags if t == "table"}
+    assert all(a["data-table"] in tables for t, a in doc.tags if t == "button")
     urls = re.findall(r"https?://[^\s\"'<>]+", text)
     assert set(urls) <= {"http://www.w3.org/2000/svg"}, urls
 

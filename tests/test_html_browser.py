@@ -73,11 +73,12 @@ def shots(tmp_path):
 
 def test_trace_report_in_chromium(cli, browser, tmp_path, shots):
     """The widest trace: gemma3 (two layer kinds) with one rank's stages as well; the FLOPs
-    column sorts by its exact values, both ways."""
+    column sorts by its exact values, both ways; "copy as TSV" copies exact values."""
     html, svg = tmp_path / "trace.html", tmp_path / "trace.svg"
     r = cli("trace", "--preset", "gemma3-27b", "--tp", "4", "--per-rank", "--html", str(html),
             "--svg", str(svg))
     assert r.code == 0, r.err
+    doc = cli("trace", "--preset", "gemma3-27b", "--tp", "4", "--json").json()
     page = check_page(browser, html, "gemma3-27b: prefill, B=1, T=2048", shots)
     flops = "Array.from(document.querySelectorAll('#stages tbody tr')).map(function(r){" \
             "return r.cells[5].dataset.v})"
@@ -87,6 +88,14 @@ def test_trace_report_in_chromium(cli, browser, tmp_path, shots):
     page.evaluate("document.querySelector('#stages thead th:nth-child(6)').click()")
     assert [int(v) for v in page.evaluate(flops)] == sorted(before, reverse=True)
     assert page.evaluate("document.querySelectorAll('svg.chart').length") == 3
+    # "copy as TSV" copies the exact values (the clipboard is stubbed: headless has none)
+    copied = page.evaluate(
+        "new Promise(function(r){Object.defineProperty(navigator,'clipboard',{configurable:true,"
+        "value:{writeText:function(t){r(t);return Promise.resolve()}}});"
+        "document.querySelector('button[data-table=totals]').click()})")
+    lines = [x.split("\t") for x in copied.split("\n")]
+    assert lines[0] == ["key", "value", "", "meaning"]
+    assert dict((x[0], x[1]) for x in lines[1:])["totals.params"] == str(doc["totals"]["params"])
     page.close()
     # the SVG picture: no font or anything else fetched (rich's own fetched Fira Code from a CDN)
     page = check_page(browser, svg, None, shots)

@@ -135,7 +135,7 @@ def page(title: str, subtitle: str, sections: Iterable[str], data: Any = None) -
 
 
 def section(title: str, *parts: str, id_: str | None = None) -> str:
-    ident = f' id="{esc(id_)}"' if id_ else ""
+    ident = f' id="{esc(id_)}-section"' if id_ else ""  # the bare id is its table's
     return f"<section{ident}>\n<h2>{esc(title)}</h2>\n" + "\n".join(parts) + "\n</section>"
 
 
