@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "GPU profile."),
     "serve": ("serve", "Simulate serving under load: latency percentiles, throughput, goodput, "
               "and the GPUs an SLO needs."),
+    "train": ("train", "One training step: FLOPs, per-rank memory by term, batch and ledgers."),
 }
 
 

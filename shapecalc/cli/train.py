@@ -1,0 +1,98 @@
+"""`shapecalc train`: one training step's FLOPs (forward, backward, recompute), per-rank memory
+by term, the batch arithmetic, and the DP/TP/PP ledgers (shapecalc/train/report.py).
+
+Loaded when invoked (lazy.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .options import (
+    EP,
+    PP,
+    TP,
+    ConfigFile,
+    HFConfig,
+    JsonOut,
+    Preset,
+    PresetsDir,
+    Seq,
+    Sets,
+    emit_json,
+    fail,
+    resolve_model,
+    resolve_workload,
+)
+from .plan_options import Gpu, HardwareDir, SetGpu, gpu_option
+
+
+def train(
+    preset: Preset = None,
+    config: ConfigFile = None,
+    hf_config: HFConfig = None,
+    set_: Sets = None,
+    presets_dir: PresetsDir = None,
+    seq: Seq = None,
+    micro_batch: Annotated[int | None, typer.Option(
+        "--micro-batch", "--batch", "-b", help="b: sequences per micro-batch (default 1)")] = None,
+    grad_accum: Annotated[int | None, typer.Option(
+        "--grad-accum", help="m: micro-batches accumulated per step (default: from "
+        "--global-batch, else 1)")] = None,
+    global_batch: Annotated[int | None, typer.Option(
+        "--global-batch", help="sequences per step: micro-batch × grad-accum × dp "
+        "(checked)")] = None,
+    tp: TP = None,
+    pp: PP = None,
+    ep: EP = None,
+    dp: Annotated[int, typer.Option("--dp", help="data-parallel degree", min=1)] = 1,
+    zero: Annotated[int, typer.Option(
+        "--zero", help="ZeRO stage over the dp group: 0 none, 1 optimizer states, 2 + "
+        "gradients, 3 + weights (FSDP)")] = 0,
+    precision: Annotated[str, typer.Option(
+        "--precision", help="mixed (bf16 + fp32 master + AdamW: 16 B/param) | fp32 (AdamW: 16 "
+        "B/param) | adam8bit (bf16 + fp32 master + 8-bit m, v: 10 B/param)")] = "mixed",
+    recompute: Annotated[str, typer.Option(
+        "--recompute", help="none | selective (attention core, Korthikanti et al.) | full "
+        "(Megatron: each layer's forward again) | torch (torch.utils.checkpoint per layer, as "
+        "transformers' gradient checkpointing)")] = "none",
+    gpu: Gpu = None,
+    hardware_dir: HardwareDir = None,
+    set_gpu: SetGpu = None,
+    as_json: JsonOut = False,
+) -> None:
+    from ..model.config import ShapecalcError
+
+    try:
+        from ..train.report import ACT_DTYPE, build_train
+
+        model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+        if dp < 1:
+            raise ShapecalcError("dp", f"must be ≥ 1, not {dp}")
+        width = ACT_DTYPE.get(precision, "bf16")
+        wl = resolve_workload(wbase, batch=micro_batch if micro_batch is not None else 1,
+                              seq=seq, tp=tp, pp=pp, ep=ep, dtype=width, phase="prefill",
+                              logits="all")
+        card = gpu_option(gpu, hardware_dir, set_gpu)
+        doc = build_train(model, wl, dp=dp, zero=zero, precision=precision,
+                          recompute=recompute, grad_accum=grad_accum, global_batch=global_batch,
+                          gpu_memory=card.memory_bytes if card else None,
+                          gpu_name=card.name if card else None)
+        if as_json:
+            emit_json(doc)
+            return
+        from ..render.train import train_text
+
+        typer.echo(train_text(doc))
+    except ShapecalcError as e:
+        fail(e)
+
+
+COMMANDS = {"train": train}
+HELP = {"train": (
+    "One training step: forward, backward and recompute FLOPs per stage and in total (exact, "
+    "FlopCounterMode's convention) beside the 6·N·tokens and 6·N + 12·L·D·T approximations; "
+    "per-rank memory by term (weights, gradients, optimizer states under ZeRO over dp; "
+    "activations by Megatron's closed form); global batch = micro-batch × grad-accum × dp; "
+    "the PP 1F1B bubble, DP gradient traffic and TP sequence-parallel traffic per step.")}

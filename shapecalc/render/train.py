@@ -1,0 +1,87 @@
+"""`shapecalc train` as text: FLOPs per stage and in total, memory per rank by term, batch and
+ledgers. Plain lines (no rich): the numbers are exact integers with a human figure beside."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .units import human_bytes, human_flops
+
+
+def _n(x: int) -> str:
+    return f"{x:,d}"
+
+
+def train_text(doc: dict[str, Any]) -> str:
+    tr, fl, mem, comm = doc["training"], doc["flops"], doc["memory"], doc["communication"]
+    out: list[str] = []
+    add = out.append
+    add(f"Training step: micro-batch b={tr['micro_batch']} × grad-accum m={tr['grad_accum']} × "
+        f"dp={tr['dp']} = global batch {tr['global_batch']} sequences of T="
+        f"{doc['workload']['seq']} ({_n(tr['tokens_per_step'])} tokens); "
+        f"tp={tr['tp']} pp={tr['pp']} ep={tr['ep']} ({tr['gpus']} GPUs)")
+    add("")
+    add("FLOPs of one micro-batch (whole model; matmuls, 1 multiply-add = 2 FLOPs):")
+    rows = [(s["name"], s["repeat"], s["forward_flops"], s["dx_flops"], s["dw_flops"],
+             s["elementwise_flops"]) for s in fl["stages"]]
+    add(f"  {'stage':34s} {'×':>4s} {'forward':>16s} {'backward dX':>16s} {'backward dW':>16s}"
+        f" {'bwd elementwise':>16s}")
+    for name, rep, f, dx, dw, ew in rows:
+        add(f"  {name[:34]:34s} {rep:>4d} {_n(f):>16s} {_n(dx):>16s} {_n(dw):>16s} {_n(ew):>16s}")
+    add(f"  forward    {_n(fl['forward_flops']):>22s}  {human_flops(fl['forward_flops']):>10s}  "
+        f"= {fl['forward_formula']}")
+    add(f"  backward   {_n(fl['backward_flops']):>22s}  {human_flops(fl['backward_flops']):>10s}"
+        f"  = {fl['backward_formula']}")
+    add(f"  recompute  {_n(fl['recompute_flops']):>22s}  {human_flops(fl['recompute_flops']):>10s}"
+        f"  ({fl['recompute']}) = {fl['recompute_formula']}")
+    add(f"  step       {_n(fl['step_flops']):>22s}  {human_flops(fl['step_flops']):>10s}")
+    add(f"  elementwise (apart): forward {_n(fl['forward_elementwise_flops'])}, backward "
+        f"{_n(fl['backward_elementwise_flops'])}, recompute "
+        f"{_n(fl['recompute_elementwise_flops'])}")
+    exact = fl["forward_backward_flops"]
+    for label, key in (("6·N·tokens", "approx_6nt"), ("(6·N + 12·L·D·T)·tokens", "approx_palm")):
+        v = fl[key]
+        add(f"  {label:24s} {_n(v):>22s}  {v / exact:.4f} × the exact forward + backward")
+    ps = fl["per_step"]
+    add(f"  per step (× {tr['grad_accum'] * tr['dp']} micro-batches): {_n(ps['step_flops'])} "
+        f"({human_flops(ps['step_flops'])})")
+    add("")
+    add(f"Memory per rank ({tr['precision']}, ZeRO-{tr['zero']} over dp={tr['dp']}: sharded "
+        f"{', '.join(tr['zero_sharded']) or 'nothing'}):")
+    for st in mem["per_stage"]:
+        ms = st["model_state"]
+        add(f"  pipeline stage {st['stage']} ({st['layers']} layers, {_n(st['params'])} params "
+            f"per rank):")
+        for t in ms["terms"]:
+            share = "⌈P/dp⌉" if t["sharded"] else "P"
+            add(f"    {t['term']:11s} {_n(t['bytes']):>20s} B  {human_bytes(t['bytes']):>10s}  "
+                f"{share} = {_n(t['params'])} × {t['bytes_per_param']} B ({t['what']})")
+        add(f"    {'activations':11s} {_n(st['activation_bytes']):>20s} B  "
+            f"{human_bytes(st['activation_bytes']):>10s}  {mem['activations']['formula']} per "
+            f"layer × {st['layers']} layers × {st['micro_batches_in_flight']} in-flight "
+            "micro-batch(es) (Megatron's closed form)")
+        add(f"    {'total':11s} {_n(st['bytes']):>20s} B  {human_bytes(st['bytes']):>10s}")
+    line = (f"  peak: stage {mem['peak_stage']}, {_n(mem['peak_bytes'])} B "
+            f"({human_bytes(mem['peak_bytes'])})")
+    if "gpu" in mem:
+        verdict = "fits" if mem["fits"] else "does NOT fit"
+        line += (f"; {mem['gpu']} holds {human_bytes(mem['gpu_memory_bytes'])}: {verdict} "
+                 f"({human_bytes(abs(mem['free_bytes']))} {'free' if mem['fits'] else 'over'})")
+    add(line)
+    add(f"  activations: {mem['activations']['form']}; the exact saved-tensor count is not "
+        "built yet")
+    add("")
+    dp, tp, pp = comm["dp"], comm["tp"], comm["pp"]
+    add("Communication per step per rank:")
+    parts = ", ".join(f"{k} {_n(v)} B" for k, v in dp.items()
+                      if k not in ("degree", "zero", "bytes_per_step", "note"))
+    add(f"  DP (dp={dp['degree']}, ZeRO-{dp['zero']}): {_n(dp['bytes_per_step'])} B "
+        f"({human_bytes(dp['bytes_per_step'])}): {parts}")
+    add(f"  TP (tp={tp['degree']}, sequence parallel): {_n(tp['bytes_per_step'])} B "
+        f"({human_bytes(tp['bytes_per_step'])}): per layer {_n(tp['forward_bytes_per_layer'])} B"
+        " forward (2 all-gathers + 2 reduce-scatters) and as much backward")
+    add(f"  PP (pp={pp['stages']}, 1F1B, m={pp['micro_batches']}): bubble {pp['bubble_formula']}"
+        f" = {pp['bubble_fraction']:.4f}; {pp['micro_batches_in_flight_first_stage']} micro-"
+        f"batch(es) in flight on the first stage; {_n(pp['boundary_bytes_per_step'])} B across "
+        "each stage boundary per step")
+    return "\n".join(out)

@@ -1,0 +1,100 @@
+"""Model-state memory of one training rank: weights, gradients and optimizer states, placed by
+tensor, pipeline and expert parallelism (model/parallel.py's placement) and sharded by ZeRO over
+the data-parallel group.
+
+Bytes per parameter, by term (`PRECISIONS`):
+  mixed     bf16 weights 2 + bf16 gradients 2 + fp32 master weights 4, AdamW m 4 and v 4 = 16
+            (the ZeRO paper's "2 + 2 + 12")
+  fp32      fp32 weights 4 + fp32 gradients 4 + AdamW m 4 and v 4 = 16 (no master copy)
+  adam8bit  bf16 weights 2 + bf16 gradients 2 + fp32 master 4, 8-bit m 1 and v 1 = 10
+            (bitsandbytes' block-wise constants, one fp32 absmax per block of each state, and
+            its fp32 states for tensors under 4096 elements are not counted)
+
+ZeRO over dp ranks: stage 1 shards the optimizer states, stage 2 also the gradients, stage 3
+(FSDP's full sharding) also the weights. Sharding rule: the rank's P parameters are flattened and
+padded to a multiple of dp, so each rank holds ⌈P/dp⌉ of them (DeepSpeed's and FSDP's flat
+buffers); unsharded terms hold all P. With expert parallelism (Megatron's layout) the routed
+experts are sharded over the expert-data-parallel group, dp/ep ranks, and the rest over dp.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
+from ..model.parallel import stage_sums
+from ..model.plan import layer_plan
+from ..model.stage import EXPERT_ROLES, Stage
+
+
+class Term(NamedTuple):
+    name: str  # weights, gradients, optimizer
+    bytes_per_param: int
+    what: str
+
+
+PRECISIONS: dict[str, tuple[Term, ...]] = {
+    "mixed": (Term("weights", 2, "bf16 weights"), Term("gradients", 2, "bf16 gradients"),
+              Term("optimizer", 12, "fp32 master weights 4 + AdamW m 4 + v 4")),
+    "fp32": (Term("weights", 4, "fp32 weights"), Term("gradients", 4, "fp32 gradients"),
+             Term("optimizer", 8, "AdamW m 4 + v 4 (fp32)")),
+    "adam8bit": (Term("weights", 2, "bf16 weights"), Term("gradients", 2, "bf16 gradients"),
+                 Term("optimizer", 6, "fp32 master weights 4 + 8-bit Adam m 1 + v 1")),
+}
+# the terms each ZeRO stage shards over the data-parallel group
+ZERO_SHARDED = {0: (), 1: ("optimizer",), 2: ("optimizer", "gradients"),
+                3: ("optimizer", "gradients", "weights")}
+
+
+def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:
+    if precision not in PRECISIONS:
+        raise ShapecalcError("precision", f"unknown {precision!r}; known: {', '.join(PRECISIONS)}")
+    if zero not in ZERO_SHARDED:
+        raise ShapecalcError("zero", f"ZeRO stage must be 0, 1, 2 or 3, not {zero}")
+    if ep > 1 and dp % ep:
+        raise ShapecalcError("ep", f"ep={ep} must divide dp={dp}: the experts are split over "
+                             "ep of the data-parallel ranks")
+
+
+def _per_layer(st: list[Stage], kind: int, experts: bool | None = None) -> int:
+    return sum(s.params for s in st if s.kind == kind
+               and (experts is None or (s.role in EXPERT_ROLES) == experts))
+
+
+def rank_params(model: ModelConfig, wl: Workload, full: list[Stage], rank: list[Stage]
+                ) -> list[tuple[int, int]]:
+    """(dense, routed-expert) parameters one rank of each pipeline stage holds: its layers (at
+    tensor-parallel rank size: `rank` are one tensor-parallel rank's stages, `full` the whole
+    model's), the embedding on the first stage, the final norm and LM head on the last (and, tied
+    and pp > 1, the last stage's own copy of the table); with ep > 1, E/ep whole experts."""
+    plan = layer_plan(model)
+    kinds = range(len(plan.kinds))
+    s = wl.pp
+    dense = stage_sums(plan, s, [_per_layer(rank, k, False) for k in kinds])
+    dense[0] += sum(x.params for x in rank if x.group == "embedding")
+    dense[-1] += sum(x.params for x in rank if x.group == "head")
+    if model.tie_embeddings and s > 1:
+        dense[-1] += sum(x.params for x in rank if x.role == "embed")
+    if wl.ep > 1:  # whole experts: E/ep of them, each of full width
+        experts = [e // wl.ep for e in stage_sums(plan, s, [_per_layer(full, k, True)
+                                                             for k in kinds])]
+    else:  # each expert's Dff_e/tp slice
+        experts = stage_sums(plan, s, [_per_layer(rank, k, True) for k in kinds])
+    return list(zip(dense, experts, strict=True))
+
+
+def model_state(dense: int, experts: int, precision: str, zero: int, dp: int, ep: int
+                ) -> dict[str, Any]:
+    """Bytes of each model-state term on one rank holding `dense` + `experts` parameters."""
+    sharded = ZERO_SHARDED[zero]
+    terms = []
+    for t in PRECISIONS[precision]:
+        if t.name in sharded:
+            held = ceil_div(dense, dp) + (ceil_div(experts, dp // ep) if experts else 0)
+        else:
+            held = dense + experts
+        terms.append({"term": t.name, "what": t.what, "bytes_per_param": t.bytes_per_param,
+                      "sharded": t.name in sharded, "params": held,
+                      "bytes": held * t.bytes_per_param})
+    return {"params": dense + experts, "terms": terms,
+            "bytes": sum(t["bytes"] for t in terms)}

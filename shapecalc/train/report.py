@@ -1,0 +1,191 @@
+"""The `train` report (plain data; its dict is the `--json` contract, keys in TRAIN_KEYS): one
+training step's FLOPs (forward, backward, recompute, beside the 6·N·tokens and 6·N + 12·L·D·T
+approximations), per-rank memory by term, the batch arithmetic, and each parallelism's ledger.
+
+Exact: FLOPs (backward.py, against FlopCounterMode), parameters and model-state bytes per rank
+(memory.py). Megatron's closed form, labelled so: activation memory (Korthikanti et al. 2022,
+Table 2), until the exact saved-tensor count is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..interpret.symbolic import stages as symbolic_stages
+from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, check, nbytes
+from ..model.parallel import pp_layers
+from .backward import RECOMPUTE, backward_stages, step_flops
+from .memory import PRECISIONS, ZERO_SHARDED, check_training, model_state, rank_params
+
+# the activations' width under each precision (Megatron's closed form counts 16-bit ones)
+ACT_DTYPE = {"mixed": "bf16", "fp32": "fp32", "adam8bit": "bf16"}
+
+
+def batches(micro: int, accum: int | None, global_batch: int | None, dp: int
+            ) -> tuple[int, int]:
+    """(grad_accum, global_batch) with global = micro × grad_accum × dp, checked."""
+    if accum is None:
+        if global_batch is None:
+            return 1, micro * dp
+        if global_batch % (micro * dp):
+            raise ShapecalcError("global_batch", f"{global_batch} is not a multiple of micro-batch"
+                                 f" {micro} × dp {dp} = {micro * dp}")
+        return global_batch // (micro * dp), global_batch
+    if global_batch is not None and global_batch != micro * accum * dp:
+        raise ShapecalcError("global_batch", f"{global_batch} ≠ micro-batch {micro} × grad-accum "
+                             f"{accum} × dp {dp} = {micro * accum * dp}")
+    return accum, micro * accum * dp
+
+
+def megatron_activations(model: ModelConfig, s: int, b: int, t: int, recompute: str,
+                         width: int) -> dict[str, Any]:
+    """Bytes one layer keeps for its backward, by Megatron's closed form (16-bit activations,
+    sequence parallelism when t > 1; Korthikanti et al. 2022, Table 2): sbh·(34 + 5·a·s/h)/t
+    without recompute, 34·sbh/t with selective recompute, 2·sbh/t with full (only the layer's
+    input). For other widths, scaled by width/2. A GPT layer: a 4h FFN, no GQA, dropout masks."""
+    h, a = model.d_model, model.n_heads
+    forms = {"none": (34 * s * b * h + 5 * a * s * s * b, "(34·s·b·h + 5·a·s²·b)"),
+             "selective": (34 * s * b * h, "34·s·b·h"),
+             "full": (2 * s * b * h, "2·s·b·h")}
+    key = "full" if recompute == "torch" else recompute
+    value, text = forms[key]
+    per_layer = ceil_div(value * width, 2 * t)
+    if t > 1:
+        text += "/t"
+    if width != 2:
+        text += f" × {width}/2"
+    return {"form": "Megatron closed form (Korthikanti et al. 2022, Table 2)",
+            "recompute": key, "formula": text, "bytes_per_layer": per_layer}
+
+
+def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precision: str,
+                recompute: str, grad_accum: int | None, global_batch: int | None,
+                gpu_memory: int | None = None, gpu_name: str | None = None) -> dict[str, Any]:
+    if recompute not in RECOMPUTE:
+        raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
+    check_training(model, precision, zero, dp, wl.ep)
+    if wl.phase != "prefill" or wl.logits != "all":
+        raise ShapecalcError("phase", "training runs the whole sequence: phase prefill, logits all")
+    check(model, wl)
+    b, s, t, p, ep = wl.batch, wl.seq, wl.tp, wl.pp, wl.ep
+    accum, gbatch = batches(b, grad_accum, global_batch, dp)
+    full = symbolic_stages(model, wl, 1)
+    rank = symbolic_stages(model, wl, t) if t > 1 else full
+
+    # -- FLOPs: one micro-batch of the whole model, then the step --------------------------------
+    flops = step_flops(full, model.n_layers, recompute)
+    params = sum(x.params * x.repeat for x in full)
+    tokens = b * s
+    approx6 = 6 * params * tokens
+    approx_palm = (6 * params + 12 * model.n_layers * model.d_model * s) * tokens
+    exact = flops["forward_flops"] + flops["backward_flops"]
+    micro_batches = accum * dp
+    stages_doc = [{**bs.as_dict(), "dims": None} for bs in backward_stages(full)]
+    for d, st in zip(stages_doc, [x for x in full if _has_backward(x)], strict=True):
+        d["dims"] = st.dims
+        d["forward_formula"] = st.flops_formula
+        d["forward_elementwise_flops"] = st.elementwise_flops
+
+    # -- memory per rank, per pipeline stage -----------------------------------------------------
+    width = nbytes(1, ACT_DTYPE[precision])
+    act = megatron_activations(model, s, b, t, recompute, width)
+    layers = pp_layers(model.n_layers, p)
+    per_stage = []
+    placed = rank_params(model, wl, full, rank)
+    for i, (dense, experts) in enumerate(placed):
+        ms = model_state(dense, experts, precision, zero, dp, ep)
+        in_flight = min(p - i, accum)  # 1F1B: stage i holds p − i micro-batches at most
+        act_bytes = act["bytes_per_layer"] * layers[i] * in_flight
+        per_stage.append({"stage": i, "layers": layers[i], "params": ms["params"],
+                          "model_state": ms, "micro_batches_in_flight": in_flight,
+                          "activation_bytes": act_bytes, "bytes": ms["bytes"] + act_bytes})
+    peak = max(per_stage, key=lambda x: x["bytes"])
+    memory: dict[str, Any] = {"per_stage": per_stage, "peak_stage": peak["stage"],
+                              "peak_bytes": peak["bytes"], "activations": act}
+    if gpu_memory is not None:
+        memory.update(gpu=gpu_name, gpu_memory_bytes=gpu_memory,
+                      fits=peak["bytes"] <= gpu_memory, free_bytes=gpu_memory - peak["bytes"])
+
+    # -- communication per step per rank ---------------------------------------------------------
+    dense, experts = placed[peak["stage"]]
+    comm = {"dp": _dp_ledger(dense, experts, precision, zero, dp, ep),
+            "tp": _tp_ledger(b, s, model.d_model, t, layers[peak["stage"]], accum, width),
+            "pp": {"stages": p, "micro_batches": accum,
+                   "bubble_fraction": (p - 1) / (accum + p - 1),
+                   "bubble_formula": "(p−1)/(m+p−1)",
+                   "micro_batches_in_flight_first_stage": min(p, accum),
+                   "boundary_bytes_per_micro_batch": nbytes(b * s * model.d_model,
+                                                            ACT_DTYPE[precision]) if p > 1 else 0,
+                   "boundary_bytes_per_step": 2 * accum * nbytes(
+                       b * s * model.d_model, ACT_DTYPE[precision]) if p > 1 else 0}}
+    return {
+        "model": model.model_dump(),
+        "workload": wl.model_dump(),
+        "training": {"micro_batch": b, "grad_accum": accum, "dp": dp, "global_batch": gbatch,
+                     "tokens_per_step": gbatch * s, "tp": t, "pp": p, "ep": ep,
+                     "gpus": t * p * dp, "zero": zero, "precision": precision,
+                     "bytes_per_param": {x.name: x.bytes_per_param
+                                         for x in PRECISIONS[precision]},
+                     "zero_sharded": list(ZERO_SHARDED[zero]), "recompute": recompute},
+        "flops": {**flops, "params": params, "tokens_per_micro_batch": tokens,
+                  "approx_6nt": approx6, "approx_6nt_formula": "6·N·tokens",
+                  "approx_palm": approx_palm,
+                  "approx_palm_formula": "(6·N + 12·L·D·T)·tokens",
+                  "forward_backward_flops": exact,
+                  "per_step": {k: flops[k] * micro_batches for k in (
+                      "forward_flops", "backward_flops", "recompute_flops", "step_flops")},
+                  "stages": stages_doc},
+        "memory": memory,
+        "communication": comm,
+    }
+
+
+def _has_backward(s: Any) -> bool:
+    from .backward import NO_GRAD_ROLES
+
+    return s.role not in NO_GRAD_ROLES and (s.op == "embed" or s.flops > 0
+                                            or s.elementwise_flops > 0)
+
+
+def _dp_ledger(dense: int, experts: int, precision: str, zero: int, dp: int, ep: int
+               ) -> dict[str, Any]:
+    """Bytes one rank sends per step over the data-parallel group (ring collectives, each p−1
+    steps of one ⌈size/dp⌉ chunk): ZeRO 0 all-reduces the gradients; 1 and 2 reduce-scatter
+    them and all-gather the updated weights; 3 all-gathers the weights in the forward and again
+    in the backward, and reduce-scatters the gradients. With ep > 1 the experts' part runs over
+    dp/ep ranks."""
+    per = {x.name: x.bytes_per_param for x in PRECISIONS[precision]}
+
+    def ring(term: str) -> int:  # one reduce-scatter or all-gather of a term, ring over dp
+        out = 0
+        for n, g in ((dense, dp), (experts, dp // ep)):
+            out += (g - 1) * ceil_div(n * per[term], g) if g > 1 else 0
+        return out
+
+    grads, weights = "gradients", "weights"
+
+    if zero == 0:
+        parts = {"gradient_allreduce": 2 * ring(grads)}  # a reduce-scatter, then an all-gather
+    elif zero in (1, 2):
+        parts = {"gradient_reduce_scatter": ring(grads), "weight_allgather": ring(weights)}
+    else:
+        parts = {"gradient_reduce_scatter": ring(grads),
+                 "weight_allgather_forward": ring(weights),
+                 "weight_allgather_backward": ring(weights)}
+    return {"degree": dp, "zero": zero, "bytes_per_step": sum(parts.values()), **parts,
+            "note": "ring collectives over dp ranks, ⌈size/dp⌉ chunks"
+            + ("; the routed experts' over their dp/ep ranks" if ep > 1 else "")}
+
+
+def _tp_ledger(b: int, s: int, h: int, t: int, layers: int, accum: int, width: int
+               ) -> dict[str, Any]:
+    """Tensor parallelism with sequence parallelism (Megatron): each layer's forward runs two
+    all-gathers and two reduce-scatters of the [s,b,h] activation instead of two all-reduces, and
+    its backward the same again; a rank sends (t−1)·⌈s·b·h/t⌉ elements in each."""
+    one = (t - 1) * ceil_div(s * b * h, t) * width if t > 1 else 0
+    per_layer = 4 * one  # forward: 2 all-gathers + 2 reduce-scatters
+    return {"degree": t, "sequence_parallel": t > 1, "collective_bytes": one,
+            "forward_bytes_per_layer": per_layer, "backward_bytes_per_layer": per_layer,
+            "bytes_per_step": 2 * per_layer * layers * accum,
+            "note": "per transformer layer of the stage; the vocab-parallel embedding and loss "
+            "are not counted"}
