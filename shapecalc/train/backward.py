@@ -59,6 +59,9 @@ class BackwardStage(NamedTuple):
     elementwise_flops: int
     elementwise_formula: str
     note: str
+    dims: list[str]  # the forward stage's output
+    forward_formula: str
+    forward_elementwise_flops: int
 
     @property
     def flops(self) -> int:
@@ -93,7 +96,8 @@ def backward_stages(st: list[Stage]) -> list[BackwardStage]:
         if s.op == "embed":  # the lookup's weight gradient: dY's rows added into the table
             n, f = _elements(s)
             out.append(BackwardStage(s.name, s.role, s.group, s.kind, s.repeat, 0, 0, "0", 0,
-                                     "0", n, f, "dW: B·T rows of dY added into the table"))
+                                     "0", n, f, "dW: B·T rows of dY added into the table",
+                                     s.dims, "0", 0))
             continue
         if not s.flops and not ew:
             continue
@@ -108,7 +112,8 @@ def backward_stages(st: list[Stage]) -> list[BackwardStage]:
         else:
             dx, dxf, dw, dwf, note = 0, "0", 0, "0", "elementwise"
         out.append(BackwardStage(s.name, s.role, s.group, s.kind, s.repeat, s.flops, dx, dxf,
-                                 dw, dwf, ew, ewf, note))
+                                 dw, dwf, ew, ewf, note, s.dims, s.flops_formula,
+                                 s.elementwise_flops))
     return out
 
 

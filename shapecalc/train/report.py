@@ -80,11 +80,7 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
     approx_palm = (6 * params + 12 * model.n_layers * model.d_model * s) * tokens
     exact = flops["forward_flops"] + flops["backward_flops"]
     micro_batches = accum * dp
-    stages_doc = [{**bs.as_dict(), "dims": None} for bs in backward_stages(full)]
-    for d, st in zip(stages_doc, [x for x in full if _has_backward(x)], strict=True):
-        d["dims"] = st.dims
-        d["forward_formula"] = st.flops_formula
-        d["forward_elementwise_flops"] = st.elementwise_flops
+    stages_doc = [bs.as_dict() for bs in backward_stages(full)]
 
     # -- memory per rank, per pipeline stage -----------------------------------------------------
     width = nbytes(1, ACT_DTYPE[precision])
@@ -138,13 +134,6 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
         "memory": memory,
         "communication": comm,
     }
-
-
-def _has_backward(s: Any) -> bool:
-    from .backward import NO_GRAD_ROLES
-
-    return s.role not in NO_GRAD_ROLES and (s.op == "embed" or s.flops > 0
-                                            or s.elementwise_flops > 0)
 
 
 def _dp_ledger(dense: int, experts: int, precision: str, zero: int, dp: int, ep: int
