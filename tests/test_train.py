@@ -153,3 +153,20 @@ def test_step_flops_and_the_approximations(cli):
         "8·B·T·D·H·Dh·N + 4·B·H·T²·Dh·N + 6·B·T·D·Dff·N + 2·B·T·D·N_vocab")
     assert fl["backward_formula"] == (
         "16·B·T·D·H·Dh·N + 8·B·H·T²·Dh·N + 12·B·T·D·Dff·N + 4·B·T·D·N_vocab")
+
+
+def test_expert_parallel_placement_and_sharding(cli):
+    """Mixtral-8x7B, ep=2 over dp=4, ZeRO-2: a rank holds E/ep = 4 whole experts of each of 32
+    layers (8·3·D·Dff_e per layer for all 8) and every dense parameter; the dense states shard
+    over dp=4, the experts' over the expert-data-parallel group, dp/ep = 2 ranks."""
+    D, Dffe, N, E = 4096, 14336, 32, 8
+    experts = N * E * 3 * D * Dffe
+    total = 46_702_792_704  # Mixtral-8x7B's published count (tests/data/moe_reference.json)
+    dense = total - experts
+    doc = _json(cli, "train", "--preset", "mixtral-8x7b", "--ep", "2", "--dp", "4", "--zero",
+                "2", "--seq", "4096")
+    st = doc["memory"]["per_stage"][0]
+    assert st["params"] == dense + experts // 2
+    shard = -(-dense // 4) + -(-(experts // 2) // 2)
+    got = {t["term"]: t["bytes"] for t in st["model_state"]["terms"]}
+    assert got == {"weights": 2 * st["params"], "gradients": 2 * shard, "optimizer": 12 * shard}
