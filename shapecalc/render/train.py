@@ -77,7 +77,8 @@ def train_text(doc: dict[str, Any]) -> str:
                       if k not in ("degree", "zero", "bytes_per_step", "note"))
     add(f"  DP (dp={dp['degree']}, ZeRO-{dp['zero']}): {_n(dp['bytes_per_step'])} B "
         f"({human_bytes(dp['bytes_per_step'])}): {parts}")
-    add(f"  TP (tp={tp['degree']}{', sequence parallel' if tp['sequence_parallel'] else ''}): {_n(tp['bytes_per_step'])} B "
+    sp = ", sequence parallel" if tp["sequence_parallel"] else ""
+    add(f"  TP (tp={tp['degree']}{sp}): {_n(tp['bytes_per_step'])} B "
         f"({human_bytes(tp['bytes_per_step'])}): per layer {_n(tp['forward_bytes_per_layer'])} B"
         " forward (2 all-gathers + 2 reduce-scatters) and as much backward")
     add(f"  PP (pp={pp['stages']}, 1F1B, m={pp['micro_batches']}): bubble {pp['bubble_formula']}"
