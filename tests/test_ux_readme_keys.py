@@ -40,6 +40,7 @@ OUTPUTS = {
     "serve-find-gpus": ["serve", "--preset", "llama3-8b", "--gpu", GPU, "--rate", "2", "--prompt",
                         "512", "--output", "32", "--requests", "30", "--slo", "ttft=1s,itl=50ms",
                         "--max-batched-tokens", "1024", "--find-gpus", "--json"],
+    "train": ["train", "--preset", "llama3-8b", "--seq", "64", "--gpu", GPU, "--json"],
 }
 KEYLIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -145,7 +146,7 @@ NOT_OUTPUT = ("## Python API", "## Architecture", "## Benchmarks", "## Tests")
 # backticked names in those paragraphs that are other programs' (not JSON keys)
 FOREIGN = {"max_num_batched_tokens"}  # vLLM's engine argument, named beside --max-batched-tokens
 COMMANDS = {"trace", "fit", "compare", "sweep", "verify", "explain", "presets", "hardware",
-            "schema", "calibrate", "serve"}
+            "schema", "calibrate", "serve", "train"}
 
 
 def json_paragraphs() -> list[str]:

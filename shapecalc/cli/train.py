@@ -36,13 +36,14 @@ def train(
     presets_dir: PresetsDir = None,
     seq: Seq = None,
     micro_batch: Annotated[int | None, typer.Option(
-        "--micro-batch", "--batch", "-b", help="b: sequences per micro-batch (default 1)")] = None,
+        "--micro-batch", "--batch", "-b", help="b: sequences per micro-batch",
+        show_default="1")] = None,
     grad_accum: Annotated[int | None, typer.Option(
-        "--grad-accum", help="m: micro-batches accumulated per step (default: from "
-        "--global-batch, else 1)")] = None,
+        "--grad-accum", help="m: micro-batches accumulated per step",
+        show_default="global batch ÷ (micro-batch × dp), else 1")] = None,
     global_batch: Annotated[int | None, typer.Option(
         "--global-batch", help="sequences per step: micro-batch × grad-accum × dp "
-        "(checked)")] = None,
+        "(checked)", show_default="micro-batch × grad-accum × dp")] = None,
     tp: TP = None,
     pp: PP = None,
     ep: EP = None,
