@@ -170,3 +170,31 @@ def test_expert_parallel_placement_and_sharding(cli):
     shard = -(-dense // 4) + -(-(experts // 2) // 2)
     got = {t["term"]: t["bytes"] for t in st["model_state"]["terms"]}
     assert got == {"weights": 2 * st["params"], "gradients": 2 * shard, "optimizer": 12 * shard}
+
+
+def test_largest_micro_batch_by_hand(cli):
+    """The largest b whose model states plus b's activations fit the GPU on every stage:
+    Llama-2-7B at tp 2, T=1024 on an H100-SXM; Megatron's per-layer activations
+    (34·s·b·h + 5·a·s²·b)/t are linear in b here (every term even), × 32 layers × 1 in flight."""
+    doc = _json(cli, "train", "--preset", "llama2-7b", "--seq", "1024", "--tp", "2", "--gpu",
+                "h100-sxm")
+    mem = doc["memory"]
+    states = mem["per_stage"][0]["model_state"]["bytes"]
+    s, h, a, t = 1024, 4096, 32, 2
+    per_b = (34 * s * h + 5 * a * s * s) // t * 32
+    want = (mem["gpu_memory_bytes"] - states) // per_b
+    assert want >= 2 and mem["largest_micro_batch"] == want
+    tight = _json(cli, "train", "--preset", "llama2-7b", "--seq", "1024", "--tp", "2", "--gpu",
+                  "h100-sxm", "--set-gpu", f"memory_bytes={states + per_b - 1}")
+    assert tight["memory"]["largest_micro_batch"] == 0
+
+
+def test_expert_parallel_all_to_all(cli):
+    """Mixtral-8x7B, ep 2: each of the 32 MoE layers dispatches and combines B·T·k·D bf16
+    activations forward, and their gradients backward; × 3 micro-batches."""
+    doc = _json(cli, "train", "--preset", "mixtral-8x7b", "--ep", "2", "--dp", "2", "--seq",
+                "4096", "--micro-batch", "2", "--grad-accum", "3")
+    ep = doc["communication"]["ep"]
+    a2a = 2 * (2 * 4096 * 2 * 4096) * 2
+    assert ep["forward_bytes_per_layer"] == ep["backward_bytes_per_layer"] == a2a
+    assert ep["bytes_per_step"] == 2 * a2a * 32 * 3

@@ -18,7 +18,8 @@ import pytest
 
 from shapecalc.interpret.symbolic import stages
 from shapecalc.model.config import Workload
-from shapecalc.train.backward import step_flops
+from shapecalc.model.stage import ATTN_SCORE_ROLES
+from shapecalc.train.backward import backward_stages, step_flops
 
 REF = json.loads((Path(__file__).parent / "data" / "train_reference.json").read_text())
 CASES = {c["name"]: c for c in REF["cases"]}
@@ -69,6 +70,21 @@ def test_backward_is_twice_the_forward_and_recompute_is_what_checkpointing_adds(
         full = step_flops(st, m.n_layers, "full")["recompute_flops"]
         sel = step_flops(st, m.n_layers, "selective")["recompute_flops"]
         assert sel < extra <= full
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_attention_and_weight_gradients_apart(name, hf_model):
+    """FlopCounterMode's per-op split of the backward: its bmm are exactly the attention operands'
+    gradients (dA and dB of QKᵀ and A·V), its mm the dX and dW of every linear layer."""
+    m = hf_model(CASES[name])
+    for run in CASES[name]["runs"]:
+        if run["checkpointing"]:
+            continue
+        bw = backward_stages(stages(m, Workload(batch=run["batch"], seq=run["seq"],
+                                                dtype="fp32")))
+        attn = sum(b.flops * b.repeat for b in bw if b.role in ATTN_SCORE_ROLES)
+        assert run["backward_by_op"]["aten.bmm"] == attn
+        assert run["backward_by_op"]["aten.mm"] == sum(b.flops * b.repeat for b in bw) - attn
 
 
 def test_live_flop_counter(hf_model, live_measure):

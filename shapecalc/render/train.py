@@ -68,6 +68,9 @@ def train_text(doc: dict[str, Any]) -> str:
         line += (f"; {mem['gpu']} holds {human_bytes(mem['gpu_memory_bytes'])}: {verdict} "
                  f"({human_bytes(abs(mem['free_bytes']))} {'free' if mem['fits'] else 'over'})")
     add(line)
+    if "largest_micro_batch" in mem:
+        add(f"  largest micro-batch that fits: {mem['largest_micro_batch']} (activations by "
+            "Megatron's closed form)")
     add(f"  activations: {mem['activations']['form']}; the exact saved-tensor count is not "
         "built yet")
     add("")
@@ -81,6 +84,12 @@ def train_text(doc: dict[str, Any]) -> str:
     add(f"  TP (tp={tp['degree']}{sp}): {_n(tp['bytes_per_step'])} B "
         f"({human_bytes(tp['bytes_per_step'])}): per layer {_n(tp['forward_bytes_per_layer'])} B"
         " forward (2 all-gathers + 2 reduce-scatters) and as much backward")
+    ep = comm["ep"]
+    if ep["degree"] > 1:
+        add(f"  EP (ep={ep['degree']}, {ep['moe_layers']} MoE layers on the stage): "
+            f"{_n(ep['bytes_per_step'])} B ({human_bytes(ep['bytes_per_step'])}): per layer "
+            f"{_n(ep['forward_bytes_per_layer'])} B of all-to-all (dispatch + combine) forward "
+            "and as much backward, every token off-rank")
     add(f"  PP (pp={pp['stages']}, 1F1B, m={pp['micro_batches']}): bubble {pp['bubble_formula']}"
         f" = {pp['bubble_fraction']:.4f}; {pp['micro_batches_in_flight_first_stage']} micro-"
         f"batch(es) in flight on the first stage; {_n(pp['boundary_bytes_per_step'])} B across "

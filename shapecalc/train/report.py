@@ -13,7 +13,8 @@ from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, check, nbytes
-from ..model.parallel import pp_layers
+from ..model.parallel import alltoall_bytes, pp_layers, stage_kind_counts
+from ..model.plan import layer_plan
 from .backward import RECOMPUTE, backward_stages, step_flops
 from .memory import PRECISIONS, ZERO_SHARDED, check_training, model_state, rank_params
 
@@ -102,9 +103,17 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
         memory.update(gpu=gpu_name, gpu_memory_bytes=gpu_memory,
                       fits=peak["bytes"] <= gpu_memory, free_bytes=gpu_memory - peak["bytes"])
 
+        def fits(micro: int) -> bool:
+            per = megatron_activations(model, s, micro, t, recompute, width)["bytes_per_layer"]
+            return all(x["model_state"]["bytes"] + per * x["layers"]
+                       * x["micro_batches_in_flight"] <= gpu_memory for x in per_stage)
+
+        memory["largest_micro_batch"] = _largest(fits)
+
     # -- communication per step per rank ---------------------------------------------------------
     dense, experts = placed[peak["stage"]]
     comm = {"dp": _dp_ledger(dense, experts, precision, zero, dp, ep),
+            "ep": _ep_ledger(model, wl, peak["stage"], accum, ACT_DTYPE[precision]),
             "tp": _tp_ledger(b, s, model.d_model, t, layers[peak["stage"]], accum, width),
             "pp": {"stages": p, "micro_batches": accum,
                    "bubble_fraction": (p - 1) / (accum + p - 1),
@@ -134,6 +143,35 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
         "memory": memory,
         "communication": comm,
     }
+
+
+def _largest(fits: Any) -> int:
+    """The largest b ≥ 1 with fits(b) (fits falls as b grows), 0 if none: doubling, then
+    bisection."""
+    if not fits(1):
+        return 0
+    hi = 2
+    while fits(hi) and hi < 1 << 40:
+        hi *= 2
+    lo = hi // 2  # fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def _ep_ledger(model: ModelConfig, wl: Workload, stage: int, accum: int, act: str
+               ) -> dict[str, Any]:
+    """Expert parallelism in training: each MoE layer's dispatch and combine all-to-alls of
+    B·T·k·D activations in the forward, and their gradients (the same sizes) in the backward,
+    counted as if every token went off-rank (the expected share is (ep−1)/ep of it)."""
+    plan = layer_plan(model)
+    counts = stage_kind_counts(plan, wl.pp)[stage]
+    moe = sum(c for k, c in zip(plan.kinds, counts, strict=True) if k.ffn == "moe")
+    a2a = alltoall_bytes(wl.batch, wl.seq, model, act) if wl.ep > 1 else 0
+    return {"degree": wl.ep, "moe_layers": moe, "forward_bytes_per_layer": a2a,
+            "backward_bytes_per_layer": a2a, "bytes_per_step": 2 * a2a * moe * accum,
+            "expected_bytes_per_step": 2 * a2a * moe * accum * (wl.ep - 1) / wl.ep}
 
 
 def _dp_ledger(dense: int, experts: int, precision: str, zero: int, dp: int, ep: int
