@@ -122,6 +122,10 @@ BAD = [
     (("--shared-prefix", "4096", "--prompt", "100"), "shared-prefix"),
     (("--kv-blocks", "0"), "gpu"),
     (("--trace", "/nonexistent/trace.jsonl"), "trace"),
+    (("--arrivals", "gamma:2"), "arrivals"),
+    (("--arrivals", "gamma:2", "--concurrency", "4"), "arrivals"),
+    (("--trace", "t.jsonl", "--rate", "2"), "trace"),
+    (("--rate", "2", "--concurrency", "4"), "concurrency"),
 ]
 
 

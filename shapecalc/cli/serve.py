@@ -116,6 +116,11 @@ def serve(
             raise ShapecalcError("find-rate", "give --find-rate or --find-gpus, not both")
         if rate is not None and concurrency is not None:
             raise ShapecalcError("concurrency", "give --rate or --concurrency, not both")
+        if arrivals.strip().lower() != "poisson" and (rate is None and not find_rate):
+            raise ShapecalcError("arrivals", "shapes the gaps of --rate (or --find-rate's "
+                                 "probes); give --rate")
+        if trace is not None and (rate is not None or concurrency is not None):
+            raise ShapecalcError("trace", "fixes the arrivals; leave out --rate and --concurrency")
         if find_gpus and rate is None:
             raise ShapecalcError("rate", "--find-gpus needs --rate")
         if trace is not None and (find_rate or find_gpus):
