@@ -32,15 +32,31 @@ class _HF:
         self.read.update((key, *aliases))
         for k in (key, *aliases):
             if self.cfg.get(k) is not None:
-                return self.cfg[k]
+                value = self.cfg[k]
+                # every needed key is a count or a width: readers compute with it (D // H, 4·D)
+                if type(value) is not int or value < 1:
+                    raise ShapecalcError(k, f"{symbol} must be a positive integer, not {value!r}")
+                return value
         raise ShapecalcError(key, f"missing from config.json (needed for {symbol})")
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The key's value, else `default`. A given value must be of the default's kind: a
+        flag true or false (`bool("false")` is True), a number a number (not `true`)."""
         self.read.add(key)
-        return self.cfg.get(key, default)
+        if key not in self.cfg:
+            return default
+        value = self.cfg[key]
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise ShapecalcError(key, f"must be true or false, not {value!r}")
+        if (isinstance(default, (int, float)) and not isinstance(default, bool) and value is not None
+                and (isinstance(value, bool) or not isinstance(value, (int, float)))):
+            raise ShapecalcError(key, f"must be a number, not {value!r}")
+        return value
 
     def act(self, key: str, default: str, gated: bool) -> str:
         name = self.get(key, default)
+        if not isinstance(name, str):
+            raise ShapecalcError(key, f"must be an activation's name, not {name!r}")
         if gated and name in _SILU:
             return "swiglu"
         if name in _GELU:

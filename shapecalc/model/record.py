@@ -20,7 +20,7 @@ from typing import (
     get_type_hints,
 )
 
-from pydantic_core import SchemaValidator
+from pydantic_core import PydanticCustomError, SchemaValidator
 
 
 class _Positive:
@@ -58,36 +58,56 @@ def _req(description: str) -> Any:
     return _Spec(MISSING, description)
 
 
-def _core_schema(tp: Any) -> dict[str, Any]:
-    """The pydantic-core schema of one annotation (the few kinds our configs use)."""
+def _core_schema(tp: Any, wrap: bool = True) -> dict[str, Any]:
+    """The pydantic-core schema of one annotation (the few kinds our configs use). `wrap`: ints
+    and floats refuse booleans (see _number); the JSON Schema reads the plain schema."""
     if get_origin(tp) is Annotated:
         base, *marks = get_args(tp)
-        schema = _core_schema(base)
+        schema = _core_schema(base, wrap=False)
         if _Positive in marks:
             schema["gt"] = 0
         if _NonNegative in marks:
             schema["ge"] = 0
-        return schema
+        return _number(schema) if wrap else schema
     if get_origin(tp) in (Union, UnionType):
         inner = [a for a in get_args(tp) if a is not type(None)]
-        return {"type": "nullable", "schema": _core_schema(inner[0])}
+        return {"type": "nullable", "schema": _core_schema(inner[0], wrap)}
     if get_origin(tp) is Literal:
         return {"type": "literal", "expected": list(get_args(tp))}
     if isinstance(tp, type) and issubclass(tp, Record):  # a nested record: a table of fields
         return tp._typed_dict()
     if get_origin(tp) is tuple:  # tuple[X, ...]: a JSON list, kept as a (hashable) tuple
-        return {"type": "tuple", "items_schema": [_core_schema(get_args(tp)[0])],
+        return {"type": "tuple", "items_schema": [_core_schema(get_args(tp)[0], wrap)],
                 "variadic_item_index": 0}
     if tp is str:  # names reach the terminal: no control characters (ESC, NUL, newlines), no
         # bidirectional overrides (text that reads in another order than it is)
         return {"type": "str", "pattern": r"^[^\p{Cc}\x{202A}-\x{202E}\x{2066}-\x{2069}]*$"}
-    return {"type": {int: "int", bool: "bool", str: "str", float: "float"}[tp]}
+    plain: dict[str, Any] = {"type": {int: "int", bool: "bool", float: "float"}[tp]}
+    if tp is float:
+        plain["allow_inf_nan"] = False  # inf or nan is no size, and JSON has neither
+    return _number(plain) if wrap else plain
+
+
+def _number(schema: dict[str, Any]) -> dict[str, Any]:
+    """An int or float schema that refuses booleans: lax mode reads `true` as 1, which would
+    make `n_layers = true` one layer, silently."""
+    if schema["type"] not in ("int", "float"):
+        return schema
+    return {"type": "function-before", "schema": schema,
+            "function": {"type": "no-info", "function": _not_bool}}
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise PydanticCustomError("bool_number", "expected a number, not the boolean {value}",
+                                  {"value": str(value).lower()})
+    return value
 
 
 def _json_schema(tp: Any) -> dict[str, Any]:
     if isinstance(tp, type) and issubclass(tp, Record):
         return tp.model_json_schema()
-    core = _core_schema(tp)
+    core = _core_schema(tp, wrap=False)
     if core["type"] == "nullable":
         return {"anyOf": [_json_schema(get_args(tp)[0]), {"type": "null"}]}
     if core["type"] == "literal":
