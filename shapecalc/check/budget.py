@@ -38,6 +38,17 @@ def available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+MAX_BUDGET_GIB = 2**30  # 1 EiB: more than any machine, and still exact in bytes
+
+
+def budget_bytes(gib: float) -> int:
+    """--memory-budget GiB → bytes; a budget is a positive, finite number of GiB."""
+    if not (isinstance(gib, (int, float)) and 0 < gib <= MAX_BUDGET_GIB):  # refuses nan too
+        raise ShapecalcError("memory-budget", f"must be a number of GiB in (0, {MAX_BUDGET_GIB:,}]"
+                             f", not {gib}")
+    return int(gib * GiB)
+
+
 def default_budget() -> int:
     """The budget when none is given: DEFAULT_BUDGET, whatever the machine's free memory."""
     return DEFAULT_BUDGET

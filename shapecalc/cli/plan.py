@@ -236,7 +236,7 @@ def fit(
                          compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         if case is not None:
-            if preset or config or hf_config:
+            if (preset, config, hf_config) != (None, None, None):
                 raise ShapecalcError("model", "give a CASE or one of --preset, --config, "
                                      "--hf-config, not both")
             c = parse_case(case, presets_dir)
@@ -246,7 +246,7 @@ def fit(
 
                 model = apply_overrides(model, set_)
         else:
-            if not (preset or config or hf_config):
+            if (preset, config, hf_config) == (None, None, None):
                 raise ShapecalcError("model", "give a CASE, or --preset, --config or --hf-config")
             model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         wbase = {"logits": "last", **wbase}

@@ -48,7 +48,7 @@ Precision = Annotated[
     str, typer.Option("--precision", help="NumPy dtype the executor computes in: float32 | "
                       "float64 | float16")
 ]
-Seed = Annotated[int, typer.Option("--seed", help="seed of the random weights and tokens")]
+Seed = Annotated[int, typer.Option("--seed", min=0, help="seed of the random weights and tokens")]
 Budget = Annotated[
     float | None,
     typer.Option("--memory-budget", help="GiB verify may allocate (default 4: fixed, not the free "
@@ -153,6 +153,7 @@ def verify(
     memory_budget: Budget = None,
     as_json: JsonOut = False,
 ) -> None:
+    from ..check.budget import budget_bytes, estimate
     from ..check.verify import verify as run_verify
 
     try:
@@ -167,8 +168,7 @@ def verify(
             mla_form=mla_form, block_size=block_size, attention_flops=attention_flops,
             padding_mask=padding_mask,
         )
-        budget = None if memory_budget is None else int(memory_budget * 2**30)
-        from ..check.budget import estimate
+        budget = None if memory_budget is None else budget_bytes(memory_budget)
 
         # a bar only where a run takes more than a moment: real widths
         bar, report = _progress(estimate(model, wl, 1) > 256 << 20)
@@ -211,7 +211,8 @@ def explain(
             doc = ex.seed_example()
         else:
             model, _ = resolve_model(preset, config, hf_config, set_, presets_dir)
-            doc = ex.own_model(model, seq or default_seq(model, preferred=4), seed, presets_dir)
+            T = default_seq(model, preferred=4) if seq is None else seq  # --seq 0 is refused
+            doc = ex.own_model(model, T, seed, presets_dir)
     except ShapecalcError as e:
         fail(e)
     if as_json:

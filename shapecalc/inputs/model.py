@@ -36,7 +36,7 @@ def load_model(
     elif hf_config is not None:
         model = load_hf_config(hf_config)
     else:
-        model = sources.load_preset(preset or DEFAULT[0], presets_dir)
+        model = sources.load_preset(DEFAULT[0] if preset is None else preset, presets_dir)
         if preset is None:
             workload = dict(DEFAULT[1])
     if sets:
