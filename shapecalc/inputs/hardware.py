@@ -9,6 +9,7 @@ is): no pydantic BaseModel, no numpy, no rich.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,16 @@ class GPU(Record):
 
     def peak(self, dtype: str) -> float | None:
         return getattr(self.peak_flops, dtype, None)
+
+    def _check(self) -> None:
+        # rates below one unit a second make times overflow to inf (JSON has no inf), and no
+        # GPU is that slow: 1e-300 B/s is a typo
+        rates = {"hbm_bandwidth": self.hbm_bandwidth, "link_bandwidth": self.link_bandwidth,
+                 **{f"peak_flops.{d}": self.peak(d) for d in PEAK_DTYPES}}
+        for name, v in rates.items():
+            if v is not None and v < 1:
+                raise ShapecalcError(f"gpu.{name}", f"{v:g} is below 1 a second; give it per "
+                                     "second (e.g. 3.35e12, 3.35TB/s)")
 
 
 def list_gpus(extra: list[Path] | None = None) -> dict[str, Path]:
@@ -137,7 +148,7 @@ def _override(data: dict[str, Any], item: str) -> None:
 _UNITS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _QTY = re.compile(
-    r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?"
+    r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?"
     r"\s*(B/s|B|FLOP/s|FLOPS|OP/s|OPS|/s)?\s*$"
 )
 
@@ -148,6 +159,8 @@ def parse_quantity(text: str, field: str) -> float:
     if not m:
         raise ShapecalcError(field, f"{text!r} is not a number (e.g. 3.35e12, 3.35TB/s, 80GiB)")
     value = float(m.group(1)) * _UNITS[m.group(2) or ""]
+    if not math.isfinite(value):
+        raise ShapecalcError(field, f"{text!r} is too large for a number")
     if value <= 0:
         raise ShapecalcError(field, f"{text!r} must be positive")
     return value

@@ -48,8 +48,9 @@ class _HF:
         value = self.cfg[key]
         if isinstance(default, bool) and not isinstance(value, bool):
             raise ShapecalcError(key, f"must be true or false, not {value!r}")
-        if (isinstance(default, (int, float)) and not isinstance(default, bool) and value is not None
-                and (isinstance(value, bool) or not isinstance(value, (int, float)))):
+        number = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if number and value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ShapecalcError(key, f"must be a number, not {value!r}")
         return value
 

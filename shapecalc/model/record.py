@@ -31,6 +31,7 @@ class _NonNegative:
     """Marks an int that must be ≥ 0."""
 
 
+INT_MAX = 2**63 - 1  # the largest count (batch, seq, widths, …): int64's, as sweep's grids hold
 Pos = Annotated[int, _Positive]
 PosFloat = Annotated[float, _Positive]
 NonNeg = Annotated[int, _NonNegative]
@@ -68,6 +69,8 @@ def _core_schema(tp: Any, wrap: bool = True) -> dict[str, Any]:
             schema["gt"] = 0
         if _NonNegative in marks:
             schema["ge"] = 0
+        if schema["type"] == "int":  # a count: NumPy grids hold it in int64
+            schema["le"] = INT_MAX
         return _number(schema) if wrap else schema
     if get_origin(tp) in (Union, UnionType):
         inner = [a for a in get_args(tp) if a is not type(None)]

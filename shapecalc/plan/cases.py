@@ -13,6 +13,7 @@ from ..costs.closed import ClosedForm
 from ..inputs import files, sources
 from ..inputs.hf import load_hf_config
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
+from ..model.record import INT_MAX
 from ..model.suggest import canonical_dtype, did_you_mean, did_you_mean_dtype
 
 WORKLOAD_FIELDS = tuple(Workload.field_info())
@@ -65,6 +66,8 @@ def _pos_int(s: str, field: str, whole: str) -> int:
         raise ShapecalcError(field, f"{s!r} in {whole!r} is not an integer") from None
     if v < 1:
         raise ShapecalcError(field, f"{v} in {whole!r} must be ≥ 1")
+    if v > INT_MAX:
+        raise ShapecalcError(field, f"{v} in {whole!r} must be at most 2⁶³−1 = {INT_MAX}")
     return v
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..costs.closed import ClosedForm
+from ..costs.closed import INT64_LIMIT, ClosedForm
 from ..costs.grid import ARRAYS, evaluate
 from ..inputs.hardware import GPU
 from .memory import memory, phase_terms, times, workspace_tokens
@@ -31,6 +31,8 @@ def plan_arrays(
     """Memory per rank (exact integers), and roofline times (floats; NaN where the GPU has no
     peak for the compute dtype or decode at T is outside the model's positions) at each point."""
     n = B.size
+    if n and int(B.max()) * int(T.max()) >= INT64_LIMIT:  # B·T (tokens) past int64: Python ints
+        B, T = B.astype(object), T.astype(object)
     pre = evaluate(cf, B, T, 0, P, S, wbits, kvbits, actbits)
     dtype = pre["params"].dtype
     key = f"workspace_{opts.attention}_bytes_per_rank"
