@@ -136,7 +136,8 @@ def compare(
 ) -> list[CompareResult]:
     """`shapecalc compare --json`: one result per column. `batch`, `seq`, `tp`, `pp`, `dtype`,
     `kv_dtype` take one value, a list, or a CLI grid (`"1,2,4,8"`, `"1..256x2"`) and expand
-    each case into columns (a case's own fields win); other workload fields apply to all. With a
+    each case into columns (a field after a case's @ wins over them; its file's [workload] does
+    not); other workload fields apply to all. With a
     `gpu`, each column has its `fit` (logits "last" unless given), and takes fit's plan options."""
     wfields, opts = _options(fields)
     hw = _gpu(gpu)
@@ -210,6 +211,8 @@ def _model(model: Model | ModelConfig | str,
 
 def _case(model: Model | ModelConfig | str,
           presets_dir: PathLike | Sequence[PathLike] | None) -> plan_cases.Case:
+    if isinstance(model, str):  # keeps which fields came after the @ (plan/cases.case_fields)
+        return plan_cases.parse_case(model, _paths(presets_dir))
     m = _model(model, presets_dir)
     return plan_cases.Case(m.label or m.config.name, m.config, dict(m.workload))
 

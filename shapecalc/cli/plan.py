@@ -224,7 +224,7 @@ def fit(
     from ..model.config import ShapecalcError
 
     try:
-        from ..plan.cases import parse_case
+        from ..plan.cases import case_fields, parse_case
         from ..plan.fit import fit as plan_fit
         from ..render.output import FORMATS
         from .options import resolve_model, resolve_workload, seq_note
@@ -235,12 +235,17 @@ def fit(
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                          compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
+        flags = dict(batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
+                     logits=logits, tp=tp, pp=pp, ep=ep, mla_form=mla_form,
+                     block_size=block_size, attention_flops=attention_flops)
+        at: dict[str, Any] = {}
         if case is not None:
             if (preset, config, hf_config) != (None, None, None):
                 raise ShapecalcError("model", "give a CASE or one of --preset, --config, "
                                      "--hf-config, not both")
             c = parse_case(case, presets_dir)
-            model, wbase = c.model, c.workload
+            model = c.model
+            wbase, at = case_fields(c, {})
             if set_:
                 from ..inputs.sources import apply_overrides
 
@@ -250,11 +255,8 @@ def fit(
                 raise ShapecalcError("model", "give a CASE, or --preset, --config or --hf-config")
             model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         wbase = {"logits": "last", **wbase}
-        wl = resolve_workload(
-            wbase, mode, model, decode=True, batch=batch, seq=seq, dtype=dtype,
-            kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp, ep=ep,
-            mla_form=mla_form, block_size=block_size, attention_flops=attention_flops,
-        )
+        # a case's @ fields win over the mode's widths, as a flag does
+        wl = resolve_workload(wbase, mode, model, decode=True, **{**flags, **at})
         doc = plan_fit(model, wl, hw, opts)
         check_outputs(output=output, svg=svg, html=html)
         _emit_fit(doc, fmt, output, svg, html, model, wl, seq_note(model, wl, seq, wbase))

@@ -91,6 +91,17 @@ class Case:
     label: str
     model: ModelConfig
     workload: dict[str, Any] = field(default_factory=dict)  # fields the case fixes
+    given: frozenset[str] = frozenset()  # of those, the ones after its @ (else its file's)
+
+
+def case_fields(case: Case, flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A case's workload fields under the command's, one rule for compare, sweep and fit: its
+    file's [workload], then the flags (they win over it, as over --config's), then the fields
+    after its @ (they win over the flags: `compare m m@tp=4 --tp 1,2,4,8` pins the second
+    case's tp). Returns (all of them, the @ ones)."""
+    at = {k: v for k, v in case.workload.items() if k in case.given}
+    own = {k: v for k, v in case.workload.items() if k not in case.given}
+    return {**own, **{k: v for k, v in flags.items() if v is not None}, **at}, at
 
 
 def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
@@ -107,6 +118,7 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
     path = Path(src)
     looks_like_file = path.suffix.lower() in (".toml", ".json") or "/" in src or path.is_dir()
     workload: dict[str, Any] = {}
+    given: set[str] = set()
     if looks_like_file:
         if not path.exists():
             raise ShapecalcError("case", f"{text!r}: file not found: {src}")
@@ -124,13 +136,14 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
             raise ShapecalcError("case", f"{text!r}: expected field=value, got {item!r}")
         if key in WORKLOAD_FIELDS:
             workload[key] = value.strip()
+            given.add(key)
         elif key in ModelConfig.field_info():
             sets.append(f"{key}={value.strip()}")
         else:
             raise ShapecalcError("case", f"{text!r}: unknown field {key!r}")
     if sets:
         model = sources.apply_overrides(model, sets)
-    return Case(files.escape_controls(text), model, workload)  # the label prints
+    return Case(files.escape_controls(text), model, workload, frozenset(given))  # the label prints
 
 
 def _is_hf(path: Path) -> bool:

@@ -20,7 +20,7 @@ from ..model.parallel import (
     stage_group_layers,
 )
 from ..model.plan import layer_plan
-from .cases import Case, closed_form_for, valid
+from .cases import Case, case_fields, closed_form_for, valid
 from .fit import fit
 from .memory import stage_bytes
 from .options import PlanOptions
@@ -29,14 +29,15 @@ from .options import PlanOptions
 def expand_cases(
     cases: list[Case], base: dict[str, Any], axes: dict[str, list[Any]]
 ) -> list[tuple[str, Case, Workload]]:
-    """Each case × the product of the expansion axes (a case's own fields win), deduplicated."""
+    """Each case × the product of the expansion axes, deduplicated; a case's fields as
+    `case_fields` says (its @ fields, then the flags and axes, then its file's [workload])."""
     names = [k for k, v in axes.items() if v]
     out: list[tuple[str, Case, Workload]] = []
     seen: set[tuple[str, Any]] = set()
     for case in cases:
         for combo in itertools.product(*(axes[k] for k in names)) or [()]:
             grid = dict(zip(names, combo, strict=True))
-            fields = {**base, **grid, **case.workload}
+            fields, _ = case_fields(case, {**base, **grid})
             if fields.get("seq") is None:  # a T the model fits, for its decode rows too
                 fields["seq"] = default_seq(case.model, [fields.get("phase") or "prefill",
                                                          "decode"])
@@ -44,7 +45,7 @@ def expand_cases(
             label = case.label
             # name the values that tell the columns of one case apart
             extra = [f"{k}={v}" for k, v in grid.items()
-                     if k not in case.workload and len(axes[k]) > 1]
+                     if k not in case.given and len(axes[k]) > 1]
             if extra:
                 label += ("," if "@" in label and "=" in label.rpartition("@")[2] else "@")
                 label += ",".join(extra)

@@ -23,7 +23,7 @@ from ..model.config import (
     make_workload,
 )
 from ..model.defaults import default_seq
-from .cases import Case, closed_form_for, valid
+from .cases import Case, case_fields, closed_form_for, valid
 from .columns import FIT_COLUMNS, PRICE_COLUMNS
 from .options import PlanOptions
 from .roofline import plan_arrays
@@ -81,10 +81,10 @@ class SweepGrid:
     def __init__(self, case: Case, axes: SweepAxes, fixed: dict[str, Any],
                  gpu: GPU | None = None, opts: PlanOptions | None = None) -> None:
         model = case.model
-        fields = {**fixed, **case.workload}
+        fields, _ = case_fields(case, fixed)
         axis_names = ("batch", "seq", "tp", "pp", "dtype", "kv_dtype", "phase")
         base = make_workload({k: v for k, v in fields.items() if k not in axis_names})
-        pick = {k: ([make_workload({k: fields[k]}).model_dump()[k]] if k in case.workload else v)
+        pick = {k: ([make_workload({k: fields[k]}).model_dump()[k]] if k in case.given else v)
                 for k, v in vars(axes).items()}
         self.case, self.model = case.label, model.name
         self.axes_seq = pick["seq"][0]  # the first T (a default T's note: cli/sweep.py)
@@ -245,8 +245,9 @@ def sweep_grids(cases: list[Case], given: dict[str, list[Any]], phases: list[str
     with no valid point."""
     out = []
     for case in cases:
-        w0 = make_workload({**fixed, **case.workload})
-        seq0 = w0.seq if {**fixed, **case.workload}.get("seq") is not None else default_seq(
+        fields0 = case_fields(case, fixed)[0]
+        w0 = make_workload(fields0)
+        seq0 = w0.seq if fields0.get("seq") is not None else default_seq(
             case.model, phases or [w0.phase])  # a T the model fits (model/defaults.py)
         axes = SweepAxes(
             batch=given.get("batch", [w0.batch]), seq=given.get("seq", [seq0]),
