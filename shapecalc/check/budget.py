@@ -66,7 +66,8 @@ def estimate(model: ModelConfig, wl: Workload, layers: int, precision: str = "fl
                                 "logits": "all", "tp": 1})
     st = symbolic.stages(model, big, 1)
     largest = max(int(np.prod(s.shape)) for s in st)
-    kv = 2 * big.batch * model.kv_heads * T * model.dh * 2
+    # the paged cache's pools hold whole blocks: ⌈T/block_size⌉·block_size token slots
+    kv = 2 * big.batch * model.kv_heads * ceil_div(T, wl.block_size) * wl.block_size * model.dh * 2
     act = 8 * largest + 4 * layers * kv
     if not resident:  # norms, biases, position table; three chunk buffers
         small = sum(s.params for s in st if s.op not in ("linear", "embed"))
@@ -86,11 +87,44 @@ def estimate(model: ModelConfig, wl: Workload, layers: int, precision: str = "fl
     return (w + act) * item + 64 * (1 << 20)
 
 
+# -- time -----------------------------------------------------------------------------------------
+# A run's time, estimated as its memory is: from the symbolic counts, so the same on every machine
+# (never measured). Rates of a loaded 2-core machine (measured on gpt2, llama3.2-1b, qwen2.5-7b,
+# and 1,000 tiny layers); WORK_BUDGET_S bounds a run whose K the budget chooses (no --layers).
+RUNS = 12  # forward runs of K layers verify makes: prefill and decode contiguous and paged, the
+#            full T+1, the causal check, three padding runs, and two more at p ranks or ep
+VALUES_PER_S = 3e8  # random weight values made
+FLOPS_PER_S = 5e10  # matmul FLOPs
+LAYER_RUN_S = 1e-3  # one layer of one run: the Python around the arrays
+WORK_BUDGET_S = 120.0
+
+
+def work_seconds(model: ModelConfig, wl: Workload, layers: int, resident: bool = True) -> float:
+    """Estimated seconds of verify's runs over `layers` layers: weight values made (resident: once;
+    streamed: every run makes them again), matmul FLOPs, and each layer's overhead per run."""
+    T = wl.seq + 1
+    big = wl.model_copy(update={"phase": "prefill", "seq": T, "batch": max(wl.batch, 2),
+                                "logits": "all", "tp": 1})
+    st = symbolic.stages(model, big, 1)
+    kinds = {s.kind for s in st if s.group == "block"}
+
+    def per_kind(f: str) -> int:
+        return max(sum(getattr(s, f) for s in st if s.group == "block" and s.kind == k)
+                   for k in kinds)
+
+    other_p = sum(s.params for s in st if s.group != "block")
+    other_f = sum(s.flops for s in st if s.group != "block")
+    made = (other_p + layers * per_kind("params")) * (1 if resident else RUNS)
+    flops = RUNS * (other_f + layers * per_kind("flops"))
+    return made / VALUES_PER_S + flops / FLOPS_PER_S + RUNS * layers * LAYER_RUN_S
+
+
 def plan_layers(model: ModelConfig, wl: Workload, layers: int | None, precision: str,
-                budget: int, weights: str = "auto") -> tuple[int, int, bool]:
+                budget: int, weights: str = "auto", least: int = 1) -> tuple[int, int, bool]:
     """K layers to run, the memory estimate, and whether the weights stay resident. Resident
     weights when they fit (K given, or as many layers as fit the budget); streamed weights when
-    not even that fits; a refusal when neither does."""
+    not even that fits; a refusal when neither does. Without --layers, K (at least `least`) also
+    keeps the run within WORK_BUDGET_S, or the run is refused."""
     N = model.n_layers
     if layers is not None and not 1 <= layers <= N:
         raise ShapecalcError("layers", f"K={layers} must be between 1 and N={N}")
@@ -98,9 +132,23 @@ def plan_layers(model: ModelConfig, wl: Workload, layers: int | None, precision:
     if K is None:
         fixed = estimate(model, wl, 0, precision)
         per = estimate(model, wl, 1, precision) - fixed
-        K = max(1, min(N, (budget - fixed) // max(per, 1)))
+        K = max(least, min(N, (budget - fixed) // max(per, 1)))
     need = estimate(model, wl, K, precision)
-    if need <= budget and weights != "streamed":
+    resident = need <= budget and weights != "streamed"
+    if layers is None:  # bound the time the budget chose: fewer layers, or a refusal
+        t0 = work_seconds(model, wl, 0, resident)
+        t1 = work_seconds(model, wl, 1, resident) - t0
+        K = max(least, min(K, int((WORK_BUDGET_S - t0) // max(t1, 1e-9))))
+        secs = work_seconds(model, wl, K, resident)
+        if secs > WORK_BUDGET_S:
+            raise ShapecalcError(
+                "layers", f"verify of {K} layer{'s' if K > 1 else ''} at real width would take "
+                f"about {secs:,.0f} s (estimated: {'resident' if resident else 'streamed'} "
+                f"weights made, FLOPs), more than the {WORK_BUDGET_S:.0f} s a run without "
+                f"--layers may; give --layers {K} to run it anyway, or verify a smaller model")
+        need = estimate(model, wl, K, precision)
+        resident = need <= budget and weights != "streamed"
+    if resident:
         return K, _fits_machine(need, K, wl, budget), True
     streamed = estimate(model, wl, K, precision, resident=False)
     if streamed <= budget and weights != "resident":

@@ -41,8 +41,9 @@ from .options import (
 Layers = Annotated[
     int | None,
     typer.Option("--layers", "-k", help="K: layers to run (default: as many as fit the memory "
-                 "budget, at least one of each kind of layer); each kind's totals are "
-                 "extrapolated ×count/run"),
+                 "budget and about 2 minutes, estimated from the counts, at least one of each "
+                 "kind of layer; more is refused); each kind's totals are extrapolated "
+                 "×count/run"),
 ]
 Precision = Annotated[
     str, typer.Option("--precision", help="NumPy dtype the executor computes in: float32 | "

@@ -26,6 +26,7 @@ DTYPE_BITS: dict[str, int] = {
     "int4": 4,
 }
 DTYPE_FIELDS = ("dtype", "kv_dtype", "act_dtype")  # aliases accepted: model/suggest.py
+MAX_LAYERS = 100_000  # N: the layer plan holds every layer's kind
 MLA_DEFAULT = "absorbed"  # MLA's cache and decode form unless mla_form says (vLLM's, FlashMLA's)
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 WIDE_DTYPES = ("fp32", "bf16", "fp16")
@@ -258,6 +259,10 @@ class ModelConfig(Record):
         return self.rotary_dim if self.rotary_dim is not None else self.dh
 
     def _check(self) -> None:
+        if self.n_layers > MAX_LAYERS:  # the layer plan lists each layer: 10⁸ took minutes and GiB
+            raise ShapecalcError("n_layers", f"N={self.n_layers:,} is more than the {MAX_LAYERS:,} "
+                                 "layers shapecalc lists (published models have at most a few "
+                                 "hundred)")
         if self.head_dim is None and not self.mla and self.d_model % self.n_heads:
             raise ShapecalcError(
                 "n_heads",

@@ -5,11 +5,12 @@ step, and with a GPU the fit."""
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from ..costs.trace import build_trace
 from ..inputs.hardware import GPU
-from ..model.config import DTYPE_BITS, Workload, make_workload, nbytes
+from ..model.config import DTYPE_BITS, ShapecalcError, Workload, make_workload, nbytes
 from ..model.defaults import default_seq
 from ..model.parallel import (
     cached_tokens,
@@ -25,6 +26,9 @@ from .fit import fit
 from .memory import stage_bytes
 from .options import PlanOptions
 
+# the most columns one compare shows (a table, side by side): ~5 s with --gpu at 256
+MAX_COLUMNS = 256
+
 
 def expand_cases(
     cases: list[Case], base: dict[str, Any], axes: dict[str, list[Any]]
@@ -32,6 +36,10 @@ def expand_cases(
     """Each case × the product of the expansion axes, deduplicated; a case's fields as
     `case_fields` says (its @ fields, then the flags and axes, then its file's [workload])."""
     names = [k for k, v in axes.items() if v]
+    columns = len(cases) * math.prod(len(axes[k]) for k in names)
+    if columns > MAX_COLUMNS:  # each column is a trace (and a fit): 10⁵ of them ran for hours
+        raise ShapecalcError("compare", f"{columns:,} columns, more than the {MAX_COLUMNS} a "
+                             "comparison shows; use sweep for a grid")
     out: list[tuple[str, Case, Workload]] = []
     seen: set[tuple[str, Any]] = set()
     for case in cases:
