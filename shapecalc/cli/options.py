@@ -119,7 +119,13 @@ def seq_note(model: ModelConfig, wl: Workload, seq: int | None, base: dict[str, 
 
 
 def emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+    try:
+        text = json.dumps(doc, ensure_ascii=False, indent=2, allow_nan=False)
+    except ValueError:  # JSON has no inf or nan: null (render/output.finite)
+        from ..render.output import json_text
+
+        text = json_text(doc)
+    sys.stdout.write(text + "\n")
 
 
 def show_target(words: list[str] | None, what: str) -> str | None:

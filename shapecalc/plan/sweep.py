@@ -206,8 +206,9 @@ class SweepGrid:
                      for d, a in zip(self.dnames, self.acts, strict=True)]
             peaks = [self.gpu.peak(str(x)) for x in names]
             peak = np.array([np.nan if v is None else v for v in peaks], dtype=float)[di]
-            plan = plan_arrays(self.cf_fit, self.gpu, opts, B, T, P, S, dbits, kbits, abits,
-                               peak, ep=self.ep)
+            with np.errstate(over="ignore"):  # a time past 1.8e308 is inf, written null
+                plan = plan_arrays(self.cf_fit, self.gpu, opts, B, T, P, S, dbits, kbits, abits,
+                                   peak, ep=self.ep)
             for k in SWEEP_FIT_KEYS:
                 cols[k] = plan[k]
             if opts.price is not None:

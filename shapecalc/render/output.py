@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import stat
 import sys
@@ -256,7 +257,22 @@ def write_text(text: str, path: str | None, field: str = "output") -> None:
 
 
 def json_text(doc: Any) -> str:
-    return json.dumps(doc, ensure_ascii=False, indent=2, allow_nan=False)
+    try:
+        return json.dumps(doc, ensure_ascii=False, indent=2, allow_nan=False)
+    except ValueError:  # JSON has no inf or nan: a value that is not finite is null
+        return json.dumps(finite(doc), ensure_ascii=False, indent=2, allow_nan=False)
+
+
+def finite(doc: Any) -> Any:
+    """`doc` with each inf or nan float as None (JSON's null: not finite, e.g. a time at
+    --compute-efficiency 1e-300, or a check's difference where the run overflowed)."""
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if isinstance(doc, dict):
+        return {k: finite(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [finite(v) for v in doc]
+    return doc
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

@@ -12,6 +12,7 @@ and no label or dtype name holds one.)
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -111,28 +112,30 @@ def _text(v: Any, json_mode: bool) -> str:
         return json.dumps(v) if json_mode else _csv_cell(v)
     if isinstance(v, bool | np.bool_):
         return "true" if v else "false"
-    if isinstance(v, float) and v != v:
+    if isinstance(v, float) and not math.isfinite(v):  # JSON has no inf or nan
         return "null" if json_mode else ""
     return str(v)
 
 
 def _float_field(a: np.ndarray, json_mode: bool) -> Field:
     """Shortest round-trip (`repr`, as numpy's str), each distinct value once when many repeat;
-    NaN null (JSON) or empty (CSV)."""
+    NaN (and inf: JSON has neither) null (JSON) or empty (CSV)."""
     if a.dtype != np.float64:  # numpy's str of a float32 is not repr of the float64
         s = a.astype("S")
-        s[np.isnan(a)] = b"null" if json_mode else b""
+        s = s.astype(f"S{max(4, s.dtype.itemsize)}")  # room for null ('inf' is 3 bytes)
+        s[~np.isfinite(a)] = b"null" if json_mode else b""
         return _table_field(s)
     bits, inv = np.unique(a.view(np.int64), return_inverse=True)  # -0.0 is not 0.0
     if bits.size * 4 < a.size * 3:
         u = bits.view(np.float64)
-        nan = np.isnan(u)
+        nan = ~np.isfinite(u)
         labels = [(b"null" if json_mode else b"") if bad else repr(x).encode()
                   for x, bad in zip(u.tolist(), nan.tolist(), strict=True)]
         return _gather(labels, inv.ravel())
     s = np.array(list(map(repr, a.tolist())), dtype="S")
-    nan = np.isnan(a)
+    nan = ~np.isfinite(a)
     if nan.any():
+        s = s.astype(f"S{max(4, s.dtype.itemsize)}")  # room for null ('inf' is 3 bytes)
         s[nan] = b"null" if json_mode else b""
     return _table_field(s)
 
