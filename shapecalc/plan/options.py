@@ -9,6 +9,7 @@ from fractions import Fraction
 
 from ..inputs.hardware import GPU, PEAK_DTYPES
 from ..model.config import ShapecalcError
+from ..model.record import INT_MAX
 from ..model.suggest import did_you_mean_dtype
 
 ACTIVATIONS = (
@@ -46,9 +47,9 @@ class PlanOptions:
                 + did_you_mean_dtype(self.compute_dtype, PEAK_DTYPES))
         if self.attention not in ("flash", "eager"):
             raise ShapecalcError("attention", f"{self.attention!r} is not one of flash, eager")
-        if self.max_batched_tokens is not None and self.max_batched_tokens < 1:
+        if self.max_batched_tokens is not None and not 1 <= self.max_batched_tokens <= INT_MAX:
             raise ShapecalcError(
-                "max-batched-tokens", f"must be ≥ 1, got {self.max_batched_tokens}"
+                "max-batched-tokens", f"must be in 1..2⁶³−1, got {self.max_batched_tokens}"
             )
 
     def reserve(self, capacity: int) -> int:
