@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from jsondiff import contains
 
 README = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
 GPU = "H100-SXM"
@@ -113,21 +114,6 @@ def json_blocks() -> list[tuple[list[str], object]]:
     return out
 
 
-def contained(shown: object, real: object, where: str = "") -> str | None:
-    """None if every key and value `shown` holds is in `real` at the same place."""
-    if isinstance(shown, dict):
-        if not isinstance(real, dict):
-            return f"{where}: not an object"
-        for k, v in shown.items():
-            if k not in real:
-                return f"{where}.{k}: no such key (real keys: {', '.join(real)})"
-            bad = contained(v, real[k], f"{where}.{k}")
-            if bad:
-                return bad
-        return None
-    return None if shown == real else f"{where}: README {shown!r}, real {real!r}"
-
-
 def test_readme_has_json_blocks():
     assert json_blocks(), "the README shows at least one JSON document"
 
@@ -137,7 +123,7 @@ def test_readme_json_block_is_the_real_output(cli, i):
     argv, shown = json_blocks()[i]
     r = cli(*argv)
     assert r.code == 0, r.err
-    bad = contained(shown, r.json())
+    bad = contains(shown, r.json(), strict=False)
     assert bad is None, f"shapecalc {' '.join(argv)}: {bad}"
 
 
@@ -192,5 +178,5 @@ def test_the_check_can_fail(universe):
     assert "kv_cache_byte" not in keys
     assert _python_module("html.parser") and not _python_module("parallel.tp")
     real = {"parallel": {"tp": {"degree": 4}}}
-    assert contained({"parallel.tp": {"degree": 4}}, real) is not None
-    assert contained({"parallel": {"tp": {"degree": 4}}}, real) is None
+    assert contains({"parallel.tp": {"degree": 4}}, real, strict=False) is not None
+    assert contains({"parallel": {"tp": {"degree": 4}}}, real, strict=False) is None
