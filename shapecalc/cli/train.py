@@ -11,6 +11,7 @@ import typer
 
 from .options import (
     EP,
+    AttnFlops,
     PP,
     TP,
     ConfigFile,
@@ -46,6 +47,7 @@ def train(
         "(checked)", show_default="micro-batch × grad-accum × dp")] = None,
     tp: TP = None,
     pp: PP = None,
+    attention_flops: AttnFlops = None,
     ep: EP = None,
     dp: Annotated[int, typer.Option("--dp", help="data-parallel degree", min=1)] = 1,
     zero: Annotated[int, typer.Option(
@@ -58,6 +60,22 @@ def train(
         "--recompute", help="none | selective (attention core, Korthikanti et al.) | full "
         "(Megatron: each layer's forward again) | torch (torch.utils.checkpoint per layer, as "
         "transformers' gradient checkpointing)")] = "none",
+    cp: Annotated[int, typer.Option(
+        "--cp", help="context-parallel degree (ring attention): each rank holds T/cp of every "
+        "sequence as two load-balanced causal chunks")] = 1,
+    virtual_stages: Annotated[int, typer.Option(
+        "--virtual-stages", help="v: interleaved 1F1B, v model chunks per pipeline rank "
+        "(bubble (p−1)/(v·m + p−1))")] = 1,
+    attention: Annotated[str, typer.Option(
+        "--attention", help="flash | eager: the attention kernel (flash does the causal half "
+        "and fuses scale, mask and softmax; eager does the whole [T,T] and writes it)")] = "flash",
+    train_tokens: Annotated[int | None, typer.Option(
+        "--train-tokens", help="tokens to train on: days and GPU-hours (needs --gpu)",
+        show_default="none")] = None,
+    perf: Annotated[list[str] | None, typer.Option(
+        "--perf", help="override a term of the step-time model: NAME=VALUE (repeatable; "
+        "gemm_efficiency, attention_efficiency, memory_efficiency, link_efficiency, "
+        "collective_latency_s, net_bandwidth in bytes/s per GPU)")] = None,
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
@@ -67,6 +85,7 @@ def train(
 
     try:
         from ..train.report import ACT_DTYPE, build_train
+        from ..train.time import perf_for
 
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         if dp < 1:
@@ -74,12 +93,18 @@ def train(
         width = ACT_DTYPE.get(precision, "bf16")
         wl = resolve_workload(wbase, batch=micro_batch if micro_batch is not None else 1,
                               seq=seq, tp=tp, pp=pp, ep=ep, dtype=width, phase="prefill",
-                              logits="all")
+                              logits="all", attention_flops=attention_flops)
         card = gpu_option(gpu, hardware_dir, set_gpu)
+        if train_tokens is not None and (train_tokens < 1 or card is None):
+            raise ShapecalcError("train-tokens", "needs --gpu" if card is None else
+                                 f"must be ≥ 1, not {train_tokens}")
         doc = build_train(model, wl, dp=dp, zero=zero, precision=precision,
                           recompute=recompute, grad_accum=grad_accum, global_batch=global_batch,
                           gpu_memory=card.memory_bytes if card else None,
-                          gpu_name=card.name if card else None)
+                          gpu_name=card.name if card else None, cp=cp,
+                          virtual=virtual_stages, attention=attention, gpu=card,
+                          perf=perf_for(card, perf) if card else None,
+                          train_tokens=train_tokens)
         if as_json:
             emit_json(doc)
             return
@@ -96,4 +121,6 @@ HELP = {"train": (
     "FlopCounterMode's convention) beside the 6·N·tokens and 6·N + 12·L·D·T approximations; "
     "per-rank memory by term (weights, gradients, optimizer states under ZeRO over dp; "
     "activations by Megatron's closed form); global batch = micro-batch × grad-accum × dp; "
-    "the PP 1F1B bubble, DP gradient traffic and TP sequence-parallel traffic per step.")}
+    "the PP 1F1B bubble, DP gradient traffic, TP sequence-parallel and vocab-parallel traffic, "
+    "CP ring passes and EP all-to-alls per step. With --gpu: the step time, MFU and HFU, "
+    "tokens/s and /day, and with --train-tokens the days and GPU-hours to train.")}

@@ -16,7 +16,9 @@ from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, chec
 from ..model.parallel import alltoall_bytes, pp_layers, stage_kind_counts
 from ..model.plan import layer_plan
 from .backward import RECOMPUTE, backward_stages, step_flops
+from .ledgers import cp_ledger, tp_ledger
 from .memory import PRECISIONS, ZERO_SHARDED, check_training, model_state, rank_params
+from .time import TrainPerf, rates, step_time
 
 # the activations' width under each precision (Megatron's closed form counts 16-bit ones)
 ACT_DTYPE = {"mixed": "bf16", "fp32": "fp32", "adam8bit": "bf16"}
@@ -61,10 +63,14 @@ def megatron_activations(model: ModelConfig, s: int, b: int, t: int, recompute: 
 
 def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precision: str,
                 recompute: str, grad_accum: int | None, global_batch: int | None,
-                gpu_memory: int | None = None, gpu_name: str | None = None) -> dict[str, Any]:
+                gpu_memory: int | None = None, gpu_name: str | None = None, cp: int = 1,
+                virtual: int = 1, attention: str = "flash", gpu: Any = None,
+                perf: TrainPerf | None = None, train_tokens: int | None = None
+                ) -> dict[str, Any]:
     if recompute not in RECOMPUTE:
         raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
     check_training(model, precision, zero, dp, wl.ep)
+    check_parallel(model, wl, cp, virtual)
     if wl.phase != "prefill" or wl.logits != "all":
         raise ShapecalcError("phase", "training runs the whole sequence: phase prefill, logits all")
     check(model, wl)
@@ -84,13 +90,17 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
     stages_doc = [bs.as_dict() for bs in backward_stages(full)]
 
     # -- memory per rank, per pipeline stage -----------------------------------------------------
+    # CP: a rank holds T/cp of each sequence; weights are replicated over cp and, as Megatron
+    # does, the gradients are reduced and ZeRO shards over the dp·cp ranks
+    dpc = dp * cp
     width = nbytes(1, ACT_DTYPE[precision])
     act = megatron_activations(model, s, b, t, recompute, width)
+    act["bytes_per_layer"] = ceil_div(act["bytes_per_layer"], cp)
     layers = pp_layers(model.n_layers, p)
     per_stage = []
     placed = rank_params(model, wl, full, rank)
     for i, (dense, experts) in enumerate(placed):
-        ms = model_state(dense, experts, precision, zero, dp, ep)
+        ms = model_state(dense, experts, precision, zero, dpc, ep)
         in_flight = min(p - i, accum)  # 1F1B: stage i holds p − i micro-batches at most
         act_bytes = act["bytes_per_layer"] * layers[i] * in_flight
         per_stage.append({"stage": i, "layers": layers[i], "params": ms["params"],
@@ -104,7 +114,8 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                       fits=peak["bytes"] <= gpu_memory, free_bytes=gpu_memory - peak["bytes"])
 
         def fits(micro: int) -> bool:
-            per = megatron_activations(model, s, micro, t, recompute, width)["bytes_per_layer"]
+            per = ceil_div(megatron_activations(model, s, micro, t, recompute, width)[
+                "bytes_per_layer"], cp)
             return all(x["model_state"]["bytes"] + per * x["layers"]
                        * x["micro_batches_in_flight"] <= gpu_memory for x in per_stage)
 
@@ -112,9 +123,12 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
 
     # -- communication per step per rank ---------------------------------------------------------
     dense, experts = placed[peak["stage"]]
-    comm = {"dp": _dp_ledger(dense, experts, precision, zero, dp, ep),
+    comm = {"dp": _dp_ledger(dense, experts, precision, zero, dpc, ep),
             "ep": _ep_ledger(model, wl, peak["stage"], accum, ACT_DTYPE[precision]),
-            "tp": _tp_ledger(b, s, model.d_model, t, layers[peak["stage"]], accum, width),
+            "tp": tp_ledger(b, s // cp, model.d_model, t, layers[peak["stage"]], accum, width,
+                            peak["stage"] == 0, peak["stage"] == p - 1),
+            "cp": cp_ledger(model, b, s, t, cp, layers[peak["stage"]], accum,
+                            ACT_DTYPE[precision], recompute),
             "pp": {"stages": p, "micro_batches": accum,
                    "bubble_fraction": (p - 1) / (accum + p - 1),
                    "bubble_formula": "(p−1)/(m+p−1)",
@@ -123,12 +137,12 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                                                             ACT_DTYPE[precision]) if p > 1 else 0,
                    "boundary_bytes_per_step": 2 * accum * nbytes(
                        b * s * model.d_model, ACT_DTYPE[precision]) if p > 1 else 0}}
-    return {
+    doc = {
         "model": model.model_dump(),
         "workload": wl.model_dump(),
         "training": {"micro_batch": b, "grad_accum": accum, "dp": dp, "global_batch": gbatch,
                      "tokens_per_step": gbatch * s, "tp": t, "pp": p, "ep": ep,
-                     "gpus": t * p * dp, "zero": zero, "precision": precision,
+                     "gpus": t * cp * p * dp, "cp": cp, "virtual_stages": virtual, "zero": zero, "precision": precision,
                      "bytes_per_param": {x.name: x.bytes_per_param
                                          for x in PRECISIONS[precision]},
                      "zero_sharded": list(ZERO_SHARDED[zero]), "recompute": recompute},
@@ -143,6 +157,48 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
         "memory": memory,
         "communication": comm,
     }
+    if gpu is not None:
+        doc["time"] = _time(model, wl, gpu, perf or TrainPerf(), doc, placed, cp=cp, dp=dp,
+                            accum=accum, virtual=virtual, zero=zero, precision=precision,
+                            recompute=recompute, attention=attention, width=width,
+                            train_tokens=train_tokens)
+    return doc
+
+
+def check_parallel(model: ModelConfig, wl: Workload, cp: int, virtual: int) -> None:
+    """CP splits each sequence into 2·cp load-balanced causal chunks; interleaving needs a
+    pipeline and at least v layers on every stage."""
+    if cp < 1:
+        raise ShapecalcError("cp", f"must be ≥ 1, not {cp}")
+    if cp > 1 and wl.seq % (2 * cp):
+        raise ShapecalcError("cp", f"T={wl.seq} is not a multiple of 2·cp = {2 * cp}: each "
+                             "rank holds two equal causal chunks")
+    if virtual < 1:
+        raise ShapecalcError("virtual_stages", f"must be ≥ 1, not {virtual}")
+    if virtual > 1 and (wl.pp == 1 or min(pp_layers(model.n_layers, wl.pp)) < virtual):
+        raise ShapecalcError("virtual_stages", f"v={virtual} needs pp > 1 and at least v layers "
+                             "on every pipeline stage")
+
+
+def _time(model: ModelConfig, wl: Workload, gpu: Any, perf: TrainPerf, doc: dict[str, Any],
+          placed: list[tuple[int, int]], *, cp: int, dp: int, accum: int, virtual: int,
+          zero: int, precision: str, recompute: str, attention: str, width: int,
+          train_tokens: int | None) -> dict[str, Any]:
+    """The `time` block: train/time.py's step model and the rates that follow."""
+    dp_bytes = [_dp_ledger(d, e, precision, zero, dp * cp, wl.ep)["bytes_per_step"]
+                for d, e in placed]
+    a2a = doc["communication"]["ep"]["forward_bytes_per_layer"]
+    st = step_time(model, wl, gpu, perf, cp=cp, dp=dp, accum=accum, virtual=virtual, zero=zero,
+                   recompute=recompute, attention=attention, act_width=width,
+                   stage_params=[d + e for d, e in placed], dp_bytes=dp_bytes,
+                   ep_bytes_per_layer=a2a)
+    ps, tr = doc["flops"]["per_step"], doc["training"]
+    model_flops = ps["forward_flops"] + ps["backward_flops"]
+    out = {**st, **rates(st["step_s"], tr["gpus"], st["peak_flops"], model_flops,
+                         model_flops + ps["recompute_flops"], tr["tokens_per_step"],
+                         train_tokens)}
+    out["perf"] = {k: getattr(perf, k) for k in perf.__dataclass_fields__}
+    return out
 
 
 def _largest(fits: Any) -> int:
@@ -203,16 +259,3 @@ def _dp_ledger(dense: int, experts: int, precision: str, zero: int, dp: int, ep:
             "note": "ring collectives over dp ranks, ⌈size/dp⌉ chunks"
             + ("; the routed experts' over their dp/ep ranks" if ep > 1 else "")}
 
-
-def _tp_ledger(b: int, s: int, h: int, t: int, layers: int, accum: int, width: int
-               ) -> dict[str, Any]:
-    """Tensor parallelism with sequence parallelism (Megatron): each layer's forward runs two
-    all-gathers and two reduce-scatters of the [s,b,h] activation instead of two all-reduces, and
-    its backward the same again; a rank sends (t−1)·⌈s·b·h/t⌉ elements in each."""
-    one = (t - 1) * ceil_div(s * b * h, t) * width if t > 1 else 0
-    per_layer = 4 * one  # forward: 2 all-gathers + 2 reduce-scatters
-    return {"degree": t, "sequence_parallel": t > 1, "collective_bytes": one,
-            "forward_bytes_per_layer": per_layer, "backward_bytes_per_layer": per_layer,
-            "bytes_per_step": 2 * per_layer * layers * accum,
-            "note": "per transformer layer of the stage; the vocab-parallel embedding and loss "
-            "are not counted"}
