@@ -128,7 +128,11 @@ def test_dp_and_tp_ledgers(cli):
     tp = z0["communication"]["tp"]
     one = 1 * (512 * 4096 // 2) * 2
     assert tp["forward_bytes_per_layer"] == 4 * one
-    assert tp["bytes_per_step"] == 2 * 4 * one * 32
+    # + the vocab-parallel embedding (reduce-scatter, its gradient all-gathered), the LM head's
+    # input (all-gather, its gradient reduce-scattered) and the loss's 3 fp32 all-reduces of
+    # [s,b] (each 2·(t−1)·⌈s·b/t⌉·4 B); pp = 1: one rank holds all of them
+    loss = 3 * 2 * 1 * (512 // 2) * 4
+    assert tp["bytes_per_step"] == 2 * 4 * one * 32 + 4 * one + loss
 
 
 def test_step_flops_and_the_approximations(cli):

@@ -11,9 +11,9 @@ import typer
 
 from .options import (
     EP,
-    AttnFlops,
     PP,
     TP,
+    AttnFlops,
     ConfigFile,
     HFConfig,
     JsonOut,
@@ -69,9 +69,9 @@ def train(
     attention: Annotated[str, typer.Option(
         "--attention", help="flash | eager: the attention kernel (flash does the causal half "
         "and fuses scale, mask and softmax; eager does the whole [T,T] and writes it)")] = "flash",
-    train_tokens: Annotated[int | None, typer.Option(
-        "--train-tokens", help="tokens to train on: days and GPU-hours (needs --gpu)",
-        show_default="none")] = None,
+    train_tokens: Annotated[str | None, typer.Option(
+        "--train-tokens", help="tokens to train on, e.g. 15000000000000 or 15e12: steps, days "
+        "and GPU-hours (needs --gpu)", show_default="none")] = None,
     perf: Annotated[list[str] | None, typer.Option(
         "--perf", help="override a term of the step-time model: NAME=VALUE (repeatable; "
         "gemm_efficiency, attention_efficiency, memory_efficiency, link_efficiency, "
@@ -95,16 +95,14 @@ def train(
                               seq=seq, tp=tp, pp=pp, ep=ep, dtype=width, phase="prefill",
                               logits="all", attention_flops=attention_flops)
         card = gpu_option(gpu, hardware_dir, set_gpu)
-        if train_tokens is not None and (train_tokens < 1 or card is None):
-            raise ShapecalcError("train-tokens", "needs --gpu" if card is None else
-                                 f"must be ≥ 1, not {train_tokens}")
+        n_tokens = _tokens(train_tokens, card is not None)
         doc = build_train(model, wl, dp=dp, zero=zero, precision=precision,
                           recompute=recompute, grad_accum=grad_accum, global_batch=global_batch,
                           gpu_memory=card.memory_bytes if card else None,
                           gpu_name=card.name if card else None, cp=cp,
                           virtual=virtual_stages, attention=attention, gpu=card,
                           perf=perf_for(card, perf) if card else None,
-                          train_tokens=train_tokens)
+                          train_tokens=n_tokens)
         if as_json:
             emit_json(doc)
             return
@@ -113,6 +111,29 @@ def train(
         typer.echo(train_text(doc))
     except ShapecalcError as e:
         fail(e)
+
+
+def _tokens(text: str | None, gpu: bool) -> int | None:
+    """--train-tokens: a whole number ≥ 1, written out or as 15e12."""
+    from ..model.config import ShapecalcError
+
+    if text is None:
+        return None
+    if not gpu:
+        raise ShapecalcError("train-tokens", "needs --gpu: the days come from the step time")
+    try:
+        n = int(text)
+    except ValueError:
+        try:
+            x = float(text)
+        except ValueError:
+            raise ShapecalcError("train-tokens", f"{text!r} is not a number") from None
+        if not (x == x and x not in (float("inf"), float("-inf")) and x == int(x)):
+            raise ShapecalcError("train-tokens", f"{text!r} is not a whole number") from None
+        n = int(x)
+    if not 1 <= n < 2**63:
+        raise ShapecalcError("train-tokens", f"must be in 1..2⁶³−1, not {text}")
+    return n
 
 
 COMMANDS = {"train": train}

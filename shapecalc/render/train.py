@@ -19,7 +19,8 @@ def train_text(doc: dict[str, Any]) -> str:
     add(f"Training step: micro-batch b={tr['micro_batch']} × grad-accum m={tr['grad_accum']} × "
         f"dp={tr['dp']} = global batch {tr['global_batch']} sequences of T="
         f"{doc['workload']['seq']} ({_n(tr['tokens_per_step'])} tokens); "
-        f"tp={tr['tp']} pp={tr['pp']} ep={tr['ep']} ({tr['gpus']} GPUs)")
+        f"tp={tr['tp']} cp={tr['cp']} pp={tr['pp']} ep={tr['ep']} dp={tr['dp']} "
+        f"({tr['gpus']} GPUs)")
     add("")
     add("FLOPs of one micro-batch (whole model; matmuls, 1 multiply-add = 2 FLOPs):")
     rows = [(s["name"], s["repeat"], s["forward_flops"], s["dx_flops"], s["dw_flops"],
@@ -90,8 +91,51 @@ def train_text(doc: dict[str, Any]) -> str:
             f"{_n(ep['bytes_per_step'])} B ({human_bytes(ep['bytes_per_step'])}): per layer "
             f"{_n(ep['forward_bytes_per_layer'])} B of all-to-all (dispatch + combine) forward "
             "and as much backward, every token off-rank")
+    add(f"  TP vocab-parallel: embedding {_n(tp['embedding_forward_bytes'])} B forward + "
+        f"{_n(tp['embedding_backward_bytes'])} B backward, LM head input "
+        f"{_n(tp['head_forward_bytes'])} B + {_n(tp['head_backward_bytes'])} B, cross-entropy "
+        f"{_n(tp['loss_forward_bytes'])} B (3 all-reduces of [s,b] fp32) per micro-batch")
+    cp = comm["cp"]
+    if cp["degree"] > 1:
+        add(f"  CP (cp={cp['degree']}, ring attention, {_n(cp['tokens_per_rank'])} tokens per "
+            f"rank): {_n(cp['bytes_per_step'])} B ({human_bytes(cp['bytes_per_step'])}): per "
+            f"layer {_n(cp['forward_bytes_per_layer'])} B forward ((cp−1) passes of K and V), "
+            f"{_n(cp['backward_bytes_per_layer'])} B backward, "
+            f"{_n(cp['recompute_bytes_per_layer'])} B recompute")
     add(f"  PP (pp={pp['stages']}, 1F1B, m={pp['micro_batches']}): bubble {pp['bubble_formula']}"
         f" = {pp['bubble_fraction']:.4f}; {pp['micro_batches_in_flight_first_stage']} micro-"
         f"batch(es) in flight on the first stage; {_n(pp['boundary_bytes_per_step'])} B across "
         "each stage boundary per step")
+    if "time" in doc:
+        out += _time_lines(doc["time"], tr)
     return "\n".join(out)
+
+
+def _s(x: float) -> str:
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s"
+
+
+def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
+    pf = ti["perf"]
+    st = ti["per_stage"][ti["slowest_stage"]]
+    out = ["", f"Step time (expected; {ti['attention']} attention, {ti['compute_dtype']} peak "
+           f"{ti['peak_flops'] / 1e12:,.1f} TFLOP/s; GEMMs at {pf['gemm_efficiency']:.2f} of "
+           f"peak, attention at {pf['attention_efficiency']:.2f}, fitted on published figures):"]
+    add = out.append
+    add(f"  one micro-batch on the slowest stage ({ti['slowest_stage']}): {_s(st['micro_batch_s'])}"
+        f" = GEMMs {_s(st['gemm_s'])} + attention {_s(st['attention_s'])} + memory-bound "
+        f"{_s(st['memory_bound_s'])} + TP {_s(st['tp_s'])} + CP exposed {_s(st['cp_exposed_s'])}"
+        f" + EP {_s(st['ep_s'])} + PP sends {_s(st['pp_s'])}")
+    add(f"  pipeline: {ti['micro_batch_slots']:g} micro-batch slots (m + (p−1)/v, v="
+        f"{ti['virtual_stages']}) = {_s(ti['pipeline_s'])}; bubble {ti['bubble_formula']} = "
+        f"{ti['bubble_fraction']:.4f}; DP exposed {_s(ti['dp_exposed_s'])}")
+    add(f"  step {_s(ti['step_s'])}: MFU {ti['mfu']:.1%} ({ti['model_tflops_per_gpu']:,.0f} "
+        f"TFLOP/s per GPU of model FLOPs), HFU {ti['hfu']:.1%} (with recompute, "
+        f"{ti['hardware_tflops_per_gpu']:,.0f})")
+    add(f"  {ti['tokens_per_s']:,.0f} tokens/s ({ti['tokens_per_s_per_gpu']:,.1f} per GPU), "
+        f"{ti['tokens_per_day']:.4g} tokens/day on {tr['gpus']} GPUs")
+    if ti["days"] is not None:
+        add(f"  {ti['train_tokens']:.4g} tokens: {ti['steps']:,d} steps, {ti['days']:,.1f} days, "
+            f"{ti['gpu_hours']:,.0f} GPU-hours")
+    add("  left out: the optimizer step, data loading, failures and restarts, checkpoint saving")
+    return out

@@ -4,7 +4,8 @@ approximations), per-rank memory by term, the batch arithmetic, and each paralle
 
 Exact: FLOPs (backward.py, against FlopCounterMode), parameters and model-state bytes per rank
 (memory.py). Megatron's closed form, labelled so: activation memory (Korthikanti et al. 2022,
-Table 2), until the exact saved-tensor count is built.
+Table 2), until the exact saved-tensor count is built. The ledgers: train/ledgers.py (TP, CP) and
+below (DP, EP); with a GPU, the step time and its rates: train/time.py.
 """
 
 from __future__ import annotations
@@ -130,8 +131,9 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
             "cp": cp_ledger(model, b, s, t, cp, layers[peak["stage"]], accum,
                             ACT_DTYPE[precision], recompute),
             "pp": {"stages": p, "micro_batches": accum,
-                   "bubble_fraction": (p - 1) / (accum + p - 1),
-                   "bubble_formula": "(p−1)/(m+p−1)",
+                   "virtual_stages": virtual,
+                   "bubble_fraction": (p - 1) / (virtual * accum + p - 1),
+                   "bubble_formula": "(p−1)/(m+p−1)" if virtual == 1 else "(p−1)/(v·m+p−1)",
                    "micro_batches_in_flight_first_stage": min(p, accum),
                    "boundary_bytes_per_micro_batch": nbytes(b * s * model.d_model,
                                                             ACT_DTYPE[precision]) if p > 1 else 0,
@@ -142,7 +144,8 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
         "workload": wl.model_dump(),
         "training": {"micro_batch": b, "grad_accum": accum, "dp": dp, "global_batch": gbatch,
                      "tokens_per_step": gbatch * s, "tp": t, "pp": p, "ep": ep,
-                     "gpus": t * cp * p * dp, "cp": cp, "virtual_stages": virtual, "zero": zero, "precision": precision,
+                     "gpus": t * cp * p * dp, "cp": cp, "virtual_stages": virtual,
+                     "zero": zero, "precision": precision,
                      "bytes_per_param": {x.name: x.bytes_per_param
                                          for x in PRECISIONS[precision]},
                      "zero_sharded": list(ZERO_SHARDED[zero]), "recompute": recompute},

@@ -65,7 +65,7 @@ ATTENTION_KERNELS = ("flash", "eager")
 # in dense bf16 GEMMs and reaches a smaller fraction of its peak than an A100. A100-40GB is the
 # same chip at the same clocks as the 80GB. Other GPUs take the fit over all rows (TrainPerf's
 # defaults).
-FITTED = {"H100-SXM": (0.59, 0.39), "A100-80GB": (0.66, 0.61), "A100-40GB": (0.66, 0.61)}
+FITTED = {"H100-SXM": (0.59, 0.40), "A100-80GB": (0.66, 0.57), "A100-40GB": (0.66, 0.57)}
 
 
 @dataclass(frozen=True)
@@ -117,14 +117,15 @@ class Work:
     """FLOPs and memory-bound bytes of one layer (or the embedding, or the head), forward,
     backward and recompute, on the whole model's width (÷ tp·cp per rank)."""
 
-    __slots__ = ("gemm_fwd", "gemm_bwd", "attn_fwd", "attn_bwd", "mem_fwd", "mem_bwd")
+    FIELDS = ("gemm_fwd", "gemm_bwd", "attn_fwd", "attn_bwd", "mem_fwd", "mem_bwd")
+    __slots__ = FIELDS
 
     def __init__(self) -> None:
         self.gemm_fwd = self.gemm_bwd = self.attn_fwd = self.attn_bwd = 0
         self.mem_fwd = self.mem_bwd = 0  # the backward's include the recompute
 
     def scaled(self, n: int) -> list[int]:
-        return [getattr(self, k) * n for k in self.__slots__]
+        return [getattr(self, k) * n for k in self.FIELDS]
 
 
 def _key(s: Any) -> Any:
