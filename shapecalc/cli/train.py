@@ -96,6 +96,8 @@ def train(
                               logits="all", attention_flops=attention_flops)
         card = gpu_option(gpu, hardware_dir, set_gpu)
         n_tokens = _tokens(train_tokens, card is not None)
+        if perf and card is None:
+            raise ShapecalcError("perf", "needs --gpu: it sets the step-time model's terms")
         doc = build_train(model, wl, dp=dp, zero=zero, precision=precision,
                           recompute=recompute, grad_accum=grad_accum, global_batch=global_batch,
                           gpu_memory=card.memory_bytes if card else None,
