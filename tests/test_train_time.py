@@ -271,3 +271,29 @@ def test_text_shows_the_step_time_and_days(cli):
     for text in ("Step time", "MFU", "HFU", "tokens/day", "days", "GPU-hours", "CP (cp=2",
                  "vocab-parallel", "left out: the optimizer step"):
         assert text in r.out, text
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+def test_llama3_70b_model_state_of_every_stage_by_hand(cli, cp):
+    """The must-show command (`train --preset llama3-70b --seq 8192 --tp 8 --pp 4 --dp 2
+    --zero 1 --gpu h100-sxm`), every pipeline stage. By hand: one TP rank of a layer holds q and
+    o D·D/8 each, k and v D·H_kv·Dh/8 each, the SwiGLU FFN 3·D·Dff/8, both norms 2·D; 20 layers
+    a stage; the first adds its V/8 rows of the embedding, the last the final norm D and its
+    V/8 rows of the LM head. Mixed precision: bf16 weights and gradients 2 B each held whole,
+    fp32 master + AdamW m + v 12 B sharded by ZeRO-1 over the dp·cp ranks (with cp = 2 the
+    weights are replicated over cp, and Megatron's distributed optimizer shards over dp·cp)."""
+    D, Hkv, Dh, Dff, V = 8192, 8, 128, 28672, 128256
+    layer = 2 * D * D // 8 + 2 * D * Hkv * Dh // 8 + 3 * D * Dff // 8 + 2 * D
+    stages = [20 * layer + V * D // 8, 20 * layer, 20 * layer, 20 * layer + D + V * D // 8]
+    args = ["train", "--preset", "llama3-70b", "--seq", "8192", "--tp", "8", "--pp", "4",
+            "--dp", "2", "--zero", "1", "--gpu", "h100-sxm", "--cp", str(cp)]
+    doc = json.loads(cli(*args, "--json").out)
+    assert doc["training"]["gpus"] == 64 * cp
+    text = cli(*args).out
+    for st, P in zip(doc["memory"]["per_stage"], stages, strict=True):
+        terms = {t["term"]: t["bytes"] for t in st["model_state"]["terms"]}
+        want = {"weights": 2 * P, "gradients": 2 * P, "optimizer": 12 * -(-P // (2 * cp))}
+        assert terms == want
+        assert st["model_state"]["bytes"] == sum(want.values())
+        for b in want.values():  # the text prints every term of every stage
+            assert f"{b:,d}" in text

@@ -129,6 +129,9 @@ def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
     add(f"  pipeline: {ti['micro_batch_slots']:g} micro-batch slots (m + (p−1)/v, v="
         f"{ti['virtual_stages']}) = {_s(ti['pipeline_s'])}; bubble {ti['bubble_formula']} = "
         f"{ti['bubble_fraction']:.4f}; DP exposed {_s(ti['dp_exposed_s'])}")
+    if ti["mfu"] is None:
+        add("  step: no estimate (the --perf terms make it overflow)")
+        return out
     add(f"  step {_s(ti['step_s'])}: MFU {ti['mfu']:.1%} ({ti['model_tflops_per_gpu']:,.0f} "
         f"TFLOP/s per GPU of model FLOPs), HFU {ti['hfu']:.1%} (with recompute, "
         f"{ti['hardware_tflops_per_gpu']:,.0f})")

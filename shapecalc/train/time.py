@@ -88,6 +88,9 @@ class TrainPerf:
                 raise ShapecalcError(f"perf.{f.name}", f"must be a finite number > 0, got {v}")
             if f.name.endswith("efficiency") and v > 1:
                 raise ShapecalcError(f"perf.{f.name}", f"must be in (0, 1], got {v}")
+        if self.net_bandwidth < 1:  # a typo (no network is that slow), as GPU profiles check
+            raise ShapecalcError("perf.net_bandwidth", f"{self.net_bandwidth:g} is below 1 a "
+                                 "second; give it in bytes/s (e.g. 50e9)")
 
 
 NAMES = tuple(f.name for f in fields(TrainPerf))
@@ -259,7 +262,13 @@ def step_time(model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp
 
 def rates(step_s: float, gpus: int, peak: float, model_flops: int, hardware_flops: int,
           tokens_per_step: int, train_tokens: int | None) -> dict[str, Any]:
-    """MFU, HFU, achieved TFLOP/s per GPU, tokens/s and /day, and the time to train."""
+    """MFU, HFU, achieved TFLOP/s per GPU, tokens/s and /day, and the time to train (null
+    where extreme --perf terms make the step time overflow)."""
+    keys = ("mfu", "hfu", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "tokens_per_s",
+            "tokens_per_s_per_gpu", "tokens_per_day", "steps", "days", "gpu_hours")
+    if not 0 < step_s < float("inf"):
+        return {**dict.fromkeys(keys), "model_flops_per_step": model_flops,
+                "hardware_flops_per_step": hardware_flops, "train_tokens": train_tokens}
     tps = tokens_per_step / step_s
     out: dict[str, Any] = {
         "mfu": model_flops / (gpus * peak * step_s),
