@@ -297,3 +297,17 @@ def test_llama3_70b_model_state_of_every_stage_by_hand(cli, cp):
         assert st["model_state"]["bytes"] == sum(want.values())
         for b in want.values():  # the text prints every term of every stage
             assert f"{b:,d}" in text
+
+
+def test_ep_ledger_by_hand(cli):
+    """Mixtral-8x7B (k = 2, D = 4096, 32 MoE layers), T = 4096 over cp = 2 and tp = 2 (sequence
+    parallel): a rank dispatches its own 4096/2/2 = 1024 tokens, each to k experts, and
+    combines them back: 2 · 1024 · 2 · 4096 bf16 values per layer forward, as many backward."""
+    doc = json.loads(cli("train", "--preset", "mixtral-8x7b", "--seq", "4096", "--tp", "2",
+                         "--cp", "2", "--ep", "2", "--dp", "2", "--gpu", "h100-sxm",
+                         "--json").out)
+    ep = doc["communication"]["ep"]
+    a2a = 2 * (1024 * 2 * 4096) * 2
+    assert ep["forward_bytes_per_layer"] == ep["backward_bytes_per_layer"] == a2a
+    assert ep["bytes_per_step"] == 2 * a2a * 32
+    assert doc["time"]["per_stage"][0]["ep_s"] > 0

@@ -125,7 +125,7 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
     # -- communication per step per rank ---------------------------------------------------------
     dense, experts = placed[peak["stage"]]
     comm = {"dp": _dp_ledger(dense, experts, precision, zero, dpc, ep),
-            "ep": _ep_ledger(model, wl, peak["stage"], accum, ACT_DTYPE[precision]),
+            "ep": _ep_ledger(model, wl, peak["stage"], accum, ACT_DTYPE[precision], cp),
             "tp": tp_ledger(b, s // cp, model.d_model, t, layers[peak["stage"]], accum, width,
                             peak["stage"] == 0, peak["stage"] == p - 1),
             "cp": cp_ledger(model, b, s, t, cp, layers[peak["stage"]], accum,
@@ -219,15 +219,17 @@ def _largest(fits: Any) -> int:
     return lo
 
 
-def _ep_ledger(model: ModelConfig, wl: Workload, stage: int, accum: int, act: str
+def _ep_ledger(model: ModelConfig, wl: Workload, stage: int, accum: int, act: str, cp: int = 1
                ) -> dict[str, Any]:
     """Expert parallelism in training: each MoE layer's dispatch and combine all-to-alls of
     B·T·k·D activations in the forward, and their gradients (the same sizes) in the backward,
-    counted as if every token went off-rank (the expected share is (ep−1)/ep of it)."""
+    counted as if every token went off-rank (the expected share is (ep−1)/ep of it). A rank
+    dispatches its own tokens: B·T/cp of them, split over tp by sequence parallelism."""
     plan = layer_plan(model)
     counts = stage_kind_counts(plan, wl.pp)[stage]
     moe = sum(c for k, c in zip(plan.kinds, counts, strict=True) if k.ffn == "moe")
-    a2a = alltoall_bytes(wl.batch, wl.seq, model, act) if wl.ep > 1 else 0
+    tokens = ceil_div(wl.batch * (wl.seq // cp), wl.tp)
+    a2a = alltoall_bytes(1, tokens, model, act) if wl.ep > 1 else 0
     return {"degree": wl.ep, "moe_layers": moe, "forward_bytes_per_layer": a2a,
             "backward_bytes_per_layer": a2a, "bytes_per_step": 2 * a2a * moe * accum,
             "expected_bytes_per_step": 2 * a2a * moe * accum * (wl.ep - 1) / wl.ep}
