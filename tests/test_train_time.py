@@ -311,3 +311,48 @@ def test_ep_ledger_by_hand(cli):
     assert ep["forward_bytes_per_layer"] == ep["backward_bytes_per_layer"] == a2a
     assert ep["bytes_per_step"] == 2 * a2a * 32
     assert doc["time"]["per_stage"][0]["ep_s"] > 0
+
+
+def _worked_plan() -> list[tuple[list[str], list[str]]]:
+    """The README's worked training plan: each `$ shapecalc train …` command (`...` standing for
+    the first command's arguments) and the output lines printed under it."""
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("### A worked training plan", 1)[1].split("\n## ", 1)[0]
+    lines = section.splitlines()
+    runs: list[tuple[list[str], list[str]]] = []
+    base: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if not line.startswith("$ shapecalc train"):
+            i += 1
+            continue
+        cmd = line
+        while cmd.endswith("\\"):
+            i += 1
+            cmd = cmd[:-1] + " " + lines[i].strip()
+        args = cmd.split()[3:]
+        if args and args[0] == "...":
+            args = base + args[1:]
+        base = base or args
+        out = []
+        i += 1
+        while i < len(lines) and lines[i].startswith("    ") and \
+                not lines[i].strip().startswith("$"):
+            out.append(lines[i].strip())
+            i += 1
+        runs.append((args, out))
+    return runs
+
+
+def test_the_readme_worked_plan_is_real_output(cli):
+    """Every output line the README's worked training plan shows is printed by its command
+    (after a change to the numbers, re-run the commands and paste their lines)."""
+    runs = _worked_plan()
+    assert len(runs) == 4 and all(out for _, out in runs)
+    for args, shown in runs:
+        r = cli("train", *args)
+        assert r.code == 0, r.err
+        printed = {x.strip() for x in r.out.splitlines()}
+        for line in shown:
+            assert line in printed, (args, line)
