@@ -33,9 +33,10 @@ FLOPs in both follow the workload's attention_flops (full [T,T]: PaLM's 12·L·H
 the lower triangle).
 
 Fitted on published figures (tests/data/train_mfu.json, tests/test_train_time.py): the two
-compute efficiencies; the rest are the serving model's calibrated terms (plan/perf_defaults.py)
-and the cluster's network. Left out: the optimizer step, data loading, failures and restarts,
-checkpoint saving, stragglers and the loss computation's memory traffic.
+compute efficiencies, per GPU (FITTED; TrainPerf's defaults for other GPUs); the rest are the
+serving model's calibrated terms (plan/perf_defaults.py) and the cluster's network. Left out:
+the optimizer step, data loading, failures and restarts, checkpoint saving, stragglers and the
+loss computation's memory traffic.
 """
 
 from __future__ import annotations
@@ -216,7 +217,6 @@ def step_time(model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp
         keys += [("embedding", 1)] * (i == 0) + [("head", 1)] * (i == p - 1)
         layers = sum(kc)
         moe_layers = sum(c for k, c in enumerate(kc) if plan.kinds[k].ffn == "moe")
-        attn_layer = 0.0
         for k, c in keys:
             if k in work:
                 tot = [x + y for x, y in zip(tot, work[k].scaled(c), strict=True)]
@@ -225,7 +225,9 @@ def step_time(model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp
         bwd = gb / g_rate + ab / a_rate + mb / m_rate
         attn_layer = (af + ab) / a_rate / max(layers, 1)
         tp = tp_ledger(b, s // cp, model.d_model, t, layers, 1, act_width, i == 0, i == p - 1)
-        n_tp = (8 + 4 * again) * layers + 4 * (i == 0) + (4 + 3) * (i == p - 1)
+        # collectives: 8 a layer (+ the forward's 4 again), the embedding's 2, the head's 2 and
+        # the loss's 3
+        n_tp = (8 + 4 * again) * layers + 2 * (i == 0) + (2 + 3) * (i == p - 1)
         tp_bytes = tp["forward_bytes_per_micro_batch"] + tp["backward_bytes_per_micro_batch"] \
             + again * tp["forward_bytes_per_layer"] * layers
         tp_s = tp_bytes / bw_tp + n_tp * lat if t > 1 else 0.0
