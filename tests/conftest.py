@@ -58,6 +58,10 @@ def cli(capsys, monkeypatch):
     """Run `shapecalc ARGS` in-process through the real entry point (exit codes included)."""
     from shapecalc.cli import main
 
+    # the width the tables' tests read them at (the one-line layouts); a test of another width
+    # sets its own COLUMNS (tests/test_render*.py)
+    monkeypatch.setenv("COLUMNS", "200")
+
     def run(*args: str) -> Result:
         monkeypatch.setattr(sys, "argv", ["shapecalc", *args])
         capsys.readouterr()

@@ -10,8 +10,11 @@ html.py. Both are written by output.py's checked, atomic writer, like every outp
 from __future__ import annotations
 
 import io
+import os
+import re
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any, cast
 
 from rich import console as _rich
 from rich.errors import MarkupError
@@ -34,10 +37,53 @@ class Console(_rich.Console):
             return super().render_str(text, **{**kw, "markup": False})
 
 
-def make_console() -> Console:
-    """A terminal keeps its width; a pipe or file gets room for the whole table."""
-    c = Console()
-    return c if c.is_terminal else Console(width=200)
+MIN_WIDTH = 20  # below this, lines are laid out for 20 columns (and may be longer than the screen)
+FILE_WIDTH = 200  # --output without $COLUMNS: room for every table's widest layout
+
+
+def env_width() -> int | None:
+    """$COLUMNS when it is a positive integer (a terminal, a pipe and a dumb terminal alike)."""
+    c = os.environ.get("COLUMNS", "").strip()
+    return max(MIN_WIDTH, int(c)) if c.isdigit() and int(c) > 0 else None
+
+
+class _RStrip:
+    """A text stream that drops the spaces rich pads table lines with before each newline (the
+    colour codes after them stay), so that piped and written tables have no trailing blanks."""
+
+    _PAD = re.compile(r" +((?:\x1b\[[0-9;]*m)*)\n")
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out, self.pending = out, ""
+
+    def write(self, text: str) -> int:
+        text = self.pending + text
+        cut = text.rfind("\n") + 1
+        self.pending = text[cut:]
+        self.out.write(self._PAD.sub(r"\1\n", text[:cut]))
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno, …
+        return getattr(self.out, name)
+
+
+def make_console(file: IO[str] | None = None, width: int | None = None) -> Console:
+    """A console that fits the screen: $COLUMNS if set, else the terminal's width (rich asks the
+    terminal of stdin/stdout/stderr, else 80). Output that is not a terminal (a pipe, a file) has
+    no colours and no trailing spaces; the tables choose their layout by this width."""
+    out = file if file is not None else sys.stdout
+    tty = Console(file=out).is_terminal
+    w = width or env_width()
+    if tty:
+        return Console(file=out, width=w)
+    return Console(file=cast(IO[str], _RStrip(out)), width=w, color_system=None,
+                   force_terminal=False)
 
 
 def render_table(
@@ -57,7 +103,7 @@ def render_table(
     elif show:
         out, close = open_output(output)
         try:
-            draw(Console(file=out, width=200, color_system=None, force_terminal=False))
+            draw(make_console(out, env_width() or FILE_WIDTH))
         finally:
             if close:
                 out.close()

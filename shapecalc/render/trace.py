@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -13,6 +13,7 @@ from rich.text import Text
 from ..costs.fields import PP_LEDGER, TOTALS, TP_LEDGER
 from ..model.config import ModelConfig
 from .console import make_console
+from .layout import width_of
 from .output import csv_text, markdown_table
 from .units import human_bytes, human_count, human_flops
 
@@ -33,22 +34,11 @@ def _block_title(s: dict[str, Any], kinds: list[dict[str, Any]]) -> str:
     return f"block  × {n} layer{'s' if n != 1 else ''}: {label} (one shown)"
 
 
-def _stage_table(stages: list[dict[str, Any]], title: str,
-                 kinds: list[dict[str, Any]] | None = None) -> Table:
-    t = Table(
-        title=title,
-        box=box.SIMPLE_HEAD,
-        title_justify="left",
-        show_lines=False,
-        header_style="bold",
-    )
-    t.add_column("stage", no_wrap=True)
-    t.add_column("shape", no_wrap=True)
-    t.add_column("FLOPs formula")
-    t.add_column("FLOPs", justify="right", no_wrap=True)
-    t.add_column("params", justify="right", no_wrap=True)
-    t.add_column("bytes", justify="right", no_wrap=True)
-    t.add_column("note", style="dim")
+def _stage_cells(stages: list[dict[str, Any]], kinds: list[dict[str, Any]] | None
+                 ) -> list[dict[str, Any] | Text]:
+    """Each stage's cells (name, shape, formula, FLOPs, params, bytes, note), with a group's
+    title (a Text) before its first stage."""
+    out: list[dict[str, Any] | Text] = []
     current = None
     for s in stages:
         if (s["group"], s.get("kind")) != current:
@@ -56,36 +46,128 @@ def _stage_table(stages: list[dict[str, Any]], title: str,
             label = GROUP_TITLE[s["group"]]
             if s["group"] == "block":
                 label = _block_title(s, kinds or [])
-            t.add_row(Text(label, style="bold cyan"), end_section=False)
-        formula: str | Text
-        value: str | Text
+            out.append(Text(label, style="bold cyan"))
+        formula: Text
+        value: Text
         if s["flops"]:
-            formula, value = s["flops_formula"], human_flops(s["flops"])
+            formula, value = Text(s["flops_formula"]), Text(human_flops(s["flops"]))
         elif s["elementwise_flops"]:
             formula = Text(s["elementwise_formula"], style="dim")
             value = Text(human_flops(s["elementwise_flops"]) + " ew", style="dim")
         else:
-            formula, value = "", ""
-        t.add_row(
-            "  " + s["name"],
-            shape_str(s["dims"], s["shape"]),
-            formula,
-            value,
-            f"{s['params']:,}" if s["params"] else "",
-            human_bytes(s["bytes"]),
-            s["note"],
-        )
+            formula, value = Text(""), Text("")
+        out.append({"name": s["name"], "shape": shape_str(s["dims"], s["shape"]),
+                    "formula": formula, "flops": value,
+                    "params": f"{s['params']:,}" if s["params"] else "",
+                    "bytes": human_bytes(s["bytes"]), "note": s["note"]})
+    return out
+
+
+def _lines(*parts: str | Text) -> Text:
+    """The non-empty parts, one a line."""
+    return Text("\n").join(p if isinstance(p, Text) else Text(p) for p in parts
+                           if (p.plain if isinstance(p, Text) else p))
+
+
+NOTE_ROOM = 16  # the one-line layout is chosen when its note column gets at least this much
+
+
+def _stage_table(cells: list[dict[str, Any] | Text], title: str, layout: str,
+                 notes: bool = True) -> Table:
+    """The stage list in one of three layouts, widest first: `one-line` (a column each),
+    `two-line` (the formula under the FLOPs, the note under the stage) and `stacked` (the shape
+    under the stage, the formula under the FLOPs, the bytes under the params)."""
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", header_style="bold")
+    if layout == "one-line":
+        heads = ("stage", "shape", "FLOPs formula", "FLOPs", "params", "bytes") + (
+            ("note",) if notes else ())
+    elif layout == "two-line":
+        heads = ("stage", "shape", "FLOPs\nformula", "params", "bytes")
+    else:
+        heads = ("stage\n  shape", "FLOPs\nformula", "params\nbytes")
+    for h in heads:
+        left = h.startswith(("stage", "shape", "note"))
+        t.add_column(h, justify="left" if left else "right",
+                     no_wrap=not h.startswith(("stage", "note")),
+                     style="dim" if h == "note" else None, overflow="fold")
+    for c in cells:
+        if isinstance(c, Text):
+            t.add_row(c)
+            continue
+        name = Text("  " + c["name"])
+        note = Text(c["note"], style="dim")
+        if layout == "one-line":
+            row = [name, c["shape"], c["formula"], c["flops"], c["params"], c["bytes"]]
+            t.add_row(*row, *([note] if notes else []))
+        elif layout == "two-line":
+            stage = name + (Text("\n    ") + note if notes and c["note"] else Text(""))
+            t.add_row(stage, c["shape"], _lines(c["flops"], c["formula"]), c["params"],
+                      c["bytes"])
+        else:
+            stage = Text("\n").join([name, Text("    " + c["shape"])]
+                                    + ([Text("    ") + note] if notes and c["note"] else []))
+            t.add_row(stage, _lines(c["flops"], c["formula"]), _lines(c["params"], c["bytes"]))
     return t
 
 
-def totals_panel(doc: dict[str, Any]) -> Panel:
+def print_stages(console: Console, stages: list[dict[str, Any]], title: str,
+                 kinds: list[dict[str, Any]] | None = None) -> None:
+    """The stage list in the widest layout the console holds, else one record per stage."""
+    from .layout import fits, records
+
+    cells = _stage_cells(stages, kinds)
+    one = _stage_table(cells, title, "one-line", notes=False)
+    if width_of(console, one) + NOTE_ROOM <= console.width:
+        console.print(_stage_table(cells, title, "one-line"))
+        return
+    two = _stage_table(cells, title, "two-line", notes=False)
+    if fits(console, two):
+        console.print(_stage_table(cells, title, "two-line"))
+        return
+    stacked = _stage_table(cells, title, "stacked")
+    if fits(console, stacked, least=True):
+        console.print(stacked)
+        return
+    header = ["stage", "shape", "FLOPs formula", "FLOPs", "params", "bytes", "note"]
+    rows: list[list[Any]] = []
+    for c in cells:
+        if isinstance(c, Text):
+            rows.append([c] + [""] * 6)
+        else:
+            rows.append([c["name"], c["shape"], c["formula"], c["flops"], c["params"],
+                         c["bytes"], c["note"]])
+    records(console, header, rows, 1, title)
+
+
+class _Rows:
+    """The rows of a `label  value  note` panel, laid out for the console by layout.kv_panel."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, Any, Any]] = []
+
+    def add_row(self, label: Any, value: Any, note: Any = "") -> None:
+        self.rows.append((label, value, note))
+
+    def panel(self, title: str, console: Console | None) -> Any:
+        if console is not None:
+            from .layout import kv_panel
+
+            return kv_panel(console, title, self.rows)
+        t = Table.grid(padding=(0, 2))
+        t.add_column(style="bold", no_wrap=True)
+        t.add_column(justify="right")
+        t.add_column(style="dim")
+        for r in self.rows:
+            t.add_row(*r)
+        return Panel(t, title=title, title_align="left", expand=False)
+
+
+def totals_panel(doc: dict[str, Any], console: Console | None = None) -> Any:
+    """The totals as a panel (with a console: laid out for its width, layout.kv_panel)."""
     tot = doc["totals"]
     pb = tot["params_breakdown"]
     wl = doc["workload"]
-    t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold", no_wrap=True)
-    t.add_column(justify="right")
-    t.add_column(style="dim")
+    t = _Rows()
     t.add_row("parameters", f"{tot['params']:,}", human_count(tot["params"]))
     if tot["active_params"] != tot["params"]:
         t.add_row("  active per token", f"{tot['active_params']:,}",
@@ -151,15 +233,12 @@ def totals_panel(doc: dict[str, Any]) -> Panel:
         f"{la['bytes']:,}",
         f"{la['name']} {shape_str(la['dims'], la['shape'])} {human_bytes(la['bytes'])}",
     )
-    return Panel(t, title="totals", title_align="left", expand=False)
+    return t.panel("totals", console)
 
 
-def parallel_panel(doc: dict[str, Any]) -> Panel:
+def parallel_panel(doc: dict[str, Any], console: Console | None = None) -> Any:
     tp, pp = doc["parallel"]["tp"], doc["parallel"]["pp"]
-    t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold", no_wrap=True)
-    t.add_column(justify="right")
-    t.add_column(style="dim")
+    t = _Rows()
     p = tp["degree"]
     t.add_row("tensor parallel p", str(p), "" if p > 1 else "one device holds every weight")
     if p > 1:
@@ -216,7 +295,7 @@ def parallel_panel(doc: dict[str, Any]) -> Panel:
             "",
             " · ".join(human_bytes(x) for x in pp["weight_bytes_per_stage"]),
         )
-    return Panel(t, title="parallelism", title_align="left", expand=False)
+    return t.panel("parallelism", console)
 
 
 def print_trace(
@@ -237,9 +316,11 @@ def print_trace(
     if per_rank and "rank_stages" in doc:
         stages = doc["rank_stages"]
         title += " · one rank's stages"
-    console.print(_stage_table(stages, title, doc["layers"]["kinds"]))
-    console.print(Group(totals_panel(doc), parallel_panel(doc)))
-    console.print(breakdown_chart(doc))
+    print_stages(console, stages, title, doc["layers"]["kinds"])
+    from .layout import show
+
+    show(console, totals_panel(doc, console), parallel_panel(doc, console),
+         breakdown_chart(doc, console=console))
 
 
 def print_presets(rows: list[tuple[str, ModelConfig, int]], console: Console | None = None
@@ -291,13 +372,20 @@ def print_model(m: ModelConfig, params: int, console: Console | None = None) -> 
 
 
 # -- where FLOPs, parameters and memory go --------------------------------------------------------
+class _Deferred:
+    """Something layout.show prints by calling it."""
+
+    def __init__(self, fn: Any) -> None:
+        self.print = lambda console: fn()
+
+
 def _bar_rows(t: Table, title: str, items: list[tuple[str, int]], unit: Any, width: int) -> None:
     total = sum(v for _, v in items) or 1
     t.add_row(Text(title, style="bold cyan"), "", "", "")
     for label, v in items:
         cells = round(v / total * width)
         bar = Text("█" * cells, style="cyan") + Text("·" * (width - cells), style="dim")
-        t.add_row("  " + label, bar, unit(v), f"{100 * v / total:5.1f} %")
+        t.add_row(Text("  " + label), bar, unit(v), f"{100 * v / total:5.1f} %")
 
 
 def breakdown_items(doc: dict[str, Any], memory: bool = True
@@ -332,9 +420,27 @@ def breakdown_items(doc: dict[str, Any], memory: bool = True
     return out
 
 
-def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True) -> Table:
+def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True,
+                    console: Console | None = None) -> Any:
     """Bars of where the matmul FLOPs, the parameters and (with `memory`) one device's memory
-    go."""
+    go. With a console, the bars shrink to fit its width (and go below 8 cells)."""
+    if console is not None:
+        from .layout import line, width_of
+
+        t = breakdown_chart(doc, width, memory)
+        spare = console.width - width_of(console, t)
+        if spare >= 0 or width + spare >= 8:
+            return breakdown_chart(doc, width + min(spare, 0), memory)
+        # too narrow for bars: the label, then `value  share` below it
+        rows = list(zip(*(c.cells for c in t.columns), strict=True))
+
+        def lines() -> None:
+            for label, _, value, share in rows:
+                line(console, label)
+                if value:
+                    line(console, f"{value}  {share.replace(' ', '')}", 4)
+
+        return _Deferred(lines)
     t = Table.grid(padding=(0, 2))
     for _ in range(4):
         t.add_column()
