@@ -278,11 +278,12 @@ def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None
 
     def draw(console: Any) -> None:
         from ..costs.trace import build_trace
+        from ..render.layout import show
         from ..render.trace import breakdown_chart
 
         pr.print_fit(doc, console, note)
         # where the FLOPs (of a prefill) and the parameters go; the memory bar is above
-        console.print(breakdown_chart(build_trace(model, wl), memory=False))
+        show(console, breakdown_chart(build_trace(model, wl), memory=False, console=console))
 
     def page() -> str:
         from ..costs.trace import build_trace
@@ -397,26 +398,22 @@ def hardware(
         docs = [g.model_dump() for g in gpus]
         emit_json(docs[0] if name is not None else docs)
         return
-    from rich import box
-    from rich.table import Table
-
     from ..render.console import make_console
+    from ..render.layout import line, split_table
     from ..render.units import human_bytes
 
-    t = Table(box=box.SIMPLE_HEAD, title="GPU profiles (dense peaks; link: per direction)")
-    for col in ("name", "memory", "bytes", "HBM B/s", "link B/s", "bf16 FLOP/s", "fp8 FLOP/s",
-                "link"):
-        t.add_column(col, justify="right" if col not in ("name", "link", "memory") else "left")
-    for g in gpus:
-        pk = g.peak_flops
-        t.add_row(g.name, g.memory, f"{g.memory_bytes:,} ({human_bytes(g.memory_bytes)})",
-                  f"{g.hbm_bandwidth:.4g}", f"{g.link_bandwidth:.4g}",
-                  "—" if pk.bf16 is None else f"{pk.bf16:.4g}",
-                  "—" if pk.fp8 is None else f"{pk.fp8:.4g}", g.link)
+    header = ["name", "memory", "bytes", "HBM B/s", "link B/s", "bf16 FLOP/s", "fp8 FLOP/s", "link"]
+    rows = [[g.name, g.memory, f"{g.memory_bytes:,} ({human_bytes(g.memory_bytes)})",
+             f"{g.hbm_bandwidth:.4g}", f"{g.link_bandwidth:.4g}",
+             "—" if g.peak_flops.bf16 is None else f"{g.peak_flops.bf16:.4g}",
+             "—" if g.peak_flops.fp8 is None else f"{g.peak_flops.fp8:.4g}", g.link]
+            for g in gpus]
     console = make_console()
-    console.print(t)
+    split_table(console, header, rows, 1, "GPU profiles (dense peaks; link: per direction)",
+                right=[h not in ("name", "link", "memory") for h in header],
+                wrap=[h == "link" for h in header])
     if name is not None:
-        console.print(f"source: {gpus[0].source}")
+        line(console, f"source: {gpus[0].source}")
 
 
 _HELP = {

@@ -86,9 +86,9 @@ def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
              f"p={wl['tp']} s={wl['pp']}, {doc['precision']}")
     table = Table(title=title, title_justify="left")
     table.add_column("check")
-    table.add_column("symbolic", justify="right")
-    table.add_column("measured", justify="right")
-    table.add_column("", justify="center")
+    table.add_column("symbolic", justify="right", no_wrap=True)
+    table.add_column("measured", justify="right", no_wrap=True)
+    table.add_column("", justify="center", no_wrap=True)
     for c in doc["checks"]:
         sym = _fmt(c["symbolic"])
         if "tolerance" in c:
@@ -99,8 +99,10 @@ def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
         if not c["ok"] and "detail" in c:
             name += f"\n[red]{escape(c['detail'])}[/]"
         table.add_row(name, sym, _fmt(c["measured"]), mark)
+    from ..render.layout import show, table_or_records
+
     out = make_console()
-    out.print(table)
+    show(out, table_or_records(out, table))
     bad = sum(not c["ok"] for c in doc["checks"])
     out.print(f"{doc['note']}. Memory estimate {doc['memory_estimate_bytes'] / 2**30:.2f} GiB "
               f"of a {doc['memory_budget_bytes'] / 2**30:.2f} GiB budget.")

@@ -22,10 +22,18 @@ def print_explain(walk: Any) -> None:
     out.print()
     for s in walk.steps:
         out.print(f"[bold cyan]{escape(s.title)}[/]   [dim]{escape(s.rule)}[/]")
-        grid = Table(show_header=False, box=None, padding=(0, 1))
-        for _ in range(s.value.shape[1]):
-            grid.add_column(justify="right")
-        for row in s.value:
-            grid.add_row(*(_fmt(x) for x in row))
-        out.print(grid)
+        cells = [[_fmt(x) for x in row] for row in s.value]
+        n = s.value.shape[1]
+        cell = max((len(c) for row in cells for c in row), default=1) + 2
+        per = max(1, min(n, out.width // cell))  # columns side by side; more: in parts
+        for lo in range(0, n, per):
+            hi = min(n, lo + per)
+            if per < n:
+                out.print(f"[dim]columns {lo + 1}–{hi} of {n}[/]")
+            grid = Table(show_header=False, box=None, padding=(0, 1))
+            for _ in range(lo, hi):
+                grid.add_column(justify="right", no_wrap=True)
+            for row in cells:
+                grid.add_row(*row[lo:hi])
+            out.print(grid, crop=False)
         out.print()

@@ -28,8 +28,17 @@ def width_of(console: Console, renderable: RenderableType, least: bool = False) 
     """The console columns `renderable` needs unwrapped (or, with `least`, with every wrappable
     column wrapped as far as it goes)."""
     # measured against a very wide console: rich caps a measure at the width it is offered
-    m = Measurement.get(console, console.options.update(max_width=UNBOUNDED), renderable)
-    return m.minimum if least else m.maximum
+    opts = console.options.update(max_width=UNBOUNDED)
+    m = Measurement.get(console, opts, renderable)
+    if not least or not isinstance(renderable, Table):
+        return m.minimum if least else m.maximum
+    # rich's minimum wraps every column at its longest word; only those that may wrap do
+    width = m.maximum
+    for col in renderable.columns:
+        if not col.no_wrap:
+            c = renderable._measure_column(console, opts, col)
+            width -= c.maximum - c.minimum
+    return width
 
 
 def fits(console: Console, renderable: RenderableType, least: bool = False) -> bool:
@@ -64,11 +73,15 @@ def records(console: Console, header: Sequence[str], rows: Sequence[Sequence[Cel
     if title:
         line(console, Text(title, style="bold"))
     for row in rows:
-        key = Text(" · ").join(Text(c) if isinstance(c, str) else c for c in row[:keys] if c)
+        parts = [c if isinstance(c, Text) else Text(c) for c in row[:keys]]
+        named = [p if i == 0 or not header[i] else Text(header[i] + " ") + p
+                 for i, p in enumerate(parts) if p.plain]
+        key = Text(" · ").join(named)
         if key:
             key.stylize("bold")
             line(console, key)
         for name, cell in zip(header[keys:], row[keys:], strict=False):
+            name = " ".join(name.split())  # a header of several lines, on one
             value = cell if isinstance(cell, Text) else Text(cell)
             if not value.plain:
                 continue
@@ -93,7 +106,8 @@ def split_table(console: Console, header: Sequence[str], rows: Sequence[Sequence
 
     def build(cols: Sequence[int], part: str = "") -> Table:
         t = Table(box=box.SIMPLE_HEAD, header_style="bold", title_justify="left",
-                  title=(title or "") + part or None, caption=caption, caption_justify="left")
+                  title=((title or "") + part).strip() or None, caption=caption,
+                  caption_justify="left")
         for i in cols:
             t.add_column(header[i], justify="right" if right[i] else "left",
                          no_wrap=not wrap[i], overflow="fold" if wrap[i] else "ignore")
@@ -119,7 +133,10 @@ def split_table(console: Console, header: Sequence[str], rows: Sequence[Sequence
             return
     for k, g in enumerate(groups):
         part = f" (columns {k + 1} of {len(groups)})" if len(groups) > 1 else ""
-        console.print(build(key_cols + g, part))
+        t = build(key_cols + g, part)
+        if k < len(groups) - 1:
+            t.caption = None  # once, under the last part
+        console.print(t)
 
 
 def kv_panel(console: Console, title: str, rows: Sequence[tuple[Cell, Cell, Cell]]) -> Any:
@@ -165,3 +182,23 @@ def show(console: Console, *items: Any) -> None:
             it.print(console)
         else:
             console.print(it)
+
+
+def table_or_records(console: Console, table: Table, width: int | None = None) -> Any:
+    """`table` if it fits `width` (default: the console's) with its prose wrapped, else its rows
+    as records (the first column the key) for `show` to print."""
+    if width_of(console, table, least=True) <= (width or console.width):
+        return table
+    header = [str(c.header) for c in table.columns]
+    # str cells are markup, as the table would have rendered them
+    rows = [[Text.from_markup(c) if isinstance(c, str) else c for c in r]
+            for r in zip(*(list(c.cells) for c in table.columns), strict=True)]
+    title = str(table.title) if table.title else None
+    return _Deferred(lambda: records(console, header, rows, 1, title))
+
+
+class _Deferred:
+    """Output that `show` makes by calling a function (records, lines)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.print = lambda console: fn()

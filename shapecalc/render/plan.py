@@ -84,7 +84,7 @@ def print_fit(doc: dict[str, Any], console: Any, seq_note: str | None = None) ->
         t.add_row(key.replace("_", " "), f"{mem[key]:,}", human_bytes(mem[key]), how[key])
     t.add_row(Text("total", style="bold"), f"{mem['total']:,}", human_bytes(mem["total"]), "")
     t.add_row("capacity", f"{mem['capacity']:,}", human_bytes(mem["capacity"]), doc["gpu"])
-    bar, legend = memory_bar(mem)
+    bar, legend = memory_bar(mem, max(10, min(60, console.width - 30)))
     ans = Table(box=None, show_header=False, padding=(0, 2))
     ans.add_column(style="bold")
     ans.add_column(justify="right")
@@ -125,8 +125,14 @@ def print_fit(doc: dict[str, Any], console: Any, seq_note: str | None = None) ->
                         rates, Text(eff, style="dim")]
     for note in doc["notes"]:
         parts.append(Text("note: " + note, style="yellow"))
+    from .layout import show, table_or_records, width_of
 
-    console.print(Panel(Group(*parts), title=title, border_style="cyan", expand=False))
+    if all(width_of(console, p, least=True) + 4 <= console.width for p in parts):
+        console.print(Panel(Group(*parts), title=title, border_style="cyan", expand=False))
+        return
+    # too narrow for the panel: its parts one after another, a table that does not fit as records
+    show(console, Text(title, style="bold"),
+         *(table_or_records(console, p) if isinstance(p, Table) else p for p in parts))
 
 
 ESTIMATES = (("time to first token", "ttft_s", human_time),
@@ -291,28 +297,30 @@ def _ratio(v: Any, first: Any) -> str:
 
 def print_compare(items: list[dict[str, Any]], console: Any, ratio: bool = False,
                   seq_note: str | None = None) -> None:
-    t = Table(box=box.SIMPLE_HEAD, title="compare" + (" (×: ratio to the first column)"
-                                                       if ratio else "")
-              + (f" · {seq_note}" if seq_note else ""),
-              caption="best of each row in bold green; bytes in binary units (GiB = 2³⁰ B)"
-              + ("; ≥/≤: roofline bounds, expected: the calibrated model" if items and "fit" in
-                 items[0] else ""))
-    t.add_column("", style="bold")
+    from .layout import split_table
+
+    title = ("compare" + (" (×: ratio to the first column)" if ratio else "")
+             + (f" · {seq_note}" if seq_note else ""))
+    caption = ("best of each row in bold green; bytes in binary units (GiB = 2³⁰ B)"
+               + ("; ≥/≤: roofline bounds, expected: the calibrated model" if items and "fit" in
+                  items[0] else ""))
+    header = [""]
     for it in items:
         wl, wd = it["workload"], it["widths"]
         dts = wl["dtype"] if len(set(wd.values())) <= 1 else (
             f"w {wd['weights']} act {wd['activations']} KV {wd['kv_cache']}")
-        t.add_column(f"{it['case']}\nB={wl['batch']} T={wl['seq']}\n{dts}"
-                     f"\ntp={wl['tp']} pp={wl['pp']}", justify="right")
+        header.append(f"{it['case']}\nB={wl['batch']} T={wl['seq']}\n{dts}"
+                      f"\ntp={wl['tp']} pp={wl['pp']}")
+    rows: list[list[Any]] = []
     for row in compare_rows(items):
         values = [row.get(it) for it in items]
         best = _best(row, values)
-        cells = []
+        cells: list[Any] = [Text(row.label, style="bold")]
         for i, v in enumerate(values):
             s = fmt_value(row.kind, v) + (_ratio(v, values[0]) if ratio and i else "")
             cells.append(Text(s, style="bold green" if i in best else ""))
-        t.add_row(row.label, *cells)
-    console.print(t)
+        rows.append(cells)
+    split_table(console, header, rows, 1, title, caption, wrap=[True] + [False] * len(items))
 
 
 def compare_markdown(items: list[dict[str, Any]], ratio: bool = False) -> str:
@@ -343,15 +351,25 @@ def compare_csv(items: list[dict[str, Any]]) -> str:
 
 
 def sweep_table(chunks: list[Any], console: Any) -> None:
+    """The points as rows; a column with one value on every row goes into the caption, and the
+    columns that vary among batch, seq, phase, tp, pp and the dtypes lead every part of a
+    table split for a narrow console."""
+    from .layout import split_table
+
     fit = any("fits" in c.columns for c in chunks)
     cols = table_cols(fit)
-    t = Table(box=box.SIMPLE_HEAD, title="sweep", caption="bytes in binary units; times are "
-              "roofline lower bounds, expected_*: the calibrated model" if fit
-              else "bytes in binary units")
-    t.add_column("model")
-    for k, _ in cols:
-        t.add_column(k, justify="left" if k in ("phase", "dtype", "kv_dtype") else "right")
-    for c in chunks:
-        for row in table_rows(c, cols):
-            t.add_row(*row)
-    console.print(t)
+    rows = [r for c in chunks for r in table_rows(c, cols)]
+    header = ["model", *(k for k, _ in cols)]
+    same = [i for i in range(1, len(header))
+            if len(rows) > 1 and len({r[i] for r in rows}) == 1]
+    keep = [i for i in range(len(header)) if i not in same]
+    axes = {"batch", "seq", "phase", "tp", "pp", "dtype", "kv_dtype"}
+    keys = [i for i in keep if i == 0 or header[i] in axes]
+    order = keys + [i for i in keep if i not in keys]
+    caption = ("bytes in binary units; times are roofline lower bounds, expected_*: the "
+               "calibrated model" if fit else "bytes in binary units")
+    if same:
+        caption += "; on every row: " + ", ".join(f"{header[i]} {rows[0][i]}" for i in same)
+    split_table(console, [header[i] for i in order], [[r[i] for i in order] for r in rows],
+                len(keys), "sweep", caption,
+                right=[header[i] not in ("model", "phase", "dtype", "kv_dtype") for i in order])

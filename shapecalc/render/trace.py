@@ -325,60 +325,30 @@ def print_trace(
 
 def print_presets(rows: list[tuple[str, ModelConfig, int]], console: Console | None = None
                   ) -> None:
-    t = Table(box=box.SIMPLE_HEAD, header_style="bold")
-    for col in (
-        "preset",
-        "N",
-        "D",
-        "H",
-        "H_kv",
-        "Dh",
-        "Dff",
-        "FFN",
-        "N_vocab",
-        "positions",
-        "params",
-    ):
-        t.add_column(col, justify="left" if col in ("preset", "FFN", "positions") else "right")
-    for name, m, params in rows:
-        t.add_row(
-            name,
-            str(m.n_layers),
-            str(m.d_model),
-            str(m.n_heads),
-            str(m.kv_heads),
-            str(m.dh),
-            str(m.d_ff),
-            m.ffn,
-            str(m.vocab_size),
-            m.positions,
-            f"{params:,}",
-        )
-    (console or make_console()).print(t)
+    from .layout import split_table
+
+    header = ["preset", "N", "D", "H", "H_kv", "Dh", "Dff", "FFN", "N_vocab", "positions",
+              "params"]
+    cells = [[name, str(m.n_layers), str(m.d_model), str(m.n_heads), str(m.kv_heads), str(m.dh),
+              str(m.d_ff), m.ffn, str(m.vocab_size), m.positions, f"{params:,}"]
+             for name, m, params in rows]
+    split_table(console or make_console(), header, cells, 1,
+                right=[h not in ("preset", "FFN", "positions") for h in header])
 
 
 def print_model(m: ModelConfig, params: int, console: Console | None = None) -> None:
-    t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold", no_wrap=True)
-    t.add_column()
     from ..model.defaults import resolved_fields
+    from .layout import kv_panel, show
 
     used = resolved_fields(m)  # the values a None stands for: H_kv = H, Dh = D/H, …
-    for k, v in m.model_dump().items():
-        t.add_row(k, f"{used[k][0]} (default: {used[k][1]})" if k in used
-                  else "none" if v is None else str(v))
-    t.add_row("parameters", f"{params:,} ({human_count(params)})")
-    (console or make_console()).print(Panel(t, title=m.name, title_align="left"))
+    rows = [(k, "", f"{used[k][0]} (default: {used[k][1]})" if k in used
+             else "none" if v is None else str(v)) for k, v in m.model_dump().items()]
+    rows.append(("parameters", f"{params:,}", human_count(params)))
+    console = console or make_console()
+    show(console, kv_panel(console, m.name, rows))
 
 
 # -- where FLOPs, parameters and memory go --------------------------------------------------------
-class _Deferred:
-    """Something layout.show prints by calling it."""
-
-    def __init__(self, fn: Any) -> None:
-        self.print = lambda console: fn()
-
-
 def _bar_rows(t: Table, title: str, items: list[tuple[str, int]], unit: Any, width: int) -> None:
     total = sum(v for _, v in items) or 1
     t.add_row(Text(title, style="bold cyan"), "", "", "")
@@ -425,7 +395,7 @@ def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True,
     """Bars of where the matmul FLOPs, the parameters and (with `memory`) one device's memory
     go. With a console, the bars shrink to fit its width (and go below 8 cells)."""
     if console is not None:
-        from .layout import line, width_of
+        from .layout import _Deferred, line, width_of
 
         t = breakdown_chart(doc, width, memory)
         spare = console.width - width_of(console, t)
