@@ -41,6 +41,8 @@ from .plan_options import (
     Attention,
     BatchList,
     Cases,
+    ChartOpt,
+    ChartY,
     ComputeDtype,
     ComputeEff,
     DtypeList,
@@ -52,6 +54,7 @@ from .plan_options import (
     MemoryEff,
     PerfSets,
     PhaseList,
+    PlotFile,
     PpList,
     Price,
     SeqList,
@@ -110,6 +113,9 @@ def compare(
     max_batched_tokens: MaxBatched = 8192,
     perf: PerfSets = None,
     ratio: Annotated[bool, typer.Option("--ratio", help="show ratios to the first column")] = False,
+    chart: ChartOpt = False,
+    chart_y: ChartY = None,
+    plot: PlotFile = None,
     fmt: Format = "table",
     as_json: JsonOut = False,
     output: Output = None,
@@ -138,10 +144,18 @@ def compare(
         apply_mode(mode, base, axes)
         columns = expand_cases(parsed, base, axes)
         items = plan_compare(columns, hw, opts, logits_set=logits is not None)
-        check_outputs(output=output, svg=svg, html=html)
+        check_outputs(output=output, svg=svg, html=html, plot=plot)
         note = None if seq is not None or any("seq" in c.workload for c in parsed) else (
             "T: default min(2048, max_positions) of each model")
+        drawn = None
+        if chart or plot:
+            from ..render.chart import compare_points, make_chart, quantity
+
+            _check_chart(chart, plot, fmt, output)
+            y = quantity(chart_y, hw is not None)
+            drawn = make_chart(compare_points(items, y), y)
         _emit_compare(items, fmt, output, svg, html, ratio, note)
+        _emit_chart(drawn, chart, plot, output)
     except ShapecalcError as e:
         fail(e)
 
@@ -173,6 +187,36 @@ def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
     io_.write_text(text, output)
     if svg or html:
         render_table(draw, None, False, svg, html, page)
+
+
+def _check_chart(chart: bool, plot: str | None, fmt: str, output: str | None) -> None:
+    """Refuse a chart that would land in machine-readable stdout, or a --plot file that cannot
+    be written, before anything is printed."""
+    from ..model.config import ShapecalcError
+    from ..render.chart import check_plot
+
+    if chart and fmt != "table" and output in (None, "-"):
+        raise ShapecalcError("chart", f"would mix bars into the {fmt} on stdout: use --format "
+                             "table, or --output FILE for the rows")
+    if plot:
+        check_plot(plot)
+
+
+def _emit_chart(drawn: Any, chart: bool, plot: str | None, output: str | None) -> None:
+    """The bars on stdout (after a table; with the rows in --output, alone), the file."""
+    if drawn is None:
+        return
+    from ..render.chart import print_chart, save_plot
+
+    if chart:
+        from ..render.console import make_console
+
+        console = make_console()
+        if output in (None, "-"):
+            console.print()
+        print_chart(drawn, console)
+    if plot:
+        save_plot(drawn, plot)
 
 
 # -- fit ------------------------------------------------------------------------------------------
@@ -337,6 +381,9 @@ def sweep(
         "--format", help="jsonl | json (both: one JSON object per line) | csv | markdown | table"
     )] = "jsonl",
     as_json: Annotated[bool, typer.Option("--json", help="same as --format jsonl")] = False,
+    chart: ChartOpt = False,
+    chart_y: ChartY = None,
+    plot: PlotFile = None,
     output: Output = None,
     svg: Svg = None,
     html: Html = None,
@@ -362,8 +409,12 @@ def sweep(
                                   ("mla_form", mla_form))
                 if v is not None}
         apply_mode(mode, fixed, given)
-        check_outputs(output=output, svg=svg, html=html)
-        run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html)  # streams the rows
+        check_outputs(output=output, svg=svg, html=html, plot=plot)
+        if chart or plot:
+            _check_chart(chart, plot, fmt, output)
+        drawn = run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html,
+                    (chart or bool(plot), chart_y))  # streams the rows
+        _emit_chart(drawn, chart, plot, output)
     except ShapecalcError as e:
         fail(e)
 

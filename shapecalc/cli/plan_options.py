@@ -64,6 +64,19 @@ PerfSets = Annotated[
 ]
 
 
+# -- charts (render/chart.py) ---------------------------------------------------------------------
+ChartOpt = Annotated[bool, typer.Option(
+    "--chart", help="also draw bars of --chart-y against the swept axis (batch, else seq, tp, "
+    "pp) after the table, one series per case")]
+ChartY = Annotated[str | None, typer.Option(
+    "--chart-y", help="what --chart and --plot show: expected_tokens_per_s (default with "
+    "--gpu), tokens_per_s, mem_total, expected_ttft_s, ttft_s (these need --gpu) or "
+    "kv_cache_bytes_per_rank (default without)")]
+PlotFile = Annotated[str | None, typer.Option(
+    "--plot", help="write that chart as a PNG or SVG file (FILE.png | FILE.svg; needs "
+    "matplotlib: pip install 'shapecalc[plot]')")]
+
+
 BatchList = Annotated[
     str | None, typer.Option("--batch", "-b", help="B: one or more, e.g. 1,8,32 or 1..256x2")
 ]
