@@ -73,7 +73,8 @@ def make_chart(points: list[dict[str, Any]], y: str) -> Chart:
                   if k != x and (k == "case" or len({p[k] for p in points}) > 1)]
     groups: dict[str, dict[Any, Any]] = {}
     for p in points:
-        label = " · ".join(_case(p[k]) if k == "case" else f"{k} {p[k]}" for k in label_keys)
+        label = " · ".join(_case(p[k]) if k == "case" else f"{k} {_num(p[k])}"
+                           for k in label_keys)
         groups.setdefault(label, {})[p[x]] = p[y]
     series = [(label, sorted(g), [g[v] for v in sorted(g)]) for label, g in groups.items()]
     return Chart(x, y, series)
@@ -106,6 +107,10 @@ def sweep_points(chunks: list[Any], y: str) -> list[dict[str, Any]]:
     return out
 
 
+def _num(v: Any) -> str:
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
 def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
@@ -121,8 +126,7 @@ def print_chart(chart: Chart, console: Any) -> None:
     kind = QUANTITIES[chart.y][1]
     ys = [v for _, _, vs in chart.series for v in vs if not _missing(v)]
     top = max(ys, default=0) or 1
-    xs = [f"{chart.x} {fmt_value('int', x) if isinstance(x, int) else x}"
-          for _, xv, _ in chart.series for x in xv]
+    xs = [f"{chart.x} {_num(x)}" for _, xv, _ in chart.series for x in xv]
     values = [fmt_value(kind, v) for _, _, vs in chart.series for v in vs]
     room = console.width - max(map(len, xs)) - max(map(len, values)) - 6
     width = max(4, min(50, room))
@@ -136,7 +140,7 @@ def print_chart(chart: Chart, console: Any) -> None:
         for x, v in zip(xv, yv, strict=True):
             eighths = 0 if _missing(v) else round(v / top * width * 8)
             bar = "█" * (eighths // 8) + ("▏▎▍▌▋▊▉"[eighths % 8 - 1] if eighths % 8 else "")
-            t.add_row(f"  {chart.x} {fmt_value('int', x) if isinstance(x, int) else x}",
+            t.add_row(f"  {chart.x} {_num(x)}",
                       Text(bar.ljust(width), style="green"), fmt_value(kind, v))
         console.print(t, crop=False)
 

@@ -41,6 +41,10 @@ def width_of(console: Console, renderable: RenderableType, least: bool = False) 
     return width
 
 
+def _text(c: Cell) -> Text:
+    return c if isinstance(c, Text) else Text(c)
+
+
 def fits(console: Console, renderable: RenderableType, least: bool = False) -> bool:
     return width_of(console, renderable, least) <= console.width
 
@@ -111,8 +115,8 @@ def split_table(console: Console, header: Sequence[str], rows: Sequence[Sequence
         for i in cols:
             t.add_column(header[i], justify="right" if right[i] else "left",
                          no_wrap=not wrap[i], overflow="fold" if wrap[i] else "ignore")
-        for r in rows:
-            t.add_row(*(r[i] for i in cols))
+        for r in rows:  # text, not markup: a name may hold brackets
+            t.add_row(*(_text(r[i]) for i in cols))
         return t
 
     whole = build(range(n))
@@ -147,7 +151,7 @@ def kv_panel(console: Console, title: str, rows: Sequence[tuple[Cell, Cell, Cell
     t.add_column(justify="right", no_wrap=True)
     t.add_column(style="dim")
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*(c if isinstance(c, Text) else Text(c) for c in r))
     panel = Panel(t, title=title, title_align="left", expand=False)
     if width_of(console, t, least=True) + 4 <= console.width:  # a panel measures unwrapped
         return panel

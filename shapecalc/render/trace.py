@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -56,10 +57,10 @@ def _stage_cells(stages: list[dict[str, Any]], kinds: list[dict[str, Any]] | Non
             value = Text(human_flops(s["elementwise_flops"]) + " ew", style="dim")
         else:
             formula, value = Text(""), Text("")
-        out.append({"name": s["name"], "shape": shape_str(s["dims"], s["shape"]),
+        out.append({"name": s["name"], "shape": Text(shape_str(s["dims"], s["shape"])),
                     "formula": formula, "flops": value,
-                    "params": f"{s['params']:,}" if s["params"] else "",
-                    "bytes": human_bytes(s["bytes"]), "note": s["note"]})
+                    "params": Text(f"{s['params']:,}" if s["params"] else ""),
+                    "bytes": Text(human_bytes(s["bytes"])), "note": s["note"]})
     return out
 
 
@@ -67,6 +68,13 @@ def _lines(*parts: str | Text) -> Text:
     """The non-empty parts, one a line."""
     return Text("\n").join(p if isinstance(p, Text) else Text(p) for p in parts
                            if (p.plain if isinstance(p, Text) else p))
+
+
+def _hanging(*parts: tuple[str | Text, int]) -> Group:
+    """Lines indented as given, each wrapping under its own indent (a long stage name or note
+    on a narrow console)."""
+    return Group(*(Padding(p if isinstance(p, Text) else Text(p), (0, 0, 0, indent))
+                   for p, indent in parts if (p.plain if isinstance(p, Text) else p)))
 
 
 NOTE_ROOM = 16  # the one-line layout is chosen when its note column gets at least this much
@@ -100,13 +108,11 @@ def _stage_table(cells: list[dict[str, Any] | Text], title: str, layout: str,
             row = [name, c["shape"], c["formula"], c["flops"], c["params"], c["bytes"]]
             t.add_row(*row, *([note] if notes else []))
         elif layout == "two-line":
-            stage = name + (Text("\n    ") + note if notes and c["note"] else Text(""))
-            t.add_row(stage, c["shape"], _lines(c["flops"], c["formula"]), c["params"],
-                      c["bytes"])
+            t.add_row(_hanging((c["name"], 2), (note if notes else "", 4)), c["shape"],
+                      _lines(c["flops"], c["formula"]), c["params"], c["bytes"])
         else:
-            stage = Text("\n").join([name, Text("    " + c["shape"])]
-                                    + ([Text("    ") + note] if notes and c["note"] else []))
-            t.add_row(stage, _lines(c["flops"], c["formula"]), _lines(c["params"], c["bytes"]))
+            t.add_row(_hanging((c["name"], 2), (c["shape"], 4), (note if notes else "", 4)),
+                      _lines(c["flops"], c["formula"]), _lines(c["params"], c["bytes"]))
     return t
 
 
@@ -158,7 +164,7 @@ class _Rows:
         t.add_column(justify="right")
         t.add_column(style="dim")
         for r in self.rows:
-            t.add_row(*r)
+            t.add_row(*(c if isinstance(c, Text) else Text(c) for c in r))
         return Panel(t, title=title, title_align="left", expand=False)
 
 
