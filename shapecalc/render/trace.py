@@ -112,7 +112,8 @@ def _stage_table(cells: list[dict[str, Any] | Text], title: str, layout: str,
                       _lines(c["flops"], c["formula"]), c["params"], c["bytes"])
         else:
             t.add_row(_hanging((c["name"], 2), (c["shape"], 4), (note if notes else "", 4)),
-                      _lines(c["flops"], c["formula"]), _lines(c["params"], c["bytes"]))
+                      _lines(c["flops"], c["formula"]),
+                      Text("\n").join([c["params"], c["bytes"]]))  # bytes always below
     return t
 
 
