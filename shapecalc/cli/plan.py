@@ -150,12 +150,15 @@ def compare(
         drawn = None
         if chart or plot:
             from ..render.chart import compare_points, make_chart, quantity
+            from .chart import check
 
-            _check_chart(chart, plot, fmt, output)
+            check(chart, plot, fmt, output)
             y = quantity(chart_y, hw is not None)
             drawn = make_chart(compare_points(items, y), y)
         _emit_compare(items, fmt, output, svg, html, ratio, note)
-        _emit_chart(drawn, chart, plot, output)
+        from .chart import emit
+
+        emit(drawn, chart, plot, output)
     except ShapecalcError as e:
         fail(e)
 
@@ -187,36 +190,6 @@ def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
     io_.write_text(text, output)
     if svg or html:
         render_table(draw, None, False, svg, html, page)
-
-
-def _check_chart(chart: bool, plot: str | None, fmt: str, output: str | None) -> None:
-    """Refuse a chart that would land in machine-readable stdout, or a --plot file that cannot
-    be written, before anything is printed."""
-    from ..model.config import ShapecalcError
-    from ..render.chart import check_plot
-
-    if chart and fmt != "table" and output in (None, "-"):
-        raise ShapecalcError("chart", f"would mix bars into the {fmt} on stdout: use --format "
-                             "table, or --output FILE for the rows")
-    if plot:
-        check_plot(plot)
-
-
-def _emit_chart(drawn: Any, chart: bool, plot: str | None, output: str | None) -> None:
-    """The bars on stdout (after a table; with the rows in --output, alone), the file."""
-    if drawn is None:
-        return
-    from ..render.chart import print_chart, save_plot
-
-    if chart:
-        from ..render.console import make_console
-
-        console = make_console()
-        if output in (None, "-"):
-            console.print()
-        print_chart(drawn, console)
-    if plot:
-        save_plot(drawn, plot)
 
 
 # -- fit ------------------------------------------------------------------------------------------
@@ -410,11 +383,13 @@ def sweep(
                 if v is not None}
         apply_mode(mode, fixed, given)
         check_outputs(output=output, svg=svg, html=html, plot=plot)
+        from .chart import check, emit
+
         if chart or plot:
-            _check_chart(chart, plot, fmt, output)
+            check(chart, plot, fmt, output)
         drawn = run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html,
                     (chart or bool(plot), chart_y))  # streams the rows
-        _emit_chart(drawn, chart, plot, output)
+        emit(drawn, chart, plot, output)
     except ShapecalcError as e:
         fail(e)
 

@@ -206,3 +206,25 @@ class _Deferred:
 
     def __init__(self, fn: Any) -> None:
         self.print = lambda console: fn()
+
+
+class KVRows:
+    """The rows of a `label  value  note` panel (trace's totals and parallelism): with a console,
+    laid out for its width by kv_panel; without, the panel as it always was (for exports)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Cell, Cell, Cell]] = []
+
+    def add_row(self, label: Cell, value: Cell, note: Cell = "") -> None:
+        self.rows.append((label, value, note))
+
+    def panel(self, title: str, console: Console | None) -> Any:
+        if console is not None:
+            return kv_panel(console, title, self.rows)
+        t = Table.grid(padding=(0, 2))
+        t.add_column(style="bold", no_wrap=True)
+        t.add_column(justify="right")
+        t.add_column(style="dim")
+        for r in self.rows:
+            t.add_row(*(_text(c) for c in r))
+        return Panel(t, title=title, title_align="left", expand=False)

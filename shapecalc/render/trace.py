@@ -7,14 +7,13 @@ from typing import Any
 from rich import box
 from rich.console import Console, Group
 from rich.padding import Padding
-from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from ..costs.fields import PP_LEDGER, TOTALS, TP_LEDGER
 from ..model.config import ModelConfig
 from .console import make_console
-from .layout import width_of
+from .layout import KVRows, width_of
 from .output import csv_text, markdown_table
 from .units import human_bytes, human_count, human_flops
 
@@ -146,35 +145,12 @@ def print_stages(console: Console, stages: list[dict[str, Any]], title: str,
     records(console, header, rows, 1, title)
 
 
-class _Rows:
-    """The rows of a `label  value  note` panel, laid out for the console by layout.kv_panel."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[Any, Any, Any]] = []
-
-    def add_row(self, label: Any, value: Any, note: Any = "") -> None:
-        self.rows.append((label, value, note))
-
-    def panel(self, title: str, console: Console | None) -> Any:
-        if console is not None:
-            from .layout import kv_panel
-
-            return kv_panel(console, title, self.rows)
-        t = Table.grid(padding=(0, 2))
-        t.add_column(style="bold", no_wrap=True)
-        t.add_column(justify="right")
-        t.add_column(style="dim")
-        for r in self.rows:
-            t.add_row(*(c if isinstance(c, Text) else Text(c) for c in r))
-        return Panel(t, title=title, title_align="left", expand=False)
-
-
 def totals_panel(doc: dict[str, Any], console: Console | None = None) -> Any:
     """The totals as a panel (with a console: laid out for its width, layout.kv_panel)."""
     tot = doc["totals"]
     pb = tot["params_breakdown"]
     wl = doc["workload"]
-    t = _Rows()
+    t = KVRows()
     t.add_row("parameters", f"{tot['params']:,}", human_count(tot["params"]))
     if tot["active_params"] != tot["params"]:
         t.add_row("  active per token", f"{tot['active_params']:,}",
@@ -245,7 +221,7 @@ def totals_panel(doc: dict[str, Any], console: Console | None = None) -> Any:
 
 def parallel_panel(doc: dict[str, Any], console: Console | None = None) -> Any:
     tp, pp = doc["parallel"]["tp"], doc["parallel"]["pp"]
-    t = _Rows()
+    t = KVRows()
     p = tp["degree"]
     t.add_row("tensor parallel p", str(p), "" if p > 1 else "one device holds every weight")
     if p > 1:
