@@ -156,7 +156,16 @@ OTHERS = {
 }
 
 
+_NUMBERS: dict[str, list[str]] = {}  # by command: the --json is the same at every width
+
+
 def _numbers(cli, monkeypatch, name):
+    if name not in _NUMBERS:
+        _NUMBERS[name] = _numbers_of(cli, monkeypatch, name)
+    return _NUMBERS[name]
+
+
+def _numbers_of(cli, monkeypatch, name):
     """Exact integers the table must show whole, from the command's --json."""
     if name.startswith("compare"):
         items = _json(cli, monkeypatch, *OTHERS[name], "--json")
