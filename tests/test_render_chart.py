@@ -94,6 +94,7 @@ def test_chart_with_rows_in_a_file(cli, monkeypatch, tmp_path):
     ((*COMPARE, "--chart", "--chart-y", "watts"), "chart-y"),
     ((*COMPARE, "--plot", "chart.pdf"), "plot"),
     ((*COMPARE, "--plot", "no/such/folder/chart.png"), "plot"),
+    ((*COMPARE, "--format", "csv", "-o", "c.svg", "--plot", "c.svg"), "plot"),  # one file twice
 ])
 def test_bad_chart_requests(cli, args, field, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

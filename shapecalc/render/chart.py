@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model.config import ShapecalcError
+from .output import open_file, shown
 from .units import fmt_value
 
 X_AXES = ("batch", "seq", "tp", "pp")  # the x axis: the first of these with several values
@@ -150,12 +151,10 @@ PLOT_FORMATS = (".png", ".svg")
 
 
 def check_plot(path: str) -> None:
-    """Refuse a --plot file before anything is printed: its suffix, its folder, matplotlib."""
-    p = Path(path)
-    if p.suffix.lower() not in PLOT_FORMATS:
-        raise ShapecalcError("plot", f"{path!r} must end in .png or .svg")
-    if not p.parent.is_dir():
-        raise ShapecalcError("plot", f"cannot write {path}: no such folder {str(p.parent)!r}")
+    """Refuse a --plot file before anything is printed: its suffix, and matplotlib (the path
+    itself: output.check_outputs, with the command's other outputs)."""
+    if Path(path).suffix.lower() not in PLOT_FORMATS:
+        raise ShapecalcError("plot", f"{shown(path)} must end in .png or .svg")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -193,8 +192,12 @@ def save_plot(chart: Chart, path: str) -> None:
     ax.legend(fontsize="small")
     fig.tight_layout()
     fmt = Path(path).suffix.lower()[1:]
-    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "shapecalc"}):
-        try:
-            fig.savefig(path, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
-        except OSError as e:
-            raise ShapecalcError("plot", f"cannot write {path}: {e.strerror or e}") from None
+    out = open_file(path, "plot")  # atomic: in place when the command succeeds
+    try:
+        with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "shapecalc"}):
+            fig.savefig(out.buffer, format=fmt,
+                        metadata={"Date": None} if fmt == "svg" else None)
+    except OSError as e:
+        raise out.error(e) from None
+    finally:
+        out.close()

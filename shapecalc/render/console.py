@@ -64,6 +64,9 @@ class _RStrip:
         return len(text)
 
     def flush(self) -> None:
+        if self.pending:  # a line printed without its newline (end=""): as it is
+            self.out.write(self.pending)
+            self.pending = ""
         self.out.flush()
 
     def isatty(self) -> bool:
