@@ -153,6 +153,14 @@ OTHERS = {
     "presets": ("presets",),
     "presets-show": ("presets", "show", "llama3-8b"),
     "hardware": ("hardware",),
+    # the commands added since (issue 11's serve, issue 13's train)
+    "train": ("train", "--preset", "llama3-8b", "--seq", "1024", "--gpu", "h100-sxm", "--tp", "2",
+              "--pp", "2", "--dp", "4", "--zero", "1"),
+    "serve": ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "6", "--prompt",
+              "1024", "--output", "128", "--requests", "200", "--slo", "ttft=1s,itl=50ms"),
+    "serve-find-gpus": ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "6",
+                        "--prompt", "1024", "--output", "128", "--requests", "100", "--slo",
+                        "ttft=1s,itl=50ms", "--find-gpus", "--max-batched-tokens", "2048"),
 }
 
 
@@ -188,6 +196,24 @@ def _numbers_of(cli, monkeypatch, name):
         docs = [_json(cli, monkeypatch, "trace", "--preset", n, "--seq", "1", "--json")
                 for n in names]
         return [f"{d['totals']['params']:,}" for d in docs]
+    if name == "train":
+        doc = _json(cli, monkeypatch, *OTHERS[name], "--json")
+        fl, mem, comm = doc["flops"], doc["memory"], doc["communication"]
+        keys = ("forward_flops", "dx_flops", "dw_flops", "elementwise_flops")
+        ints = [s[k] for s in fl["stages"] for k in keys]
+        ints += [fl[k] for k in ("forward_flops", "backward_flops", "step_flops", "approx_6nt")]
+        for st in mem["per_stage"]:
+            ints += [t["bytes"] for t in st["model_state"]["terms"]]
+            ints += [st["activation_bytes"], st["bytes"], st["params"]]
+        ints += [mem["peak_bytes"], comm["dp"]["bytes_per_step"], comm["tp"]["bytes_per_step"]]
+        return [f"{n:,}" for n in ints]
+    if name.startswith("serve"):
+        doc = _json(cli, monkeypatch, *OTHERS[name], "--json")
+        if "find_gpus" in doc:
+            rows = doc["find_gpus"]["frontier"]
+            return [f"tp={r['tp']}" for r in rows] + [str(r["gpus"]) for r in rows]
+        return [f"{doc[k]:,}" for k in ("iterations", "kv_blocks_per_replica",
+                                        "kv_tokens_per_replica")]
     if name == "hardware":
         return [f"{g['memory_bytes']:,}" for g in _json(cli, monkeypatch, "hardware", "--json")]
     return []

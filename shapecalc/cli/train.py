@@ -108,9 +108,10 @@ def train(
         if as_json:
             emit_json(doc)
             return
+        from ..render.console import make_console
         from ..render.train import train_text
 
-        typer.echo(train_text(doc))
+        typer.echo(train_text(doc, make_console().width))
     except ShapecalcError as e:
         fail(e)
 

@@ -9,6 +9,7 @@ a line that cannot hold one is left longer than the console.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,15 +109,27 @@ def split_table(console: Console, header: Sequence[str], rows: Sequence[Sequence
     right = right or [i >= keys for i in range(n)]
     wrap = wrap or [False] * n
 
+    cells = [[_text(c) for c in r] for r in rows]  # text, not markup: a name may hold brackets
+    heads = list(header)
+    for i in range(n):  # rich does not justify a column that may overflow: pad it here
+        if right[i] and not wrap[i]:
+            w = max([cell_len(x) for x in heads[i].split("\n")]
+                    + [c[i].cell_len for c in cells if "\n" not in c[i].plain])
+            heads[i] = "\n".join(" " * (w - cell_len(x)) + x for x in heads[i].split("\n"))
+            for c in cells:
+                if "\n" not in c[i].plain:
+                    c[i] = c[i].copy()
+                    c[i].pad_left(w - c[i].cell_len)
+
     def build(cols: Sequence[int], part: str = "") -> Table:
         t = Table(box=box.SIMPLE_HEAD, header_style="bold", title_justify="left",
                   title=((title or "") + part).strip() or None, caption=caption,
                   caption_justify="left")
         for i in cols:
-            t.add_column(header[i], justify="right" if right[i] else "left",
+            t.add_column(Text(heads[i]), justify="right" if right[i] else "left",
                          no_wrap=not wrap[i], overflow="fold" if wrap[i] else "ignore")
-        for r in rows:  # text, not markup: a name may hold brackets
-            t.add_row(*(_text(r[i]) for i in cols))
+        for c in cells:
+            t.add_row(*(c[i] for i in cols))
         return t
 
     whole = build(range(n))
@@ -228,3 +241,24 @@ class KVRows:
         for r in self.rows:
             t.add_row(*(_text(c) for c in r))
         return Panel(t, title=title, title_align="left", expand=False)
+
+
+def wrap_plain(lines: Sequence[str], width: int) -> list[str]:
+    """Plain text lines of at most `width` cells (`train`'s report): a longer line breaks at its
+    spaces, the rest indented 4 more than it; a word longer than the room (a number) stays
+    whole on its own line; no line ends in spaces. Runs of spaces that align columns are kept."""
+    out: list[str] = []
+    for text in lines:
+        text = text.rstrip()
+        indent = len(text) - len(text.lstrip(" "))
+        more = " " * min(indent + 4, width // 2)
+        cur = ""
+        for m in re.finditer(r"( *)(\S+)", text):
+            gap, word = m.groups()
+            if cur.strip() and cell_len(cur + gap + word) > width:
+                out.append(cur)
+                cur = more + word
+            else:
+                cur += gap + word
+        out.append(cur)
+    return out

@@ -12,7 +12,34 @@ def _n(x: int) -> str:
     return f"{x:,d}"
 
 
-def train_text(doc: dict[str, Any]) -> str:
+def _stage_lines(stages: list[dict[str, Any]], width: int) -> list[str]:
+    """The FLOPs per stage: a row a stage where that fits `width`; else the stage and its count
+    over its four numbers; else one `name  number` line each (numbers whole, names uncut)."""
+    heads = ("forward", "backward dX", "backward dW", "bwd elementwise")
+    keys = ("forward_flops", "dx_flops", "dw_flops", "elementwise_flops")
+    cells = [[_n(s[k]) for k in keys] for s in stages]
+    w = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+    nw = max(5, *(len(s["name"]) for s in stages))
+    rw = max(4, *(len(str(s["repeat"])) for s in stages))
+    nums = [" ".join(f"{x:>{w[i]}}" for i, x in enumerate(xs)) for xs in [heads, *cells]]
+    if 2 + nw + 1 + rw + 1 + len(nums[0]) <= width:
+        return [f"  {name:{nw}} {rep:>{rw}} {n}" for (name, rep), n in
+                zip([("stage", "×"), *((s["name"], s["repeat"]) for s in stages)], nums,
+                    strict=True)]
+    if 4 + len(nums[0]) <= width:
+        out = ["  stage × count", "    " + nums[0]]
+        for s, n in zip(stages, nums[1:], strict=True):
+            out += [f"  {s['name']} × {s['repeat']}", "    " + n]
+        return out
+    out = []
+    for s, c in zip(stages, cells, strict=True):
+        out.append(f"  {s['name']} × {s['repeat']}")
+        out += [f"    {h}  {x}" for h, x in zip(heads, c, strict=True)]
+    return out
+
+
+def train_text(doc: dict[str, Any], width: int = 200) -> str:
+    """The report, its lines at most `width` cells (layout.wrap_plain; numbers stay whole)."""
     tr, fl, mem, comm = doc["training"], doc["flops"], doc["memory"], doc["communication"]
     out: list[str] = []
     add = out.append
@@ -23,12 +50,7 @@ def train_text(doc: dict[str, Any]) -> str:
         f"({tr['gpus']} GPUs)")
     add("")
     add("FLOPs of one micro-batch (whole model; matmuls, 1 multiply-add = 2 FLOPs):")
-    rows = [(s["name"], s["repeat"], s["forward_flops"], s["dx_flops"], s["dw_flops"],
-             s["elementwise_flops"]) for s in fl["stages"]]
-    add(f"  {'stage':34s} {'×':>4s} {'forward':>16s} {'backward dX':>16s} {'backward dW':>16s}"
-        f" {'bwd elementwise':>16s}")
-    for name, rep, f, dx, dw, ew in rows:
-        add(f"  {name[:34]:34s} {rep:>4d} {_n(f):>16s} {_n(dx):>16s} {_n(dw):>16s} {_n(ew):>16s}")
+    out.extend(_stage_lines(fl["stages"], width))
     add(f"  forward    {_n(fl['forward_flops']):>22s}  {human_flops(fl['forward_flops']):>10s}  "
         f"= {fl['forward_formula']}")
     add(f"  backward   {_n(fl['backward_flops']):>22s}  {human_flops(fl['backward_flops']):>10s}"
@@ -108,7 +130,9 @@ def train_text(doc: dict[str, Any]) -> str:
         "each stage boundary per step")
     if "time" in doc:
         out += _time_lines(doc["time"], tr)
-    return "\n".join(out)
+    from .layout import wrap_plain
+
+    return "\n".join(wrap_plain(out, width))
 
 
 def _s(x: float) -> str:
