@@ -6,6 +6,7 @@ output; matplotlib is not imported on the start-up path."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -121,8 +122,31 @@ def test_startup_does_not_import_matplotlib():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
+def need_matplotlib() -> None:
+    """Skip where matplotlib (the optional `.[plot]` extra) is missing, except in CI: .ci/run sets
+    SHAPECALC_REQUIRE_PLOT=1 (`.[test]` installs matplotlib), so CI cannot skip these."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if os.environ.get("SHAPECALC_REQUIRE_PLOT"):
+            pytest.fail("SHAPECALC_REQUIRE_PLOT is set but matplotlib is not installed "
+                        "(pip install -e '.[test]')")
+        pytest.skip("no matplotlib (pip install -e '.[plot]'); CI installs it with .[test]")
+
+
+def test_require_plot_fails_instead_of_skipping(monkeypatch):
+    """In CI a missing matplotlib is a failure, not a skip (the check the plot tests rely on)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails, as when not installed
+    monkeypatch.setenv("SHAPECALC_REQUIRE_PLOT", "1")
+    with pytest.raises(pytest.fail.Exception, match="SHAPECALC_REQUIRE_PLOT"):
+        need_matplotlib()
+    monkeypatch.delenv("SHAPECALC_REQUIRE_PLOT")
+    with pytest.raises(pytest.skip.Exception):
+        need_matplotlib()
+
+
 def test_plot_png_and_svg(cli, tmp_path):
-    pytest.importorskip("matplotlib")
+    need_matplotlib()
     png, svg, svg2 = tmp_path / "s.png", tmp_path / "s.svg", tmp_path / "again.svg"
     r = cli(*SWEEP, "--format", "csv", "-o", str(tmp_path / "rows.csv"), "--plot", str(png))
     assert r.code == 0 and r.out == "", r.err
