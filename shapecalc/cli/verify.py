@@ -77,6 +77,7 @@ def _fmt(x: Any) -> str:
 def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from ..render.console import make_console
 
@@ -84,7 +85,7 @@ def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
     title = (f"verify {doc['model']}: B={wl['batch']} {seq_note or 'T=' + str(wl['seq'])} "
              f"{wl['phase']}, "
              f"p={wl['tp']} s={wl['pp']}, {doc['precision']}")
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(title, style="table.title"), title_justify="left")  # not markup
     table.add_column("check")
     table.add_column("symbolic", justify="right", no_wrap=True)
     table.add_column("measured", justify="right", no_wrap=True)
@@ -105,7 +106,7 @@ def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
     show(out, table_or_records(out, table))
     bad = sum(not c["ok"] for c in doc["checks"])
     out.print(f"{doc['note']}. Memory estimate {doc['memory_estimate_bytes'] / 2**30:.2f} GiB "
-              f"of a {doc['memory_budget_bytes'] / 2**30:.2f} GiB budget.")
+              f"of a {doc['memory_budget_bytes'] / 2**30:.2f} GiB budget.", markup=False)
     out.print("[green]all checks pass[/]" if not bad else f"[bold red]{bad} check(s) failed[/]")
 
 

@@ -122,9 +122,11 @@ def split_table(console: Console, header: Sequence[str], rows: Sequence[Sequence
                     c[i].pad_left(w - c[i].cell_len)
 
     def build(cols: Sequence[int], part: str = "") -> Table:
+        head = ((title or "") + part).strip()
         t = Table(box=box.SIMPLE_HEAD, header_style="bold", title_justify="left",
-                  title=((title or "") + part).strip() or None, caption=caption,
-                  caption_justify="left")
+                  title=Text(head, style="table.title") if head else None,
+                  caption=Text(caption, style="table.caption") if caption else None,
+                  caption_justify="left")  # names are text, not markup
         for i in cols:
             t.add_column(Text(heads[i]), justify="right" if right[i] else "left",
                          no_wrap=not wrap[i], overflow="fold" if wrap[i] else "ignore")
@@ -165,7 +167,7 @@ def kv_panel(console: Console, title: str, rows: Sequence[tuple[Cell, Cell, Cell
     t.add_column(style="dim")
     for r in rows:
         t.add_row(*(c if isinstance(c, Text) else Text(c) for c in r))
-    panel = Panel(t, title=title, title_align="left", expand=False)
+    panel = Panel(t, title=Text(title), title_align="left", expand=False)  # text, not markup
     if width_of(console, t, least=True) + 4 <= console.width:  # a panel measures unwrapped
         return panel
     out: list[Any] = [Text(title, style="bold")]
@@ -240,7 +242,7 @@ class KVRows:
         t.add_column(style="dim")
         for r in self.rows:
             t.add_row(*(_text(c) for c in r))
-        return Panel(t, title=title, title_align="left", expand=False)
+        return Panel(t, title=Text(title), title_align="left", expand=False)
 
 
 def wrap_plain(lines: Sequence[str], width: int) -> list[str]:

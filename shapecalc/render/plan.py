@@ -83,7 +83,7 @@ def print_fit(doc: dict[str, Any], console: Any, seq_note: str | None = None) ->
     for key, _ in MEM_PARTS:
         t.add_row(key.replace("_", " "), f"{mem[key]:,}", human_bytes(mem[key]), how[key])
     t.add_row(Text("total", style="bold"), f"{mem['total']:,}", human_bytes(mem["total"]), "")
-    t.add_row("capacity", f"{mem['capacity']:,}", human_bytes(mem["capacity"]), doc["gpu"])
+    t.add_row("capacity", f"{mem['capacity']:,}", human_bytes(mem["capacity"]), Text(doc["gpu"]))
     bar, legend = memory_bar(mem, max(10, min(60, console.width - 30)))
     ans = Table(box=None, show_header=False, padding=(0, 2))
     ans.add_column(style="bold")
@@ -128,7 +128,7 @@ def print_fit(doc: dict[str, Any], console: Any, seq_note: str | None = None) ->
     from .layout import show, table_or_records, width_of
 
     if all(width_of(console, p, least=True) + 4 <= console.width for p in parts):
-        console.print(Panel(Group(*parts), title=title, border_style="cyan", expand=False))
+        console.print(Panel(Group(*parts), title=Text(title), border_style="cyan", expand=False))
         return
     # too narrow for the panel: its parts one after another, a table that does not fit as records
     show(console, Text(title, style="bold"),

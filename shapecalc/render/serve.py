@@ -115,8 +115,9 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         print_chart(doc, console)
     elif doc["command"] == "find-rate":
         fr = doc["find_rate"]
-        rows: list[list[Any]] = [[f"{p['rate']:.4g}", "met" if p["slo_met"] else "missed", _t(p["ttft_p99_s"]),
-                 _t(p["itl_p99_s"]), _n(p["goodput_requests_per_s"])] for p in fr["probes"]]
+        rows: list[list[Any]] = [
+            [f"{p['rate']:.4g}", "met" if p["slo_met"] else "missed", _t(p["ttft_p99_s"]),
+             _t(p["itl_p99_s"]), _n(p["goodput_requests_per_s"])] for p in fr["probes"]]
         split_table(console, ["rate (req/s)", "SLO", "TTFT p99", "ITL p99", "goodput (req/s)"],
                     rows, 1, "--find-rate probes", right=[True, False, True, True, True])
         if fr["rate"] is None:

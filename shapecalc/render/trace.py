@@ -84,7 +84,8 @@ def _stage_table(cells: list[dict[str, Any] | Text], title: str, layout: str,
     """The stage list in one of three layouts, widest first: `one-line` (a column each),
     `two-line` (the formula under the FLOPs, the note under the stage) and `stacked` (the shape
     under the stage, the formula under the FLOPs, the bytes under the params)."""
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", header_style="bold")
+    t = Table(title=Text(title, style="table.title"), box=box.SIMPLE_HEAD, title_justify="left",
+              header_style="bold")  # a name is text, not markup
     if layout == "one-line":
         heads = ("stage", "shape", "FLOPs formula", "FLOPs", "params", "bytes") + (
             ("note",) if notes else ())
