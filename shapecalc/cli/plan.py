@@ -144,7 +144,8 @@ def compare(
         apply_mode(mode, base, axes)
         columns = expand_cases(parsed, base, axes)
         items = plan_compare(columns, hw, opts, logits_set=logits is not None)
-        check_outputs(output=output, svg=svg, html=html, plot=plot)
+        check_outputs("--chart's bars" if chart else None, output=output, svg=svg, html=html,
+                      plot=plot)
         note = None if seq is not None or any("seq" in c.workload for c in parsed) else (
             "T: default min(2048, max_positions) of each model")
         drawn = None
@@ -382,7 +383,8 @@ def sweep(
                                   ("mla_form", mla_form))
                 if v is not None}
         apply_mode(mode, fixed, given)
-        check_outputs(output=output, svg=svg, html=html, plot=plot)
+        check_outputs("--chart's bars" if chart else None, output=output, svg=svg, html=html,
+                      plot=plot)
         from .chart import check, emit
 
         if chart or plot:

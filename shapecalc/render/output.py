@@ -148,11 +148,23 @@ def shown(path: str | Path) -> str:
     return _shown(path)
 
 
-def check_outputs(**paths: str | Path | None) -> None:
+def check_outputs(on_stdout: str | None = None, **paths: str | Path | None) -> None:
     """Refuse, before anything is written: an empty path, a folder, a missing folder, the same
-    file twice, an input of this command. `paths`: field → path (None: not asked for)."""
+    file twice, an input of this command. `paths`: field → path (None: not asked for).
+
+    `-` is stdout, for --output and for the other writers (--svg -, --html -) alike, but one
+    thing at a time: the command's table or JSON goes there unless --output names a file, and
+    `on_stdout` says what else does (--chart's bars)."""
     seen: dict[str, str] = {}
+    taken = on_stdout
+    if "output" in paths and paths["output"] in (None, "-"):
+        taken = taken or "the command's output (send it to a file with --output FILE)"
     for field, path in paths.items():
+        if path is not None and field != "output" and str(path) == "-":
+            if taken:
+                raise ShapecalcError(field, f"- (stdout) already carries {taken}")
+            taken = f"--{field}"
+            continue
         if path is None or (field == "output" and str(path) == "-"):
             continue
         _check_one(field, str(path))
