@@ -21,14 +21,15 @@ GRIDS = {
 }
 
 
-def hand_stages(doc: dict) -> list[tuple[int, int]]:
-    """(weight bytes, KV cache bytes) of one rank of each pipeline stage, summed by hand from the
-    trace's JSON (bf16: 2 bytes a parameter)."""
+def hand_stages(doc: dict) -> list[tuple[int, int, int]]:
+    """(weight bytes, KV cache bytes, prefill matmul FLOPs) of one rank of each pipeline stage,
+    summed by hand from the trace's JSON (bf16: 2 bytes a parameter)."""
     st = doc.get("rank_stages", doc["stages"])
     kinds = [k["kind"] for k in doc["layers"]["kinds"]]
     params = {k: sum(s["params"] for s in st if s["kind"] == k) for k in kinds}
     cache = {k: sum(s["bytes"] for s in st if s["kind"] == k and s["op"] == "kv_cache")
              for k in kinds}
+    flops = {k: sum(s["flops"] for s in st if s["kind"] == k) for k in kinds}
     order = [r["kind"] for r in doc["layers"]["runs"] for _ in range(r["count"])]
     out, first = [], 0
     sizes = doc["parallel"]["pp"]["layers_per_stage"]
@@ -36,13 +37,16 @@ def hand_stages(doc: dict) -> list[tuple[int, int]]:
         layers = order[first:first + n]
         first += n
         p = sum(params[k] for k in layers)
+        f = sum(flops[k] for k in layers)
         if i == 0:
             p += sum(s["params"] for s in st if s["group"] == "embedding")
+            f += sum(s["flops"] * s["repeat"] for s in st if s["group"] == "embedding")
         if i == len(sizes) - 1:
             p += sum(s["params"] for s in st if s["group"] == "head")
+            f += sum(s["flops"] * s["repeat"] for s in st if s["group"] == "head")
             if doc["model"]["tie_embeddings"] and len(sizes) > 1:
                 p += sum(s["params"] for s in st if s["role"] == "embed")
-        out.append((2 * p, sum(cache[k] for k in layers)))
+        out.append((2 * p, sum(cache[k] for k in layers), f))
     assert first == len(order) == doc["model"]["n_layers"]
     return out
 
@@ -68,10 +72,15 @@ def test_compare_fit_and_trace_agree_per_stage(cli, preset):
         i = d["pp_stage"]
         where = f"{preset} tp={tp} pp={pp}"
         # the fullest stage: the first of the largest weights + KV cache
-        totals = [w + kv for w, kv in stages]
+        totals = [w + kv for w, kv, _ in stages]
         assert i == totals.index(max(totals)) == f["pp_stage"], where
         assert d["stage_weight_bytes_per_rank"] == stages[i][0], where
         assert d["stage_kv_cache_bytes_per_rank"] == stages[i][1], where
+        assert d["stage_prefill_flops_per_rank"] == stages[i][2], where
+        # the stages' FLOPs add up to the trace's tensor-parallel rank (all layers), as compare's
+        # prefill_flops_per_rank keeps it
+        assert sum(f for _, _, f in stages) == trace["parallel"]["tp"]["flops_per_rank"] \
+            == d["prefill_flops_per_rank"], where
         # fit: alone and inside compare
         for mem in (f["memory_per_rank"], it["fit"]["memory_per_rank"]):
             assert mem["weights"] == d["stage_weight_bytes_per_rank"], where
@@ -86,6 +95,7 @@ def test_compare_fit_and_trace_agree_per_stage(cli, preset):
                 "weight_bytes_per_rank"], where
             assert d["stage_kv_cache_bytes_per_rank"] == trace["parallel"]["tp"][
                 "kv_cache_bytes_per_rank"], where
+            assert d["stage_prefill_flops_per_rank"] == d["prefill_flops_per_rank"], where
         # one rank per stage: the trace's pipeline ledger
         if tp == 1:
             ledger = trace["parallel"]["pp"]
@@ -105,3 +115,10 @@ def test_compare_table_rows_follow_pp(cli):
     kv = next(line for line in r.out.splitlines() if "KV cache / token / rank" in line)
     # 2·N·H_kv·Dh·2 B = 2·80·8·128·2 = 320 KiB; per stage of 40 and 20 layers
     assert "320.00 KiB" in kv and "160.00 KiB" in kv and "80.00 KiB" in kv
+    # prefill FLOPs of one rank of that stage (B=1, T=1000): a layer is q and o 2·T·D·H·Dh =
+    # 134,217,728,000 each, k and v 2·T·D·H_kv·Dh = 16,777,216,000 each, QKᵀ and A·V
+    # 2·H·T²·Dh = 16,384,000,000 each, the FFN 3 · 2·T·D·Dff = 1,409,286,144,000: together
+    # 1,744,044,032,000; the LM head 2·T·D·N_vocab = 2,101,346,304,000 on the last stage.
+    # pp=1: 80 layers + head = 141.62 TFLOP; pp=2: 40 + head = 71.86; pp=4: 20 + head = 36.98
+    fl = next(line for line in r.out.splitlines() if "prefill FLOPs / rank" in line)
+    assert "141.62 TFLOP" in fl and "71.86 TFLOP" in fl and "36.98 TFLOP" in fl

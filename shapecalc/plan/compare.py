@@ -19,6 +19,7 @@ from ..model.parallel import (
     kv_groups,
     pp_layers,
     stage_group_layers,
+    stage_sums,
 )
 from ..model.plan import layer_plan
 from .cases import Case, case_fields, closed_form_for, valid
@@ -149,4 +150,21 @@ def stage_rows(model: Any, wl: Workload) -> dict[str, Any]:
         "stage_kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(
             model, wl.kv, wl.tp, max(pp_layers(model.n_layers, wl.pp)), wl.mla),
         "stage_kv_cache_bytes_per_sequence_per_rank": seq,
+        "stage_prefill_flops_per_rank": stage_prefill_flops(model, wl)[i],
     }
+
+
+def stage_prefill_flops(model: Any, wl: Workload) -> list[int]:
+    """One rank's prefill matmul FLOPs on each pipeline stage: its layers (each kind's layer
+    once, times the layers of that kind it holds), the embedding group on the first stage and
+    the head group on the last, as the parameters are placed. They add up to the trace's
+    parallel.tp.flops_per_rank."""
+    from ..interpret.symbolic import stages as symbolic_stages
+
+    st = symbolic_stages(model, wl.model_copy(update={"phase": "prefill"}), wl.tp)
+    plan = layer_plan(model)
+    per_layer = [sum(s.flops for s in st if s.kind == k) for k in range(len(plan.kinds))]
+    out = stage_sums(plan, wl.pp, per_layer)
+    out[0] += sum(s.flops * s.repeat for s in st if s.group == "embedding")
+    out[-1] += sum(s.flops * s.repeat for s in st if s.group == "head")
+    return out

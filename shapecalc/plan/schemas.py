@@ -181,6 +181,7 @@ class Derived(_Strict):
     stage_kv_cache_bytes_per_rank: StrictInt
     stage_kv_cache_bytes_per_token_per_rank: StrictInt
     stage_kv_cache_bytes_per_sequence_per_rank: StrictInt
+    stage_prefill_flops_per_rank: StrictInt
 
 
 class CompareItem(_WithWorkload):
