@@ -29,12 +29,12 @@ STEP_TIMEOUT_S = 30  # one draw; a hang fails the test instead of stalling the s
 
 INTS = ["0", "-1", "1", "2", "3", "4", "8", "16", "1000000000000000000000000000000",
         "9223372036854775807", "9223372036854775808", "nan", "inf", "-inf", "1.5", "1e3", "٣",
-        "", " ", "1_0", "0x10", "true"]
+        "３", "", " ", "1_0", "0x10", "true"]
 FLOATS = ["0", "-1", "0.5", "1", "2", "1e-300", "1e300", "1e999", "nan", "inf", "-inf", "٣",
-          "", "true", "0.9"]
+          "０.5", "", "true", "0.9"]
 GRIDS = ["1", "1,2", "2,4", "0", "1..8", "1..8x2", "1..64+8", "8..1", "1..3x1", "1,,2", "a",
          "1..100000", "1..100000000", "9223372036854775808", "1..9223372036854775807x2", "٣",
-         "-1", "1.5"]
+         "1,３", "-1", "1.5"]
 SMALL_PRESETS = ["seed-tiny", "seed-classroom"]
 PRESETS = [*SMALL_PRESETS, "gpt2", "llama3-8b", "mixtral-8x7b", "gemma2-9b", "deepseek-v2-lite"]
 BAD_PRESETS = ["", "../../etc/passwd", "/etc/passwd", "a\nb", "a\x00b", "x" * 300, "gpt2 ",
@@ -49,7 +49,8 @@ GPU_SETS = ["memory_bytes=-1", "memory_bytes=0", "memory_bytes=1", "memory_bytes
             "peak_flops.bf16=1e-300", "peak_flops.bf16=0", "link_bandwidth=1e300",
             "peak_flops.fp8=-5", "nope=1", "memory_bytes"]
 PERF = ["layer_overhead_s=1e308", "layer_overhead_s=-1", "gemm_efficiency=0",
-        "gemm_efficiency=2", "allreduce_latency_s=nan", "nope=1", "layer_overhead_s=x"]
+        "gemm_efficiency=2", "allreduce_latency_s=nan", "nope=1", "layer_overhead_s=x",
+        "gemm_half_tokens=1e7", "layer_overhead_s=１e-5", "layer_overhead_s=1e-5"]
 
 
 def flag(name: str, values: list[str]) -> st.SearchStrategy[list[str]]:

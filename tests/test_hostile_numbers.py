@@ -127,7 +127,8 @@ def test_sweep_with_a_gpu_stays_exact_where_batch_times_seq_passes_int64(cli):
     ["sweep", "llama3-8b", "--gpu", "H100-SXM"],
 ])
 def test_times_past_float_range_are_null_not_inf(cli, cmd):
-    r = cli(*cmd, "--perf", "layer_overhead_s=1e308")
+    # 2⁴⁰ sequences' prefill (~3.6·10²⁵ FLOPs) at 10⁻³⁰⁰ of the peak: past 1.8·10³⁰⁸ s
+    r = cli(*cmd, "--compute-efficiency", "1e-300", "--batch", str(2**40))
     assert r.code in (0, 1) and r.err == "", r.err
     text = r.out
     docs = [_strict_json(x) for x in text.splitlines()] if cmd[0] == "sweep" else [
@@ -247,12 +248,72 @@ def test_numeric_flags_refuse_what_is_not_a_count(cli, flag, value):
     assert name in line or flag in line, line
 
 
-@pytest.mark.parametrize("flag", ["--batch", "--seq"])
-def test_unicode_digits_mean_their_value(cli, flag):
-    """int() reads '٣' as 3: the same result as '3', never a different number."""
-    a = cli("trace", "--preset", "llama3-8b", flag, "٣", "--json")
-    b = cli("trace", "--preset", "llama3-8b", flag, "3", "--json")
-    assert a.code == b.code == 0 and a.out == b.out
+UNICODE_DIGITS = ["٣", "３", "१", "1٣"]  # Arabic-Indic, fullwidth, Devanagari, mixed
+
+
+@pytest.mark.parametrize("value", UNICODE_DIGITS)
+@pytest.mark.parametrize(("args", "flag"), [
+    (["trace", "--preset", "llama3-8b", "--json", "--batch"], "--batch"),
+    (["trace", "--preset", "llama3-8b", "--json", "--tp"], "--tp"),
+    (["verify", "--seed"], "--seed"),  # an IntRange
+    (["train", "--preset", "seed-tiny", "--json", "--dp"], "--dp"),
+    (["fit", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--json", "--batch"], "--batch"),
+    (["verify", "--memory-budget"], "--memory-budget"),  # a float
+    (["fit", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--json", "--utilization"],
+     "--utilization"),
+])
+def test_unicode_digits_are_refused(cli, args, flag, value):
+    """int() and float() read '٣' and '３' as 3: a flag refuses them, naming itself, and keeps
+    click's message for every other bad value."""
+    line = _one_clean_line(cli(*args, value))
+    assert f"'{flag}'" in line and "digits must be ASCII 0-9" in line, line
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["compare", "llama3-8b", "--batch", "1,٣"], "batch"),  # a grid
+    (["sweep", "llama3-8b", "--seq", "1..３"], "seq"),
+    (["compare", "llama3-8b@batch=３"], "batch"),  # a case's field
+    (["trace", "--preset", "seed-tiny", "--set", "n_layers=٣"], "n_layers"),
+    (["fit", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--perf", "layer_overhead_s=１e-5"],
+     "perf.layer_overhead_s"),
+])
+def test_unicode_digits_in_values_are_refused(cli, args, field):
+    _error(cli, *args, field=field)
+
+
+def test_ascii_digits_still_work_and_other_messages_stay(cli):
+    assert cli("trace", "--preset", "llama3-8b", "--batch", "3", "--json").code == 0
+    line = _one_clean_line(cli("trace", "--preset", "llama3-8b", "--batch", "x"))
+    assert line == "error: Invalid value for '--batch' / '-b': 'x' is not a valid int."
+
+
+# -- --perf: bounded terms --------------------------------------------------------------------
+@pytest.mark.parametrize(("value", "reason"), [
+    ("layer_overhead_s=1e308", "must be in [0, 1] s"),
+    ("prefill_layer_overhead_s=2", "must be in [0, 1] s"),
+    ("allreduce_latency_s=-1e-6", "must be in [0, 1] s"),
+    ("gemm_half_tokens=1e7", "must be in [0, 1e+06] tokens"),
+    ("allreduce_latency_s=nan", "must be a finite number"),
+    ("layer_overhead_s=inf", "must be a finite number"),
+    ("gemm_efficiency=0", "must be in (0, 1]"),
+    ("memory_efficiency=1.5", "must be in (0, 1]"),
+])
+@pytest.mark.parametrize("cmd", [["fit", "--preset", "llama3-8b", "--json"],
+                                 ["sweep", "llama3-8b"], ["compare", "llama3-8b", "--json"]])
+def test_perf_terms_are_bounded(cli, cmd, value, reason):
+    name = value.split("=")[0]
+    line = _error(cli, *cmd, "--gpu", "H100-SXM", "--perf", value, field=f"perf.{name}")
+    assert reason in line, line
+
+
+def test_perf_bounds_hold_in_a_profile_too(cli, tmp_path):
+    """A GPU profile's [perf] table and --set-gpu perf.NAME are held to the same ranges."""
+    _error(cli, "fit", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--set-gpu",
+           "perf.layer_overhead_s=5", field="perf.layer_overhead_s")
+    ok = cli("fit", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--json", "--perf",
+             "layer_overhead_s=1", "--perf", "gemm_half_tokens=1e6", "--perf",
+             "allreduce_latency_s=0")  # the limits themselves are in range
+    assert ok.code == 0, ok.err
 
 
 # -- parallel degrees -----------------------------------------------------------------------------

@@ -30,7 +30,8 @@ SHOWN_DEFAULTS = {
     "--padding-mask": "no-padding-mask", "--output": "stdout", "--svg": "none",
     "--html": "none", "--gpu": "none: no fit or time rows", "--set-gpu": "none",
     "--price": "none", "--compute-dtype": "the activation dtype (a --mode's GEMM dtype)",
-    "--perf": "none", "--write": "none",
+    "--perf": "none", "--write": "none", "--plot": "none",
+    "--chart-y": "expected_tokens_per_s with --gpu, else kv_cache_bytes_per_rank",
     "verify --batch": "2", "verify --seq": "min(16, max_positions)",
     "verify --layers": "as many as fit the memory budget", "verify --memory-budget": "4",
     "explain --seq": "4 (the seed's example: 3)", "fit --logits": "last",
@@ -60,6 +61,9 @@ def escape_tree(cmd: Any) -> Any:
                 p.help = escape(p.help)
             _show_default(cmd.name, p)
         cmd._escaped = True
+    from .digits import ascii_numbers
+
+    ascii_numbers(cmd)  # `--batch ３` is refused, not batch 3
     for sub in getattr(cmd, "commands", {}).values():
         escape_tree(sub)
     return cmd

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("plan", "A grid over batch, seq, tp, pp, dtype, kv dtype and phase, evaluated in "
               "closed form with NumPy."),
     "fit": ("plan", "Does a model fit a GPU at tp×pp?"),
-    "hardware": ("plan", "List the GPU profiles, or show one (with --set-gpu overrides)."),
+    "hardware": ("hardware", "List the GPU profiles, or show one (with --set-gpu overrides)."),
     "calibrate": ("calibrate", "Fit the expected-time model to serving measurements; write a "
                   "GPU profile."),
     "serve": ("serve", "Simulate serving under load: latency percentiles, throughput, goodput, "

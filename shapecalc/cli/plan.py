@@ -396,54 +396,6 @@ def sweep(
         fail(e)
 
 
-# -- hardware -------------------------------------------------------------------------------------
-
-
-def hardware(
-    words: Annotated[list[str] | None, typer.Argument(
-        help="NAME or show NAME: a profile to show (none: list every profile)", metavar="NAME",
-        show_default=False)] = None,
-    hardware_dir: HardwareDir = None,
-    set_gpu: SetGpu = None,
-    as_json: JsonOut = False,
-) -> None:
-    from ..model.config import ShapecalcError
-
-    try:
-        from ..inputs.hardware import list_gpus, load_gpu
-        from .options import show_target
-
-        name = show_target(words, "gpu")
-        if name is None:
-            gpus = [load_gpu(n, hardware_dir) for n in sorted(list_gpus(hardware_dir))]
-        else:
-            gpus = [load_gpu(name, hardware_dir, set_gpu)]
-    except ShapecalcError as e:
-        fail(e)
-    if as_json:
-        from .options import emit_json
-
-        docs = [g.model_dump() for g in gpus]
-        emit_json(docs[0] if name is not None else docs)
-        return
-    from ..render.console import make_console
-    from ..render.layout import line, split_table
-    from ..render.units import human_bytes
-
-    header = ["name", "memory", "bytes", "HBM B/s", "link B/s", "bf16 FLOP/s", "fp8 FLOP/s", "link"]
-    rows = [[g.name, g.memory, f"{g.memory_bytes:,} ({human_bytes(g.memory_bytes)})",
-             f"{g.hbm_bandwidth:.4g}", f"{g.link_bandwidth:.4g}",
-             "—" if g.peak_flops.bf16 is None else f"{g.peak_flops.bf16:.4g}",
-             "—" if g.peak_flops.fp8 is None else f"{g.peak_flops.fp8:.4g}", g.link]
-            for g in gpus]
-    console = make_console()
-    split_table(console, header, rows, 1, "GPU profiles (dense peaks; link: per direction)",
-                right=[h not in ("name", "link", "memory") for h in header],
-                wrap=[h == "link" for h in header])
-    if name is not None:
-        line(console, f"source: {gpus[0].source}")
-
-
 _HELP = {
     "compare": "Side by side, one column per case (and per --tp/--batch/--seq/--dtype value): "
     "params, weights, KV cache per rank, FLOPs, all-reduce and ring bytes, PP boundary, decode "
@@ -455,12 +407,9 @@ _HELP = {
     "context, the smallest tp and pp, KV tokens that fit, roofline lower bounds and expected "
     "times (at B and at the largest batch). Exit code 1 when the verdict is 'does not fit' "
     "(memory, or a context beyond max_positions), 0 when it fits. ",
-    "hardware": "List the GPU profiles, or show one: `hardware NAME` or `hardware show NAME` "
-    "(with --set-gpu overrides).",
 }
 COMMANDS: dict[str, Callable[..., Any]] = {
-    "compare": compare, "sweep": sweep, "fit": fit, "hardware": hardware,
+    "compare": compare, "sweep": sweep, "fit": fit,
 }
 # each command's --help: what it does, then the conventions of planning
-HELP = {name: text + (PLAN_CONVENTIONS if name != "hardware" else "")
-        for name, text in _HELP.items()}
+HELP = {name: text + PLAN_CONVENTIONS for name, text in _HELP.items()}

@@ -61,9 +61,12 @@ def parse_int_grid(text: str, field: str) -> list[int]:
 def _pos_int(s: str, field: str, whole: str) -> int:
     s = s.strip().replace("_", "")
     try:
+        if not s.isascii():  # int() reads ٣ and ３ as 3
+            raise ValueError
         v = int(s)
     except ValueError:
-        raise ShapecalcError(field, f"{s!r} in {whole!r} is not an integer") from None
+        raise ShapecalcError(field, f"{s!r} in {whole!r} is not an integer" + (
+            "" if s.isascii() else ": digits must be ASCII 0-9")) from None
     if v < 1:
         raise ShapecalcError(field, f"{v} in {whole!r} must be ≥ 1")
     if v > INT_MAX:

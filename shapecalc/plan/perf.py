@@ -47,30 +47,47 @@ class PerfParams:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            v = getattr(self, f.name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ShapecalcError(f"perf.{f.name}", f"must be a finite number ≥ 0, got {v}")
-            if f.name.endswith("efficiency") and not 0 < v <= 1:
-                raise ShapecalcError(f"perf.{f.name}", f"must be in (0, 1], got {v}")
+            check_term(f.name, getattr(self, f.name))
 
     def as_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 NAMES = tuple(f.name for f in fields(PerfParams))
+# the range a term may take (README, Expected times): efficiencies are fractions; a GEMM reaches
+# half its efficiency at a step of at most a million tokens; a fixed cost is at most a second
+# (the calibrated ones are tens of µs). Beyond, a value is a typo, not a GPU.
+LIMITS = {"gemm_half_tokens": (0.0, 1e6, "tokens"), "layer_overhead_s": (0.0, 1.0, "s"),
+          "prefill_layer_overhead_s": (0.0, 1.0, "s"), "allreduce_latency_s": (0.0, 1.0, "s")}
+
+
+def check_term(name: str, v: Any) -> None:
+    """A term's value: a finite number in its range (LIMITS; efficiencies in (0, 1])."""
+    if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v)):
+        raise ShapecalcError(f"perf.{name}", f"must be a finite number, got {v}")
+    if name.endswith("efficiency"):
+        if not 0 < v <= 1:
+            raise ShapecalcError(f"perf.{name}", f"must be in (0, 1], got {v}")
+        return
+    lo, hi, unit = LIMITS[name]
+    if not lo <= v <= hi:
+        raise ShapecalcError(f"perf.{name}", f"must be in [{lo:g}, {hi:g}] {unit}, got {v:g}")
 
 
 def perf_overrides(sets: list[str] | None) -> tuple[str, ...]:
-    """`NAME=VALUE` items, checked (a known name, a number); kept as given."""
+    """`NAME=VALUE` items, checked (a known name, a number in its range); kept as given."""
     for item in sets or []:
         key, sep, text = item.partition("=")
         if not sep or key.strip() not in NAMES:
             raise ShapecalcError("perf", f"expected NAME=VALUE with NAME one of {', '.join(NAMES)}"
                                  f", got {item!r}")
         try:
-            float(text)
+            if not text.isascii():  # float() reads ١ and １ as 1
+                raise ValueError
+            value = float(text)
         except ValueError:
             raise ShapecalcError(f"perf.{key.strip()}", f"{text!r} is not a number") from None
+        check_term(key.strip(), value)
     return tuple(sets or ())
 
 
