@@ -8,7 +8,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
-from . import files, hf_alibi, hf_classic, hf_deepseek, hf_gemma, hf_keys, hf_llama4, hf_moe
+from . import (
+    files,
+    hf_alibi,
+    hf_classic,
+    hf_deepseek,
+    hf_gemma,
+    hf_keys,
+    hf_llama4,
+    hf_moe,
+    hf_render,
+)
 from .sources import _parse
 
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
@@ -284,6 +294,8 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         cfg, mt = {**tied, **text}, inner
     elif mt not in SUPPORTED:
         raise ShapecalcError("model_type", f"{where} is not supported; supported: {known}")
+    else:  # a text model's own config: a text_config beside it must agree (hf_render.py)
+        hf_render.check_text_config(cfg, mt)
     fields = read_family(_HF(cfg), mt)
     # Say only what differs from the defaults, so a loaded config reads like a preset.
     heads, d = fields["n_heads"], fields["d_model"]
