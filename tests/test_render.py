@@ -251,6 +251,15 @@ def test_output_file_respects_columns(cli, monkeypatch, tmp_path):
     assert all(line == line.rstrip() for line in text.split("\n"))
 
 
+def test_output_dash_is_stdout_at_its_width(cli, monkeypatch):
+    """`--output -` is stdout: laid out for $COLUMNS as without it, not for a file's 200."""
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ("trace", "--preset", "llama2-7b", "--seq", "1024")
+    plain, dash = cli(*args), cli(*args, "--output", "-")
+    assert plain.code == dash.code == 0 and dash.out == plain.out
+    check_lines(dash.out, 80)
+
+
 def test_rstrip_keeps_colour_codes():
     from shapecalc.render.console import _RStrip
 

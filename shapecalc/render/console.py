@@ -101,7 +101,7 @@ def render_table(
     an SVG picture (svg_text) and the report `page()` as HTML (html.py) when asked. With
     show=False it is drawn for the exports only. The paths were checked before (check_outputs),
     and the files are committed when the command succeeds (output.py)."""
-    if show and output is None:
+    if show and output in (None, "-"):  # stdout: its own width
         draw(make_console())
     elif show:
         out, close = open_output(output)
