@@ -46,7 +46,7 @@ Layers = Annotated[
                  "×count/run"),
 ]
 Precision = Annotated[
-    str, typer.Option("--precision", help="NumPy dtype the executor computes in: float32 | "
+    str | None, typer.Option("--precision", help="NumPy dtype the executor computes in: float32 | "
                       "float64 | float16")
 ]
 Seed = Annotated[int, typer.Option("--seed", min=0, help="seed of the random weights and tokens")]
@@ -56,6 +56,10 @@ Budget = Annotated[
                  "memory, so every machine runs the same plan); K layers and resident or streamed "
                  "weights are chosen to fit it"),
 ]
+Train = Annotated[
+    bool, typer.Option("--train", help="run a training step's backward too (hand-written "
+                       "vector-Jacobian rules, narrowed model, float64): gradient shapes, "
+                       "backward FLOPs against the symbolic count, finite differences")]
 VERIFY_DEFAULTS = {"batch": 2}  # small B and T (VERIFY_SEQ): verify runs real widths
 VERIFY_SEQ = 16
 
@@ -152,16 +156,17 @@ def verify(
     attention_flops: AttnFlops = None,
     padding_mask: PaddingMask = None,
     layers: Layers = None,
-    precision: Precision = "float32",
+    precision: Precision = None,
     seed: Seed = 0,
     memory_budget: Budget = None,
     as_json: JsonOut = False,
+    train: Train = False,
 ) -> None:
     from ..check.budget import budget_bytes, estimate
     from ..check.verify import verify as run_verify
 
     try:
-        if precision not in ("float32", "float64", "float16"):
+        if precision not in (None, "float32", "float64", "float16"):
             raise ShapecalcError("precision", f"{precision!r} is not one of float32, "
                                  "float64, float16")
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
@@ -173,6 +178,18 @@ def verify(
             padding_mask=padding_mask,
         )
         budget = None if memory_budget is None else budget_bytes(memory_budget)
+        if train:  # the backward: cli/verify_train.py
+            from .verify_train import print_train, run_train
+
+            doc = run_train(model, wl, layers=layers, seed=seed, given={
+                "phase": phase, "logits": logits, "precision": precision,
+                "memory_budget": memory_budget})
+            if as_json:
+                emit_json(doc)
+            else:
+                print_train(doc)
+            raise typer.Exit(0 if doc["ok"] else 1)
+        precision = precision or "float32"
 
         # a bar only where a run takes more than a moment: real widths
         bar, report = _progress(estimate(model, wl, 1) > 256 << 20)

@@ -12,6 +12,9 @@ Every array carries numeric.py's leading rank axis ([p, …] or [1, …]): a rul
 summed back over an axis its input was broadcast along (the rank axis: tensor parallelism's
 backward all-reduce). Matmul FLOPs are counted per rank as the forward counts them (2·m·k·n), each
 booked to the forward stage whose backward it is, as dX (activation operands) or dW (weights).
+
+Not here: `head_linear` (MLA's absorbed form runs in decode only, and a training step is a
+prefill) and the cache reads of decode; `check/train_verify.py` refuses decode.
 """
 
 from __future__ import annotations
@@ -303,11 +306,6 @@ def concat(c: Ctx, dys: list[Any]) -> list[Any]:
     cuts = np.cumsum([s[-1] for s in shapes])[:-1]
     return [unbroadcast(d, s) for d, s in zip(np.split(dys[0], cuts, axis=-1), shapes,
                                                   strict=True)]
-
-
-@rule("head_linear")
-def head_linear(c: Ctx, dys: list[Any]) -> list[Any]:
-    raise NotImplementedError("absorbed MLA runs in decode only; training runs prefill")
 
 
 @rule("repeat_kv")

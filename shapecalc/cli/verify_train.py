@@ -1,0 +1,52 @@
+"""`shapecalc verify --train`: the executed backward's checks (check/train_verify.py), as a table
+or one JSON document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model.config import ModelConfig, ShapecalcError, Workload
+
+
+def run_train(model: ModelConfig, wl: Workload, *, layers: int | None, seed: int,
+              given: dict[str, Any]) -> dict[str, Any]:
+    """The checks of `verify --train` on the narrowed model; `given`: verify's options the user
+    set that a training step cannot honour (refused, never ignored)."""
+    from ..check.train_verify import narrow, train_verify
+
+    why = {"phase": "a training step is a prefill of the whole sequence",
+           "logits": "the loss reads every position's logits",
+           "precision": "the backward and its finite differences run in float64",
+           "memory_budget": "the narrowed model is a few MB"}
+    for field, value in given.items():
+        if value is not None:
+            raise ShapecalcError(field, f"verify --train does not take it: {why[field]}")
+    return train_verify(narrow(model), wl, layers=layers, seed=seed)
+
+
+def print_train(doc: dict[str, Any]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ..render.console import make_console
+    from .verify import _fmt
+
+    wl, m = doc["workload"], doc["sizes"]
+    title = (f"verify --train {doc['model']}: B={wl['batch']} T={wl['seq']} p={wl['tp']}, "
+             f"K={doc['layers_run']} layers, float64, narrowed: D={m['d_model']} "
+             f"Dff={m['d_ff']} N_vocab={m['vocab_size']}; loss {doc['loss']:.6g}")
+    table = Table(title=title, title_justify="left")
+    for col, just in (("check", "left"), ("symbolic", "right"), ("measured", "right"),
+                      ("", "center")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for c in doc["checks"]:
+        sym = f"≤ {c['tolerance']:.0e}" if "tolerance" in c else _fmt(c["symbolic"])
+        meas = f"{c['measured']:.2e}" if "tolerance" in c else _fmt(c["measured"])
+        name = escape(c["name"])
+        if not c["ok"] and "detail" in c:
+            name += f"\n[red]{escape(c['detail'])}[/]"
+        table.add_row(name, sym, meas, "[green]pass[/]" if c["ok"] else "[bold red]FAIL[/]")
+    out = make_console()
+    out.print(table)
+    bad = sum(not c["ok"] for c in doc["checks"])
+    out.print("[green]all checks pass[/]" if not bad else f"[bold red]{bad} check(s) failed[/]")
