@@ -32,6 +32,7 @@ OUTPUTS = {
                 "--json"],
     "sweep": ["sweep", "llama3-8b", "--gpu", GPU, "--price", "2", "--format", "jsonl"],
     "verify": ["verify", "--json"],
+    "verify-train": ["verify", "--train", "--json"],
     "explain": ["explain", "--json"],
     "serve": ["serve", "--preset", "llama3-8b", "--gpu", GPU, "--rate", "2", "--prompt", "512",
               "--output", "32", "--requests", "30", "--slo", "ttft=1s,itl=50ms", "--json"],

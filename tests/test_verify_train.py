@@ -105,7 +105,7 @@ def test_wrong_symbolic_backward_is_caught(monkeypatch):
     monkeypatch.setattr(tv, "backward_stages", one_operand)
     doc = train_verify(narrow(sources.load_preset("llama3-8b")), WL, fd=False)
     bad = [c["name"] for c in doc["checks"] if not c["ok"]]
-    assert bad == ["backward dX FLOPs per stage", "total backward dx flops (all layers)"]
+    assert bad == ["backward dX FLOPs per stage", "total backward dX FLOPs (all N layers)"]
     c = next(c for c in doc["checks"] if c["name"] == "backward dX FLOPs per stage")
     assert "QKᵀ" in c["detail"]
 

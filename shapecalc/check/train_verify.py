@@ -217,7 +217,8 @@ def _flop_checks(num: list[Stage], sym: list[Stage], bw: Backward, model: ModelC
                          sum(b.elementwise_flops for b in sb), sum(ew), not wrong_ew))
     # totals: the K layers run standing for all N
     total = step_flops(sym, model.n_layers)
-    for key, got in (("backward_dx_flops", ctx.dx), ("backward_dw_flops", ctx.dw)):
+    for title, key, got in (("dX", "backward_dx_flops", ctx.dx),
+                            ("dW", "backward_dw_flops", ctx.dw)):
         per_layer = [0] * K
         outside = 0
         for j, s in enumerate(num):
@@ -226,7 +227,7 @@ def _flop_checks(num: list[Stage], sym: list[Stage], bw: Backward, model: ModelC
             else:
                 outside += got[j]
         measured = outside + _kind_total(per_layer, plan)
-        checks.append(_check(f"total {key.replace('_', ' ')} (all layers)", total[key],
+        checks.append(_check(f"total backward {title} FLOPs (all N layers)", total[key],
                              _exact(measured)))
     return checks
 
