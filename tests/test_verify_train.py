@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shapecalc.check import train_verify as tv
-from shapecalc.check.train_verify import narrow, train_verify
 from shapecalc.inputs import sources
-from shapecalc.interpret import vjp
+from shapecalc.interpret import vjp, vjp_tape
 from shapecalc.interpret.caches import ContiguousKV
 from shapecalc.interpret.numeric import windows
 from shapecalc.interpret.weights import Weights
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload, check
 from shapecalc.train import backward
+from shapecalc.train import verify as tv
+from shapecalc.train.verify import narrow, train_verify
 
 PRESETS = sorted(sources.list_presets())
 # many layers to cover every kind, or hundreds of experts: their finite differences take
@@ -180,9 +180,9 @@ def _weights() -> Weights:
     return Weights(TINY, 0, np.float64, std=0.3)
 
 
-def _ops(B: int, T: int) -> vjp.TapeOps:
+def _ops(B: int, T: int) -> vjp_tape.TapeOps:
     model, wl = TINY, Workload(batch=B, seq=T)
-    ops = vjp.TapeOps(model, wl, _weights(), 1, np.zeros((B, T), dtype=np.int64),
+    ops = vjp_tape.TapeOps(model, wl, _weights(), 1, np.zeros((B, T), dtype=np.int64),
                       ContiguousKV(wl.kv, windows(model), np.float64))
     ops._layer = 0
     return ops

@@ -46,8 +46,9 @@ Layers = Annotated[
                  "×count/run"),
 ]
 Precision = Annotated[
-    str | None, typer.Option("--precision", help="NumPy dtype the executor computes in: float32 | "
-                      "float64 | float16")
+    str | None, typer.Option("--precision", show_default="float32", help="NumPy dtype the "
+                             "executor computes in: float32 | float64 | float16 (--train: "
+                             "float64, always)")
 ]
 Seed = Annotated[int, typer.Option("--seed", min=0, help="seed of the random weights and tokens")]
 Budget = Annotated[

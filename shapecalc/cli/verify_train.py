@@ -1,4 +1,4 @@
-"""`shapecalc verify --train`: the executed backward's checks (check/train_verify.py), as a table
+"""`shapecalc verify --train`: the executed backward's checks (train/verify.py), as a table
 or one JSON document."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ def run_train(model: ModelConfig, wl: Workload, *, layers: int | None, seed: int
               given: dict[str, Any]) -> dict[str, Any]:
     """The checks of `verify --train` on the narrowed model; `given`: verify's options the user
     set that a training step cannot honour (refused, never ignored)."""
-    from ..check.train_verify import narrow, train_verify
+    from ..train.verify import narrow, train_verify
 
     why = {"phase": "a training step is a prefill of the whole sequence",
            "logits": "the loss reads every position's logits",
@@ -29,7 +29,9 @@ def print_train(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     from ..render.console import make_console
-    from .verify import _fmt
+
+    def _fmt(x: Any) -> str:
+        return f"{x:,}" if isinstance(x, int) else str(x)
 
     wl, m = doc["workload"], doc["sizes"]
     title = (f"verify --train {doc['model']}: B={wl['batch']} T={wl['seq']} p={wl['tp']}, "

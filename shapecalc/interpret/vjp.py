@@ -1,6 +1,6 @@
 """Vector-Jacobian rules for the NumPy executor's operations, in numeric.py's reading order (as
-autodidax pairs a transpose rule with each primitive), a tape that records them, and the backward
-that runs the tape in reverse from the loss to every parameter.
+autodidax pairs a transpose rule with each primitive; MoE's in vjp_moe.py). vjp_tape.py records
+them on a tape and runs the backward from the loss to every parameter.
 
 `TapeOps` is NumericOps with each operation wrapped: the forward runs unchanged (same stages,
 same arrays), and a tape entry keeps what the operation's rule needs: copies of the inputs or the
@@ -14,22 +14,22 @@ backward all-reduce). Matmul FLOPs are counted per rank as the forward counts th
 booked to the forward stage whose backward it is, as dX (activation operands) or dW (weights).
 
 Not here: `head_linear` (MLA's absorbed form runs in decode only, and a training step is a
-prefill) and the cache reads of decode; `check/train_verify.py` refuses decode.
+prefill) and the cache reads of decode; `train/verify.py` refuses decode.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..model.forward import ACT
-from .moe import Routing
-from .numeric import NumericOps
 from .rotary import EPS, head_gammas
 from .weights import Shard, Weights
+
+if TYPE_CHECKING:
+    from .vjp_tape import TapeOps
 
 Rule = Callable[["Ctx", list[Any]], list[Any]]
 RULES: dict[str, Rule] = {}
@@ -50,7 +50,7 @@ def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return g.sum(axis=axes, keepdims=True)
 
 
-# -- the tape -------------------------------------------------------------------------------------
+# -- a tape entry, the parameter gradients, the FLOP book ------------------------------------------
 @dataclass
 class Entry:
     op: str
@@ -350,97 +350,6 @@ def softmax(c: Ctx, dys: list[Any]) -> list[Any]:
     return [y * (dy - dot)]
 
 
-@rule("route")
-def route(c: Ctx, dys: list[Any]) -> list[Any]:
-    m, dw = c.m, dys[0]
-    z, ids = c.s["z"], c.s["ids"]  # [B,T,E] logits, [B,T,k] chosen
-    dz = np.zeros_like(z)
-    if m.router_scoring == "topk_sigmoid":
-        w = 1 / (1 + np.exp(-np.take_along_axis(z, ids, axis=-1)))
-        np.put_along_axis(dz, ids, dw * w * (1 - w), axis=-1)
-        return [dz[None]]
-    if m.router_scoring == "softmax":
-        e = np.exp(z - z.max(axis=-1, keepdims=True))
-        s = e / e.sum(axis=-1, keepdims=True)
-    else:
-        s = 1 / (1 + np.exp(-z))
-    w = np.take_along_axis(s, ids, axis=-1)
-    if m.norm_topk_prob:  # w / Σ w
-        tot = w.sum(axis=-1, keepdims=True)
-        dw = (dw - (dw * w / tot).sum(axis=-1, keepdims=True)) / tot
-    ds = np.zeros_like(z)
-    np.put_along_axis(ds, ids, dw, axis=-1)
-    if m.router_scoring == "softmax":
-        dz = s * (ds - (ds * s).sum(axis=-1, keepdims=True))
-    else:
-        dz = ds * s * (1 - s)
-    return [dz[None]]
-
-
-@rule("experts")
-def experts(c: Ctx, dys: list[Any]) -> list[Any]:
-    """The routed FFNs: combine, down, activation (and gate ⊙ up), gate and up, per expert on
-    the pairs routed to it; the routing weights' gradient goes back to the router."""
-    m, s, dout = c.m, c.s, dys[0]
-    x, ids, w = s["x"], s["ids"], s["w"]  # [B,T,D], [B,T,k], [B,T,k]
-    out = c.ops.stages_out
-    layer, p = c.e.layer, c.p
-    B, T, kk = ids.shape
-    D, F = m.d_model, m.dff_expert
-    y = out[c.stage("moe.experts.down")]  # [p,B,T,k,D]
-    dw = np.zeros_like(w)
-    if m.routing_on_input:  # a plain sum: every slot's output takes dout
-        dY = np.broadcast_to(dout[:, :, :, None, :], y.shape)
-    else:
-        dY = dout[:, :, :, None, :] * w[..., None]
-        dw += np.einsum("rbtd,rbtkd->btk", dout, y)
-    gated = m.gated
-    act = ACT[m.ffn]
-    u_in = out[c.stage("moe.experts.up")]  # pre-activation (plain) or up (gated)
-    g_in = out[c.stage("moe.experts.gate")] if gated else None
-    scaled = out[c.stage("moe.experts.in")][0] if m.routing_on_input else None  # [B,T,k,D]
-    dxin = np.zeros((B, T, kk, D))  # the input of each pair (x, or x × weight)
-    dU = np.zeros((p, B, T, kk, F // p))
-    for e in range(m.n_experts or 0):
-        b, t, slot = np.nonzero(ids == e)
-        if not b.size:
-            continue
-        sh = Shard((layer, "moe.experts.down", e), (F, D), "row", p, F // p, D)
-        Wd = c.w.stacked(sh)
-        a = s["a"][:, b, t, slot]  # what down multiplied: act(g)·u, or act(u)
-        dyp = np.ascontiguousarray(dY[:, b, t, slot])
-        dU[:, b, t, slot] = c.mm(dyp, Wd.transpose(0, 2, 1), "dx", "moe.experts.down")
-        c.grads.shard(sh, c.mm(a.transpose(0, 2, 1), dyp, "dw", "moe.experts.down"))
-        if m.expert_bias:
-            c.grads.bias((layer, "moe.experts.down", e, "bias"), sh, dyp.sum(axis=1), True)
-    # through the activation (and gate ⊙ up)
-    if gated:
-        assert g_in is not None
-        ga = _act(g_in, act)
-        dG = _act_grad(g_in, act, dU * u_in)
-        dUp = dU * ga
-        grads = [("moe.experts.gate", dG), ("moe.experts.up", dUp)]
-    else:
-        grads = [("moe.experts.up", _act_grad(u_in, act, dU))]
-    for e in range(m.n_experts or 0):
-        b, t, slot = np.nonzero(ids == e)
-        if not b.size:
-            continue
-        xin = (x[b, t] if scaled is None else scaled[b, t, slot])[None]  # [1,n,D]
-        for role, dZ in grads:
-            sh = Shard((layer, role, e), (D, F), "column", p, D, F // p)
-            Wz = c.w.stacked(sh)
-            dz = np.ascontiguousarray(dZ[:, b, t, slot])
-            dxin[b, t, slot] += c.mm(dz, Wz.transpose(0, 2, 1), "dx", role).sum(axis=0)
-            c.grads.shard(sh, c.mm(xin.transpose(0, 2, 1), dz, "dw", role))
-            if m.expert_bias:
-                c.grads.bias((layer, role, e, "bias"), sh, dz.sum(axis=1), False)
-    if scaled is not None:  # x × w per pair
-        dw += np.einsum("btkd,btd->btk", dxin, x)
-        dx = np.einsum("btkd,btk->btd", dxin, w)
-    else:
-        dx = dxin.sum(axis=2)
-    return [dx[None], dw]
 
 
 def _act(x: np.ndarray, kind: str) -> np.ndarray:
@@ -505,229 +414,3 @@ def last_position(c: Ctx, dys: list[Any]) -> list[Any]:
     dx[:, :, -1] = dys[0]
     return [dx]
 
-
-# -- what each rule keeps: taken around the forward operation -------------------------------------
-def _keep(ops: TapeOps, op: str, args: tuple, kw: dict, out: Any) -> dict[str, Any]:
-    """The residuals of `op` (copies: the forward updates scores and activations in place)."""
-    a0 = args[0]
-    if op == "embed":
-        return {"ids": ops.ids}
-    if op == "positions":
-        return {"pos": ops.pos}
-    if op == "temperature":
-        return {"f": ops._temp}
-    if op == "softcap":
-        return {"y": out.copy()}
-    if op == "norm":
-        return ops._norm_info | {"x": ops._pre[0]}
-    if op == "linear":
-        return {"x": ops._pre[0]}
-    if op in ("split", "concat"):
-        parts = out if op == "split" else a0
-        return {"shapes": [p.shape for p in parts]}
-    if op in ("split_heads", "repeat_kv", "merge_heads", "allreduce", "allgather",
-              "last_position"):
-        return {"shape": a0.shape}
-    if op == "rope":
-        cos, sin = args[3]
-        if a0.ndim == 4 and cos.ndim == 4:
-            cos, sin = cos[:, 0], sin[:, 0]
-        return {"cos": cos, "sin": sin}
-    if op == "head_norm":
-        full = ops.m.n_heads if args[1] == "attn.q_norm" else ops.m.kv_heads
-        key = (ops._layer, args[1], "γ")
-        return {"x": ops._pre[0], "key": key, "g": ops.w.get(key, (full, a0.shape[-1]))}
-    if op == "matmul":
-        return {"a": ops._pre[0], "b": ops._pre[1]}
-    if op == "mask":
-        return {"kept": out != ops.neg}
-    if op == "softmax":
-        return {"y": out.copy(), "sinks": args[3] if len(args) > 3 else kw.get("sinks")}
-    if op == "route":
-        return {"z": a0[0].copy(), "ids": out.ids}
-    if op == "experts":
-        r = args[1]
-        a = ops.stages_out[ops._experts_a]
-        return {"x": a0[0].copy(), "ids": r.ids, "w": r.weights.astype(ops.dt), "a": a}
-    if op == "mul":
-        return {"a": ops._pre[0], "b": ops._pre[1]}
-    if op == "add":
-        return {"a": args[0].shape, "b": args[1].shape}
-    if op == "activation":
-        return {"x": ops._pre[0]}
-    return {}
-
-
-# ops whose inputs are read in the backward: copied before the forward runs (in place updates)
-PRE_COPY = ("norm", "linear", "head_norm", "matmul", "mul", "activation")
-
-
-class TrainOps(NumericOps):
-    """NumericOps as a training step runs: attention reads K and V as computed (the cache stage
-    is still recorded, as inference records it, but nothing is read back through its dtype)."""
-
-    def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int, Tk: Any, Tc: Any
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        back = super().kv_cache(k, v, layer, Tk, Tc)
-        assert back[0].shape == k.shape and back[1].shape == v.shape
-        return k, v
-
-    def mla_cache(self, x: np.ndarray, layer: int, Tk: Any, Tc: Any, what: str) -> np.ndarray:
-        back = super().mla_cache(x, layer, Tk, Tc, what)
-        assert back.shape == x.shape
-        return x
-
-
-class TapeOps(TrainOps):
-    """TrainOps recording a tape: each operation of forward() an Entry, each array a node."""
-
-    def __init__(self, *a: Any, **kw: Any):
-        super().__init__(*a, **kw)
-        self.tape: list[Entry] = []
-        self.node: dict[int, int] = {}  # id(array) → its node (arrays kept alive: `alive`)
-        self.shapes: list[tuple[int, ...]] = []  # each node's shape
-        self.alive: list[Any] = []
-        self.stages_out: list[np.ndarray] = []  # each stage's output (inner stages: copies)
-        self._depth = 0
-        self._pre: list[np.ndarray] = []
-        self._norm_info: dict[str, Any] = {}
-        self._temp: Any = None
-        self._experts_a = -1
-
-    def _rec(self, role: str, name: str, op: str, a: np.ndarray, **kw: Any) -> np.ndarray:
-        self.stages_out.append(a.copy() if self._depth else a)
-        if role in ("moe.experts.mul", "moe.experts.act"):
-            self._experts_a = len(self.stages_out) - 1  # what the experts' down multiplies
-        return super()._rec(role, name, op, a, **kw)
-
-    def _new(self, a: Any) -> int:
-        self.node[id(a)] = n = len(self.shapes)
-        self.shapes.append(tuple(a.shape))
-        self.alive.append(a)
-        return n
-
-    def _in(self, a: Any) -> int | None:
-        return self.node.get(id(a)) if isinstance(a, np.ndarray) else None
-
-
-
-def _tensors(op: str, args: tuple) -> list[Any]:
-    """The tensor inputs of an operation (gradients flow to these, in this order)."""
-    if op == "concat":
-        return list(args[0])
-    if op == "experts":
-        return [args[0], args[1].weights]
-    if op in ("matmul", "add", "mul", "kv_cache"):
-        return [args[0], args[1]]
-    return [args[0]]
-
-
-def _wrap(op: str) -> Callable[..., Any]:
-    base = getattr(TapeOps, op)
-
-    def method(self: TapeOps, *args: Any, **kw: Any) -> Any:
-        if self._depth:
-            return base(self, *args, **kw)
-        ins = [self._in(a) for a in _tensors(op, args)]
-        self._pre = [a.copy() for a in _tensors(op, args)] if op in PRE_COPY else []
-        if op == "norm":
-            self._norm_info = _norm_info(self, *args, **kw)
-        if op == "temperature":
-            self._temp = _temperature(self, args[0])
-        first = len(self.stages)
-        self._depth += 1
-        try:
-            out = base(self, *args, **kw)
-        finally:
-            self._depth -= 1
-        outs = (list(out) if isinstance(out, (list, tuple)) and not isinstance(out, Routing)
-                else [out.weights] if isinstance(out, Routing) else [out])
-        saved = _keep(self, op, args, kw, out)
-        self.tape.append(Entry(op, ins, [self._new(o) for o in outs],
-                               list(range(first, len(self.stages))), self._layer, args, kw,
-                               saved))
-        self._pre = []
-        return out
-
-    method.__name__ = op
-    return method
-
-
-def _norm_info(ops: TapeOps, x: np.ndarray, role: str, name: str, width: Any = None,
-               kind: str | None = None) -> dict[str, Any]:
-    m = ops.m
-    beta = m.has_norm_bias if kind is None else False
-    kind = kind or m.norm
-    plus_one = m.norm_plus_one and kind == "rmsnorm"
-    key = (ops._layer, role)
-    g = (ops.w.get((*key, "γ"), (x.shape[-1],), base=0.0 if plus_one else 1.0)
-         if kind != "l2norm" else None)
-    return {"key": key, "kind": kind, "beta": beta, "plus_one": plus_one, "g": g}
-
-
-def _temperature(ops: TapeOps, q: np.ndarray) -> np.ndarray:
-    tq = q.shape[-2]  # llama4.temperature's factor per query position
-    pos = np.arange(ops.cache.total - tq, ops.cache.total, dtype=np.float64)
-    return (np.log1p(np.floor((pos + 1.0) / 8192)) * 0.1 + 1.0).astype(ops.dt)
-
-
-for _op in RULES:
-    setattr(TapeOps, _op, _wrap(_op))
-
-
-# -- the loss and the backward --------------------------------------------------------------------
-def cross_entropy(logits: np.ndarray, ids: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean cross-entropy of positions 0..T−2 predicting ids 1..T−1 (transformers' labels=ids),
-    and its gradient with respect to `logits` [B,T,V]."""
-    z = logits[:, :-1].astype(np.float64)
-    tgt = ids[:, 1:]
-    zmax = z.max(axis=-1, keepdims=True)
-    e = np.exp(z - zmax)
-    tot = e.sum(axis=-1, keepdims=True)
-    lse = (np.log(tot) + zmax)[..., 0]
-    n = tgt.size
-    loss = float((lse - np.take_along_axis(z, tgt[..., None], axis=-1)[..., 0]).sum() / n)
-    d = e / tot
-    np.put_along_axis(d, tgt[..., None], np.take_along_axis(d, tgt[..., None], axis=-1) - 1,
-                      axis=-1)
-    grad = np.zeros(logits.shape)
-    grad[:, :-1] = d / n
-    return loss, grad
-
-
-@dataclass
-class Backward:
-    grads: Grads
-    ctx: Ctx
-    act_shapes_ok: int  # activation gradients of their activation's shape
-    act_shapes: int
-    act_bad: list[str]
-
-
-def backward(ops: TapeOps, logits: np.ndarray, dlogits: np.ndarray) -> Backward:
-    """Run the tape in reverse from d loss/d logits (`logits`: the array the loss read)."""
-    grads = Grads(ops.w)
-    ctx = Ctx(ops, grads)
-    g: dict[int, np.ndarray] = {ops.node[id(logits)]: dlogits.reshape(logits.shape)}
-    ok = n = 0
-    bad: list[str] = []
-    for e in reversed(ops.tape):
-        dys = [g.pop(o, None) for o in e.outs]
-        if all(d is None for d in dys):
-            continue  # nothing downstream of the loss reads it
-        ctx.e = e
-        if e.op != "split":  # split's rule fills its parts that no gradient reached
-            dys = [np.zeros(ops.shapes[o]) if d is None else d
-                   for d, o in zip(dys, e.outs, strict=True)]
-        dxs = RULES[e.op](ctx, dys)
-        for node, dx in zip(e.ins, dxs, strict=False):
-            if node is None or dx is None:
-                continue
-            n += 1
-            if tuple(dx.shape) == ops.shapes[node]:
-                ok += 1
-            elif len(bad) < 3:
-                bad.append(f"{e.op} (layer {e.layer}): gradient {dx.shape}, "
-                           f"activation {ops.shapes[node]}")
-            g[node] = g[node] + dx if node in g else dx
-    return Backward(grads, ctx, ok, n, bad)

@@ -5,7 +5,8 @@ The model runs at reduced width (`narrow`: every width divided by one factor, th
 a few dozen rows; heads, KV heads, experts, layers kept) in float64, K layers (at least one of each
 kind), B sequences of T tokens, prefill with every position's logits. The loss is the mean
 cross-entropy of positions 0..T−2 against tokens 1..T−1 (transformers' `labels=ids`), and the
-backward runs the vector-Jacobian rules of interpret/vjp.py from it to every parameter. Checks:
+backward runs the vector-Jacobian rules of interpret/vjp*.py from it to every parameter. (Here, in
+train/, not in check/: it checks train/backward.py's count, and check/ sits below train/.) Checks:
 
   - gradient shapes: every weight gradient has its operand's shape, every parameter read has a
     gradient, every activation gradient has its activation's shape;
@@ -28,17 +29,17 @@ from typing import Any
 
 import numpy as np
 
+from ..check.verify import _check, _exact, _expand, _kind_total, compare_stages
 from ..interpret import symbolic
 from ..interpret.caches import ContiguousKV
 from ..interpret.numeric import windows
-from ..interpret.vjp import Backward, TapeOps, TrainOps, backward, cross_entropy
+from ..interpret.vjp_tape import Backward, TapeOps, TrainOps, backward, cross_entropy
 from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload, check
 from ..model.forward import Sizes, forward
 from ..model.plan import layer_plan
 from ..model.stage import Stage
-from ..train.backward import EW_BACKWARD, backward_stages, step_flops
-from .verify import _check, _exact, _expand, _kind_total, compare_stages
+from .backward import EW_BACKWARD, backward_stages, step_flops
 
 FD_TOL = 1e-4
 FD_FLOOR = 1e-9  # below: the finite difference's own rounding (float64, step FD_STEP)

@@ -1,0 +1,245 @@
+"""The tape: NumericOps with each operation wrapped (the forward runs unchanged: same stages,
+same arrays), each entry keeping what its rule (vjp.py, vjp_moe.py) reads in the backward; the
+loss (mean cross-entropy, transformers' labels=ids) and the backward that runs the tape in reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import vjp_moe  # noqa: F401  (registers MoE's rules)
+from .moe import Routing
+from .numeric import NumericOps
+from .vjp import RULES, Ctx, Entry, Grads
+
+
+# -- what each rule keeps: taken around the forward operation -------------------------------------
+def _keep(ops: TapeOps, op: str, args: tuple, kw: dict, out: Any) -> dict[str, Any]:
+    """The residuals of `op` (copies: the forward updates scores and activations in place)."""
+    a0 = args[0]
+    if op == "embed":
+        return {"ids": ops.ids}
+    if op == "positions":
+        return {"pos": ops.pos}
+    if op == "temperature":
+        return {"f": ops._temp}
+    if op == "softcap":
+        return {"y": out.copy()}
+    if op == "norm":
+        return ops._norm_info | {"x": ops._pre[0]}
+    if op == "linear":
+        return {"x": ops._pre[0]}
+    if op in ("split", "concat"):
+        parts = out if op == "split" else a0
+        return {"shapes": [p.shape for p in parts]}
+    if op in ("split_heads", "repeat_kv", "merge_heads", "allreduce", "allgather",
+              "last_position"):
+        return {"shape": a0.shape}
+    if op == "rope":
+        cos, sin = args[3]
+        if a0.ndim == 4 and cos.ndim == 4:
+            cos, sin = cos[:, 0], sin[:, 0]
+        return {"cos": cos, "sin": sin}
+    if op == "head_norm":
+        full = ops.m.n_heads if args[1] == "attn.q_norm" else ops.m.kv_heads
+        key = (ops._layer, args[1], "γ")
+        return {"x": ops._pre[0], "key": key, "g": ops.w.get(key, (full, a0.shape[-1]))}
+    if op == "matmul":
+        return {"a": ops._pre[0], "b": ops._pre[1]}
+    if op == "mask":
+        return {"kept": out != ops.neg}
+    if op == "softmax":
+        return {"y": out.copy(), "sinks": args[3] if len(args) > 3 else kw.get("sinks")}
+    if op == "route":
+        return {"z": a0[0].copy(), "ids": out.ids}
+    if op == "experts":
+        r = args[1]
+        a = ops.stages_out[ops._experts_a]
+        return {"x": a0[0].copy(), "ids": r.ids, "w": r.weights.astype(ops.dt), "a": a}
+    if op == "mul":
+        return {"a": ops._pre[0], "b": ops._pre[1]}
+    if op == "add":
+        return {"a": args[0].shape, "b": args[1].shape}
+    if op == "activation":
+        return {"x": ops._pre[0]}
+    return {}
+
+
+# ops whose inputs are read in the backward: copied before the forward runs (in place updates)
+PRE_COPY = ("norm", "linear", "head_norm", "matmul", "mul", "activation")
+
+
+class TrainOps(NumericOps):
+    """NumericOps as a training step runs: attention reads K and V as computed (the cache stage
+    is still recorded, as inference records it, but nothing is read back through its dtype)."""
+
+    def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int, Tk: Any, Tc: Any
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        back = super().kv_cache(k, v, layer, Tk, Tc)
+        assert back[0].shape == k.shape and back[1].shape == v.shape
+        return k, v
+
+    def mla_cache(self, x: np.ndarray, layer: int, Tk: Any, Tc: Any, what: str) -> np.ndarray:
+        back = super().mla_cache(x, layer, Tk, Tc, what)
+        assert back.shape == x.shape
+        return x
+
+
+class TapeOps(TrainOps):
+    """TrainOps recording a tape: each operation of forward() an Entry, each array a node."""
+
+    def __init__(self, *a: Any, **kw: Any):
+        super().__init__(*a, **kw)
+        self.tape: list[Entry] = []
+        self.node: dict[int, int] = {}  # id(array) → its node (arrays kept alive: `alive`)
+        self.shapes: list[tuple[int, ...]] = []  # each node's shape
+        self.alive: list[Any] = []
+        self.stages_out: list[np.ndarray] = []  # each stage's output (inner stages: copies)
+        self._depth = 0
+        self._pre: list[np.ndarray] = []
+        self._norm_info: dict[str, Any] = {}
+        self._temp: Any = None
+        self._experts_a = -1
+
+    def _rec(self, role: str, name: str, op: str, a: np.ndarray, **kw: Any) -> np.ndarray:
+        self.stages_out.append(a.copy() if self._depth else a)
+        if role in ("moe.experts.mul", "moe.experts.act"):
+            self._experts_a = len(self.stages_out) - 1  # what the experts' down multiplies
+        return super()._rec(role, name, op, a, **kw)
+
+    def _new(self, a: Any) -> int:
+        self.node[id(a)] = n = len(self.shapes)
+        self.shapes.append(tuple(a.shape))
+        self.alive.append(a)
+        return n
+
+    def _in(self, a: Any) -> int | None:
+        return self.node.get(id(a)) if isinstance(a, np.ndarray) else None
+
+
+
+def _tensors(op: str, args: tuple) -> list[Any]:
+    """The tensor inputs of an operation (gradients flow to these, in this order)."""
+    if op == "concat":
+        return list(args[0])
+    if op == "experts":
+        return [args[0], args[1].weights]
+    if op in ("matmul", "add", "mul", "kv_cache"):
+        return [args[0], args[1]]
+    return [args[0]]
+
+
+def _wrap(op: str) -> Callable[..., Any]:
+    base = getattr(TapeOps, op)
+
+    def method(self: TapeOps, *args: Any, **kw: Any) -> Any:
+        if self._depth:
+            return base(self, *args, **kw)
+        ins = [self._in(a) for a in _tensors(op, args)]
+        self._pre = [a.copy() for a in _tensors(op, args)] if op in PRE_COPY else []
+        if op == "norm":
+            self._norm_info = _norm_info(self, *args, **kw)
+        if op == "temperature":
+            self._temp = _temperature(self, args[0])
+        first = len(self.stages)
+        self._depth += 1
+        try:
+            out = base(self, *args, **kw)
+        finally:
+            self._depth -= 1
+        outs = (list(out) if isinstance(out, (list, tuple)) and not isinstance(out, Routing)
+                else [out.weights] if isinstance(out, Routing) else [out])
+        saved = _keep(self, op, args, kw, out)
+        self.tape.append(Entry(op, ins, [self._new(o) for o in outs],
+                               list(range(first, len(self.stages))), self._layer, args, kw,
+                               saved))
+        self._pre = []
+        return out
+
+    method.__name__ = op
+    return method
+
+
+def _norm_info(ops: TapeOps, x: np.ndarray, role: str, name: str, width: Any = None,
+               kind: str | None = None) -> dict[str, Any]:
+    m = ops.m
+    beta = m.has_norm_bias if kind is None else False
+    kind = kind or m.norm
+    plus_one = m.norm_plus_one and kind == "rmsnorm"
+    key = (ops._layer, role)
+    g = (ops.w.get((*key, "γ"), (x.shape[-1],), base=0.0 if plus_one else 1.0)
+         if kind != "l2norm" else None)
+    return {"key": key, "kind": kind, "beta": beta, "plus_one": plus_one, "g": g}
+
+
+def _temperature(ops: TapeOps, q: np.ndarray) -> np.ndarray:
+    tq = q.shape[-2]  # llama4.temperature's factor per query position
+    pos = np.arange(ops.cache.total - tq, ops.cache.total, dtype=np.float64)
+    return (np.log1p(np.floor((pos + 1.0) / 8192)) * 0.1 + 1.0).astype(ops.dt)
+
+
+for _op in RULES:
+    setattr(TapeOps, _op, _wrap(_op))
+
+
+# -- the loss and the backward --------------------------------------------------------------------
+def cross_entropy(logits: np.ndarray, ids: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean cross-entropy of positions 0..T−2 predicting ids 1..T−1 (transformers' labels=ids),
+    and its gradient with respect to `logits` [B,T,V]."""
+    z = logits[:, :-1].astype(np.float64)
+    tgt = ids[:, 1:]
+    zmax = z.max(axis=-1, keepdims=True)
+    e = np.exp(z - zmax)
+    tot = e.sum(axis=-1, keepdims=True)
+    lse = (np.log(tot) + zmax)[..., 0]
+    n = tgt.size
+    loss = float((lse - np.take_along_axis(z, tgt[..., None], axis=-1)[..., 0]).sum() / n)
+    d = e / tot
+    np.put_along_axis(d, tgt[..., None], np.take_along_axis(d, tgt[..., None], axis=-1) - 1,
+                      axis=-1)
+    grad = np.zeros(logits.shape)
+    grad[:, :-1] = d / n
+    return loss, grad
+
+
+@dataclass
+class Backward:
+    grads: Grads
+    ctx: Ctx
+    act_shapes_ok: int  # activation gradients of their activation's shape
+    act_shapes: int
+    act_bad: list[str]
+
+
+def backward(ops: TapeOps, logits: np.ndarray, dlogits: np.ndarray) -> Backward:
+    """Run the tape in reverse from d loss/d logits (`logits`: the array the loss read)."""
+    grads = Grads(ops.w)
+    ctx = Ctx(ops, grads)
+    g: dict[int, np.ndarray] = {ops.node[id(logits)]: dlogits.reshape(logits.shape)}
+    ok = n = 0
+    bad: list[str] = []
+    for e in reversed(ops.tape):
+        dys = [g.pop(o, None) for o in e.outs]
+        if all(d is None for d in dys):
+            continue  # nothing downstream of the loss reads it
+        ctx.e = e
+        if e.op != "split":  # split's rule fills its parts that no gradient reached
+            dys = [np.zeros(ops.shapes[o]) if d is None else d
+                   for d, o in zip(dys, e.outs, strict=True)]
+        dxs = RULES[e.op](ctx, dys)
+        for node, dx in zip(e.ins, dxs, strict=False):
+            if node is None or dx is None:
+                continue
+            n += 1
+            if tuple(dx.shape) == ops.shapes[node]:
+                ok += 1
+            elif len(bad) < 3:
+                bad.append(f"{e.op} (layer {e.layer}): gradient {dx.shape}, "
+                           f"activation {ops.shapes[node]}")
+            g[node] = g[node] + dx if node in g else dx
+    return Backward(grads, ctx, ok, n, bad)
+
