@@ -31,7 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "GPU profile."),
     "serve": ("serve", "Simulate serving under load: latency percentiles, throughput, goodput, "
               "and the GPUs an SLO needs."),
-    "train": ("train", "One training step: FLOPs, per-rank memory by term, batch and ledgers."),
+    "train": ("train", "One training step: FLOPs, per-rank memory by term, batch, ledgers and "
+              "(with --gpu) step time, MFU and days to train."),
 }
 
 
