@@ -149,6 +149,7 @@ OTHERS = {
               "--format", "table"),
     "fit": ("fit", "llama3-8b", "--gpu", "h100-sxm"),
     "verify": ("verify", "--preset", "seed-tiny"),
+    "verify-train": ("verify", "--train", "--preset", "seed-tiny"),
     "explain": ("explain", "--preset", "seed-tiny"),
     "presets": ("presets",),
     "presets-show": ("presets", "show", "llama3-8b"),
@@ -187,7 +188,7 @@ def _numbers_of(cli, monkeypatch, name):
         mem = doc["memory_per_rank"]
         return [f"{mem[k]:,}" for k in ("weights", "kv_cache", "total", "capacity")] + [
             f"{doc['max_batch']:,}", f"{doc['kv_tokens_fit']:,}"]
-    if name == "verify":
+    if name.startswith("verify"):
         doc = _json(cli, monkeypatch, *OTHERS[name], "--json")
         return [f"{c['measured']:,}" for c in doc["checks"]
                 if isinstance(c["measured"], int) and not isinstance(c["measured"], bool)]

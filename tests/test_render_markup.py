@@ -47,6 +47,7 @@ def commands(p: str, h: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]
                    *pd, *hd), (MODEL, BARE)),
         "chart": (("compare", MODEL, "--batch", "1,2", "--chart", *pd), (MODEL,)),
         "verify": (("verify", "--preset", MODEL, *pd), (MODEL,)),
+        "verify-train": (("verify", "--train", "--preset", MODEL, *pd), (MODEL,)),
         "explain": (("explain", "--preset", MODEL, *pd), (MODEL,)),
         "train": (("train", "--preset", MODEL, "--gpu", GPU, *pd, *hd), (GPU,)),
         "serve": (("serve", "--preset", MODEL, "--gpu", GPU, *serve, *pd, *hd), (MODEL, GPU)),
