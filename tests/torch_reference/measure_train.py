@@ -28,34 +28,28 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import measure_flops as flops
 from measure_flops import check_roundtrip, config_to_json_dict, run
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "train_reference.json")
 
-D, H, HKV, DH, I, L, V, MAXPOS = 64, 4, 2, 16, 176, 3, 1000, 256
+# the tiny models of measure_flops.py (its sizes and the very llama and qwen2 cases), trained here
+FLOP_CASES = {name: (model_type, kwargs) for name, model_type, kwargs in flops.CASES}
+V = flops.V
 # (B, T) pairs: T ≠ B and both differ from every model size, so a swapped factor shows
 SHAPES = [(2, 7), (3, 12), (1, 20)]
-
-BASE = dict(hidden_size=D, num_attention_heads=H, intermediate_size=I, num_hidden_layers=L,
-            vocab_size=V, max_position_embeddings=MAXPOS)
 CASES = [
-    ("llama_gqa", "llama", dict(BASE, num_key_value_heads=HKV, head_dim=DH,
-                                tie_word_embeddings=False, attention_bias=False, mlp_bias=False)),
-    ("llama_mha_bias_tied", "llama", dict(BASE, num_key_value_heads=H, head_dim=DH,
-                                          tie_word_embeddings=True, attention_bias=True,
-                                          mlp_bias=False)),
-    ("qwen2_gqa", "qwen2", dict(BASE, num_key_value_heads=HKV, tie_word_embeddings=False,
-                                use_sliding_window=False)),
-    ("gpt2", "gpt2", dict(n_embd=D, n_head=H, n_layer=L, n_positions=64, n_inner=None,
-                          vocab_size=V, bos_token_id=V - 1, eos_token_id=V - 1,
-                          tie_word_embeddings=True, resid_pdrop=0.0, embd_pdrop=0.0,
+    *((name, *FLOP_CASES[name]) for name in ("llama_gqa", "llama_mha_bias_tied", "qwen2_gqa")),
+    # GPT-2's dropouts off: a step is then deterministic (no dropout masks saved or drawn)
+    ("gpt2", "gpt2", dict(FLOP_CASES["gpt2"][1], resid_pdrop=0.0, embd_pdrop=0.0,
                           attn_pdrop=0.0)),
     ("mixtral_e8_k2", "mixtral", dict(
-        hidden_size=D, num_attention_heads=H, num_key_value_heads=HKV, head_dim=DH,
-        num_hidden_layers=L, vocab_size=V, max_position_embeddings=MAXPOS,
-        intermediate_size=48, num_local_experts=8, num_experts_per_tok=2,
-        sliding_window=None, tie_word_embeddings=False, router_jitter_noise=0.0)),
+        hidden_size=flops.D, num_attention_heads=flops.H, num_key_value_heads=flops.HKV,
+        head_dim=flops.DH, num_hidden_layers=flops.L, vocab_size=V,
+        max_position_embeddings=flops.MAXPOS, intermediate_size=48, num_local_experts=8,
+        num_experts_per_tok=2, sliding_window=None, tie_word_embeddings=False,
+        router_jitter_noise=0.0)),
 ]
 
 

@@ -1,0 +1,470 @@
+"""What autograd saves for the backward, per forward stage, tensor by tensor (issue 13's exact
+activation memory). The one home of these rules; train/report.py and verify read them from here.
+
+Convention ("autograd, transformers eager"): the tensors torch's autograd keeps between a step's
+forward and its backward when it runs transformers' modeling code (llama, qwen2, mixtral: the
+RMSNorm rules; gpt2: the LayerNorm rules), measured with `saved_tensors_hooks` in
+tests/torch_reference/measure_train_saved.py (torch 2.13 CPU kernels, transformers 5.24). A
+tensor's storage is counted once, at its size (views of one storage share it); parameters are
+listed apart and never counted. Other families are counted by the nearest of these rules
+(RMSNorm models as Llama, LayerNorm models as GPT-2): not measured.
+
+What each op keeps (w: the activations' width, from the run's dtype: bf16 for a bf16 model, what
+mixed precision runs; fp32 for an fp32 model):
+  - embedding: the token ids [B,T] int64 (and GPT-2's position ids [1,T]); RoPE: cos and sin
+    [T,Dh] (w), once per forward, read by every layer's q and k products;
+  - RMSNorm (Llama's, in fp32): x (the input itself in fp32; in bf16 its fp32 upcast copy), the
+    rsqrt [B,T,1] fp32, and the normalised x̂ in w (γ·x̂ keeps it for γ's gradient);
+    LayerNorm (aten.native_layer_norm): x, mean and rstd [B,T,1] (w on the CPU kernel);
+  - a linear layer: its input (a view of the producer's storage: counted once) and its weight;
+  - eager attention: the q and k of QKᵀ and the v of A·V as [B,H,T,Dh] (bmm operands: GQA's
+    repeated K and V, otherwise contiguous copies), the softmax output [B,H,T,T] (Llama: in fp32,
+    and its cast to w for A·V when w is not fp32; GPT-2: in w), the merged heads [B,T,H·Dh] for
+    WO. The scale and the mask save nothing; dropout is off (p = 0: no mask kept);
+  - flash attention (SDPA's flash kernel, FlashAttention): q, k and v as they reach it (k and v
+    with H_kv heads, no repeat; GPT-2's three are views of the fused qkv output), the output
+    [B,H,T,Dh] (also WO's input: no copy) and the logsumexp [B,H,T] fp32: no [T,T] tensor;
+  - SwiGLU: the gate and up outputs, SiLU's output, their product (for the down projection): four
+    [B,T,Dff]; GPT-2's gelu_new (0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))): x, the tanh, 1 + tanh
+    and 0.5·x, then the activation for the down projection: five [B,T,Dff];
+  - Mixtral's router: the fp32 softmax [B,T,E], the top-k indices [B,T,k] int64, values [B,T,k]
+    and their sum [B,T,1] (fp32, the renormalising division); its eager experts loop, per
+    (token, expert) pair: 2 int64 indices, the gathered input [D], the fused gate-up output
+    [2·Dff_e], SiLU's output and the product [Dff_e], the routing weight (fp32), the expert's
+    output [D] and its weighted copy [D];
+  - the loss: the fp32 log-softmax [B·T, N_vocab], the targets [B·T] int64 and a 4-byte weight.
+
+Recompute (what stays between forward and backward):
+  - none: all of it;
+  - selective (Korthikanti et al. 2022): the attention core's [T,T] tensors are recomputed from q
+    and k (kept anyway): eager drops the softmax outputs; flash keeps none to drop;
+  - full (Megatron): each layer keeps only its input [B,T,D]; outside the layers, all as none;
+  - torch (transformers' gradient_checkpointing_enable(): torch.utils.checkpoint, non-reentrant,
+    per decoder layer): full's tensors, and what the checkpoint's closure holds, the layers'
+    keyword arguments: the eager [B,1,T,T] mask (Llama; GPT-2 passes it as an argument: saved),
+    RoPE's cos and sin, the position ids.
+Resident: the bytes kept when the forward ends. Peak (with recompute): a layer's backward first
+recomputes, so it also holds that layer's saved tensors; by then the head's and the loss's are
+freed, and the inputs of the layers still to go back through are held: the peak is the most of
+resident and, over the layers i, (outside the layers, less the head) + Σ_{j≤i} inputs_j + the
+layer's recomputed tensors (selective: + one layer's [T,T] tensors). Memory fits read the peak.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..interpret.symbolic import stages as symbolic_stages
+from ..model.config import ModelConfig, ShapecalcError, Workload, nbytes
+from ..model.expr import Dim, formula
+from ..model.plan import layer_plan
+from ..model.stage import Stage
+
+CONVENTION = "autograd, transformers eager"
+MEASURED = ("llama", "qwen2", "mixtral", "gpt2")
+ATTENTION = ("eager", "flash")
+RECOMPUTE = ("none", "selective", "full", "torch")
+# the attention core's stages, replaced by one kernel under flash
+FLASH_CORE = ("attn.repeat_kv", "attn.kT", "attn.scores", "attn.scale", "attn.softcap",
+              "attn.alibi", "attn.mask", "attn.softmax")
+
+Dims = tuple[tuple[str, int], ...]
+
+
+class Saved(NamedTuple):
+    """One tensor autograd keeps, in one occurrence of its stage (× repeat per forward)."""
+
+    stage: str
+    role: str
+    group: str
+    kind: int | None
+    repeat: int
+    name: str
+    dims: list[str]
+    shape: list[int]
+    dtype: str
+    elements: int
+    formula: str  # the element count in the seeds' symbols
+    storage_bytes: int
+    bytes: int  # what it adds: 0 when it shares a storage counted before, or is a parameter
+    shares: str  # the tensor whose storage it is a view of ("" if its own)
+    param: bool
+    core: bool  # the attention core's [T,T] tensors: what selective recompute drops
+    layer_input: bool  # the layer's input (kept anyway under full/torch recompute)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+def _width(dtype: str, elements: int) -> int:
+    return elements * 8 if dtype == "int64" else nbytes(elements, dtype)
+
+
+class _Walk:
+    """Walks the forward's stages, keeping for each live tensor its storage (a key) and whether
+    that storage is already counted."""
+
+    def __init__(self, model: ModelConfig, wl: Workload, attention: str):
+        self.m, self.wl, self.flash = model, wl, attention == "flash"
+        self.act = wl.act
+        self.llama = model.norm == "rmsnorm"  # the flavour of transformers' code (see doc)
+        self.out: list[Saved] = []
+        self.storage: dict[str, tuple[Dims, str, str]] = {}  # key → (dims, dtype, its name)
+        self.counted: set[str] = set()
+        self.n = 0
+        self.layer_in = ""
+
+    def new(self, dims: Dims, dtype: str, name: str) -> str:
+        self.n += 1
+        key = f"t{self.n}"
+        self.storage[key] = (dims, dtype, name)
+        return key
+
+    def save(self, s: Stage, name: str, key: str, core: bool = False) -> None:
+        dims, dtype, own = self.storage[key]
+        n, f = formula([Dim.of(sym, v) for sym, v in dims])
+        size = _width(dtype, n)
+        shared = key in self.counted
+        self.counted.add(key)
+        self.out.append(Saved(s.name, s.role, s.group, s.kind, s.repeat, name,
+                              [d for d, _ in dims], [v for _, v in dims], dtype, n, str(f), size,
+                              0 if shared else size, own if shared else "", False, core,
+                              key == self.layer_in))
+
+    def keep(self, s: Stage, name: str, dims: Dims, dtype: str, core: bool = False) -> str:
+        key = self.new(dims, dtype, name)
+        self.save(s, name, key, core)
+        return key
+
+    def param(self, s: Stage, name: str, dims: Dims) -> None:
+        n, f = formula([Dim.of(sym, v) for sym, v in dims])
+        size = nbytes(n, self.wl.dtype)
+        self.out.append(Saved(s.name, s.role, s.group, s.kind, s.repeat, name,
+                              [d for d, _ in dims], [v for _, v in dims], self.wl.dtype, n,
+                              str(f), size, 0, "", True, False, False))
+
+
+def _dims(s: Stage) -> Dims:
+    return tuple(zip(s.dims, s.shape, strict=True))
+
+
+def _row(d: Dims) -> Dims:
+    """[…, 1]: a per-row statistic."""
+    return (*d[:-1], ("1", 1))
+
+
+def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager") -> list[Saved]:
+    """Every tensor autograd keeps for the backward (no recompute), stage by stage: each block
+    stage once per layer kind (× repeat: its layers), then the loss."""
+    if attention not in ATTENTION:
+        raise ShapecalcError("attention", f"unknown {attention!r}; known: {', '.join(ATTENTION)}")
+    st = symbolic_stages(model, wl.model_copy(update={"tp": 1}), 1)
+    w = _Walk(model, wl, attention)
+    rope = any(s.op == "rope" for s in st)
+    x = h = last = ""  # keys: the residual stream, the last norm's output, the last output
+    qkv: dict[str, str] = {}
+    act, lin, gate, up, prev = w.act, "", "", "", None
+    for s in st:
+        d, r = _dims(s), s.role
+        if s.group == "block" and (prev is None or (prev.group, prev.kind) != ("block", s.kind)):
+            w.layer_in = x  # a layer (one of each kind) starts: its input is the stream
+        prev = s
+        if r == "input.ids":
+            ids = d
+        elif s.op == "embed":
+            w.keep(s, "token ids", ids, "int64")
+            w.param(s, "embedding table", (("N_vocab", model.vocab_size), ("D", model.d_model)))
+            x = last = w.new(d, act, "embedding output")
+        elif r == "pos.add":
+            if model.positions == "learned":
+                w.keep(s, "position ids", (("1", 1), ids[1]), "int64")
+            x = last = w.new(d, act, "embeddings + positions")
+        elif r == "rope.angles":
+            if rope:
+                cs = (d[0], ("Dh", model.dh))
+                w.keep(s, "cos", cs, act)
+                w.keep(s, "sin", cs, act)
+        elif s.op in ("rmsnorm", "layernorm", "l2norm"):
+            src = last if r in ("attn.post_norm", "ffn.post_norm") or s.op == "l2norm" or (
+                r in ("attn.q_norm", "attn.k_norm")) else x
+            last = _norm(w, s, src, d)
+            if r in ("attn.q_norm", "attn.k_norm", "attn.q_l2norm", "attn.k_l2norm"):
+                qkv[r[5]] = last
+            elif r not in ("attn.post_norm", "ffn.post_norm"):
+                h = last
+        elif s.op == "linear" and not r.startswith("moe.experts"):
+            reads = last if r in ("attn.out", "ffn.down", "moe.shared.down", "head.lm") else h
+            w.save(s, "input", reads)
+            w.param(s, "weight", (("d_in", s.operands[1][0]), ("d_out", s.operands[1][1])))
+            last = lin = w.new(d, act, f"{s.name} output")
+            if r in ("attn.q", "attn.k", "attn.v"):
+                qkv[r[-1]] = last
+            elif r == "attn.qkv":
+                qkv.update(q=last, k=last, v=last)
+            elif r in ("ffn.gate", "moe.shared.gate"):
+                gate = last
+            elif r in ("ffn.up", "moe.shared.up"):
+                up = last
+        elif r in ("attn.q.heads", "attn.k.heads", "attn.v.heads"):
+            pass  # views: q, k, v keep their storage
+        elif r == "attn.rope":
+            which = "q" if s.name.endswith("q") else "k"
+            qkv[which] = w.new(d, act, f"{which} after RoPE")
+        elif r == "attn.repeat_kv" and not w.flash:
+            which = "k" if "k" in s.name.split()[-1] else "v"
+            qkv[which + "_rep"] = w.new(d, act, f"{which} repeated to H heads")
+        elif w.flash and r in FLASH_CORE:
+            pass
+        elif r == "attn.values" and w.flash:
+            _flash(w, s, qkv, d)
+            last = qkv["o"]
+        elif r == "attn.scores":
+            w.keep(s, "q (bmm operand, contiguous copy)", _operand(s, 0), act)
+            if "k_rep" in qkv:
+                w.save(s, "k repeated (bmm operand)", qkv["k_rep"])
+            else:
+                w.keep(s, "k (bmm operand, contiguous copy)", _operand(s, 0), act)
+        elif r == "attn.softmax" and not w.flash:
+            if w.llama:  # softmax(dtype=float32), then .to(w)
+                p = w.keep(s, "softmax output (fp32)", d, "fp32", core=True)
+                if act != "fp32":
+                    p = w.new(d, act, "probabilities")
+                    w.save(s, "probabilities (cast for A·V)", p, core=True)
+            else:
+                p = w.keep(s, "softmax output", d, act, core=True)
+            qkv["p"] = p
+        elif r == "attn.values":
+            w.save(s, "probabilities (A·V operand)", qkv["p"], core=True)
+            if "v_rep" in qkv:
+                w.save(s, "v repeated (bmm operand)", qkv["v_rep"])
+            else:
+                w.keep(s, "v (bmm operand, contiguous copy)", _operand(s, 1), act)
+            qkv["o"] = last = w.new(d, act, "A·V output")
+        elif r == "attn.merge":
+            if s.op == "transpose" and not w.flash:  # .transpose(1, 2).contiguous(): a copy
+                last = w.new(d, act, "merged heads")
+        elif r == "residual":
+            x = last = w.new(d, act, "residual stream")
+            qkv = {}
+        elif r in ("ffn.act", "moe.shared.act", "moe.shared_gate.act"):
+            src = gate if model.gated else lin
+            last = _activation(w, s, src, d)
+        elif r in ("ffn.mul", "moe.shared.mul"):
+            w.save(s, "activation output", last)
+            w.save(s, "up output", up)
+            last = w.new(d, act, "gate ⊙ up")
+        elif r == "moe.route":
+            _route(w, s, d)
+        elif r.startswith("moe.experts"):
+            last = _experts(w, s, d, last)
+        elif r in ("block.sum", "moe.add_shared", "moe.combine"):
+            last = w.new(d, act, s.name)
+    _loss(w, st[-1], ids)
+    return w.out
+
+
+def _operand(s: Stage, i: int) -> Dims:
+    """A matmul's operand i as it reaches the bmm: QKᵀ's q [B,H,T,Dh], A·V's v [B,H,T,Dh]."""
+    return tuple(zip(s.operand_dims[i], s.operands[i], strict=True))
+
+
+def _norm(w: _Walk, s: Stage, src: str, d: Dims) -> str:
+    fp32 = w.act == "fp32"
+    if s.op == "layernorm":  # aten.native_layer_norm: x, mean, rstd (the CPU kernel's dtype)
+        w.save(s, "x", src)
+        w.keep(s, "mean", _row(d), w.act)
+        w.keep(s, "rstd", _row(d), w.act)
+        w.param(s, "γ", (d[-1],))
+    else:  # x.to(fp32); x·rsqrt(mean(x²) + ε); γ·x̂.to(w)
+        if fp32:
+            w.save(s, "x", src)
+        else:
+            w.keep(s, "x (fp32 copy)", d, "fp32")
+        w.keep(s, "rsqrt", _row(d), "fp32")
+        if s.op == "rmsnorm":
+            w.keep(s, "x̂ (normalised)", d, w.act)
+            w.param(s, "γ", (d[-1],))
+    return w.new(d, w.act, f"{s.name} output")
+
+
+def _activation(w: _Walk, s: Stage, src: str, d: Dims) -> str:
+    if s.op == "gelu" and not w.llama:  # gelu_new: pow, tanh, 1 + tanh, 0.5·x, their product
+        w.save(s, "x", src)
+        for name in ("tanh(…)", "1 + tanh(…)", "0.5·x"):
+            w.keep(s, name, d, w.act)
+    elif s.op in ("relu", "sigmoid"):  # the backward reads the output
+        out = w.new(d, w.act, f"{s.name} output")
+        w.save(s, "output", out)
+        return out
+    else:  # silu, gelu (erf or tanh kernels): the input
+        w.save(s, "x", src)
+    return w.new(d, w.act, f"{s.name} output")
+
+
+def _flash(w: _Walk, s: Stage, qkv: dict[str, str], d: Dims) -> None:
+    for which in "qkv":
+        w.save(s, which, qkv[which])
+    qkv["o"] = w.keep(s, "output", d, w.act)
+    w.keep(s, "logsumexp", d[:-1], "fp32")
+
+
+def _route(w: _Walk, s: Stage, d: Dims) -> None:
+    rows = d[:-1]
+    E = ("E", w.m.n_experts or 0)
+    w.keep(s, "router probabilities (fp32 softmax)", (*rows, E), "fp32")
+    w.keep(s, "top-k indices", d, "int64")
+    if w.m.norm_topk_prob:
+        w.keep(s, "top-k values", d, "fp32")
+        w.keep(s, "top-k sum", _row(d), "fp32")
+
+
+def _experts(w: _Walk, s: Stage, d: Dims, last: str) -> str:
+    """Mixtral's eager experts loop: per (token, expert) pair, each expert on its own rows."""
+    pairs, r, act = d[:-1], s.role, w.act
+    D = ("D", w.m.d_model)
+    if r == "moe.experts.gate":
+        w.keep(s, "token and slot indices", (*pairs, ("2", 2)), "int64")
+        w.keep(s, "gathered input", (*pairs, D), act)
+        w.keep(s, "gate-up output (fused)", (*pairs, ("2", 2), d[-1]), act)
+        w.param(s, "expert gate-up weights", (("E", w.m.n_experts or 0), ("2", 2), d[-1], D))
+    elif r == "moe.experts.act":
+        w.keep(s, "SiLU output", d, act)
+    elif r == "moe.experts.mul":
+        return w.keep(s, "gate ⊙ up", d, act)
+    elif r == "moe.experts.down":
+        w.keep(s, "routing weight", (*pairs, ("1", 1)), "fp32")
+        w.keep(s, "expert output", d, act)
+        w.keep(s, "weighted output", d, act)
+        w.param(s, "expert down weights", (("E", w.m.n_experts or 0), D,
+                                            (s.operand_dims[0][-1], s.operands[0][-1])))
+    elif r == "moe.experts.up" and not w.m.gated:
+        w.keep(s, "gathered input", (*pairs, D), act)
+        w.keep(s, "up output", d, act)
+    return last
+
+
+def _loss(w: _Walk, last: Stage, ids: Dims) -> None:
+    """transformers' ForCausalLMLoss: logits.float(), cross-entropy over all B·T positions."""
+    s = Stage(name="loss (cross-entropy)", op="loss", group="head", dims=[], shape=[],
+              role="loss")
+    V = ("N_vocab", w.m.vocab_size)
+    w.keep(s, "log-probabilities (fp32)", (*ids, V), "fp32")
+    if ids[0][1] == 1:  # labels padded to T+1 then shifted: one row's slice is contiguous, so
+        # .contiguous() keeps the padded storage
+        w.keep(s, "targets (a view of the padded labels)", (ids[0], ("T+1", ids[1][1] + 1)),
+               "int64")
+    else:
+        w.keep(s, "targets", ids, "int64")
+    w.keep(s, "total weight", (), "fp32")
+
+
+# -- totals --------------------------------------------------------------------------------------
+
+def _kinds(tensors: list[Saved]) -> dict[int, list[Saved]]:
+    out: dict[int, list[Saved]] = {}
+    for t in tensors:
+        if t.group == "block" and t.kind is not None:
+            out.setdefault(t.kind, []).append(t)
+    return out
+
+
+def _sum(ts: list[Saved]) -> int:
+    return sum(t.bytes for t in ts)
+
+
+def held_tensors(model: ModelConfig, wl: Workload, attention: str) -> list[dict[str, Any]]:
+    """What torch's checkpoint closure holds besides the saved tensors: transformers passes a
+    layer's mask, cos, sin and position ids as keyword arguments (GPT-2: its mask positionally,
+    so saved; its position ids are the embedding's, saved there)."""
+    if model.norm != "rmsnorm":
+        mask = attention == "eager"  # a positional argument: saved by the checkpoint
+        return [_extra("attention mask (a layer argument)", (("B", wl.batch), ("1", 1),
+                       ("T", wl.seq), ("T", wl.seq)), wl.act, saved=True)] if mask else []
+    out = []
+    if attention == "eager":
+        out.append(_extra("attention mask", (("B", wl.batch), ("1", 1), ("T", wl.seq),
+                                             ("T", wl.seq)), wl.act))
+    if model.positions == "rope":
+        cs = (("T", wl.seq), ("Dh", model.dh))
+        out += [_extra("cos", cs, wl.act), _extra("sin", cs, wl.act)]
+    out.append(_extra("position ids", (("1", 1), ("T", wl.seq)), "int64"))
+    return out
+
+
+def _extra(name: str, dims: Dims, dtype: str, saved: bool = False) -> dict[str, Any]:
+    n, f = formula([Dim.of(sym, v) for sym, v in dims])
+    return {"name": name, "dims": [d for d, _ in dims], "shape": [v for _, v in dims],
+            "dtype": dtype, "elements": n, "formula": str(f), "bytes": _width(dtype, n),
+            "saved": saved}
+
+
+def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
+                attention: str = "eager") -> dict[str, Any]:
+    """The activation memory of one micro-batch (B sequences of T tokens) on one device holding
+    every layer: resident and peak bytes under `recompute`, per stage and tensor by tensor.
+
+    Returns: convention, attention, recompute, dtype; `tensors` (each kept tensor, per occurrence
+    of its stage, × repeat), `held` (torch: the checkpoint's closure), `per_stage` (bytes per
+    occurrence and in all), `per_layer` (bytes one layer of each kind keeps), `outside` (bytes
+    kept outside the layers: embedding, RoPE, head, loss), `head` (of which the head and loss),
+    `layer_input` (bytes of one layer's input), `resident_bytes`, `peak_bytes`, `params_saved`
+    (parameters the backward reads: listed, not counted)."""
+    if recompute not in RECOMPUTE:
+        raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
+    every = saved_tensors(model, wl, attention)
+    acts = [t for t in every if not t.param]
+    kinds = _kinds(acts)
+    none_layer = {k: _sum(ts) for k, ts in kinds.items()}
+    core_layer = {k: _sum([t for t in ts if t.core]) for k, ts in kinds.items()}
+    outside = [t for t in acts if t.group != "block"]
+    head = [t for t in outside if t.group == "head"]
+    width = nbytes(wl.batch * wl.seq * model.d_model, wl.act)
+    plan = layer_plan(model)
+    held: list[dict[str, Any]] = []
+    if recompute in ("full", "torch"):
+        # RoPE's tables are the layers' to recompute from: torch's checkpoint holds them (held)
+        outside = [t for t in outside if t.role != "rope.angles"]
+        kept_layer = dict.fromkeys(kinds, width)
+        kept = outside
+        if recompute == "torch":
+            held = held_tensors(model, wl, attention)
+    elif recompute == "selective":
+        kept_layer = {k: none_layer[k] - core_layer[k] for k in kinds}
+        kept = [t for t in acts if not t.core]
+    else:
+        kept_layer, kept = none_layer, acts
+    layers = sum(kept_layer[k] * c for k, c in enumerate(plan.counts) if k in kept_layer)
+    resident = _sum(outside) + layers + sum(x["bytes"] for x in held)
+    peak = resident
+    if recompute != "none":
+        # going back through layer i: it holds its recomputed tensors, the inputs of layers
+        # 0..i are still held, the head's and the loss's are freed
+        base = resident - _sum(head) - layers
+        for i, k in enumerate(plan.kind_of):
+            extra = (core_layer[k] if recompute == "selective" else
+                     none_layer[k] - _sum([t for t in kinds[k] if t.layer_input]))
+            before = sum(kept_layer[plan.kind_of[j]] for j in range(i + 1))
+            peak = max(peak, base + before + extra)
+    stages: dict[tuple[str, str, int | None], dict[str, Any]] = {}
+    shown = [t for t in kept] if recompute not in ("full", "torch") else outside
+    for t in shown:
+        key = (t.stage, t.group, t.kind)
+        e = stages.setdefault(key, {"stage": t.stage, "role": t.role, "group": t.group,
+                                    "kind": t.kind, "repeat": t.repeat, "bytes": 0})
+        e["bytes"] += t.bytes
+    for e in stages.values():
+        e["total_bytes"] = e["bytes"] * e["repeat"]
+    return {
+        "convention": CONVENTION, "measured_families": list(MEASURED), "attention": attention,
+        "recompute": recompute, "dtype": wl.act,
+        "tensors": [t.as_dict() for t in shown],
+        "held": held,
+        "per_stage": list(stages.values()),
+        "per_layer": {str(k): v for k, v in kept_layer.items()},
+        "per_layer_none": {str(k): v for k, v in none_layer.items()},
+        "layer_input_bytes": width,
+        "outside_bytes": _sum(outside), "head_bytes": _sum(head),
+        "held_bytes": sum(x["bytes"] for x in held),
+        "resident_bytes": resident, "peak_bytes": peak,
+        "params_saved": [t.as_dict() for t in every if t.param],
+    }
