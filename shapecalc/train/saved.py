@@ -55,7 +55,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ..interpret.symbolic import stages as symbolic_stages
-from ..model.config import ModelConfig, ShapecalcError, Workload, nbytes
+from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, nbytes
 from ..model.expr import Dim, formula
 from ..model.plan import layer_plan
 from ..model.stage import Stage
@@ -64,6 +64,11 @@ CONVENTION = "autograd, transformers eager"
 MEASURED = ("llama", "qwen2", "mixtral", "gpt2")
 ATTENTION = ("eager", "flash")
 RECOMPUTE = ("none", "selective", "full", "torch")
+# norms of the residual stream (their input is the stream, their output what the next linears
+# read), and the linear layers that read it
+STREAM_NORMS = ("attn.norm", "ffn.norm", "head.norm", "embed.norm")
+READS_NORM = ("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.q_a", "attn.kv_a", "ffn.gate",
+              "ffn.up", "moe.router", "moe.shared.gate", "moe.shared.up", "moe.shared_gate")
 # the attention core's stages, replaced by one kernel under flash
 FLASH_CORE = ("attn.repeat_kv", "attn.kT", "attn.scores", "attn.scale", "attn.softcap",
               "attn.alibi", "attn.mask", "attn.softmax")
@@ -104,8 +109,8 @@ class _Walk:
     """Walks the forward's stages, keeping for each live tensor its storage (a key) and whether
     that storage is already counted."""
 
-    def __init__(self, model: ModelConfig, wl: Workload, attention: str):
-        self.m, self.wl, self.flash = model, wl, attention == "flash"
+    def __init__(self, model: ModelConfig, wl: Workload, attention: str, tp: int):
+        self.m, self.wl, self.flash, self.tp = model, wl, attention == "flash", tp
         self.act = wl.act
         self.llama = model.norm == "rmsnorm"  # the flavour of transformers' code (see doc)
         self.out: list[Saved] = []
@@ -114,13 +119,20 @@ class _Walk:
         self.n = 0
         self.layer_in = ""
 
-    def new(self, dims: Dims, dtype: str, name: str) -> str:
+    def new(self, dims: Dims, dtype: str, name: str, replicated: bool = False) -> str:
+        if self.tp > 1 and not replicated and not any("/p" in sym for sym, _ in dims):
+            # sequence parallelism: outside the tensor-parallel region a rank keeps its share of
+            # the tokens (⌈T/p⌉); inside, the rank's stages already hold H/p, Dff/p, N_vocab/p
+            dims = tuple(("T/p", ceil_div(v, self.tp)) if sym == "T" else (sym, v)
+                         for sym, v in dims)
         self.n += 1
         key = f"t{self.n}"
         self.storage[key] = (dims, dtype, name)
         return key
 
     def save(self, s: Stage, name: str, key: str, core: bool = False) -> None:
+        if key not in self.storage:  # a producer these rules do not follow: its own tensor
+            key = self.new(_dims(s), self.act, name)
         dims, dtype, own = self.storage[key]
         n, f = formula([Dim.of(sym, v) for sym, v in dims])
         size = _width(dtype, n)
@@ -131,8 +143,9 @@ class _Walk:
                               0 if shared else size, own if shared else "", False, core,
                               key == self.layer_in))
 
-    def keep(self, s: Stage, name: str, dims: Dims, dtype: str, core: bool = False) -> str:
-        key = self.new(dims, dtype, name)
+    def keep(self, s: Stage, name: str, dims: Dims, dtype: str, core: bool = False,
+             replicated: bool = False) -> str:
+        key = self.new(dims, dtype, name, replicated)
         self.save(s, name, key, core)
         return key
 
@@ -153,13 +166,15 @@ def _row(d: Dims) -> Dims:
     return (*d[:-1], ("1", 1))
 
 
-def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager") -> list[Saved]:
+def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp: int = 1
+                  ) -> list[Saved]:
     """Every tensor autograd keeps for the backward (no recompute), stage by stage: each block
-    stage once per layer kind (× repeat: its layers), then the loss."""
+    stage once per layer kind (× repeat: its layers), then the loss. With tp > 1, one rank's
+    (Megatron's tensor parallelism with sequence parallelism; see the module's doc)."""
     if attention not in ATTENTION:
         raise ShapecalcError("attention", f"unknown {attention!r}; known: {', '.join(ATTENTION)}")
-    st = symbolic_stages(model, wl.model_copy(update={"tp": 1}), 1)
-    w = _Walk(model, wl, attention)
+    st = symbolic_stages(model, wl.model_copy(update={"tp": tp}), tp)
+    w = _Walk(model, wl, attention, tp)
     rope = any(s.op == "rope" for s in st)
     x = h = last = ""  # keys: the residual stream, the last norm's output, the last output
     qkv: dict[str, str] = {}
@@ -172,43 +187,48 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager") ->
         if r == "input.ids":
             ids = d
         elif s.op == "embed":
-            w.keep(s, "token ids", ids, "int64")
+            w.keep(s, "token ids", ids, "int64", replicated=True)
             w.param(s, "embedding table", (("N_vocab", model.vocab_size), ("D", model.d_model)))
-            x = last = w.new(d, act, "embedding output")
+            x = h = last = w.new(d, act, "embedding output")
         elif r == "pos.add":
             if model.positions == "learned":
-                w.keep(s, "position ids", (("1", 1), ids[1]), "int64")
-            x = last = w.new(d, act, "embeddings + positions")
+                w.keep(s, "position ids", (("1", 1), ids[1]), "int64", replicated=True)
+            x = h = last = w.new(d, act, "embeddings + positions")
         elif r == "rope.angles":
             if rope:
                 cs = (d[0], ("Dh", model.dh))
-                w.keep(s, "cos", cs, act)
-                w.keep(s, "sin", cs, act)
+                w.keep(s, "cos", cs, act, replicated=True)
+                w.keep(s, "sin", cs, act, replicated=True)
         elif s.op in ("rmsnorm", "layernorm", "l2norm"):
-            src = last if r in ("attn.post_norm", "ffn.post_norm") or s.op == "l2norm" or (
-                r in ("attn.q_norm", "attn.k_norm")) else x
-            last = _norm(w, s, src, d)
+            last = _norm(w, s, x if r in STREAM_NORMS else last, d)
             if r in ("attn.q_norm", "attn.k_norm", "attn.q_l2norm", "attn.k_l2norm"):
                 qkv[r[5]] = last
-            elif r not in ("attn.post_norm", "ffn.post_norm"):
+            elif r in STREAM_NORMS:
                 h = last
         elif s.op == "linear" and not r.startswith("moe.experts"):
-            reads = last if r in ("attn.out", "ffn.down", "moe.shared.down", "head.lm") else h
-            w.save(s, "input", reads)
+            w.save(s, "input", h if r in READS_NORM else last)
             w.param(s, "weight", (("d_in", s.operands[1][0]), ("d_out", s.operands[1][1])))
             last = lin = w.new(d, act, f"{s.name} output")
             if r in ("attn.q", "attn.k", "attn.v"):
                 qkv[r[-1]] = last
             elif r == "attn.qkv":
                 qkv.update(q=last, k=last, v=last)
+            elif r == "attn.kv_b":  # MLA: k_nope and v are views of its output
+                qkv["v"] = last
             elif r in ("ffn.gate", "moe.shared.gate"):
                 gate = last
             elif r in ("ffn.up", "moe.shared.up"):
                 up = last
+        elif s.op == "concat":  # torch.cat: a new tensor, saves nothing
+            last = w.new(d, act, s.name)
+            if r in ("attn.q.concat", "attn.k.concat"):
+                qkv[r[5]] = last
+        elif s.op == "softcap":  # c·tanh(x/c): tanh keeps its output
+            last = w.keep(s, "tanh output", d, act, core=r == "attn.softcap")
         elif r in ("attn.q.heads", "attn.k.heads", "attn.v.heads"):
             pass  # views: q, k, v keep their storage
         elif r == "attn.rope":
-            which = "q" if s.name.endswith("q") else "k"
+            which = "k" if "k" in s.name.split()[-1] else "q"
             qkv[which] = w.new(d, act, f"{which} after RoPE")
         elif r == "attn.repeat_kv" and not w.flash:
             which = "k" if "k" in s.name.split()[-1] else "v"
@@ -243,8 +263,8 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager") ->
         elif r == "attn.merge":
             if s.op == "transpose" and not w.flash:  # .transpose(1, 2).contiguous(): a copy
                 last = w.new(d, act, "merged heads")
-        elif r == "residual":
-            x = last = w.new(d, act, "residual stream")
+        elif r == "residual":  # the stream: what an un-normed branch (OLMo 2) reads next
+            x = h = last = w.new(d, act, "residual stream")
             qkv = {}
         elif r in ("ffn.act", "moe.shared.act", "moe.shared_gate.act"):
             src = gate if model.gated else lin
@@ -259,7 +279,7 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager") ->
             last = _experts(w, s, d, last)
         elif r in ("block.sum", "moe.add_shared", "moe.combine"):
             last = w.new(d, act, s.name)
-    _loss(w, st[-1], ids)
+    _loss(w, ids, next(_dims(s)[-1] for s in st if s.role == "head.lm"))
     return w.out
 
 
@@ -303,7 +323,7 @@ def _activation(w: _Walk, s: Stage, src: str, d: Dims) -> str:
 
 def _flash(w: _Walk, s: Stage, qkv: dict[str, str], d: Dims) -> None:
     for which in "qkv":
-        w.save(s, which, qkv[which])
+        w.save(s, which, qkv.get(which) or w.new(d, w.act, which))
     qkv["o"] = w.keep(s, "output", d, w.act)
     w.keep(s, "logsumexp", d[:-1], "fp32")
 
@@ -343,19 +363,19 @@ def _experts(w: _Walk, s: Stage, d: Dims, last: str) -> str:
     return last
 
 
-def _loss(w: _Walk, last: Stage, ids: Dims) -> None:
-    """transformers' ForCausalLMLoss: logits.float(), cross-entropy over all B·T positions."""
+def _loss(w: _Walk, ids: Dims, V: tuple[str, int]) -> None:
+    """transformers' ForCausalLMLoss: logits.float(), cross-entropy over all B·T positions (with
+    tp > 1, Megatron's vocabulary-parallel cross-entropy: each rank its N_vocab/p columns)."""
     s = Stage(name="loss (cross-entropy)", op="loss", group="head", dims=[], shape=[],
               role="loss")
-    V = ("N_vocab", w.m.vocab_size)
     w.keep(s, "log-probabilities (fp32)", (*ids, V), "fp32")
     if ids[0][1] == 1:  # labels padded to T+1 then shifted: one row's slice is contiguous, so
         # .contiguous() keeps the padded storage
         w.keep(s, "targets (a view of the padded labels)", (ids[0], ("T+1", ids[1][1] + 1)),
-               "int64")
+               "int64", replicated=True)
     else:
-        w.keep(s, "targets", ids, "int64")
-    w.keep(s, "total weight", (), "fp32")
+        w.keep(s, "targets", ids, "int64", replicated=True)
+    w.keep(s, "total weight", (), "fp32", replicated=True)
 
 
 # -- totals --------------------------------------------------------------------------------------
@@ -399,55 +419,63 @@ def _extra(name: str, dims: Dims, dtype: str, saved: bool = False) -> dict[str, 
 
 
 def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
-                attention: str = "eager") -> dict[str, Any]:
-    """The activation memory of one micro-batch (B sequences of T tokens) on one device holding
-    every layer: resident and peak bytes under `recompute`, per stage and tensor by tensor.
+                attention: str = "eager", *, tp: int = 1, layers: range | None = None,
+                first: bool = True, last: bool = True) -> dict[str, Any]:
+    """The activation memory of one micro-batch (B sequences of T tokens) on one rank: resident
+    and peak bytes under `recompute`, per stage and tensor by tensor. By default the rank holds
+    every layer, the embedding and the head; a pipeline stage passes its `layers` (indices) and
+    whether it is the `first` (embedding, RoPE tables) or the `last` (final norm, LM head, loss).
 
-    Returns: convention, attention, recompute, dtype; `tensors` (each kept tensor, per occurrence
-    of its stage, × repeat), `held` (torch: the checkpoint's closure), `per_stage` (bytes per
-    occurrence and in all), `per_layer` (bytes one layer of each kind keeps), `outside` (bytes
-    kept outside the layers: embedding, RoPE, head, loss), `head` (of which the head and loss),
-    `layer_input` (bytes of one layer's input), `resident_bytes`, `peak_bytes`, `params_saved`
-    (parameters the backward reads: listed, not counted)."""
+    Returns: convention, attention, recompute, dtype, tp; `tensors` (each kept tensor, per
+    occurrence of its stage, × repeat), `held` (torch: the checkpoint's closure), `per_stage`
+    (bytes per occurrence and in all), `per_layer` (bytes one layer of each kind keeps, by kind),
+    `per_layer_none` (the same without recompute), `layer_input_bytes`, `outside_bytes` (kept
+    outside the layers), `head_bytes` (of which the head and loss), `held_bytes`,
+    `resident_bytes`, `peak_bytes`, `params_saved` (parameters the backward reads: listed, never
+    counted)."""
     if recompute not in RECOMPUTE:
         raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
-    every = saved_tensors(model, wl, attention)
+    every = saved_tensors(model, wl, attention, tp)
     acts = [t for t in every if not t.param]
     kinds = _kinds(acts)
     none_layer = {k: _sum(ts) for k, ts in kinds.items()}
     core_layer = {k: _sum([t for t in ts if t.core]) for k, ts in kinds.items()}
-    outside = [t for t in acts if t.group != "block"]
-    head = [t for t in outside if t.group == "head"]
-    width = nbytes(wl.batch * wl.seq * model.d_model, wl.act)
+    own_input = {k: _sum([t for t in ts if t.layer_input]) for k, ts in kinds.items()}
+    outside = [t for t in acts if (t.group == "embedding" and first)
+               or (t.group == "head" and last)]
     plan = layer_plan(model)
+    held_idx = range(len(plan.kind_of)) if layers is None else layers
+    width = _width(wl.act, wl.batch * ceil_div(wl.seq, tp) * model.d_model)
     held: list[dict[str, Any]] = []
     if recompute in ("full", "torch"):
         # RoPE's tables are the layers' to recompute from: torch's checkpoint holds them (held)
         outside = [t for t in outside if t.role != "rope.angles"]
         kept_layer = dict.fromkeys(kinds, width)
         kept = outside
-        if recompute == "torch":
+        if recompute == "torch" and len(held_idx):
             held = held_tensors(model, wl, attention)
     elif recompute == "selective":
         kept_layer = {k: none_layer[k] - core_layer[k] for k in kinds}
-        kept = [t for t in acts if not t.core]
+        kept = [t for t in acts if not t.core and (t.group == "block" or t in outside)]
     else:
-        kept_layer, kept = none_layer, acts
-    layers = sum(kept_layer[k] * c for k, c in enumerate(plan.counts) if k in kept_layer)
-    resident = _sum(outside) + layers + sum(x["bytes"] for x in held)
+        kept_layer = none_layer
+        kept = [t for t in acts if t.group == "block" or t in outside]
+    head = [t for t in outside if t.group == "head"]
+    in_layers = sum(kept_layer[plan.kind_of[i]] for i in held_idx)
+    held_bytes = sum(x["bytes"] for x in held)
+    resident = _sum(outside) + in_layers + held_bytes
     peak = resident
     if recompute != "none":
-        # going back through layer i: it holds its recomputed tensors, the inputs of layers
-        # 0..i are still held, the head's and the loss's are freed
-        base = resident - _sum(head) - layers
-        for i, k in enumerate(plan.kind_of):
-            extra = (core_layer[k] if recompute == "selective" else
-                     none_layer[k] - _sum([t for t in kinds[k] if t.layer_input]))
-            before = sum(kept_layer[plan.kind_of[j]] for j in range(i + 1))
-            peak = max(peak, base + before + extra)
+        # going back through layer i: it holds its recomputed tensors, the inputs of the
+        # layers before it (on this rank) are still held, the head's and the loss's are freed
+        running = 0
+        for i in held_idx:
+            k = plan.kind_of[i]
+            running += kept_layer[k]
+            extra = core_layer[k] if recompute == "selective" else none_layer[k] - own_input[k]
+            peak = max(peak, resident - _sum(head) - in_layers + running + extra)
     stages: dict[tuple[str, str, int | None], dict[str, Any]] = {}
-    shown = [t for t in kept] if recompute not in ("full", "torch") else outside
-    for t in shown:
+    for t in kept:
         key = (t.stage, t.group, t.kind)
         e = stages.setdefault(key, {"stage": t.stage, "role": t.role, "group": t.group,
                                     "kind": t.kind, "repeat": t.repeat, "bytes": 0})
@@ -456,15 +484,14 @@ def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
         e["total_bytes"] = e["bytes"] * e["repeat"]
     return {
         "convention": CONVENTION, "measured_families": list(MEASURED), "attention": attention,
-        "recompute": recompute, "dtype": wl.act,
-        "tensors": [t.as_dict() for t in shown],
+        "recompute": recompute, "dtype": wl.act, "tp": tp,
+        "tensors": [t.as_dict() for t in kept],
         "held": held,
         "per_stage": list(stages.values()),
         "per_layer": {str(k): v for k, v in kept_layer.items()},
         "per_layer_none": {str(k): v for k, v in none_layer.items()},
         "layer_input_bytes": width,
-        "outside_bytes": _sum(outside), "head_bytes": _sum(head),
-        "held_bytes": sum(x["bytes"] for x in held),
+        "outside_bytes": _sum(outside), "head_bytes": _sum(head), "held_bytes": held_bytes,
         "resident_bytes": resident, "peak_bytes": peak,
         "params_saved": [t.as_dict() for t in every if t.param],
     }
