@@ -22,7 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
-from shapecalc.train.saved import saved_bytes, saved_tensors
+from shapecalc.train.activations import saved_bytes
+from shapecalc.train.saved import saved_tensors
 
 REF = json.loads((Path(__file__).parent / "data" / "train_saved_reference.json").read_text())
 CASES = {c["name"]: c for c in REF["cases"]}

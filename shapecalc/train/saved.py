@@ -1,5 +1,6 @@
 """What autograd saves for the backward, per forward stage, tensor by tensor (issue 13's exact
-activation memory). The one home of these rules; train/report.py and verify read them from here.
+activation memory). The one home of these rules; their totals per rank, with recompute, are
+train/activations.py's (`saved_bytes`).
 
 Convention ("autograd, transformers eager"): the tensors torch's autograd keeps between a step's
 forward and its backward when it runs transformers' modeling code (llama, qwen2, mixtral: the
@@ -57,7 +58,6 @@ from typing import Any, NamedTuple
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, nbytes
 from ..model.expr import Dim, formula
-from ..model.plan import layer_plan
 from ..model.stage import Stage
 
 CONVENTION = "autograd, transformers eager"
@@ -101,7 +101,7 @@ class Saved(NamedTuple):
         return self._asdict()
 
 
-def _width(dtype: str, elements: int) -> int:
+def tensor_bytes(dtype: str, elements: int) -> int:
     return elements * 8 if dtype == "int64" else nbytes(elements, dtype)
 
 
@@ -135,7 +135,7 @@ class _Walk:
             key = self.new(_dims(s), self.act, name)
         dims, dtype, own = self.storage[key]
         n, f = formula([Dim.of(sym, v) for sym, v in dims])
-        size = _width(dtype, n)
+        size = tensor_bytes(dtype, n)
         shared = key in self.counted
         self.counted.add(key)
         self.out.append(Saved(s.name, s.role, s.group, s.kind, s.repeat, name,
@@ -376,122 +376,3 @@ def _loss(w: _Walk, ids: Dims, V: tuple[str, int]) -> None:
     else:
         w.keep(s, "targets", ids, "int64", replicated=True)
     w.keep(s, "total weight", (), "fp32", replicated=True)
-
-
-# -- totals --------------------------------------------------------------------------------------
-
-def _kinds(tensors: list[Saved]) -> dict[int, list[Saved]]:
-    out: dict[int, list[Saved]] = {}
-    for t in tensors:
-        if t.group == "block" and t.kind is not None:
-            out.setdefault(t.kind, []).append(t)
-    return out
-
-
-def _sum(ts: list[Saved]) -> int:
-    return sum(t.bytes for t in ts)
-
-
-def held_tensors(model: ModelConfig, wl: Workload, attention: str) -> list[dict[str, Any]]:
-    """What torch's checkpoint closure holds besides the saved tensors: transformers passes a
-    layer's mask, cos, sin and position ids as keyword arguments (GPT-2: its mask positionally,
-    so saved; its position ids are the embedding's, saved there)."""
-    if model.norm != "rmsnorm":
-        mask = attention == "eager"  # a positional argument: saved by the checkpoint
-        return [_extra("attention mask (a layer argument)", (("B", wl.batch), ("1", 1),
-                       ("T", wl.seq), ("T", wl.seq)), wl.act, saved=True)] if mask else []
-    out = []
-    if attention == "eager":
-        out.append(_extra("attention mask", (("B", wl.batch), ("1", 1), ("T", wl.seq),
-                                             ("T", wl.seq)), wl.act))
-    if model.positions == "rope":
-        cs = (("T", wl.seq), ("Dh", model.dh))
-        out += [_extra("cos", cs, wl.act), _extra("sin", cs, wl.act)]
-    out.append(_extra("position ids", (("1", 1), ("T", wl.seq)), "int64"))
-    return out
-
-
-def _extra(name: str, dims: Dims, dtype: str, saved: bool = False) -> dict[str, Any]:
-    n, f = formula([Dim.of(sym, v) for sym, v in dims])
-    return {"name": name, "dims": [d for d, _ in dims], "shape": [v for _, v in dims],
-            "dtype": dtype, "elements": n, "formula": str(f), "bytes": _width(dtype, n),
-            "saved": saved}
-
-
-def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
-                attention: str = "eager", *, tp: int = 1, layers: range | None = None,
-                first: bool = True, last: bool = True) -> dict[str, Any]:
-    """The activation memory of one micro-batch (B sequences of T tokens) on one rank: resident
-    and peak bytes under `recompute`, per stage and tensor by tensor. By default the rank holds
-    every layer, the embedding and the head; a pipeline stage passes its `layers` (indices) and
-    whether it is the `first` (embedding, RoPE tables) or the `last` (final norm, LM head, loss).
-
-    Returns: convention, attention, recompute, dtype, tp; `tensors` (each kept tensor, per
-    occurrence of its stage, × repeat), `held` (torch: the checkpoint's closure), `per_stage`
-    (bytes per occurrence and in all), `per_layer` (bytes one layer of each kind keeps, by kind),
-    `per_layer_none` (the same without recompute), `layer_input_bytes`, `outside_bytes` (kept
-    outside the layers), `head_bytes` (of which the head and loss), `held_bytes`,
-    `resident_bytes`, `peak_bytes`, `params_saved` (parameters the backward reads: listed, never
-    counted)."""
-    if recompute not in RECOMPUTE:
-        raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
-    every = saved_tensors(model, wl, attention, tp)
-    acts = [t for t in every if not t.param]
-    kinds = _kinds(acts)
-    none_layer = {k: _sum(ts) for k, ts in kinds.items()}
-    core_layer = {k: _sum([t for t in ts if t.core]) for k, ts in kinds.items()}
-    own_input = {k: _sum([t for t in ts if t.layer_input]) for k, ts in kinds.items()}
-    outside = [t for t in acts if (t.group == "embedding" and first)
-               or (t.group == "head" and last)]
-    plan = layer_plan(model)
-    held_idx = range(len(plan.kind_of)) if layers is None else layers
-    width = _width(wl.act, wl.batch * ceil_div(wl.seq, tp) * model.d_model)
-    held: list[dict[str, Any]] = []
-    if recompute in ("full", "torch"):
-        # RoPE's tables are the layers' to recompute from: torch's checkpoint holds them (held)
-        outside = [t for t in outside if t.role != "rope.angles"]
-        kept_layer = dict.fromkeys(kinds, width)
-        kept = outside
-        if recompute == "torch" and len(held_idx):
-            held = held_tensors(model, wl, attention)
-    elif recompute == "selective":
-        kept_layer = {k: none_layer[k] - core_layer[k] for k in kinds}
-        kept = [t for t in acts if not t.core and (t.group == "block" or t in outside)]
-    else:
-        kept_layer = none_layer
-        kept = [t for t in acts if t.group == "block" or t in outside]
-    head = [t for t in outside if t.group == "head"]
-    in_layers = sum(kept_layer[plan.kind_of[i]] for i in held_idx)
-    held_bytes = sum(x["bytes"] for x in held)
-    resident = _sum(outside) + in_layers + held_bytes
-    peak = resident
-    if recompute != "none":
-        # going back through layer i: it holds its recomputed tensors, the inputs of the
-        # layers before it (on this rank) are still held, the head's and the loss's are freed
-        running = 0
-        for i in held_idx:
-            k = plan.kind_of[i]
-            running += kept_layer[k]
-            extra = core_layer[k] if recompute == "selective" else none_layer[k] - own_input[k]
-            peak = max(peak, resident - _sum(head) - in_layers + running + extra)
-    stages: dict[tuple[str, str, int | None], dict[str, Any]] = {}
-    for t in kept:
-        key = (t.stage, t.group, t.kind)
-        e = stages.setdefault(key, {"stage": t.stage, "role": t.role, "group": t.group,
-                                    "kind": t.kind, "repeat": t.repeat, "bytes": 0})
-        e["bytes"] += t.bytes
-    for e in stages.values():
-        e["total_bytes"] = e["bytes"] * e["repeat"]
-    return {
-        "convention": CONVENTION, "measured_families": list(MEASURED), "attention": attention,
-        "recompute": recompute, "dtype": wl.act, "tp": tp,
-        "tensors": [t.as_dict() for t in kept],
-        "held": held,
-        "per_stage": list(stages.values()),
-        "per_layer": {str(k): v for k, v in kept_layer.items()},
-        "per_layer_none": {str(k): v for k, v in none_layer.items()},
-        "layer_input_bytes": width,
-        "outside_bytes": _sum(outside), "head_bytes": _sum(head), "held_bytes": held_bytes,
-        "resident_bytes": resident, "peak_bytes": peak,
-        "params_saved": [t.as_dict() for t in every if t.param],
-    }
