@@ -109,7 +109,7 @@ def test_pipeline_bubble_in_flight_and_activation_closed_form(cli):
         d = _json(cli, *base, "--recompute", how)
         assert d["memory"]["activations"]["bytes_per_layer"] == per_layer
         st0 = d["memory"]["per_stage"][0]
-        assert st0["activation_bytes"] == per_layer * 8 * 4  # 8 layers, 4 in flight
+        assert st0["activation_bytes_megatron"] == per_layer * 8 * 4  # 8 layers, 4 in flight
     # the boundary activation [b,s,h] in bf16, forward and backward, m times
     assert pp["boundary_bytes_per_step"] == 2 * 6 * 2 * s * b * h
 
@@ -177,19 +177,32 @@ def test_expert_parallel_placement_and_sharding(cli):
 
 
 def test_largest_micro_batch_by_hand(cli):
-    """The largest b whose model states plus b's activations fit the GPU on every stage:
-    Llama-2-7B at tp 2, T=1024 on an H100-SXM; Megatron's per-layer activations
-    (34·s·b·h + 5·a·s²·b)/t are linear in b here (every term even), × 32 layers × 1 in flight."""
+    """The largest b whose model states plus b's exact activations (what autograd saves, flash
+    attention, bf16) fit the GPU: Llama-2-7B (D=4096, H=32, Dh=128, Dff=11008, N_vocab=32000,
+    32 layers) at tp 2 with sequence parallelism, T=1024 on an H100-SXM. A rank keeps, per
+    sequence: in each layer, two RMSNorms on its T/2 = 512 tokens (x's fp32 copy 4 B, x̂ and
+    γ·x̂ 2 B each, an fp32 rsqrt), flash's q and k after RoPE and its output on H/2 = 16 heads,
+    the v projection (16·128 columns), the fp32 logsumexp, SwiGLU's four [T, Dff/2]; outside,
+    the ids (int64), the final norm, the fp32 log-softmax over N_vocab/2 and the targets; once,
+    RoPE's cos and sin [T, Dh] and the loss's 4-byte weight."""
     doc = _json(cli, "train", "--preset", "llama2-7b", "--seq", "1024", "--tp", "2", "--gpu",
                 "h100-sxm")
     mem = doc["memory"]
     states = mem["per_stage"][0]["model_state"]["bytes"]
-    s, h, a, t = 1024, 4096, 32, 2
-    per_b = (34 * s * h + 5 * a * s * s) // t * 32
-    want = (mem["gpu_memory_bytes"] - states) // per_b
+    T, t, D, H, Dh, F, V = 1024, 512, 4096, 16, 128, 5504, 16000
+    norm = t * (D * (4 + 2 + 2) + 4)
+    layer = 2 * norm + 3 * 2 * H * T * Dh + 4 * H * T + 2 * T * H * Dh + 4 * 2 * T * F
+    per_b = 32 * layer + 8 * T + norm + 4 * T * V + 8 * T
+    once = 2 * 2 * T * Dh + 4
+
+    def need(b):
+        return states + once + b * per_b + (8 if b == 1 else 0)  # B=1: labels [1, T+1]
+
+    want = max(b for b in range(1, 64) if need(b) <= mem["gpu_memory_bytes"])
     assert want >= 2 and mem["largest_micro_batch"] == want
+    assert mem["per_stage"][0]["activation_bytes"] == need(1) - states
     tight = _json(cli, "train", "--preset", "llama2-7b", "--seq", "1024", "--tp", "2", "--gpu",
-                  "h100-sxm", "--set-gpu", f"memory_bytes={states + per_b - 1}")
+                  "h100-sxm", "--set-gpu", f"memory_bytes={need(1) - 1}")
     assert tight["memory"]["largest_micro_batch"] == 0
 
 

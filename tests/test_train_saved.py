@@ -185,3 +185,72 @@ def test_live_every_case(name, hf_model, live_measure):
     m = hf_model(live)
     for run in live["runs"]:
         _check(m, run)
+
+
+def test_tensor_parallel_rule_by_hand():
+    """tp=2 with sequence parallelism, the tiny Llama, fp32, eager, B=2, T=7: inside the
+    tensor-parallel region a rank keeps H/2 = 2 heads (H_kv/2 = 1, repeated to 2), Dff/2 = 88
+    and N_vocab/2 = 500 columns at all T = 7 tokens; outside it (norms, the linears' inputs) its
+    ⌈7/2⌉ = 4 tokens; the ids, cos, sin and targets are replicated."""
+    wl = Workload(batch=2, seq=7, dtype="fp32", tp=2)
+    r = saved_bytes(LLAMA, wl, tp=2)
+    norm = 4 * (3 * 2 * 4 * 64 + 2 * 4)  # x, x̂, γ·x̂ [2,4,64] and rsqrt [2,4,1]
+    attn = 4 * (4 * 2 * 2 * 7 * 16 + 2 * 2 * 7 * 7)  # q, k, v, merged heads; softmax [2,2,7,7]
+    ffn = 4 * 4 * 2 * 7 * 88
+    assert r["per_layer"] == {"0": 2 * norm + attn + ffn} == {"0": 40016}
+    outside = 8 * 14 + 2 * 4 * 7 * 16 + norm + 4 * 14 * 500 + 8 * 14 + 4
+    assert r["outside_bytes"] == outside
+    assert r["resident_bytes"] == outside + 3 * 40016
+    # the whole model's over 2 ranks: the replicated and the odd T's ⌈7/2⌉ make a rank's more
+    # than half
+    assert 2 * r["resident_bytes"] > saved_bytes(LLAMA, wl.model_copy(update={"tp": 1}))[
+        "resident_bytes"]
+
+
+def test_recompute_peaks_by_hand():
+    """Full recompute of the tiny Llama (fp32, eager, B=2, T=7): each layer keeps its input
+    [2,7,64] (3584 B); the peak is while the last layer goes back: the ids, the three inputs
+    and that layer's recomputed tensors (76,944 B less its input, already held), the head's and
+    the loss's freed by then — or the resident bytes, if more. Selective: the resident bytes
+    without the [T,T] softmax (1568 B a layer), and at the peak one layer's softmax again."""
+    wl = Workload(batch=2, seq=7, dtype="fp32")
+    full = saved_bytes(LLAMA, wl, "full")
+    head = 4 * (3 * 14 * 64 + 14) + 4 * 14 * 1000 + 8 * 14 + 4
+    assert full["head_bytes"] == head
+    assert full["resident_bytes"] == 112 + 3 * 3584 + head
+    assert full["peak_bytes"] == max(full["resident_bytes"], 112 + 3 * 3584 + 76944 - 3584)
+    sel = saved_bytes(LLAMA, wl, "selective")
+    assert sel["resident_bytes"] == 298764 - 3 * 1568
+    assert sel["peak_bytes"] == sel["resident_bytes"]  # the head is more than one softmax
+    torch = saved_bytes(LLAMA, wl, "torch", "eager")
+    held = {x["name"]: x["bytes"] for x in torch["held"]}
+    assert held == {"attention mask": 4 * 2 * 49, "cos": 448, "sin": 448, "position ids": 56}
+    assert torch["resident_bytes"] == full["resident_bytes"] + sum(held.values())
+
+
+def test_train_report_reads_the_exact_count(cli):
+    """`train`: per pipeline stage, (in-flight − 1) micro-batches resident + one at its peak
+    (saved_bytes of that stage's layers), Megatron's closed form beside it under its own key."""
+    from shapecalc.inputs.sources import load_preset
+
+    out = cli("train", "--preset", "llama2-7b", "--seq", "1024", "--micro-batch", "2", "--tp",
+              "2", "--pp", "4", "--grad-accum", "6", "--recompute", "selective", "--attention",
+              "eager", "--json")
+    assert out.code == 0, out.err
+    doc = json.loads(out.out)
+    mem = doc["memory"]
+    st0 = mem["per_stage"][0]
+    one = saved_bytes(load_preset("llama2-7b"), Workload(batch=2, seq=1024, dtype="bf16",
+                                                        tp=2), "selective", "eager", tp=2,
+                      layers=range(8), first=True, last=False)
+    assert st0["micro_batches_in_flight"] == 4
+    assert st0["activation_bytes"] == 3 * one["resident_bytes"] + one["peak_bytes"]
+    assert st0["activation_resident_bytes"] == 4 * one["resident_bytes"]
+    assert st0["activation_bytes_megatron"] == mem["activations"]["bytes_per_layer"] * 8 * 4
+    assert st0["bytes"] == st0["model_state"]["bytes"] + st0["activation_bytes"]
+    saved = mem["saved"]
+    assert saved["convention"] == "autograd, transformers eager" and saved["tp_rule"]
+    assert saved["pipeline_stages"][0]["peak_bytes"] == one["peak_bytes"]
+    text = cli("train", "--preset", "llama2-7b", "--seq", "1024", "--tp", "2").out
+    assert "exact (what autograd saves)" in text and "Megatron" in text
+    assert "flash attention keeps no [T,T] tensor" in text

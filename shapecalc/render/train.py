@@ -80,9 +80,13 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
             add(f"    {t['term']:11s} {_n(t['bytes']):>20s} B  {human_bytes(t['bytes']):>10s}  "
                 f"{share} = {_n(t['params'])} × {t['bytes_per_param']} B ({t['what']})")
         add(f"    {'activations':11s} {_n(st['activation_bytes']):>20s} B  "
-            f"{human_bytes(st['activation_bytes']):>10s}  {mem['activations']['formula']} per "
-            f"layer × {st['layers']} layers × {st['micro_batches_in_flight']} in-flight "
-            "micro-batch(es) (Megatron's closed form)")
+            f"{human_bytes(st['activation_bytes']):>10s}  exact (what autograd saves): "
+            f"(in-flight − 1) = {st['micro_batches_in_flight'] - 1} micro-batch(es) resident + "
+            "one at its backward peak")
+        add(f"    {'(Megatron)':11s} {_n(st['activation_bytes_megatron']):>20s} B  "
+            f"{human_bytes(st['activation_bytes_megatron']):>10s}  "
+            f"{mem['activations']['formula']} per layer × {st['layers']} layers × "
+            f"{st['micro_batches_in_flight']} in flight (closed form, beside; not in the total)")
         add(f"    {'total':11s} {_n(st['bytes']):>20s} B  {human_bytes(st['bytes']):>10s}")
     line = (f"  peak: stage {mem['peak_stage']}, {_n(mem['peak_bytes'])} B "
             f"({human_bytes(mem['peak_bytes'])})")
@@ -92,10 +96,16 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
                  f"({human_bytes(abs(mem['free_bytes']))} {'free' if mem['fits'] else 'over'})")
     add(line)
     if "largest_micro_batch" in mem:
-        add(f"  largest micro-batch that fits: {mem['largest_micro_batch']} (activations by "
-            "Megatron's closed form)")
-    add(f"  activations: {mem['activations']['form']}; the exact saved-tensor count is not "
-        "built yet")
+        add(f"  largest micro-batch that fits: {mem['largest_micro_batch']} (exact activations)")
+    sv = mem["saved"]
+    add(f"  activations: {sv['convention']} ({sv['attention']} attention, recompute "
+        f"{sv['recompute']}, {sv['dtype']}); one micro-batch on a rank holding all the layers: "
+        "resident "
+        f"{human_bytes(sv['resident_bytes'])}, peak {human_bytes(sv['peak_bytes'])}")
+    add(f"  vs {mem['activations']['form']}: {sv['difference']}")
+    for rule in (sv["tp_rule"], sv["cp_rule"]):
+        if rule:
+            add(f"  {rule}")
     add("")
     dp, tp, pp = comm["dp"], comm["tp"], comm["pp"]
     add("Communication per step per rank:")

@@ -15,6 +15,16 @@ from ..model.expr import Dim, formula
 from ..model.plan import layer_plan
 from .saved import CONVENTION, MEASURED, RECOMPUTE, Dims, Saved, saved_tensors, tensor_bytes
 
+# what a rank keeps with tp > 1 and with cp > 1 (stated in `train`'s output)
+TP_RULE = ("tensor parallelism with sequence parallelism (Megatron): inside the tensor-parallel "
+           "region (q, k, v, scores, softmax, the FFN's Dff, the vocabulary) a rank keeps its "
+           "heads' and columns' share (H/p, Dff/p, N_vocab/p); outside it (the residual stream, "
+           "the norms, the linears' inputs, which SP saves as the sequence shard and gathers "
+           "again in the backward) its ⌈T/p⌉ tokens; the token ids and RoPE tables are "
+           "replicated")
+CP_RULE = ("context parallelism: each rank keeps the saved tensors of its T/cp tokens (ring "
+           "attention's flash kernels; the KV blocks passed around are transient)")
+
 
 def _kinds(tensors: list[Saved]) -> dict[int, list[Saved]]:
     out: dict[int, list[Saved]] = {}
@@ -131,3 +141,42 @@ def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
         "resident_bytes": resident, "peak_bytes": peak,
         "params_saved": [t.as_dict() for t in every if t.param],
     }
+
+
+def pipeline_activations(model: ModelConfig, wl: Workload, recompute: str, attention: str,
+                         tp: int, stage_layers: list[int]) -> list[dict[str, Any]]:
+    """saved_bytes of one micro-batch on each pipeline stage (holding `stage_layers[i]`
+    consecutive layers; the first holds the embedding, the last the head and the loss)."""
+    out, start = [], 0
+    for i, n in enumerate(stage_layers):
+        out.append(saved_bytes(model, wl, recompute, attention, tp=tp,
+                               layers=range(start, start + n), first=i == 0,
+                               last=i == len(stage_layers) - 1))
+        start += n
+    return out
+
+
+def megatron_difference(model: ModelConfig, exact_layer: int, megatron_layer: int,
+                        attention: str) -> str:
+    """Why the exact count of one layer differs from Megatron's 34·s·b·h + 5·a·s²·b (a GPT
+    layer in 16 bits: a 4h MLP, LayerNorm inputs, dropout masks, 2-byte scores and softmax and
+    a 1-byte dropout mask per score)."""
+    parts = []
+    if model.gated:
+        parts.append(f"a gated FFN keeps four [s,b,Dff] tensors (Dff={model.d_ff}), Megatron "
+                     "two of 4h and a mask")
+    if model.norm == "rmsnorm":
+        parts.append("each RMSNorm keeps x (an fp32 copy in bf16), x̂ and γ·x̂ and an fp32 rsqrt")
+    if model.kv_heads < model.n_heads:
+        parts.append(f"GQA (H_kv={model.kv_heads}): eager repeats k and v to all H heads, "
+                     "flash keeps them at H_kv")
+    parts.append("no dropout masks (p = 0)")
+    if attention == "flash":
+        parts.append("flash attention keeps no [T,T] tensor (Megatron's 5·a·s²·b term) but "
+                     "q, k, v, its output and an fp32 logsumexp")
+    elif model.norm == "rmsnorm":
+        parts.append("eager keeps the softmax in fp32 and, in bf16, its bf16 cast (6 bytes a "
+                     "score, Megatron 5: scores 2, softmax 2, mask 1)")
+    ratio = exact_layer / megatron_layer if megatron_layer else 0.0
+    return (f"exact {exact_layer:,d} B per layer vs Megatron's {megatron_layer:,d} B "
+            f"({ratio:.2f}×): " + "; ".join(parts))

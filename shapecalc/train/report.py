@@ -16,6 +16,13 @@ from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, check, nbytes
 from ..model.parallel import alltoall_bytes, pp_layers, stage_kind_counts
 from ..model.plan import layer_plan
+from .activations import (
+    CP_RULE,
+    TP_RULE,
+    megatron_difference,
+    pipeline_activations,
+    saved_bytes,
+)
 from .backward import RECOMPUTE, backward_stages, step_flops
 from .ledgers import cp_ledger, tp_ledger
 from .memory import PRECISIONS, ZERO_SHARDED, check_training, model_state, rank_params
@@ -98,27 +105,43 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
     act = megatron_activations(model, s, b, t, recompute, width)
     act["bytes_per_layer"] = ceil_div(act["bytes_per_layer"], cp)
     layers = pp_layers(model.n_layers, p)
+    # exact: what autograd saves (train/saved.py), one micro-batch per pipeline stage; with CP a
+    # rank's T/cp tokens. Under 1F1B the stage's other in-flight micro-batches keep their
+    # resident bytes while one goes back through its layers at its peak: the fit reads that
+    sized = wl.model_copy(update={"seq": s // cp, "dtype": ACT_DTYPE[precision],
+                                  "act_dtype": None})
+
+    def exact_at(micro: int) -> list[dict[str, Any]]:
+        return pipeline_activations(model, sized.model_copy(update={"batch": micro}),
+                                    recompute, attention, t, layers)
+
+    saved = exact_at(b)
     per_stage = []
     placed = rank_params(model, wl, full, rank)
     for i, (dense, experts) in enumerate(placed):
         ms = model_state(dense, experts, precision, zero, dpc, ep)
         in_flight = min(p - i, accum)  # 1F1B: stage i holds p − i micro-batches at most
-        act_bytes = act["bytes_per_layer"] * layers[i] * in_flight
+        one = saved[i]
+        act_bytes = (in_flight - 1) * one["resident_bytes"] + one["peak_bytes"]
         per_stage.append({"stage": i, "layers": layers[i], "params": ms["params"],
                           "model_state": ms, "micro_batches_in_flight": in_flight,
-                          "activation_bytes": act_bytes, "bytes": ms["bytes"] + act_bytes})
+                          "activation_bytes": act_bytes,
+                          "activation_resident_bytes": in_flight * one["resident_bytes"],
+                          "activation_bytes_megatron": act["bytes_per_layer"] * layers[i]
+                          * in_flight, "bytes": ms["bytes"] + act_bytes})
     peak = max(per_stage, key=lambda x: x["bytes"])
+    whole = saved_bytes(model, sized, recompute, attention, tp=t)
     memory: dict[str, Any] = {"per_stage": per_stage, "peak_stage": peak["stage"],
-                              "peak_bytes": peak["bytes"], "activations": act}
+                              "peak_bytes": peak["bytes"], "activations": act,
+                              "saved": _saved_doc(model, whole, saved, act, t, cp)}
     if gpu_memory is not None:
         memory.update(gpu=gpu_name, gpu_memory_bytes=gpu_memory,
                       fits=peak["bytes"] <= gpu_memory, free_bytes=gpu_memory - peak["bytes"])
 
         def fits(micro: int) -> bool:
-            per = ceil_div(megatron_activations(model, s, micro, t, recompute, width)[
-                "bytes_per_layer"], cp)
-            return all(x["model_state"]["bytes"] + per * x["layers"]
-                       * x["micro_batches_in_flight"] <= gpu_memory for x in per_stage)
+            return all(x["model_state"]["bytes"] + (x["micro_batches_in_flight"] - 1)
+                       * a["resident_bytes"] + a["peak_bytes"] <= gpu_memory
+                       for x, a in zip(per_stage, exact_at(micro), strict=True))
 
         memory["largest_micro_batch"] = _largest(fits)
 
@@ -166,6 +189,25 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                             recompute=recompute, attention=attention, width=width,
                             train_tokens=train_tokens)
     return doc
+
+
+def _saved_doc(model: ModelConfig, whole: dict[str, Any], stages: list[dict[str, Any]],
+               act: dict[str, Any], t: int, cp: int) -> dict[str, Any]:
+    """`memory.saved`: the exact count (one micro-batch on one rank holding every layer, and on
+    each pipeline stage) beside Megatron's closed form, and why they differ."""
+    keep = ("convention", "measured_families", "attention", "recompute", "dtype", "tp",
+            "per_layer", "per_layer_none", "layer_input_bytes", "outside_bytes", "head_bytes",
+            "held_bytes", "resident_bytes", "peak_bytes", "per_stage", "tensors", "held")
+    layer = max(whole["per_layer"].values(), default=0)
+    return {**{k: whole[k] for k in keep},
+            "pipeline_stages": [{k: x[k] for k in ("resident_bytes", "peak_bytes", "held_bytes",
+                                                   "outside_bytes")} for x in stages],
+            "fit_reads": "peak: (in-flight − 1) × resident + the peak of the micro-batch going "
+            "back through its layers",
+            "tp_rule": TP_RULE if t > 1 else "", "cp_rule": CP_RULE if cp > 1 else "",
+            "megatron_bytes_per_layer": act["bytes_per_layer"],
+            "difference": megatron_difference(model, layer, act["bytes_per_layer"],
+                                              whole["attention"])}
 
 
 def check_parallel(model: ModelConfig, wl: Workload, cp: int, virtual: int) -> None:
