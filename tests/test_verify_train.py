@@ -93,6 +93,15 @@ def test_wrong_norm_rule_is_caught(monkeypatch):
     _fd_only_fails(train_verify(narrow(sources.load_preset("llama3-8b")), WL))
 
 
+def test_wrong_gradient_shape_is_caught(monkeypatch):
+    """kᵀ's rule without its transpose: a [T,Dh] gradient for a [Dh,T] activation (T ≠ Dh)."""
+    monkeypatch.setitem(vjp.RULES, "transpose_last", lambda c, dys: dys)
+    doc = train_verify(narrow(sources.load_preset("llama3-8b")), Workload(batch=1, seq=6))
+    c = next(c for c in doc["checks"] if c["name"] == "gradient shapes (activations)")
+    assert not c["ok"] and c["measured"] == c["symbolic"] - 1
+    assert "transpose_last" in c["detail"]
+
+
 def test_wrong_symbolic_backward_is_caught(monkeypatch):
     """train/backward.py counting one operand gradient of QKᵀ instead of two."""
     real = backward.backward_stages

@@ -235,11 +235,12 @@ def backward(ops: TapeOps, logits: np.ndarray, dlogits: np.ndarray) -> Backward:
             if node is None or dx is None:
                 continue
             n += 1
-            if tuple(dx.shape) == ops.shapes[node]:
-                ok += 1
-            elif len(bad) < 3:
-                bad.append(f"{e.op} (layer {e.layer}): gradient {dx.shape}, "
-                           f"activation {ops.shapes[node]}")
+            if tuple(dx.shape) != ops.shapes[node]:  # counted, and not passed on
+                if len(bad) < 3:
+                    bad.append(f"{e.op} (layer {e.layer}): gradient {dx.shape}, "
+                               f"activation {ops.shapes[node]}")
+                continue
+            ok += 1
             g[node] = g[node] + dx if node in g else dx
     return Backward(grads, ctx, ok, n, bad)
 
