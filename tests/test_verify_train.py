@@ -131,6 +131,51 @@ def test_wrong_measured_flops_are_caught(monkeypatch):
     assert not next(c for c in doc["checks"] if c["name"] == "backward dW FLOPs per stage")["ok"]
 
 
+@pytest.mark.parametrize("how", ["selective", "full", "torch"])
+@pytest.mark.parametrize("name", ["llama3-8b", "gpt2", "mixtral-8x7b", "gemma2-9b"])
+def test_recompute(name, how):
+    """Each layer's backward re-runs its stages (train/backward.py's rules): the FLOPs re-run
+    equal the symbolic recompute count, and the gradients equal those from kept residuals."""
+    doc = train_verify(narrow(sources.load_preset(name)), WL, fd=False, recompute=how)
+    assert not failed(doc)
+    rc = [c for c in doc["checks"] if "recompute" in c["name"]]
+    assert len(rc) == 3 and rc[0]["measured"] > 0
+
+
+def test_full_recompute_needs_no_kept_residual():
+    """With every block operation's residuals and stage outputs dropped after the forward, full
+    recompute still gives the same gradients: the backward reads only what it re-ran."""
+    model, wl = narrow(sources.load_preset("mixtral-8x7b")), WL.model_copy(update={"logits": "all"})
+    w = Weights(model, 0, np.float64, std=tv.STD)
+    ids = np.random.default_rng(1).integers(0, model.vocab_size, (1, 4))
+    ops, logits = tv._run(vjp_tape.TapeOps, model, wl, w, ids, 1)
+    _, dl = vjp_tape.cross_entropy(logits[0], ids)
+    kept = vjp_tape.backward(ops, logits, dl).grads.g
+    for e in ops.tape:
+        if e.layer >= 0:
+            e.saved = {}
+            for i in e.stages:
+                ops.stages_out[i] = None
+    again = vjp_tape.backward(ops, logits, dl, rerun=lambda entries: entries)
+    assert again.recomputed and all(np.array_equal(kept[k], again.grads.g[k]) for k in kept)
+
+
+def test_wrong_recompute_count_is_caught(monkeypatch):
+    """train/backward.py's selective recompute forgetting A·V."""
+    real = backward.recompute_stages
+
+    def without_values(st, how):
+        return [s for s in real(st, how) if s.role != "attn.values"]
+
+    monkeypatch.setattr(backward, "recompute_stages", without_values)
+    monkeypatch.setattr(tv, "recompute_stages", without_values)
+    doc = train_verify(narrow(sources.load_preset("llama3-8b")), WL, fd=False,
+                       recompute="selective")
+    bad = [c["name"] for c in doc["checks"] if not c["ok"]]
+    assert bad == ["recompute FLOPs per layer (selective)",
+                   "total recompute FLOPs (selective, all N layers)"]
+
+
 def test_refusals():
     m = narrow(sources.load_preset("llama3-8b"))
     for update, field in (({"attention_flops": "causal"}, "attention_flops"),
@@ -279,3 +324,7 @@ def test_cli_refuses(cli):
     assert r.code == 2 and r.err.startswith("error: phase:") and len(r.err.splitlines()) == 1
     r = cli("verify", "--train", "--precision", "float32")
     assert r.code == 2 and "precision" in r.err
+    r = cli("verify", "--recompute", "full")
+    assert r.code == 2 and r.err.startswith("error: recompute:")
+    r = cli("verify", "--train", "--recompute", "some")
+    assert r.code == 2 and r.err.startswith("error: recompute:")

@@ -61,6 +61,10 @@ Train = Annotated[
     bool, typer.Option("--train", help="run a training step's backward too (hand-written "
                        "vector-Jacobian rules, narrowed model, float64): gradient shapes, "
                        "backward FLOPs against the symbolic count, finite differences")]
+Recompute = Annotated[
+    str | None, typer.Option("--recompute", show_default="none", help="with --train: none | "
+                             "selective | full | torch — re-run those forward stages in each "
+                             "layer's backward, count their FLOPs, compare the gradients")]
 VERIFY_DEFAULTS = {"batch": 2}  # small B and T (VERIFY_SEQ): verify runs real widths
 VERIFY_SEQ = 16
 
@@ -162,6 +166,7 @@ def verify(
     memory_budget: Budget = None,
     as_json: JsonOut = False,
     train: Train = False,
+    recompute: Recompute = None,
 ) -> None:
     from ..check.budget import budget_bytes, estimate
     from ..check.verify import verify as run_verify
@@ -182,14 +187,17 @@ def verify(
         if train:  # the backward: cli/verify_train.py
             from .verify_train import print_train, run_train
 
-            doc = run_train(model, wl, layers=layers, seed=seed, given={
-                "phase": phase, "logits": logits, "precision": precision,
-                "memory_budget": memory_budget})
+            given = {"phase": phase, "logits": logits, "precision": precision,
+                     "memory_budget": memory_budget}
+            doc = run_train(model, wl, layers=layers, seed=seed, recompute=recompute or "none",
+                            given=given)
             if as_json:
                 emit_json(doc)
             else:
                 print_train(doc)
             raise typer.Exit(0 if doc["ok"] else 1)
+        if recompute is not None:
+            raise ShapecalcError("recompute", "re-runs stages in a backward: give --train")
         precision = precision or "float32"
 
         # a bar only where a run takes more than a moment: real widths

@@ -9,7 +9,7 @@ from ..model.config import ModelConfig, ShapecalcError, Workload
 
 
 def run_train(model: ModelConfig, wl: Workload, *, layers: int | None, seed: int,
-              given: dict[str, Any]) -> dict[str, Any]:
+              recompute: str, given: dict[str, Any]) -> dict[str, Any]:
     """The checks of `verify --train` on the narrowed model; `given`: verify's options the user
     set that a training step cannot honour (refused, never ignored)."""
     from ..train.verify import narrow, train_verify
@@ -21,7 +21,7 @@ def run_train(model: ModelConfig, wl: Workload, *, layers: int | None, seed: int
     for field, value in given.items():
         if value is not None:
             raise ShapecalcError(field, f"verify --train does not take it: {why[field]}")
-    return train_verify(narrow(model), wl, layers=layers, seed=seed)
+    return train_verify(narrow(model), wl, layers=layers, seed=seed, recompute=recompute)
 
 
 def print_train(doc: dict[str, Any]) -> None:
@@ -38,7 +38,8 @@ def print_train(doc: dict[str, Any]) -> None:
     wl, m = doc["workload"], doc["sizes"]
     title = (f"verify --train {doc['model']}: B={wl['batch']} T={wl['seq']} p={wl['tp']}, "
              f"K={doc['layers_run']} layers, float64, narrowed: D={m['d_model']} "
-             f"Dff={m['d_ff']} N_vocab={m['vocab_size']}; loss {doc['loss']:.6g}")
+             f"Dff={m['d_ff']} N_vocab={m['vocab_size']}; recompute {doc['recompute']}; "
+             f"loss {doc['loss']:.6g}")
     table = Table(title=Text(title, style="table.title"), title_justify="left")  # not markup
     for col, just in (("check", "left"), ("symbolic", "right"), ("measured", "right"),
                       ("", "center")):

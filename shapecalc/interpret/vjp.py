@@ -61,6 +61,7 @@ class Entry:
     args: tuple
     kw: dict
     saved: dict[str, Any] = field(default_factory=dict)  # what the rule reads in the backward
+    kind: int | None = None  # the layer's kind
 
 
 class Grads:
@@ -128,6 +129,7 @@ class Ctx:
         self.dx = [0] * len(ops.stages)  # backward matmul FLOPs per forward stage: input grads
         self.dw = [0] * len(ops.stages)  # … weight grads
         self.ew = [0] * len(ops.stages)  # elements the embedding's table gradient adds
+        self.layers_run: set[int] = set()  # layers whose recompute has run
         self.e: Entry
 
     @property

@@ -151,12 +151,11 @@ def _wrap(op: str) -> Callable[..., Any]:
             out = base(self, *args, **kw)
         finally:
             self._depth -= 1
-        outs = (list(out) if isinstance(out, (list, tuple)) and not isinstance(out, Routing)
-                else [out.weights] if isinstance(out, Routing) else [out])
+        outs = _outs(out)
         saved = _keep(self, op, args, kw, out)
         self.tape.append(Entry(op, ins, [self._new(o) for o in outs],
                                list(range(first, len(self.stages))), self._layer, args, kw,
-                               saved))
+                               saved, self._kind))
         self._pre = []
         return out
 
@@ -213,16 +212,68 @@ class Backward:
     act_shapes_ok: int  # activation gradients of their activation's shape
     act_shapes: int
     act_bad: list[str]
+    recomputed: dict[int, int]  # FLOPs re-run in the backward, by forward stage
 
 
-def backward(ops: TapeOps, logits: np.ndarray, dlogits: np.ndarray) -> Backward:
-    """Run the tape in reverse from d loss/d logits (`logits`: the array the loss read)."""
+def _outs(out: Any) -> list[Any]:
+    if isinstance(out, Routing):
+        return [out.weights]
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def _inputs(e: Entry, new: dict[int, Any]) -> tuple:
+    """The entry's arguments with each tensor input recomputed where it was."""
+    def sub(a: Any, node: int | None) -> Any:
+        return new.get(node, a) if node is not None else a
+
+    a, ins = list(e.args), e.ins
+    if e.op == "concat":
+        a[0] = [sub(x, n) for x, n in zip(a[0], ins, strict=True)]
+    elif e.op == "experts":
+        a[0] = sub(a[0], ins[0])
+        a[1] = Routing(sub(a[1].weights, ins[1]), a[1].ids)
+    else:
+        for i, n in enumerate(ins):
+            a[i] = sub(a[i], n)
+    return tuple(a)
+
+
+def recompute(ops: TapeOps, entries: list[Entry]) -> dict[int, int]:
+    """Re-run `entries` (one layer's, in forward order) from their inputs, as a checkpointed
+    layer's backward does: each entry's residuals and stage outputs become the recomputed ones.
+    Returns the FLOPs measured on the re-run, by the original stage."""
+    new: dict[int, Any] = {}
+    flops: dict[int, int] = {}
+    for e in entries:
+        ops._layer, ops._kind, ops._group = e.layer, e.kind, "block"
+        n0 = len(ops.stages)
+        out = getattr(ops, e.op)(*_inputs(e, new), **e.kw)
+        again = ops.tape.pop()
+        for old, i in zip(e.stages, range(n0, len(ops.stages)), strict=True):
+            flops[old] = ops.stages[i].flops
+            ops.stages_out[old] = ops.stages_out[i]
+        del ops.stages[n0:], ops.stages_out[n0:]
+        e.saved = again.saved
+        new.update(zip(e.outs, _outs(out), strict=True))
+    return flops
+
+
+def backward(ops: TapeOps, logits: np.ndarray, dlogits: np.ndarray,
+             rerun: Callable[[list[Entry]], list[Entry]] | None = None) -> Backward:
+    """Run the tape in reverse from d loss/d logits (`logits`: the array the loss read). With
+    `rerun` (a layer's entries → those to recompute), each layer's backward first re-runs them:
+    `Backward.recomputed` holds their FLOPs by stage."""
     grads = Grads(ops.w)
     ctx = Ctx(ops, grads)
     g: dict[int, np.ndarray] = {ops.node[id(logits)]: dlogits.reshape(logits.shape)}
     ok = n = 0
     bad: list[str] = []
-    for e in reversed(ops.tape):
+    tape = list(ops.tape)
+    done: dict[int, int] = {}
+    for e in reversed(tape):
+        if rerun is not None and e.layer >= 0 and e.layer not in ctx.layers_run:
+            ctx.layers_run.add(e.layer)
+            done.update(recompute(ops, rerun([x for x in tape if x.layer == e.layer])))
         dys = [g.pop(o, None) for o in e.outs]
         if all(d is None for d in dys):
             continue  # nothing downstream of the loss reads it
@@ -242,5 +293,4 @@ def backward(ops: TapeOps, logits: np.ndarray, dlogits: np.ndarray) -> Backward:
                 continue
             ok += 1
             g[node] = g[node] + dx if node in g else dx
-    return Backward(grads, ctx, ok, n, bad)
-
+    return Backward(grads, ctx, ok, n, bad, done)

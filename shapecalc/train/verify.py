@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,13 +33,22 @@ from ..check.verify import _check, _exact, _expand, _kind_total, compare_stages
 from ..interpret import symbolic
 from ..interpret.caches import ContiguousKV
 from ..interpret.numeric import windows
+from ..interpret.vjp import Entry
 from ..interpret.vjp_tape import Backward, TapeOps, TrainOps, backward, cross_entropy
 from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload, check
 from ..model.forward import Sizes, forward
 from ..model.plan import layer_plan
 from ..model.stage import Stage
-from .backward import EW_BACKWARD, backward_stages, step_flops
+from .backward import (
+    EW_BACKWARD,
+    RECOMPUTE,
+    SELECTIVE_ROLES,
+    backward_stages,
+    recompute_stages,
+    step_flops,
+    torch_skipped,
+)
 
 FD_TOL = 1e-4
 FD_FLOOR = 1e-9  # below: the finite difference's own rounding (float64, step FD_STEP)
@@ -113,9 +122,11 @@ def _loss(model: ModelConfig, wl: Workload, w: Weights, ids: np.ndarray, K: int)
 
 
 def train_verify(model: ModelConfig, wl: Workload, *, layers: int | None = None, seed: int = 0,
-                 fd: bool = True) -> dict[str, Any]:
+                 fd: bool = True, recompute: str = "none") -> dict[str, Any]:
     """Every check of the executed backward (see the module doc) on `model` as given: callers
     narrow it first (the CLI does)."""
+    if recompute not in RECOMPUTE:
+        raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
     if wl.attention_flops != "full":
         raise ShapecalcError("attention_flops", "verify --train runs eager attention: the "
                              "backward's matmuls are full [T,T] ones; give --attention-flops full")
@@ -134,11 +145,11 @@ def train_verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         raise ShapecalcError("layers", f"K={K} runs only some kinds of layer; run at least "
                              f"{plan.covering()}")
     with one_blas_thread():
-        return _train_verify(model, wl, K, plan, seed, fd)
+        return _train_verify(model, wl, K, plan, seed, fd, recompute)
 
 
-def _train_verify(model: ModelConfig, wl: Workload, K: int, plan: Any, seed: int, fd: bool
-                  ) -> dict[str, Any]:
+def _train_verify(model: ModelConfig, wl: Workload, K: int, plan: Any, seed: int, fd: bool,
+                  recompute: str) -> dict[str, Any]:
     w = Weights(model, seed, np.float64, p=wl.tp, std=STD)
     ids = np.random.default_rng(seed + 1).integers(0, model.vocab_size, (wl.batch, wl.seq))
     ops, logits = _run(TapeOps, model, wl, w, ids, K)
@@ -149,6 +160,9 @@ def _train_verify(model: ModelConfig, wl: Workload, K: int, plan: Any, seed: int
     checks = compare_stages(ops.stages, sym, plan, K, f"forward, p={wl.tp}")[:1]
     checks += _shape_checks(bw, w)
     checks += _flop_checks(ops.stages, sym, bw, model, plan, K)
+    if recompute != "none":
+        again = backward(ops, logits, dlogits, rerun=_rerun(recompute, ops))
+        checks += _recompute_checks(ops.stages, sym, bw, again, recompute, model, plan, K)
     fd_doc = None
     if fd:
         c, fd_doc = _fd_check(model, wl, w, ids, K, bw, seed)
@@ -158,7 +172,7 @@ def _train_verify(model: ModelConfig, wl: Workload, K: int, plan: Any, seed: int
         "sizes": {"d_model": model.d_model, "d_ff": model.d_ff, "vocab_size": model.vocab_size,
                   "n_heads": model.n_heads, "n_kv_heads": model.kv_heads, "head_dim": model.dh,
                   "n_experts": model.n_experts, "d_ff_expert": model.dff_expert},
-        "precision": "float64", "loss": loss, "checks": checks,
+        "precision": "float64", "recompute": recompute, "loss": loss, "checks": checks,
         "finite_differences": fd_doc, "ok": all(c["ok"] for c in checks),
     }
 
@@ -231,6 +245,46 @@ def _flop_checks(num: list[Stage], sym: list[Stage], bw: Backward, model: ModelC
         checks.append(_check(f"total backward {title} FLOPs (all N layers)", total[key],
                              _exact(measured)))
     return checks
+
+
+def _rerun(how: str, ops: TapeOps) -> Callable[[list[Entry]], list[Entry]]:
+    """Which of a layer's operations its backward re-runs under `how` (train/backward.py's
+    rules, on the stages each operation recorded)."""
+    def pick(entries: list[Entry]) -> list[Entry]:
+        if how == "full":
+            return entries
+        if how == "selective":
+            return [e for e in entries if e.stages
+                    and all(ops.stages[i].role in SELECTIVE_ROLES for i in e.stages)]
+        idx = sorted(i for e in entries for i in e.stages)
+        skip = {idx[j] for j in torch_skipped([ops.stages[i] for i in idx])}
+        return [e for e in entries if not set(e.stages) <= skip or not e.stages]
+    return pick
+
+
+def _recompute_checks(num: list[Stage], sym: list[Stage], bw: Backward, again: Backward,
+                      how: str, model: ModelConfig, plan: Any, K: int) -> list[dict]:
+    """The FLOPs the backward re-ran, per layer and in total, against train/backward.py; and the
+    gradients from recomputed residuals against those kept."""
+    per_kind: dict[int | None, int] = {}
+    for s in recompute_stages(sym, how):
+        per_kind[s.kind] = per_kind.get(s.kind, 0) + s.flops
+    ran = [0] * K
+    for i, f in again.recomputed.items():
+        ran[num[i].extra["layer"]] += f
+    want = [per_kind.get(plan.kind_of[L], 0) for L in range(K)]
+    c1 = _check(f"recompute FLOPs per layer ({how})", sum(want), sum(ran), want == ran)
+    if want != ran:
+        L = next(i for i in range(K) if want[i] != ran[i])
+        c1["detail"] = f"layer {L}: symbolic {want[L]}, measured {ran[L]}"
+    c2 = _check(f"total recompute FLOPs ({how}, all N layers)",
+                step_flops(sym, model.n_layers, how)["recompute_flops"],
+                _exact(_kind_total(ran, plan)))
+    scale = max(float(np.max(np.abs(g))) for g in bw.grads.g.values())
+    diff = max(float(np.max(np.abs(g - again.grads.g[k]))) for k, g in bw.grads.g.items())
+    c3 = {"name": f"gradients with recompute ({how}) == kept residuals", "symbolic": 0.0,
+          "measured": diff, "tolerance": 1e-12 * scale, "ok": diff <= 1e-12 * scale}
+    return [c1, c2, c3]
 
 
 def _group(key: tuple) -> tuple:
