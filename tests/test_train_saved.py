@@ -254,3 +254,15 @@ def test_train_report_reads_the_exact_count(cli):
     text = cli("train", "--preset", "llama2-7b", "--seq", "1024", "--tp", "2").out
     assert "exact (what autograd saves)" in text and "Megatron" in text
     assert "flash attention keeps no [T,T] tensor" in text
+
+
+def test_the_difference_from_megatron_is_explained(cli):
+    """Megatron's full recompute keeps each layer's input [s,b,h]: equal to the exact per-layer
+    count (bf16, tp 2: 2·s·b·h/t); without recompute the reasons are listed."""
+    base = ("train", "--preset", "llama2-7b", "--seq", "1024", "--tp", "2", "--json")
+    full = json.loads(cli(*base, "--recompute", "full").out)["memory"]
+    assert full["saved"]["per_layer"] == {"0": full["activations"]["bytes_per_layer"]}
+    assert full["saved"]["per_layer"]["0"] == 2 * 1024 * 1 * 4096 // 2  # 2·s·b·h/t bytes
+    assert "both keep each layer's input" in full["saved"]["difference"]
+    none = json.loads(cli(*base, "--attention", "eager").out)["memory"]["saved"]["difference"]
+    assert "four [s,b,Dff] tensors" in none and "6 bytes a score" in none

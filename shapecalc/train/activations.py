@@ -23,7 +23,8 @@ TP_RULE = ("tensor parallelism with sequence parallelism (Megatron): inside the 
            "again in the backward) its ⌈T/p⌉ tokens; the token ids and RoPE tables are "
            "replicated")
 CP_RULE = ("context parallelism: each rank keeps the saved tensors of its T/cp tokens (ring "
-           "attention's flash kernels; the KV blocks passed around are transient)")
+           "attention's flash kernels; the KV blocks passed around are transient; with eager "
+           "attention the [T,T] tensors are counted as [T/cp,T/cp], an underestimate)")
 
 
 def _kinds(tensors: list[Saved]) -> dict[int, list[Saved]]:
@@ -157,10 +158,17 @@ def pipeline_activations(model: ModelConfig, wl: Workload, recompute: str, atten
 
 
 def megatron_difference(model: ModelConfig, exact_layer: int, megatron_layer: int,
-                        attention: str) -> str:
+                        attention: str, recompute: str = "none") -> str:
     """Why the exact count of one layer differs from Megatron's 34·s·b·h + 5·a·s²·b (a GPT
     layer in 16 bits: a 4h MLP, LayerNorm inputs, dropout masks, 2-byte scores and softmax and
     a 1-byte dropout mask per score)."""
+    ratio = exact_layer / megatron_layer if megatron_layer else 0.0
+    if recompute in ("full", "torch"):
+        return (f"exact {exact_layer:,d} B per layer = Megatron's {megatron_layer:,d} B "
+                f"({ratio:.2f}×): both keep each layer's input [s,b,h]; the exact count adds "
+                "what stays outside the layers (embedding, head, loss"
+                + (", the checkpoint's held arguments" if recompute == "torch" else "")
+                + ") and the peak of the layer going back, which Megatron's form leaves out")
     parts = []
     if model.gated:
         parts.append(f"a gated FFN keeps four [s,b,Dff] tensors (Dff={model.d_ff}), Megatron "
@@ -171,12 +179,13 @@ def megatron_difference(model: ModelConfig, exact_layer: int, megatron_layer: in
         parts.append(f"GQA (H_kv={model.kv_heads}): eager repeats k and v to all H heads, "
                      "flash keeps them at H_kv")
     parts.append("no dropout masks (p = 0)")
-    if attention == "flash":
+    if recompute == "selective":
+        parts.append("both recompute the [T,T] tensors")
+    elif attention == "flash":
         parts.append("flash attention keeps no [T,T] tensor (Megatron's 5·a·s²·b term) but "
                      "q, k, v, its output and an fp32 logsumexp")
     elif model.norm == "rmsnorm":
         parts.append("eager keeps the softmax in fp32 and, in bf16, its bf16 cast (6 bytes a "
                      "score, Megatron 5: scores 2, softmax 2, mask 1)")
-    ratio = exact_layer / megatron_layer if megatron_layer else 0.0
     return (f"exact {exact_layer:,d} B per layer vs Megatron's {megatron_layer:,d} B "
             f"({ratio:.2f}×): " + "; ".join(parts))

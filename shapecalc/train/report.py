@@ -207,7 +207,7 @@ def _saved_doc(model: ModelConfig, whole: dict[str, Any], stages: list[dict[str,
             "tp_rule": TP_RULE if t > 1 else "", "cp_rule": CP_RULE if cp > 1 else "",
             "megatron_bytes_per_layer": act["bytes_per_layer"],
             "difference": megatron_difference(model, layer, act["bytes_per_layer"],
-                                              whole["attention"])}
+                                              whole["attention"], whole["recompute"])}
 
 
 def check_parallel(model: ModelConfig, wl: Workload, cp: int, virtual: int) -> None:

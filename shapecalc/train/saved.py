@@ -371,7 +371,7 @@ def _loss(w: _Walk, ids: Dims, V: tuple[str, int]) -> None:
     w.keep(s, "log-probabilities (fp32)", (*ids, V), "fp32")
     if ids[0][1] == 1:  # labels padded to T+1 then shifted: one row's slice is contiguous, so
         # .contiguous() keeps the padded storage
-        w.keep(s, "targets (a view of the padded labels)", (ids[0], ("T+1", ids[1][1] + 1)),
+        w.keep(s, "targets (a view of the padded labels)", (ids[0], ("(T+1)", ids[1][1] + 1)),
                "int64", replicated=True)
     else:
         w.keep(s, "targets", ids, "int64", replicated=True)
