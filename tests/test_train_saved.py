@@ -107,6 +107,10 @@ def test_one_llama_layer_by_hand():
     assert layer == 76944
     r = saved_bytes(LLAMA, Workload(batch=2, seq=7, dtype="fp32"))
     assert r["per_layer"] == {"0": layer}
+    # the same in the seeds' symbols: six [B,T,D] of the norms, two rsqrt, q, k, v and the
+    # merged heads, the softmax, SwiGLU's four
+    assert r["per_layer_none_formula"] == {
+        "0": "24·B·T·D + 8·B·T + 16·B·H·T·Dh + 4·B·H·T² + 16·B·T·Dff"}
     # outside: ids [2,7] int64, cos and sin [7,16]; final norm: x, x̂, rsqrt, γ·x̂ (the head's
     # input); the loss: fp32 log-probabilities [14,1000], targets [14] int64, a 4-byte weight
     outside = 8 * 14 + 2 * 4 * 7 * 16 + 4 * (3 * rows * d + rows) + 4 * 14 * 1000 + 8 * 14 + 4

@@ -102,6 +102,9 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
         f"{sv['recompute']}, {sv['dtype']}); one micro-batch on a rank holding all the layers: "
         "resident "
         f"{human_bytes(sv['resident_bytes'])}, peak {human_bytes(sv['peak_bytes'])}")
+    for kind, f in sv["per_layer_none_formula"].items():
+        add(f"  a layer{'' if len(sv['per_layer_none_formula']) == 1 else ' of kind ' + kind} "
+            f"without recompute keeps {f} bytes = {_n(sv['per_layer_none'][kind])} B")
     add(f"  vs {mem['activations']['form']}: {sv['difference']}")
     for rule in (sv["tp_rule"], sv["cp_rule"]):
         if rule:

@@ -11,9 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
-from ..model.expr import Dim, formula
+from ..model.expr import Expr, expr_of, formula
 from ..model.plan import layer_plan
-from .saved import CONVENTION, MEASURED, RECOMPUTE, Dims, Saved, saved_tensors, tensor_bytes
+from .saved import (
+    CONVENTION,
+    MEASURED,
+    RECOMPUTE,
+    Dims,
+    Saved,
+    dim_factors,
+    saved_tensors,
+    tensor_bytes,
+)
 
 # what a rank keeps with tp > 1 and with cp > 1 (stated in `train`'s output)
 TP_RULE = ("tensor parallelism with sequence parallelism (Megatron): inside the tensor-parallel "
@@ -39,6 +48,16 @@ def _sum(ts: list[Saved]) -> int:
     return sum(t.bytes for t in ts)
 
 
+def _bytes_formula(ts: list[Saved]) -> str:
+    """Σ bytes of the counted tensors as one polynomial in the seeds' symbols (each tensor's
+    element count × its width)."""
+    e = Expr([])
+    for t in ts:
+        if t.bytes and t.elements:
+            e = e + expr_of(t.formula) * Expr.const(t.storage_bytes // t.elements)
+    return "0" if e.is_zero() else str(e)
+
+
 def held_tensors(model: ModelConfig, wl: Workload, attention: str) -> list[dict[str, Any]]:
     """What torch's checkpoint closure holds besides the saved tensors: transformers passes a
     layer's mask, cos, sin and position ids as keyword arguments (GPT-2: its mask positionally,
@@ -59,7 +78,7 @@ def held_tensors(model: ModelConfig, wl: Workload, attention: str) -> list[dict[
 
 
 def _extra(name: str, dims: Dims, dtype: str, saved: bool = False) -> dict[str, Any]:
-    n, f = formula([Dim.of(sym, v) for sym, v in dims])
+    n, f = formula(dim_factors(dims))
     return {"name": name, "dims": [d for d, _ in dims], "shape": [v for _, v in dims],
             "dtype": dtype, "elements": n, "formula": str(f), "bytes": tensor_bytes(dtype, n),
             "saved": saved}
@@ -137,6 +156,7 @@ def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
         "per_stage": list(stages.values()),
         "per_layer": {str(k): v for k, v in kept_layer.items()},
         "per_layer_none": {str(k): v for k, v in none_layer.items()},
+        "per_layer_none_formula": {str(k): _bytes_formula(ts) for k, ts in kinds.items()},
         "layer_input_bytes": width,
         "outside_bytes": _sum(outside), "head_bytes": _sum(head), "held_bytes": held_bytes,
         "resident_bytes": resident, "peak_bytes": peak,

@@ -196,8 +196,9 @@ def _saved_doc(model: ModelConfig, whole: dict[str, Any], stages: list[dict[str,
     """`memory.saved`: the exact count (one micro-batch on one rank holding every layer, and on
     each pipeline stage) beside Megatron's closed form, and why they differ."""
     keep = ("convention", "measured_families", "attention", "recompute", "dtype", "tp",
-            "per_layer", "per_layer_none", "layer_input_bytes", "outside_bytes", "head_bytes",
-            "held_bytes", "resident_bytes", "peak_bytes", "per_stage", "tensors", "held")
+            "per_layer", "per_layer_none", "per_layer_none_formula", "layer_input_bytes",
+            "outside_bytes", "head_bytes", "held_bytes", "resident_bytes", "peak_bytes",
+            "per_stage", "tensors", "held")
     layer = max(whole["per_layer"].values(), default=0)
     return {**{k: whole[k] for k in keep},
             "pipeline_stages": [{k: x[k] for k in ("resident_bytes", "peak_bytes", "held_bytes",

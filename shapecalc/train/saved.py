@@ -134,12 +134,12 @@ class _Walk:
         if key not in self.storage:  # a producer these rules do not follow: its own tensor
             key = self.new(_dims(s), self.act, name)
         dims, dtype, own = self.storage[key]
-        n, f = formula([Dim.of(sym, v) for sym, v in dims])
+        n, f = formula(dim_factors(dims))
         size = tensor_bytes(dtype, n)
         shared = key in self.counted
         self.counted.add(key)
         self.out.append(Saved(s.name, s.role, s.group, s.kind, s.repeat, name,
-                              [d for d, _ in dims], [v for _, v in dims], dtype, n, str(f), size,
+                              [d for d, _ in dims], [v for _, v in dims], dtype, n, f, size,
                               0 if shared else size, own if shared else "", False, core,
                               key == self.layer_in))
 
@@ -150,11 +150,16 @@ class _Walk:
         return key
 
     def param(self, s: Stage, name: str, dims: Dims) -> None:
-        n, f = formula([Dim.of(sym, v) for sym, v in dims])
+        n, f = formula(dim_factors(dims))
         size = nbytes(n, self.wl.dtype)
         self.out.append(Saved(s.name, s.role, s.group, s.kind, s.repeat, name,
                               [d for d, _ in dims], [v for _, v in dims], self.wl.dtype, n,
-                              str(f), size, 0, "", True, False, False))
+                              f, size, 0, "", True, False, False))
+
+
+def dim_factors(dims: Dims) -> list[Dim]:
+    """A tensor's dims as factors: named ones by their symbol, literal ones (1, 2) as numbers."""
+    return [Dim.const(v) if sym.isdigit() else Dim.of(sym, v) for sym, v in dims]
 
 
 def _dims(s: Stage) -> Dims:
