@@ -15,6 +15,7 @@ CP (ring attention, Liu et al. 2023; Megatron's context parallelism): each rank 
 sequence as two load-balanced causal chunks; per layer the forward passes its K and V chunk
 [b, T/cp, H_kv·Dh/t] around the ring (cp−1) times, the backward passes K and V again and the
 partial dK and dV, so twice the forward.
+EP (ep_ledger) and DP (dp_ledger, ZeRO's reduce-scatters and all-gathers): below.
 All in ring collectives: an all-reduce is a reduce-scatter then an all-gather.
 """
 
@@ -22,7 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model.config import ModelConfig, ceil_div, nbytes
+from ..model.config import ModelConfig, Workload, ceil_div, nbytes
+from ..model.parallel import alltoall_bytes, stage_kind_counts
+from ..model.plan import layer_plan
+from .memory import PRECISIONS
 
 LOSS_ALLREDUCES = 3  # max logit, sum of exps, target logit: [s,b] fp32 each
 
@@ -74,3 +78,50 @@ def cp_ledger(model: ModelConfig, b: int, seq: int, t: int, cp: int, layers: int
             "bytes_per_step": per_layer * layers * accum,
             "note": "ring attention: (cp−1) passes of K and V forward; K, V, dK, dV backward; "
             "load-balanced causal chunks"}
+
+
+def ep_ledger(model: ModelConfig, wl: Workload, stage: int, accum: int, act: str, cp: int = 1
+               ) -> dict[str, Any]:
+    """Expert parallelism in training: each MoE layer's dispatch and combine all-to-alls of
+    B·T·k·D activations in the forward, and their gradients (the same sizes) in the backward,
+    counted as if every token went off-rank (the expected share is (ep−1)/ep of it). A rank
+    dispatches its own tokens: B·T/cp of them, split over tp by sequence parallelism."""
+    plan = layer_plan(model)
+    counts = stage_kind_counts(plan, wl.pp)[stage]
+    moe = sum(c for k, c in zip(plan.kinds, counts, strict=True) if k.ffn == "moe")
+    tokens = ceil_div(wl.batch * (wl.seq // cp), wl.tp)
+    a2a = alltoall_bytes(1, tokens, model, act) if wl.ep > 1 else 0
+    return {"degree": wl.ep, "moe_layers": moe, "forward_bytes_per_layer": a2a,
+            "backward_bytes_per_layer": a2a, "bytes_per_step": 2 * a2a * moe * accum,
+            "expected_bytes_per_step": 2 * a2a * moe * accum * (wl.ep - 1) / wl.ep}
+
+
+def dp_ledger(dense: int, experts: int, precision: str, zero: int, dp: int, ep: int
+               ) -> dict[str, Any]:
+    """Bytes one rank sends per step over the data-parallel group (ring collectives, each p−1
+    steps of one ⌈size/dp⌉ chunk): ZeRO 0 all-reduces the gradients; 1 and 2 reduce-scatter
+    them and all-gather the updated weights; 3 all-gathers the weights in the forward and again
+    in the backward, and reduce-scatters the gradients. With ep > 1 the experts' part runs over
+    dp/ep ranks."""
+    per = {x.name: x.bytes_per_param for x in PRECISIONS[precision]}
+
+    def ring(term: str) -> int:  # one reduce-scatter or all-gather of a term, ring over dp
+        out = 0
+        for n, g in ((dense, dp), (experts, dp // ep)):
+            out += (g - 1) * ceil_div(n * per[term], g) if g > 1 else 0
+        return out
+
+    grads, weights = "gradients", "weights"
+
+    if zero == 0:
+        parts = {"gradient_allreduce": 2 * ring(grads)}  # a reduce-scatter, then an all-gather
+    elif zero in (1, 2):
+        parts = {"gradient_reduce_scatter": ring(grads), "weight_allgather": ring(weights)}
+    else:
+        parts = {"gradient_reduce_scatter": ring(grads),
+                 "weight_allgather_forward": ring(weights),
+                 "weight_allgather_backward": ring(weights)}
+    return {"degree": dp, "zero": zero, "bytes_per_step": sum(parts.values()), **parts,
+            "note": "ring collectives over dp ranks, ⌈size/dp⌉ chunks"
+            + ("; the routed experts' over their dp/ep ranks" if ep > 1 else "")}
+

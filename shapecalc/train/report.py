@@ -3,9 +3,9 @@ training step's FLOPs (forward, backward, recompute, beside the 6·N·tokens and
 approximations), per-rank memory by term, the batch arithmetic, and each parallelism's ledger.
 
 Exact: FLOPs (backward.py, against FlopCounterMode), parameters and model-state bytes per rank
-(memory.py). Megatron's closed form, labelled so: activation memory (Korthikanti et al. 2022,
-Table 2), until the exact saved-tensor count is built. The ledgers: train/ledgers.py (TP, CP) and
-below (DP, EP); with a GPU, the step time and its rates: train/time.py.
+(memory.py), activation memory (saved.py, activations.py), with Megatron's closed form beside it
+(Korthikanti et al. 2022, Table 2). The ledgers (DP, TP, CP, EP): train/ledgers.py; with a GPU,
+the step time and its rates: train/time.py.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, check, nbytes
-from ..model.parallel import alltoall_bytes, pp_layers, stage_kind_counts
-from ..model.plan import layer_plan
+from ..model.parallel import pp_layers
 from .activations import (
     CP_RULE,
     TP_RULE,
@@ -24,7 +23,7 @@ from .activations import (
     saved_bytes,
 )
 from .backward import RECOMPUTE, backward_stages, step_flops
-from .ledgers import cp_ledger, tp_ledger
+from .ledgers import cp_ledger, dp_ledger, ep_ledger, tp_ledger
 from .memory import PRECISIONS, ZERO_SHARDED, check_training, model_state, rank_params
 from .time import TrainPerf, rates, step_time
 
@@ -147,8 +146,8 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
 
     # -- communication per step per rank ---------------------------------------------------------
     dense, experts = placed[peak["stage"]]
-    comm = {"dp": _dp_ledger(dense, experts, precision, zero, dpc, ep),
-            "ep": _ep_ledger(model, wl, peak["stage"], accum, ACT_DTYPE[precision], cp),
+    comm = {"dp": dp_ledger(dense, experts, precision, zero, dpc, ep),
+            "ep": ep_ledger(model, wl, peak["stage"], accum, ACT_DTYPE[precision], cp),
             "tp": tp_ledger(b, s // cp, model.d_model, t, layers[peak["stage"]], accum, width,
                             peak["stage"] == 0, peak["stage"] == p - 1),
             "cp": cp_ledger(model, b, s, t, cp, layers[peak["stage"]], accum,
@@ -231,7 +230,7 @@ def _time(model: ModelConfig, wl: Workload, gpu: Any, perf: TrainPerf, doc: dict
           zero: int, precision: str, recompute: str, attention: str, width: int,
           train_tokens: int | None) -> dict[str, Any]:
     """The `time` block: train/time.py's step model and the rates that follow."""
-    dp_bytes = [_dp_ledger(d, e, precision, zero, dp * cp, wl.ep)["bytes_per_step"]
+    dp_bytes = [dp_ledger(d, e, precision, zero, dp * cp, wl.ep)["bytes_per_step"]
                 for d, e in placed]
     a2a = doc["communication"]["ep"]["forward_bytes_per_layer"]
     st = step_time(model, wl, gpu, perf, cp=cp, dp=dp, accum=accum, virtual=virtual, zero=zero,
@@ -260,50 +259,4 @@ def _largest(fits: Any) -> int:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
     return lo
-
-
-def _ep_ledger(model: ModelConfig, wl: Workload, stage: int, accum: int, act: str, cp: int = 1
-               ) -> dict[str, Any]:
-    """Expert parallelism in training: each MoE layer's dispatch and combine all-to-alls of
-    B·T·k·D activations in the forward, and their gradients (the same sizes) in the backward,
-    counted as if every token went off-rank (the expected share is (ep−1)/ep of it). A rank
-    dispatches its own tokens: B·T/cp of them, split over tp by sequence parallelism."""
-    plan = layer_plan(model)
-    counts = stage_kind_counts(plan, wl.pp)[stage]
-    moe = sum(c for k, c in zip(plan.kinds, counts, strict=True) if k.ffn == "moe")
-    tokens = ceil_div(wl.batch * (wl.seq // cp), wl.tp)
-    a2a = alltoall_bytes(1, tokens, model, act) if wl.ep > 1 else 0
-    return {"degree": wl.ep, "moe_layers": moe, "forward_bytes_per_layer": a2a,
-            "backward_bytes_per_layer": a2a, "bytes_per_step": 2 * a2a * moe * accum,
-            "expected_bytes_per_step": 2 * a2a * moe * accum * (wl.ep - 1) / wl.ep}
-
-
-def _dp_ledger(dense: int, experts: int, precision: str, zero: int, dp: int, ep: int
-               ) -> dict[str, Any]:
-    """Bytes one rank sends per step over the data-parallel group (ring collectives, each p−1
-    steps of one ⌈size/dp⌉ chunk): ZeRO 0 all-reduces the gradients; 1 and 2 reduce-scatter
-    them and all-gather the updated weights; 3 all-gathers the weights in the forward and again
-    in the backward, and reduce-scatters the gradients. With ep > 1 the experts' part runs over
-    dp/ep ranks."""
-    per = {x.name: x.bytes_per_param for x in PRECISIONS[precision]}
-
-    def ring(term: str) -> int:  # one reduce-scatter or all-gather of a term, ring over dp
-        out = 0
-        for n, g in ((dense, dp), (experts, dp // ep)):
-            out += (g - 1) * ceil_div(n * per[term], g) if g > 1 else 0
-        return out
-
-    grads, weights = "gradients", "weights"
-
-    if zero == 0:
-        parts = {"gradient_allreduce": 2 * ring(grads)}  # a reduce-scatter, then an all-gather
-    elif zero in (1, 2):
-        parts = {"gradient_reduce_scatter": ring(grads), "weight_allgather": ring(weights)}
-    else:
-        parts = {"gradient_reduce_scatter": ring(grads),
-                 "weight_allgather_forward": ring(weights),
-                 "weight_allgather_backward": ring(weights)}
-    return {"degree": dp, "zero": zero, "bytes_per_step": sum(parts.values()), **parts,
-            "note": "ring collectives over dp ranks, ⌈size/dp⌉ chunks"
-            + ("; the routed experts' over their dp/ep ranks" if ep > 1 else "")}
 
