@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from ..model.config import ShapecalcError
 from .output import open_file, shown
@@ -195,7 +195,7 @@ def save_plot(chart: Chart, path: str) -> None:
     out = open_file(path, "plot")  # atomic: in place when the command succeeds
     try:
         with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "shapecalc"}):
-            fig.savefig(out.buffer, format=fmt,
+            fig.savefig(cast(IO[bytes], out.buffer), format=fmt,
                         metadata={"Date": None} if fmt == "svg" else None)
     except OSError as e:
         raise out.error(e) from None

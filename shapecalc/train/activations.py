@@ -13,6 +13,7 @@ from typing import Any
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.expr import Expr, expr_of, formula
 from ..model.plan import layer_plan
+from .backward import by_kind
 from .saved import (
     CONVENTION,
     MEASURED,
@@ -36,12 +37,6 @@ CP_RULE = ("context parallelism: each rank keeps the saved tensors of its T/cp t
            "attention the [T,T] tensors are counted as [T/cp,T/cp], an underestimate)")
 
 
-def _kinds(tensors: list[Saved]) -> dict[int, list[Saved]]:
-    out: dict[int, list[Saved]] = {}
-    for t in tensors:
-        if t.group == "block" and t.kind is not None:
-            out.setdefault(t.kind, []).append(t)
-    return out
 
 
 def _sum(ts: list[Saved]) -> int:
@@ -103,7 +98,7 @@ def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
         raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
     every = saved_tensors(model, wl, attention, tp)
     acts = [t for t in every if not t.param]
-    kinds = _kinds(acts)
+    kinds = by_kind(acts)
     none_layer = {k: _sum(ts) for k, ts in kinds.items()}
     core_layer = {k: _sum([t for t in ts if t.core]) for k, ts in kinds.items()}
     own_input = {k: _sum([t for t in ts if t.layer_input]) for k, ts in kinds.items()}

@@ -21,7 +21,7 @@ Recompute, each a forward of the block stages again inside the backward:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ..model.expr import Dim, Expr, Formula, expr_of, formula
 from ..model.stage import Stage
@@ -30,6 +30,15 @@ from ..model.stage import Stage
 # per-element constants in interpret/symbolic.py; FlopCounterMode counts neither): a local
 # derivative, then its product with the incoming gradient.
 EW_BACKWARD = 2
+
+class _InLayer(Protocol):
+    @property
+    def group(self) -> str: ...
+    @property
+    def kind(self) -> int | None: ...
+
+
+T = TypeVar("T", bound=_InLayer)
 
 # roles of the attention core that selective recompute re-runs (Korthikanti et al. 2022, §4.2)
 SELECTIVE_ROLES = ("attn.scores", "attn.scale", "attn.softcap", "attn.alibi", "attn.mask",
@@ -117,9 +126,10 @@ def backward_stages(st: list[Stage]) -> list[BackwardStage]:
     return out
 
 
-def _layer_stages(st: list[Stage]) -> dict[int, list[Stage]]:
-    kinds: dict[int, list[Stage]] = {}
-    for s in st:
+def by_kind(items: list[T]) -> dict[int, list[T]]:
+    """A layer's items (stages, saved tensors: anything with a group and a kind) by layer kind."""
+    kinds: dict[int, list[T]] = {}
+    for s in items:
         if s.group == "block" and s.kind is not None:
             kinds.setdefault(s.kind, []).append(s)
     return kinds
@@ -147,7 +157,7 @@ def recompute_stages(st: list[Stage], how: str) -> list[Stage]:
     if how == "selective":
         return [s for s in st if s.group == "block" and s.role in SELECTIVE_ROLES]
     out = []
-    for layer in _layer_stages(st).values():
+    for layer in by_kind(st).values():
         skip = torch_skipped(layer) if how == "torch" else set()
         out += [s for j, s in enumerate(layer) if j not in skip]
     return out

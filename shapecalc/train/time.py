@@ -51,7 +51,7 @@ from ..model.parallel import stage_kind_counts
 from ..model.plan import layer_plan
 from ..model.stage import ATTN_SCORE_ROLES, FLASH_SKIP_ROLES, Stage
 from ..plan.perf_defaults import PARAMS
-from .backward import NO_GRAD_ROLES, backward_stages, recompute_stages
+from .backward import NO_GRAD_ROLES, BackwardStage, backward_stages, recompute_stages
 from .ledgers import cp_ledger, tp_ledger
 
 GPUS_PER_NODE = 8  # an HGX/DGX node: NVLink inside, the network between nodes
@@ -163,20 +163,16 @@ def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str
         if _memory_bound(s, flash):
             x.mem_fwd += 2 * s.bytes
             x.mem_bwd += 3 * s.bytes
-    for b in backward_stages(st):
+    # the backward's matmuls, then the forward's re-run inside it: both are backward time
+    done: list[Stage | BackwardStage] = [*backward_stages(st), *recompute_stages(st, recompute)]
+    for b in done:
         x = w(b)
         if b.role in ATTN_SCORE_ROLES:
             x.attn_bwd += b.flops
         else:
             x.gemm_bwd += b.flops
-    for s in recompute_stages(st, recompute):
-        x = w(s)
-        if s.role in ATTN_SCORE_ROLES:
-            x.attn_bwd += s.flops
-        else:
-            x.gemm_bwd += s.flops
-        if _memory_bound(s, flash):
-            x.mem_bwd += 2 * s.bytes
+        if isinstance(b, Stage) and _memory_bound(b, flash):
+            x.mem_bwd += 2 * b.bytes
     return out
 
 
