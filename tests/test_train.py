@@ -215,3 +215,28 @@ def test_expert_parallel_all_to_all(cli):
     a2a = 2 * (2 * 4096 * 2 * 4096) * 2
     assert ep["forward_bytes_per_layer"] == ep["backward_bytes_per_layer"] == a2a
     assert ep["bytes_per_step"] == 2 * a2a * 32 * 3
+
+
+def test_interleaved_schedule_keeps_more_chunks_in_flight(cli):
+    """Megatron's interleaved 1F1B (apex/megatron fwd_bwd_pipelining_with_interleaving): stage i
+    runs (p−i−1)·2 + (v−1)·p warm-up forwards (capped at m·v), then one forward before each
+    backward. p=4, m=16, v=5 by hand: stage 0: 6 + 16 + 1 = 23 chunk passes, stage 1: 21,
+    stage 2: 19, stage 3: 17, each 1/5 of a micro-batch's saved tensors; v=1: 4, 3, 2, 1."""
+    base = ["train", "--preset", "llama3-70b", "--seq", "8192", "--tp", "8", "--pp", "4",
+            "--dp", "32", "--global-batch", "512"]
+    plain = _json(cli, *base)["memory"]["per_stage"]
+    inter = _json(cli, *base, "--virtual-stages", "5")
+    stages_v = inter["memory"]["per_stage"]
+    assert [s["chunks_in_flight"] for s in plain] == [4, 3, 2, 1]
+    assert [s["chunks_in_flight"] for s in stages_v] == [23, 21, 19, 17]
+    assert inter["communication"]["pp"]["chunks_in_flight_first_stage"] == 23
+    for a, b in zip(plain, stages_v, strict=True):
+        # no recompute: a micro-batch's resident bytes are its peak, R; v=1 holds c·R, v=5 c/5·R
+        r = a["activation_bytes"] // a["chunks_in_flight"]
+        assert a["activation_bytes"] == a["chunks_in_flight"] * r
+        assert b["activation_bytes"] == -(-(b["chunks_in_flight"] - 5) * r // 5) + r
+    # the first stage: Korthikanti et al.'s factor 1 + (p−1)/(p·v) = 1.15 on p micro-batches
+    assert stages_v[0]["activation_bytes"] / plain[0]["activation_bytes"] == pytest.approx(1.15)
+    # m = p: warm-up only, all m·v passes in flight on every stage
+    few = _json(cli, *base[:-2], "--global-batch", "128", "--virtual-stages", "5")
+    assert [s["chunks_in_flight"] for s in few["memory"]["per_stage"]] == [20] * 4

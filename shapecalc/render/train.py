@@ -79,14 +79,18 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
             share = "⌈P/dp⌉" if t["sharded"] else "P"
             add(f"    {t['term']:11s} {_n(t['bytes']):>20s} B  {human_bytes(t['bytes']):>10s}  "
                 f"{share} = {_n(t['params'])} × {t['bytes_per_param']} B ({t['what']})")
+        c, v = st["chunks_in_flight"], tr["virtual_stages"]
+        flight = (f"(in-flight − 1) = {c - 1} micro-batch(es)" if v == 1 else
+                  f"{c} passes of a 1/{v} chunk in flight (interleaved), (c − v)/v = "
+                  f"{(c - v) / v:g} micro-batches")
         add(f"    {'activations':11s} {_n(st['activation_bytes']):>20s} B  "
             f"{human_bytes(st['activation_bytes']):>10s}  exact (what autograd saves): "
-            f"(in-flight − 1) = {st['micro_batches_in_flight'] - 1} micro-batch(es) resident + "
-            "one at its backward peak")
+            f"{flight} resident + one at its backward peak")
         add(f"    {'(Megatron)':11s} {_n(st['activation_bytes_megatron']):>20s} B  "
             f"{human_bytes(st['activation_bytes_megatron']):>10s}  "
             f"{mem['activations']['formula']} per layer × {st['layers']} layers × "
-            f"{st['micro_batches_in_flight']} in flight (closed form, beside; not in the total)")
+            + (f"{c}" if v == 1 else f"{c}/{v}")
+            + " in flight (closed form, beside; not in the total)")
         add(f"    {'total':11s} {_n(st['bytes']):>20s} B  {human_bytes(st['bytes']):>10s}")
     line = (f"  peak: stage {mem['peak_stage']}, {_n(mem['peak_bytes'])} B "
             f"({human_bytes(mem['peak_bytes'])})")
@@ -138,8 +142,11 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
             f"{_n(cp['backward_bytes_per_layer'])} B backward, "
             f"{_n(cp['recompute_bytes_per_layer'])} B recompute")
     add(f"  PP (pp={pp['stages']}, 1F1B, m={pp['micro_batches']}): bubble {pp['bubble_formula']}"
-        f" = {pp['bubble_fraction']:.4f}; {pp['micro_batches_in_flight_first_stage']} micro-"
-        f"batch(es) in flight on the first stage; {_n(pp['boundary_bytes_per_step'])} B across "
+        f" = {pp['bubble_fraction']:.4f}; "
+        + (f"{pp['micro_batches_in_flight_first_stage']} micro-batch(es)"
+           if pp["virtual_stages"] == 1 else
+           f"{pp['chunks_in_flight_first_stage']} chunk passes (v={pp['virtual_stages']})")
+        + f" in flight on the first stage; {_n(pp['boundary_bytes_per_step'])} B across "
         "each stage boundary per step")
     if "time" in doc:
         out += _time_lines(doc["time"], tr)

@@ -119,15 +119,18 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
     placed = rank_params(model, wl, full, rank)
     for i, (dense, experts) in enumerate(placed):
         ms = model_state(dense, experts, precision, zero, dpc, ep)
-        in_flight = min(p - i, accum)  # 1F1B: stage i holds p − i micro-batches at most
+        c = chunks_in_flight(p, i, accum, virtual)
         one = saved[i]
-        act_bytes = (in_flight - 1) * one["resident_bytes"] + one["peak_bytes"]
+        act_bytes = in_flight_bytes(c, virtual, one)
         per_stage.append({"stage": i, "layers": layers[i], "params": ms["params"],
-                          "model_state": ms, "micro_batches_in_flight": in_flight,
+                          "model_state": ms, "micro_batches_in_flight": ceil_div(c, virtual),
+                          "chunks_in_flight": c,
                           "activation_bytes": act_bytes,
-                          "activation_resident_bytes": in_flight * one["resident_bytes"],
-                          "activation_bytes_megatron": act["bytes_per_layer"] * layers[i]
-                          * in_flight, "bytes": ms["bytes"] + act_bytes})
+                          "activation_resident_bytes": ceil_div(c * one["resident_bytes"],
+                                                                virtual),
+                          "activation_bytes_megatron": ceil_div(
+                              act["bytes_per_layer"] * layers[i] * c, virtual),
+                          "bytes": ms["bytes"] + act_bytes})
     peak = max(per_stage, key=lambda x: x["bytes"])
     whole = saved_bytes(model, sized, recompute, attention, tp=t)
     memory: dict[str, Any] = {"per_stage": per_stage, "peak_stage": peak["stage"],
@@ -138,8 +141,8 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                       fits=peak["bytes"] <= gpu_memory, free_bytes=gpu_memory - peak["bytes"])
 
         def fits(micro: int) -> bool:
-            return all(x["model_state"]["bytes"] + (x["micro_batches_in_flight"] - 1)
-                       * a["resident_bytes"] + a["peak_bytes"] <= gpu_memory
+            return all(x["model_state"]["bytes"] + in_flight_bytes(x["chunks_in_flight"],
+                                                                    virtual, a) <= gpu_memory
                        for x, a in zip(per_stage, exact_at(micro), strict=True))
 
         memory["largest_micro_batch"] = _largest(fits)
@@ -157,6 +160,7 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                    "bubble_fraction": (p - 1) / (virtual * accum + p - 1),
                    "bubble_formula": "(p−1)/(m+p−1)" if virtual == 1 else "(p−1)/(v·m+p−1)",
                    "micro_batches_in_flight_first_stage": min(p, accum),
+                   "chunks_in_flight_first_stage": chunks_in_flight(p, 0, accum, virtual),
                    "boundary_bytes_per_micro_batch": nbytes(b * s * model.d_model,
                                                             ACT_DTYPE[precision]) if p > 1 else 0,
                    "boundary_bytes_per_step": 2 * accum * nbytes(
@@ -208,6 +212,28 @@ def _saved_doc(model: ModelConfig, whole: dict[str, Any], stages: list[dict[str,
             "megatron_bytes_per_layer": act["bytes_per_layer"],
             "difference": megatron_difference(model, layer, act["bytes_per_layer"],
                                               whole["attention"], whole["recompute"])}
+
+
+def chunks_in_flight(p: int, i: int, m: int, v: int) -> int:
+    """Micro-batch passes through a model chunk (layers/v of the stage's layers) that pipeline
+    stage i holds at most, each keeping its saved tensors until its backward. Plain 1F1B (v = 1):
+    min(p − i, m). Interleaved (Megatron's schedule): the warm-up forwards, (p−i−1)·2 + (v−1)·p
+    capped at m·v, and the steady state's one forward before each backward; all m·v when m = p
+    (warm-up only). On the first stage that is p·(1 + (p−1)/(p·v)) micro-batches' worth, the
+    factor Korthikanti et al. 2022 give."""
+    if v == 1:
+        return min(p - i, m)
+    if m == p:
+        return m * v
+    warm = min((p - i - 1) * 2 + (v - 1) * p, m * v)
+    return warm + (warm < m * v)
+
+
+def in_flight_bytes(c: int, v: int, one: dict[str, Any]) -> int:
+    """c chunk passes in flight, each 1/v of a micro-batch's resident bytes (chunks of equal
+    layers; the embedding's and head's bytes spread alike), one of them at its backward peak:
+    (c − v)/v micro-batches resident + one at its peak (v = 1: (c − 1)·resident + peak)."""
+    return ceil_div((c - v) * one["resident_bytes"], v) + one["peak_bytes"]
 
 
 def check_parallel(model: ModelConfig, wl: Workload, cp: int, virtual: int) -> None:
