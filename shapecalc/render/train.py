@@ -141,11 +141,12 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
             f"layer {_n(cp['forward_bytes_per_layer'])} B forward ((cp−1) passes of K and V), "
             f"{_n(cp['backward_bytes_per_layer'])} B backward, "
             f"{_n(cp['recompute_bytes_per_layer'])} B recompute")
-    add(f"  PP (pp={pp['stages']}, 1F1B, m={pp['micro_batches']}): bubble {pp['bubble_formula']}"
+    sched = "1F1B" if pp["virtual_stages"] == 1 else f"interleaved 1F1B, v={pp['virtual_stages']}"
+    add(f"  PP (pp={pp['stages']}, {sched}, m={pp['micro_batches']}): bubble {pp['bubble_formula']}"
         f" = {pp['bubble_fraction']:.4f}; "
         + (f"{pp['micro_batches_in_flight_first_stage']} micro-batch(es)"
            if pp["virtual_stages"] == 1 else
-           f"{pp['chunks_in_flight_first_stage']} chunk passes (v={pp['virtual_stages']})")
+           f"{pp['chunks_in_flight_first_stage']} chunk passes")
         + f" in flight on the first stage; {_n(pp['boundary_bytes_per_step'])} B across "
         "each stage boundary per step")
     if "time" in doc:
