@@ -252,6 +252,8 @@ def test_eager_attention_is_slower_and_counts_the_whole_square():
     (["--gpu", "h100-sxm", "--train-tokens", "lots"], "train-tokens"),
     (["--gpu", "h100-sxm", "--train-tokens", "0"], "train-tokens"),
     (["--gpu", "h100-sxm", "--train-tokens", "1.5"], "train-tokens"),
+    (["--gpu", "h100-sxm", "--train-tokens", "\uff13"], "train-tokens"),
+    (["--gpu", "h100-sxm", "--train-tokens", "1e\u0661\u0662"], "train-tokens"),
     (["--gpu", "h100-sxm", "--attention", "sdpa"], "attention"),
     (["--gpu", "h100-sxm", "--perf", "speed=2"], "perf"), (["--perf", "net_bandwidth=1e9"], "perf"),
     (["--gpu", "h100-sxm", "--perf", "gemm_efficiency=1.5"], "perf.gemm_efficiency"),

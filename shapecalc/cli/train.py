@@ -88,8 +88,6 @@ def train(
         from ..train.time import perf_for
 
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
-        if dp < 1:
-            raise ShapecalcError("dp", f"must be ≥ 1, not {dp}")
         width = ACT_DTYPE.get(precision, "bf16")
         wl = resolve_workload(wbase, batch=micro_batch if micro_batch is not None else 1,
                               seq=seq, tp=tp, pp=pp, ep=ep, dtype=width, phase="prefill",
@@ -124,6 +122,10 @@ def _tokens(text: str | None, gpu: bool) -> int | None:
         return None
     if not gpu:
         raise ShapecalcError("train-tokens", "needs --gpu: the days come from the step time")
+    if not text.isascii():  # int() and float() read ٣ and ３ as 3: the rule of cli/digits.py
+        from .digits import REASON
+
+        raise ShapecalcError("train-tokens", f"{text!r}: {REASON}")
     try:
         n = int(text)
     except ValueError:

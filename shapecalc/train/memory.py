@@ -49,6 +49,8 @@ ZERO_SHARDED = {0: (), 1: ("optimizer",), 2: ("optimizer", "gradients"),
 def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:
     if precision not in PRECISIONS:
         raise ShapecalcError("precision", f"unknown {precision!r}; known: {', '.join(PRECISIONS)}")
+    if dp < 1:
+        raise ShapecalcError("dp", f"must be ≥ 1, not {dp}")
     if zero not in ZERO_SHARDED:
         raise ShapecalcError("zero", f"ZeRO stage must be 0, 1, 2 or 3, not {zero}")
     if ep > 1 and dp % ep:
