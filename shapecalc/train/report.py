@@ -15,6 +15,7 @@ from typing import Any
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, check, nbytes
 from ..model.parallel import pp_layers
+from ..plan.fit import largest_ok
 from .activations import (
     CP_RULE,
     TP_RULE,
@@ -145,7 +146,7 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                                                                     virtual, a) <= gpu_memory
                        for x, a in zip(per_stage, exact_at(micro), strict=True))
 
-        memory["largest_micro_batch"] = _largest(fits)
+        memory["largest_micro_batch"] = largest_ok(fits, 1, (1 << 40) - 1)
 
     # -- communication per step per rank ---------------------------------------------------------
     dense, experts = placed[peak["stage"]]
@@ -270,19 +271,3 @@ def _time(model: ModelConfig, wl: Workload, gpu: Any, perf: TrainPerf, doc: dict
                          train_tokens)}
     out["perf"] = {k: getattr(perf, k) for k in perf.__dataclass_fields__}
     return out
-
-
-def _largest(fits: Any) -> int:
-    """The largest b ≥ 1 with fits(b) (fits falls as b grows), 0 if none: doubling, then
-    bisection."""
-    if not fits(1):
-        return 0
-    hi = 2
-    while fits(hi) and hi < 1 << 40:
-        hi *= 2
-    lo = hi // 2  # fits(lo), not fits(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
-
