@@ -350,6 +350,13 @@ def test_preset_names_that_are_not_names(cli, cmd, name):
     _error(cli, *cmd, name, field="preset")  # one line, whatever the name holds
 
 
+@pytest.mark.parametrize("cmd", [["trace", "--hf-config"], ["trace", "--config"],
+                                 ["fit", "--preset", "llama3-8b", "--gpu"], ["compare"]])
+def test_paths_too_long_to_look_up(cli, cmd):
+    field = {"--hf-config": "hf-config", "--config": "config", "--gpu": "gpu"}.get(cmd[-1], "")
+    _error(cli, *cmd, "x" * 5000 + ".json", field=field)  # the OS cannot stat it: one line
+
+
 # -- planning overrides ---------------------------------------------------------------------------
 @pytest.mark.parametrize(("args", "field"), [
     (["--utilization", "0"], "utilization"),

@@ -19,6 +19,7 @@ import json
 import os
 import stat
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,15 @@ READ: dict[tuple[int, int], str] = {}
 def shown(path: str | Path) -> str:
     """A path as one printable line: control characters (a newline in a name) escaped."""
     return escape_controls(str(path))
+
+
+def path_is(test: Callable[[], bool]) -> bool:
+    """A path test (`path.exists`, `path.is_dir`, …) that says False where the OS cannot even
+    look: a name too long, a NUL."""
+    try:
+        return test()
+    except (OSError, ValueError):
+        return False
 
 
 def escape_controls(text: str) -> str:

@@ -92,7 +92,7 @@ def _read(path: Path) -> dict[str, Any]:
 def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None = None) -> GPU:
     """A profile by name (case-insensitive) or by path to a .toml file, with overrides."""
     path = Path(name)
-    if path.suffix == ".toml" and _is_file(path):
+    if path.suffix == ".toml" and files.path_is(path.is_file):
         data = _read(path)
     else:
         known = list_gpus(extra)
@@ -111,13 +111,6 @@ def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None 
     except ValidationError as err:
         e = first_error(err)
         raise ShapecalcError(f"gpu.{e.field}", e.reason) from None
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except (OSError, ValueError):  # a name too long to look up, or with a NUL: not a file
-        return False
 
 
 def _override(data: dict[str, Any], item: str) -> None:

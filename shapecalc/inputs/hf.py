@@ -274,7 +274,7 @@ def read_family(h: _HF, mt: str) -> dict[str, Any]:
 def load_hf_config(path: str | Path) -> ModelConfig:
     """A Hugging Face config.json (or the folder holding one) → ModelConfig."""
     path = Path(path)
-    if path.is_dir():
+    if files.path_is(path.is_dir):
         path = path / "config.json"
     cfg = _parse(path, "hf-config")
     mt, known = cfg.get("model_type"), ", ".join(SUPPORTED)

@@ -147,7 +147,7 @@ def load_config_file(path: str | Path) -> tuple[ModelConfig, dict]:
 def published(name_or_path: str | Path) -> dict:
     """The [published] table of a preset name or a config file ({} when it has none)."""
     p = Path(name_or_path)
-    if not p.is_file():
+    if not files.path_is(p.is_file):
         p = _preset_path(str(name_or_path), None)
     _, pub, _ = _split(_parse(p, "config"))
     return pub

@@ -111,7 +111,7 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
     """`NAME[@field=value,…]`: NAME a preset, a .toml/.json config or an HF config.json;
     workload fields set the workload, model fields go through the same path as --set."""
     src, at, spec = text.rpartition("@")
-    if not at or (_is(Path(text).exists) and "=" not in spec):  # a file whose name has an @
+    if not at or (files.path_is(Path(text).exists) and "=" not in spec):  # a file named …@…
         src, spec = text, ""
     elif not spec.strip():
         raise ShapecalcError("case", f"{text!r}: expected field=value after @")
@@ -119,11 +119,12 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
         raise ShapecalcError("case", f"{text!r}: expected NAME[@field=value,…]")
     src = src.strip()
     path = Path(src)
-    looks_like_file = path.suffix.lower() in (".toml", ".json") or "/" in src or _is(path.is_dir)
+    looks_like_file = (path.suffix.lower() in (".toml", ".json") or "/" in src
+                       or files.path_is(path.is_dir))
     workload: dict[str, Any] = {}
     given: set[str] = set()
     if looks_like_file:
-        if not _is(path.exists):
+        if not files.path_is(path.exists):
             raise ShapecalcError("case", f"{text!r}: file not found: {src}")
         if _is_hf(path):
             model = load_hf_config(path)
@@ -149,16 +150,8 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
     return Case(files.escape_controls(text), model, workload, frozenset(given))  # the label prints
 
 
-def _is(test: Callable[[], bool]) -> bool:
-    """A path test that says False where the OS cannot even look (a name too long, a NUL)."""
-    try:
-        return test()
-    except (OSError, ValueError):
-        return False
-
-
 def _is_hf(path: Path) -> bool:
-    if _is(path.is_dir):
+    if files.path_is(path.is_dir):
         return True
     if path.suffix.lower() != ".json":
         return False
