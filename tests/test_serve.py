@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -87,9 +88,11 @@ def test_chunks_add_up_to_the_whole_prefill_under_causal_attention(name, counted
 # -- a static batch is fit's ---------------------------------------------------------------------
 
 
-def test_static_batch_reproduces_fit_exactly():
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])  # fp8 weights: W8A8 at the fp8 peak, as fit
+def test_static_batch_reproduces_fit_exactly(dtype):
     B, T, out = 8, 512, 4
     dep = _dep(max_num_seqs=B)
+    dep = replace(dep, wl=dep.wl.model_copy(update={"dtype": dtype}))
     model, wl = dep.model, dep.wl.model_copy(update={"batch": B, "seq": T})
     doc = fit(model, wl, H100, PlanOptions())
     eng, reps, seqs = _run(dep, _fixed(B, T, out), trace=True)

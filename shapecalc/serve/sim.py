@@ -120,7 +120,7 @@ def engine(dep: Deployment) -> Engine:
     if dep.shared_prefix < 0:
         raise ShapecalcError("shared-prefix", f"must be ≥ 0, got {dep.shared_prefix}")
     cf = closed_form_for(dep.model, dep.wl)
-    _, peak = require_peak(dep.gpu, dep.wl.act, dep.opts)
+    _, peak = require_peak(dep.gpu, dep.wl.compute, dep.opts)  # as fit: fp8 weights run W8A8
     blocks = dep.kv_blocks if dep.kv_blocks is not None else kv_blocks(dep, peak)
     if blocks < 1:
         raise ShapecalcError("gpu", f"{dep.model.name} leaves no room for a KV cache on "
