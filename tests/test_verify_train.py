@@ -184,6 +184,10 @@ def test_refusals():
         with pytest.raises(ShapecalcError) as e:
             train_verify(m, WL.model_copy(update=update))
         assert e.value.field == field
+    for layers in (0, m.n_layers + 1):  # K must cover every kind of layer and be at most N
+        with pytest.raises(ShapecalcError) as e:
+            train_verify(m, WL, layers=layers)
+        assert e.value.field == "layers"
 
 
 # -- random configs -------------------------------------------------------------------------------

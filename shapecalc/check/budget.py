@@ -17,6 +17,7 @@ import numpy as np
 from ..interpret import symbolic
 from ..interpret.numeric import PRECISIONS
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
+from ..model.plan import layer_plan
 
 GiB = 1 << 30
 CHUNK = 1 << 26  # bytes of one streamed weight chunk
@@ -119,6 +120,20 @@ def work_seconds(model: ModelConfig, wl: Workload, layers: int, resident: bool =
     return made / VALUES_PER_S + flops / FLOPS_PER_S + RUNS * layers * LAYER_RUN_S
 
 
+def check_layers(model: ModelConfig, layers: int | None) -> None:
+    """K layers, when given: every kind of layer runs once (the first plan.covering() hold every
+    kind) and at most the model's N."""
+    if layers is None:
+        return
+    covering = layer_plan(model).covering()
+    if layers < covering:
+        raise ShapecalcError(
+            "layers", f"K={layers} runs only some kinds of layer; the first "
+            f"{covering} layers hold every kind, so run at least that many")
+    if layers > model.n_layers:
+        raise ShapecalcError("layers", f"K={layers} must be between 1 and N={model.n_layers}")
+
+
 def plan_layers(model: ModelConfig, wl: Workload, layers: int | None, precision: str,
                 budget: int, weights: str = "auto", least: int = 1) -> tuple[int, int, bool]:
     """K layers to run, the memory estimate, and whether the weights stay resident. Resident
@@ -126,8 +141,7 @@ def plan_layers(model: ModelConfig, wl: Workload, layers: int | None, precision:
     not even that fits; a refusal when neither does. Without --layers, K (at least `least`) also
     keeps the run within WORK_BUDGET_S, or the run is refused."""
     N = model.n_layers
-    if layers is not None and not 1 <= layers <= N:
-        raise ShapecalcError("layers", f"K={layers} must be between 1 and N={N}")
+    check_layers(model, layers)
     K = layers
     if K is None:
         fixed = estimate(model, wl, 0, precision)

@@ -187,10 +187,6 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
                              "ep data-parallel replicas); give --tp 1, or check tp and ep apart")
     budget = default_budget() if budget is None else budget
     plan = layer_plan(model)
-    if layers is not None and layers < plan.covering():  # every kind of layer must run once
-        raise ShapecalcError(
-            "layers", f"K={layers} runs only some kinds of layer; the first "
-            f"{plan.covering()} layers hold every kind, so run at least that many")
     K, need, resident = plan_layers(model, wl, layers, precision, budget, weights,
                                     least=plan.covering())
     N, p, B, T = model.n_layers, wl.tp, wl.batch, wl.seq

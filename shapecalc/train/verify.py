@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..check.budget import check_layers
 from ..check.verify import _check, _exact, _expand, _kind_total, compare_stages
 from ..interpret import symbolic
 from ..interpret.caches import ContiguousKV
@@ -139,11 +140,9 @@ def train_verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         raise ShapecalcError("phase", "a training step is a prefill of the whole sequence")
     wl = wl.model_copy(update={"logits": "all"})  # the loss reads every position
     check(model, wl)
+    check_layers(model, layers)
     plan = layer_plan(model)
     K = plan.covering() if layers is None else layers
-    if K < plan.covering():
-        raise ShapecalcError("layers", f"K={K} runs only some kinds of layer; run at least "
-                             f"{plan.covering()}")
     with one_blas_thread():
         return _train_verify(model, wl, K, plan, seed, fd, recompute)
 
