@@ -276,6 +276,11 @@ def test_unicode_digits_are_refused(cli, args, flag, value):
     (["trace", "--preset", "seed-tiny", "--set", "n_layers=٣"], "n_layers"),
     (["fit", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--perf", "layer_overhead_s=１e-5"],
      "perf.layer_overhead_s"),
+    (["train", "--preset", "seed-tiny", "--gpu", "H100-SXM", "--perf", "gemm_efficiency=٠.٥"],
+     "perf.gemm_efficiency"),
+    (["serve", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--prompt", "uniform:1,٣"],
+     "prompt"),
+    (["serve", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--slo", "ttft=１s"], "slo"),
 ])
 def test_unicode_digits_in_values_are_refused(cli, args, field):
     _error(cli, *args, field=field)

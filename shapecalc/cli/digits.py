@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-REASON = "digits must be ASCII 0-9"
+from ..inputs.numbers import ASCII_DIGITS as REASON
 
 
 def _convert(self: Any, value: Any, param: Any, ctx: Any) -> Any:

@@ -122,10 +122,11 @@ def _tokens(text: str | None, gpu: bool) -> int | None:
         return None
     if not gpu:
         raise ShapecalcError("train-tokens", "needs --gpu: the days come from the step time")
-    if not text.isascii():  # int() and float() read ٣ and ３ as 3: the rule of cli/digits.py
-        from .digits import REASON
+    from ..inputs.numbers import ASCII_DIGITS
+    from ..model.record import INT_MAX
 
-        raise ShapecalcError("train-tokens", f"{text!r}: {REASON}")
+    if not text.isascii():  # int() and float() read ٣ and ３ as 3
+        raise ShapecalcError("train-tokens", f"{text!r}: {ASCII_DIGITS}")
     try:
         n = int(text)
     except ValueError:
@@ -136,7 +137,7 @@ def _tokens(text: str | None, gpu: bool) -> int | None:
         if not (x == x and x not in (float("inf"), float("-inf")) and x == int(x)):
             raise ShapecalcError("train-tokens", f"{text!r} is not a whole number") from None
         n = int(x)
-    if not 1 <= n < 2**63:
+    if not 1 <= n <= INT_MAX:
         raise ShapecalcError("train-tokens", f"must be in 1..2⁶³−1, not {text}")
     return n
 

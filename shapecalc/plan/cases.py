@@ -12,8 +12,8 @@ from typing import Any
 from ..costs.closed import ClosedForm
 from ..inputs import files, sources
 from ..inputs.hf import load_hf_config
+from ..inputs.numbers import pos_int
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
-from ..model.record import INT_MAX
 from ..model.suggest import canonical_dtype, did_you_mean, did_you_mean_dtype
 
 WORKLOAD_FIELDS = tuple(Workload.field_info())
@@ -29,19 +29,19 @@ def parse_int_grid(text: str, field: str) -> list[int]:
         if not part:
             raise ShapecalcError(field, f"empty item in {text!r}")
         if ".." not in part:
-            out.append(_pos_int(part, field, text))
+            out.append(pos_int(part, field, text))
             continue
         a, _, rest = part.partition("..")
         mult = step = None
         if "x" in rest:
             rest, _, f = rest.partition("x")
-            mult = _pos_int(f, field, text)
+            mult = pos_int(f, field, text)
             if mult < 2:
                 raise ShapecalcError(field, f"factor x{mult} in {part!r} must be ≥ 2")
         elif "+" in rest:
             rest, _, st = rest.partition("+")
-            step = _pos_int(st, field, text)
-        lo, hi = _pos_int(a, field, text), _pos_int(rest, field, text)
+            step = pos_int(st, field, text)
+        lo, hi = pos_int(a, field, text), pos_int(rest, field, text)
         if hi < lo:
             raise ShapecalcError(field, f"empty range {part!r}: {hi} < {lo}")
         if mult:
@@ -56,22 +56,6 @@ def parse_int_grid(text: str, field: str) -> list[int]:
             out.extend(range(lo, hi + 1, step))
     seen: set[int] = set()
     return [x for x in out if not (x in seen or seen.add(x))]  # type: ignore[func-returns-value]
-
-
-def _pos_int(s: str, field: str, whole: str) -> int:
-    s = s.strip().replace("_", "")
-    try:
-        if not s.isascii():  # int() reads ٣ and ３ as 3
-            raise ValueError
-        v = int(s)
-    except ValueError:
-        raise ShapecalcError(field, f"{s!r} in {whole!r} is not an integer" + (
-            "" if s.isascii() else ": digits must be ASCII 0-9")) from None
-    if v < 1:
-        raise ShapecalcError(field, f"{v} in {whole!r} must be ≥ 1")
-    if v > INT_MAX:
-        raise ShapecalcError(field, f"{v} in {whole!r} must be at most 2⁶³−1 = {INT_MAX}")
-    return v
 
 
 def parse_str_grid(text: str, field: str, allowed: Iterable[str],

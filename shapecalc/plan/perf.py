@@ -27,6 +27,7 @@ from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs.hardware import GPU
+from ..inputs.numbers import parse_number
 from ..model.config import ShapecalcError
 from .memory import step_bytes, step_flops
 from .perf_defaults import PARAMS
@@ -81,12 +82,7 @@ def perf_overrides(sets: list[str] | None) -> tuple[str, ...]:
         if not sep or key.strip() not in NAMES:
             raise ShapecalcError("perf", f"expected NAME=VALUE with NAME one of {', '.join(NAMES)}"
                                  f", got {item!r}")
-        try:
-            if not text.isascii():  # float() reads ١ and １ as 1
-                raise ValueError
-            value = float(text)
-        except ValueError:
-            raise ShapecalcError(f"perf.{key.strip()}", f"{text!r} is not a number") from None
+        value = parse_number(text, f"perf.{key.strip()}")
         check_term(key.strip(), value)
     return tuple(sets or ())
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..inputs.hardware import GPU
+from ..inputs.numbers import parse_number
 from ..model.config import ModelConfig, ShapecalcError, Workload
 from ..plan.cases import closed_form_for
 from ..plan.fit import point
@@ -54,10 +55,7 @@ def parse_slo(text: str | None) -> SLO:
             if v.endswith(unit):
                 v, scale = v[: -len(unit)], k
                 break
-        try:
-            x = float(v) * scale
-        except ValueError:
-            raise ShapecalcError("slo", f"{item!r}: {v!r} is not a time") from None
+        x = parse_number(v, "slo") * scale
         if not (x > 0 and math.isfinite(x)):
             raise ShapecalcError("slo", f"{item!r}: the time must be > 0")
         vals[key + "_s"] = x

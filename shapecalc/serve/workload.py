@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..inputs.numbers import parse_number, pos_int
 from ..model.config import ShapecalcError
 
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
@@ -62,20 +63,17 @@ def parse_lengths(text: str, field: str) -> Lengths:
     kind, sep, rest = t.partition(":")
     try:
         if not sep:
-            v = int(t.replace("_", ""))
-            if v < 1:
-                raise ValueError
-            return Lengths("fixed", v)
+            return Lengths("fixed", pos_int(t, field, str(text)))
         parts = [x.strip() for x in rest.split(",")]
         if len(parts) != 2:
             raise ValueError
         if kind == "uniform":
-            lo, hi = int(parts[0]), int(parts[1])
-            if not 1 <= lo <= hi:
+            lo, hi = (pos_int(x, field, str(text)) for x in parts)
+            if lo > hi:
                 raise ValueError
             return Lengths("uniform", lo, hi)
         if kind == "lognormal":
-            mean, sigma = float(parts[0]), float(parts[1])
+            mean, sigma = (parse_number(x, field) for x in parts)
             if not (mean >= 1 and 0 <= sigma <= 4 and math.isfinite(mean)):
                 raise ValueError
             return Lengths("lognormal", mean, sigma)

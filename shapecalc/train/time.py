@@ -45,6 +45,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..inputs.hardware import GPU
+from ..inputs.numbers import parse_number
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload
 from ..model.parallel import stage_kind_counts
@@ -109,11 +110,7 @@ def perf_for(gpu: GPU, sets: list[str] | None = None) -> TrainPerf:
         if not sep or key not in NAMES:
             raise ShapecalcError("perf", f"expected NAME=VALUE with NAME one of {', '.join(NAMES)}"
                                  f", got {item!r}")
-        try:
-            value = float(text)
-        except ValueError:
-            raise ShapecalcError(f"perf.{key}", f"{text!r} is not a number") from None
-        out = replace(out, **{key: value})
+        out = replace(out, **{key: parse_number(text, f"perf.{key}")})
     return out
 
 

@@ -1,0 +1,37 @@
+"""Numbers typed by hand (grid values, --perf terms, SLO times, lengths): int() and float() read
+any Unicode decimal digit (٣ and ３ as 3), which no one means to type and a terminal shows as
+something else than what runs, so these are ASCII. The flags' own ints and floats: cli/digits.py."""
+
+from __future__ import annotations
+
+from ..model.errors import ShapecalcError
+from ..model.record import INT_MAX
+
+ASCII_DIGITS = "digits must be ASCII 0-9"
+
+
+def parse_number(text: str, field: str) -> float:
+    """A float: ASCII digits only."""
+    if not text.isascii():
+        raise ShapecalcError(field, f"{text!r}: {ASCII_DIGITS}")
+    try:
+        return float(text)
+    except ValueError:
+        raise ShapecalcError(field, f"{text!r} is not a number") from None
+
+
+def pos_int(s: str, field: str, whole: str) -> int:
+    """A count in 1..2⁶³−1 (`_` as a digit separator), part of the value `whole`."""
+    s = s.strip().replace("_", "")
+    try:
+        if not s.isascii():
+            raise ValueError
+        v = int(s)
+    except ValueError:
+        raise ShapecalcError(field, f"{s!r} in {whole!r} is not an integer" + (
+            "" if s.isascii() else f": {ASCII_DIGITS}")) from None
+    if v < 1:
+        raise ShapecalcError(field, f"{v} in {whole!r} must be ≥ 1")
+    if v > INT_MAX:
+        raise ShapecalcError(field, f"{v} in {whole!r} must be at most 2⁶³−1 = {INT_MAX}")
+    return v
