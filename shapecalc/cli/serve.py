@@ -178,9 +178,9 @@ def serve(
                 arrival_rate = rate
             eng = sim.engine(dep)
             with _progress("simulating", len(reqs)) as bar:
-                reps, seqs = sim.run(dep, reqs, concurrency, bar)
-            doc = {**head, "command": "simulate", "kv_blocks_per_replica": eng.info["kv_blocks"],
-                   "kv_tokens_per_replica": eng.info["kv_tokens"],
+                reps, seqs = sim.run(dep, reqs, concurrency, bar, eng=eng)
+            doc = {**head, "command": "simulate", "kv_blocks_per_replica": eng.cfg.num_blocks,
+                   "kv_tokens_per_replica": eng.cfg.num_blocks * eng.cfg.block_size,
                    "perf_terms": eng.cost.pp.as_dict(),
                    **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
     except ShapecalcError as e:

@@ -100,7 +100,6 @@ class Replica:
         self.log: list[tuple[float, float, int, int, int]] = []
         self.durs: list[float] = []  # each iteration's seconds
         self.toks: list[int] = []  # and the decode tokens it emitted (inter-token gaps)
-        self.fast = not trace
         self.gaps: list[float] = []  # inter-token gaps that span a preemption
         self.trace = trace  # keep each iteration's schedule (tests, small runs)
         self.schedule: list[dict[str, object]] = []
@@ -155,7 +154,8 @@ class Replica:
     def advance(self, until: float) -> None:
         """The next iteration, or a fast-forwarded run of decode steps that start before
         `until` (the next arrival)."""
-        if not (self.fast and self.n_dec and not self.prefilling and self._stretch(until)):
+        # a traced run keeps every iteration's schedule: it steps one at a time
+        if self.trace or not (self.n_dec and not self.prefilling and self._stretch(until)):
             self.step()
 
     def _blocked(self) -> bool:

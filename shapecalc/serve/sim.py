@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..inputs.hardware import GPU
@@ -89,7 +89,6 @@ class Deployment:
 class Engine:
     cost: IterationCost
     cfg: SchedulerConfig
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 def kv_blocks(dep: Deployment, peak: float) -> int:
@@ -125,8 +124,7 @@ def engine(dep: Deployment) -> Engine:
                              f"{dep.gpu.name} at tp={dep.wl.tp}, pp={dep.wl.pp}")
     cost = IterationCost(cf, dep.gpu, perf_params(dep.gpu, dep.opts.perf), dep.wl, peak)
     cfg = SchedulerConfig(dep.max_num_seqs, mbt, dep.wl.block_size, blocks, dep.shared_prefix)
-    return Engine(cost, cfg, {"kv_blocks": blocks, "kv_tokens": blocks * dep.wl.block_size,
-                              "peak_flops": peak})
+    return Engine(cost, cfg)
 
 
 def check_requests(dep: Deployment, eng: Engine, reqs: list[Request]) -> None:
@@ -172,7 +170,6 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
             nxt += 1
 
     reps = [Replica(eng.cost, eng.cfg, on_finish, trace) for _ in range(dep.replicas)]
-    arrival = [r.arrival for r in reqs]
     ready: list[tuple[float, int]] = []  # (clock, index) of busy replicas; stale entries skipped
     k = steps = 0
     while True:
@@ -196,7 +193,6 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
             break
         t, i = heapq.heappop(pending)
         req = reqs[i] if concurrency is None else replace(reqs[i], arrival=t)
-        arrival[i] = t
         if dep.router == "round-robin":
             idx = k % len(reps)
         else:
@@ -208,9 +204,6 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
             heapq.heappush(ready, (reps[idx].clock, idx))
     out = [s for s in seqs if s is not None]
     assert len(out) == n and all(s.finish >= 0 for s in out)
-    if concurrency is not None:
-        for s in out:  # the arrival the loop gave it
-            s.req = replace(s.req, arrival=arrival[s.req.id])
     if progress is not None:
         progress(n, n)
     return reps, out

@@ -52,11 +52,6 @@ class Lengths:
     def mean(self) -> float:
         return (self.a + self.b) / 2 if self.kind == "uniform" else self.a
 
-    @property
-    def largest(self) -> int | None:
-        """The longest length it can draw (None: unbounded)."""
-        return {"fixed": int(self.a), "uniform": int(self.b)}.get(self.kind)
-
 
 def parse_lengths(text: str, field: str) -> Lengths:
     t = str(text).strip().lower()
