@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
+from ..model.config import ModelConfig, Workload, ceil_div
 from ..model.expr import Expr, expr_of, formula
 from ..model.plan import layer_plan
-from .backward import by_kind
+from .backward import by_kind, check_recompute
 from .saved import (
     CONVENTION,
     MEASURED,
-    RECOMPUTE,
     Dims,
     Saved,
     dim_factors,
@@ -94,8 +93,7 @@ def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
     outside the layers), `head_bytes` (of which the head and loss), `held_bytes`,
     `resident_bytes`, `peak_bytes`, `params_saved` (parameters the backward reads: listed, never
     counted)."""
-    if recompute not in RECOMPUTE:
-        raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
+    check_recompute(recompute)
     every = saved_tensors(model, wl, attention, tp)
     acts = [t for t in every if not t.param]
     kinds = by_kind(acts)

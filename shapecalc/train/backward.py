@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from ..model.errors import ShapecalcError
 from ..model.expr import Dim, Expr, Formula, expr_of, formula
 from ..model.stage import Stage
 
@@ -48,6 +49,11 @@ SELECTIVE_ROLES = ("attn.scores", "attn.scale", "attn.softcap", "attn.alibi", "a
 PASS_OPS = ("add", "allreduce", "scale", "reshape", "transpose")
 
 RECOMPUTE = ("none", "selective", "full", "torch")
+
+
+def check_recompute(how: str) -> None:
+    if how not in RECOMPUTE:
+        raise ShapecalcError("recompute", f"unknown {how!r}; known: {', '.join(RECOMPUTE)}")
 # stages computed from no parameter (token ids, RoPE's angles from positions): no backward
 NO_GRAD_ROLES = ("input.ids", "rope.angles")
 

@@ -105,22 +105,17 @@ def dp_ledger(dense: int, experts: int, precision: str, zero: int, dp: int, ep: 
     dp/ep ranks."""
     per = {x.name: x.bytes_per_param for x in PRECISIONS[precision]}
 
-    def ring(term: str) -> int:  # one reduce-scatter or all-gather of a term, ring over dp
-        out = 0
-        for n, g in ((dense, dp), (experts, dp // ep)):
-            out += (g - 1) * ceil_div(n * per[term], g) if g > 1 else 0
-        return out
+    def one(term: str) -> int:  # one reduce-scatter or all-gather of a term's bytes
+        return ring(dense * per[term], dp, 1) + ring(experts * per[term], dp // ep, 1)
 
-    grads, weights = "gradients", "weights"
-
+    grads, weights = one("gradients"), one("weights")
     if zero == 0:
-        parts = {"gradient_allreduce": 2 * ring(grads)}  # a reduce-scatter, then an all-gather
+        parts = {"gradient_allreduce": 2 * grads}  # a reduce-scatter, then an all-gather
     elif zero in (1, 2):
-        parts = {"gradient_reduce_scatter": ring(grads), "weight_allgather": ring(weights)}
+        parts = {"gradient_reduce_scatter": grads, "weight_allgather": weights}
     else:
-        parts = {"gradient_reduce_scatter": ring(grads),
-                 "weight_allgather_forward": ring(weights),
-                 "weight_allgather_backward": ring(weights)}
+        parts = {"gradient_reduce_scatter": grads, "weight_allgather_forward": weights,
+                 "weight_allgather_backward": weights}
     return {"degree": dp, "zero": zero, "bytes_per_step": sum(parts.values()), **parts,
             "note": "ring collectives over dp ranks, ⌈size/dp⌉ chunks"
             + ("; the routed experts' over their dp/ep ranks" if ep > 1 else "")}

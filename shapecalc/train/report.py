@@ -1,4 +1,4 @@
-"""The `train` report (plain data; its dict is the `--json` contract, keys in TRAIN_KEYS): one
+"""The `train` report (plain data; its dict is the `--json` contract, its keys in README): one
 training step's FLOPs (forward, backward, recompute, beside the 6·N·tokens and 6·N + 12·L·D·T
 approximations), per-rank memory by term, the batch arithmetic, and each parallelism's ledger.
 
@@ -23,7 +23,7 @@ from .activations import (
     pipeline_activations,
     saved_bytes,
 )
-from .backward import RECOMPUTE, backward_stages, step_flops
+from .backward import backward_stages, check_recompute, step_flops
 from .ledgers import cp_ledger, dp_ledger, ep_ledger, tp_ledger
 from .memory import PRECISIONS, ZERO_SHARDED, check_training, model_state, rank_params
 from .time import TrainPerf, rates, step_time
@@ -75,8 +75,7 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                 virtual: int = 1, attention: str = "flash", gpu: Any = None,
                 perf: TrainPerf | None = None, train_tokens: int | None = None
                 ) -> dict[str, Any]:
-    if recompute not in RECOMPUTE:
-        raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
+    check_recompute(recompute)
     check_training(model, precision, zero, dp, wl.ep)
     check_parallel(model, wl, cp, virtual)
     if wl.phase != "prefill" or wl.logits != "all":

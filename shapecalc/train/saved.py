@@ -63,7 +63,6 @@ from ..model.stage import Stage
 CONVENTION = "autograd, transformers eager"
 MEASURED = ("llama", "qwen2", "mixtral", "gpt2")
 ATTENTION = ("eager", "flash")
-RECOMPUTE = ("none", "selective", "full", "torch")
 # norms of the residual stream (their input is the stream, their output what the next linears
 # read), and the linear layers that read it
 STREAM_NORMS = ("attn.norm", "ffn.norm", "head.norm", "embed.norm")

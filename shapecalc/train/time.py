@@ -47,18 +47,18 @@ from typing import Any
 from ..inputs.hardware import GPU
 from ..inputs.numbers import parse_number
 from ..interpret.symbolic import stages as symbolic_stages
-from ..model.config import ModelConfig, ShapecalcError, Workload
+from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.parallel import stage_kind_counts
 from ..model.plan import layer_plan
 from ..model.stage import ATTN_SCORE_ROLES, FLASH_SKIP_ROLES, Stage
 from ..plan.perf_defaults import PARAMS
 from .backward import NO_GRAD_ROLES, BackwardStage, backward_stages, recompute_stages
 from .ledgers import cp_ledger, tp_ledger
+from .saved import ATTENTION
 
 GPUS_PER_NODE = 8  # an HGX/DGX node: NVLink inside, the network between nodes
 BUCKET_PARAMS = 40_000_000  # Megatron DDP's gradient bucket: the last one cannot overlap
 SECONDS_PER_DAY = 86_400
-ATTENTION_KERNELS = ("flash", "eager")
 
 
 # (gemm_efficiency, attention_efficiency) fitted per GPU on tests/data/train_mfu.json, each the
@@ -184,8 +184,8 @@ def step_time(model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp
               act_width: int, stage_params: list[int], dp_bytes: list[int],
               ep_bytes_per_layer: int) -> dict[str, Any]:
     """The expected seconds of one step and its terms (see the module's doc)."""
-    if attention not in ATTENTION_KERNELS:
-        raise ShapecalcError("attention", f"unknown {attention!r}; known: flash, eager")
+    if attention not in ATTENTION:
+        raise ShapecalcError("attention", f"unknown {attention!r}; known: {', '.join(ATTENTION)}")
     peak = gpu.peak(wl.compute)
     if peak is None:
         raise ShapecalcError("gpu", f"{gpu.name} has no {wl.compute} peak")
@@ -276,6 +276,6 @@ def rates(step_s: float, gpus: int, peak: float, model_flops: int, hardware_flop
         "train_tokens": train_tokens, "steps": None, "days": None, "gpu_hours": None}
     if train_tokens is not None:
         seconds = train_tokens / tps
-        out.update(steps=-(-train_tokens // tokens_per_step), days=seconds / SECONDS_PER_DAY,
+        out.update(steps=ceil_div(train_tokens, tokens_per_step), days=seconds / SECONDS_PER_DAY,
                    gpu_hours=seconds * gpus / 3600)
     return out

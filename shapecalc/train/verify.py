@@ -43,9 +43,9 @@ from ..model.plan import layer_plan
 from ..model.stage import Stage
 from .backward import (
     EW_BACKWARD,
-    RECOMPUTE,
     SELECTIVE_ROLES,
     backward_stages,
+    check_recompute,
     recompute_stages,
     step_flops,
     torch_skipped,
@@ -126,8 +126,7 @@ def train_verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
                  fd: bool = True, recompute: str = "none") -> dict[str, Any]:
     """Every check of the executed backward (see the module doc) on `model` as given: callers
     narrow it first (the CLI does)."""
-    if recompute not in RECOMPUTE:
-        raise ShapecalcError("recompute", f"unknown {recompute!r}; known: {', '.join(RECOMPUTE)}")
+    check_recompute(recompute)
     if wl.attention_flops != "full":
         raise ShapecalcError("attention_flops", "verify --train runs eager attention: the "
                              "backward's matmuls are full [T,T] ones; give --attention-flops full")
