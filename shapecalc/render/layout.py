@@ -10,7 +10,7 @@ a line that cannot hold one is left longer than the console.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich import box
@@ -180,25 +180,26 @@ def kv_panel(console: Console, title: str, rows: Sequence[tuple[Cell, Cell, Cell
             rest += Text("  ") + (note if isinstance(note, Text) else Text(note, style="dim"))
         if rest.plain:
             out.append(Text("    ") + rest)
-    return _Lines(out)
 
-
-class _Lines:
-    """Lines printed one by one through `line` (numbers kept whole)."""
-
-    def __init__(self, lines: list[Text]) -> None:
-        self.lines = lines
-
-    def print(self, console: Console) -> None:
-        for t in self.lines:
+    def lines() -> None:
+        for t in out:
             line(console, t)
+
+    return Deferred(lines)
+
+
+class Deferred:
+    """Output that `show` makes by calling a function (lines through `line`, records)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
 
 
 def show(console: Console, *items: Any) -> None:
-    """Print renderables and _Lines alike."""
+    """Print renderables and Deferred output alike."""
     for it in items:
-        if hasattr(it, "print") and not hasattr(it, "__rich_console__"):
-            it.print(console)
+        if isinstance(it, Deferred):
+            it.fn()
         else:
             console.print(it)
 
@@ -213,19 +214,12 @@ def table_or_records(console: Console, table: Table, width: int | None = None) -
     rows = [[Text.from_markup(c) if isinstance(c, str) else c for c in r]
             for r in zip(*(list(c.cells) for c in table.columns), strict=True)]
     title = str(table.title) if table.title else None
-    return _Deferred(lambda: records(console, header, rows, 1, title))
-
-
-class _Deferred:
-    """Output that `show` makes by calling a function (records, lines)."""
-
-    def __init__(self, fn: Any) -> None:
-        self.print = lambda console: fn()
+    return Deferred(lambda: records(console, header, rows, 1, title))
 
 
 class KVRows:
-    """The rows of a `label  value  note` panel (trace's totals and parallelism): with a console,
-    laid out for its width by kv_panel; without, the panel as it always was (for exports)."""
+    """The rows of a `label  value  note` panel (trace's totals and parallelism), laid out for
+    the console's width by kv_panel."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[Cell, Cell, Cell]] = []
@@ -233,16 +227,8 @@ class KVRows:
     def add_row(self, label: Cell, value: Cell, note: Cell = "") -> None:
         self.rows.append((label, value, note))
 
-    def panel(self, title: str, console: Console | None) -> Any:
-        if console is not None:
-            return kv_panel(console, title, self.rows)
-        t = Table.grid(padding=(0, 2))
-        t.add_column(style="bold", no_wrap=True)
-        t.add_column(justify="right")
-        t.add_column(style="dim")
-        for r in self.rows:
-            t.add_row(*(_text(c) for c in r))
-        return Panel(t, title=Text(title), title_align="left", expand=False)
+    def panel(self, title: str, console: Console) -> Any:
+        return kv_panel(console, title, self.rows)
 
 
 def wrap_plain(lines: Sequence[str], width: int) -> list[str]:

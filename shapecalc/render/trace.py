@@ -146,7 +146,7 @@ def print_stages(console: Console, stages: list[dict[str, Any]], title: str,
     records(console, header, rows, 1, title)
 
 
-def totals_panel(doc: dict[str, Any], console: Console | None = None) -> Any:
+def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     """The totals as a panel (with a console: laid out for its width, layout.kv_panel)."""
     tot = doc["totals"]
     pb = tot["params_breakdown"]
@@ -220,7 +220,7 @@ def totals_panel(doc: dict[str, Any], console: Console | None = None) -> Any:
     return t.panel("totals", console)
 
 
-def parallel_panel(doc: dict[str, Any], console: Console | None = None) -> Any:
+def parallel_panel(doc: dict[str, Any], console: Console) -> Any:
     tp, pp = doc["parallel"]["tp"], doc["parallel"]["pp"]
     t = KVRows()
     p = tp["degree"]
@@ -379,7 +379,7 @@ def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True,
     """Bars of where the matmul FLOPs, the parameters and (with `memory`) one device's memory
     go. With a console, the bars shrink to fit its width (and go below 8 cells)."""
     if console is not None:
-        from .layout import _Deferred, line, width_of
+        from .layout import Deferred, line, width_of
 
         t = breakdown_chart(doc, width, memory)
         spare = console.width - width_of(console, t)
@@ -394,7 +394,7 @@ def breakdown_chart(doc: dict[str, Any], width: int = 40, memory: bool = True,
                 if value:
                     line(console, f"{value}  {share.replace(' ', '')}", 4)
 
-        return _Deferred(lines)
+        return Deferred(lines)
     t = Table.grid(padding=(0, 2))
     for _ in range(4):
         t.add_column()
