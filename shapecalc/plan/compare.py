@@ -19,7 +19,7 @@ from ..model.parallel import (
     kv_groups,
     pp_layers,
     stage_group_layers,
-    stage_sums,
+    stage_params,
 )
 from ..model.plan import layer_plan
 from .cases import Case, case_fields, closed_form_for, valid
@@ -77,9 +77,9 @@ def compare(
     out = []
     for label, case, wl in columns:
         model = case.model
-        doc = build_trace(model, wl)
-        pre = doc if wl.phase == "prefill" else build_trace(
-            model, wl.model_copy(update={"phase": "prefill"}))
+        # the prefill trace with one rank's stages: the per-stage prefill FLOPs are summed off it
+        pre = build_trace(model, wl.model_copy(update={"phase": "prefill"}), per_rank=True)
+        doc = pre if wl.phase == "prefill" else build_trace(model, wl)
         dec_wl = wl.model_copy(update={"phase": "decode"})
         dec = doc if wl.phase == "decode" else (
             build_trace(model, dec_wl) if valid(model, dec_wl) else None)
@@ -101,7 +101,7 @@ def compare(
             "decode_flops_per_token": None,
             "decode_bytes_read_per_rank": None,
             "decode_arithmetic_intensity": None,
-            **stage_rows(model, wl),
+            **stage_rows(model, wl, pre.get("rank_stages", pre["stages"])),
         }
         if dec is not None:
             dtp = dec["parallel"]["tp"]
@@ -129,7 +129,7 @@ def compare(
     return out
 
 
-def stage_rows(model: Any, wl: Workload) -> dict[str, Any]:
+def stage_rows(model: Any, wl: Workload, rank_stages: list[dict[str, Any]]) -> dict[str, Any]:
     """The per-rank rows of one GPU of the fullest pipeline stage (the one `fit` sizes, so that
     weights + KV cache here add up to fit's memory per rank): its weights and paged KV cache
     (memory.stage_bytes), a token's KV over the largest stage's layers (as fit), and one
@@ -150,21 +150,17 @@ def stage_rows(model: Any, wl: Workload) -> dict[str, Any]:
         "stage_kv_cache_bytes_per_token_per_rank": kv_bytes_per_token(
             model, wl.kv, wl.tp, max(pp_layers(model.n_layers, wl.pp)), wl.mla),
         "stage_kv_cache_bytes_per_sequence_per_rank": seq,
-        "stage_prefill_flops_per_rank": stage_prefill_flops(model, wl)[i],
+        "stage_prefill_flops_per_rank": stage_prefill_flops(model, wl, rank_stages)[i],
     }
 
 
-def stage_prefill_flops(model: Any, wl: Workload) -> list[int]:
-    """One rank's prefill matmul FLOPs on each pipeline stage: its layers (each kind's layer
-    once, times the layers of that kind it holds), the embedding group on the first stage and
-    the head group on the last, as the parameters are placed. They add up to the trace's
-    parallel.tp.flops_per_rank."""
-    from ..interpret.symbolic import stages as symbolic_stages
-
-    st = symbolic_stages(model, wl.model_copy(update={"phase": "prefill"}), wl.tp)
+def stage_prefill_flops(model: Any, wl: Workload, st: list[dict[str, Any]]) -> list[int]:
+    """One rank's prefill matmul FLOPs on each pipeline stage, from the prefill trace's stages of
+    one rank (`st`): its layers (each kind's layer once, times the layers of that kind it holds),
+    the embedding group on the first stage and the head group on the last, as the parameters are
+    placed (parallel.stage_params). They add up to the trace's parallel.tp.flops_per_rank."""
     plan = layer_plan(model)
-    per_layer = [sum(s.flops for s in st if s.kind == k) for k in range(len(plan.kinds))]
-    out = stage_sums(plan, wl.pp, per_layer)
-    out[0] += sum(s.flops * s.repeat for s in st if s.group == "embedding")
-    out[-1] += sum(s.flops * s.repeat for s in st if s.group == "head")
-    return out
+    per_layer = [sum(s["flops"] for s in st if s["kind"] == k) for k in range(len(plan.kinds))]
+    group = {g: sum(s["flops"] * s["repeat"] for s in st if s["group"] == g)
+             for g in ("embedding", "head")}
+    return stage_params(plan, wl.pp, per_layer, group["embedding"], group["head"], 0, False)
