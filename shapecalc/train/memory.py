@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
-from ..model.parallel import stage_sums
+from ..model.parallel import ep_rank_expert_params, stage_params, stage_sums
 from ..model.plan import layer_plan
 from ..model.stage import EXPERT_ROLES, Stage
 
@@ -72,16 +72,17 @@ def rank_params(model: ModelConfig, wl: Workload, full: list[Stage], rank: list[
     plan = layer_plan(model)
     kinds = range(len(plan.kinds))
     s = wl.pp
-    dense = stage_sums(plan, s, [_per_layer(rank, k, False) for k in kinds])
-    dense[0] += sum(x.params for x in rank if x.group == "embedding")
-    dense[-1] += sum(x.params for x in rank if x.group == "head")
-    if model.tie_embeddings and s > 1:
-        dense[-1] += sum(x.params for x in rank if x.role == "embed")
-    if wl.ep > 1:  # whole experts: E/ep of them, each of full width
-        experts = [e // wl.ep for e in stage_sums(plan, s, [_per_layer(full, k, True)
-                                                             for k in kinds])]
-    else:  # each expert's Dff_e/tp slice
-        experts = stage_sums(plan, s, [_per_layer(rank, k, True) for k in kinds])
+
+    def group(pred: Any) -> int:
+        return sum(x.params for x in rank if pred(x))
+
+    dense = stage_params(plan, s, [_per_layer(rank, k, False) for k in kinds],
+                         group(lambda x: x.group == "embedding"),
+                         group(lambda x: x.group == "head"),
+                         group(lambda x: x.role == "embed"), model.tie_embeddings)
+    slices = stage_sums(plan, s, [_per_layer(rank, k, True) for k in kinds])  # Dff_e/tp each
+    whole = stage_sums(plan, s, [_per_layer(full, k, True) for k in kinds]) if wl.ep > 1 else slices
+    experts = [ep_rank_expert_params(sl, wh, wl.ep) for sl, wh in zip(slices, whole, strict=True)]
     return list(zip(dense, experts, strict=True))
 
 
