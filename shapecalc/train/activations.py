@@ -80,11 +80,13 @@ def _extra(name: str, dims: Dims, dtype: str, saved: bool = False) -> dict[str, 
 
 def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
                 attention: str = "eager", *, tp: int = 1, layers: range | None = None,
-                first: bool = True, last: bool = True) -> dict[str, Any]:
+                first: bool = True, last: bool = True,
+                every: list[Saved] | None = None) -> dict[str, Any]:
     """The activation memory of one micro-batch (B sequences of T tokens) on one rank: resident
     and peak bytes under `recompute`, per stage and tensor by tensor. By default the rank holds
     every layer, the embedding and the head; a pipeline stage passes its `layers` (indices) and
-    whether it is the `first` (embedding, RoPE tables) or the `last` (final norm, LM head, loss).
+    whether it is the `first` (embedding, RoPE tables) or the `last` (final norm, LM head, loss);
+    `every` is saved_tensors' walk when the caller has it (it does not depend on the stage).
 
     Returns: convention, attention, recompute, dtype, tp; `tensors` (each kept tensor, per
     occurrence of its stage, × repeat), `held` (torch: the checkpoint's closure), `per_stage`
@@ -94,7 +96,8 @@ def saved_bytes(model: ModelConfig, wl: Workload, recompute: str = "none",
     `resident_bytes`, `peak_bytes`, `params_saved` (parameters the backward reads: listed, never
     counted)."""
     check_recompute(recompute)
-    every = saved_tensors(model, wl, attention, tp)
+    if every is None:  # the walk of the whole model (a pipeline stage's caller walks it once)
+        every = saved_tensors(model, wl, attention, tp)
     acts = [t for t in every if not t.param]
     kinds = by_kind(acts)
     none_layer = {k: _sum(ts) for k, ts in kinds.items()}
@@ -162,10 +165,11 @@ def pipeline_activations(model: ModelConfig, wl: Workload, recompute: str, atten
     """saved_bytes of one micro-batch on each pipeline stage (holding `stage_layers[i]`
     consecutive layers; the first holds the embedding, the last the head and the loss)."""
     out, start = [], 0
+    every = saved_tensors(model, wl, attention, tp)
     for i, n in enumerate(stage_layers):
         out.append(saved_bytes(model, wl, recompute, attention, tp=tp,
                                layers=range(start, start + n), first=i == 0,
-                               last=i == len(stage_layers) - 1))
+                               last=i == len(stage_layers) - 1, every=every))
         start += n
     return out
 
