@@ -143,18 +143,18 @@ def compare(
         axes = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
         apply_mode(mode, base, axes)
         columns = expand_cases(parsed, base, axes)
-        items = plan_compare(columns, hw, opts, logits_set=logits is not None)
         check_outputs("--chart's bars" if chart else None, output=output, svg=svg, html=html,
                       plot=plot)
+        from .chart import prepare
+
+        y = prepare(chart, chart_y, plot, fmt, output, hw is not None)
+        items = plan_compare(columns, hw, opts, logits_set=logits is not None)
         note = None if seq is not None or any("seq" in c.workload for c in parsed) else (
             "T: default min(2048, max_positions) of each model")
         drawn = None
-        if chart or plot:
-            from ..render.chart import compare_points, make_chart, quantity
-            from .chart import check
+        if y is not None:
+            from ..render.chart import compare_points, make_chart
 
-            check(chart, plot, fmt, output)
-            y = quantity(chart_y, hw is not None)
             drawn = make_chart(compare_points(items, y), y)
         _emit_compare(items, fmt, output, svg, html, ratio, note)
         from .chart import emit
@@ -385,12 +385,10 @@ def sweep(
         apply_mode(mode, fixed, given)
         check_outputs("--chart's bars" if chart else None, output=output, svg=svg, html=html,
                       plot=plot)
-        from .chart import check, emit
+        from .chart import emit, prepare
 
-        if chart or plot:
-            check(chart, plot, fmt, output)
-        drawn = run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html,
-                    (chart or bool(plot), chart_y))  # streams the rows
+        y = prepare(chart, chart_y, plot, fmt, output, hw is not None)
+        drawn = run(parsed, given, phases, fixed, hw, opts, fmt, output, svg, html, y)  # streams
         emit(drawn, chart, plot, output)
     except ShapecalcError as e:
         fail(e)

@@ -17,16 +17,16 @@ import typer
 def run(parsed: list[Any], given: dict[str, list[Any]], phases: list[str] | None,
         fixed: dict[str, Any], hw: Any, opts: Any, fmt: str, output: str | None,
         svg: str | None, html: str | None,
-        chart: tuple[bool, str | None] = (False, None)) -> Any:
-    """Write the rows; with chart[0], return the chart (render/chart.py) of chart[1] over them,
-    made before anything is written (so that a bad chart writes nothing)."""
+        y: str | None = None) -> Any:
+    """Write the rows; with a charted quantity `y`, return the chart (render/chart.py) of it over
+    them, made before anything is written (so that a bad chart writes nothing)."""
     from ..model.config import ShapecalcError
     from ..plan.sweep import MAX_TABLE_ROWS, skipped_notes, sweep_grids
 
     gs = sweep_grids(parsed, given, phases, fixed, hw, opts)
     said = skipped_notes(gs)
     rows = sum(g.rows for g in gs)
-    if (fmt == "table" or svg or html or chart[0]) and rows > MAX_TABLE_ROWS:
+    if (fmt == "table" or svg or html or y) and rows > MAX_TABLE_ROWS:
         raise ShapecalcError("grid", f"{rows:,} rows, more than the {MAX_TABLE_ROWS:,} a table "
                              "or chart holds: write --format csv or jsonl (without --svg/--html/"
                              "--chart/--plot)")
@@ -35,10 +35,9 @@ def run(parsed: list[Any], given: dict[str, list[Any]], phases: list[str] | None
                  for c, g in zip(parsed, gs, strict=True)
                  if "seq" not in c.workload and g.axes_seq != 2048]
     drawn = None
-    if chart[0]:
-        from ..render.chart import make_chart, quantity, sweep_points
+    if y is not None:
+        from ..render.chart import make_chart, sweep_points
 
-        y = quantity(chart[1], hw is not None)
         drawn = make_chart(sweep_points(list(_chunks(gs)), y), y)
     for note in said:
         typer.echo(f"note: {note}", err=True)
