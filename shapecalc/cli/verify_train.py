@@ -25,12 +25,7 @@ def run_train(model: ModelConfig, wl: Workload, *, layers: int | None, seed: int
 
 
 def print_train(doc: dict[str, Any]) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
-
-    from ..render.console import make_console
-    from ..render.layout import show, table_or_records
+    from .verify import print_checks
 
     def _fmt(x: Any) -> str:
         return f"{x:,}" if isinstance(x, int) else str(x)
@@ -40,18 +35,9 @@ def print_train(doc: dict[str, Any]) -> None:
              f"K={doc['layers_run']} layers, float64, narrowed: D={m['d_model']} "
              f"Dff={m['d_ff']} N_vocab={m['vocab_size']}; recompute {doc['recompute']}; "
              f"loss {doc['loss']:.6g}")
-    table = Table(title=Text(title, style="table.title"), title_justify="left")  # not markup
-    for col, just in (("check", "left"), ("symbolic", "right"), ("measured", "right"),
-                      ("", "center")):
-        table.add_column(col, justify=just, no_wrap=col != "check")  # type: ignore[arg-type]
-    for c in doc["checks"]:
-        sym = f"≤ {c['tolerance']:.0e}" if "tolerance" in c else _fmt(c["symbolic"])
-        meas = f"{c['measured']:.2e}" if "tolerance" in c else _fmt(c["measured"])
-        name = escape(c["name"])
-        if not c["ok"] and "detail" in c:
-            name += f"\n[red]{escape(c['detail'])}[/]"
-        table.add_row(name, sym, meas, "[green]pass[/]" if c["ok"] else "[bold red]FAIL[/]")
-    out = make_console()
-    show(out, table_or_records(out, table))  # too narrow: one record a check, numbers whole
-    bad = sum(not c["ok"] for c in doc["checks"])
-    out.print("[green]all checks pass[/]" if not bad else f"[bold red]{bad} check(s) failed[/]")
+    def cells(c: dict[str, Any]) -> tuple[str, str]:
+        if "tolerance" in c:
+            return f"≤ {c['tolerance']:.0e}", f"{c['measured']:.2e}"
+        return _fmt(c["symbolic"]), _fmt(c["measured"])
+
+    print_checks(title, doc["checks"], cells)
