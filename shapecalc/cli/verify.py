@@ -5,7 +5,6 @@ numpy and rich are imported inside the commands, so each loads only what it need
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -84,38 +83,6 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
-def print_checks(title: str, checks: list[dict[str, Any]],
-                 cells: Callable[[dict[str, Any]], tuple[str, str]],
-                 note: str | None = None) -> None:
-    """verify's and verify --train's table: each check, its (symbolic, measured) `cells` and a
-    mark; one record a check when the console is too narrow; the `note`, then the verdict."""
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
-
-    from ..render.console import make_console
-    from ..render.layout import show, table_or_records
-
-    table = Table(title=Text(title, style="table.title"), title_justify="left")  # not markup
-    table.add_column("check")
-    table.add_column("symbolic", justify="right", no_wrap=True)
-    table.add_column("measured", justify="right", no_wrap=True)
-    table.add_column("", justify="center", no_wrap=True)
-    for c in checks:
-        mark = ("[yellow]skip[/]" if c.get("skipped") else "[cyan]info[/]" if c.get("report")
-                else "[green]pass[/]" if c["ok"] else "[bold red]FAIL[/]")
-        name = escape(c["name"])
-        if not c["ok"] and "detail" in c:
-            name += f"\n[red]{escape(c['detail'])}[/]"
-        table.add_row(name, *cells(c), mark)
-    out = make_console()
-    show(out, table_or_records(out, table))  # too narrow: one record a check, numbers whole
-    bad = sum(not c["ok"] for c in checks)
-    if note is not None:
-        out.print(note, markup=False)
-    out.print("[green]all checks pass[/]" if not bad else f"[bold red]{bad} check(s) failed[/]")
-
-
 def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
     wl = doc["workload"]
     title = (f"verify {doc['model']}: B={wl['batch']} {seq_note or 'T=' + str(wl['seq'])} "
@@ -125,6 +92,8 @@ def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
     def cells(c: dict[str, Any]) -> tuple[str, str]:
         sym = f"0 (± {c['tolerance']:.1e})" if "tolerance" in c else _fmt(c["symbolic"])
         return sym, _fmt(c["measured"])
+
+    from ..render.checks import print_checks
 
     print_checks(title, doc["checks"], cells,
                  f"{doc['note']}. Memory estimate {doc['memory_estimate_bytes'] / 2**30:.2f} GiB "

@@ -25,7 +25,7 @@ def run_train(model: ModelConfig, wl: Workload, *, layers: int | None, seed: int
 
 
 def print_train(doc: dict[str, Any]) -> None:
-    from .verify import print_checks
+    from ..render.checks import print_checks
 
     def _fmt(x: Any) -> str:
         return f"{x:,}" if isinstance(x, int) else str(x)
