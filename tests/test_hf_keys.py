@@ -1,6 +1,6 @@
-"""No silent guesses: each Hugging Face reader reads exactly the keys hf_keys.READS declares, and a
-config key that changes shapes or costs, and that the family's reader does not read, is refused
-in one line naming the key (hf_keys.audit)."""
+"""No silent guesses: each family entry reads exactly the keys its mechanisms declare
+(hf_families.READS), and a config key that changes shapes or costs, and that the entry does not
+read, is refused in one line naming the key (hf_keys.audit)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from shapecalc.inputs import hf_keys
 from shapecalc.inputs.hf import _HF, SUPPORTED, load_hf_config, read_family
+from shapecalc.inputs.hf_families import FAMILIES, READS
 from shapecalc.model.config import ShapecalcError
 
 DATA = Path(__file__).parent / "data"
@@ -60,18 +61,18 @@ def test_every_stored_config_imports_and_reads_only_declared_keys(name, tmp_path
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     load_hf_config(p)  # the audit passes: nothing shape-changing is left unread
-    assert _read(cfg) <= hf_keys.READS[cfg["model_type"]]
+    assert _read(cfg) <= READS[cfg["model_type"]]
 
 
 def test_reads_declares_exactly_what_the_readers_read():
     """READS is no wider than the readers: every declared key is read by some stored config (or
     by it with its family's feature switched on), so no key is let through unread."""
-    assert set(SUPPORTED) <= set(hf_keys.READS)
+    assert set(SUPPORTED) <= set(READS)
     read: dict[str, set[str]] = defaultdict(set)
     for cfg in ALL.values():
         mt = cfg["model_type"]
         read[mt] |= _read(cfg) | _read({**cfg, **SWITCH_ON.get(mt, {})})
-    assert {mt: set(keys) for mt, keys in hf_keys.READS.items()} == dict(read)
+    assert {mt: set(keys) for mt, keys in READS.items()} == dict(read)
 
 
 def _probe(key: str, spec: hf_keys.Key) -> dict:
@@ -95,7 +96,7 @@ def _probe(key: str, spec: hf_keys.Key) -> dict:
 def test_each_unread_shape_key_is_refused_naming_it(mt):
     """SHAPE_KEYS × families: a value that changes something, in a key the reader does not read,
     is refused naming that key (or the switch that turns it on), in one line."""
-    base, reads = BASE[mt], hf_keys.READS[mt] | hf_keys.IGNORED.get(mt, frozenset())
+    base, reads = BASE[mt], READS[mt] | FAMILIES[mt].ignored
     unread = [k for k in hf_keys.SHAPE_KEYS if k not in reads]
     assert len(unread) > 40  # the list is long for every family
     for key in unread:
@@ -114,7 +115,7 @@ def test_each_unread_shape_key_is_refused_naming_it(mt):
 def test_neutral_values_are_accepted_and_change_nothing(mt):
     base = BASE[mt]
     want = read_family(_HF(base), mt)
-    reads = hf_keys.READS[mt]
+    reads = READS[mt]
     for key, spec in hf_keys.SHAPE_KEYS.items():
         if key in reads or "." in key:
             continue

@@ -1,55 +1,50 @@
-"""Hugging Face readers for BLOOM, MPT (ALiBi), GPT-BigCode (StarCoder 1, SantaCoder: MQA with a
-fused c_attn) and StarCoder2 (sliding window, biases, LayerNorm, a plain GELU MLP).
+"""The layouts, each one mechanism, of BLOOM, MPT (ALiBi), GPT-BigCode (StarCoder 1, SantaCoder: MQA
+with a fused c_attn) and StarCoder2 (sliding window, biases, LayerNorm, a plain GELU MLP).
 
-Each reader returns the ModelConfig fields of its family from a config.json. Absent keys take the
-class default of transformers 5.x. A key that changes what the model computes, and that
-shapecalc does not model (or that transformers' class silently ignores, so that its count would
-not be the checkpoint's), is refused in one line naming the key.
+Each returns the ModelConfig fields of its family from a config.json. Absent keys take the class
+defaults in their entries (hf_families.py), which also hold the refusals that need no arithmetic. A
+key that changes what the model computes, and that shapecalc does not model (or that transformers'
+class silently ignores, so that its count would not be the checkpoint's), is refused in one line
+naming the key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..model.config import ShapecalcError
-
-if TYPE_CHECKING:
-    from .hf import _HF
-
-Fields = dict[str, Any]
+from .hf_base import HF, Fields, layout
 
 
-def _refuse_if(h: _HF, key: str, ok: Callable[[Any], bool], why: str,
+def _refuse_if(h: HF, key: str, ok: Callable[[Any], bool], why: str,
                default: Any = None) -> None:
     value = h.get(key, default)
     if not ok(value):
         raise ShapecalcError(key, f"{value!r}: {why}")
 
 
-def _bloom(h: _HF) -> Fields:
+def _bloom(h: HF) -> Fields:
     # BloomModel: word_embeddings, word_embeddings_layernorm (γ, β), blocks of LayerNorm →
     # fused query_key_value [D, 3D] (+bias) → ALiBi scores → dense [D, D] (+bias), LayerNorm →
     # dense_h_to_4h [D, 4D] (+bias) → tanh GELU → dense_4h_to_h (+bias); ln_f; lm_head tied.
-    d = h.need("hidden_size", "D", "n_embed")
-    _refuse_if(h, "apply_residual_connection_post_layernorm", lambda v: not v,
-               "the residual taken after the norm is not modelled", False)
+    d = h.need("hidden_size", "D")
     _refuse_if(h, "n_inner", lambda v: v in (None, 4 * d),
                f"transformers' BloomMLP is 4·hidden_size = {4 * d} wide whatever n_inner says")
-    slices = h.get("pretraining_tp", 1)
-    if h.get("slow_but_exact", False) and slices > 1:
+    slices = h.get("pretraining_tp")
+    if h.get("slow_but_exact") and slices > 1:
         raise ShapecalcError("slow_but_exact", "true with pretraining_tp > 1: the output "
                              "projections run in slices without their biases, not modelled")
     return dict(
-        vocab_size=h.get("vocab_size", 250880),
+        vocab_size=h.get("vocab_size"),
         d_model=d,
-        n_layers=h.get("n_layer", h.get("num_hidden_layers", 2)),
-        n_heads=h.get("n_head", h.get("num_attention_heads", 8)),
+        n_layers=h.get("n_layer", h.get("num_hidden_layers")),
+        n_heads=h.get("n_head", h.get("num_attention_heads")),
         d_ff=4 * d,
         ffn="gelu",  # BloomGelu: the tanh approximation
         norm="layernorm",
         positions="alibi",
-        tie_embeddings=h.get("tie_word_embeddings", True),
+        tie_embeddings=h.get("tie_word_embeddings"),
         qkv_bias=True, attn_out_bias=True, ffn_bias=True,
         fused_qkv=True,  # query_key_value, per head [q k v] interleaved: same numbers
         embedding_norm=True,
@@ -71,12 +66,12 @@ _MPT_ATTN: dict[str, tuple[Any, str]] = {
 }
 
 
-def _mpt(h: _HF) -> Fields:
+def _mpt(h: HF) -> Fields:
     # MptModel: wte, blocks of LayerNorm without β → Wqkv [D, 3D] → ALiBi scores (softmax_scale)
     # → out_proj [D, D], LayerNorm without β → up_proj [D, 4D] → exact GELU → down_proj; norm_f
     # without β; lm_head tied. No biases anywhere, no position table.
-    d = h.get("d_model", h.get("hidden_size", 2048))
-    heads = h.get("n_heads", h.get("num_attention_heads", 16))
+    d = h.get("d_model", h.get("hidden_size"))
+    heads = h.get("n_heads", h.get("num_attention_heads"))
     attn = h.get("attn_config") or {}
     if not isinstance(attn, dict):
         raise ShapecalcError("attn_config", f"{attn!r} is not an object")
@@ -90,95 +85,89 @@ def _mpt(h: _HF) -> Fields:
     _refuse_if(h, "expansion_ratio", lambda v: v == 4,
                f"transformers' MptMLP is 4·d_model = {4 * d} wide whatever expansion_ratio says",
                4)
-    _refuse_if(h, "no_bias", lambda v: v is True,
-               "transformers' MPT layers have no biases whatever no_bias says", True)
-    _refuse_if(h, "logit_scale", lambda v: v is None,
-               "transformers' MptForCausalLM does not scale the logits, and shapecalc does not "
-               "model a scale")
-    _refuse_if(h, "norm_type", lambda v: v in ("low_precision_layernorm", "layernorm"),
-               "transformers' MPT uses LayerNorm (without β) whatever norm_type says",
-               "low_precision_layernorm")
     # learned_pos_emb is unread: with ALiBi neither MosaicML's nor transformers' MPT has a
     # position table; embedding_fraction scales gradients only.
     return dict(
-        vocab_size=h.get("vocab_size", 50368),
+        vocab_size=h.get("vocab_size"),
         d_model=d,
-        n_layers=h.get("n_layers", h.get("num_hidden_layers", 24)),
+        n_layers=h.get("n_layers", h.get("num_hidden_layers")),
         n_heads=heads,
         d_ff=4 * d,
         ffn="gelu",
         norm="layernorm",
         norm_bias=False,
         positions="alibi",
-        max_positions=h.get("max_seq_len", 2048),  # transformers' ALiBi table is this long
-        tie_embeddings=h.get("tie_word_embeddings", True),
+        max_positions=h.get("max_seq_len"),  # transformers' ALiBi table is this long
+        tie_embeddings=h.get("tie_word_embeddings"),
     )
 
 
-def _gpt_bigcode(h: _HF) -> Fields:
+def _gpt_bigcode(h: HF) -> Fields:
     # GPT-2's layout (learned positions, LayerNorm, biases, c_fc/c_proj) with multi_query: one
     # K/V head, so c_attn is [D, D + 2·Dh]; the cache holds one K and one V head per token.
-    if h.get("add_cross_attention", False):
+    if h.get("add_cross_attention"):
         raise ShapecalcError("add_cross_attention", "cross-attention is not decoder-only")
-    _refuse_if(h, "scale_attn_weights", lambda v: v is True,
-               "unscaled scores (no 1/√Dh) are not modelled", True)
-    d = h.need("n_embd", "D", "hidden_size")
-    heads = h.need("n_head", "H", "num_attention_heads")
-    kv = 1 if h.get("multi_query", True) else heads
+    d = h.need("n_embd", "D")
+    heads = h.need("n_head", "H")
+    kv = 1 if h.get("multi_query") else heads
     # transformers 5.x writes num_key_value_heads, derived from multi_query (a given one is
     # overwritten): one that disagrees is refused
     _refuse_if(h, "num_key_value_heads", lambda v: v in (None, kv),
                f"contradicts multi_query={h.get('multi_query', True)} (H_kv = {kv}), which "
                "transformers' GPTBigCodeConfig derives it from")
     return dict(
-        vocab_size=h.get("vocab_size", 50257),
+        vocab_size=h.get("vocab_size"),
         d_model=d,
-        n_layers=h.need("n_layer", "N", "num_hidden_layers"),
+        n_layers=h.need("n_layer", "N"),
         n_heads=heads,
         n_kv_heads=kv,
         d_ff=h.get("n_inner") or 4 * d,
-        ffn=h.act("activation_function", "gelu_pytorch_tanh", gated=False),
+        ffn=h.act("activation_function", gated=False),
         norm="layernorm",
         positions="learned",
-        max_positions=h.get("n_positions", h.get("max_position_embeddings", 1024)),
-        tie_embeddings=h.get("tie_word_embeddings", True),
+        max_positions=h.get("n_positions", h.get("max_position_embeddings")),
+        tie_embeddings=h.get("tie_word_embeddings"),
         qkv_bias=True, attn_out_bias=True, ffn_bias=True,
         fused_qkv=True,  # c_attn: [D, (H + 2·H_kv)·Dh]
     )
 
 
-def _starcoder2(h: _HF) -> Fields:
+def _starcoder2(h: HF) -> Fields:
     # Starcoder2Model: LayerNorm (γ, β) → q, k, v, o with use_bias → RoPE → sliding-window
     # attention on every layer → LayerNorm → c_fc → GELU → c_proj (use_bias); norm; lm_head.
-    _refuse_if(h, "norm_type", lambda v: v in (None, "layer_norm"),
-               "transformers' Starcoder2 uses LayerNorm whatever norm_type says")
-    _refuse_if(h, "mlp_type", lambda v: v in (None, "default"),
-               "transformers' Starcoder2MLP is c_fc → GELU → c_proj whatever mlp_type says")
-    bias = bool(h.get("use_bias", True))
-    d = h.get("hidden_size", 3072)
-    heads = h.get("num_attention_heads", 24)
+    bias = bool(h.get("use_bias"))
+    d = h.get("hidden_size")
+    heads = h.get("num_attention_heads")
     return dict(
-        vocab_size=h.get("vocab_size", 49152),
+        vocab_size=h.get("vocab_size"),
         d_model=d,
-        n_layers=h.get("num_hidden_layers", 30),
+        n_layers=h.get("num_hidden_layers"),
         n_heads=heads,
-        n_kv_heads=h.get("num_key_value_heads", 2),
+        n_kv_heads=h.get("num_key_value_heads"),
         head_dim=h.get("head_dim") or None,
-        d_ff=h.get("intermediate_size", 12288),
-        ffn=h.act("hidden_act", "gelu_pytorch_tanh", gated=False),
+        d_ff=h.get("intermediate_size"),
+        ffn=h.act("hidden_act", gated=False),
         norm="layernorm",
         norm_bias=True,  # nn.LayerNorm whatever use_bias says
         positions="rope",
-        max_positions=h.get("max_position_embeddings", 4096),
+        max_positions=h.get("max_position_embeddings"),
         sliding_window=h.get("sliding_window"),
-        tie_embeddings=h.get("tie_word_embeddings", True),
+        tie_embeddings=h.get("tie_word_embeddings"),
         qkv_bias=bias, attn_out_bias=bias, ffn_bias=bias,
     )
 
 
-READERS: dict[str, Callable[[_HF], Fields]] = {
-    "bloom": _bloom,
-    "gpt_bigcode": _gpt_bigcode,
-    "mpt": _mpt,
-    "starcoder2": _starcoder2,
-}
+bloom = layout(_bloom, "apply_residual_connection_post_layernorm", "hidden_size", "n_embed",
+              "n_head", "n_inner", "n_layer", "num_attention_heads", "num_hidden_layers",
+              "pretraining_tp", "slow_but_exact", "tie_word_embeddings", "vocab_size")
+mpt = layout(_mpt, "attn_config", "d_model", "expansion_ratio", "hidden_size", "logit_scale",
+              "max_seq_len", "n_heads", "n_layers", "no_bias", "norm_type", "num_attention_heads",
+              "num_hidden_layers", "tie_word_embeddings", "vocab_size")
+gpt_bigcode = layout(_gpt_bigcode, "activation_function", "add_cross_attention", "hidden_size",
+              "max_position_embeddings", "multi_query", "n_embd", "n_head", "n_inner", "n_layer",
+              "n_positions", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
+              "scale_attn_weights", "tie_word_embeddings", "vocab_size")
+starcoder2 = layout(_starcoder2, "head_dim", "hidden_act", "hidden_size", "intermediate_size",
+              "max_position_embeddings", "mlp_type", "norm_type", "num_attention_heads",
+              "num_hidden_layers", "num_key_value_heads", "sliding_window", "tie_word_embeddings",
+              "use_bias", "vocab_size")

@@ -1,26 +1,21 @@
-"""Hugging Face readers for the classic families: GPT-NeoX, GPT-J, Phi (phi-2), StableLM, Cohere
-(Command-R) and Granite. (Falcon, old and new decoder, is read in hf.py.)
+"""The layouts of the classic families, each one mechanism: GPT-2, Falcon (old and new decoder),
+OPT, GPT-NeoX, GPT-J, Phi (phi-2), StableLM, Cohere (Command-R) and Granite.
 
-Each differs from Llama in a few places: partial rotary (RoPE on the first R of each head's Dh),
-a parallel residual (one norm or two), per-head q/k LayerNorms, Granite's multipliers, Cohere's
-logit scale. Absent keys take the class default of transformers 5.x; a key that changes shapes or
-costs in a way shapecalc does not model is refused in one line, naming the key.
+The later ones differ from Llama in a few places: partial rotary (RoPE on the first R of each head's
+Dh), a parallel residual (one norm or two), per-head q/k LayerNorms, Granite's multipliers, Cohere's
+logit scale. Absent keys take the class defaults in their entries (hf_families.py); a key that
+changes shapes or costs in a way shapecalc does not model is refused in one line, naming the key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..model.config import ShapecalcError
-
-if TYPE_CHECKING:
-    from .hf import _HF
-
-Fields = dict[str, Any]
+from .hf_base import HF, Fields, layout
 
 
-def _factor(h: _HF, default: float, *legacy: str) -> float:
+def _factor(h: HF, default: float, *legacy: str) -> float:
     """partial_rotary_factor as transformers 5.x resolves it: rope_parameters (or rope_scaling)
     first, then the top-level key (or a legacy name such as GPT-NeoX's rotary_pct), then the
     class default."""
@@ -33,7 +28,7 @@ def _factor(h: _HF, default: float, *legacy: str) -> float:
     return default
 
 
-def _partial(h: _HF, dh: int, default: float, *legacy: str) -> Fields:
+def _partial(h: HF, dh: int, default: float, *legacy: str) -> Fields:
     """rotary_dim R = int(Dh · partial_rotary_factor), as the rotary embedding computes it."""
     r = int(dh * _factor(h, default, *legacy))
     if r <= 0 or r % 2:
@@ -42,14 +37,14 @@ def _partial(h: _HF, dh: int, default: float, *legacy: str) -> Fields:
     return dict(rotary_dim=None if r == dh else r)
 
 
-def _whole_rope(h: _HF, mt: str) -> None:
+def _whole_rope(h: HF, mt: str) -> None:
     """Families whose attention turns the whole head: a partial factor would not fit it."""
     if _factor(h, 1.0) != 1.0:
         raise ShapecalcError("partial_rotary_factor", f"transformers' {mt} applies RoPE to the "
                              "whole head; a partial factor is not supported there")
 
 
-def _dims(h: _HF) -> Fields:
+def _dims(h: HF) -> Fields:
     heads = h.need("num_attention_heads", "H")
     return dict(
         vocab_size=h.need("vocab_size", "N_vocab"),
@@ -60,27 +55,27 @@ def _dims(h: _HF) -> Fields:
     )
 
 
-def _kv(h: _HF, heads: int) -> int:
+def _kv(h: HF, heads: int) -> int:
     kv = h.get("num_key_value_heads")  # absent or null: H (each class's __init__ does this)
     return heads if kv is None else kv
 
 
-def _head_dim(h: _HF, f: Fields) -> int:
+def _head_dim(h: HF, f: Fields) -> int:
     """`getattr(config, "head_dim", D/H)`: a config.json head_dim, else D/H."""
     return h.get("head_dim") or f["d_model"] // f["n_heads"]
 
 
-def _gpt_neox(h: _HF) -> Fields:
+def _gpt_neox(h: HF) -> Fields:
     f = _dims(h)
-    bias = bool(h.get("attention_bias", True))  # query_key_value and dense
+    bias = bool(h.get("attention_bias"))  # query_key_value and dense
     dh = f["d_model"] // f["n_heads"]
-    parallel = bool(h.get("use_parallel_residual", True))
+    parallel = bool(h.get("use_parallel_residual"))
     f.update(
-        ffn=h.act("hidden_act", "gelu", gated=False),
+        ffn=h.act("hidden_act", gated=False),
         norm="layernorm",
         positions="rope",
-        max_positions=h.get("max_position_embeddings", 2048),
-        tie_embeddings=h.get("tie_word_embeddings", False),
+        max_positions=h.get("max_position_embeddings"),
+        tie_embeddings=h.get("tie_word_embeddings"),
         qkv_bias=bias,
         attn_out_bias=bias,
         ffn_bias=True,  # dense_h_to_4h, dense_4h_to_h
@@ -93,11 +88,11 @@ def _gpt_neox(h: _HF) -> Fields:
     return f
 
 
-def _gptj(h: _HF) -> Fields:
-    d = h.need("n_embd", "D", "hidden_size")
-    heads = h.need("n_head", "H", "num_attention_heads")
+def _gptj(h: HF) -> Fields:
+    d = h.need("n_embd", "D")
+    heads = h.need("n_head", "H")
     dh = d // heads
-    r = h.get("rotary_dim", 64)
+    r = h.get("rotary_dim")
     if r is None:
         raise ShapecalcError("rotary_dim", "null: transformers' GPT-J then builds a D-wide "
                              "rotary table that does not fit a head; give R")
@@ -106,14 +101,14 @@ def _gptj(h: _HF) -> Fields:
     return dict(
         vocab_size=h.need("vocab_size", "N_vocab"),
         d_model=d,
-        n_layers=h.need("n_layer", "N", "num_hidden_layers"),
+        n_layers=h.need("n_layer", "N"),
         n_heads=heads,
         d_ff=h.get("n_inner") or 4 * d,
-        ffn=h.act("activation_function", "gelu_new", gated=False),
+        ffn=h.act("activation_function", gated=False),
         norm="layernorm",
         positions="rope",
-        max_positions=h.get("n_positions", h.get("max_position_embeddings", 2048)),
-        tie_embeddings=h.get("tie_word_embeddings", False),
+        max_positions=h.get("n_positions", h.get("max_position_embeddings")),
+        tie_embeddings=h.get("tie_word_embeddings"),
         ffn_bias=True,  # fc_in, fc_out; q, k, v and out_proj have none
         lm_head_bias=True,
         parallel_block=True,  # x + attn(ln_1(x)) + mlp(ln_1(x))
@@ -122,20 +117,17 @@ def _gptj(h: _HF) -> Fields:
     )
 
 
-def _phi(h: _HF) -> Fields:
-    if h.get("qk_layernorm", False):
-        raise ShapecalcError("qk_layernorm", "Phi's q/k LayerNorm (γ and β of Dh, shared by the "
-                             "heads) is not modelled")
+def _phi(h: HF) -> Fields:
     f = _dims(h)
     dh = _head_dim(h, f)
     f.update(
         n_kv_heads=_kv(h, f["n_heads"]),
         head_dim=dh,
-        ffn=h.act("hidden_act", "gelu_new", gated=False),
+        ffn=h.act("hidden_act", gated=False),
         norm="layernorm",
         positions="rope",
-        max_positions=h.get("max_position_embeddings", 2048),
-        tie_embeddings=h.get("tie_word_embeddings", False),
+        max_positions=h.get("max_position_embeddings"),
+        tie_embeddings=h.get("tie_word_embeddings"),
         qkv_bias=True,
         attn_out_bias=True,  # dense
         ffn_bias=True,  # fc1, fc2
@@ -146,72 +138,72 @@ def _phi(h: _HF) -> Fields:
     return f
 
 
-def _stablelm(h: _HF) -> Fields:
+def _stablelm(h: HF) -> Fields:
     f = _dims(h)
     dh = f["d_model"] // f["n_heads"]  # the attention always uses D/H
     if h.get("head_dim") not in (None, dh):
         raise ShapecalcError("head_dim", f"{h.get('head_dim')}: StableLM's attention uses "
                              f"D/H={dh}, its rotary table the key: not modelled")
     f.update(
-        n_kv_heads=h.get("num_key_value_heads", 32) or f["n_heads"],  # class default 32
-        ffn=h.act("hidden_act", "silu", gated=True),
+        n_kv_heads=h.get("num_key_value_heads") or f["n_heads"],  # class default 32
+        ffn=h.act("hidden_act", gated=True),
         norm="layernorm",
         positions="rope",
-        max_positions=h.get("max_position_embeddings", 4096),
-        tie_embeddings=h.get("tie_word_embeddings", False),
-        qkv_bias=bool(h.get("use_qkv_bias", False)),
-        qk_norm_per_head=bool(h.get("qk_layernorm", False)),  # a LayerNorm (no β) per head
-        parallel_block=bool(h.get("use_parallel_residual", False)),  # one input_layernorm
+        max_positions=h.get("max_position_embeddings"),
+        tie_embeddings=h.get("tie_word_embeddings"),
+        qkv_bias=bool(h.get("use_qkv_bias")),
+        qk_norm_per_head=bool(h.get("qk_layernorm")),  # a LayerNorm (no β) per head
+        parallel_block=bool(h.get("use_parallel_residual")),  # one input_layernorm
         **_partial(h, dh, 0.25),
     )
     return f
 
 
-def _cohere(h: _HF) -> Fields:
+def _cohere(h: HF) -> Fields:
     _whole_rope(h, "cohere")
     f = _dims(h)
-    scale = h.get("logit_scale", 0.0625)
+    scale = h.get("logit_scale")
     if scale is None:
         raise ShapecalcError("logit_scale", "null: transformers' Cohere multiplies the logits "
                              "by it")
-    bias = bool(h.get("attention_bias", False))
+    bias = bool(h.get("attention_bias"))
     f.update(
         n_kv_heads=_kv(h, f["n_heads"]),
         head_dim=_head_dim(h, f),
-        ffn=h.act("hidden_act", "silu", gated=True),
+        ffn=h.act("hidden_act", gated=True),
         norm="layernorm",
         norm_bias=False,  # CohereLayerNorm: γ only
         positions="rope",
         rope_interleaved=True,  # repeat_interleave'd frequencies, pairs rotated
-        max_positions=h.get("max_position_embeddings", 8192),
-        tie_embeddings=h.get("tie_word_embeddings", True),
+        max_positions=h.get("max_position_embeddings"),
+        tie_embeddings=h.get("tie_word_embeddings"),
         qkv_bias=bias,
         attn_out_bias=bias,
-        qk_norm_per_head=bool(h.get("use_qk_norm", False)),  # γ of [H, Dh] and [H_kv, Dh]
+        qk_norm_per_head=bool(h.get("use_qk_norm")),  # γ of [H, Dh] and [H_kv, Dh]
         parallel_block=True,  # x + attn(ln(x)) + mlp(ln(x))
         logit_scale=float(scale),
     )
     return f
 
 
-def _granite(h: _HF) -> Fields:
+def _granite(h: HF) -> Fields:
     _whole_rope(h, "granite")
     f = _dims(h)
-    bias = bool(h.get("attention_bias", False))
+    bias = bool(h.get("attention_bias"))
     # GraniteModel applies all four, also at their default 1.0
     mult = {k: float(h.get(k, 1.0)) for k in ("embedding_multiplier", "attention_multiplier",
                                                "residual_multiplier", "logits_scaling")}
     f.update(
         n_kv_heads=_kv(h, f["n_heads"]),
         head_dim=_head_dim(h, f),
-        ffn=h.act("hidden_act", "silu", gated=True),
+        ffn=h.act("hidden_act", gated=True),
         norm="rmsnorm",
         positions="rope",
-        max_positions=h.get("max_position_embeddings", 2048),
-        tie_embeddings=h.get("tie_word_embeddings", False),
+        max_positions=h.get("max_position_embeddings"),
+        tie_embeddings=h.get("tie_word_embeddings"),
         qkv_bias=bias,
         attn_out_bias=bias,
-        ffn_bias=bool(h.get("mlp_bias", False)),
+        ffn_bias=bool(h.get("mlp_bias")),
         embedding_multiplier=mult["embedding_multiplier"],
         attention_multiplier=mult["attention_multiplier"],  # replaces 1/√Dh
         residual_multiplier=mult["residual_multiplier"],
@@ -220,11 +212,142 @@ def _granite(h: _HF) -> Fields:
     return f
 
 
-READERS: dict[str, Callable[[_HF], Fields]] = {
-    "cohere": _cohere,
-    "gpt_neox": _gpt_neox,
-    "gptj": _gptj,
-    "granite": _granite,
-    "phi": _phi,
-    "stablelm": _stablelm,
-}
+def _gpt2(h: HF) -> dict[str, Any]:
+    if h.get("add_cross_attention"):
+        raise ShapecalcError("add_cross_attention", "cross-attention is not decoder-only")
+    d = h.need("n_embd", "D")
+    return dict(
+        vocab_size=h.need("vocab_size", "N_vocab"),
+        d_model=d,
+        n_layers=h.need("n_layer", "N"),
+        n_heads=h.need("n_head", "H"),
+        d_ff=h.get("n_inner") or 4 * d,
+        ffn=h.act("activation_function", gated=False),
+        norm="layernorm",
+        positions="learned",
+        max_positions=h.get("n_positions"),
+        tie_embeddings=h.get("tie_word_embeddings"),  # HF counts the tied matrix once
+        qkv_bias=True,
+        attn_out_bias=True,
+        ffn_bias=True,
+        fused_qkv=True,  # c_attn: one [D, 3D] Conv1D
+    )
+
+def _falcon(h: HF) -> dict[str, Any]:
+    if h.get("alibi"):
+        raise ShapecalcError("alibi", "ALiBi attention biases are not supported (rope Falcon only)")
+    d = h.need("hidden_size", "D")
+    heads = h.need("num_attention_heads", "H")
+    new = bool(h.get("new_decoder_architecture"))
+    parallel = bool(h.get("parallel_attn"))
+    norms = h.get("num_ln_in_parallel_attn") or (2 if new else 1)
+    if new and not parallel:
+        raise ShapecalcError(
+            "parallel_attn", "false with new_decoder_architecture: transformers versions disagree"
+        )
+    if not new and parallel and norms == 2:
+        raise ShapecalcError(
+            "num_ln_in_parallel_attn", "2 without new_decoder_architecture: transformers' Falcon "
+            "then builds ln_attn/ln_mlp but its forward reads input_layernorm"
+        )
+    if new:
+        kv = h.get("num_kv_heads", h.get("n_head_kv")) or heads
+    else:  # the old decoder: multi_query → one KV head, else full MHA (qkv is [D, 3D])
+        kv = 1 if h.get("multi_query") else heads
+    bias = bool(h.get("bias"))
+    return dict(
+        vocab_size=h.need("vocab_size", "N_vocab"),
+        d_model=d,
+        n_layers=h.need("num_hidden_layers", "N"),
+        n_heads=heads,
+        n_kv_heads=kv,
+        d_ff=h.get("ffn_hidden_size") or 4 * d,
+        ffn=h.act("activation", gated=False),
+        norm="layernorm",
+        positions="rope",
+        max_positions=h.get("max_position_embeddings"),
+        tie_embeddings=h.get("tie_word_embeddings"),
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        ffn_bias=bias,
+        fused_qkv=True,  # query_key_value
+        parallel_block=parallel,
+        parallel_norms=norms if parallel else 1,  # new decoder: ln_attn and ln_mlp (2)
+    )
+
+def _opt(h: HF) -> dict[str, Any]:
+    d = h.need("hidden_size", "D")
+    proj = h.get("word_embed_proj_dim") or d
+    if proj != d:
+        raise ShapecalcError(
+            "word_embed_proj_dim",
+            f"{proj} differs from hidden_size {d}: OPT's project_in/project_out "
+            "matrices cannot be represented",
+        )
+    if not h.get("layer_norm_elementwise_affine"):
+        raise ShapecalcError("layer_norm_elementwise_affine", "norms without γ, β are unsupported")
+    pre = bool(h.get("do_layer_norm_before"))
+    if pre and h.get("_remove_final_layer_norm"):
+        raise ShapecalcError("_remove_final_layer_norm", "pre-norm without ln_f is unsupported")
+    bias = bool(h.get("enable_bias"))
+    return dict(
+        vocab_size=h.need("vocab_size", "N_vocab"),
+        d_model=d,
+        n_layers=h.need("num_hidden_layers", "N"),
+        n_heads=h.need("num_attention_heads", "H"),
+        d_ff=h.need("ffn_dim", "Dff"),
+        ffn=h.act("activation_function", gated=False),
+        norm="layernorm",
+        norm_position="pre" if pre else "post",  # post: HF OPT then has no final layer norm
+        positions="learned",
+        # OPTLearnedPositionalEmbedding keeps 2 extra rows (offset 2, a fairseq legacy), so the
+        # table has max_position_embeddings + 2 rows; positions 0..max_position_embeddings-1
+        # are the usable ones.
+        max_positions=(h.get("max_position_embeddings") or 2048) + 2,
+        tie_embeddings=h.get("tie_word_embeddings"),
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        ffn_bias=bias,
+    )
+
+
+gpt_neox = layout(_gpt_neox, "attention_bias", "hidden_act", "hidden_size", "intermediate_size",
+              "max_position_embeddings", "num_attention_heads", "num_hidden_layers",
+              "partial_rotary_factor", "rope_parameters.partial_rotary_factor",
+              "rope_scaling.partial_rotary_factor", "rotary_pct", "tie_word_embeddings",
+              "use_parallel_residual", "vocab_size")
+gptj = layout(_gptj, "activation_function", "hidden_size", "max_position_embeddings", "n_embd",
+              "n_head", "n_inner", "n_layer", "n_positions", "num_attention_heads",
+              "num_hidden_layers", "rotary_dim", "tie_word_embeddings", "vocab_size")
+phi = layout(_phi, "head_dim", "hidden_act", "hidden_size", "intermediate_size",
+              "max_position_embeddings", "num_attention_heads", "num_hidden_layers",
+              "num_key_value_heads", "partial_rotary_factor", "qk_layernorm",
+              "rope_parameters.partial_rotary_factor", "rope_scaling.partial_rotary_factor",
+              "tie_word_embeddings", "vocab_size")
+stablelm = layout(_stablelm, "head_dim", "hidden_act", "hidden_size", "intermediate_size",
+              "max_position_embeddings", "num_attention_heads", "num_hidden_layers",
+              "num_key_value_heads", "partial_rotary_factor", "qk_layernorm",
+              "rope_parameters.partial_rotary_factor", "rope_scaling.partial_rotary_factor",
+              "tie_word_embeddings", "use_parallel_residual", "use_qkv_bias", "vocab_size")
+cohere = layout(_cohere, "attention_bias", "head_dim", "hidden_act", "hidden_size",
+              "intermediate_size", "logit_scale", "max_position_embeddings", "num_attention_heads",
+              "num_hidden_layers", "num_key_value_heads", "partial_rotary_factor",
+              "rope_parameters.partial_rotary_factor", "rope_scaling.partial_rotary_factor",
+              "tie_word_embeddings", "use_qk_norm", "vocab_size")
+granite = layout(_granite, "attention_bias", "attention_multiplier", "embedding_multiplier",
+              "head_dim", "hidden_act", "hidden_size", "intermediate_size", "logits_scaling",
+              "max_position_embeddings", "mlp_bias", "num_attention_heads", "num_hidden_layers",
+              "num_key_value_heads", "partial_rotary_factor", "residual_multiplier",
+              "rope_parameters.partial_rotary_factor", "rope_scaling.partial_rotary_factor",
+              "tie_word_embeddings", "vocab_size")
+gpt2 = layout(_gpt2, "activation_function", "add_cross_attention", "n_embd", "n_head", "n_inner",
+              "n_layer", "n_positions", "tie_word_embeddings", "vocab_size")
+falcon = layout(_falcon, "activation", "alibi", "bias", "ffn_hidden_size", "hidden_size",
+              "max_position_embeddings", "multi_query", "n_embed", "n_head", "n_head_kv", "n_layer",
+              "new_decoder_architecture", "num_attention_heads", "num_hidden_layers",
+              "num_kv_heads", "num_ln_in_parallel_attn", "parallel_attn", "tie_word_embeddings",
+              "vocab_size")
+opt = layout(_opt, "_remove_final_layer_norm", "activation_function", "do_layer_norm_before",
+              "enable_bias", "ffn_dim", "hidden_size", "layer_norm_elementwise_affine",
+              "max_position_embeddings", "num_attention_heads", "num_hidden_layers",
+              "tie_word_embeddings", "vocab_size", "word_embed_proj_dim")

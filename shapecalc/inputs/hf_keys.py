@@ -3,14 +3,13 @@ shapes, parameters, FLOPs or the KV cache.
 
 A transformers config class keeps any key it does not know and its model ignores it, so a
 Mixtral config relabelled `mistral` builds (and shapecalc would count) a 7.24 B dense model.
-After a family's reader has run, `audit` refuses, in one line naming the key, every key of
-`SHAPE_KEYS` that the config gives with a value that changes something and that the family's
-reader does not read (`READS`). A family missing from `READS` reads nothing: every shape key it
-is given is refused, never ignored.
+After a family's entry has been read, `audit` refuses, in one line naming the key, every key of
+`SHAPE_KEYS` that the config gives with a value that changes something and that none of the
+entry's mechanisms reads (hf_families.READS, each mechanism declaring its keys). The audit works
+on every entry alike: nothing shape-changing is let through unread.
 
-To add a family: one `READS` line listing every key its reader reads (tests/test_hf_keys.py
-checks that the reader reads exactly these); to model a new variant: its keys in `SHAPE_KEYS`
-with the values that change nothing.
+A family's reads are its mechanisms' keys (tests/test_hf_keys.py checks that they read exactly
+these); to model a new variant: its keys in `SHAPE_KEYS` with the values that change nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.config import ShapecalcError
+from .hf_base import same
 
 Cfg = dict[str, Any]
 
@@ -58,17 +58,8 @@ class Key:
     also: Callable[[Any, Cfg], bool] | None = None  # neutral too when this holds
 
     def is_neutral(self, value: Any, cfg: Cfg) -> bool:
-        return any(_same(value, n) for n in self.neutral) or bool(
+        return any(same(value, n) for n in self.neutral) or bool(
             self.also and self.also(value, cfg))
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal and of one kind: 0 is not False, but 1 is 1.0."""
-    num = (int, float)
-    if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) \
-            and not isinstance(b, bool):
-        return a == b
-    return type(a) is type(b) and a == b
 
 
 def _default_scale(v: Any, cfg: Cfg) -> bool:
@@ -169,118 +160,6 @@ SHAPE_KEYS: dict[str, Key] = {
     "attention_multiplier": Key("the attention scale (Granite)", also=_default_scale),
 }
 
-# What Llama-like readers (hf._llama_like) read, and what each family reads on top.
-_LLAMA = frozenset({
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "head_dim", "num_key_value_heads", "hidden_act", "max_position_embeddings",
-    "tie_word_embeddings",
-})  # fmt: skip
-_DIMS = frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                   "intermediate_size"})
-# partial rotary: where transformers 5.x looks for the factor (hf_classic._factor)
-_ROT = {"partial_rotary_factor", "rope_parameters.partial_rotary_factor",
-        "rope_scaling.partial_rotary_factor"}
-_QWEN_WINDOW = {"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"}
-_GEMMA = {"hidden_activation", "attention_bias", "use_bidirectional_attention", "layer_types",
-          "sliding_window", "query_pre_attn_scalar", "rope_parameters"}
-_MOE = {"num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
-        "mlp_only_layers"}
-
-_DEEPSEEK = {"kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-             "v_head_dim", "attention_bias", "moe_layer_freq", "scoring_func", "norm_topk_prob",
-             "n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok",
-             "first_k_dense_replace", "moe_intermediate_size", "n_shared_experts",
-             "routed_scaling_factor", "num_nextn_predict_layers"}
-
-# Every key each family's reader reads (tests/test_hf_keys.py: no more, no fewer).
-READS: dict[str, frozenset[str]] = {
-    "llama": _LLAMA | {"attention_bias", "mlp_bias"},
-    "mistral": _LLAMA | {"sliding_window"},
-    "qwen2": _LLAMA | _QWEN_WINDOW,
-    "gemma": _LLAMA | {"hidden_activation", "attention_bias"},
-    "phi3": _LLAMA | {"sliding_window"},
-    "qwen3": _LLAMA | _QWEN_WINDOW | {"attention_bias"},
-    "mixtral": _LLAMA | {"sliding_window", "num_local_experts", "num_experts",
-                         "num_experts_per_tok"},
-    "phimoe": _LLAMA | {"attention_bias", "lm_head_bias", "sliding_window", "num_local_experts",
-                        "num_experts_per_tok"},
-    "qwen2_moe": _LLAMA | _QWEN_WINDOW | _MOE | {"num_experts", "qkv_bias",
-                                                 "shared_expert_intermediate_size"},
-    "qwen3_moe": _LLAMA | _MOE | {"use_sliding_window", "sliding_window", "attention_bias",
-                                  "num_experts", "num_local_experts"},
-    "gpt_oss": _LLAMA - {"hidden_act"} | {"layer_types", "sliding_window", "attention_bias",
-                                          "num_local_experts", "num_experts",
-                                          "num_experts_per_tok", "experts_per_token"},
-    "llama4_text": _LLAMA | {"attention_bias", "intermediate_size_mlp", "no_rope_layers",
-                             "no_rope_layer_interval", "attention_chunk_size", "layer_types",
-                             "use_qk_norm", "attn_temperature_tuning", "moe_layers",
-                             "interleave_moe_layer_step", "num_local_experts",
-                             "num_experts_per_tok"},
-    # hf_gemma.py
-    "gemma2": _LLAMA - {"hidden_act"} | _GEMMA | {"attn_logit_softcapping",
-                                                  "final_logit_softcapping", "rope_theta"},
-    "gemma3_text": _LLAMA - {"hidden_act"} | _GEMMA | {
-        "sliding_window_pattern", "attn_logit_softcapping", "final_logit_softcapping",
-        "rope_theta", "rope_local_base_freq"},
-    "olmo2": _LLAMA | {"attention_bias", "rope_parameters", "rope_theta"},
-    "gpt2": frozenset({"vocab_size", "n_embd", "n_layer", "n_head", "n_inner",
-                       "activation_function", "n_positions", "tie_word_embeddings",
-                       "add_cross_attention"}),
-    "falcon": frozenset({"vocab_size", "hidden_size", "n_embed", "num_hidden_layers", "n_layer",
-                         "num_attention_heads", "n_head", "num_kv_heads", "n_head_kv",
-                         "multi_query", "alibi", "new_decoder_architecture", "parallel_attn",
-                         "num_ln_in_parallel_attn", "bias", "ffn_hidden_size", "activation",
-                         "max_position_embeddings", "tie_word_embeddings"}),
-    # the classic families (hf_classic.py)
-    "gpt_neox": _DIMS | _ROT | {"rotary_pct", "attention_bias", "use_parallel_residual",
-                                "hidden_act", "max_position_embeddings", "tie_word_embeddings"},
-    "gptj": frozenset({"vocab_size", "n_embd", "hidden_size", "n_layer", "num_hidden_layers",
-                       "n_head", "num_attention_heads", "n_inner", "rotary_dim",
-                       "activation_function", "n_positions", "max_position_embeddings",
-                       "tie_word_embeddings"}),
-    "phi": _LLAMA | _ROT | {"qk_layernorm"},
-    "stablelm": _LLAMA | _ROT | {"use_qkv_bias", "qk_layernorm", "use_parallel_residual"},
-    "cohere": _LLAMA | _ROT | {"attention_bias", "use_qk_norm", "logit_scale"},
-    "granite": _LLAMA | _ROT | {"attention_bias", "mlp_bias", "embedding_multiplier",
-                                "attention_multiplier", "residual_multiplier", "logits_scaling"},
-    "opt": frozenset({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                      "ffn_dim", "activation_function", "word_embed_proj_dim",
-                      "layer_norm_elementwise_affine", "do_layer_norm_before",
-                      "_remove_final_layer_norm", "enable_bias", "max_position_embeddings",
-                      "tie_word_embeddings"}),
-    # hf_deepseek.py (Multi-head Latent Attention, DeepSeekMoE; kimi_k2 is the V3 architecture)
-    **{mt: _LLAMA | _DEEPSEEK | extra for mt, extra in (
-        ("deepseek_v2", {"topk_method", "mlp_bias"}), ("deepseek_v3", set()), ("kimi_k2", set()))},
-    # hf_alibi.py
-    "bloom": frozenset({"vocab_size", "hidden_size", "n_embed", "n_layer", "num_hidden_layers",
-                        "n_head", "num_attention_heads", "n_inner", "tie_word_embeddings",
-                        "apply_residual_connection_post_layernorm", "slow_but_exact",
-                        "pretraining_tp"}),
-    "mpt": frozenset({"vocab_size", "d_model", "hidden_size", "n_layers", "num_hidden_layers",
-                      "n_heads", "num_attention_heads", "attn_config", "expansion_ratio",
-                      "no_bias", "logit_scale", "norm_type", "max_seq_len",
-                      "tie_word_embeddings"}),
-    "gpt_bigcode": frozenset({"vocab_size", "n_embd", "hidden_size", "n_layer",
-                              "num_hidden_layers", "n_head", "num_attention_heads", "n_inner",
-                              "multi_query", "activation_function", "n_positions",
-                              "max_position_embeddings", "tie_word_embeddings",
-                              "add_cross_attention", "scale_attn_weights",
-                              "num_key_value_heads"}),
-    "starcoder2": frozenset({"vocab_size", "hidden_size", "num_hidden_layers",
-                             "num_attention_heads", "num_key_value_heads", "head_dim",
-                             "intermediate_size", "hidden_act", "max_position_embeddings",
-                             "sliding_window", "use_bias", "tie_word_embeddings", "norm_type",
-                             "mlp_type"}),
-}
-
-# Keys a family's transformers class ignores although they look meaningful, so its reader
-# ignores them too, whatever their value.
-IGNORED: dict[str, frozenset[str]] = {
-    # Qwen3MoeAttention: with use_sliding_window every layer slides (hf_moe._qwen3_moe)
-    "qwen3_moe": frozenset({"max_window_layers", "layer_types"}),
-}
-
-
 def _given(cfg: Cfg) -> Iterator[tuple[str, Any]]:
     """The config's keys, with rope_parameters/rope_scaling entries dotted (and, when those hold
     one dict per layer type, each of those)."""
@@ -293,10 +172,10 @@ def _given(cfg: Cfg) -> Iterator[tuple[str, Any]]:
                     yield f"{key}.{k}", v
 
 
-def audit(cfg: Cfg, model_type: str) -> None:
+def audit(cfg: Cfg, model_type: str, reads: frozenset[str]) -> None:
     """Refuse the first key of SHAPE_KEYS (in their order) that `cfg` gives with a value that
-    changes something, and that model_type's reader does not read."""
-    reads = READS.get(model_type, frozenset()) | IGNORED.get(model_type, frozenset())
+    changes something, and that model_type's entry does not read (`reads`, with the keys its
+    class ignores)."""
     given = dict(_given(cfg))
     for key, spec in SHAPE_KEYS.items():
         if key not in given or key in reads or spec.is_neutral(given[key], cfg):

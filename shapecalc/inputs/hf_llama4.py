@@ -1,8 +1,8 @@
-"""Hugging Face reader for Llama 4's text model (`llama4_text`, and the `text_config` of a
+"""Hugging Face mechanism of Llama 4's text model (`llama4_text`, and the `text_config` of a
 multimodal `llama4` config: the vision tower is not counted).
 
-`hf._llama_like` reads what Llama 4 shares with Llama (widths, heads, KV heads, tied embeddings,
-the activation); this reader returns what Llama 4 changes, as transformers 5.x's
+The `llama` mechanism (hf_llama.py) reads what Llama 4 shares with Llama (widths, heads, KV heads,
+tied embeddings, the activation); this mechanism reads what Llama 4 changes, as transformers 5.x's
 Llama4TextConfig.__post_init__ and modeling_llama4.py build it:
 
 - layer i uses RoPE when no_rope_layers[i] is 1 (default: every layer but each
@@ -17,41 +17,28 @@ Llama4TextConfig.__post_init__ and modeling_llama4.py build it:
   the same width, and a router [D→E] whose top-k logits go through a sigmoid that scales the
   token's input to each chosen expert; the other layers have a dense MLP of
   intermediate_size_mlp.
+
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from ..model.config import ShapecalcError
+from .hf_base import HF, Fields, mechanism, positive_step
 
-if TYPE_CHECKING:
-    from .hf import _HF
-
-Fields = dict[str, Any]
 _KINDS = {"chunked_attention": "chunked", "full_attention": "full"}
 
 
-def _int_list(h: _HF, key: str) -> list[int] | None:
-    v = h.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, list) or not all(isinstance(x, int) for x in v):
-        raise ShapecalcError(key, f"must be a list of integers, not {v!r}")
-    return v
-
-
-def _layers(h: _HF, n: int) -> tuple[list[bool], list[str], list[str]]:
+def _layers(h: HF, n: int) -> tuple[list[bool], list[str], list[str]]:
     """(rope per layer, attention kind per layer, FFN kind per layer), as __post_init__ makes
     them."""
-    interval = h.get("no_rope_layer_interval", 4)
-    rope_flags = _int_list(h, "no_rope_layers") or [int((i + 1) % interval != 0)
+    interval = h.get("no_rope_layer_interval")
+    rope_flags = h.int_list("no_rope_layers") or [int((i + 1) % interval != 0)
                                                   for i in range(n)]
     if len(rope_flags) < n:
         raise ShapecalcError("no_rope_layers", f"lists {len(rope_flags)} layers, but "
                              f"num_hidden_layers is {n}")
     rope = [bool(x) for x in rope_flags[:n]]
-    chunk = h.get("attention_chunk_size", 8192)
+    chunk = h.get("attention_chunk_size")
     types = h.get("layer_types") or [
         "chunked_attention" if r and chunk is not None else "full_attention" for r in rope
     ]
@@ -62,46 +49,45 @@ def _layers(h: _HF, n: int) -> tuple[list[bool], list[str], list[str]]:
     if len(types) != n:
         raise ShapecalcError("layer_types", f"lists {len(types)} layers, but num_hidden_layers "
                              f"is {n}")
-    step = h.get("interleave_moe_layer_step", 1)
-    if not isinstance(step, int) or step < 1:
-        raise ShapecalcError("interleave_moe_layer_step", f"must be a positive integer, not "
-                             f"{step!r}")
-    moe = _int_list(h, "moe_layers")
+    step = positive_step(h, "interleave_moe_layer_step")
+    moe = h.int_list("moe_layers")
     moe_set = set(range(step - 1, n, step) if moe is None else moe)
     return rope, [_KINDS[t] for t in types], ["moe" if i in moe_set else "dense"
                                               for i in range(n)]
 
 
-def llama4_text(h: _HF, f: Fields) -> Fields:
+@mechanism("attention_bias", "intermediate_size", "intermediate_size_mlp", "no_rope_layers",
+           "no_rope_layer_interval", "attention_chunk_size", "layer_types", "use_qk_norm",
+           "attn_temperature_tuning", "moe_layers", "interleave_moe_layer_step",
+           "num_local_experts", "num_experts_per_tok")
+def llama4(h: HF, f: Fields) -> None:
     n = f["n_layers"]
     rope, kinds, ffns = _layers(h, n)
-    chunk = h.get("attention_chunk_size", 8192)
+    chunk = h.get("attention_chunk_size")
     if "chunked" in kinds and chunk is None:
         raise ShapecalcError("layer_types", "has chunked_attention layers, but "
                              "attention_chunk_size is null")
-    experts = h.get("num_local_experts", 16)
+    experts = h.get("num_local_experts")
     if "moe" in ffns and not experts:
         raise ShapecalcError("num_local_experts", f"{experts!r}: MoE layers need experts")
     bias = bool(h.get("attention_bias", False))
-    width = h.get("intermediate_size", 8192)
-    out: Fields = dict(
-        head_dim=h.get("head_dim", 128),
+    width = h.get("intermediate_size")
+    f.update(
         qkv_bias=bias, attn_out_bias=bias,
-        d_ff=h.get("intermediate_size_mlp", 16384),  # the dense layers' MLP
+        d_ff=h.get("intermediate_size_mlp"),  # the dense layers' MLP
         attention_chunk_size=chunk if "chunked" in kinds else None,
         layer_types=tuple(kinds) if "full" in kinds and "chunked" in kinds else None,
         nope_layers=tuple(i for i, r in enumerate(rope) if not r) or None,
-        qk_l2_norm=bool(h.get("use_qk_norm", True)) and any(rope),
-        attn_temperature_tuning=bool(h.get("attn_temperature_tuning", True)) and not all(rope),
+        qk_l2_norm=bool(h.get("use_qk_norm")) and any(rope),
+        attn_temperature_tuning=bool(h.get("attn_temperature_tuning")) and not all(rope),
     )
     if "moe" in ffns:
-        out.update(
+        f.update(
             n_experts=experts,
-            experts_per_token=h.get("num_experts_per_tok", 1),
+            experts_per_token=h.get("num_experts_per_tok"),
             d_ff_expert=width,
             n_shared_experts=1,  # Llama4TextMLP of intermediate_size: d_ff_shared = Dff_e
             router_scoring="topk_sigmoid",
             routing_on_input=True,
             ffn_types=tuple(ffns) if "dense" in ffns else None,
         )
-    return out

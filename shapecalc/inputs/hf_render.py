@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.config import ShapecalcError
-from .hf_keys import READS, SHAPE_KEYS, _given
+from .hf_families import READS
+from .hf_keys import SHAPE_KEYS, _given
 
 
 def check_text_config(cfg: dict[str, Any], mt: str) -> None:
