@@ -13,33 +13,12 @@ from typing import Any
 
 from ..model.config import ShapecalcError
 from .hf_base import HF, Fields, layout
-
-
-def _factor(h: HF, default: float, *legacy: str) -> float:
-    """partial_rotary_factor as transformers 5.x resolves it: rope_parameters (or rope_scaling)
-    first, then the top-level key (or a legacy name such as GPT-NeoX's rotary_pct), then the
-    class default."""
-    nested = [(h.cfg.get(k) or {}).get("partial_rotary_factor")
-              for k in ("rope_parameters", "rope_scaling") if isinstance(h.cfg.get(k), dict)]
-    h.read.update(f"{k}.partial_rotary_factor" for k in ("rope_parameters", "rope_scaling"))
-    for value in (*nested, *(h.get(k) for k in ("partial_rotary_factor", *legacy))):
-        if value is not None:
-            return float(value)
-    return default
-
-
-def _partial(h: HF, dh: int, default: float, *legacy: str) -> Fields:
-    """rotary_dim R = int(Dh · partial_rotary_factor), as the rotary embedding computes it."""
-    r = int(dh * _factor(h, default, *legacy))
-    if r <= 0 or r % 2:
-        raise ShapecalcError("partial_rotary_factor", f"gives R={r} rotated dims of Dh={dh}; "
-                             "RoPE needs an even R > 0")
-    return dict(rotary_dim=None if r == dh else r)
+from .hf_llama import rotary_factor, rotary_fields
 
 
 def _whole_rope(h: HF, mt: str) -> None:
     """Families whose attention turns the whole head: a partial factor would not fit it."""
-    if _factor(h, 1.0) != 1.0:
+    if rotary_factor(h, 1.0) != 1.0:
         raise ShapecalcError("partial_rotary_factor", f"transformers' {mt} applies RoPE to the "
                              "whole head; a partial factor is not supported there")
 
@@ -83,7 +62,7 @@ def _gpt_neox(h: HF) -> Fields:
         # parallel: x + attn(ln1(x)) + mlp(ln2(x)); else the usual sequential block
         parallel_block=parallel,
         parallel_norms=2 if parallel else 1,
-        **_partial(h, dh, 0.25, "rotary_pct"),
+        **rotary_fields(h, dh, 0.25, "rotary_pct"),
     )
     return f
 
@@ -133,7 +112,7 @@ def _phi(h: HF) -> Fields:
         ffn_bias=True,  # fc1, fc2
         lm_head_bias=True,
         parallel_block=True,  # x + attn(ln(x)) + mlp(ln(x))
-        **_partial(h, dh, 0.5),  # PhiConfig's default factor is 0.5
+        **rotary_fields(h, dh, 0.5),  # PhiConfig's default factor is 0.5
     )
     return f
 
@@ -154,7 +133,7 @@ def _stablelm(h: HF) -> Fields:
         qkv_bias=bool(h.get("use_qkv_bias")),
         qk_norm_per_head=bool(h.get("qk_layernorm")),  # a LayerNorm (no β) per head
         parallel_block=bool(h.get("use_parallel_residual")),  # one input_layernorm
-        **_partial(h, dh, 0.25),
+        **rotary_fields(h, dh, 0.25),
     )
     return f
 

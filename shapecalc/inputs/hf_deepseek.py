@@ -72,4 +72,4 @@ def deepseek_moe(h: HF, f: Fields) -> None:
     # is a training / speculative-decoding head that transformers does not build; like
     # transformers (and the published 671 B), shapecalc counts the main model. Read, so that the
     # key audit knows it is handled here and refuses it for families that have no such module.
-    h.get("num_nextn_predict_layers")
+    h.first("num_nextn_predict_layers")

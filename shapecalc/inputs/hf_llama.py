@@ -124,3 +124,98 @@ def qk_norm(h: HF, f: Fields) -> None:
     f.update(qk_norm=True, qkv_bias=bias, attn_out_bias=bias)
 
 
+
+
+def every_kth_full(every: int, first: bool) -> Mechanism:
+    """Without layer_types, every `every`-th layer is full and the others slide: layer i is full
+    when i % every == 0 (`first`: CWM) or (i+1) % every == 0 (OLMo 3, Cohere 2)."""
+    def _pattern(h: HF, f: Fields) -> None:
+        n = f["n_layers"]
+        full = [(i if first else i + 1) % every == 0 for i in range(n)]
+        types = h.get("layer_types") or [
+            "full_attention" if x else "sliding_attention" for x in full]
+        f.update(windows(types, h.get("sliding_window"), n))
+    _pattern.__name__ = f"every_{every}th_full" + ("_first" if first else "")
+    return mechanism("layer_types", "sliding_window")(_pattern)
+
+
+@mechanism("sliding_window", "max_window_layers", "layer_types")
+def late_windows(h: HF, f: Fields) -> None:
+    # without layer_types, the layers at or past max_window_layers slide when sliding_window is
+    # set (Dots1: no use_sliding_window switch)
+    n, window = f["n_layers"], h.get("sliding_window")
+    types = h.get("layer_types") or [
+        "sliding_attention" if window is not None and i >= (h.get("max_window_layers") or 0)
+        else "full_attention" for i in range(n)
+    ]
+    f.update(windows(types, window, n))
+
+
+@mechanism("no_rope_layers", "no_rope_layer_interval", "use_sliding_window", "sliding_window",
+           "layer_types")
+def nope_every(h: HF, f: Fields) -> None:
+    # SmolLM3: no_rope_layers[i] = 1 where layer i turns q and k (default: all but every
+    # no_rope_layer_interval-th); with use_sliding_window the NoPE layers slide
+    n = f["n_layers"]
+    interval = h.get("no_rope_layer_interval")
+    if not isinstance(interval, int) or interval < 1:
+        raise ShapecalcError("no_rope_layer_interval", f"must be a positive integer, not "
+                             f"{interval!r}")
+    flags = h.int_list("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+    if len(flags) < n:
+        raise ShapecalcError("no_rope_layers", f"lists {len(flags)} layers, but "
+                             f"num_hidden_layers is {n}")
+    window = h.get("sliding_window") if h.get("use_sliding_window") else None
+    types = h.get("layer_types") or [
+        "sliding_attention" if window is not None and not flags[i] else "full_attention"
+        for i in range(n)
+    ]
+    f.update(windows(types, window, n),
+             nope_layers=tuple(i for i in range(n) if not flags[i]) or None)
+
+
+@mechanism("attention_bias")
+def qkv_bias_only(h: HF, f: Fields) -> None:
+    # attention_bias on q, k and v; o_proj has none (GLM-4.5, Seed-OSS)
+    f.update(qkv_bias=bool(h.get("attention_bias", False)), attn_out_bias=False)
+
+
+@mechanism("attention_out_bias")
+def out_bias(h: HF, f: Fields) -> None:
+    f["attn_out_bias"] = bool(h.get("attention_out_bias", False))
+
+
+@mechanism("use_qk_norm")
+def optional_qk_norm(h: HF, f: Fields) -> None:
+    # RMSNorm over each head's Dh on q and k, when use_qk_norm (GLM-4.5)
+    f["qk_norm"] = bool(h.get("use_qk_norm", False))
+
+
+def rotary_factor(h: HF, default: float, *legacy: str) -> float:
+    """partial_rotary_factor as transformers 5.x resolves it: rope_parameters (or rope_scaling)
+    first, then the top-level key (or a legacy name such as GPT-NeoX's rotary_pct), then the
+    class default."""
+    nested = [(h.cfg.get(k) or {}).get("partial_rotary_factor")
+              for k in ("rope_parameters", "rope_scaling") if isinstance(h.cfg.get(k), dict)]
+    h.read.update(f"{k}.partial_rotary_factor" for k in ("rope_parameters", "rope_scaling"))
+    for value in (*nested, *(h.get(k) for k in ("partial_rotary_factor", *legacy))):
+        if value is not None:
+            return float(value)
+    return default
+
+
+def rotary_fields(h: HF, dh: int, default: float, *legacy: str) -> Fields:
+    """rotary_dim R = int(Dh · partial_rotary_factor), as the rotary embedding computes it."""
+    r = int(dh * rotary_factor(h, default, *legacy))
+    if r <= 0 or r % 2:
+        raise ShapecalcError("partial_rotary_factor", f"gives R={r} rotated dims of Dh={dh}; "
+                             "RoPE needs an even R > 0")
+    return dict(rotary_dim=None if r == dh else r)
+
+
+@mechanism("partial_rotary_factor", "rope_parameters.partial_rotary_factor",
+           "rope_scaling.partial_rotary_factor")
+def partial_rotary(h: HF, f: Fields) -> None:
+    # RoPE on the first R of each head's Dh, the rest passed through (rotate_half on that part,
+    # as GPT-NeoX); the family's default factor
+    f.update(rotary_fields(h, f["head_dim"] or f["d_model"] // f["n_heads"], 1.0))
