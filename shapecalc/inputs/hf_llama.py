@@ -34,6 +34,16 @@ def llama(h: HF, f: Fields) -> None:
     f["n_kv_heads"] = heads if kv is None else kv
 
 
+@mechanism("head_dim")
+def floor_head_dim(h: HF, f: Fields) -> None:
+    # head_dim null or absent and D/H not whole: D // H, as `getattr(config, "head_dim",
+    # D // H)` floors it (GLM-4.5's class defaults: 4096 / 96 → 42); the model's other readers
+    # refuse such a D rather than guess
+    d, heads = f["d_model"], f["n_heads"]
+    if h.get("head_dim") is None and d % heads:
+        f["head_dim"] = d // heads
+
+
 def gated(key: str) -> Mechanism:
     """The gated FFN's activation, named by `key` (SwiGLU for silu, GeGLU for the gelus)."""
     def _act(h: HF, f: Fields) -> None:
@@ -205,11 +215,13 @@ def rotary_factor(h: HF, default: float, *legacy: str) -> float:
 
 
 def rotary_fields(h: HF, dh: int, default: float, *legacy: str) -> Fields:
-    """rotary_dim R = int(Dh · partial_rotary_factor), as the rotary embedding computes it."""
+    """rotary_dim R as the rotary embedding computes it: int(Dh · partial_rotary_factor)
+    frequencies' worth, one per pair, so an odd int(...) turns one more dim (arange(0, r, 2))."""
     r = int(dh * rotary_factor(h, default, *legacy))
-    if r <= 0 or r % 2:
+    r += r % 2
+    if r <= 0 or r > dh:
         raise ShapecalcError("partial_rotary_factor", f"gives R={r} rotated dims of Dh={dh}; "
-                             "RoPE needs an even R > 0")
+                             "RoPE needs an even R, 0 < R ≤ Dh")
     return dict(rotary_dim=None if r == dh else r)
 
 
