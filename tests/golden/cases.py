@@ -1,7 +1,8 @@
 """The golden cases: every preset, three workloads, four commands (trace, fit, compare, sweep).
 
 `python3 -m tests.golden.cases --write` records the JSON each command prints (or its exit code and
-error line) into tests/data/golden.json.gz; test_golden.py re-runs them and asserts the output is
+error line) into tests/data/golden.json.gz; `--add` records only the cases the file lacks (a new
+preset's), leaving every recorded one as it is; test_golden.py re-runs them and asserts the output is
 unchanged, apart from keys added since (new keys may appear; no recorded value may change).
 """
 
@@ -51,9 +52,11 @@ def parse(out: str, sweep: bool) -> object:
     return json.loads(out)
 
 
-def record(run) -> dict[str, object]:
+def record(run, only: set[str] | None = None) -> dict[str, object]:
     doc: dict[str, object] = {}
     for key, argv in argvs().items():
+        if only is not None and key not in only:
+            continue
         code, out, err = run(argv)
         if code == 0 or (code == 1 and argv[0] == "fit"):  # fit: exit 1 = does not fit
             doc[key] = {"code": code, "json": parse(out, argv[0] == "sweep")}
@@ -69,7 +72,12 @@ def _subprocess_run(argv: list[str]) -> tuple[int, str, str]:
     return r.returncode, r.stdout, r.stderr
 
 
-if __name__ == "__main__" and "--write" in sys.argv:
+if __name__ == "__main__" and "--add" in sys.argv:
+    old = json.loads(gzip.decompress(PATH.read_bytes()))
+    new = record(_subprocess_run, set(argvs()) - set(old))
+    PATH.write_bytes(gzip.compress(json.dumps({**old, **new}).encode(), mtime=0))
+    print(f"{len(new)} new cases → {PATH}")
+elif __name__ == "__main__" and "--write" in sys.argv:
     data = record(_subprocess_run)
     # key order kept: the golden test checks it too
     PATH.write_bytes(gzip.compress(json.dumps(data).encode(), mtime=0))
