@@ -46,6 +46,7 @@ SWITCH_ON = {
     "qwen2_moe": {"use_sliding_window": True, "sliding_window": 4096},
     "qwen3_moe": {"use_sliding_window": True, "sliding_window": 4096},
     "falcon": {"new_decoder_architecture": True, "num_ln_in_parallel_attn": 1},
+    "smollm3": {"use_sliding_window": True, "sliding_window": 4096},
 }
 
 

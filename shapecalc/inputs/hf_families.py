@@ -253,6 +253,15 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                    "mlp_type": Refusal((None, "default"), "{value!r}: transformers' "
                                        "Starcoder2MLP is c_fc → GELU → c_proj whatever "
                                        "mlp_type says")}),
+    # 2025–2026 families: entries over the mechanisms above
+    Family("smollm3", "SmolLM3: Llama with every 4th layer NoPE, tied",
+           (*BODY, llama.attention_bias, llama.mlp_bias, llama.nope_every),
+           _llama(4, 32768, True, use_sliding_window=False, sliding_window=None,
+                  no_rope_layer_interval=4, attention_bias=False, mlp_bias=False),
+           # the Hub's config.json carries max_window_layers; SmolLM3Config has no such key
+           ignored=frozenset({"max_window_layers"}),
+           widths=dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008,
+                       num_hidden_layers=36, num_attention_heads=16)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

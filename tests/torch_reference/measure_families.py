@@ -38,7 +38,8 @@ DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "families_reference.json"
 HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
 SEQS = (16, 300)
 # each family's preset (its config.json in tests/data/hf)
-PRESETS: dict[str, str] = {
+PRESETS = {
+    "smollm3": "smollm3-3b",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
