@@ -2,8 +2,8 @@
 
 `python3 -m tests.golden.cases --write` records the JSON each command prints (or its exit code and
 error line) into tests/data/golden.json.gz; `--add` records only the cases the file lacks (a new
-preset's), leaving every recorded one as it is; test_golden.py re-runs them and asserts the output is
-unchanged, apart from keys added since (new keys may appear; no recorded value may change).
+preset's), leaving every recorded one as it is. test_golden.py re-runs them and asserts the output
+is unchanged, apart from keys added since (new keys may appear; no recorded value may change).
 """
 
 from __future__ import annotations
