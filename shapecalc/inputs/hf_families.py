@@ -262,6 +262,12 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            ignored=frozenset({"max_window_layers"}),
            widths=dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008,
                        num_hidden_layers=36, num_attention_heads=16)),
+    Family("seed_oss", "Seed-OSS: Llama with q/k/v biases, o_proj's own bias key",
+           (*BODY, llama.qkv_bias_only, llama.out_bias, llama.mlp_bias),
+           _llama(8, 524288, head_dim=128, attention_bias=True, attention_out_bias=False,
+                  mlp_bias=False),
+           widths=dict(vocab_size=155136, hidden_size=4096, intermediate_size=27648,
+                       num_hidden_layers=64, num_attention_heads=80)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -40,6 +40,7 @@ SEQS = (16, 300)
 # each family's preset (its config.json in tests/data/hf)
 PRESETS = {
     "smollm3": "smollm3-3b",
+    "seed_oss": "seed-oss-36b",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
