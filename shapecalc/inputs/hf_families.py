@@ -268,6 +268,19 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                   mlp_bias=False),
            widths=dict(vocab_size=155136, hidden_size=4096, intermediate_size=27648,
                        num_hidden_layers=64, num_attention_heads=80)),
+    Family("glm4_moe", "GLM-4.5/4.6: partial rotary, q/k/v biases, DeepSeek-V3 MoE",
+           (*BODY, llama.floor_head_dim, llama.qkv_bias_only, llama.optional_qk_norm,
+            llama.partial_rotary, deepseek.deepseek_moe),
+           _llama(8, 131072, attention_bias=False, use_qk_norm=False, partial_rotary_factor=0.5,
+                  moe_intermediate_size=1408, num_experts_per_tok=8, n_shared_experts=1,
+                  n_routed_experts=128, routed_scaling_factor=1.0, first_k_dense_replace=1,
+                  norm_topk_prob=True, scoring_func="sigmoid", num_nextn_predict_layers=1),
+           aliases={"n_routed_experts": ("num_local_experts",),
+                    "num_nextn_predict_layers": ("num_mtp_layers",)},
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' glm4_moe "
+                                           "router always scores with sigmoid")},
+           widths=dict(vocab_size=151552, hidden_size=4096, intermediate_size=10944,
+                       num_hidden_layers=46, num_attention_heads=96)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)
