@@ -184,7 +184,7 @@ def _write(tmp_path, cfg):
     ("command-r-v01", {"logit_scale": None}, "logit_scale"),
     ("command-r-v01", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
     ("granite-3.3-8b", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
-    ("pythia-1.4b", {"rotary_pct": 0.01}, "partial_rotary_factor"),
+    ("pythia-1.4b", {"rotary_pct": 0.001}, "partial_rotary_factor"),  # R = int(0.128) = 0
     ("stablelm-2-1.6b", {"head_dim": 32}, "head_dim"),
 ])
 def test_import_refuses_what_it_cannot_model(tmp_path, file, change, field):

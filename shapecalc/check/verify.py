@@ -72,7 +72,8 @@ def runs_planned(can_decode: bool, p: int, ep: int, T: int) -> int:
 # -- comparing ------------------------------------------------------------------------------------
 def _expand(sym: list[Stage], k: int, plan: LayerPlan | None = None) -> list[Stage]:
     """The symbolic list as the executor runs it: for each of the first K layers, the block
-    recorded (×count) for that layer's kind (no plan: every layer of kind 0)."""
+    recorded (×count) for that layer's kind (no plan: every layer of kind 0), then the MTP
+    modules' stages once per module (the executor runs each)."""
     kind_of = plan.kind_of if plan is not None else (0,) * k
     blocks: dict[int | None, list[Stage]] = {}
     for s in sym:
@@ -80,7 +81,9 @@ def _expand(sym: list[Stage], k: int, plan: LayerPlan | None = None) -> list[Sta
             blocks.setdefault(s.kind, []).append(s)
     emb = [s for s in sym if s.group == "embedding"]
     run = [s for layer in range(k) for s in blocks[kind_of[layer]]]
-    return emb + run + [s for s in sym if s.group == "head"]
+    mtp = [s for s in sym if s.group == "mtp"]
+    mtp = [s for _ in range(mtp[0].repeat) for s in mtp] if mtp else []
+    return emb + run + mtp + [s for s in sym if s.group == "head"]
 
 
 def _where(s: Stage) -> str:
@@ -161,13 +164,14 @@ def _kind_total(values: list[int], plan: LayerPlan) -> Fraction:
     return total
 
 
-def _by_kind(values: list[int], plan: LayerPlan) -> int | float:
-    return _exact(_kind_total(values, plan))
+def _by_kind(values: list[int], plan: LayerPlan, mtp: int = 0) -> int | float:
+    """Per-layer values of the K layers run (the `mtp` MTP layers after them counted apart)."""
+    return _exact(_kind_total(values[: len(values) - mtp], plan))
 
 
 def _extrapolate(stages: list[Stage], f: str, plan: LayerPlan, k: int) -> int | float:
     """Σ over stages, with the K layers run standing for all N."""
-    outside = sum(getattr(s, f) for s in stages if s.group != "block")
+    outside = sum(getattr(s, f) for s in stages if s.group not in ("block", "mtp"))
     per_layer = [0] * k
     for s in stages:
         if s.group == "block":
@@ -187,6 +191,7 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
                              "ep data-parallel replicas); give --tp 1, or check tp and ep apart")
     budget = default_budget() if budget is None else budget
     plan = layer_plan(model)
+    n_mtp = model.mtp_layers if wl.mtp else 0  # MTP layers the executor writes after the K
     K, need, resident = plan_layers(model, wl, layers, precision, budget, weights,
                                     least=plan.covering())
     N, p, B, T = model.n_layers, wl.tp, wl.batch, wl.seq
@@ -238,9 +243,16 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         checks.append(_check(f"total {key.replace('_', ' ')}", totals[key],
                              _extrapolate(main.stages, f, plan, K)))
     checks.append(_check("KV cache bytes (all layers)", totals["kv_cache_bytes"],
-                         _by_kind(main.kv_bytes, plan)))
+                         _by_kind(main.kv_bytes, plan, n_mtp)))
     checks.append(_check("largest activation bytes", totals["largest_activation"]["bytes"],
                          _largest(main.stages)))
+    if n_mtp:  # the MTP modules, counted apart: each run once by the executor
+        mtp = [s for s in main.stages if s.group == "mtp"]
+        for key in ("params", "flops"):
+            checks.append(_check(f"MTP {key}", totals[f"mtp_{key}"],
+                                 sum(getattr(s, key) for s in mtp)))
+        checks.append(_check("MTP KV cache bytes", totals["mtp_kv_cache_bytes"],
+                             sum(main.kv_bytes[len(main.kv_bytes) - n_mtp:])))
     if wl.ep > 1:
         checks += _ep_checks(run, main, doc["parallel"]["ep"], pre, ids[:, :T], a_pre, wl, tol)
     if main.routed:  # a report, not a check: how many experts the real routing reached
@@ -270,7 +282,7 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     checks.append(_check(f"paged KV cache blocks (block_size {wl.block_size})",
                          totals["kv_cache_blocks"], g_main.kv_blocks))
     checks.append(_check("paged KV cache bytes (all layers)", totals["kv_cache_paged_bytes"],
-                         _by_kind(g_main.kv_bytes, plan)))
+                         _by_kind(g_main.kv_bytes, plan, n_mtp)))
     del g_pre, g_dec, paged
 
     # 3. tensor parallel: p ranks on their shards == one rank; the ledger
@@ -283,7 +295,7 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
                                      f"prefill, p={p}")
         checks += compare_stages(b_main.stages, symbolic.stages(model, wl, p), plan, K,
                                  f"{phase}, p={p}")
-        checks += _tp_checks(b_main, tp_led, plan, K, p)
+        checks += _tp_checks(b_main, tp_led, plan, K, p, n_mtp)
         checks.append(_close(f"TP p={p} == unsharded (prefill logits)", b_pre.logits,
                              a_pre.logits, tol))
         if can_decode:
@@ -305,9 +317,9 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         checks.append(_close(f"decode (KV cache, p={p}) == full forward over T+1 tokens",
                              b_dec.logits, full.logits, tol))
         kv_dec = sum(s.bytes * s.repeat for s in symbolic.stages(model, dec, p)
-                     if s.op == "kv_cache")
+                     if s.op == "kv_cache" and s.group != "mtp")
         checks.append(_check(f"KV cache bytes after decode (p={p}, all layers)", kv_dec,
-                             _by_kind(b_dec.kv_bytes, plan)))
+                             _by_kind(b_dec.kv_bytes, plan, n_mtp)))
     else:
         checks.append(_skipped("decode (KV cache) == full forward",
                                f"T+1={T + 1} exceeds max_positions"))
@@ -395,7 +407,8 @@ def _layer_sum(stages: list[Stage], op: str, k: int) -> int | float:
     return _scale(sum(s.bytes for s in stages if s.op == op and s.group == "block"), k, 1)
 
 
-def _tp_checks(b: Step, led: dict, plan: LayerPlan, k: int, p: int) -> list[dict]:
+def _tp_checks(b: Step, led: dict, plan: LayerPlan, k: int, p: int, mtp: int = 0
+               ) -> list[dict]:
     st = b.stages
     ar = [s for s in st if s.op == "allreduce" and s.group == "block"]
     return [
@@ -406,13 +419,13 @@ def _tp_checks(b: Step, led: dict, plan: LayerPlan, k: int, p: int) -> list[dict
         _check(f"TP embedding all-reduce bytes (p={p})", led["embedding_allreduce_bytes"],
                sum(s.bytes for s in st if s.op == "allreduce" and s.group == "embedding")),
         _check(f"TP logits all-gather bytes (p={p})", led["logits_allgather_bytes"],
-               sum(s.bytes for s in st if s.op == "allgather")),
+               sum(s.bytes for s in st if s.op == "allgather" and s.group != "mtp")),
         _check(f"TP params per rank (p={p})", led["params_per_rank"],
                _extrapolate(st, "params", plan, k)),
         _check(f"TP FLOPs per rank (p={p})", led["flops_per_rank"],
                _extrapolate(st, "flops", plan, k)),
         _check(f"TP KV cache bytes per rank (p={p})", led["kv_cache_bytes_per_rank"],
-               _by_kind(b.kv_bytes, plan)),
+               _by_kind(b.kv_bytes, plan, mtp)),
         _check(f"TP largest activation bytes per rank (p={p})",
                led.get("largest_activation_bytes_per_rank"), _largest(st)),
     ]

@@ -56,6 +56,9 @@ MlaForm = Annotated[str | None, typer.Option(
     "--mla-form", help="MLA models: absorbed (vLLM, FlashMLA; default) | latent (transformers "
     "5.x: the latent cache re-expanded each step) | expanded (K and V of every head cached)")]
 BlockSize = Annotated[int | None, typer.Option("--block-size", help="paged KV cache block (16)")]
+Mtp = Annotated[bool | None, typer.Option(
+    "--mtp", help="also trace the multi-token-prediction modules (DeepSeek-V3, GLM-4.5: stages "
+    "in group mtp; totals.mtp_flops), counted apart from the model's totals")]
 AttnFlops = Annotated[
     str | None, typer.Option("--attention-flops", help="full (seeds) | causal (lower half)")
 ]

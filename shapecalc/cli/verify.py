@@ -25,6 +25,7 @@ from .options import (
     KvDtype,
     Logits,
     MlaForm,
+    Mtp,
     PaddingMask,
     Phase,
     Preset,
@@ -138,6 +139,7 @@ def verify(
     pp: PP = None,
     ep: EP = None,
     mla_form: MlaForm = None,
+    mtp: Mtp = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     padding_mask: PaddingMask = None,
@@ -161,7 +163,7 @@ def verify(
             {**VERIFY_DEFAULTS, **wbase}, None, model, preferred_seq=VERIFY_SEQ, batch=batch,
             seq=seq, phase=phase, dtype=dtype,
             kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp, ep=ep,
-            mla_form=mla_form, block_size=block_size, attention_flops=attention_flops,
+            mla_form=mla_form, mtp=mtp, block_size=block_size, attention_flops=attention_flops,
             padding_mask=padding_mask,
         )
         budget = None if memory_budget is None else budget_bytes(memory_budget)

@@ -46,6 +46,13 @@ TOTALS: tuple[Field, ...] = (
           "largest_activation_bytes"),
     Field("kv_cache_groups", "list[KvGroup]", "the layers sharing each window W or chunk C "
           "(both null: full attention): how many, the tokens each holds per sequence, bytes"),
+    Field("mtp_params", "int", "parameters of the multi-token-prediction modules as the "
+          "checkpoint stores them (each its own embedding, norms, eh_proj, block and head): "
+          "not in params, as the published counts leave them out"),
+    Field("mtp_flops", "int|null", "matmul FLOPs of the MTP modules on the step (with --mtp; "
+          "null: not traced): not in flops"),
+    Field("mtp_kv_cache_bytes", "int|null", "bytes the MTP modules' own KV cache holds after "
+          "the step (with --mtp; null: not traced): not in kv_cache_bytes"),
 )
 
 TP_LEDGER: tuple[Field, ...] = (

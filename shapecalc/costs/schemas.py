@@ -129,7 +129,8 @@ class SplitOut(_Strict):
 
 def _section(name: str, fields: tuple[Field, ...]) -> type[BaseModel]:
     """A schema made from the declarations in fields.py (their docs become descriptions)."""
-    types: dict[str, Any] = {"int": int, "bool": bool, "str": str, "float": float,
+    types: dict[str, Any] = {"int": int, "int|null": int | None, "bool": bool, "str": str,
+                             "float": float,
                              "list[int]": list[int],
                              "list[Split]": list[SplitOut], "ParamsBreakdown": ParamsBreakdown,
                              "FlopsBreakdown": FlopsBreakdown, "Activation": Activation,

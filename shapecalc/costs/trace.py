@@ -140,8 +140,15 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
     """The trace; with `per_rank` (and p > 1) also `rank_stages`, one rank's stage list."""
     check(model, wl)
     plan = layer_plan(model)
-    st = symbolic_stages(model, wl, 1)
-    rank = symbolic_stages(model, wl, wl.tp) if wl.tp > 1 else st
+    every = symbolic_stages(model, wl, 1)
+    st = [s for s in every if s.group != "mtp"]  # the model's own step: every total below
+    # the MTP modules, counted apart (traced with the workload's --mtp, else only counted)
+    counted = wl.model_copy(update={"mtp": True, "seq": 1, "pp": 1, "ep": 1})
+    mtp = [s for s in every if s.group == "mtp"] if wl.mtp else [
+        s for s in symbolic_stages(model, counted, 1) if s.group == "mtp"
+    ] if model.mtp_layers else []
+    rank = [s for s in symbolic_stages(model, wl, wl.tp) if s.group != "mtp"] \
+        if wl.tp > 1 else st
     params = _sum(st, "params")
     # the longest cache of any layer kind (the tokens of a full-attention layer)
     kv_tokens = max((s.shape[-2] for s in st if _is_cache(s)), default=0)
@@ -175,12 +182,15 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
              "layers": n, "tokens": tokens, "bytes": wl.batch * b}
             for w, n, tokens, b in kv_group_bytes(model, wl.kv, wl.seq, wl.phase, mla=wl.mla)
         ],
+        "mtp_params": _sum(mtp, "params"),
+        "mtp_flops": _sum(mtp, "flops") if wl.mtp else None,
+        "mtp_kv_cache_bytes": _sum(mtp, "bytes", _is_cache) if wl.mtp else None,
     })
     doc = {
         "model": model.model_dump(),
         "workload": wl.model_dump(),
         "layers": layer_plan_doc(plan),
-        "stages": [s.as_dict() for s in st],
+        "stages": [s.as_dict() for s in every],
         "totals": totals,
         "parallel": {"tp": tp_ledger(model, wl, rank), "pp": pp_ledger(model, wl, st),
                      "ep": ep_ledger(model, wl, st, rank)},

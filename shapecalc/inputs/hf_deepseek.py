@@ -68,8 +68,11 @@ def deepseek_moe(h: HF, f: Fields) -> None:
     )
     if first >= n:
         raise ShapecalcError("first_k_dense_replace", f"{first} leaves no MoE layer of {n}")
-    # num_nextn_predict_layers: DeepSeek-V3's multi-token-prediction module (14 B on the Hub)
-    # is a training / speculative-decoding head that transformers does not build; like
-    # transformers (and the published 671 B), shapecalc counts the main model. Read, so that the
-    # key audit knows it is handled here and refuses it for families that have no such module.
-    h.first("num_nextn_predict_layers")
+    # num_nextn_predict_layers: DeepSeek-V3's multi-token-prediction modules (14 B on the Hub), a
+    # training / speculative-decoding head that transformers does not build: counted apart
+    # (totals.mtp_params), left out of params as the published 671 B leaves it out
+    mtp = h.first("num_nextn_predict_layers")
+    if mtp is not None and (type(mtp) is not int or mtp < 0):
+        raise ShapecalcError("num_nextn_predict_layers", f"must be a whole number ≥ 0 of "
+                             f"multi-token-prediction modules, not {mtp!r}")
+    f["mtp_layers"] = mtp or 0

@@ -48,7 +48,7 @@ def _deepseek(mt: str, scoring: str, v2: bool) -> Family:
              norm_topk_prob=False, scoring_func="softmax", topk_method="greedy") if v2 else
         dict(n_routed_experts=256, num_experts_per_tok=8, moe_intermediate_size=2048,
              n_shared_experts=1, first_k_dense_replace=3, routed_scaling_factor=2.5,
-             norm_topk_prob=True, scoring_func="sigmoid"))
+             norm_topk_prob=True, scoring_func="sigmoid", num_nextn_predict_layers=1))
     refuse = {"moe_layer_freq": _MOE_FREQ, "scoring_func": Refusal(
         (scoring,), f"{{value!r}}: transformers' {mt} router always scores with {scoring}")}
     if v2:
@@ -61,7 +61,8 @@ def _deepseek(mt: str, scoring: str, v2: bool) -> Family:
             "DeepSeek-V3 layout: MLA, sigmoid noaux_tc routing, dense first layers")
     return Family(mt, what, (*BODY, deepseek.mla, deepseek.deepseek_moe,
                              *((llama.mlp_bias,) if v2 else ())), defaults,
-                  aliases={"n_routed_experts": ("num_local_experts", "num_experts")},
+                  aliases={"n_routed_experts": ("num_local_experts", "num_experts"),
+                           **({} if v2 else {"num_nextn_predict_layers": ("num_mtp_layers",)})},
                   refuse=refuse)
 
 

@@ -120,6 +120,13 @@ class NumericOps(Ops):
     def group(self, g: Any) -> None:
         self._group = g
 
+    def extra_layers(self, plan: LayerPlan, kind: int, count: int) -> Iterator[int]:
+        n = len(plan.kind_of)
+        for layer in range(n, n + count):  # their own weights and cache: layers N, N+1, …
+            self._layer, self._kind = layer, kind
+            yield layer
+        self._layer, self._kind = -1, None
+
     # -- operations ------------------------------------------------------------------------------
     def token_ids(self, B: Any, T: Any) -> np.ndarray:
         return self._rec("input.ids", "token ids", "input", self.ids[None], dtype="int64")
@@ -425,4 +432,6 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
 def windows(model: ModelConfig) -> list[Reach]:
     """Each layer's KV reach (None: full; W: a window; Chunk(C): chunked), for the caches."""
     plan = layer_plan(model)
-    return [plan.kinds[k].reach for k in plan.kind_of]
+    # the MTP modules' blocks (layers N, N+1, …) are of the last layer's kind
+    kinds = [*plan.kind_of, *[plan.kind_of[-1]] * model.mtp_layers]
+    return [plan.kinds[k].reach for k in kinds]

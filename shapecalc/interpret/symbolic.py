@@ -15,7 +15,7 @@ from ..model.config import ModelConfig, Workload, nbytes
 from ..model.expr import Dim, Expr, expr_of, formula, product, sum_formula
 from ..model.forward import ACT, Ops, Sizes, forward
 from ..model.plan import LayerPlan, LayerSpec
-from ..model.stage import Group, Split, Stage
+from ..model.stage import SPLIT_NOTE, Group, Split, Stage
 from . import symbolic_mla as mla
 
 # FLOPs per output element of each elementwise operation (a documented convention; FlopCounterMode
@@ -37,13 +37,6 @@ ELEMENTWISE: dict[str, int] = {
     "combine": 2,  # each expert output × its weight, summed
     "temperature": 6,  # per position: +1, ÷8192, floor, log1p, ×0.1, +1 (Llama 4)
     "softcap": 3,  # divide by c, tanh, multiply by c
-}
-
-SPLIT_NOTE = {
-    "column": "column-parallel",
-    "row": "row-parallel",
-    "vocab": "vocab-parallel",
-    "replicated": "",
 }
 
 
@@ -130,6 +123,11 @@ class SymbolicOps(Ops):
 
     def group(self, g: Group) -> None:
         self._group = g
+
+    def extra_layers(self, plan: LayerPlan, kind: int, count: int) -> Iterator[int]:
+        self._repeat, self._kind = count, kind  # alike: one block marked ×count
+        yield len(plan.kind_of)
+        self._repeat, self._kind = 1, None
 
     # -- operations --------------------------------------------------------------------------
     def token_ids(self, B: Dim, T: Dim) -> Sym:

@@ -166,6 +166,11 @@ class Weights:
                 b = full[: m.vocab_size][None, None] if p == 1 else full.reshape(p, 1, -1)
             sh = Shard(key, (self.vocab_rows, D), "vocab", p, D, vp)
             return [sh], b, b[0].size if b is not None else 0, False
+        if role == "mtp.head":  # an MTP module's own head (the checkpoint's shared_head.head)
+            vp = m.vocab_size if p == 1 else self.vocab_rows // p
+            return [Shard((layer, role), (self.vocab_rows, D), "vocab", p, D, vp)], None, 0, False
+        if role == "mtp.proj":  # eh_proj [2D→D], replicated on every rank
+            return [Shard((layer, role), (2 * D, D), "replicated", p, 2 * D, D)], None, 0, False
         if role == "attn.qkv":  # each rank's fused matrix is its q, k and v shards side by side
             parts = [self._linear(layer, r, p) for r in ("attn.q", "attn.k", "attn.v")]
             b = np.concatenate([x[1] for x in parts], axis=-1) if m.qkv_bias else None

@@ -210,6 +210,8 @@ class ModelConfig(Record):
     logit_scale: PosFloat | None = _doc(
         None, "the logits × this (Cohere logit_scale; Granite's 1/logits_scaling)"
     )
+    mtp_layers: NonNeg = _doc(0, "multi-token-prediction modules after the model (DeepSeek-V3's "
+                              "num_nextn_predict_layers): totals.mtp_params, not in params")
 
     @property
     def kv_heads(self) -> int:
@@ -336,6 +338,8 @@ class Workload(Record):
     ep: Pos = _doc(
         1, "expert-parallel degree: the routed experts split over ep ranks (E/ep each)"
     )
+    mtp: bool = _doc(False, "trace the multi-token-prediction modules too (their stages in group "
+                     "mtp; totals.mtp_flops), after the model's own step")
     mla_form: Literal["absorbed", "latent", "expanded"] | None = _doc(
         None,
         "MLA models only: the cache and decode form (default absorbed): absorbed (latent "
@@ -393,6 +397,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
         if wl.ep % p:
             raise ShapecalcError("ep", f"ep={wl.ep} is not a multiple of tp={p}: the ep GPUs "
                                  "hold ep/tp tensor-parallel replicas of the attention")
+    if wl.mtp and (not model.mtp_layers or wl.pp > 1):
+        raise ShapecalcError("mtp", "the multi-token-prediction modules are traced at pp = 1"
+                             if model.mtp_layers else "the model has none (mtp_layers = 0)")
     if wl.mla_form is not None and not model.mla:
         raise ShapecalcError("mla_form", "applies to Multi-head Latent Attention models only "
                              "(kv_lora_rank set)")

@@ -160,9 +160,12 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
         x = ops.positions(x, m.positions, m.max_positions)
     angles = gemma.rope_angles(ops, m, z.Tq, z.Dr if m.mla else _rotary(m, z))
 
-    for layer, spec, _ in ops.layers(layer_plan(m)):
+    plan = layer_plan(m)
+    for layer, spec, _ in ops.layers(plan):
         ops.group("block")
         x = _block(ops, m, spec, wl, z, x, layer, angles[spec.attention == "sliding"])
+    if wl.mtp:
+        _mtp(ops, m, wl, z, plan, ids, x, angles)
 
     ops.group("head")
     if m.norm_position != "post":
@@ -182,6 +185,38 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     if wl.logits == "all":
         logits = ops.last_position(logits, "head.last", "last position")
     return logits
+
+
+def _mtp(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, plan: Any, ids: Any, h: Any,
+         angles: Any) -> None:
+    """The multi-token-prediction modules (DeepSeek-V3 §2.2, as its checkpoint stores them:
+    embed_tokens, enorm, hnorm, eh_proj, one decoder layer, shared_head.norm and .head each): the
+    main model's last hidden states h [B,T,D] and the next tokens' embeddings, each RMS-normed,
+    concatenated [B,T,2D] and projected to D, then one block of the last layer's kind and the
+    module's own head. Module j+1 reads module j's hidden states; they chain, as in training
+    and in speculative drafting."""
+    tp = z.p > 1
+    kind = plan.kind_of[-1]
+    for layer in ops.extra_layers(plan, kind, m.mtp_layers):
+        ops.group("mtp")
+        e = ops.embed(ids, z.V, z.D, "vocab" if tp else "replicated")  # its own copy
+        if tp:
+            e = ops.allreduce(e, "comm.allreduce", "MTP embedding all-reduce")
+        e = ops.norm(e, "mtp.enorm", "MTP embedding norm")
+        hn = ops.norm(h, "mtp.hnorm", "MTP hidden norm")
+        c = ops.concat([e, hn], "mtp.concat", "MTP [embedding; hidden]")
+        # eh_proj [2D→D] is replicated: each rank projects the whole concatenation
+        h = ops.linear(c, "mtp.proj", "MTP eh_proj", z.D + z.D, z.D, False, "replicated")
+        spec = plan.kinds[kind]
+        h = _block(ops, m, spec, wl, z, h, layer, angles[spec.attention == "sliding"])
+        y = ops.norm(h, "mtp.norm", "MTP head norm")
+        if wl.logits == "last":
+            y = ops.last_position(y, "mtp.last", "last position")
+        logits = ops.linear(y, "mtp.head", "MTP head", z.D, z.V, False,
+                            "vocab" if tp else "replicated")
+        if tp:
+            ops.allgather(logits, "comm.allgather", "MTP logits all-gather",
+                          z.sym("N_vocab", m.vocab_size))
 
 
 def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x: Any,

@@ -26,6 +26,11 @@ class Ops:
     def group(self, g: Group) -> None:
         raise NotImplementedError
 
+    def extra_layers(self, plan: LayerPlan, kind: int, count: int) -> Iterable[int]:
+        """Layers N, N+1, …, N+count−1 of `kind` after the plan's N (the MTP modules' blocks),
+        each yielded as its layer index."""
+        raise NotImplementedError
+
     def token_ids(self, B: Dim, T: Dim) -> Any:
         raise NotImplementedError
 

@@ -7,8 +7,10 @@ from typing import Any, Literal
 
 from .expr import Expr
 
-Group = Literal["embedding", "block", "head"]
+Group = Literal["embedding", "block", "head", "mtp"]
 Split = Literal["column", "row", "vocab", "replicated"]
+SPLIT_NOTE = {"column": "column-parallel", "row": "row-parallel", "vocab": "vocab-parallel",
+              "replicated": ""}  # what a stage's note says of its split
 
 # Stage roles: what a stage IS, whatever its printed name. Breakdowns, FlashAttention's skips,
 # verify's matching and the ledgers key on roles; names are display text only.
