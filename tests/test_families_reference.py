@@ -21,12 +21,15 @@ import pytest
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
 from shapecalc.inputs.sources import load_preset
-from shapecalc.model.config import Workload
+from shapecalc.model.config import ShapecalcError, Workload
 
 ROOT = Path(__file__).parent.parent
 REF = json.loads((ROOT / "tests" / "data" / "families_reference.json").read_text())
 CASES = {c["name"]: c for c in REF["cases"]}
-PRESETS = {"smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe"}
+PRESETS = {
+    "smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
+    "dots-llm1": "dots1",
+}
 
 
 def _model(tmp_path, cfg: dict):
@@ -58,12 +61,26 @@ def test_flops_params_and_kv_equal_transformers_at_reduced_width(name, tmp_path)
     assert prefill["kv_cache_bytes"] == case["kv_cache_bytes_window_W"]
 
 
-def test_both_seqs_and_both_configs_of_every_family_are_measured():
+def test_both_seqs_and_every_config_of_every_family_are_measured():
+    """Each preset and the class defaults at both T; a family whose class defaults transformers
+    cannot build (recorded with its error) at its presets only."""
     fams = {c["model_type"] for c in CASES.values()}
     assert fams == set(PRESETS.values())
     for mt in fams:
         seqs = sorted(c["seq"] for c in CASES.values() if c["model_type"] == mt)
-        assert seqs == [16, 16, 300, 300], mt
+        configs = sum(v == mt for v in PRESETS.values()) + (mt not in REF["unbuildable"])
+        assert seqs == [16] * configs + [300] * configs, mt
+
+
+@pytest.mark.parametrize("mt", sorted(REF["unbuildable"]))
+def test_unbuildable_class_defaults_are_refused_in_one_line(mt, tmp_path):
+    """Where transformers cannot build a model from its own class defaults (the data holds the
+    error it raises), shapecalc refuses them too, naming the key the class leaves null, instead
+    of guessing the missing count."""
+    entry = REF["unbuildable"][mt]
+    with pytest.raises(ShapecalcError) as err:
+        _model(tmp_path, {"model_type": mt, **entry["hf_config"]})
+    assert entry["hf_config"][err.value.field] is None  # the count the class leaves unset
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

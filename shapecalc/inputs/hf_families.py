@@ -281,6 +281,17 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                            "router always scores with sigmoid")},
            widths=dict(vocab_size=151552, hidden_size=4096, intermediate_size=10944,
                        num_hidden_layers=46, num_attention_heads=96)),
+    Family("dots1", "dots.llm1: Qwen3 attention, DeepSeek-V3 MoE",
+           (*BODY, llama.qk_norm, llama.late_windows, deepseek.deepseek_moe),
+           _llama(32, 2048, attention_bias=False, sliding_window=4096, max_window_layers=62,
+                  moe_intermediate_size=1408, n_shared_experts=None, n_routed_experts=None,
+                  num_experts_per_tok=None, first_k_dense_replace=0, norm_topk_prob=False,
+                  routed_scaling_factor=1.0, scoring_func="sigmoid"),
+           aliases={"n_routed_experts": ("num_local_experts",)},
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' dots1 "
+                                           "router always scores with sigmoid")},
+           widths=dict(vocab_size=152064, hidden_size=4608, intermediate_size=10944,
+                       num_hidden_layers=62, num_attention_heads=32)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -4,11 +4,15 @@ mechanisms, and write ``tests/data/families_reference.json``.
 Run manually (the test suite only reads the JSON, except its live re-measure):
 
     pip install torch==2.13.0 transformers==5.24.0
-    python tests/torch_reference/measure_families.py [--out PATH]
+    python tests/torch_reference/measure_families.py [--out PATH] [--only MT,MT]
 
-For each family, two configs: its preset's config.json (tests/data/hf) and its config class's
-defaults (``AutoConfig.for_model(model_type)``, as transformers writes them for a reference
-checkpoint). Each is measured two ways:
+(``--only``: measure those model_types again and keep the file's other entries as they are.)
+
+For each family, its presets' config.json (tests/data/hf) and its config class's defaults
+(``AutoConfig.for_model(model_type)``, as transformers writes them for a reference checkpoint);
+where transformers cannot build a model from its own defaults (Dots1Config leaves
+n_routed_experts null), ``unbuildable`` records them and the error instead. Each config is
+measured two ways:
 
   * ``params``: ``sum(p.numel())`` of the model built on the meta device at full size;
   * ``cases``: the same config at reduced width (the layer pattern kept), random weights,
@@ -37,11 +41,12 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "families_reference.json")
 HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
 SEQS = (16, 300)
-# each family's preset (its config.json in tests/data/hf)
-PRESETS = {
-    "smollm3": "smollm3-3b",
-    "seed_oss": "seed-oss-36b",
-    "glm4_moe": "glm-4.5-air",
+# each family's presets (their config.json in tests/data/hf)
+PRESETS: dict[str, tuple[str, ...]] = {
+    "smollm3": ("smollm3-3b",),
+    "seed_oss": ("seed-oss-36b",),
+    "glm4_moe": ("glm-4.5-air",),
+    "dots1": ("dots-llm1",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -99,13 +104,36 @@ def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     }
 
 
-def measure() -> dict:
-    params, cases = {}, []
-    for mt, preset in PRESETS.items():
-        with open(os.path.join(HF_DIR, f"{preset}.json")) as f:
-            real = json.load(f)
-        configs = {preset: real, f"{mt}-class-defaults": config_to_json_dict(
-            AutoConfig.for_model(mt))}
+def _class_defaults(mt: str) -> tuple[dict | None, str | None]:
+    """The config class's defaults as transformers writes them, or why transformers itself
+    cannot build a model from them (Dots1Config leaves n_routed_experts None)."""
+    cfg = AutoConfig.for_model(mt)
+    try:
+        _meta_params(cfg)
+    except Exception as e:  # the class's own defaults fail in its own modeling code
+        return None, f"{type(e).__name__}: {e}".splitlines()[0]
+    return config_to_json_dict(cfg), None
+
+
+def measure(only: set[str] | None = None, old: dict | None = None) -> dict:
+    params, cases, unbuildable = {}, [], {}
+    if old is not None and only:  # keep the other families' entries as they were measured
+        params = {k: v for k, v in old["params"].items() if v["model_type"] not in only}
+        cases = [c for c in old["cases"] if c["model_type"] not in only]
+        unbuildable = {k: v for k, v in old.get("unbuildable", {}).items() if k not in only}
+    for mt, presets in PRESETS.items():
+        if only and mt not in only:
+            continue
+        configs = {}
+        for preset in presets:
+            with open(os.path.join(HF_DIR, f"{preset}.json")) as f:
+                configs[preset] = json.load(f)
+        defaults, why = _class_defaults(mt)
+        if why is None:
+            configs[f"{mt}-class-defaults"] = defaults
+        else:
+            unbuildable[mt] = {"hf_config": config_to_json_dict(AutoConfig.for_model(mt)),
+                               "error": why}
         for name, cfg in configs.items():
             params[name] = {"model_type": mt, "hf_config": cfg, "params_meta": _meta_params(
                 AutoConfig.for_model(mt, **{k: v for k, v in cfg.items()
@@ -118,12 +146,19 @@ def measure() -> dict:
     return {
         "torch": torch.__version__, "transformers": transformers.__version__,
         "how": __doc__, "params": params, "cases": cases,
+        # families whose class defaults transformers cannot build: the error it raises
+        "unbuildable": unbuildable,
     }
 
 
 def main(argv: list[str]) -> int:
     out = argv[argv.index("--out") + 1] if "--out" in argv else DEFAULT_OUT
-    data = measure()
+    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else None
+    old = None
+    if only and os.path.exists(out):
+        with open(out) as f:
+            old = json.load(f)
+    data = measure(only, old)
     with open(out, "w") as f:
         json.dump(data, f, indent=1, sort_keys=False)
         f.write("\n")
