@@ -28,7 +28,7 @@ REF = json.loads((ROOT / "tests" / "data" / "families_reference.json").read_text
 CASES = {c["name"]: c for c in REF["cases"]}
 PRESETS = {
     "smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
-    "dots-llm1": "dots1", "cwm-32b": "cwm",
+    "dots-llm1": "dots1", "cwm-32b": "cwm", "olmo3-7b": "olmo3", "olmo3-32b": "olmo3",
 }
 
 

@@ -47,6 +47,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "seed_oss": ("seed-oss-36b",),
     "glm4_moe": ("glm-4.5-air",),
     "cwm": ("cwm-32b",),
+    "olmo3": ("olmo3-7b", "olmo3-32b"),
     "dots1": ("dots-llm1",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
