@@ -29,6 +29,7 @@ CASES = {c["name"]: c for c in REF["cases"]}
 PRESETS = {
     "smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
     "dots-llm1": "dots1", "cwm-32b": "cwm", "olmo3-7b": "olmo3", "olmo3-32b": "olmo3",
+    "glm-4.7-flash": "glm4_moe_lite",
 }
 
 
@@ -39,6 +40,8 @@ def _model(tmp_path, cfg: dict):
 
 
 def _totals(m, case, **kw):
+    if m.mla:  # transformers 5.24 caches MLA's latent and expands it at every step
+        kw["mla_form"] = "latent"
     return build_trace(m, Workload(batch=case["batch"], seq=case["seq"], dtype="fp32",
                                    **kw))["totals"]
 
@@ -104,3 +107,20 @@ def test_live_remeasure_one_case(tmp_path):
     live = measure_families.measure_case(case["name"], case["model_type"], cfg, case["seq"])
     for key in ("prefill_flops", "decode_flops", "params", "kv_cache_bytes_window_W"):
         assert live[key] == case[key], key
+
+
+def test_glm4_moe_lite_reads_mlp_layer_types_and_refuses_what_it_ignores(tmp_path):
+    """Glm4MoeLite builds each layer's MLP from mlp_layer_types alone (default: the first dense);
+    first_k_dense_replace, which the class never reads, is refused where the two disagree."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "glm-4.7-flash.json").read_text())
+    base = {**base, "num_hidden_layers": 4}
+    assert _model(tmp_path, base).ffn_types == ("dense", "moe", "moe", "moe")
+    given = {**base, "mlp_layer_types": ["dense", "sparse", "dense", "sparse"],
+             "first_k_dense_replace": 3}  # the list wins, as in transformers
+    assert _model(tmp_path, given).ffn_types == ("dense", "moe", "dense", "moe")
+    for key, cfg in (("first_k_dense_replace", {**base, "first_k_dense_replace": 3}),
+                     ("mlp_layer_types", {**base, "mlp_layer_types": ["dense"] * 4}),
+                     ("mlp_layer_types", {**base, "mlp_layer_types": ["sparse"] * 3})):
+        with pytest.raises(ShapecalcError) as err:
+            _model(tmp_path, cfg)
+        assert err.value.field == key

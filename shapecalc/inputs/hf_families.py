@@ -303,6 +303,20 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                            "router always scores with sigmoid")},
            widths=dict(vocab_size=152064, hidden_size=4608, intermediate_size=10944,
                        num_hidden_layers=62, num_attention_heads=32)),
+    # DeepseekV3Attention (MLA) and Glm4MoeMoE (sigmoid noaux_tc, n_shared × the expert width);
+    # which layers are MoE comes from mlp_layer_types alone. head_dim is qk_rope_head_dim's alias
+    Family("glm4_moe_lite", "GLM-4.7-Flash: MLA, DeepSeek-V3 MoE, per-layer MLP kinds",
+           (*BODY, deepseek.mla, deepseek.deepseek_moe, deepseek.mlp_layer_types),
+           _llama(20, 202752, kv_lora_rank=512, q_lora_rank=768, qk_nope_head_dim=192,
+                  qk_rope_head_dim=64, v_head_dim=256, moe_intermediate_size=1536,
+                  n_shared_experts=1, n_routed_experts=64, routed_scaling_factor=1.8,
+                  num_experts_per_tok=4, norm_topk_prob=True, attention_bias=False,
+                  scoring_func="sigmoid"),
+           aliases={"n_routed_experts": ("num_local_experts",)},
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' "
+                                           "glm4_moe_lite router always scores with sigmoid")},
+           widths=dict(vocab_size=154880, hidden_size=2048, intermediate_size=10240,
+                       num_hidden_layers=47, num_attention_heads=20)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -21,7 +21,8 @@ measured two ways:
     one decode step on the prefill's cache), with the bytes the cache holds after the prefill
     (a sliding layer counted at min(T, W) tokens: vLLM's and shapecalc's convention; transformers'
     DynamicSlidingWindowLayer keeps W−1). The formulas checked there are the ones the full size
-    uses (the same code with other widths).
+    uses (the same code with other widths). MLA families (glm4_moe_lite) cache the latent c_KV and
+    the rope key, and expand them with kv_b_proj at every step: shapecalc's ``--mla-form latent``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "cwm": ("cwm-32b",),
     "olmo3": ("olmo3-7b", "olmo3-32b"),
     "dots1": ("dots-llm1",),
+    "glm4_moe_lite": ("glm-4.7-flash",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -56,6 +58,9 @@ SMALL = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_
              intermediate_size=176, vocab_size=1000, max_position_embeddings=1024,
              pad_token_id=0, bos_token_id=1, eos_token_id=2)
 SMALL_MOE = dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2)
+# MLA's widths (its K and V come for every head from the latent: H_kv = H)
+SMALL_MLA = dict(kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                 v_head_dim=16, num_key_value_heads=SMALL["num_attention_heads"])
 LAYERS = 8  # two periods of the 4-layer patterns
 WINDOW = 100  # below T=300: the sliding layers hold W tokens
 
@@ -67,6 +72,11 @@ def _small(model_type: str, cfg: dict) -> dict:
         if cfg.get("n_shared_experts"):
             out["n_shared_experts"] = 1
         out["first_k_dense_replace"] = min(cfg.get("first_k_dense_replace") or 0, 1)
+    if "kv_lora_rank" in cfg:
+        out.pop("head_dim")  # MLA classes alias head_dim to qk_rope_head_dim
+        out.update(SMALL_MLA, q_lora_rank=None if cfg.get("q_lora_rank") is None else 24)
+    if isinstance(out.get("mlp_layer_types"), list):
+        out["mlp_layer_types"] = out["mlp_layer_types"][:LAYERS]
     if out.get("sliding_window"):
         out["sliding_window"] = WINDOW
     if isinstance(out.get("no_rope_layers"), list):
@@ -85,6 +95,18 @@ def _meta_params(cfg) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 
 
+def window_bytes(cfg, cache, seq: int) -> int:
+    """The cache's bytes with each sliding layer at min(T, W) tokens: per layer, its keys' and
+    values' bytes per token (MLA's latent and rope key differ in width) × the tokens kept."""
+    total = 0
+    for layer in cache.layers:
+        per_token = sum(t.numel() * t.element_size() for t in (layer.keys, layer.values)) \
+            // layer.keys.shape[-2]
+        sliding = type(layer).__name__ == "DynamicSlidingWindowLayer"
+        total += (min(seq, cfg.sliding_window) if sliding else seq) * per_token
+    return total
+
+
 def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
@@ -93,7 +115,8 @@ def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
                                              dtype=torch.float32, **extra).eval()
     measure_flops.B, measure_flops.T = 1, seq
-    steps = forward_steps(model, count, model.config.vocab_size)
+    steps = forward_steps(model, count, model.config.vocab_size,
+                          at_cache=lambda c: window_bytes(model.config, c, seq))
     hf_config = config_to_json_dict(model.config)
     hf_config.pop("experts_implementation", None)
     return {
@@ -101,7 +124,7 @@ def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
         "prefill_flops": steps["prefill"][0], "decode_flops": steps["decode"][0],
         "prefill_ops": steps["prefill"][1], "decode_ops": steps["decode"][1],
         "params": int(sum(p.numel() for p in model.parameters())),
-        "kv_cache_bytes_window_W": int(steps["kv_window"]),
+        "kv_cache_bytes_window_W": int(steps["at_cache"]),
         "kv_cache_bytes_hf": int(steps["kv"][0]),
     }
 
