@@ -29,7 +29,7 @@ CASES = {c["name"]: c for c in REF["cases"]}
 PRESETS = {
     "smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
     "dots-llm1": "dots1", "cwm-32b": "cwm", "olmo3-7b": "olmo3", "olmo3-32b": "olmo3",
-    "glm-4.7-flash": "glm4_moe_lite",
+    "glm-4.7-flash": "glm4_moe_lite", "mistral-small-4": "mistral4",
 }
 
 
@@ -124,3 +124,16 @@ def test_glm4_moe_lite_reads_mlp_layer_types_and_refuses_what_it_ignores(tmp_pat
         with pytest.raises(ShapecalcError) as err:
             _model(tmp_path, cfg)
         assert err.value.field == key
+
+
+def test_mistral4_ropes_the_rope_part_of_its_qk_head(tmp_path):
+    """Mistral4Config sets head_dim to nope + rope whatever is given, and RoPE turns
+    int(head_dim · partial_rotary_factor) dims: a factor that misses qk_rope_head_dim is refused
+    (transformers' rotary embedding would not fit q and k's rope part)."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "mistral-small-4.json").read_text())
+    want = _model(tmp_path, base)
+    assert _model(tmp_path, {**base, "head_dim": 96}) == want  # overwritten by the class
+    rope = {**base["rope_parameters"], "partial_rotary_factor": 0.25}
+    with pytest.raises(ShapecalcError) as err:
+        _model(tmp_path, {**base, "rope_parameters": rope})
+    assert err.value.field == "partial_rotary_factor"

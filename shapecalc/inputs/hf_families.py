@@ -317,6 +317,21 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                            "glm4_moe_lite router always scores with sigmoid")},
            widths=dict(vocab_size=154880, hidden_size=2048, intermediate_size=10240,
                        num_hidden_layers=47, num_attention_heads=20)),
+    # DeepseekV3Attention (MLA) with Llama 4's query temperature (a scale, no count); DeepSeek-V2's
+    # router (softmax, group-limited, top-k renormalised, × routed_scaling_factor), no correction
+    # bias; DeepseekV3MoE's n_shared × the expert width; the first first_k_dense_replace dense
+    Family("mistral4", "Mistral Small 4: MLA, softmax group-limited MoE, shared expert",
+           (*BODY, deepseek.mla_qk_head, deepseek.deepseek_moe),
+           _llama(32, 1048576, kv_lora_rank=256, q_lora_rank=1024, qk_nope_head_dim=64,
+                  qk_rope_head_dim=64, v_head_dim=128, moe_intermediate_size=2048,
+                  n_shared_experts=1, n_routed_experts=128, routed_scaling_factor=1.0,
+                  num_experts_per_tok=4, first_k_dense_replace=0, norm_topk_prob=True,
+                  attention_bias=False, scoring_func="softmax"),
+           aliases={"n_routed_experts": ("num_local_experts",)},
+           refuse={"scoring_func": Refusal(("softmax",), "{value!r}: transformers' mistral4 "
+                                           "router always scores with softmax")},
+           widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=12288,
+                       num_hidden_layers=36, num_attention_heads=32)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

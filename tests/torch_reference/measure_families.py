@@ -32,6 +32,7 @@ import os
 import sys
 
 import torch
+import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +52,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "olmo3": ("olmo3-7b", "olmo3-32b"),
     "dots1": ("dots-llm1",),
     "glm4_moe_lite": ("glm-4.7-flash",),
+    "mistral4": ("mistral-small-4",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -75,6 +77,10 @@ def _small(model_type: str, cfg: dict) -> dict:
     if "kv_lora_rank" in cfg:
         out.pop("head_dim")  # MLA classes alias head_dim to qk_rope_head_dim
         out.update(SMALL_MLA, q_lora_rank=None if cfg.get("q_lora_rank") is None else 24)
+        rope = out.get("rope_parameters")
+        if isinstance(rope, dict) and "partial_rotary_factor" in rope:  # Mistral 4: RoPE's share
+            nope, rot = SMALL_MLA["qk_nope_head_dim"], SMALL_MLA["qk_rope_head_dim"]
+            out["rope_parameters"] = {**rope, "partial_rotary_factor": rot / (nope + rot)}
     if isinstance(out.get("mlp_layer_types"), list):
         out["mlp_layer_types"] = out["mlp_layer_types"][:LAYERS]
     if out.get("sliding_window"):
@@ -89,9 +95,21 @@ def _small(model_type: str, cfg: dict) -> dict:
     return out
 
 
+# classes transformers' AutoModelForCausalLM does not map (Mistral 4 ships inside Mistral 3's
+# image-text model): built by their own class
+CAUSAL_LM = {"mistral4": "Mistral4ForCausalLM"}
+
+
+def _build(cfg, **kw):
+    name = CAUSAL_LM.get(cfg.model_type)
+    if name is None:
+        return AutoModelForCausalLM.from_config(cfg, **kw)
+    return getattr(transformers, name)._from_config(cfg, **kw)
+
+
 def _meta_params(cfg) -> int:
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
+        model = _build(cfg)
     return int(sum(p.numel() for p in model.parameters()))
 
 
@@ -112,8 +130,7 @@ def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     torch.manual_seed(0)
     moe = any(k in kwargs for k in ("n_routed_experts", "num_experts", "num_local_experts"))
     extra = dict(experts_implementation="eager") if moe else {}
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
-                                             dtype=torch.float32, **extra).eval()
+    model = _build(cfg, attn_implementation="eager", dtype=torch.float32, **extra).eval()
     measure_flops.B, measure_flops.T = 1, seq
     steps = forward_steps(model, count, model.config.vocab_size,
                           at_cache=lambda c: window_bytes(model.config, c, seq))
@@ -167,7 +184,6 @@ def measure(only: set[str] | None = None, old: dict | None = None) -> dict:
                 cases.append(measure_case(f"{name}-small-T{seq}", mt, _small(mt, cfg), seq))
                 print(f"{cases[-1]['name']}: prefill {cases[-1]['prefill_flops']:,} "
                       f"decode {cases[-1]['decode_flops']:,}", file=sys.stderr)
-    import transformers
     return {
         "torch": torch.__version__, "transformers": transformers.__version__,
         "how": __doc__, "params": params, "cases": cases,
