@@ -21,12 +21,16 @@ import pytest
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
 from shapecalc.inputs.sources import load_preset
-from shapecalc.model.config import Workload
+from shapecalc.model.config import ShapecalcError, Workload
 
 ROOT = Path(__file__).parent.parent
 REF = json.loads((ROOT / "tests" / "data" / "families_reference.json").read_text())
 CASES = {c["name"]: c for c in REF["cases"]}
-PRESETS = {"smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe"}
+PRESETS = {
+    "smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
+    "dots-llm1": "dots1", "cwm-32b": "cwm", "olmo3-7b": "olmo3", "olmo3-32b": "olmo3",
+    "glm-4.7-flash": "glm4_moe_lite", "mistral-small-4": "mistral4",
+}
 
 
 def _model(tmp_path, cfg: dict):
@@ -36,6 +40,8 @@ def _model(tmp_path, cfg: dict):
 
 
 def _totals(m, case, **kw):
+    if m.mla:  # transformers 5.24 caches MLA's latent and expands it at every step
+        kw["mla_form"] = "latent"
     return build_trace(m, Workload(batch=case["batch"], seq=case["seq"], dtype="fp32",
                                    **kw))["totals"]
 
@@ -58,12 +64,26 @@ def test_flops_params_and_kv_equal_transformers_at_reduced_width(name, tmp_path)
     assert prefill["kv_cache_bytes"] == case["kv_cache_bytes_window_W"]
 
 
-def test_both_seqs_and_both_configs_of_every_family_are_measured():
+def test_both_seqs_and_every_config_of_every_family_are_measured():
+    """Each preset and the class defaults at both T; a family whose class defaults transformers
+    cannot build (recorded with its error) at its presets only."""
     fams = {c["model_type"] for c in CASES.values()}
     assert fams == set(PRESETS.values())
     for mt in fams:
         seqs = sorted(c["seq"] for c in CASES.values() if c["model_type"] == mt)
-        assert seqs == [16, 16, 300, 300], mt
+        configs = sum(v == mt for v in PRESETS.values()) + (mt not in REF["unbuildable"])
+        assert seqs == [16] * configs + [300] * configs, mt
+
+
+@pytest.mark.parametrize("mt", sorted(REF["unbuildable"]))
+def test_unbuildable_class_defaults_are_refused_in_one_line(mt, tmp_path):
+    """Where transformers cannot build a model from its own class defaults (the data holds the
+    error it raises), shapecalc refuses them too, naming the key the class leaves null, instead
+    of guessing the missing count."""
+    entry = REF["unbuildable"][mt]
+    with pytest.raises(ShapecalcError) as err:
+        _model(tmp_path, {"model_type": mt, **entry["hf_config"]})
+    assert entry["hf_config"][err.value.field] is None  # the count the class leaves unset
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -87,3 +107,33 @@ def test_live_remeasure_one_case(tmp_path):
     live = measure_families.measure_case(case["name"], case["model_type"], cfg, case["seq"])
     for key in ("prefill_flops", "decode_flops", "params", "kv_cache_bytes_window_W"):
         assert live[key] == case[key], key
+
+
+def test_glm4_moe_lite_reads_mlp_layer_types_and_refuses_what_it_ignores(tmp_path):
+    """Glm4MoeLite builds each layer's MLP from mlp_layer_types alone (default: the first dense);
+    first_k_dense_replace, which the class never reads, is refused where the two disagree."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "glm-4.7-flash.json").read_text())
+    base = {**base, "num_hidden_layers": 4}
+    assert _model(tmp_path, base).ffn_types == ("dense", "moe", "moe", "moe")
+    given = {**base, "mlp_layer_types": ["dense", "sparse", "dense", "sparse"],
+             "first_k_dense_replace": 3}  # the list wins, as in transformers
+    assert _model(tmp_path, given).ffn_types == ("dense", "moe", "dense", "moe")
+    for key, cfg in (("first_k_dense_replace", {**base, "first_k_dense_replace": 3}),
+                     ("mlp_layer_types", {**base, "mlp_layer_types": ["dense"] * 4}),
+                     ("mlp_layer_types", {**base, "mlp_layer_types": ["sparse"] * 3})):
+        with pytest.raises(ShapecalcError) as err:
+            _model(tmp_path, cfg)
+        assert err.value.field == key
+
+
+def test_mistral4_ropes_the_rope_part_of_its_qk_head(tmp_path):
+    """Mistral4Config sets head_dim to nope + rope whatever is given, and RoPE turns
+    int(head_dim · partial_rotary_factor) dims: a factor that misses qk_rope_head_dim is refused
+    (transformers' rotary embedding would not fit q and k's rope part)."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "mistral-small-4.json").read_text())
+    want = _model(tmp_path, base)
+    assert _model(tmp_path, {**base, "head_dim": 96}) == want  # overwritten by the class
+    rope = {**base["rope_parameters"], "partial_rotary_factor": 0.25}
+    with pytest.raises(ShapecalcError) as err:
+        _model(tmp_path, {**base, "rope_parameters": rope})
+    assert err.value.field == "partial_rotary_factor"

@@ -83,7 +83,7 @@ def _probe(key: str, spec: hf_keys.Key) -> dict:
         "mlp_only_layers": [0], "moe_layers": [1], "position_embedding_type": "alibi",
         "rotary_pct": 0.25, "partial_rotary_factor": 0.5, "logit_scale": 0.0625,
         "attention_multiplier": 0.015625, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
-        "logits_scaling": 8.0, "max_window_layers": 3,
+        "logits_scaling": 8.0, "max_window_layers": 3, "mlp_layer_types": ["dense", "sparse"],
     }  # fmt: skip
     if key.startswith("rope_"):
         outer, inner = key.split(".")

@@ -10,22 +10,16 @@ from __future__ import annotations
 
 from ..model.config import ShapecalcError
 from .hf_base import HF, Fields, mechanism
+from .hf_llama import rotary_factor
 
 
-@mechanism("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-           "head_dim", "attention_bias")
-def mla(h: HF, f: Fields) -> None:
-    # MLA: K and V of all H heads come from kv_b_proj; eager attention then repeats them by
-    # H / num_key_value_heads, which only runs when that is 1
+def _latent(h: HF, f: Fields) -> None:
+    """MLA's fields: K and V of all H heads come from kv_b_proj; eager attention then repeats
+    them by H / num_key_value_heads, which only runs when that is 1."""
     heads = f["n_heads"]
     if f["n_kv_heads"] != heads:
         raise ShapecalcError("num_key_value_heads", f"{f['n_kv_heads']} differs from "
                              f"num_attention_heads={heads}; MLA makes K and V for every head")
-    rope = h.get("qk_rope_head_dim")
-    if h.get("head_dim") not in (None, rope):  # V3's config sets head_dim = qk_rope_head_dim
-        raise ShapecalcError("head_dim", f"{h.get('head_dim')} is not qk_rope_head_dim={rope}; "
-                             "MLA's head widths are qk_nope_head_dim, qk_rope_head_dim, "
-                             "v_head_dim")
     bias = bool(h.get("attention_bias", False))
     f.update(
         n_kv_heads=None,
@@ -33,11 +27,41 @@ def mla(h: HF, f: Fields) -> None:
         kv_lora_rank=h.get("kv_lora_rank"),
         q_lora_rank=h.get("q_lora_rank"),  # null: a plain q_proj
         qk_nope_head_dim=h.get("qk_nope_head_dim"),
-        qk_rope_head_dim=rope,
+        qk_rope_head_dim=h.get("qk_rope_head_dim"),
         v_head_dim=h.get("v_head_dim"),
         qkv_bias=bias,  # attention_bias: on q_a_proj and kv_a_proj_with_mqa (and o_proj)
         attn_out_bias=bias,
     )
+
+
+_MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+             "head_dim", "attention_bias")
+
+
+@mechanism(*_MLA_KEYS)
+def mla(h: HF, f: Fields) -> None:
+    rope = h.get("qk_rope_head_dim")
+    if h.get("head_dim") not in (None, rope):  # V3's config sets head_dim = qk_rope_head_dim
+        raise ShapecalcError("head_dim", f"{h.get('head_dim')} is not qk_rope_head_dim={rope}; "
+                             "MLA's head widths are qk_nope_head_dim, qk_rope_head_dim, "
+                             "v_head_dim")
+    _latent(h, f)
+
+
+@mechanism(*_MLA_KEYS, "partial_rotary_factor", "rope_parameters.partial_rotary_factor",
+           "rope_scaling.partial_rotary_factor")
+def mla_qk_head(h: HF, f: Fields) -> None:
+    # Mistral 4: the class sets head_dim to the q/k head, nope + rope (a given head_dim is
+    # overwritten), and its rotary embedding turns int(head_dim · partial_rotary_factor) dims
+    # (default rope / head_dim), which must be the rope part q and k carry
+    nope, rope = h.get("qk_nope_head_dim"), h.get("qk_rope_head_dim")
+    h.get("head_dim")
+    factor = rotary_factor(h, rope / (nope + rope))
+    if int((nope + rope) * factor) != rope:
+        raise ShapecalcError("partial_rotary_factor", f"{factor} turns "
+                             f"{int((nope + rope) * factor)} of the {nope + rope}-wide q/k head, "
+                             f"not its qk_rope_head_dim={rope} rope dims")
+    _latent(h, f)
 
 
 @mechanism("n_routed_experts", "num_experts_per_tok", "first_k_dense_replace",
@@ -76,3 +100,28 @@ def deepseek_moe(h: HF, f: Fields) -> None:
         raise ShapecalcError("num_nextn_predict_layers", f"must be a whole number ≥ 0 of "
                              f"multi-token-prediction modules, not {mtp!r}")
     f["mtp_layers"] = mtp or 0
+
+
+@mechanism("mlp_layer_types", "first_k_dense_replace")
+def mlp_layer_types(h: HF, f: Fields) -> None:
+    # GLM-4.7-Flash (glm4_moe_lite): mlp_layer_types names each layer's MLP, "dense" or "sparse"
+    # (default: the first dense, the rest MoE); the class never reads first_k_dense_replace, so
+    # without the list a first_k_dense_replace that says otherwise would be silently ignored
+    n = f["n_layers"]
+    given = h.get("mlp_layer_types")
+    types = given or ["dense"] + ["sparse"] * (n - 1)
+    if not isinstance(types, list) or any(t not in ("dense", "sparse") for t in types):
+        raise ShapecalcError("mlp_layer_types", f"must list 'dense' or 'sparse' per layer, not "
+                             f"{types!r}")
+    if len(types) != n:
+        raise ShapecalcError("mlp_layer_types", f"lists {len(types)} layers, but "
+                             f"num_hidden_layers is {n}")
+    if "sparse" not in types:
+        raise ShapecalcError("mlp_layer_types", "has no sparse layer; the model needs experts")
+    first = h.get("first_k_dense_replace")
+    if given is None and first not in (None, 1):
+        raise ShapecalcError("first_k_dense_replace", f"{first}, but transformers' "
+                             "glm4_moe_lite ignores it (the first layer alone is dense unless "
+                             "mlp_layer_types says otherwise)")
+    kinds = tuple("moe" if t == "sparse" else "dense" for t in types)
+    f["ffn_types"] = kinds if "dense" in kinds else None

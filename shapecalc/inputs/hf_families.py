@@ -282,6 +282,57 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                            "router always scores with sigmoid")},
            widths=dict(vocab_size=151552, hidden_size=4096, intermediate_size=10944,
                        num_hidden_layers=46, num_attention_heads=96)),
+    Family("cwm", "CWM: Llama with 3 sliding layers of 8192 to 1 global (the first)",
+           (*BODY, llama.mlp_bias, llama.every_kth_full(4, first=True)),
+           _llama(8, 131072, head_dim=128, mlp_bias=False, sliding_window=8192),
+           widths=dict(vocab_size=128256, hidden_size=6144, intermediate_size=21504,
+                       num_hidden_layers=64, num_attention_heads=48)),
+    Family("olmo3", "OLMo 3: OLMo 2 with 3 sliding layers to 1 full",
+           (*BODY, llama.attention_bias, gemma.rope_theta, llama.every_kth_full(4, first=False)),
+           _llama(None, 2048, rope_theta=500000.0, sliding_window=4096),
+           fixed=dict(norm_position="output", qk_norm=True, qk_norm_width="all"),
+           widths=dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008,
+                       num_hidden_layers=32, num_attention_heads=32)),
+    Family("dots1", "dots.llm1: Qwen3 attention, DeepSeek-V3 MoE",
+           (*BODY, llama.qk_norm, llama.late_windows, deepseek.deepseek_moe),
+           _llama(32, 2048, attention_bias=False, sliding_window=4096, max_window_layers=62,
+                  moe_intermediate_size=1408, n_shared_experts=None, n_routed_experts=None,
+                  num_experts_per_tok=None, first_k_dense_replace=0, norm_topk_prob=False,
+                  routed_scaling_factor=1.0, scoring_func="sigmoid"),
+           aliases={"n_routed_experts": ("num_local_experts",)},
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' dots1 "
+                                           "router always scores with sigmoid")},
+           widths=dict(vocab_size=152064, hidden_size=4608, intermediate_size=10944,
+                       num_hidden_layers=62, num_attention_heads=32)),
+    # DeepseekV3Attention (MLA) and Glm4MoeMoE (sigmoid noaux_tc, n_shared × the expert width);
+    # which layers are MoE comes from mlp_layer_types alone. head_dim is qk_rope_head_dim's alias
+    Family("glm4_moe_lite", "GLM-4.7-Flash: MLA, DeepSeek-V3 MoE, per-layer MLP kinds",
+           (*BODY, deepseek.mla, deepseek.deepseek_moe, deepseek.mlp_layer_types),
+           _llama(20, 202752, kv_lora_rank=512, q_lora_rank=768, qk_nope_head_dim=192,
+                  qk_rope_head_dim=64, v_head_dim=256, moe_intermediate_size=1536,
+                  n_shared_experts=1, n_routed_experts=64, routed_scaling_factor=1.8,
+                  num_experts_per_tok=4, norm_topk_prob=True, attention_bias=False,
+                  scoring_func="sigmoid"),
+           aliases={"n_routed_experts": ("num_local_experts",)},
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' "
+                                           "glm4_moe_lite router always scores with sigmoid")},
+           widths=dict(vocab_size=154880, hidden_size=2048, intermediate_size=10240,
+                       num_hidden_layers=47, num_attention_heads=20)),
+    # DeepseekV3Attention (MLA) with Llama 4's query temperature (a scale, no count); DeepSeek-V2's
+    # router (softmax, group-limited, top-k renormalised, × routed_scaling_factor), no correction
+    # bias; DeepseekV3MoE's n_shared × the expert width; the first first_k_dense_replace dense
+    Family("mistral4", "Mistral Small 4: MLA, softmax group-limited MoE, shared expert",
+           (*BODY, deepseek.mla_qk_head, deepseek.deepseek_moe),
+           _llama(32, 1048576, kv_lora_rank=256, q_lora_rank=1024, qk_nope_head_dim=64,
+                  qk_rope_head_dim=64, v_head_dim=128, moe_intermediate_size=2048,
+                  n_shared_experts=1, n_routed_experts=128, routed_scaling_factor=1.0,
+                  num_experts_per_tok=4, first_k_dense_replace=0, norm_topk_prob=True,
+                  attention_bias=False, scoring_func="softmax"),
+           aliases={"n_routed_experts": ("num_local_experts",)},
+           refuse={"scoring_func": Refusal(("softmax",), "{value!r}: transformers' mistral4 "
+                                           "router always scores with softmax")},
+           widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=12288,
+                       num_hidden_layers=36, num_attention_heads=32)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -90,6 +90,7 @@ SHAPE_KEYS: dict[str, Key] = {
     "interleave_moe_layer_step": Key("the layers that are MoE", _ONE),
     "mlp_only_layers": Key("the layers that are MoE", (None, [])),
     "moe_layers": Key("the layers that are MoE", (None, [])),
+    "mlp_layer_types": Key("the layers that are MoE"),
     "intermediate_size_mlp": Key("the dense MLP's width (Llama 4)"),
     "num_nextn_predict_layers": Key("multi-token-prediction modules (DeepSeek-V3)", _NONE0),
     # Multi-head Latent Attention

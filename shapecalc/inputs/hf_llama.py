@@ -14,24 +14,29 @@ from .hf_base import HF, Fields, Mechanism, mechanism
 _KINDS = {"sliding_attention": "sliding", "full_attention": "full"}
 
 
-@mechanism("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-           "intermediate_size", "head_dim", "num_key_value_heads")
-def llama(h: HF, f: Fields) -> None:
-    # the body every Llama-like shares: RMSNorm, RoPE (rope_scaling changes no shape), and the
-    # widths; head_dim null or absent: D/H; num_key_value_heads absent: the class default, null: H
+def body(h: HF, f: Fields, width: str) -> None:
+    """The body every Llama-like shares: RMSNorm, RoPE (rope_scaling changes no shape), and the
+    widths, Dff read under `width`; head_dim null or absent: D/H; num_key_value_heads absent: the
+    class default, null: H."""
     heads = h.need("num_attention_heads", "H")
     f.update(
         vocab_size=h.need("vocab_size", "N_vocab"),
         d_model=h.need("hidden_size", "D"),
         n_layers=h.need("num_hidden_layers", "N"),
         n_heads=heads,
-        d_ff=h.need("intermediate_size", "Dff"),
+        d_ff=h.need(width, "Dff"),
         head_dim=h.get("head_dim"),
         norm="rmsnorm",
         positions="rope",
     )
     kv = h.get("num_key_value_heads")
     f["n_kv_heads"] = heads if kv is None else kv
+
+
+@mechanism("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+           "intermediate_size", "head_dim", "num_key_value_heads")
+def llama(h: HF, f: Fields) -> None:
+    body(h, f, "intermediate_size")
 
 
 @mechanism("head_dim")

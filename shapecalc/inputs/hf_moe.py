@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..model.config import ShapecalcError
 from .hf_base import HF, Fields, Mechanism, mechanism, positive_step
-from .hf_llama import qwen_window, windows
+from .hf_llama import body, qwen_window, windows
 
 
 @mechanism("decoder_sparse_step", "mlp_only_layers")
@@ -102,3 +102,11 @@ def gpt_oss_k(h: HF, f: Fields) -> None:
     if h.get("experts_per_token") not in (None, k):
         raise ShapecalcError("experts_per_token", f"{h.get('experts_per_token')} contradicts "
                              f"num_experts_per_tok={k} (the key transformers reads)")
+
+
+@mechanism("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+           "moe_intermediate_size", "head_dim", "num_key_value_heads")
+def moe_body(h: HF, f: Fields) -> None:
+    # Solar Open: the Llama body with MoE on every layer and no dense MLP (its class has no
+    # intermediate_size): Dff is the routed experts' width
+    body(h, f, "moe_intermediate_size")

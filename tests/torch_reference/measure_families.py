@@ -4,11 +4,15 @@ mechanisms, and write ``tests/data/families_reference.json``.
 Run manually (the test suite only reads the JSON, except its live re-measure):
 
     pip install torch==2.13.0 transformers==5.24.0
-    python tests/torch_reference/measure_families.py [--out PATH]
+    python tests/torch_reference/measure_families.py [--out PATH] [--only MT,MT]
 
-For each family, two configs: its preset's config.json (tests/data/hf) and its config class's
-defaults (``AutoConfig.for_model(model_type)``, as transformers writes them for a reference
-checkpoint). Each is measured two ways:
+(``--only``: measure those model_types again and keep the file's other entries as they are.)
+
+For each family, its presets' config.json (tests/data/hf) and its config class's defaults
+(``AutoConfig.for_model(model_type)``, as transformers writes them for a reference checkpoint);
+where transformers cannot build a model from its own defaults (Dots1Config leaves
+n_routed_experts null), ``unbuildable`` records them and the error instead. Each config is
+measured two ways:
 
   * ``params``: ``sum(p.numel())`` of the model built on the meta device at full size;
   * ``cases``: the same config at reduced width (the layer pattern kept), random weights,
@@ -17,7 +21,8 @@ checkpoint). Each is measured two ways:
     one decode step on the prefill's cache), with the bytes the cache holds after the prefill
     (a sliding layer counted at min(T, W) tokens: vLLM's and shapecalc's convention; transformers'
     DynamicSlidingWindowLayer keeps W−1). The formulas checked there are the ones the full size
-    uses (the same code with other widths).
+    uses (the same code with other widths). MLA families (glm4_moe_lite) cache the latent c_KV and
+    the rope key, and expand them with kv_b_proj at every step: shapecalc's ``--mla-form latent``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import os
 import sys
 
 import torch
+import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -37,11 +43,16 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "families_reference.json")
 HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
 SEQS = (16, 300)
-# each family's preset (its config.json in tests/data/hf)
-PRESETS = {
-    "smollm3": "smollm3-3b",
-    "seed_oss": "seed-oss-36b",
-    "glm4_moe": "glm-4.5-air",
+# each family's presets (their config.json in tests/data/hf)
+PRESETS: dict[str, tuple[str, ...]] = {
+    "smollm3": ("smollm3-3b",),
+    "seed_oss": ("seed-oss-36b",),
+    "glm4_moe": ("glm-4.5-air",),
+    "cwm": ("cwm-32b",),
+    "olmo3": ("olmo3-7b", "olmo3-32b"),
+    "dots1": ("dots-llm1",),
+    "glm4_moe_lite": ("glm-4.7-flash",),
+    "mistral4": ("mistral-small-4",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -49,6 +60,9 @@ SMALL = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_
              intermediate_size=176, vocab_size=1000, max_position_embeddings=1024,
              pad_token_id=0, bos_token_id=1, eos_token_id=2)
 SMALL_MOE = dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2)
+# MLA's widths (its K and V come for every head from the latent: H_kv = H)
+SMALL_MLA = dict(kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                 v_head_dim=16, num_key_value_heads=SMALL["num_attention_heads"])
 LAYERS = 8  # two periods of the 4-layer patterns
 WINDOW = 100  # below T=300: the sliding layers hold W tokens
 
@@ -60,6 +74,15 @@ def _small(model_type: str, cfg: dict) -> dict:
         if cfg.get("n_shared_experts"):
             out["n_shared_experts"] = 1
         out["first_k_dense_replace"] = min(cfg.get("first_k_dense_replace") or 0, 1)
+    if "kv_lora_rank" in cfg:
+        out.pop("head_dim")  # MLA classes alias head_dim to qk_rope_head_dim
+        out.update(SMALL_MLA, q_lora_rank=None if cfg.get("q_lora_rank") is None else 24)
+        rope = out.get("rope_parameters")
+        if isinstance(rope, dict) and "partial_rotary_factor" in rope:  # Mistral 4: RoPE's share
+            nope, rot = SMALL_MLA["qk_nope_head_dim"], SMALL_MLA["qk_rope_head_dim"]
+            out["rope_parameters"] = {**rope, "partial_rotary_factor": rot / (nope + rot)}
+    if isinstance(out.get("mlp_layer_types"), list):
+        out["mlp_layer_types"] = out["mlp_layer_types"][:LAYERS]
     if out.get("sliding_window"):
         out["sliding_window"] = WINDOW
     if isinstance(out.get("no_rope_layers"), list):
@@ -72,10 +95,34 @@ def _small(model_type: str, cfg: dict) -> dict:
     return out
 
 
+# classes transformers' AutoModelForCausalLM does not map (Mistral 4 ships inside Mistral 3's
+# image-text model): built by their own class
+CAUSAL_LM = {"mistral4": "Mistral4ForCausalLM"}
+
+
+def _build(cfg, **kw):
+    name = CAUSAL_LM.get(cfg.model_type)
+    if name is None:
+        return AutoModelForCausalLM.from_config(cfg, **kw)
+    return getattr(transformers, name)._from_config(cfg, **kw)
+
+
 def _meta_params(cfg) -> int:
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
+        model = _build(cfg)
     return int(sum(p.numel() for p in model.parameters()))
+
+
+def window_bytes(cfg, cache, seq: int) -> int:
+    """The cache's bytes with each sliding layer at min(T, W) tokens: per layer, its keys' and
+    values' bytes per token (MLA's latent and rope key differ in width) × the tokens kept."""
+    total = 0
+    for layer in cache.layers:
+        per_token = sum(t.numel() * t.element_size() for t in (layer.keys, layer.values)) \
+            // layer.keys.shape[-2]
+        sliding = type(layer).__name__ == "DynamicSlidingWindowLayer"
+        total += (min(seq, cfg.sliding_window) if sliding else seq) * per_token
+    return total
 
 
 def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
@@ -83,10 +130,10 @@ def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     torch.manual_seed(0)
     moe = any(k in kwargs for k in ("n_routed_experts", "num_experts", "num_local_experts"))
     extra = dict(experts_implementation="eager") if moe else {}
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
-                                             dtype=torch.float32, **extra).eval()
+    model = _build(cfg, attn_implementation="eager", dtype=torch.float32, **extra).eval()
     measure_flops.B, measure_flops.T = 1, seq
-    steps = forward_steps(model, count, model.config.vocab_size)
+    steps = forward_steps(model, count, model.config.vocab_size,
+                          at_cache=lambda c: window_bytes(model.config, c, seq))
     hf_config = config_to_json_dict(model.config)
     hf_config.pop("experts_implementation", None)
     return {
@@ -94,18 +141,41 @@ def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
         "prefill_flops": steps["prefill"][0], "decode_flops": steps["decode"][0],
         "prefill_ops": steps["prefill"][1], "decode_ops": steps["decode"][1],
         "params": int(sum(p.numel() for p in model.parameters())),
-        "kv_cache_bytes_window_W": int(steps["kv_window"]),
+        "kv_cache_bytes_window_W": int(steps["at_cache"]),
         "kv_cache_bytes_hf": int(steps["kv"][0]),
     }
 
 
-def measure() -> dict:
-    params, cases = {}, []
-    for mt, preset in PRESETS.items():
-        with open(os.path.join(HF_DIR, f"{preset}.json")) as f:
-            real = json.load(f)
-        configs = {preset: real, f"{mt}-class-defaults": config_to_json_dict(
-            AutoConfig.for_model(mt))}
+def _class_defaults(mt: str) -> tuple[dict | None, str | None]:
+    """The config class's defaults as transformers writes them, or why transformers itself
+    cannot build a model from them (Dots1Config leaves n_routed_experts None)."""
+    cfg = AutoConfig.for_model(mt)
+    try:
+        _meta_params(cfg)
+    except Exception as e:  # the class's own defaults fail in its own modeling code
+        return None, f"{type(e).__name__}: {e}".splitlines()[0]
+    return config_to_json_dict(cfg), None
+
+
+def measure(only: set[str] | None = None, old: dict | None = None) -> dict:
+    params, cases, unbuildable = {}, [], {}
+    if old is not None and only:  # keep the other families' entries as they were measured
+        params = {k: v for k, v in old["params"].items() if v["model_type"] not in only}
+        cases = [c for c in old["cases"] if c["model_type"] not in only]
+        unbuildable = {k: v for k, v in old.get("unbuildable", {}).items() if k not in only}
+    for mt, presets in PRESETS.items():
+        if only and mt not in only:
+            continue
+        configs = {}
+        for preset in presets:
+            with open(os.path.join(HF_DIR, f"{preset}.json")) as f:
+                configs[preset] = json.load(f)
+        defaults, why = _class_defaults(mt)
+        if why is None:
+            configs[f"{mt}-class-defaults"] = defaults
+        else:
+            unbuildable[mt] = {"hf_config": config_to_json_dict(AutoConfig.for_model(mt)),
+                               "error": why}
         for name, cfg in configs.items():
             params[name] = {"model_type": mt, "hf_config": cfg, "params_meta": _meta_params(
                 AutoConfig.for_model(mt, **{k: v for k, v in cfg.items()
@@ -114,16 +184,22 @@ def measure() -> dict:
                 cases.append(measure_case(f"{name}-small-T{seq}", mt, _small(mt, cfg), seq))
                 print(f"{cases[-1]['name']}: prefill {cases[-1]['prefill_flops']:,} "
                       f"decode {cases[-1]['decode_flops']:,}", file=sys.stderr)
-    import transformers
     return {
         "torch": torch.__version__, "transformers": transformers.__version__,
         "how": __doc__, "params": params, "cases": cases,
+        # families whose class defaults transformers cannot build: the error it raises
+        "unbuildable": unbuildable,
     }
 
 
 def main(argv: list[str]) -> int:
     out = argv[argv.index("--out") + 1] if "--out" in argv else DEFAULT_OUT
-    data = measure()
+    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else None
+    old = None
+    if only and os.path.exists(out):
+        with open(out) as f:
+            old = json.load(f)
+    data = measure(only, old)
     with open(out, "w") as f:
         json.dump(data, f, indent=1, sort_keys=False)
         f.write("\n")
