@@ -26,7 +26,8 @@ from shapecalc.model.config import Workload
 ROOT = Path(__file__).parent.parent
 REF = json.loads((ROOT / "tests" / "data" / "families_reference.json").read_text())
 CASES = {c["name"]: c for c in REF["cases"]}
-PRESETS = {"smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe"}
+PRESETS = {"smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
+           "command-r7b": "cohere2"}
 
 
 def _model(tmp_path, cfg: dict):

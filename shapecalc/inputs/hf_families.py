@@ -281,6 +281,17 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                            "router always scores with sigmoid")},
            widths=dict(vocab_size=151552, hidden_size=4096, intermediate_size=10944,
                        num_hidden_layers=46, num_attention_heads=96)),
+    # Cohere2DecoderLayer: Cohere's parallel block (γ-only LayerNorm, interleaved RoPE, logit
+    # scale); 3 sliding layers to 1 full (sliding_window_pattern 4), RoPE on the sliding layers
+    # only. Cohere2Config always sets head_dim (a given one wins, else D // H)
+    Family("cohere2", "Command R7B: Cohere's parallel block, 3 sliding : 1 NoPE global",
+           (classic.cohere2, llama.window_pattern, llama.nope_full(False)),
+           dict(logit_scale=0.0625, attention_bias=False, hidden_act="silu",
+                max_position_embeddings=8192, tie_word_embeddings=True, sliding_window=4096,
+                sliding_window_pattern=4, num_key_value_heads=None),
+           # the original release's keys, which Cohere2Config keeps and its model ignores
+           # (interleaved RoPE and no q/k norms whatever they say)
+           ignored=frozenset({"position_embedding_type", "use_qk_norm"})),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -42,6 +42,7 @@ PRESETS = {
     "smollm3": "smollm3-3b",
     "seed_oss": "seed-oss-36b",
     "glm4_moe": "glm-4.5-air",
+    "cohere2": "command-r7b",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
