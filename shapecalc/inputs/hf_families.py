@@ -292,6 +292,13 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            # the original release's keys, which Cohere2Config keeps and its model ignores
            # (interleaved RoPE and no q/k norms whatever they say)
            ignored=frozenset({"position_embedding_type", "use_qk_norm"})),
+    # Exaone4DecoderLayer is OLMo 2's: no pre-norms, each branch's output normed before its
+    # residual add; RMSNorm q/k norms per head (Dh, before RoPE); no biases; 3 sliding layers
+    # to 1 full, and with a sliding window the full layers apply no RoPE
+    Family("exaone4", "EXAONE 4.0: output norms, q/k norms, 3 sliding : 1 NoPE global",
+           (*BODY, llama.floor_head_dim, llama.window_pattern, llama.nope_full(True)),
+           _llama(32, 2048, sliding_window=4096, sliding_window_pattern=4),
+           fixed=dict(norm_position="output", qk_norm=True)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

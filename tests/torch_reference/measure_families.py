@@ -43,6 +43,7 @@ PRESETS = {
     "seed_oss": "seed-oss-36b",
     "glm4_moe": "glm-4.5-air",
     "cohere2": "command-r7b",
+    "exaone4": "exaone-4.0-32b",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
