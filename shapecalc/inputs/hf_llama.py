@@ -260,3 +260,15 @@ def partial_rotary(h: HF, f: Fields) -> None:
     # RoPE on the first R of each head's Dh, the rest passed through (rotate_half on that part,
     # as GPT-NeoX); the family's default factor
     f.update(rotary_fields(h, f["head_dim"] or f["d_model"] // f["n_heads"], 1.0))
+
+
+@mechanism("rotary_dim", "partial_rotary_factor", "rope_parameters.partial_rotary_factor",
+           "rope_scaling.partial_rotary_factor")
+def rotary_dim_factor(h: HF, f: Fields) -> None:
+    # MiniMax-M2: the released checkpoints give partial RoPE as rotary_dim, which the class
+    # turns into partial_rotary_factor = rotary_dim / head_dim unless a factor is given
+    dh = f["head_dim"] or f["d_model"] // f["n_heads"]
+    r = h.get("rotary_dim")
+    if r is not None and (type(r) is not int or r < 1):
+        raise ShapecalcError("rotary_dim", f"must be a positive integer, not {r!r}")
+    f.update(rotary_fields(h, dh, 1.0 if r is None else r / dh))
