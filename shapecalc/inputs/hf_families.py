@@ -299,6 +299,20 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            (*BODY, llama.floor_head_dim, llama.window_pattern, llama.nope_full(True)),
            _llama(32, 2048, sliding_window=4096, sliding_window_pattern=4),
            fixed=dict(norm_position="output", qk_norm=True)),
+    # MiniMaxM2Attention (FlexOlmo's): RMSNorms over all of H·Dh and H_kv·Dh on the q and k
+    # projections, partial RoPE (rotate_half); Mixtral's block and experts; the router scores
+    # with a sigmoid, picks the top k of sigmoid + e_score_correction_bias (a buffer) and
+    # renormalises the k sigmoids
+    Family("minimax_m2", "MiniMax-M2: whole-width q/k norms, partial RoPE, sigmoid routing",
+           (*BODY, llama.rotary_dim_factor, moe.experts("num_local_experts")),
+           _llama(8, 196608, head_dim=128, num_local_experts=256, num_experts_per_tok=8),
+           aliases={"num_local_experts": ("num_experts",)},
+           fixed=dict(qk_norm=True, qk_norm_width="all", router_scoring="sigmoid",
+                      norm_topk_prob=True),
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' minimax_m2 "
+                                           "router always scores with sigmoid", "sigmoid"),
+                   "use_qk_norm": Refusal((True,), "{value!r}: transformers' minimax_m2 always "
+                                          "builds its q/k norms", True)}),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

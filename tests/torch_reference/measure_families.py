@@ -44,6 +44,7 @@ PRESETS = {
     "glm4_moe": "glm-4.5-air",
     "cohere2": "command-r7b",
     "exaone4": "exaone-4.0-32b",
+    "minimax_m2": "minimax-m2",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -51,17 +52,23 @@ SMALL = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_
              intermediate_size=176, vocab_size=1000, max_position_embeddings=1024,
              pad_token_id=0, bos_token_id=1, eos_token_id=2)
 SMALL_MOE = dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2)
+EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 LAYERS = 8  # two periods of the 4-layer patterns
 WINDOW = 100  # below T=300: the sliding layers hold W tokens
 
 
 def _small(model_type: str, cfg: dict) -> dict:
     out = {**cfg, **SMALL, "num_hidden_layers": LAYERS}
-    if any(k in cfg for k in ("n_routed_experts", "num_experts", "num_local_experts")):
-        out.update(SMALL_MOE)
+    if any(k in cfg for k in EXPERT_KEYS):
+        # the family's own keys only (another family's would be an unread key)
+        out.update({k: v for k, v in SMALL_MOE.items() if k in cfg})
+        out.update({k: SMALL_MOE["n_routed_experts"] for k in EXPERT_KEYS if k in cfg})
         if cfg.get("n_shared_experts"):
             out["n_shared_experts"] = 1
-        out["first_k_dense_replace"] = min(cfg.get("first_k_dense_replace") or 0, 1)
+        if "first_k_dense_replace" in cfg:
+            out["first_k_dense_replace"] = min(cfg["first_k_dense_replace"] or 0, 1)
+    if cfg.get("rotary_dim") and cfg.get("head_dim"):  # MiniMax-M2's partial RoPE, kept in kind
+        out["rotary_dim"] = cfg["rotary_dim"] * SMALL["head_dim"] // cfg["head_dim"]
     if out.get("sliding_window"):
         out["sliding_window"] = WINDOW
     if isinstance(out.get("no_rope_layers"), list):
@@ -83,7 +90,7 @@ def _meta_params(cfg) -> int:
 def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
-    moe = any(k in kwargs for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+    moe = any(k in kwargs for k in EXPERT_KEYS)
     extra = dict(experts_implementation="eager") if moe else {}
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
                                              dtype=torch.float32, **extra).eval()
