@@ -313,6 +313,19 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                            "router always scores with sigmoid", "sigmoid"),
                    "use_qk_norm": Refusal((True,), "{value!r}: transformers' minimax_m2 always "
                                           "builds its q/k norms", True)}),
+    # HYV3: Apertus' attention (RMSNorm q/k norms per head before RoPE; attention_bias on q, k,
+    # v, o), Llama's MLP (mlp_bias) on the dense layers and as the shared expert; Qwen3-MoE's
+    # experts; a sigmoid router [D→E] (no bias) picks the top k of sigmoid + a correction bias (a
+    # buffer), renormalises them and scales them by router_scaling_factor
+    Family("hy_v3", "Hy3: q/k norms, sigmoid top-8 of 192 experts + a shared expert",
+           (*BODY, llama.qk_norm, llama.mlp_bias, moe.mlp_layer_types(False),
+            moe.experts("num_experts", "moe_intermediate_size"),
+            moe.shared_mlp("router_scaling_factor", True)),
+           _llama(8, 131072, head_dim=128, attention_bias=False, mlp_bias=False, num_experts=192,
+                  num_experts_per_tok=8, num_shared_experts=1, moe_intermediate_size=1536,
+                  router_scaling_factor=2.826),
+           aliases={"num_experts": ("num_local_experts",)},
+           fixed=dict(router_scoring="sigmoid", norm_topk_prob=True)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -45,6 +45,7 @@ PRESETS = {
     "cohere2": "command-r7b",
     "exaone4": "exaone-4.0-32b",
     "minimax_m2": "minimax-m2",
+    "hy_v3": "hy3",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -73,8 +74,9 @@ def _small(model_type: str, cfg: dict) -> dict:
         out["sliding_window"] = WINDOW
     if isinstance(out.get("no_rope_layers"), list):
         out["no_rope_layers"] = out["no_rope_layers"][:LAYERS]
-    if isinstance(out.get("layer_types"), list):
-        out["layer_types"] = out["layer_types"][:LAYERS]
+    for k in ("layer_types", "mlp_layer_types"):
+        if isinstance(out.get(k), list):
+            out[k] = out[k][:LAYERS]
     for k in ("architectures", "torch_dtype", "dtype", "transformers_version", "model_type",
               "auto_map", "quantization_config"):
         out.pop(k, None)
