@@ -30,6 +30,8 @@ PRESETS = {
     "smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
     "dots-llm1": "dots1", "cwm-32b": "cwm", "olmo3-7b": "olmo3", "olmo3-32b": "olmo3",
     "glm-4.7-flash": "glm4_moe_lite", "mistral-small-4": "mistral4",
+    "command-r7b": "cohere2", "exaone-4.0-32b": "exaone4", "minimax-m2": "minimax_m2",
+    "hy3": "hy_v3",
 }
 
 

@@ -139,7 +139,18 @@ def _stablelm(h: HF) -> Fields:
 
 
 def _cohere(h: HF) -> Fields:
-    _whole_rope(h, "cohere")
+    f = _cohere_body(h, "cohere")
+    f["qk_norm_per_head"] = bool(h.get("use_qk_norm"))  # γ of [H, Dh] and [H_kv, Dh]
+    return f
+
+
+def _cohere2(h: HF) -> Fields:
+    # Cohere2Attention builds no q/k norms whatever use_qk_norm says (the family ignores it)
+    return _cohere_body(h, "cohere2")
+
+
+def _cohere_body(h: HF, mt: str) -> Fields:
+    _whole_rope(h, mt)
     f = _dims(h)
     scale = h.get("logit_scale")
     if scale is None:
@@ -158,7 +169,6 @@ def _cohere(h: HF) -> Fields:
         tie_embeddings=h.get("tie_word_embeddings"),
         qkv_bias=bias,
         attn_out_bias=bias,
-        qk_norm_per_head=bool(h.get("use_qk_norm")),  # γ of [H, Dh] and [H_kv, Dh]
         parallel_block=True,  # x + attn(ln(x)) + mlp(ln(x))
         logit_scale=float(scale),
     )
@@ -313,6 +323,11 @@ cohere = layout(_cohere, "attention_bias", "head_dim", "hidden_act", "hidden_siz
               "num_hidden_layers", "num_key_value_heads", "partial_rotary_factor",
               "rope_parameters.partial_rotary_factor", "rope_scaling.partial_rotary_factor",
               "tie_word_embeddings", "use_qk_norm", "vocab_size")
+cohere2 = layout(_cohere2, "attention_bias", "head_dim", "hidden_act", "hidden_size",
+              "intermediate_size", "logit_scale", "max_position_embeddings", "num_attention_heads",
+              "num_hidden_layers", "num_key_value_heads", "partial_rotary_factor",
+              "rope_parameters.partial_rotary_factor", "rope_scaling.partial_rotary_factor",
+              "tie_word_embeddings", "vocab_size")
 granite = layout(_granite, "attention_bias", "attention_multiplier", "embedding_multiplier",
               "head_dim", "hidden_act", "hidden_size", "intermediate_size", "logits_scaling",
               "max_position_embeddings", "mlp_bias", "num_attention_heads", "num_hidden_layers",

@@ -333,6 +333,51 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                            "router always scores with softmax")},
            widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=12288,
                        num_hidden_layers=36, num_attention_heads=32)),
+    # Cohere2DecoderLayer: Cohere's parallel block (γ-only LayerNorm, interleaved RoPE, logit
+    # scale); 3 sliding layers to 1 full (sliding_window_pattern 4), RoPE on the sliding layers
+    # only. Cohere2Config always sets head_dim (a given one wins, else D // H)
+    Family("cohere2", "Command R7B: Cohere's parallel block, 3 sliding : 1 NoPE global",
+           (classic.cohere2, llama.window_pattern, llama.nope_full(False)),
+           dict(logit_scale=0.0625, attention_bias=False, hidden_act="silu",
+                max_position_embeddings=8192, tie_word_embeddings=True, sliding_window=4096,
+                sliding_window_pattern=4, num_key_value_heads=None),
+           # the original release's keys, which Cohere2Config keeps and its model ignores
+           # (interleaved RoPE and no q/k norms whatever they say)
+           ignored=frozenset({"position_embedding_type", "use_qk_norm"})),
+    # Exaone4DecoderLayer is OLMo 2's: no pre-norms, each branch's output normed before its
+    # residual add; RMSNorm q/k norms per head (Dh, before RoPE); no biases; 3 sliding layers
+    # to 1 full, and with a sliding window the full layers apply no RoPE
+    Family("exaone4", "EXAONE 4.0: output norms, q/k norms, 3 sliding : 1 NoPE global",
+           (*BODY, llama.floor_head_dim, llama.window_pattern, llama.nope_full(True)),
+           _llama(32, 2048, sliding_window=4096, sliding_window_pattern=4),
+           fixed=dict(norm_position="output", qk_norm=True)),
+    # MiniMaxM2Attention (FlexOlmo's): RMSNorms over all of H·Dh and H_kv·Dh on the q and k
+    # projections, partial RoPE (rotate_half); Mixtral's block and experts; the router scores
+    # with a sigmoid, picks the top k of sigmoid + e_score_correction_bias (a buffer) and
+    # renormalises the k sigmoids
+    Family("minimax_m2", "MiniMax-M2: whole-width q/k norms, partial RoPE, sigmoid routing",
+           (*BODY, llama.rotary_dim_factor, moe.experts("num_local_experts")),
+           _llama(8, 196608, head_dim=128, num_local_experts=256, num_experts_per_tok=8),
+           aliases={"num_local_experts": ("num_experts",)},
+           fixed=dict(qk_norm=True, qk_norm_width="all", router_scoring="sigmoid",
+                      norm_topk_prob=True),
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' minimax_m2 "
+                                           "router always scores with sigmoid", "sigmoid"),
+                   "use_qk_norm": Refusal((True,), "{value!r}: transformers' minimax_m2 always "
+                                          "builds its q/k norms", True)}),
+    # HYV3: Apertus' attention (RMSNorm q/k norms per head before RoPE; attention_bias on q, k,
+    # v, o), Llama's MLP (mlp_bias) on the dense layers and as the shared expert; Qwen3-MoE's
+    # experts; a sigmoid router [D→E] (no bias) picks the top k of sigmoid + a correction bias (a
+    # buffer), renormalises them and scales them by router_scaling_factor
+    Family("hy_v3", "Hy3: q/k norms, sigmoid top-8 of 192 experts + a shared expert",
+           (*BODY, llama.qk_norm, llama.mlp_bias, moe.mlp_layer_types(False),
+            moe.experts("num_experts", "moe_intermediate_size"),
+            moe.shared_mlp("router_scaling_factor", True)),
+           _llama(8, 131072, head_dim=128, attention_bias=False, mlp_bias=False, num_experts=192,
+                  num_experts_per_tok=8, num_shared_experts=1, moe_intermediate_size=1536,
+                  router_scaling_factor=2.826),
+           aliases={"num_experts": ("num_local_experts",)},
+           fixed=dict(router_scoring="sigmoid", norm_topk_prob=True)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

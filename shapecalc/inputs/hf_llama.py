@@ -154,6 +154,35 @@ def every_kth_full(every: int, first: bool) -> Mechanism:
     return mechanism("layer_types", "sliding_window")(_pattern)
 
 
+@mechanism("layer_types", "sliding_window", "sliding_window_pattern")
+def window_pattern(h: HF, f: Fields) -> None:
+    # without layer_types, every sliding_window_pattern-th layer is full and the others slide:
+    # layer i slides when (i+1) % pattern (Cohere 2, EXAONE 4; a string pattern such as "LLLG"
+    # makes their classes fail, so it is refused)
+    n = f["n_layers"]
+    types = h.get("layer_types")
+    if not types:
+        step = h.get("sliding_window_pattern")
+        if type(step) is not int or step < 1:
+            raise ShapecalcError("sliding_window_pattern", f"must be a positive integer without "
+                                 f"layer_types, not {step!r}")
+        types = ["sliding_attention" if (i + 1) % step else "full_attention" for i in range(n)]
+    f.update(windows(types, h.get("sliding_window"), n))
+
+
+def nope_full(needs_window: bool) -> Mechanism:
+    """The full layers apply no RoPE, only the sliding ones do (Cohere 2; EXAONE 4 only when
+    sliding_window is set, `needs_window`: without one every layer turns q and k)."""
+    def _nope(h: HF, f: Fields) -> None:
+        if needs_window and h.get("sliding_window") is None:
+            return
+        n, types = f["n_layers"], f["layer_types"]
+        kinds = types or ("sliding" if f["sliding_window"] is not None else "full",) * n
+        f["nope_layers"] = tuple(i for i, t in enumerate(kinds) if t == "full") or None
+    _nope.__name__ = "nope_full" + ("_with_window" if needs_window else "")
+    return mechanism(*(("sliding_window",) if needs_window else ()))(_nope)
+
+
 @mechanism("sliding_window", "max_window_layers", "layer_types")
 def late_windows(h: HF, f: Fields) -> None:
     # without layer_types, the layers at or past max_window_layers slide when sliding_window is
@@ -236,3 +265,15 @@ def partial_rotary(h: HF, f: Fields) -> None:
     # RoPE on the first R of each head's Dh, the rest passed through (rotate_half on that part,
     # as GPT-NeoX); the family's default factor
     f.update(rotary_fields(h, f["head_dim"] or f["d_model"] // f["n_heads"], 1.0))
+
+
+@mechanism("rotary_dim", "partial_rotary_factor", "rope_parameters.partial_rotary_factor",
+           "rope_scaling.partial_rotary_factor")
+def rotary_dim_factor(h: HF, f: Fields) -> None:
+    # MiniMax-M2: the released checkpoints give partial RoPE as rotary_dim, which the class
+    # turns into partial_rotary_factor = rotary_dim / head_dim unless a factor is given
+    dh = f["head_dim"] or f["d_model"] // f["n_heads"]
+    r = h.get("rotary_dim")
+    if r is not None and (type(r) is not int or r < 1):
+        raise ShapecalcError("rotary_dim", f"must be a positive integer, not {r!r}")
+    f.update(rotary_fields(h, dh, 1.0 if r is None else r / dh))

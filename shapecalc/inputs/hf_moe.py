@@ -110,3 +110,53 @@ def moe_body(h: HF, f: Fields) -> None:
     # Solar Open: the Llama body with MoE on every layer and no dense MLP (its class has no
     # intermediate_size): Dff is the routed experts' width
     body(h, f, "moe_intermediate_size")
+def mlp_layer_types(from_first: bool) -> Mechanism:
+    """mlp_layer_types names each layer's MLP, dense or sparse. Without it: the first
+    first_k_dense_replace layers dense (`from_first`: EXAONE-MoE), or the first one (HY-V3,
+    whose class ignores first_k_dense_replace: a value that disagrees is refused)."""
+    def _types(h: HF, f: Fields) -> None:
+        n = f["n_layers"]
+        first = h.get("first_k_dense_replace")
+        if from_first and (type(first) is not int or first < 0):
+            raise ShapecalcError("first_k_dense_replace", f"must be a whole number, not "
+                                 f"{first!r}")
+        lead = first if from_first else min(n, 1)
+        kinds = h.get("mlp_layer_types") or ["dense" if i < lead else "sparse" for i in range(n)]
+        if not isinstance(kinds, list) or any(k not in ("dense", "sparse") for k in kinds):
+            raise ShapecalcError("mlp_layer_types", f"must list dense or sparse per layer, not "
+                                 f"{kinds!r}")
+        if len(kinds) < n:  # the decoder layer reads entry i of layer i: a longer list builds
+            raise ShapecalcError("mlp_layer_types", f"lists {len(kinds)} layers, but "
+                                 f"num_hidden_layers is {n}")
+        kinds = kinds[:n]
+        dense = next((i for i, k in enumerate(kinds) if k == "sparse"), n)
+        if not from_first and first is not None and first != dense:
+            raise ShapecalcError("first_k_dense_replace", f"{first}, but mlp_layer_types makes "
+                                 f"the first {dense} dense (transformers reads mlp_layer_types "
+                                 "only)")
+        f["ffn_types"] = tuple("moe" if k == "sparse" else "dense" for k in kinds)
+    _types.__name__ = "mlp_layer_types" + ("_from_first" if from_first else "")
+    return mechanism("mlp_layer_types", "first_k_dense_replace")(_types)
+
+
+def shared_mlp(scale: str, zero_falls_back: bool) -> Mechanism:
+    """One shared MLP of num_shared_experts × moe_intermediate_size, added without a gate, and
+    the routing weights scaled by the `scale` key. 0 shared experts: no shared MLP (EXAONE-MoE's
+    Qwen2MoeMLP of width 0), or one of intermediate_size (`zero_falls_back`: HY-V3's HYV3MLP
+    takes `width or intermediate_size`). The MTP layer (num_nextn_predict_layers) is not built
+    by transformers, so not counted."""
+    def _shared(h: HF, f: Fields) -> None:
+        h.get("num_nextn_predict_layers")
+        if "n_experts" not in f:
+            return
+        n = h.get("num_shared_experts")
+        if type(n) is not int or n < 0:
+            raise ShapecalcError("num_shared_experts", f"must be a whole number, not {n!r}")
+        width = n * h.get("moe_intermediate_size") or (f["d_ff"] if zero_falls_back else 0)
+        f["routed_scaling_factor"] = h.get(scale)
+        if width:
+            f.update(n_shared_experts=1,
+                     d_ff_shared=None if width == f.get("d_ff_expert") else width)
+    _shared.__name__ = f"shared_mlp_{scale}"
+    return mechanism("num_shared_experts", "moe_intermediate_size", scale,
+                     "num_nextn_predict_layers")(_shared)

@@ -53,6 +53,10 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "dots1": ("dots-llm1",),
     "glm4_moe_lite": ("glm-4.7-flash",),
     "mistral4": ("mistral-small-4",),
+    "cohere2": ("command-r7b",),
+    "exaone4": ("exaone-4.0-32b",),
+    "minimax_m2": ("minimax-m2",),
+    "hy_v3": ("hy3",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -63,17 +67,23 @@ SMALL_MOE = dict(moe_intermediate_size=32, n_routed_experts=8, num_experts_per_t
 # MLA's widths (its K and V come for every head from the latent: H_kv = H)
 SMALL_MLA = dict(kv_lora_rank=32, q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8,
                  v_head_dim=16, num_key_value_heads=SMALL["num_attention_heads"])
+EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 LAYERS = 8  # two periods of the 4-layer patterns
 WINDOW = 100  # below T=300: the sliding layers hold W tokens
 
 
 def _small(model_type: str, cfg: dict) -> dict:
     out = {**cfg, **SMALL, "num_hidden_layers": LAYERS}
-    if any(k in cfg for k in ("n_routed_experts", "num_experts", "num_local_experts")):
-        out.update(SMALL_MOE)
+    if any(k in cfg for k in EXPERT_KEYS):
+        # the family's own keys only (another family's would be an unread key)
+        out.update({k: v for k, v in SMALL_MOE.items() if k in cfg})
+        out.update({k: SMALL_MOE["n_routed_experts"] for k in EXPERT_KEYS if k in cfg})
         if cfg.get("n_shared_experts"):
             out["n_shared_experts"] = 1
-        out["first_k_dense_replace"] = min(cfg.get("first_k_dense_replace") or 0, 1)
+        if "first_k_dense_replace" in cfg:
+            out["first_k_dense_replace"] = min(cfg["first_k_dense_replace"] or 0, 1)
+    if cfg.get("rotary_dim") and cfg.get("head_dim"):  # MiniMax-M2's partial RoPE, kept in kind
+        out["rotary_dim"] = cfg["rotary_dim"] * SMALL["head_dim"] // cfg["head_dim"]
     if "kv_lora_rank" in cfg:
         out.pop("head_dim")  # MLA classes alias head_dim to qk_rope_head_dim
         out.update(SMALL_MLA, q_lora_rank=None if cfg.get("q_lora_rank") is None else 24)
@@ -87,8 +97,9 @@ def _small(model_type: str, cfg: dict) -> dict:
         out["sliding_window"] = WINDOW
     if isinstance(out.get("no_rope_layers"), list):
         out["no_rope_layers"] = out["no_rope_layers"][:LAYERS]
-    if isinstance(out.get("layer_types"), list):
-        out["layer_types"] = out["layer_types"][:LAYERS]
+    for k in ("layer_types", "mlp_layer_types"):
+        if isinstance(out.get(k), list):
+            out[k] = out[k][:LAYERS]
     for k in ("architectures", "torch_dtype", "dtype", "transformers_version", "model_type",
               "auto_map", "quantization_config"):
         out.pop(k, None)
@@ -128,7 +139,7 @@ def window_bytes(cfg, cache, seq: int) -> int:
 def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
-    moe = any(k in kwargs for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+    moe = any(k in kwargs for k in EXPERT_KEYS)
     extra = dict(experts_implementation="eager") if moe else {}
     model = _build(cfg, attn_implementation="eager", dtype=torch.float32, **extra).eval()
     measure_flops.B, measure_flops.T = 1, seq
