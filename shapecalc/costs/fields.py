@@ -46,6 +46,12 @@ TOTALS: tuple[Field, ...] = (
           "largest_activation_bytes"),
     Field("kv_cache_groups", "list[KvGroup]", "the layers sharing each window W or chunk C "
           "(both null: full attention): how many, the tokens each holds per sequence, bytes"),
+    Field("weight_format", "str", "how the weights are stored: a plain dtype (weight_bytes = "
+          "params × bits), or a quantized format (its bytes tensor by tensor)"),
+    Field("weight_bytes_breakdown", "WeightParts", "weight_bytes by part: the quantized data, "
+          "their scales, zeros, other (g_idx, quant_state), what stays unquantized"),
+    Field("weight_tensors", "list[WeightTensor]", "a format's stored tensors, each with its "
+          "shape, dtype and count (empty for a plain dtype)"),
 )
 
 TP_LEDGER: tuple[Field, ...] = (
