@@ -17,6 +17,7 @@ from . import (
     hf_keys,
     hf_llama4,
     hf_moe,
+    hf_quant,
     hf_render,
 )
 from .sources import _parse
@@ -297,6 +298,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     else:  # a text model's own config: a text_config beside it must agree (hf_render.py)
         hf_render.check_text_config(cfg, mt)
     fields = read_family(_HF(cfg), mt)
+    fields["quantization"] = hf_quant.read(_parse(path, "hf-config"))  # the top's config
     # Say only what differs from the defaults, so a loaded config reads like a preset.
     heads, d = fields["n_heads"], fields["d_model"]
     if isinstance(heads, int) and fields.get("n_kv_heads") == heads:
