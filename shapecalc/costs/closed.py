@@ -189,7 +189,7 @@ class ClosedForm:
         if p not in self._sums:
             self._regime_for("prefill", p, 1)  # the tp rules first
             st = symbolic_stages(self.model, self.workload(1, 1, "prefill", p), p)
-            self._sums[p] = weight_sums(self.model, st, self.weights)
+            self._sums[p] = weight_sums(self.model, st, self.weights, p)
         return self._sums[p]
 
     def stage_weight_bytes(self, p: int, s: int, ep: int = 1) -> list[int]:

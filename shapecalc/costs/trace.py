@@ -206,7 +206,7 @@ def weights(model: ModelConfig, wl: Workload) -> tuple[WeightSums, WeightSums] |
         return None
     one = wl.model_copy(update={"phase": "prefill", "batch": 1, "seq": 1})
     full = weight_sums(model, symbolic_stages(model, one, 1), fmt)
-    return full, (weight_sums(model, symbolic_stages(model, one, wl.tp), fmt)
+    return full, (weight_sums(model, symbolic_stages(model, one, wl.tp), fmt, wl.tp)
                   if wl.tp > 1 else full)
 
 

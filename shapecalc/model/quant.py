@@ -173,8 +173,8 @@ def _eligible(q: Quantization, s: Stage) -> bool:
 # ── the tensors ────────────────────────────────────────────────────────────────────────────────
 
 
-def _stage_pieces(q: Quantization, s: Stage, quantized: bool) -> list[Piece]:
-    """The stored tensors of one stage's parameters."""
+def _stage_pieces(q: Quantization, s: Stage, quantized: bool, strict: bool) -> list[Piece]:
+    """The stored tensors of one stage's parameters (`strict`: a whole matrix, see pieces)."""
     wide = q.wide
     if s.op == "linear" and len(s.operands) > 1:
         w = tuple(s.operands[1])
@@ -182,7 +182,7 @@ def _stage_pieces(q: Quantization, s: Stage, quantized: bool) -> list[Piece]:
         k, n = w[-2], w[-1]
         numel = k * n * (experts or 1)
         e = () if experts is None else (experts,)
-        out: list[Piece] = pieces(q, s.name, n, k, experts) if quantized else [
+        out: list[Piece] = pieces(q, s.name, n, k, experts, strict) if quantized else [
             ("weight", (*e, n, k), wide, "unquantized")]
         if quantized and q.kv_scales and s.role in KV_SCALES:  # the fp8 cache's scales
             out += [(f"{c}_scale", (), "fp32", "scales") for c in KV_SCALES[s.role]]
@@ -215,10 +215,12 @@ def _runs(layers: Iterable[int]) -> str:
     return ",".join(out)
 
 
-def weight_sums(model: ModelConfig, stages: list[Stage], q: Quantization) -> WeightSums:
-    """One rank's weight bytes under format `q`, from its stages (a prefill stage list: the
-    weights as the checkpoint holds them, MLA's kv_b whole): per layer, per group, and the
-    tensors by name. A `keep` pattern that names no module is refused."""
+def weight_sums(model: ModelConfig, stages: list[Stage], q: Quantization, p: int = 1
+                ) -> WeightSums:
+    """One rank's weight bytes under format `q`, from its stages at tensor-parallel degree `p`
+    (a prefill stage list: the weights as the checkpoint holds them, MLA's kv_b whole): per
+    layer, per group, and the tensors by name. A `keep` pattern that names no module, or (the
+    whole model, p = 1) a block or group that does not fit its matrix, is refused."""
     plan = layer_plan(model)
     n = model.n_layers
     of_kind: dict[int, list[int]] = {}
@@ -249,7 +251,7 @@ def weight_sums(model: ModelConfig, stages: list[Stage], q: Quantization) -> Wei
             named = kept(s.role, None)  # always asked: it records which patterns name a module
             quantized = _eligible(q, s) and not named
             b = 0
-            for suffix, shape, dt, part in _stage_pieces(q, s, quantized):
+            for suffix, shape, dt, part in _stage_pieces(q, s, quantized, p == 1):
                 t = Tensor(_joined(_names(s.role, None)[0], s.role, suffix), shape, dt, part,
                            s.repeat)
                 (first if s.group == "embedding" else last).append(t)
@@ -268,7 +270,7 @@ def weight_sums(model: ModelConfig, stages: list[Stage], q: Quantization) -> Wei
             split.setdefault(_eligible(q, s) and not named, []).append(i)
         for quantized, group in split.items():
             b = 0
-            for suffix, shape, dt, part in _stage_pieces(q, s, quantized):
+            for suffix, shape, dt, part in _stage_pieces(q, s, quantized, p == 1):
                 tail = _joined(LAYER_NAMES.get(s.role, (s.role,))[0], s.role, suffix)
                 at = per.setdefault((tail, shape, dt, part), {})
                 for i in group:

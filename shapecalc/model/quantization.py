@@ -113,17 +113,19 @@ def _div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _fits(key: str, what: str, width: int, size: int, name: str) -> None:
-    """A group or block along a width must divide it: the checkpoint has no partial group."""
-    if width % size:
+def _fits(key: str, what: str, width: int, size: int, name: str, strict: bool) -> None:
+    """A group or block along a width must divide it: the checkpoint has no partial group.
+    A rank's shard is not `strict`: a group it cuts counts whole (⌈·⌉), as engines pad it."""
+    if strict and width % size:
         raise ShapecalcError(key, f"{what} {size} does not divide the input width {width} of "
                              f"{name}")
 
 
-def pieces(q: Quantization, name: str, out: int, inp: int, experts: int | None = None
-           ) -> list[Piece]:
+def pieces(q: Quantization, name: str, out: int, inp: int, experts: int | None = None,
+           strict: bool = True) -> list[Piece]:
     """The tensors one [out, in] weight (E of them: `experts`) is stored as in format `q`.
-    `name` says which weight, for the error line of a group or block that does not fit."""
+    `name` says which weight, for the error line of a group or block that does not fit (a
+    whole matrix, `strict`; a tensor-parallel shard counts a cut group whole)."""
     e: tuple[int, ...] = () if experts is None else (experts,)
     f = q.format
     if f == "fp8-block":
@@ -138,35 +140,36 @@ def pieces(q: Quantization, name: str, out: int, inp: int, experts: int | None =
             w.append(("activation_scale", e, "fp32", "scales"))
         return w
     if f == "mxfp4":  # gpt-oss: *_blocks [.., out, in/32, 16] uint8 + *_scales e8m0 uint8
-        _fits("quantization", "mxfp4's block", inp, MX_BLOCK, name)
-        g = inp // MX_BLOCK
+        _fits("quantization", "mxfp4's block", inp, MX_BLOCK, name, strict)
+        g = _div(inp, MX_BLOCK)
         return [("blocks", (*e, out, g, MX_BLOCK // 2), "uint8", "data"),
                 ("scales", (*e, out, g), "uint8", "scales")]
     if f == "nvfp4":  # modelopt: weight uint8 [out, in/2], e4m3 scales per 16, two fp32 scalars
-        _fits("quantization", "nvfp4's block", inp, NV_BLOCK, name)
-        return [("weight", (*e, out, inp // 2), "uint8", "data"),
-                ("weight_scale", (*e, out, inp // NV_BLOCK), "fp8-e4m3", "scales"),
+        _fits("quantization", "nvfp4's block", inp, NV_BLOCK, name, strict)
+        g = _div(inp, NV_BLOCK)
+        return [("weight", (*e, out, g * NV_BLOCK // 2), "uint8", "data"),
+                ("weight_scale", (*e, out, g), "fp8-e4m3", "scales"),
                 ("weight_scale_2", e, "fp32", "scales"),
                 ("input_scale", e, "fp32", "scales")]
     if f in ("gptq", "awq"):
         bits = q.bits or 4
         group = q.group_size or inp
-        _fits("quantization.group_size", "group_size", inp, group, name)
+        _fits("quantization.group_size", "group_size", inp, group, name, strict)
         per = 32 // bits  # values per int32
+        word = f"{per} {bits}-bit values per int32:"
+        g = _div(inp, group)
         if f == "gptq":  # qweight packs along in; qzeros along out
-            _fits("quantization.bits", f"{per} {bits}-bit values per int32:", inp, per, name)
-            _fits("quantization.bits", f"{per} {bits}-bit values per int32:", out, per,
-                  name + " (its output width)")
-            return [("qweight", (*e, inp // per, out), "int32", "data"),
-                    ("qzeros", (*e, inp // group, out // per), "int32", "zeros"),
-                    ("scales", (*e, inp // group, out), q.wide, "scales"),
+            _fits("quantization.bits", word, inp, per, name, strict)
+            _fits("quantization.bits", word, out, per, name + " (its output width)", strict)
+            return [("qweight", (*e, _div(inp, per), out), "int32", "data"),
+                    ("qzeros", (*e, g, _div(out, per)), "int32", "zeros"),
+                    ("scales", (*e, g, out), q.wide, "scales"),
                     ("g_idx", (*e, inp), "int32", "other")]
         # awq (gemm): qweight [in, out/8], qzeros [in/group, out/8], scales [in/group, out]
-        _fits("quantization.bits", f"{per} {bits}-bit values per int32:", out, per,
-              name + " (its output width)")
-        return [("qweight", (*e, inp, out // per), "int32", "data"),
-                ("qzeros", (*e, inp // group, out // per), "int32", "zeros"),
-                ("scales", (*e, inp // group, out), q.wide, "scales")]
+        _fits("quantization.bits", word, out, per, name + " (its output width)", strict)
+        return [("qweight", (*e, inp, _div(out, per)), "int32", "data"),
+                ("qzeros", (*e, g, _div(out, per)), "int32", "zeros"),
+                ("scales", (*e, g, out), q.wide, "scales")]
     if f == "bnb-nf4":
         # one Params4bit per matrix: E experts store E of each
         return [(s, (*e, *shape), d, part) for s, shape, d, part in _nf4(q, out, inp)]
