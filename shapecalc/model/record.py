@@ -171,6 +171,7 @@ class Record:
 
     def __init__(self, **data: Any):
         fields = self.field_info()
+        data = {k: v.model_dump() if isinstance(v, Record) else v for k, v in data.items()}
         for k, v in self._schema_validator().validate_python(data).items():
             kind = fields[k].annotation
             if get_origin(kind) in (Union, UnionType):  # `Table | None`: the table's record
