@@ -16,9 +16,11 @@ from shapecalc.costs.poly import Poly, fit_poly
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
+from shapecalc.model.quantization import DTYPE_FORMATS
 from shapecalc.plan.sweep import SWEEP_KEYS
 
-DTYPES = list(DTYPE_BITS)
+# the plain widths: a weight format (mxfp4, nvfp4, nf4) has its own closed form (test_quant.py)
+DTYPES = [d for d in DTYPE_BITS if d not in DTYPE_FORMATS]
 
 
 def flat(doc: dict) -> dict[str, int]:

@@ -20,6 +20,7 @@ from shapecalc.inputs.hardware import load_gpu
 from shapecalc.inputs.hf import load_hf_config
 from shapecalc.inputs.sources import load_preset, published
 from shapecalc.model.config import Workload
+from shapecalc.model.quant import source_fields
 from shapecalc.plan.fit import fit
 from shapecalc.plan.options import PlanOptions
 
@@ -207,7 +208,8 @@ def test_kv_cache_groups_sum_to_the_cache_on_every_preset(phase):
 
     for name in sorted(list_presets()):
         m = load_preset(name)
-        wl = Workload(batch=3, seq=1000 if m.positions == "learned" else 5000, phase=phase)
+        wl = Workload(batch=3, seq=1000 if m.positions == "learned" else 5000, phase=phase,
+                      **source_fields(m, {}))  # a quantized preset's weights' dtype
         t = build_trace(m, wl)["totals"]
         assert sum(g["bytes"] for g in t["kv_cache_groups"]) == t["kv_cache_bytes"], name
         assert sum(g["layers"] for g in t["kv_cache_groups"]) == m.n_layers, name

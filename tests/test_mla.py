@@ -27,6 +27,7 @@ from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
+from shapecalc.model.quant import source_fields
 
 DATA = Path(__file__).parent / "data"
 REF = json.loads((DATA / "mla_reference.json").read_text())
@@ -35,7 +36,7 @@ FORMS = ("absorbed", "latent", "expanded")
 
 
 def totals(m: ModelConfig, **kw) -> dict:
-    return build_trace(m, Workload(**kw))["totals"]
+    return build_trace(m, Workload(**source_fields(m, kw)))["totals"]
 
 
 # ── params: transformers on the meta device, and the published figures ──────────────────────────
@@ -69,10 +70,18 @@ def test_params_round_to_the_published_figures():
 
 @pytest.mark.parametrize("stem", sorted(REF["published"]))
 def test_preset_equals_config(stem):
+    """The preset is the model at its width; the config's fp8 quantization_config is the
+    stored checkpoint (deepseek-v3-fp8 is the config in every field)."""
     got = load_hf_config(ROOT / REF["published"][stem]["file"])
     want = load_preset(stem)
-    for attr in got.model_dump(exclude={"name"}):
+    for attr in got.model_dump(exclude={"name", "quantization"}):
         assert getattr(got, attr) == getattr(want, attr), attr
+    assert want.quantization is None
+    if got.quantization is not None:
+        assert got.quantization.format == "fp8-block" and got.quantization.block == (128, 128)
+    if stem == "deepseek-v3":
+        assert got.model_dump(exclude={"name"}) == load_preset(
+            "deepseek-v3-fp8").model_dump(exclude={"name"})
 
 
 # ── FLOPs and KV bytes: FlopCounterMode and the transformers cache ───────────────────────────────

@@ -18,6 +18,7 @@ import pytest
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
 from shapecalc.model.config import Workload
+from shapecalc.model.quant import source_fields
 
 DATA = Path(__file__).parent / "data"
 REF = json.loads((DATA / "moe_reference.json").read_text())
@@ -32,7 +33,7 @@ def _flops(m, case, **kw):
 def test_params_equal_the_meta_device_count_and_the_published_one(name):
     pub = REF["published"][name]
     m = load_hf_config(Path(__file__).parent.parent / pub["file"])
-    params = build_trace(m, Workload(batch=1, seq=1))["totals"]["params"]
+    params = build_trace(m, Workload(batch=1, seq=1, **source_fields(m, {})))["totals"]["params"]
     assert params == pub["params_meta"]
     if pub.get("params_published") is not None:
         assert params == pub["params_published"]

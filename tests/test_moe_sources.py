@@ -17,6 +17,7 @@ from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
 from shapecalc.inputs.sources import load_preset, published
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
+from shapecalc.model.quant import source_fields
 
 HF = Path(__file__).parent / "data" / "hf"
 # transformers' meta-device counts of these config.json files and the published integers, and
@@ -104,7 +105,7 @@ def attrs(m: ModelConfig, names: str) -> tuple:
 
 
 def totals(m: ModelConfig) -> dict:
-    return build_trace(m, Workload(batch=1, seq=1))["totals"]
+    return build_trace(m, Workload(batch=1, seq=1, **source_fields(m, {})))["totals"]
 
 
 # ── each family's fields ─────────────────────────────────────────────────────────────────────────
@@ -176,10 +177,17 @@ def test_gpt_oss_fields():
 
 @pytest.mark.parametrize("stem", PRESETS)
 def test_preset_equals_config(stem):
+    """The preset is the model at its width; the config's quantization_config is the stored
+    checkpoint: the `-mxfp4` preset, which is the config in every field."""
     got, want = load_hf_config(HF / f"{stem}.json"), load_preset(stem)
-    for attr in got.model_dump(exclude={"name"}):  # every field, each named on failure
+    skip = {"name", "quantization"}
+    for attr in got.model_dump(exclude=skip):  # every field, each named on failure
         assert getattr(got, attr) == getattr(want, attr), attr
-    assert got.model_dump(exclude={"name"}) == want.model_dump(exclude={"name"})
+    assert got.model_dump(exclude=skip) == want.model_dump(exclude=skip)
+    assert want.quantization is None
+    if got.quantization is not None:
+        assert got.model_dump(exclude={"name"}) == load_preset(
+            f"{stem}-mxfp4").model_dump(exclude={"name"})
     assert published(stem)["params"] == TOTAL[stem]
 
 

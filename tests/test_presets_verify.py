@@ -16,6 +16,7 @@ from shapecalc.check.verify import verify
 from shapecalc.inputs import sources
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload, check
 from shapecalc.model.plan import layer_plan
+from shapecalc.model.quant import source_fields
 
 FULL_WIDTH_CAP = 1 * GiB  # the most one default-run case may plan to allocate
 REDUCED_DH = 8  # head width of a reduced-width preset
@@ -31,7 +32,7 @@ def _tp(model: ModelConfig) -> int:
 
 
 def _workload(model: ModelConfig) -> Workload:
-    return Workload(batch=1, seq=8, tp=_tp(model))
+    return Workload(batch=1, seq=8, tp=_tp(model), **source_fields(model, {}))
 
 
 def _fits(model: ModelConfig) -> bool:
@@ -67,6 +68,9 @@ def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
         update["head_dim"] = model.dh // f
     if model.rotary_dim is not None:  # partial rotary stays partial: an even R < dh
         update["rotary_dim"] = max(2, model.rotary_dim // f // 2 * 2)
+    # a quantized checkpoint's blocks and groups need its real widths; verify checks shapes
+    # and FLOPs, which the format does not change
+    update["quantization"] = None
     return model.model_copy(update=update)
 
 
@@ -118,7 +122,8 @@ def test_reduced_width_keeps_the_architecture(name):
         if getattr(model, w) is not None:
             assert getattr(small, w) * f == getattr(model, w), w
     assert small.vocab_size % 8 == model.vocab_size % 8
-    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "rotary_dim", *WIDTHS}
+    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "rotary_dim", "quantization",
+              *WIDTHS}
     assert small.model_dump(exclude=widths) == model.model_dump(exclude=widths)
     assert (small.n_heads, small.kv_heads) == (model.n_heads, model.kv_heads)
     assert _tp(small) == _tp(model)

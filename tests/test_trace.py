@@ -12,6 +12,7 @@ from shapecalc.inputs import sources
 from shapecalc.interpret.symbolic import stages
 from shapecalc.model.config import ModelConfig, Workload, nbytes
 from shapecalc.model.parallel import pp_layers
+from shapecalc.model.quant import source_fields
 
 # The first seed's §13 (one set of sizes through the whole pass): B=2, T=4, D=8, H=2, Dh=4,
 # Dff=32, N_vocab=10000, stage by stage in order.
@@ -108,7 +109,8 @@ def test_json_is_one_document_with_stable_keys_and_schema(cli):
 def test_every_preset_has_its_published_parameter_count():
     for name in sources.list_presets():
         want = sources.published(name)["params"]
-        got = build_trace(sources.load_preset(name), Workload(batch=1, seq=1))["totals"]["params"]
+        m = sources.load_preset(name)
+        got = build_trace(m, Workload(batch=1, seq=1, **source_fields(m, {})))["totals"]["params"]
         assert got == want, name
 
 

@@ -207,8 +207,10 @@ def presets(
 def _params(model: Any) -> int:
     from ..costs.trace import build_trace
     from ..model.config import Workload
+    from ..model.quant import source_fields
 
-    return int(build_trace(model, Workload(batch=1, seq=1))["totals"]["params"])
+    wl = Workload(batch=1, seq=1, **source_fields(model, {}))  # a checkpoint's own dtype
+    return int(build_trace(model, wl)["totals"]["params"])
 
 
 @app.command(help="Print the JSON Schemas of the model config, the workload and the outputs.")

@@ -36,12 +36,15 @@ Seq = Annotated[
 ]
 Phase = Annotated[str | None, typer.Option("--phase", help="prefill | decode")]
 DtypeOpt = Annotated[
-    str | None, typer.Option("--dtype", help="fp32 | bf16 | fp16 | fp8 | int8 | int4: the "
-                             "weights, and activations and KV cache unless given apart")
+    str | None, typer.Option("--dtype", help="fp32 | bf16 | fp16 | fp8 | int8 | int4 | mxfp4 | "
+                             "nvfp4 | nf4: the weights (mxfp4, nvfp4, nf4 with their block "
+                             "scales; a quantized checkpoint sets its own), and activations and "
+                             "KV cache unless given apart")
 ]
 Mode = Annotated[str | None, typer.Option(
     "--mode", help="deployment widths: bf16 | fp8 (W8A8: fp8 weights and GEMMs, bf16 "
-    "activations and all-reduce) | int8-wo | int4-wo (weight-only, 16-bit GEMMs) | fp8-kv")]
+    "activations and all-reduce) | int8-wo | int4-wo | mxfp4 | nf4 (weight-only, 16-bit GEMMs) "
+    "| nvfp4 (W4A4 at the fp4 peak) | fp8-kv")]
 KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="KV cache dtype (default dtype)")]
 ActDtype = Annotated[
     str | None, typer.Option("--act-dtype", help="activation dtype (default dtype)")

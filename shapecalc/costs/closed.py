@@ -38,6 +38,8 @@ from ..model.parallel import (
     stage_params,
 )
 from ..model.plan import Chunk, layer_plan
+from ..model.quant import WeightSums, stage_weight_bytes, weight_sums
+from ..model.quantization import DTYPE_FORMATS, Quantization
 from .poly import FIT_DTYPES, Poly, measure
 from .scalar import SCALARS
 
@@ -71,8 +73,12 @@ class ClosedForm:
         padding_mask: bool = False,
         block_size: int = 16,
         mla_form: str | None = None,
+        weights: Quantization | None = None,
     ):
         self.model = model
+        # the weights' format (quant.weight_format): None is params × bits at each point's dtype
+        self.weights = weights
+        self._sums: dict[int, WeightSums] = {}
         self.logits = logits
         self.attention_flops = attention_flops
         self.padding_mask = padding_mask
@@ -177,6 +183,19 @@ class ClosedForm:
         emb, head, embed = (r[k].at(1, 1) for k in ("emb_params", "head_params", "embed_params"))
         return stage_params(plan, s, per_layer, emb, head, embed, self.model.tie_embeddings)
 
+    def weight_sums(self, p: int) -> WeightSums:
+        """One rank's weight bytes under the format, tensor by tensor (quant.weight_sums)."""
+        assert self.weights is not None
+        if p not in self._sums:
+            self._regime_for("prefill", p, 1)  # the tp rules first
+            st = symbolic_stages(self.model, self.workload(1, 1, "prefill", p), p)
+            self._sums[p] = weight_sums(self.model, st, self.weights, p)
+        return self._sums[p]
+
+    def stage_weight_bytes(self, p: int, s: int, ep: int = 1) -> list[int]:
+        """One rank's weight bytes on each pipeline stage under the format."""
+        return stage_weight_bytes(self.model, self.weight_sums(p), self.weight_sums(1), s, ep)
+
     # -- evaluation ----------------------------------------------------------------------------
     def at(self, batch: int, seq: int, phase: str, tp: int, pp: int = 1, dtype: str = "bf16",
            kv_dtype: str | None = None, act_dtype: str | None = None) -> dict[str, int]:
@@ -187,6 +206,7 @@ class ClosedForm:
             if d is not None and d not in DTYPE_BITS:
                 raise ShapecalcError(
                     "dtype", f"unknown dtype {d!r}; known: {', '.join(DTYPE_BITS)}")
+        plain_only(self, dtype, kv_dtype, act_dtype)
         act = act_dtype or act_width(dtype)
         bits = {"w": DTYPE_BITS[dtype], "kv": DTYPE_BITS[kv_dtype or act],
                 "act": DTYPE_BITS[act]}
@@ -257,6 +277,7 @@ class ClosedForm:
         out["flops"] = ev(full, "flops")
         out["elementwise_flops"] = ev(full, "ew")
         out["weight_bytes"] = _nbytes(out["params"], "w", bits)
+        out["expert_weight_bytes"] = _nbytes(out["expert_params"], "w", bits)
         out["kv_cache_bytes"] = byte_sum(full, "kv")
         # the longest cache at each point: with chunked layers the longest kind can change
         # within a regime (a chunk restarts), so the groups' tokens are compared per point
@@ -304,6 +325,15 @@ class ClosedForm:
         # the token-embedding table a rank holds (vocab-parallel: V/p rows): a step gathers rows
         out["embed_params_per_rank"] = xp.full(n, const(rank, "embed_params"), dtype=dtype)
         out["weight_bytes_per_rank"] = _nbytes(out["params_per_rank"], "w", bits)
+        out["expert_weight_bytes_per_rank"] = _nbytes(out["expert_params_per_rank"], "w", bits)
+        out["embed_weight_bytes_per_rank"] = _nbytes(out["embed_params_per_rank"], "w", bits)
+        if self.weights is not None:  # the checkpoint's bytes, scales included
+            wf, wr = self.weight_sums(1), self.weight_sums(p)
+            for key, v in (("weight_bytes", wf.total), ("expert_weight_bytes", wf.expert_total),
+                           ("weight_bytes_per_rank", wr.total),
+                           ("expert_weight_bytes_per_rank", wr.expert_total),
+                           ("embed_weight_bytes_per_rank", wr.table)):
+                out[key] = xp.full(n, v, dtype=dtype)
         out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
         out["flops_per_rank"] = ev(rank, "flops")
         # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
@@ -320,6 +350,15 @@ class ClosedForm:
         out["boundary_bytes"] = boundary * (S > 1)
         out["boundary_bytes_total"] = boundary * (S - 1)
         return out
+
+
+def plain_only(cf: ClosedForm, dtype: Any, kv: Any, act: Any) -> None:
+    """A weight format (mxfp4, nvfp4, nf4) is not bits per element: its weights need the closed
+    form made for it (plan/cases.closed_form_for), and no cache or activation has one."""
+    for name, d in (("kv_dtype", kv), ("act_dtype", act), ("dtype", dtype)):
+        if isinstance(d, str) and d in DTYPE_FORMATS and (name != "dtype" or cf.weights is None):
+            raise ShapecalcError(name, f"{d} is a weight format with block scales, not bits per "
+                                 "element: evaluate it with plan.cases.closed_form_for")
 
 
 def _nbytes(elems: Any, cls: str, bits: dict[str, Any]) -> Any:

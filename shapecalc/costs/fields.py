@@ -53,6 +53,12 @@ TOTALS: tuple[Field, ...] = (
           "null: not traced): not in flops"),
     Field("mtp_kv_cache_bytes", "int|null", "bytes the MTP modules' own KV cache holds after "
           "the step (with --mtp; null: not traced): not in kv_cache_bytes"),
+    Field("weight_format", "str", "how the weights are stored: a plain dtype (weight_bytes = "
+          "params × bits), or a quantized format (its bytes tensor by tensor)"),
+    Field("weight_bytes_breakdown", "WeightParts", "weight_bytes by part: the quantized data, "
+          "their scales, zeros, other (g_idx, quant_state), what stays unquantized"),
+    Field("weight_tensors", "list[WeightTensor]", "a format's stored tensors, each with its "
+          "shape, dtype and count (empty for a plain dtype)"),
 )
 
 TP_LEDGER: tuple[Field, ...] = (

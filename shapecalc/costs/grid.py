@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from ..model.config import DTYPE_BITS, ShapecalcError
-from .closed import INT64_LIMIT, ClosedForm, Regime
+from ..model.quantization import DTYPE_FORMATS
+from .closed import INT64_LIMIT, ClosedForm, Regime, plain_only
 from .scalar import BOUNDS
 
 
@@ -68,6 +69,7 @@ def evaluate(
         np.asarray(dtype if act_dtype is None else act_dtype),
     )
     B, T, ph, P, S, dt, kv, act = (np.ravel(a) for a in arrs)
+    plain_only(cf, _format_name(dt), _format_name(kv), _format_name(act))
     n = B.size
     B, T, P, S = (x.astype(np.int64) for x in (B, T, P, S))
     if n and (B.min() < 1 or T.min() < 1 or P.min() < 1 or S.min() < 1):
@@ -158,6 +160,13 @@ def _bits(names: np.ndarray) -> np.ndarray:
             raise ShapecalcError("dtype", f"unknown dtype {name!r}; known: {', '.join(DTYPE_BITS)}")
         out[names == name] = DTYPE_BITS[str(name)]
     return out
+
+
+def _format_name(names: np.ndarray) -> str | None:
+    """The first weight format (mxfp4, nvfp4, nf4) among dtype names, if any."""
+    if names.dtype.kind in "iu":
+        return None
+    return next((str(x) for x in np.unique(names) if str(x) in DTYPE_FORMATS), None)
 
 
 def _phase_codes(ph: np.ndarray) -> np.ndarray:

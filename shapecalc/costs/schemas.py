@@ -121,6 +121,23 @@ class KvGroup(_Strict):
     bytes: int
 
 
+class WeightParts(_Strict):
+    data: int
+    scales: int
+    zeros: int
+    other: int
+    unquantized: int
+
+
+class WeightTensor(_Strict):
+    name: str
+    shape: list[int]
+    dtype: str
+    part: str
+    count: int
+    bytes: int
+
+
 class SplitOut(_Strict):
     weight: str
     split: str
@@ -134,7 +151,8 @@ def _section(name: str, fields: tuple[Field, ...]) -> type[BaseModel]:
                              "list[int]": list[int],
                              "list[Split]": list[SplitOut], "ParamsBreakdown": ParamsBreakdown,
                              "FlopsBreakdown": FlopsBreakdown, "Activation": Activation,
-                             "list[KvGroup]": list[KvGroup]}
+                             "list[KvGroup]": list[KvGroup], "WeightParts": WeightParts,
+                             "list[WeightTensor]": list[WeightTensor]}
     return create_model(  # type: ignore[call-overload, no-any-return]
         name, __base__=_Strict,
         **{f.name: (types[f.type], PydField(description=f.doc)) for f in fields})

@@ -30,6 +30,7 @@ from ..model.parallel import (
     stage_sums,
 )
 from ..model.plan import Chunk, LayerPlan, layer_plan
+from ..model.quant import WeightSums, stage_weight_bytes, weight_format, weight_sums
 from ..model.stage import (
     ATTN_PROJ_ROLES,
     ATTN_SCORE_ROLES,
@@ -156,6 +157,8 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
                              mla=wl.mla)
     largest = max(_activations(st), key=lambda s: s.bytes)
     expert_params = _sum(st, "params", _role_in(EXPERT_ROLES))
+    ws = weights(model, wl)
+    wbytes = nbytes(params, wl.dtype) if ws is None else ws[0].total
     totals = section(TOTALS, {
         "params": params,
         "active_params": active_params(params, expert_params, model),
@@ -163,7 +166,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "flops": _sum(st, "flops"),
         "flops_breakdown": flops_breakdown(st),
         "elementwise_flops": _sum(st, "elementwise_flops"),
-        "weight_bytes": nbytes(params, wl.dtype),
+        "weight_bytes": wbytes,
         "kv_cache_bytes": _sum(st, "bytes", _is_cache),
         "kv_cache_tokens": kv_tokens,
         "kv_cache_bytes_per_token": kv_bytes_per_token(model, wl.kv, mla=wl.mla),
@@ -185,6 +188,10 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "mtp_params": _sum(mtp, "params"),
         "mtp_flops": _sum(mtp, "flops") if wl.mtp else None,
         "mtp_kv_cache_bytes": _sum(mtp, "bytes", _is_cache) if wl.mtp else None,
+        "weight_format": wl.dtype if ws is None else ws[0].label,
+        "weight_bytes_breakdown": ({"data": wbytes, "scales": 0, "zeros": 0, "other": 0,
+                                    "unquantized": 0} if ws is None else ws[0].parts()),
+        "weight_tensors": [] if ws is None else [t.as_dict() for t in ws[0].tensors],
     })
     doc = {
         "model": model.model_dump(),
@@ -192,8 +199,8 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "layers": layer_plan_doc(plan),
         "stages": [s.as_dict() for s in every],
         "totals": totals,
-        "parallel": {"tp": tp_ledger(model, wl, rank), "pp": pp_ledger(model, wl, st),
-                     "ep": ep_ledger(model, wl, st, rank)},
+        "parallel": {"tp": tp_ledger(model, wl, rank, ws), "pp": pp_ledger(model, wl, st, ws),
+                     "ep": ep_ledger(model, wl, st, rank, ws)},
         "widths": widths(wl),  # which bytes are at which width (model/deploy.py)
     }
     if per_rank and wl.tp > 1:
@@ -201,7 +208,23 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
     return doc
 
 
-def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, Any]:
+def weights(model: ModelConfig, wl: Workload) -> tuple[WeightSums, WeightSums] | None:
+    """The weight bytes of the whole model and of one rank under the weights' format (from a
+    prefill's stages: the weights as stored, MLA's kv_b whole), or None for params × bits."""
+    fmt = weight_format(model, wl.dtype)
+    if fmt is None:
+        return None
+    one = wl.model_copy(update={"phase": "prefill", "batch": 1, "seq": 1})
+    full = weight_sums(model, symbolic_stages(model, one, 1), fmt)
+    return full, (weight_sums(model, symbolic_stages(model, one, wl.tp), fmt, wl.tp)
+                  if wl.tp > 1 else full)
+
+
+Weights = tuple[WeightSums, WeightSums] | None
+
+
+def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage], w: Weights = None
+              ) -> dict[str, Any]:
     """Tensor parallelism from one rank's stages (the whole model's when p = 1)."""
     p = wl.tp
 
@@ -241,14 +264,15 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
             rank, "bytes", lambda s: s.role == "comm.allreduce" and s.group == "embedding"),
         "logits_allgather_bytes": _sum(rank, "bytes", lambda s: s.role == "comm.allgather"),
         "params_per_rank": params_rank,
-        "weight_bytes_per_rank": nbytes(params_rank, wl.dtype),
+        "weight_bytes_per_rank": nbytes(params_rank, wl.dtype) if w is None else w[1].total,
         "kv_cache_bytes_per_rank": _sum(rank, "bytes", _is_cache),
         "flops_per_rank": _sum(rank, "flops"),
         "largest_activation_bytes_per_rank": max(s.bytes for s in _activations(rank)),
     })
 
 
-def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage]) -> dict[str, Any]:
+def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage], w: Weights = None
+              ) -> dict[str, Any]:
     s = wl.pp
     plan = layer_plan(model)
     # the activation handed from one stage to the next: the residual stream [B,T,D]
@@ -268,14 +292,15 @@ def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage]) -> dict[str, An
         "boundary_bytes": boundary if s > 1 else 0,
         "boundary_bytes_total": boundary * (s - 1),
         "params_per_stage": params,
-        "weight_bytes_per_stage": [nbytes(x, wl.dtype) for x in params],
+        "weight_bytes_per_stage": [nbytes(x, wl.dtype) for x in params] if w is None else
+        stage_weight_bytes(model, w[0], w[0], s),
         "kv_cache_bytes_per_stage": stage_sums(
             plan, s, [_per_layer(st, k, "bytes", _is_cache) for k in kinds]),
     })
 
 
-def ep_ledger(model: ModelConfig, wl: Workload, st: list[Stage], rank: list[Stage]
-              ) -> dict[str, Any]:
+def ep_ledger(model: ModelConfig, wl: Workload, st: list[Stage], rank: list[Stage],
+              w: Weights = None) -> dict[str, Any]:
     """Expert parallelism, as vLLM runs it: the routed experts split over ep ranks (E/ep whole
     experts each); attention stays tensor-parallel over tp, in ep/tp data-parallel replicas; each
     MoE layer dispatches its tokens to their experts' ranks and combines them back (all-to-all)."""
@@ -284,6 +309,10 @@ def ep_ledger(model: ModelConfig, wl: Workload, st: list[Stage], rank: list[Stag
     rank_experts = _sum(rank, "params", _role_in(EXPERT_ROLES))
     held = ep_rank_expert_params(rank_experts, experts, ep)
     per_rank = _sum(rank, "params") - rank_experts + held
+    held_b, per_rank_b = nbytes(held, wl.dtype), nbytes(per_rank, wl.dtype)
+    if w is not None:  # the format's bytes: E/ep whole experts' tensors, scales included
+        held_b = ep_rank_expert_params(w[1].expert_total, w[0].expert_total, ep)
+        per_rank_b = w[1].total - w[1].expert_total + held_b
     plan = layer_plan(model)
     moe_layers = sum(c for k, c in zip(plan.kinds, plan.counts, strict=True) if k.ffn == "moe")
     tq = wl.seq if wl.phase == "prefill" else 1
@@ -303,9 +332,9 @@ def ep_ledger(model: ModelConfig, wl: Workload, st: list[Stage], rank: list[Stag
         "experts_per_rank": (model.n_experts or 0) // ep,  # check(): ep divides E
         "expert_params": experts,
         "expert_params_per_rank": held,
-        "expert_weight_bytes_per_rank": nbytes(held, wl.dtype),
+        "expert_weight_bytes_per_rank": held_b,
         "params_per_rank": per_rank,
-        "weight_bytes_per_rank": nbytes(per_rank, wl.dtype),
+        "weight_bytes_per_rank": per_rank_b,
         "alltoall_bytes_per_layer": a2a,
         "alltoall_bytes_per_layer_expected": a2a * (ep - 1) / ep,
         "alltoall_bytes_total": a2a * moe_layers,

@@ -23,7 +23,7 @@ from . import files
 from .sources import list_hardware
 
 # dtypes a profile can give a peak for; a matmul runs in the activation dtype unless told otherwise
-PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
+PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4", "nf4")
 
 
 class PeakFlops(Record):
@@ -36,6 +36,9 @@ class PeakFlops(Record):
     fp8: PosFloat | None = _doc(None)
     int8: PosFloat | None = _doc(None)
     int4: PosFloat | None = _doc(None)
+    mxfp4: PosFloat | None = _doc(None, "OCP MXFP4 GEMMs (Blackwell's fp4 tensor cores)")
+    nvfp4: PosFloat | None = _doc(None, "NVFP4 GEMMs (Blackwell's fp4 tensor cores)")
+    nf4: PosFloat | None = _doc(None, "no GPU multiplies NF4: bitsandbytes dequantises it first")
 
 
 class PerfTerms(Record):

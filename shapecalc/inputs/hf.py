@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..model.config import ModelConfig, ShapecalcError, first_error
-from . import files, hf_keys, hf_render
+from . import files, hf_keys, hf_quant, hf_render
 from .hf_base import HF as _HF
 from .hf_families import FAMILIES, SUPPORTED
 from .sources import _parse
@@ -61,6 +61,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     else:  # a text model's own config: a text_config beside it must agree (hf_render.py)
         hf_render.check_text_config(cfg, mt)
     fields = read_family(_HF(cfg), mt)
+    fields["quantization"] = hf_quant.read(_parse(path, "hf-config"))  # the top's config
     # Say only what differs from the defaults, so a loaded config reads like a preset.
     heads, d = fields["n_heads"], fields["d_model"]
     if isinstance(heads, int) and fields.get("n_kv_heads") == heads:

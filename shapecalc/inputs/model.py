@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model.config import ModelConfig, ShapecalcError
+from ..model.quant import source_fields
 from . import sources
 from .hf import load_hf_config
 
@@ -25,7 +26,8 @@ def load_model(
     names: tuple[str, str, str] = ("--preset", "--config", "--hf-config"),
 ) -> tuple[ModelConfig, dict[str, Any]]:
     """The model (seed-tiny if no source) and the workload fields its source sets (a config
-    file's [workload] table; the seed's B and T for seed-tiny by default). `names` are how the
+    file's [workload] table; the seed's B and T for seed-tiny by default; the dtype a
+    quantized checkpoint stores). `names` are how the
     caller calls the three sources, for the error line."""
     given = [x for x in (preset, config, hf_config) if x is not None]
     if len(given) > 1:
@@ -41,4 +43,4 @@ def load_model(
             workload = dict(DEFAULT[1])
     if sets:
         model = sources.apply_overrides(model, sets)
-    return model, workload
+    return model, source_fields(model, workload)  # a quantized checkpoint sets its dtype

@@ -116,13 +116,16 @@ def _split(data: dict[str, Any]) -> tuple[dict, dict, dict]:
     wl = data.pop("workload", {})
     if not isinstance(pub, dict):
         raise ShapecalcError("published", "must be a table with params and source")
-    extra = set(pub) - {"params", "source"}
+    # checkpoint_bytes: a quantized checkpoint's published tensor bytes (total_size)
+    extra = set(pub) - {"params", "source", "checkpoint_bytes", "checkpoint_source"}
     if extra:
         raise ShapecalcError(f"published.{sorted(extra)[0]}", "unknown field")
-    if "params" in pub and (type(pub["params"]) is not int or pub["params"] <= 0):
-        raise ShapecalcError("published.params", "must be a positive integer")
-    if "source" in pub and not isinstance(pub["source"], str):
-        raise ShapecalcError("published.source", "must be a string")
+    for key in ("params", "checkpoint_bytes"):
+        if key in pub and (type(pub[key]) is not int or pub[key] <= 0):
+            raise ShapecalcError(f"published.{key}", "must be a positive integer")
+    for key in ("source", "checkpoint_source"):
+        if key in pub and not isinstance(pub[key], str):
+            raise ShapecalcError(f"published.{key}", "must be a string")
     if not isinstance(wl, dict):
         raise ShapecalcError("workload", "must be a table of workload fields")
     return data, pub, wl

@@ -13,22 +13,19 @@ from pydantic_core import ValidationError
 
 from . import rules
 from .errors import ShapecalcError
+from .quantization import DTYPE_FORMATS, Quantization
 from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 from .suggest import canonical_dtype, did_you_mean
 
-# Bits per element. int4 packs two values per byte, so bytes are rounded up per tensor.
-DTYPE_BITS: dict[str, int] = {
-    "fp32": 32,
-    "bf16": 16,
-    "fp16": 16,
-    "fp8": 8,
-    "int8": 8,
-    "int4": 4,
-}
+# Bits per element. int4 packs two values per byte, so bytes are rounded up per tensor. mxfp4,
+# nvfp4 and nf4 are weight formats with block scales: their weights' bytes are quantization's
+# tensor by tensor (model/quant.py), never params × 4 bits.
+DTYPE_BITS: dict[str, int] = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4,
+                              "mxfp4": 4, "nvfp4": 4, "nf4": 4}
 DTYPE_FIELDS = ("dtype", "kv_dtype", "act_dtype")  # aliases accepted: model/suggest.py
 MAX_LAYERS = 100_000  # N: the layer plan holds every layer's kind
 MLA_DEFAULT = "absorbed"  # MLA's cache and decode form unless mla_form says (vLLM's, FlashMLA's)
-Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4", "nf4"]
 WIDE_DTYPES = ("fp32", "bf16", "fp16")
 
 
@@ -41,9 +38,10 @@ def act_width(dtype: str) -> str:
 
 
 def compute_width(dtype: str, act: str) -> str:
-    """The dtype whose peak FLOP/s the GEMMs reach: fp8 for fp8 weights (W8A8), else the
-    activations'."""
-    return "fp8" if dtype == "fp8" else act
+    """The dtype whose peak FLOP/s the GEMMs reach: fp8 for fp8 weights (W8A8), nvfp4 for nvfp4
+    weights (W4A4: modelopt's input scales quantize the activations), else the activations'
+    (mxfp4, nf4, int8, int4: weight-only, dequantised into 16-bit GEMMs)."""
+    return dtype if dtype in ("fp8", "nvfp4") else act
 AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe"]
 
@@ -84,16 +82,14 @@ class ModelConfig(Record):
     positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = _doc(
         "learned", "alibi: no table, no rotation; a per-head linear bias on the scores (BLOOM, MPT)"
     )
-    max_positions: Pos | None = _doc(
-        None, "rows of a learned position table; the longest context otherwise"
-    )
+    max_positions: Pos | None = _doc(None, "rows of a learned position table; the longest "
+                                     "context otherwise")
     tie_embeddings: bool = _doc(False, "LM head shares the embedding table")
     qkv_bias: bool = _doc(False, "biases on the q, k, v projections")
     attn_out_bias: bool = _doc(False, "bias on the attention output WO")
     ffn_bias: bool = _doc(False, "biases on the FFN matrices")
-    norm_bias: bool | None = _doc(
-        None, "β in the norms (default: yes for layernorm, no for rmsnorm)"
-    )
+    norm_bias: bool | None = _doc(None, "β in the norms (default: yes for layernorm, no for "
+                                  "rmsnorm)")
     lm_head_bias: bool = _doc(False)
     fused_qkv: bool = _doc(
         False, "one [D,(H+2·H_kv)·Dh] matrix; changes the listing, not the numbers"
@@ -101,9 +97,8 @@ class ModelConfig(Record):
     parallel_block: bool = _doc(
         False, "attention and FFN read the same norm and add in parallel (Falcon)"
     )
-    sliding_window: Pos | None = _doc(
-        None, "W: the KV cache keeps, and decode reads, at most W tokens"
-    )
+    sliding_window: Pos | None = _doc(None, "W: the KV cache keeps, and decode reads, at most W "
+                                      "tokens")
     embedding_scale: bool = _doc(False, "multiply embeddings by √D (Gemma)")
     layer_types: tuple[AttentionKind, ...] | None = _doc(
         None,
@@ -212,6 +207,8 @@ class ModelConfig(Record):
     )
     mtp_layers: NonNeg = _doc(0, "multi-token-prediction modules after the model (DeepSeek-V3's "
                               "num_nextn_predict_layers): totals.mtp_params, not in params")
+    quantization: Quantization | None = _doc(None, "how the checkpoint stores its weights "
+                                            "(quantization_config): their dtype and bytes")
 
     @property
     def kv_heads(self) -> int:
@@ -347,6 +344,12 @@ class Workload(Record):
         "re-expanded by kv_b_proj every step: transformers 5.x), expanded (K and V of every "
         "head cached)",
     )
+
+    def _check(self) -> None:
+        for name in ("kv_dtype", "act_dtype"):  # their bytes would miss the block scales
+            if getattr(self, name) in DTYPE_FORMATS:
+                raise ShapecalcError(name, f"{getattr(self, name)} is a weight format (4-bit "
+                                     "blocks with scales); give fp32, bf16, fp16, fp8 or int8")
 
     @property
     def act(self) -> str:

@@ -9,7 +9,10 @@ A mode names a mix:
 - fp8: W8A8 as vLLM and TensorRT-LLM run it on Hopper — fp8 weights and GEMMs at fp8 peak, while
   activations between kernels and the all-reduces stay bf16; the KV cache stays bf16;
 - int8-wo, int4-wo: weight-only quantisation — int8/int4 weights, dequantised into 16-bit GEMMs;
-- fp8-kv: bf16 everywhere but an fp8 KV cache.
+- fp8-kv: bf16 everywhere but an fp8 KV cache;
+- mxfp4, nf4: MXFP4 (gpt-oss) or bitsandbytes NF4 weights, block scales included, dequantised into
+  16-bit GEMMs (weight-only);
+- nvfp4: NVFP4 weights and W4A4 GEMMs at the fp4 peak (Blackwell), bf16 between kernels.
 Explicit --dtype/--act-dtype/--kv-dtype win over the mode's; --compute-dtype over its compute.
 Each mode's GEMMs run at config.compute_width of its weights and activations.
 """
@@ -28,6 +31,9 @@ MODES: dict[str, tuple[str, str, str]] = {
     "int8-wo": ("int8", "bf16", "bf16"),
     "int4-wo": ("int4", "bf16", "bf16"),
     "fp8-kv": ("bf16", "bf16", "fp8"),
+    "mxfp4": ("mxfp4", "bf16", "bf16"),
+    "nvfp4": ("nvfp4", "bf16", "bf16"),
+    "nf4": ("nf4", "bf16", "bf16"),
 }
 
 

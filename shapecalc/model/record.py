@@ -171,8 +171,11 @@ class Record:
 
     def __init__(self, **data: Any):
         fields = self.field_info()
+        data = {k: v.model_dump() if isinstance(v, Record) else v for k, v in data.items()}
         for k, v in self._schema_validator().validate_python(data).items():
             kind = fields[k].annotation
+            if get_origin(kind) in (Union, UnionType):  # `Table | None`: the table's record
+                kind = next(a for a in get_args(kind) if a is not type(None))
             if isinstance(v, dict) and isinstance(kind, type) and issubclass(kind, Record):
                 v = kind(**v)
             object.__setattr__(self, k, v)

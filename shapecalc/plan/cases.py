@@ -14,6 +14,8 @@ from ..inputs import files, sources
 from ..inputs.hf import load_hf_config
 from ..inputs.numbers import pos_int
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
+from ..model.quant import source_fields, weight_format
+from ..model.quantization import Quantization
 from ..model.suggest import canonical_dtype, did_you_mean, did_you_mean_dtype
 
 WORKLOAD_FIELDS = tuple(Workload.field_info())
@@ -131,6 +133,7 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
             raise ShapecalcError("case", f"{text!r}: unknown field {key!r}")
     if sets:
         model = sources.apply_overrides(model, sets)
+    workload = source_fields(model, workload)  # a quantized checkpoint's weights' dtype
     return Case(files.escape_controls(text), model, workload, frozenset(given))  # the label prints
 
 
@@ -147,17 +150,21 @@ def _is_hf(path: Path) -> bool:
 
 
 def closed_form_for(model: ModelConfig, wl: Workload) -> ClosedForm:
-    """The closed form of a model under a workload's switches; kept, so that its regimes are
-    made once per process (a planner's loop calls sweep and fit many times)."""
+    """The closed form of a model under a workload's switches and its weights' format (a
+    dtype the checkpoint's quantization does not store is refused: quant.weight_format); kept,
+    so that its regimes are made once per process (a planner's loop calls sweep and fit many
+    times)."""
     return _closed_form(model, wl.logits, wl.attention_flops, wl.padding_mask, wl.block_size,
-                        wl.mla_form)
+                        wl.mla_form, weight_format(model, wl.dtype))
 
 
 @lru_cache(maxsize=64)
 def _closed_form(model: ModelConfig, logits: str, attention_flops: str, padding_mask: bool,
-                 block_size: int, mla_form: str | None) -> ClosedForm:
+                 block_size: int, mla_form: str | None, weights: Quantization | None
+                 ) -> ClosedForm:
     return ClosedForm(model, logits=logits, attention_flops=attention_flops,
-                      padding_mask=padding_mask, block_size=block_size, mla_form=mla_form)
+                      padding_mask=padding_mask, block_size=block_size, mla_form=mla_form,
+                      weights=weights)
 
 
 def valid(model: ModelConfig, wl: Workload, **change: int) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 from ..costs.closed import ClosedForm
 from ..costs.scalar import SCALARS
 from ..inputs.hardware import GPU
-from ..model.config import DTYPE_BITS, ModelConfig, Workload, check, nbytes
+from ..model.config import DTYPE_BITS, ModelConfig, Workload, check
 from ..model.deploy import widths
 from ..model.parallel import (
     kv_bytes_per_token,
@@ -131,10 +131,6 @@ def _smallest(cands: list[int], ok: Callable[[int], bool]) -> int | None:
     return next((c for c in cands if ok(c)), None)
 
 
-def model_params(cf: ClosedForm) -> int:
-    return cf.at(1, 1, "prefill", 1)["params"]
-
-
 def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[str, Any]:
     """The `fit --json` document (a contract: see plan_schemas.FitOut)."""
     check(model, wl)
@@ -160,7 +156,7 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
         max_seq_memory = largest_ok(lambda t: fits(seq=t), hi, SEARCH_MAX)
     # the weights alone bound the degrees from below: a stage of one GPU holds at least
     # 1/(max(p, ep)·s) of them (ep is a multiple of p)
-    weights = nbytes(model_params(cf), wl.dtype)
+    weights = cf.at(1, 1, "prefill", 1, 1, wl.dtype)["weight_bytes"]  # scales included
     usable = gpu.memory_bytes - opts.reserve(gpu.memory_bytes)
     min_tp = _smallest(
         [p for p in range(1, model.n_heads + 1)

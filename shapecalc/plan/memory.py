@@ -32,6 +32,7 @@ from ..model.parallel import (
     stage_group_layers,
 )
 from ..model.plan import layer_plan
+from ..model.quantization import ELEMENT_BYTES
 from .options import PlanOptions
 
 
@@ -97,11 +98,13 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
     # paged token slots of the batch in each KV group (layers that share a window)
     slots = [pre[f"kv_cache_peak_blocks@{g}"] * cf.block_size
              for g in range(len(kv_groups(plan)))]
-    return [(k, bytes_of(params, wbits),
-             sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c))
-            for k, per_group, params in zip(
-                pp_layers(m.n_layers, s), stage_group_layers(plan, s),
-                cf.stage_params(p, s, ep), strict=True)]
+    # a weight format's bytes tensor by tensor (scales included), else params × bits
+    weights = ([w + 0 * wbits for w in cf.stage_weight_bytes(p, s, ep)]  # shaped as wbits
+               if cf.weights is not None else
+               [bytes_of(params, wbits) for params in cf.stage_params(p, s, ep)])
+    return [(k, w, sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c))
+            for k, per_group, w in zip(
+                pp_layers(m.n_layers, s), stage_group_layers(plan, s), weights, strict=True)]
 
 
 def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: Any) -> Any:
@@ -125,12 +128,32 @@ def step_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, wbits: Any, xp:
     table = tot["embed_params_per_rank"]
     read = embedding_rows_read(cf, tot, tokens, xp)
     kv = tot["kv_cache_bytes_per_rank"]
+    if cf.weights is not None:
+        return _format_bytes(cf, tot, tokens, read, xp, ep) + kv
     if not m.moe:
         return bytes_of(tot["params_per_rank"] - table + read, wbits) + kv
     experts = ep_rank_expert_params(tot["expert_params_per_rank"], tot["expert_params"], ep)
     others = tot["params_per_rank"] - tot["expert_params_per_rank"] - table + read
     reached = distinct_experts(tokens, m) / m.n_experts
     return xp.floats(bytes_of(others, wbits) + kv) + xp.floats(bytes_of(experts, wbits)) * reached
+
+
+def _format_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, read: Any, xp: Any,
+                  ep: int) -> Any:
+    """step_bytes' weights under a format: the rank's tensors (scales included) less its token
+    table, plus the table rows looked up (the table is never quantized: its width's bytes)."""
+    assert cf.weights is not None
+    rows = bytes_of(read, ELEMENT_BYTES[cf.weights.wide] * 8)
+    own = tot["weight_bytes_per_rank"] - tot["embed_weight_bytes_per_rank"] + rows
+    if cf.model.tie_embeddings:  # the LM head reads the whole table anyway
+        own = tot["weight_bytes_per_rank"]
+    if not cf.model.moe:
+        return own
+    experts = ep_rank_expert_params(tot["expert_weight_bytes_per_rank"],
+                                    tot["expert_weight_bytes"], ep)
+    reached = distinct_experts(tokens, cf.model) / cf.model.n_experts
+    return (xp.floats(own - tot["expert_weight_bytes_per_rank"])
+            + xp.floats(experts) * reached)
 
 
 def step_flops(cf: ClosedForm, tot: dict[str, Any], ep: int = 1) -> Any:

@@ -6,12 +6,13 @@ memory stays bounded whatever its size; `sweep` evaluates one case's whole grid 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..costs.closed import ClosedForm
 from ..costs.fields import SWEEP_COLUMNS
 from ..costs.grid import evaluate
 from ..inputs.hardware import GPU
@@ -102,9 +103,13 @@ class SweepGrid:
             skipped["tp"] = (len(pick["tp"]) - len(tps)) * len(pick["pp"]) * n_other
         if len(pps) < len(pick["pp"]):
             skipped["pp"] = (len(pick["pp"]) - len(pps)) * len(tps) * n_other
-        self.cf = cf = closed_form_for(model, base)
         self.ep = base.ep
         self.dnames = list(pick["dtype"])
+        # a closed form for each dtype's weights (their format: quant.weight_format); the
+        # plain dtypes share one, as before
+        self.cfs = [closed_form_for(model, base.model_copy(update={"dtype": d}))
+                    for d in self.dnames]
+        self.cf = cf = self.cfs[0]
         knames = list(pick["kv_dtype"])
         # one segment per phase (outermost): its seq axis without the seqs beyond the positions
         self.segments: list[tuple[int, np.ndarray]] = []
@@ -138,10 +143,13 @@ class SweepGrid:
         self.shape = [len(tps), len(pick["batch"]), 0, len(pps), len(self.dnames), len(knames)]
         self.rows = sum(self._seg_rows(seq) for _, seq in self.segments)
         self.cf_fit = None
+        self.cfs_fit = self.cfs
         if gpu is not None:
             # serving computes the logits of the last position only (unless --logits says so)
-            self.cf_fit = cf if "logits" in fields else closed_form_for(
-                model, base.model_copy(update={"logits": "last"}))
+            if "logits" not in fields:
+                self.cfs_fit = [closed_form_for(model, base.model_copy(
+                    update={"logits": "last", "dtype": d})) for d in self.dnames]
+            self.cf_fit = self.cfs_fit[0]
         self.keys = ["case", "model", *AXIS_KEYS, *SWEEP_KEYS]
         if gpu is not None:
             self.keys += SWEEP_FIT_KEYS
@@ -183,7 +191,8 @@ class SweepGrid:
     def _evaluate(self, lo: int, hi: int) -> SweepChunk:
         ph, P, B, T, S, di, kvi = self._indices(lo, hi)
         dbits, kbits, abits = self.dbits[di], self.kbits[kvi], self.abits[di]
-        res = evaluate(self.cf, B, T, ph, P, S, dbits, kbits, abits)
+        res = _by_weights(self.cfs, di, lambda cf, i: evaluate(
+            cf, B[i], T[i], ph[i], P[i], S[i], dbits[i], kbits[i], abits[i]))
         phases = ("prefill", "decode")
         dn = np.array(self.dnames, dtype=object)
         kn = np.array(self.kv_labels, dtype=object)
@@ -200,21 +209,44 @@ class SweepGrid:
         for k in SWEEP_KEYS:
             cols[k] = res[k]
         if self.gpu is not None and self.cf_fit is not None:
-            opts = self.opts or PlanOptions()
+            gpu, opts = self.gpu, self.opts or PlanOptions()
             # the peak FLOP/s of each dtype's compute dtype (NaN where the GPU has none)
             names = [opts.compute_dtype or compute_width(d, a)
                      for d, a in zip(self.dnames, self.acts, strict=True)]
-            peaks = [self.gpu.peak(str(x)) for x in names]
+            peaks = [gpu.peak(str(x)) for x in names]
             peak = np.array([np.nan if v is None else v for v in peaks], dtype=float)[di]
             with np.errstate(over="ignore"):  # a time past 1.8e308 is inf, written null
-                plan = plan_arrays(self.cf_fit, self.gpu, opts, B, T, P, S, dbits, kbits, abits,
-                                   peak, ep=self.ep)
+                plan = _by_weights(self.cfs_fit, di, lambda cf, i: plan_arrays(
+                    cf, gpu, opts, B[i], T[i], P[i], S[i], dbits[i], kbits[i], abits[i],
+                    peak[i], ep=self.ep))
             for k in SWEEP_FIT_KEYS:
                 cols[k] = plan[k]
             if opts.price is not None:
                 for k in PRICE_KEYS:
                     cols[k] = plan[k]
         return SweepChunk(self.case, self.model, cols, self.skipped, codes)
+
+
+def _by_weights(cfs: list[ClosedForm], di: np.ndarray,
+                run: Callable[[ClosedForm, Any], dict[str, np.ndarray]]
+                ) -> dict[str, np.ndarray]:
+    """`run` on the points of each closed form (a dtype's weights, `di` each point's dtype),
+    scattered back in order; all the points at once when every dtype shares one (plain)."""
+    forms = list(dict.fromkeys(cfs))
+    if len(forms) == 1:
+        return run(forms[0], slice(None))
+    out: dict[str, np.ndarray] = {}
+    for cf in forms:
+        idx = np.flatnonzero(np.isin(di, [i for i, c in enumerate(cfs) if c is cf]))
+        if not idx.size:
+            continue
+        for k, v in run(cf, idx).items():
+            if k not in out:
+                out[k] = np.empty(di.size, dtype=v.dtype)
+            elif out[k].dtype != v.dtype:
+                out[k] = out[k].astype(object)
+            out[k][idx] = v
+    return out
 
 
 def sweep(

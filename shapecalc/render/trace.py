@@ -188,11 +188,12 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     t.add_row(
         "elementwise FLOPs", f"{tot['elementwise_flops']:,}", human_flops(tot["elementwise_flops"])
     )
-    t.add_row(
-        f"weight bytes ({wl['dtype']})",
-        f"{tot['weight_bytes']:,}",
-        human_bytes(tot["weight_bytes"]),
-    )
+    t.add_row(f"weight bytes ({wl['dtype']})", f"{tot['weight_bytes']:,}",
+              human_bytes(tot["weight_bytes"]))
+    if tot.get("weight_tensors"):  # a quantized format: what its bytes are made of
+        parts = tot["weight_bytes_breakdown"]
+        t.add_row("", "", tot["weight_format"] + ": " + " · ".join(
+            f"{k} {human_bytes(v)}" for k, v in parts.items() if v))
     kvd = wl["kv_dtype"] or wl["dtype"]
     t.add_row(
         f"KV cache ({kvd}, {tot['kv_cache_tokens']:,} tokens)",

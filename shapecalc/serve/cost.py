@@ -30,7 +30,8 @@ from ..plan.perf import PerfParams, step_seconds, step_terms
 VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
            "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total", "boundary_bytes_total")
 CONSTANT = ("params_per_rank", "embed_params_per_rank", "tp", "allreduce_per_layer",
-            "expert_params_per_rank", "expert_params", "params")
+            "expert_params_per_rank", "expert_params", "params", "weight_bytes_per_rank",
+            "embed_weight_bytes_per_rank", "expert_weight_bytes_per_rank", "expert_weight_bytes")
 
 
 @dataclass(frozen=True)

@@ -142,9 +142,14 @@ def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     moe = any(k in kwargs for k in EXPERT_KEYS)
     extra = dict(experts_implementation="eager") if moe else {}
     model = _build(cfg, attn_implementation="eager", dtype=torch.float32, **extra).eval()
-    measure_flops.B, measure_flops.T = 1, seq
-    steps = forward_steps(model, count, model.config.vocab_size,
-                          at_cache=lambda c: window_bytes(model.config, c, seq))
+    # forward_steps reads measure_flops' B and T: set them for this case only (the other
+    # measure scripts, and their live tests, run at theirs)
+    saved, (measure_flops.B, measure_flops.T) = (measure_flops.B, measure_flops.T), (1, seq)
+    try:
+        steps = forward_steps(model, count, model.config.vocab_size,
+                              at_cache=lambda c: window_bytes(model.config, c, seq))
+    finally:
+        measure_flops.B, measure_flops.T = saved
     hf_config = config_to_json_dict(model.config)
     hf_config.pop("experts_implementation", None)
     return {
