@@ -337,3 +337,10 @@ def test_serving_a_static_batch_of_a_checkpoint_is_fit(name):
     wide = fit(plain, wl.model_copy(update={"batch": 8, "seq": 512, "dtype": "bf16"}), gpu,
                PlanOptions(compute_dtype=wl.compute))
     assert wide["expected"]["decode_s_per_token"] > doc["expected"]["decode_s_per_token"]
+
+
+def test_train_refuses_a_quantized_checkpoint(cli):
+    r = cli("train", "--preset", "qwen3-8b-fp8", "--seq", "1024")
+    assert r.code == 2 and r.err.startswith("error: quantization:")
+    assert cli("train", "--preset", "qwen3-8b-fp8", "--seq", "1024", "--set",
+               "quantization=null").code == 0

@@ -90,7 +90,7 @@ def perf_overrides(sets: list[str] | None) -> tuple[str, ...]:
 def perf_params(gpu: GPU, sets: list[str] | tuple[str, ...] | None = None) -> PerfParams:
     """The calibrated defaults, then the GPU profile's [perf] table, then `NAME=VALUE` sets."""
     out = PerfParams(**PARAMS)
-    table: Any = gpu.perf  # a nullable table validates to a dict
+    table: Any = gpu.perf  # a PerfTerms record (or a dict, as a caller may build one)
     if table is not None:
         table = table if isinstance(table, dict) else table.model_dump()
         out = replace(out, **{k: v for k, v in table.items() if v is not None})

@@ -56,6 +56,10 @@ def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: i
     if ep > 1 and dp % ep:
         raise ShapecalcError("ep", f"ep={ep} must divide dp={dp}: the experts are split over "
                              "ep of the data-parallel ranks")
+    if model.quantization is not None:  # its bytes are not a training state's: say so
+        raise ShapecalcError("quantization", "train plans weights, gradients and optimizer "
+                             "state at --precision, not a quantized checkpoint's format: "
+                             "--set quantization=null trains the model at its width")
 
 
 def _per_layer(st: list[Stage], kind: int, experts: bool | None = None) -> int:
