@@ -30,6 +30,7 @@ PRESETS = {
     "smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
     "dots-llm1": "dots1", "cwm-32b": "cwm", "olmo3-7b": "olmo3", "olmo3-32b": "olmo3",
     "glm-4.7-flash": "glm4_moe_lite", "mistral-small-4": "mistral4",
+    "solar-open-100b": "solar_open",
 }
 
 
@@ -137,3 +138,17 @@ def test_mistral4_ropes_the_rope_part_of_its_qk_head(tmp_path):
     with pytest.raises(ShapecalcError) as err:
         _model(tmp_path, {**base, "rope_parameters": rope})
     assert err.value.field == "partial_rotary_factor"
+
+
+def test_solar_open_is_moe_on_every_layer_and_refuses_what_its_class_drops(tmp_path):
+    """SolarOpenConfig removes Glm4MoeConfig's intermediate_size and first_k_dense_replace: Dff
+    is the experts' width whatever intermediate_size says, and a dense first layer is refused
+    (transformers would build MoE there), as is a partial rotary (Llama's RoPE turns all Dh)."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "solar-open-100b.json").read_text())
+    want = _model(tmp_path, base)
+    assert want.ffn_types is None and want.d_ff == 1280 and want.d_ff_expert is None
+    assert _model(tmp_path, {**base, "intermediate_size": 99}) == want
+    for key, value in (("first_k_dense_replace", 1), ("partial_rotary_factor", 0.5)):
+        with pytest.raises(ShapecalcError) as err:
+            _model(tmp_path, {**base, key: value})
+        assert err.value.field == key

@@ -332,6 +332,24 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                            "router always scores with softmax")},
            widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=12288,
                        num_hidden_layers=36, num_attention_heads=32)),
+    # LlamaAttention with q/k/v biases under attention_bias and o_proj unbiased; Glm4MoeMoE (sigmoid
+    # noaux_tc, n_shared × the expert width) on every layer: the class drops intermediate_size,
+    # first_k_dense_replace, use_qk_norm and num_mtp_layers from Glm4MoeConfig. Llama's RoPE
+    # turns the whole head: a partial_rotary_factor below 1 fails there (left to the audit)
+    Family("solar_open", "Solar Open: GQA, q/k/v biases, DeepSeek-V3 MoE on every layer",
+           (moe.moe_body, SILU, llama.table, llama.qkv_bias_only, deepseek.deepseek_moe),
+           _llama(8, 131072, head_dim=128, attention_bias=False, n_routed_experts=128,
+                  num_experts_per_tok=8, n_shared_experts=1, routed_scaling_factor=1.0,
+                  norm_topk_prob=True, scoring_func="sigmoid"),
+           aliases={"n_routed_experts": ("num_local_experts",)},
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' solar_open "
+                                           "router always scores with sigmoid"),
+                   "first_k_dense_replace": Refusal((None, 0), "{value}: transformers' "
+                                                    "solar_open puts MoE on every layer whatever "
+                                                    "first_k_dense_replace says")},
+           ignored=frozenset({"intermediate_size"}),  # the Hub's config.json gives it; unread
+           widths=dict(vocab_size=196608, hidden_size=4096, moe_intermediate_size=1280,
+                       num_hidden_layers=48, num_attention_heads=64)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

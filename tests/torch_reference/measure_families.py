@@ -53,6 +53,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "dots1": ("dots-llm1",),
     "glm4_moe_lite": ("glm-4.7-flash",),
     "mistral4": ("mistral-small-4",),
+    "solar_open": ("solar-open-100b",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
