@@ -110,3 +110,46 @@ def moe_body(h: HF, f: Fields) -> None:
     # Solar Open: the Llama body with MoE on every layer and no dense MLP (its class has no
     # intermediate_size): Dff is the routed experts' width
     body(h, f, "moe_intermediate_size")
+
+
+def _uniform(h: HF, key: str, n: int) -> int:
+    """A count given once or once per layer (the original code's lists), the same on every
+    layer: shapecalc's layer plan has one E and one k."""
+    keys = h.names(key)
+    h.read.update(keys)
+    value = next((h.cfg[k] for k in keys if h.cfg.get(k) is not None), h.default(key))
+    if isinstance(value, list):
+        if len(value) != n:
+            raise ShapecalcError(key, f"lists {len(value)} layers, but num_hidden_layers is {n}")
+        if len(set(value)) > 1:
+            raise ShapecalcError(key, f"{value!r} differs per layer; shapecalc models one value "
+                                 "for every MoE layer")
+        value = value[0]
+    if type(value) is not int or value < 1:
+        raise ShapecalcError(key, f"must be a positive integer, not {value!r}")
+    return value
+
+
+@mechanism("num_experts", "moe_topk", "moe_intermediate_size", "num_shared_expert",
+           "use_mixed_mlp_moe", "use_qk_norm", "use_cla", "head_dim")
+def hunyuan_moe(h: HF, f: Fields) -> None:
+    # HunYuanMoEV1Moe on every layer: a softmax router [D→E] (no bias), top-k renormalised,
+    # E experts and one ungated shared MLP, all of intermediate_size, summed. The original
+    # code's keys transformers does not read are refused where they would build another model
+    if h.get("head_dim") is None:  # getattr(config, "head_dim", D // H) finds the None
+        raise ShapecalcError("head_dim", "null or absent, and transformers' hunyuan_v1_moe "
+                             "attention cannot be built without it (its scale is head_dim**-0.5)")
+    n, width = f["n_layers"], f["d_ff"]
+    experts, k = _uniform(h, "num_experts", n), _uniform(h, "moe_topk", n)
+    for key, want, why in (
+            ("moe_intermediate_size", width, f"the experts are intermediate_size={width} wide"),
+            ("num_shared_expert", 1, "it builds one shared MLP"),
+            ("use_mixed_mlp_moe", True, "it always adds the shared MLP"),
+            ("use_qk_norm", True, "it always norms q and k"),
+            ("use_cla", False, "cross-layer KV sharing is not built")):
+        value = h.get(key)
+        if value is not None and not all(v == want for v in
+                                         (value if isinstance(value, list) else [value])):
+            raise ShapecalcError(key, f"{value!r}, but transformers' hunyuan_v1_moe ignores it: "
+                                 f"{why}")
+    f.update(n_experts=experts, experts_per_token=k, n_shared_experts=1, norm_topk_prob=True)
