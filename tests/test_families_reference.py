@@ -30,7 +30,7 @@ PRESETS = {
     "smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
     "dots-llm1": "dots1", "cwm-32b": "cwm", "olmo3-7b": "olmo3", "olmo3-32b": "olmo3",
     "glm-4.7-flash": "glm4_moe_lite", "mistral-small-4": "mistral4",
-    "solar-open-100b": "solar_open",
+    "solar-open-100b": "solar_open", "hunyuan-a13b": "hunyuan_v1_moe",
 }
 
 
@@ -149,6 +149,22 @@ def test_solar_open_is_moe_on_every_layer_and_refuses_what_its_class_drops(tmp_p
     assert want.ffn_types is None and want.d_ff == 1280 and want.d_ff_expert is None
     assert _model(tmp_path, {**base, "intermediate_size": 99}) == want
     for key, value in (("first_k_dense_replace", 1), ("partial_rotary_factor", 0.5)):
+        with pytest.raises(ShapecalcError) as err:
+            _model(tmp_path, {**base, key: value})
+        assert err.value.field == key
+
+
+def test_hunyuan_takes_per_layer_lists_that_agree_and_refuses_the_rest(tmp_path):
+    """Hunyuan-A13B's config lists moe_topk per layer; one value on every layer is read, a list
+    that varies is refused, and the original code's keys that transformers' class ignores are
+    refused where they would build another model (experts of another width, no shared MLP)."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "hunyuan-a13b.json").read_text())
+    want = _model(tmp_path, base)
+    assert (want.n_experts, want.experts_per_token, want.n_shared_experts) == (64, 8, 1)
+    assert _model(tmp_path, {**base, "moe_topk": 8}) == want
+    for key, value in (("moe_topk", [8] * 31 + [4]), ("moe_intermediate_size", [1536] * 32),
+                       ("num_shared_expert", [2] * 32), ("use_mixed_mlp_moe", False),
+                       ("use_cla", True), ("head_dim", None)):
         with pytest.raises(ShapecalcError) as err:
             _model(tmp_path, {**base, key: value})
         assert err.value.field == key

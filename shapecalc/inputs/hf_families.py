@@ -350,6 +350,14 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            ignored=frozenset({"intermediate_size"}),  # the Hub's config.json gives it; unread
            widths=dict(vocab_size=196608, hidden_size=4096, moe_intermediate_size=1280,
                        num_hidden_layers=48, num_attention_heads=64)),
+    # LlamaAttention (attention_bias on q, k, v and o) with per-head q/k RMSNorm after RoPE;
+    # HunYuanMoEV1Moe on every layer (attribute_map: num_experts_per_tok is moe_topk)
+    Family("hunyuan_v1_moe", "Hunyuan-A13B: q/k norms, top-k MoE plus a shared MLP per layer",
+           (*BODY, llama.qk_norm, moe.hunyuan_moe),
+           _llama(None, 2048, attention_bias=False, num_experts=1, moe_topk=1),
+           aliases={"moe_topk": ("num_experts_per_tok",), "num_experts": ("num_local_experts",)},
+           widths=dict(vocab_size=290943, hidden_size=4096, intermediate_size=11008,
+                       num_hidden_layers=32, num_attention_heads=32)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -11,7 +11,8 @@ Run manually (the test suite only reads the JSON, except its live re-measure):
 For each family, its presets' config.json (tests/data/hf) and its config class's defaults
 (``AutoConfig.for_model(model_type)``, as transformers writes them for a reference checkpoint);
 where transformers cannot build a model from its own defaults (Dots1Config leaves
-n_routed_experts null), ``unbuildable`` records them and the error instead. Each config is
+n_routed_experts null, HunYuanMoEV1Config head_dim), ``unbuildable`` records them and the error
+instead. Each config is
 measured two ways:
 
   * ``params``: ``sum(p.numel())`` of the model built on the meta device at full size;
@@ -54,6 +55,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "glm4_moe_lite": ("glm-4.7-flash",),
     "mistral4": ("mistral-small-4",),
     "solar_open": ("solar-open-100b",),
+    "hunyuan_v1_moe": ("hunyuan-a13b",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -75,6 +77,11 @@ def _small(model_type: str, cfg: dict) -> dict:
         if cfg.get("n_shared_experts"):
             out["n_shared_experts"] = 1
         out["first_k_dense_replace"] = min(cfg.get("first_k_dense_replace") or 0, 1)
+    if "moe_topk" in cfg:  # Hunyuan: E is num_experts, k moe_topk, experts intermediate_size wide
+        for k in ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                  "num_shared_expert"):
+            out.pop(k, None)
+        out.update(num_experts=8, moe_topk=2)
     if "kv_lora_rank" in cfg:
         out.pop("head_dim")  # MLA classes alias head_dim to qk_rope_head_dim
         out.update(SMALL_MLA, q_lora_rank=None if cfg.get("q_lora_rank") is None else 24)
