@@ -153,3 +153,38 @@ def hunyuan_moe(h: HF, f: Fields) -> None:
             raise ShapecalcError(key, f"{value!r}, but transformers' hunyuan_v1_moe ignores it: "
                                  f"{why}")
     f.update(n_experts=experts, experts_per_token=k, n_shared_experts=1, norm_topk_prob=True)
+
+
+@mechanism("moe_num_experts", "moe_k", "moe_intermediate_size", "moe_num_shared_experts",
+           "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval",
+           "num_nextn_predict_layers")
+def ernie_moe(h: HF, f: Fields) -> None:
+    # ERNIE 4.5: layer i is MoE when (i+1) % moe_layer_interval == 0 and start ≤ i ≤ end (-1:
+    # the last layer), the others a dense MLP of intermediate_size. A softmax router [D→E],
+    # top-k renormalised; its e_score_correction_bias is a Parameter [1, E] that parameters()
+    # counts (E per MoE layer: read as a router bias, which adds no matmul); the shared
+    # experts one MLP of n_shared × the expert width (0: none)
+    n = f["n_layers"]
+    start, end = h.get("moe_layer_start_index"), h.get("moe_layer_end_index")
+    if end is None or start is None:  # the class compares layer_idx with both
+        raise ShapecalcError("moe_layer_end_index" if end is None else "moe_layer_start_index",
+                             "null: transformers' ernie4_5_moe cannot place its MoE layers")
+    end = n - 1 if end == -1 else end
+    step = positive_step(h, "moe_layer_interval")
+    kinds = tuple("moe" if (i + 1) % step == 0 and start <= i <= end else "dense"
+                  for i in range(n))
+    if "moe" not in kinds:
+        raise ShapecalcError("moe_layer_start_index", f"{start} (to {end}, every {step}) leaves "
+                             f"no MoE layer of {n}")
+    width = h.get("moe_intermediate_size")
+    f.update(
+        n_experts=h.one_of("moe_num_experts"),
+        experts_per_token=h.one_of("moe_k"),
+        d_ff_expert=None if width == f["d_ff"] else width,
+        n_shared_experts=h.get("moe_num_shared_experts") or 0,
+        router_bias=True,
+        norm_topk_prob=True,
+        ffn_types=kinds if "dense" in kinds else None,
+    )
+    # the MTP module: transformers drops its weights ("mtp" unexpected keys), not counted
+    h.first("num_nextn_predict_layers")
