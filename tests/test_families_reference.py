@@ -31,6 +31,7 @@ PRESETS = {
     "dots-llm1": "dots1", "cwm-32b": "cwm", "olmo3-7b": "olmo3", "olmo3-32b": "olmo3",
     "glm-4.7-flash": "glm4_moe_lite", "mistral-small-4": "mistral4",
     "solar-open-100b": "solar_open", "hunyuan-a13b": "hunyuan_v1_moe",
+    "ernie-4.5-21b-a3b": "ernie4_5_moe", "ernie-4.5-300b-a47b": "ernie4_5_moe",
 }
 
 
@@ -165,6 +166,22 @@ def test_hunyuan_takes_per_layer_lists_that_agree_and_refuses_the_rest(tmp_path)
     for key, value in (("moe_topk", [8] * 31 + [4]), ("moe_intermediate_size", [1536] * 32),
                        ("num_shared_expert", [2] * 32), ("use_mixed_mlp_moe", False),
                        ("use_cla", True), ("head_dim", None)):
+        with pytest.raises(ShapecalcError) as err:
+            _model(tmp_path, {**base, key: value})
+        assert err.value.field == key
+
+
+def test_ernie_places_moe_layers_by_start_end_and_interval(tmp_path):
+    """ERNIE 4.5: layer i is MoE when (i+1) % interval == 0 and start ≤ i ≤ end (-1: the last);
+    a null end (the class compares with it) and use_bias (biases the routed experts lack) are
+    refused naming the key."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "ernie-4.5-21b-a3b.json").read_text())
+    base = {**base, "num_hidden_layers": 6, "moe_layer_end_index": -1}
+    assert _model(tmp_path, base).ffn_types == ("dense",) + ("moe",) * 5
+    cut = {**base, "moe_layer_interval": 2, "moe_layer_end_index": 4}
+    assert _model(tmp_path, cut).ffn_types == ("dense", "moe", "dense", "moe", "dense", "dense")
+    for key, value in (("moe_layer_end_index", None), ("use_bias", True),
+                       ("moe_layer_start_index", 6)):
         with pytest.raises(ShapecalcError) as err:
             _model(tmp_path, {**base, key: value})
         assert err.value.field == key

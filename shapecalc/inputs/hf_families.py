@@ -358,6 +358,19 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            aliases={"moe_topk": ("num_experts_per_tok",), "num_experts": ("num_local_experts",)},
            widths=dict(vocab_size=290943, hidden_size=4096, intermediate_size=11008,
                        num_hidden_layers=32, num_attention_heads=32)),
+    # Ernie4_5_MoeAttention (LlamaAttention; use_bias on q, k, v, o and on the dense and shared
+    # MLPs, not the routed experts: refused), the MoE layers by start, end and interval
+    Family("ernie4_5_moe", "ERNIE 4.5 MoE: MoE from a start layer, softmax top-k, shared experts",
+           (*BODY, moe.ernie_moe),
+           _llama(4, 131072, True, moe_intermediate_size=1536, moe_k=6, moe_num_experts=64,
+                  moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_end_index=-1,
+                  moe_layer_interval=1, use_bias=False),
+           aliases={"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
+           refuse={"use_bias": Refusal((False,), "{value!r}: biases on attention and the dense "
+                                       "and shared MLPs but not the routed experts are not "
+                                       "modelled", False)},
+           widths=dict(vocab_size=103424, hidden_size=2560, intermediate_size=12288,
+                       num_hidden_layers=28, num_attention_heads=20)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

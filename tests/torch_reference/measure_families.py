@@ -56,6 +56,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "mistral4": ("mistral-small-4",),
     "solar_open": ("solar-open-100b",),
     "hunyuan_v1_moe": ("hunyuan-a13b",),
+    "ernie4_5_moe": ("ernie-4.5-21b-a3b", "ernie-4.5-300b-a47b"),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -77,6 +78,11 @@ def _small(model_type: str, cfg: dict) -> dict:
         if cfg.get("n_shared_experts"):
             out["n_shared_experts"] = 1
         out["first_k_dense_replace"] = min(cfg.get("first_k_dense_replace") or 0, 1)
+    if "moe_num_experts" in cfg:  # ERNIE 4.5: its own keys; the last MoE layer moved inside
+        end = cfg.get("moe_layer_end_index", -1)
+        out.update(moe_num_experts=8, moe_k=2, moe_intermediate_size=32,
+                   moe_num_shared_experts=min(cfg.get("moe_num_shared_experts") or 0, 1),
+                   moe_layer_end_index=-1 if end == -1 else min(end, LAYERS - 2))
     if "moe_topk" in cfg:  # Hunyuan: E is num_experts, k moe_topk, experts intermediate_size wide
         for k in ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
                   "num_shared_expert"):
@@ -136,7 +142,8 @@ def window_bytes(cfg, cache, seq: int) -> int:
 def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
-    moe = any(k in kwargs for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+    moe = any(k in kwargs for k in ("n_routed_experts", "num_experts", "num_local_experts",
+                                    "moe_num_experts"))
     extra = dict(experts_implementation="eager") if moe else {}
     model = _build(cfg, attn_implementation="eager", dtype=torch.float32, **extra).eval()
     measure_flops.B, measure_flops.T = 1, seq
