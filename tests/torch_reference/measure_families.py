@@ -146,9 +146,15 @@ def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
                                     "moe_num_experts"))
     extra = dict(experts_implementation="eager") if moe else {}
     model = _build(cfg, attn_implementation="eager", dtype=torch.float32, **extra).eval()
+    # forward_steps reads the module's B and T: set them for this case and put them back, so
+    # that measuring here leaves the other scripts' (and tests') shapes as they were
+    saved = measure_flops.B, measure_flops.T
     measure_flops.B, measure_flops.T = 1, seq
-    steps = forward_steps(model, count, model.config.vocab_size,
-                          at_cache=lambda c: window_bytes(model.config, c, seq))
+    try:
+        steps = forward_steps(model, count, model.config.vocab_size,
+                              at_cache=lambda c: window_bytes(model.config, c, seq))
+    finally:
+        measure_flops.B, measure_flops.T = saved
     hf_config = config_to_json_dict(model.config)
     hf_config.pop("experts_implementation", None)
     return {
