@@ -32,6 +32,8 @@ PRESETS = {
     "glm-4.7-flash": "glm4_moe_lite", "mistral-small-4": "mistral4",
     "command-r7b": "cohere2", "exaone-4.0-32b": "exaone4", "minimax-m2": "minimax_m2",
     "hy3": "hy_v3",
+    "solar-open-100b": "solar_open", "hunyuan-a13b": "hunyuan_v1_moe",
+    "ernie-4.5-21b-a3b": "ernie4_5_moe", "ernie-4.5-300b-a47b": "ernie4_5_moe",
 }
 
 
@@ -139,3 +141,49 @@ def test_mistral4_ropes_the_rope_part_of_its_qk_head(tmp_path):
     with pytest.raises(ShapecalcError) as err:
         _model(tmp_path, {**base, "rope_parameters": rope})
     assert err.value.field == "partial_rotary_factor"
+
+
+def test_solar_open_is_moe_on_every_layer_and_refuses_what_its_class_drops(tmp_path):
+    """SolarOpenConfig removes Glm4MoeConfig's intermediate_size and first_k_dense_replace: Dff
+    is the experts' width whatever intermediate_size says, and a dense first layer is refused
+    (transformers would build MoE there), as is a partial rotary (Llama's RoPE turns all Dh)."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "solar-open-100b.json").read_text())
+    want = _model(tmp_path, base)
+    assert want.ffn_types is None and want.d_ff == 1280 and want.d_ff_expert is None
+    assert _model(tmp_path, {**base, "intermediate_size": 99}) == want
+    for key, value in (("first_k_dense_replace", 1), ("partial_rotary_factor", 0.5)):
+        with pytest.raises(ShapecalcError) as err:
+            _model(tmp_path, {**base, key: value})
+        assert err.value.field == key
+
+
+def test_hunyuan_takes_per_layer_lists_that_agree_and_refuses_the_rest(tmp_path):
+    """Hunyuan-A13B's config lists moe_topk per layer; one value on every layer is read, a list
+    that varies is refused, and the original code's keys that transformers' class ignores are
+    refused where they would build another model (experts of another width, no shared MLP)."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "hunyuan-a13b.json").read_text())
+    want = _model(tmp_path, base)
+    assert (want.n_experts, want.experts_per_token, want.n_shared_experts) == (64, 8, 1)
+    assert _model(tmp_path, {**base, "moe_topk": 8}) == want
+    for key, value in (("moe_topk", [8] * 31 + [4]), ("moe_intermediate_size", [1536] * 32),
+                       ("num_shared_expert", [2] * 32), ("use_mixed_mlp_moe", False),
+                       ("use_cla", True), ("head_dim", None)):
+        with pytest.raises(ShapecalcError) as err:
+            _model(tmp_path, {**base, key: value})
+        assert err.value.field == key
+
+
+def test_ernie_places_moe_layers_by_start_end_and_interval(tmp_path):
+    """ERNIE 4.5: layer i is MoE when (i+1) % interval == 0 and start ≤ i ≤ end (-1: the last);
+    a null end (the class compares with it) and use_bias (biases the routed experts lack) are
+    refused naming the key."""
+    base = json.loads((ROOT / "tests" / "data" / "hf" / "ernie-4.5-21b-a3b.json").read_text())
+    base = {**base, "num_hidden_layers": 6, "moe_layer_end_index": -1}
+    assert _model(tmp_path, base).ffn_types == ("dense",) + ("moe",) * 5
+    cut = {**base, "moe_layer_interval": 2, "moe_layer_end_index": 4}
+    assert _model(tmp_path, cut).ffn_types == ("dense", "moe", "dense", "moe", "dense", "dense")
+    for key, value in (("moe_layer_end_index", None), ("use_bias", True),
+                       ("moe_layer_start_index", 6)):
+        with pytest.raises(ShapecalcError) as err:
+            _model(tmp_path, {**base, key: value})
+        assert err.value.field == key

@@ -378,6 +378,45 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                   router_scaling_factor=2.826),
            aliases={"num_experts": ("num_local_experts",)},
            fixed=dict(router_scoring="sigmoid", norm_topk_prob=True)),
+    # LlamaAttention with q/k/v biases under attention_bias and o_proj unbiased; Glm4MoeMoE (sigmoid
+    # noaux_tc, n_shared × the expert width) on every layer: the class drops intermediate_size,
+    # first_k_dense_replace, use_qk_norm and num_mtp_layers from Glm4MoeConfig. Llama's RoPE
+    # turns the whole head: a partial_rotary_factor below 1 fails there (left to the audit)
+    Family("solar_open", "Solar Open: GQA, q/k/v biases, DeepSeek-V3 MoE on every layer",
+           (moe.moe_body, SILU, llama.table, llama.qkv_bias_only, deepseek.deepseek_moe),
+           _llama(8, 131072, head_dim=128, attention_bias=False, n_routed_experts=128,
+                  num_experts_per_tok=8, n_shared_experts=1, routed_scaling_factor=1.0,
+                  norm_topk_prob=True, scoring_func="sigmoid"),
+           aliases={"n_routed_experts": ("num_local_experts",)},
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' solar_open "
+                                           "router always scores with sigmoid"),
+                   "first_k_dense_replace": Refusal((None, 0), "{value}: transformers' "
+                                                    "solar_open puts MoE on every layer whatever "
+                                                    "first_k_dense_replace says")},
+           ignored=frozenset({"intermediate_size"}),  # the Hub's config.json gives it; unread
+           widths=dict(vocab_size=196608, hidden_size=4096, moe_intermediate_size=1280,
+                       num_hidden_layers=48, num_attention_heads=64)),
+    # LlamaAttention (attention_bias on q, k, v and o) with per-head q/k RMSNorm after RoPE;
+    # HunYuanMoEV1Moe on every layer (attribute_map: num_experts_per_tok is moe_topk)
+    Family("hunyuan_v1_moe", "Hunyuan-A13B: q/k norms, top-k MoE plus a shared MLP per layer",
+           (*BODY, llama.qk_norm, moe.hunyuan_moe),
+           _llama(None, 2048, attention_bias=False, num_experts=1, moe_topk=1),
+           aliases={"moe_topk": ("num_experts_per_tok",), "num_experts": ("num_local_experts",)},
+           widths=dict(vocab_size=290943, hidden_size=4096, intermediate_size=11008,
+                       num_hidden_layers=32, num_attention_heads=32)),
+    # Ernie4_5_MoeAttention (LlamaAttention; use_bias on q, k, v, o and on the dense and shared
+    # MLPs, not the routed experts: refused), the MoE layers by start, end and interval
+    Family("ernie4_5_moe", "ERNIE 4.5 MoE: MoE from a start layer, softmax top-k, shared experts",
+           (*BODY, moe.ernie_moe),
+           _llama(4, 131072, True, moe_intermediate_size=1536, moe_k=6, moe_num_experts=64,
+                  moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_end_index=-1,
+                  moe_layer_interval=1, use_bias=False),
+           aliases={"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
+           refuse={"use_bias": Refusal((False,), "{value!r}: biases on attention and the dense "
+                                       "and shared MLPs but not the routed experts are not "
+                                       "modelled", False)},
+           widths=dict(vocab_size=103424, hidden_size=2560, intermediate_size=12288,
+                       num_hidden_layers=28, num_attention_heads=20)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

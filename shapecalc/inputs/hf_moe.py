@@ -13,6 +13,8 @@ from .hf_llama import body, qwen_window, windows
 
 
 @mechanism("decoder_sparse_step", "mlp_only_layers")
+
+
 def qwen_sparse(h: HF, f: Fields) -> None:
     # Qwen-MoE: layer i is MoE when not in mlp_only_layers and (i+1) % decoder_sparse_step == 0;
     # the others have a dense MLP of intermediate_size
@@ -46,6 +48,8 @@ def experts(key: str, width: str | None = None, optional: bool = False) -> Mecha
 
 
 @mechanism("norm_topk_prob")
+
+
 def norm_topk(h: HF, f: Fields) -> None:
     # the router renormalises the top-k weights when norm_topk_prob
     if "n_experts" in f:
@@ -53,6 +57,8 @@ def norm_topk(h: HF, f: Fields) -> None:
 
 
 @mechanism("shared_expert_intermediate_size", "moe_intermediate_size")
+
+
 def qwen_shared(h: HF, f: Fields) -> None:
     # one shared expert per MoE layer, scaled by a sigmoid gate [D→1]
     if "n_experts" not in f:
@@ -66,6 +72,8 @@ def qwen_shared(h: HF, f: Fields) -> None:
 
 
 @mechanism("use_sliding_window", "sliding_window", "max_window_layers", "layer_types")
+
+
 def qwen2_moe_windows(h: HF, f: Fields) -> None:
     # without layer_types, the 5.x default slides the layers with (i+1) % 2 below
     # max_window_layers, if use_sliding_window
@@ -79,23 +87,31 @@ def qwen2_moe_windows(h: HF, f: Fields) -> None:
 
 
 @mechanism("use_sliding_window", "sliding_window")
+
+
 def qwen_sliding(h: HF, f: Fields) -> None:
     # Qwen3MoeAttention ignores layer_types: with use_sliding_window every layer slides
     f["sliding_window"] = qwen_window(h)
 
 
 @mechanism("qkv_bias")
+
+
 def qkv_bias(h: HF, f: Fields) -> None:
     # q, k, v biased (Qwen2-MoE's qkv_bias key); o_proj not
     f["qkv_bias"] = bool(h.get("qkv_bias"))
 
 
 @mechanism("lm_head_bias")
+
+
 def lm_head_bias(h: HF, f: Fields) -> None:
     f["lm_head_bias"] = bool(h.get("lm_head_bias", False))
 
 
 @mechanism("num_experts_per_tok", "experts_per_token")
+
+
 def gpt_oss_k(h: HF, f: Fields) -> None:
     # experts_per_token is the original config's name for k, unread by transformers
     k = h.get("num_experts_per_tok")
@@ -106,10 +122,14 @@ def gpt_oss_k(h: HF, f: Fields) -> None:
 
 @mechanism("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
            "moe_intermediate_size", "head_dim", "num_key_value_heads")
+
+
 def moe_body(h: HF, f: Fields) -> None:
     # Solar Open: the Llama body with MoE on every layer and no dense MLP (its class has no
     # intermediate_size): Dff is the routed experts' width
     body(h, f, "moe_intermediate_size")
+
+
 def mlp_layer_types(from_first: bool) -> Mechanism:
     """mlp_layer_types names each layer's MLP, dense or sparse. Without it: the first
     first_k_dense_replace layers dense (`from_first`: EXAONE-MoE), or the first one (HY-V3,
@@ -160,3 +180,85 @@ def shared_mlp(scale: str, zero_falls_back: bool) -> Mechanism:
     _shared.__name__ = f"shared_mlp_{scale}"
     return mechanism("num_shared_experts", "moe_intermediate_size", scale,
                      "num_nextn_predict_layers")(_shared)
+
+
+def _uniform(h: HF, key: str, n: int) -> int:
+    """A count given once or once per layer (the original code's lists), the same on every
+    layer: shapecalc's layer plan has one E and one k."""
+    keys = h.names(key)
+    h.read.update(keys)
+    value = next((h.cfg[k] for k in keys if h.cfg.get(k) is not None), h.default(key))
+    if isinstance(value, list):
+        if len(value) != n:
+            raise ShapecalcError(key, f"lists {len(value)} layers, but num_hidden_layers is {n}")
+        if len(set(value)) > 1:
+            raise ShapecalcError(key, f"{value!r} differs per layer; shapecalc models one value "
+                                 "for every MoE layer")
+        value = value[0]
+    if type(value) is not int or value < 1:
+        raise ShapecalcError(key, f"must be a positive integer, not {value!r}")
+    return value
+
+
+@mechanism("num_experts", "moe_topk", "moe_intermediate_size", "num_shared_expert",
+           "use_mixed_mlp_moe", "use_qk_norm", "use_cla", "head_dim")
+
+
+def hunyuan_moe(h: HF, f: Fields) -> None:
+    # HunYuanMoEV1Moe on every layer: a softmax router [D→E] (no bias), top-k renormalised,
+    # E experts and one ungated shared MLP, all of intermediate_size, summed. The original
+    # code's keys transformers does not read are refused where they would build another model
+    if h.get("head_dim") is None:  # getattr(config, "head_dim", D // H) finds the None
+        raise ShapecalcError("head_dim", "null or absent, and transformers' hunyuan_v1_moe "
+                             "attention cannot be built without it (its scale is head_dim**-0.5)")
+    n, width = f["n_layers"], f["d_ff"]
+    experts, k = _uniform(h, "num_experts", n), _uniform(h, "moe_topk", n)
+    for key, want, why in (
+            ("moe_intermediate_size", width, f"the experts are intermediate_size={width} wide"),
+            ("num_shared_expert", 1, "it builds one shared MLP"),
+            ("use_mixed_mlp_moe", True, "it always adds the shared MLP"),
+            ("use_qk_norm", True, "it always norms q and k"),
+            ("use_cla", False, "cross-layer KV sharing is not built")):
+        value = h.get(key)
+        if value is not None and not all(v == want for v in
+                                         (value if isinstance(value, list) else [value])):
+            raise ShapecalcError(key, f"{value!r}, but transformers' hunyuan_v1_moe ignores it: "
+                                 f"{why}")
+    f.update(n_experts=experts, experts_per_token=k, n_shared_experts=1, norm_topk_prob=True)
+
+
+@mechanism("moe_num_experts", "moe_k", "moe_intermediate_size", "moe_num_shared_experts",
+           "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval",
+           "num_nextn_predict_layers")
+
+
+def ernie_moe(h: HF, f: Fields) -> None:
+    # ERNIE 4.5: layer i is MoE when (i+1) % moe_layer_interval == 0 and start ≤ i ≤ end (-1:
+    # the last layer), the others a dense MLP of intermediate_size. A softmax router [D→E],
+    # top-k renormalised; its e_score_correction_bias is a Parameter [1, E] that parameters()
+    # counts (E per MoE layer: read as a router bias, which adds no matmul); the shared
+    # experts one MLP of n_shared × the expert width (0: none)
+    n = f["n_layers"]
+    start, end = h.get("moe_layer_start_index"), h.get("moe_layer_end_index")
+    if end is None or start is None:  # the class compares layer_idx with both
+        raise ShapecalcError("moe_layer_end_index" if end is None else "moe_layer_start_index",
+                             "null: transformers' ernie4_5_moe cannot place its MoE layers")
+    end = n - 1 if end == -1 else end
+    step = positive_step(h, "moe_layer_interval")
+    kinds = tuple("moe" if (i + 1) % step == 0 and start <= i <= end else "dense"
+                  for i in range(n))
+    if "moe" not in kinds:
+        raise ShapecalcError("moe_layer_start_index", f"{start} (to {end}, every {step}) leaves "
+                             f"no MoE layer of {n}")
+    width = h.get("moe_intermediate_size")
+    f.update(
+        n_experts=h.one_of("moe_num_experts"),
+        experts_per_token=h.one_of("moe_k"),
+        d_ff_expert=None if width == f["d_ff"] else width,
+        n_shared_experts=h.get("moe_num_shared_experts") or 0,
+        router_bias=True,
+        norm_topk_prob=True,
+        ffn_types=kinds if "dense" in kinds else None,
+    )
+    # the MTP module: transformers drops its weights ("mtp" unexpected keys), not counted
+    h.first("num_nextn_predict_layers")

@@ -11,7 +11,8 @@ Run manually (the test suite only reads the JSON, except its live re-measure):
 For each family, its presets' config.json (tests/data/hf) and its config class's defaults
 (``AutoConfig.for_model(model_type)``, as transformers writes them for a reference checkpoint);
 where transformers cannot build a model from its own defaults (Dots1Config leaves
-n_routed_experts null), ``unbuildable`` records them and the error instead. Each config is
+n_routed_experts null, HunYuanMoEV1Config head_dim), ``unbuildable`` records them and the error
+instead. Each config is
 measured two ways:
 
   * ``params``: ``sum(p.numel())`` of the model built on the meta device at full size;
@@ -57,6 +58,9 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "exaone4": ("exaone-4.0-32b",),
     "minimax_m2": ("minimax-m2",),
     "hy_v3": ("hy3",),
+    "solar_open": ("solar-open-100b",),
+    "hunyuan_v1_moe": ("hunyuan-a13b",),
+    "ernie4_5_moe": ("ernie-4.5-21b-a3b", "ernie-4.5-300b-a47b"),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -84,6 +88,16 @@ def _small(model_type: str, cfg: dict) -> dict:
             out["first_k_dense_replace"] = min(cfg["first_k_dense_replace"] or 0, 1)
     if cfg.get("rotary_dim") and cfg.get("head_dim"):  # MiniMax-M2's partial RoPE, kept in kind
         out["rotary_dim"] = cfg["rotary_dim"] * SMALL["head_dim"] // cfg["head_dim"]
+    if "moe_num_experts" in cfg:  # ERNIE 4.5: its own keys; the last MoE layer moved inside
+        end = cfg.get("moe_layer_end_index", -1)
+        out.update(moe_num_experts=8, moe_k=2, moe_intermediate_size=32,
+                   moe_num_shared_experts=min(cfg.get("moe_num_shared_experts") or 0, 1),
+                   moe_layer_end_index=-1 if end == -1 else min(end, LAYERS - 2))
+    if "moe_topk" in cfg:  # Hunyuan: E is num_experts, k moe_topk, experts intermediate_size wide
+        for k in ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                  "num_shared_expert"):
+            out.pop(k, None)
+        out.update(num_experts=8, moe_topk=2)
     if "kv_lora_rank" in cfg:
         out.pop("head_dim")  # MLA classes alias head_dim to qk_rope_head_dim
         out.update(SMALL_MLA, q_lora_rank=None if cfg.get("q_lora_rank") is None else 24)
@@ -139,12 +153,13 @@ def window_bytes(cfg, cache, seq: int) -> int:
 def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     cfg = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(0)
-    moe = any(k in kwargs for k in EXPERT_KEYS)
+    moe = any(k in kwargs for k in (*EXPERT_KEYS, "moe_num_experts"))
     extra = dict(experts_implementation="eager") if moe else {}
     model = _build(cfg, attn_implementation="eager", dtype=torch.float32, **extra).eval()
-    # forward_steps reads measure_flops' B and T: set them for this case only (the other
-    # measure scripts, and their live tests, run at theirs)
-    saved, (measure_flops.B, measure_flops.T) = (measure_flops.B, measure_flops.T), (1, seq)
+    # forward_steps reads the module's B and T: set them for this case and put them back, so
+    # that measuring here leaves the other scripts' (and tests') shapes as they were
+    saved = measure_flops.B, measure_flops.T
+    measure_flops.B, measure_flops.T = 1, seq
     try:
         steps = forward_steps(model, count, model.config.vocab_size,
                               at_cache=lambda c: window_bytes(model.config, c, seq))
