@@ -1,17 +1,18 @@
 """Counting a transformers model: parameters per module, FLOPs per module with PyTorch's
 FlopCounterMode over a prefill of B×T and one decode step, and the bytes transformers' cache holds.
 
-The counting code of tests/torch_reference's measuring harness (tiny models with real weights),
-in the package so that a command can count the same way. FlopCounterMode
+One counting code for `verify --against transformers` (`measure_config`, on the meta device) and
+for tests/torch_reference's measuring harness (tiny models with real weights). FlopCounterMode
 counts matmul-like aten ops only (mm, addmm, bmm, baddbmm, …), one multiply-add = 2 FLOPs: no
 bias adds, norms, softmax, activations or embedding lookups.
 
-Imports torch: nothing on shapecalc's start-up path imports this module (shapecalc.reference).
+Imports torch: only `verify --against` and the harness import this module (shapecalc.reference).
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -122,14 +123,18 @@ def window_cache_bytes(cache: Any, seq: int) -> int:
 def forward_steps(model: Any, vocab: int, batch: int, seq: int, *,
                   count_fn: Callable[[Callable[[], Any]], Any] = count,
                   at_cache: Callable[[Any], Any] | None = None,
-                  after: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  after: Callable[[str], None] | None = None, last: bool = True,
+                  cached_prefill: bool = False) -> dict[str, Any]:
     """The counted forwards on seeded token ids [B,T] and [B,1]: 'prefill' (all T logits, no
     cache), 'prefill_last' (logits_to_keep=1; None where the forward lacks that argument) and
     'decode' (one token on the cache of a use_cache=True prefill run outside the counter), each
     what `count_fn` returns. Also 'out' (their outputs), 'kv' and 'kv_window' (cache_bytes and
     window_cache_bytes of the cache before the decode), 'at_cache' (what `at_cache(cache)`
     returns then), the 'cache' after the decode, and the ids. `after(step)` runs after each
-    forward: 'prefill', 'prefill_last', 'cache' (the uncounted prefill), 'decode'."""
+    forward: 'prefill', 'prefill_last', 'cache' (the uncounted prefill), 'decode'. `last=False`
+    skips 'prefill_last'; `cached_prefill` counts the prefill with use_cache=True, as the meta
+    device needs (without a cache, transformers' mask looks for packed sequences in the position
+    ids, a data-dependent test); the cache costs no FLOPs."""
     g = torch.Generator().manual_seed(0)
     device = next(model.parameters()).device  # the meta device needs meta token ids
     ids = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
@@ -141,15 +146,17 @@ def forward_steps(model: Any, vocab: int, batch: int, seq: int, *,
     res: dict[str, Any] = {"out": {}, "ids": ids, "next_ids": next_ids, "prefill_last": None}
     out = res["out"]
     with torch.no_grad():
-        res["prefill"] = count_fn(lambda: out.setdefault("p", model(ids, use_cache=False)))
+        res["prefill"] = count_fn(
+            lambda: out.setdefault("p", model(ids, use_cache=cached_prefill)))
         assert out["p"].logits.shape == (batch, seq, vocab), out["p"].logits.shape
         done("prefill")
-        if "logits_to_keep" in params:
+        if last and "logits_to_keep" in params:
             res["prefill_last"] = count_fn(
                 lambda: out.setdefault("pl", model(ids, use_cache=False, logits_to_keep=1)))
             assert out["pl"].logits.shape == (batch, 1, vocab), out["pl"].logits.shape
             done("prefill_last")
-        pre = model(ids, use_cache=True)
+        # a cached prefill's own cache serves the decode: one forward fewer on the meta device
+        pre = out["p"] if cached_prefill else model(ids, use_cache=True)
         done("cache")
         cache = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
         assert cache is not None
@@ -257,3 +264,84 @@ def route_llama4(model: torch.nn.Module) -> int:
         m.forward = types.MethodType(_llama4_routed_moe, m)  # type: ignore[method-assign]
         m.experts.forward = types.MethodType(_llama4_pair_experts, m.experts)  # type: ignore
     return len(moes)
+
+
+# -- verify --against transformers -----------------------------------------------------------------
+def _layers_path(model: torch.nn.Module, n_layers: int) -> str | None:
+    """Path of the decoder layers' ModuleList: the shallowest one with N entries."""
+    found = [name for name, mod in model.named_modules()
+             if isinstance(mod, torch.nn.ModuleList) and len(mod) == n_layers]
+    return min(found, key=lambda n: n.count("."), default=None)
+
+
+def _cache_facts(cfg: Any, cache: Any) -> list[dict[str, Any]]:
+    """Each cache layer after the prefill: its class, what transformers' config says the layer
+    is (full, sliding, chunked attention), its window, the tokens and heads it keeps, its bytes."""
+    kinds = getattr(cfg, "layer_types", None)
+    out = []
+    for i, (layer, info) in enumerate(zip(cache.layers, cache_layers(cache), strict=True)):
+        window = getattr(layer, "sliding_window", None)
+        kind = kinds[i] if kinds else ("sliding_attention" if window else "full_attention")
+        out.append({**info, "layer": i, "attention": kind, "window": window,
+                    "heads": int(layer.keys.shape[1])})
+    return out
+
+
+def measure_config(raw: dict[str, Any], batch: int, seq: int, dtype: str) -> dict[str, Any]:
+    """transformers' causal LM of a config.json on the meta device, at B×T in `dtype`: parameters
+    per module, FLOPs per module of the prefill (all T logits, eager attention) and of one decode
+    step on its cache, and the cache after the prefill, layer by layer. The routed experts run
+    transformers' `batched_mm` path (the eager one calls nonzero(), which the meta device cannot
+    run); Llama 4's MoE runs routed (route_llama4). Plain data, no tensors."""
+    # transformers' deprecation warnings and config notes are not ours to print
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _measure(raw, batch, seq, dtype)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def _measure(raw: dict[str, Any], batch: int, seq: int, dtype: str) -> dict[str, Any]:
+    cfg = text_config(config_from_dict(raw))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(
+            cfg, attn_implementation="eager", dtype=DTYPES[dtype],
+            experts_implementation="batched_mm")
+    model.eval()
+    cfg = model.config
+    routed = route_llama4(model)
+    names = {mod: name or "(model)" for name, mod in model.named_modules()}
+    order: dict[str, None] = {}
+
+    def seen(mod: torch.nn.Module, _args: Any) -> None:
+        order.setdefault(names.get(mod, "?"), None)
+
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(seen)
+    try:
+        res = forward_steps(model, cfg.vocab_size, batch, seq, last=False, cached_prefill=True,
+                            at_cache=lambda c: _cache_facts(cfg, c))
+    finally:
+        hook.remove()
+    for name in names.values():  # modules the forward never called go last
+        order.setdefault(name, None)
+    order.pop("?", None)
+    return {
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "model_class": type(model).__name__, "model_type": cfg.model_type, "device": "meta",
+        "dtype": dtype, "batch": batch, "seq": seq,
+        "experts_implementation": getattr(cfg, "_experts_implementation", None),
+        "llama4_routed_moe_layers": routed,
+        "layers_path": _layers_path(model, cfg.num_hidden_layers),
+        "order": list(order),
+        "params": n_params(model), "params_modules": params_by_module(model),
+        "prefill": {"flops": res["prefill"].total, "modules": res["prefill"].modules},
+        "decode": {"flops": res["decode"].total, "modules": res["decode"].modules},
+        "cache": res["at_cache"], "cache_bytes": res["kv"][0],
+        # what check/against.py converts conventions with (Falcon names its KV heads num_kv_heads)
+        "config": {k: getattr(cfg, k, None) for k in (
+            "num_attention_heads", "num_key_value_heads", "num_kv_heads", "head_dim",
+            "sliding_window", "attention_chunk_size", "new_decoder_architecture")},
+    }

@@ -6,15 +6,15 @@ Run by hand (the tests read the JSON files; their live tests call `measure_case`
     pip install 'shapecalc[reference]'        # torch==2.13.0, transformers==5.24.0
     python tests/torch_reference/harness.py [FAMILY ...] [--out PATH]
 
-FAMILY is one of families/ (flops alibi classic gemma llama4 mla moe; all when none given); each
-writes its tests/data/*_reference.json. A family is data (families/<name>.py): its
+FAMILY is one of families/ (flops alibi classic gemma llama4 mla moe, and against; all when none
+given); each writes its tests/data/*_reference.json. A family is data (families/<name>.py): its
 configs, B and T, notes, how its models are built, which extra measurements it takes, its record
 layout. Every
 case is measured alike: a tiny model from its config with random weights (torch.manual_seed(0),
 float32, eager attention, CPU, eval, no_grad), FLOPs with FlopCounterMode over a prefill of B×T
 (all logits), the same with logits_to_keep=1, and one decode step on the cache of a prefill,
 the cache's bytes, and the parameters (the built model's and the meta device's). The counting is
-shapecalc.reference.measure's.
+shapecalc.reference.measure's, the code `shapecalc verify --against transformers` runs.
 """
 
 from __future__ import annotations
@@ -353,16 +353,45 @@ def run_family(fam: Family, out: str | None = None) -> int:
                  extra=fam.extra, published=pub)
 
 
+def run_against(out: str | None = None) -> int:
+    """families/against.py: verify --against's measurement of tiny cases, from their families'
+    JSON files (their hf_config)."""
+    from families import against
+
+    from shapecalc.reference.measure import measure_config
+
+    _threads(2)
+    records = {}
+    for family, name in against.CASES:
+        fam = FAMILIES[family]
+        with open(os.path.join(REPO_ROOT, fam.out)) as f:
+            case = next(c for c in json.load(f)["cases"] if c["name"] == name)
+        rec = measure_config(case["hf_config"], case["batch"], case["seq"], "fp32")
+        records[name] = {"family": family, "hf_config": case["hf_config"], "measured": rec}
+        print(f"{name:28s} prefill={rec['prefill']['flops']:,d} "
+              f"decode={rec['decode']['flops']:,d} params={rec['params']:,d}")
+    doc = {"torch": torch.__version__, "transformers": transformers.__version__,
+           "python": sys.version.split()[0], "how": against.HOW, "cases": records}
+    path = out or os.path.join(REPO_ROOT, against.OUT)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"wrote {path} ({len(records)} cases)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    names_known = [*FAMILIES, "against"]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("families", nargs="*", metavar="FAMILY", help=", ".join(FAMILIES))
+    ap.add_argument("families", nargs="*", metavar="FAMILY", help=", ".join(names_known))
     ap.add_argument("--out", help="where to write (one FAMILY only; default its tests/data file)")
     args = ap.parse_args(argv)
-    names = args.families or list(FAMILIES)
-    unknown = [n for n in names if n not in FAMILIES]
+    names = args.families or names_known  # against last: it reads the families' files
+    unknown = [n for n in names if n not in names_known]
     if unknown or (args.out and len(names) != 1):
         ap.error(f"unknown family {unknown[0]!r}" if unknown else "--out takes one FAMILY")
-    return max(run_family(FAMILIES[n], args.out) for n in names)
+    return max(run_against(args.out) if n == "against" else run_family(FAMILIES[n], args.out)
+               for n in names)
 
 
 if __name__ == "__main__":
