@@ -143,6 +143,16 @@ def test_a_wrong_window_is_named_at_its_layer(tmp_path):
         assert c["first_difference"]["module"] == "model.layers.0.self_attn", c
 
 
+def test_a_layer_transformers_lacks_is_named_at_the_layers(tmp_path):
+    """One layer more than the config.json's: every quantity differs at the layers' list."""
+    name = "llama_gqa"
+    rec, m = AGAINST[name]["measured"], _model(tmp_path, name)
+    m = m.model_copy(update={"n_layers": m.n_layers + 1})
+    doc = compare(m, workload(m, rec["batch"], rec["seq"], "fp32"), rec, name)
+    assert not any(c["ok"] for c in doc["checks"])
+    assert {c["first_difference"]["module"] for c in doc["checks"]} == {"model.layers"}
+
+
 def test_first_difference_walks_the_tree_in_forward_order():
     order = ["(model)", "m", "m.a", "m.a.x", "m.a.y", "m.b", "m.b.x", "head"]
     theirs = {"m.a.x": 1, "m.a.y": 2, "m.b.x": 3, "head": 4}

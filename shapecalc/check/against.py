@@ -163,6 +163,15 @@ def _kv_layers(st: list[Stage], kind_of: tuple[int, ...]) -> list[int]:
     return [per_kind.get(k, 0) for k in kind_of]
 
 
+def _by_layer(per_layer: list[int], places: Places) -> dict[str, int]:
+    """Cache bytes per layer as counts of its attention module (a layer transformers lacks:
+    the layers' list)."""
+    out: dict[str, int] = {}
+    for i, b in enumerate(per_layer):
+        out[places.attention(i)] = out.get(places.attention(i), 0) + b
+    return out
+
+
 def _held(layer: dict[str, Any], seq: int) -> int:
     """Tokens a layer keeps after a T-token prefill in shapecalc's convention (model/plan.held),
     from what transformers' config says the layer is."""
@@ -251,9 +260,8 @@ def compare(model: ModelConfig, wl: Workload, measured: dict[str, Any],
     order = measured["order"]
     dec_theirs, dec_notes = _decode_chunk_fix(measured, places)
     kv_theirs, kv_notes = transformers_kv(measured)
-    kv_ours = _kv_layers(st_pre, kind_of)
-    kv_mod = {places.attention(i): b for i, b in enumerate(kv_ours)}
-    kv_mod_theirs = {places.attention(i): b for i, b in enumerate(kv_theirs)}
+    kv_mod, kv_mod_theirs = (_by_layer(kv, places)
+                             for kv in (_kv_layers(st_pre, kind_of), kv_theirs))
     B, T = wl.batch, wl.seq
     checks = [
         _compare("params", "params", t_pre["params"], measured["params"],

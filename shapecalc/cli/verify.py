@@ -66,7 +66,8 @@ Recompute = Annotated[
                              "selective | full | torch — re-run those forward stages in each "
                              "layer's backward, count their FLOPs, compare the gradients")]
 Against = Annotated[
-    str | None, typer.Option("--against", help="transformers: build the config.json (--hf-config, "
+    str | None, typer.Option("--against", show_default="none: shapecalc's own NumPy executor",
+                             help="transformers: build the config.json (--hf-config, "
                              "or a preset's stored one) with transformers on the meta device and "
                              "check params, prefill and decode FLOPs and KV bytes against its "
                              "own counts, naming the module where one first differs (B=1, T=16 "
