@@ -90,22 +90,39 @@ def hf_model(tmp_path):
     return load
 
 
+def need_torch() -> None:
+    """Skip the calling test where torch or transformers is missing, unless the run says it must
+    have them (SHAPECALC_REQUIRE_TORCH=1: then it fails)."""
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        why = f"{' and '.join(missing)} not installed (pip install 'shapecalc[reference]')"
+        if os.environ.get("SHAPECALC_REQUIRE_TORCH") == "1":
+            pytest.fail(why + " but SHAPECALC_REQUIRE_TORCH=1")
+        pytest.skip(why)
+
+
+def _load(script: str):
+    path = Path(__file__).parent / "torch_reference" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(script, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.fixture
 def live_measure():
-    """`measure(script, case)`: re-run a reference case through tests/torch_reference/<script>.py's
-    `measure_case`; skips when torch or transformers is not installed."""
-    if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers")):
-        pytest.skip("torch and transformers are not installed "
-                    "(pip install torch==2.13.0 transformers==5.24.0)")
+    """`measure(family, case)`: re-measure a reference case with tests/torch_reference/harness.py
+    (a family of its families/), or with a script of its own (measure_train, measure_train_saved);
+    skips when torch or transformers is not installed (need_torch)."""
+    need_torch()
 
-    def measure(script, case):
-        path = Path(__file__).parent / "torch_reference" / f"{script}.py"
-        spec = importlib.util.spec_from_file_location(script, path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+    def measure(what, case):
+        script = what if what.startswith("measure_") else "harness"
+        mod = _load(script)
         kwargs = {k: v for k, v in case["hf_config"].items() if k != "model_type"}
-        return mod.measure_case(case["name"], case["model_type"], kwargs)
+        args = (case["name"], case["model_type"], kwargs)
+        return mod.measure_case(*args) if script != "harness" else mod.measure_case(what, *args)
 
     return measure
 

@@ -8,7 +8,7 @@ than W, where shapecalc (as vLLM) reports a cache of W tokens; the file records 
 asserts shapecalc equals the W figure and differs from transformers' by exactly one token per layer.
 
 The numbers in tests/data/alibi_reference.json were measured with torch 2.13.0 and transformers
-5.24.0 by tests/torch_reference/measure_alibi.py (see its README). When torch and transformers are
+5.24.0 by tests/torch_reference/harness.py (alibi) (see its README). When torch and transformers are
 installed, `test_live_flop_counter` measures again instead of trusting the file.
 """
 
@@ -96,7 +96,7 @@ def test_gpt_bigcode_mqa_caches_one_head():
 
 @pytest.mark.parametrize("name", ["bloom_h6", "mpt_h12", "starcoder2_sliding4"])
 def test_live_flop_counter(name, hf_model, live_measure):
-    live = live_measure("measure_alibi", CASES[name])
+    live = live_measure("alibi", CASES[name])
     m = hf_model(live)
     assert _totals(m, live)["flops"] == live["prefill_flops"]
     assert _totals(m, live, phase="decode")["flops"] == live["decode_flops"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1] / "shapecalc"
 # lower layers never import higher ones
-LAYERS = ["model", "inputs", "interpret", "costs", "check", "plan", "serve", "train", "render",
-          "api", "cli"]
+LAYERS = ["model", "reference", "inputs", "interpret", "costs", "check", "plan", "serve", "train",
+          "render", "api", "cli"]
 
 
 def _module(path: Path) -> str:

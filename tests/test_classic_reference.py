@@ -7,7 +7,7 @@ Falcon's new decoder, whose cache keeps K and V for every query head (shapecalc 
 heads the model computes, as engines cache them; both figures are in the data).
 
 The numbers in tests/data/classic_reference.json were measured with torch 2.13.0 and transformers
-5.24.0 by tests/torch_reference/measure_classic.py. When torch and transformers are installed,
+5.24.0 by tests/torch_reference/harness.py (classic). When torch and transformers are installed,
 `test_live_*` measures again instead of trusting the file (one case by default, every case
 under `pytest -m slow`).
 """
@@ -107,7 +107,7 @@ def test_the_variants_are_read_from_the_configs(hf_model):
       if n != "falcon_new_two_norms"),
 ])
 def test_live_flop_counter_and_cache(name, hf_model, live_measure):
-    live = live_measure("measure_classic", CASES[name])
+    live = live_measure("classic", CASES[name])
     m = hf_model(live)
     assert _totals(m, live)["flops"] == live["prefill_flops"]
     assert _totals(m, live, phase="decode")["flops"] == live["decode_flops"]

@@ -5,7 +5,7 @@ each real config.json (and the published checkpoint totals: a multimodal Gemma 3
 tower and projector, which shapecalc does not count); matmul FLOPs equal FlopCounterMode on tiny,
 really-run models with windows shorter than T; KV-cache bytes equal the Hugging Face cache after a
 prefill (transformers keeps W−1 tokens on a sliding layer, shapecalc and vLLM W). The numbers in
-tests/data/gemma_reference.json were measured by tests/torch_reference/measure_gemma.py.
+tests/data/gemma_reference.json were measured by tests/torch_reference/harness.py (gemma).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_flops_and_kv_cache_equal_pytorch(case, hf_model):
     for i, c in enumerate(REF["cases"])])
 def test_live_flop_counter(name, hf_model, live_measure):
     case = next(c for c in REF["cases"] if c["name"] == name)
-    live = live_measure("measure_gemma", case)
+    live = live_measure("gemma", case)
     m = hf_model(live)
     for key, kw in (("prefill_flops", {}), ("decode_flops", {"phase": "decode"})):
         wl = Workload(batch=live["batch"], seq=live["seq"], dtype="fp32", **kw)

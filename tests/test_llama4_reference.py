@@ -7,7 +7,8 @@ KV-cache bytes equal the cache of the current chunk (vLLM), which transformers' 
 equals when T ≡ C−1 (mod C).
 
 The numbers in tests/data/llama4_reference.json were measured with torch 2.13.0 and transformers
-5.24.0 by tests/torch_reference/measure_llama4.py. With torch installed, `test_live` measures again.
+5.24.0 by tests/torch_reference/harness.py (llama4). With torch installed, `test_live` measures
+again.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def test_kv_cache_bytes(case, hf_model):
 
 def test_live(hf_model, live_measure):
     case = CASES[1]  # T = 10: the two caches differ
-    live = live_measure("measure_llama4", case)
+    live = live_measure("llama4", case)
     m = hf_model(live)
     assert _totals(m, live)["flops"] == live["routed_prefill_flops"]
     assert _totals(m, live, phase="decode")["flops"] == (

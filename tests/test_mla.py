@@ -9,7 +9,7 @@
 - verify runs all three forms (TP included) and fails when an MLA size is perturbed;
 - bad MLA inputs exit 2 with one line.
 
-Numbers: tests/data/mla_reference.json, measured by tests/torch_reference/measure_mla.py.
+Numbers: tests/data/mla_reference.json, measured by tests/torch_reference/harness.py (mla).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_latent_form_equals_transformers(case, hf_model):
 @pytest.mark.parametrize("name", [REF["cases"][0]["name"], REF["cases"][2]["name"]])
 def test_live_flop_counter(name, hf_model, live_measure):
     case = next(c for c in REF["cases"] if c["name"] == name)
-    live = live_measure("measure_mla", case)
+    live = live_measure("mla", case)
     m = hf_model(live)
     assert _totals(m, live)["flops"] == live["prefill_flops"]
     assert _totals(m, live, phase="decode")["flops"] == live["decode_flops"]

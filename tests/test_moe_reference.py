@@ -4,7 +4,7 @@ on small, really-run models of each family with real routing (eager attention, t
 loop: each expert on the tokens routed to it).
 
 The numbers in tests/data/moe_reference.json were measured with torch 2.13.0 and transformers
-5.24.0 by tests/torch_reference/measure_moe.py (see its README). When torch and transformers are
+5.24.0 by tests/torch_reference/harness.py (moe) (see its README). When torch and transformers are
 installed, `test_live_flop_counter` measures again instead of trusting the file.
 """
 
@@ -51,7 +51,7 @@ def test_matmul_flops_equal_flop_counter_with_real_routing(case, hf_model):
 @pytest.mark.parametrize("name", [c["name"] for c in REF["cases"][:3]])
 def test_live_flop_counter(name, hf_model, live_measure):
     case = next(c for c in REF["cases"] if c["name"] == name)
-    live = live_measure("measure_moe", case)
+    live = live_measure("moe", case)
     m = hf_model(live)
     for key, kw in (("prefill_flops", {}), ("decode_flops", {"phase": "decode"})):
         assert _flops(m, live, **kw) == live[key]

@@ -1,8 +1,8 @@
 """Internal consistency of tests/data/moe_reference.json (written by
-tests/torch_reference/measure_moe.py): every case has its keys, its breakdowns add up to its totals,
-its routing and expert FLOPs agree with each other and with its hf_config, and every published
-config's meta-device parameter count equals the published figure. No shapecalc calls here, and no
-torch: the file is only read.
+`tests/torch_reference/harness.py moe`): every case has its keys, its breakdowns add up to its
+totals, its routing and expert FLOPs agree with each other and with its hf_config, and every
+published config's meta-device parameter count equals the published figure. No shapecalc calls
+here, and no torch: the file is only read.
 """
 
 from __future__ import annotations

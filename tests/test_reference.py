@@ -1,7 +1,7 @@
 """totals.flops against PyTorch's FlopCounterMode on the same Hugging Face models (eager attention).
 
 The numbers in tests/data/flop_reference.json were measured with torch 2.13.0 and transformers
-5.24.0 by tests/torch_reference/measure_flops.py (see its README). When torch and transformers are
+5.24.0 by tests/torch_reference/harness.py (flops) (see its README). When torch and transformers are
 installed, `test_live_flop_counter` measures again instead of trusting the file.
 """
 
@@ -44,7 +44,7 @@ def test_kv_cache_bytes_equal_the_transformers_cache(case, hf_model, kv_matches_
 @pytest.mark.parametrize("name", ["llama_gqa", "gpt2", "falcon_7b_style"])
 def test_live_flop_counter(name, hf_model, live_measure):
     case = next(c for c in REF["cases"] if c["name"] == name)
-    live = live_measure("measure_flops", case)
+    live = live_measure("flops", case)
     m = hf_model(live)
     for phase, key in (("prefill", "prefill_flops"), ("decode", "decode_flops")):
         wl = Workload(batch=live["batch"], seq=live["seq"], phase=phase)

@@ -43,7 +43,7 @@ OUTPUTS = {
                         "512", "--output", "32", "--requests", "30", "--slo", "ttft=1s,itl=50ms",
                         "--max-batched-tokens", "1024", "--find-gpus", "--json"],
     "train": ["train", "--preset", "llama3-8b", "--seq", "64", "--gpu", GPU, "--json"],
-}
+}  # and verify --against transformers, from a stored record (_against: no torch needed)
 KEYLIKE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -71,7 +71,7 @@ def universe(request):
     """(paths from the top of each document, key names, string values) of the real outputs."""
     from shapecalc.cli import main
 
-    docs = []
+    docs = [_against()]
     for argv in OUTPUTS.values():
         out = _run(main, argv)
         docs += [json.loads(line) for line in out.splitlines() if line.strip()] \
@@ -81,6 +81,28 @@ def universe(request):
     for d in docs:
         _walk(d, "", paths, values)
     return paths, {p.rpartition(".")[2] for p in paths}, values
+
+
+def _against() -> dict:
+    """`verify --against transformers --json` without torch: shapecalc against a stored
+    meta-device record (tests/data/against_reference.json), one check failing so that
+    `first_difference` and `detail` are filled in."""
+    import tempfile
+
+    from shapecalc.check.against import compare, workload
+    from shapecalc.inputs.hf import load_hf_config
+
+    case = json.loads((Path(__file__).parent / "data" / "against_reference.json").read_text())[
+        "cases"]["gpt_oss_e8_k3_sliding4"]
+    rec = case["measured"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.json"
+        path.write_text(json.dumps(case["hf_config"]))
+        m = load_hf_config(path)
+    m = m.model_copy(update={"sliding_window": m.sliding_window - 1})
+    doc = compare(m, workload(m, rec["batch"], rec["seq"], rec["dtype"]), rec, str(path))
+    assert not doc["ok"] and doc["conventions"]
+    return json.loads(json.dumps(doc))
 
 
 def _run(main, argv: list[str]) -> str:

@@ -66,6 +66,13 @@ Recompute = Annotated[
     str | None, typer.Option("--recompute", show_default="none", help="with --train: none | "
                              "selective | full | torch — re-run those forward stages in each "
                              "layer's backward, count their FLOPs, compare the gradients")]
+Against = Annotated[
+    str | None, typer.Option("--against", show_default="none: shapecalc's own NumPy executor",
+                             help="transformers: build the config.json (--hf-config, "
+                             "or a preset's stored one) with transformers on the meta device and "
+                             "check params, prefill and decode FLOPs and KV bytes against its "
+                             "own counts, naming the module where one first differs (B=1, T=16 "
+                             "unless given; needs pip install 'shapecalc[reference]')")]
 VERIFY_DEFAULTS = {"batch": 2}  # small B and T (VERIFY_SEQ): verify runs real widths
 VERIFY_SEQ = 16
 
@@ -150,11 +157,30 @@ def verify(
     as_json: JsonOut = False,
     train: Train = False,
     recompute: Recompute = None,
+    against: Against = None,
 ) -> None:
     from ..check.budget import budget_bytes, estimate
     from ..check.verify import verify as run_verify
 
     try:
+        if against is not None:  # transformers' own counts: check/against.py
+            from ..check.against import run as run_against
+
+            given = {"set": set_, "phase": phase, "kv_dtype": kv_dtype, "act_dtype": act_dtype,
+                     "logits": logits, "tp": tp, "pp": pp, "ep": ep, "mla_form": mla_form,
+                     "block_size": block_size, "attention_flops": attention_flops,
+                     "padding_mask": padding_mask, "layers": layers, "precision": precision,
+                     "seed": seed, "memory_budget": memory_budget, "train": train,
+                     "recompute": recompute}
+            doc = run_against(against, preset, config, hf_config, presets_dir, batch=batch,
+                              seq=seq, dtype=dtype, given=given)
+            if as_json:
+                emit_json(doc)
+            else:
+                from ..render.checks import print_against
+
+                print_against(doc)
+            raise typer.Exit(0 if doc["ok"] else 1)
         if precision not in (None, "float32", "float64", "float16"):
             raise ShapecalcError("precision", f"{precision!r} is not one of float32, "
                                  "float64, float16")

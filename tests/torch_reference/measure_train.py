@@ -28,13 +28,13 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import measure_flops as flops
-from measure_flops import check_roundtrip, config_to_json_dict, run
+from families import flops
+from harness import check_roundtrip, config_to_json_dict, run
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "train_reference.json")
 
-# the tiny models of measure_flops.py (its sizes and the very llama and qwen2 cases), trained here
+# the tiny models of families/flops.py (its sizes and the very llama and qwen2 cases), trained here
 FLOP_CASES = {name: (model_type, kwargs) for name, model_type, kwargs in flops.CASES}
 V = flops.V
 # (B, T) pairs: T ≠ B and both differ from every model size, so a swapped factor shows
@@ -63,7 +63,8 @@ def counted(fn) -> tuple[int, dict]:
 
 
 def redraw_routers(model, seed: int = 1) -> None:
-    """Router weights from N(0, 1), as measure_moe.py draws them: real, token-dependent routing."""
+    """Router weights from N(0, 1), as harness.randomize_routers draws them: real,
+    token-dependent routing."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -46,7 +46,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict, run
+from harness import check_roundtrip, config_to_json_dict, run
 from measure_train import CASES, SHAPES, V, redraw_routers
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,54 +1,13 @@
-#!/usr/bin/env python3
-"""Measure Multi-head Latent Attention references (DeepSeek-V2, DeepSeek-V3, Kimi K2) with PyTorch
-and write ``tests/data/mla_reference.json``.
-
-Run manually (the test suite only reads the JSON, it never imports this file):
-
-    pip install torch==2.13.0+cpu transformers==5.24.0
-    python tests/torch_reference/measure_mla.py [--out PATH]
-
-Two parts, as in ``measure_moe.py`` (whose counting, routing and meta-device helpers are reused):
-
-  * ``cases``: tiny deepseek_v2 / deepseek_v3 models, random weights, float32, eager attention, the
-    eager experts loop, real routing (routers redrawn from N(0, 1)), B=5, T=7: FlopCounterMode for
-    prefill (all logits, last logit) and decode, per-module FLOPs, routing, and the bytes the
-    transformers cache holds after the prefill and after the decode step (each layer's cached
-    tensors: the latent c_KV [B,1,T,kv_lora_rank] and k_rope [B,1,T,qk_rope_head_dim]).
-  * ``published``: the real config.json files in ``tests/data/hf`` (DeepSeek-V2-Lite, DeepSeek-V2,
-    DeepSeek-V3, Kimi-K2) built on the meta device, next to the published figures.
-
-transformers 5.24 caches the latent and applies kv_b_proj to every cached token at every step
-(shapecalc's ``--mla-form latent``); the FLOPs here are that form's.
+"""Multi-head Latent Attention (DeepSeek-V2, DeepSeek-V3, Kimi K2): tests/data/mla_reference.json
+(read by tests/test_mla.py).
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import sys
-
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import cache_bytes, check_roundtrip, config_to_json_dict, run
-from measure_moe import (
-    ROUTER_CLASSES,
-    RoutingLog,
-    count,
-    expert_check,
-    meta_params,
-    published_counts,
-    randomize_routers,
-)
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "mla_reference.json")
-HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
+from .family import Family
 
 B, T = 5, 7
 V, MAXPOS = 1000, 256
-EXPERTS_IMPL = "eager"
 
 # Every MLA width differs (D=64, H=4, D_q=24, D_c=32, D_n=16, D_r=8, D_v=12, Dff=96, Dff_e=20)
 # so that a formula using one in place of another gives a different number.
@@ -129,86 +88,8 @@ PUBLISHED = {
         "architectures DeepseekV3ForCausalLM (transformers maps kimi_k2 to deepseek_v3)."),
 }
 
-
-def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
-    cfg = AutoConfig.for_model(model_type, **kwargs)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(
-        cfg, attn_implementation="eager", dtype=torch.float32, experts_implementation=EXPERTS_IMPL
-    )
-    model.eval()
-    randomize_routers(model)
-    cfg = model.config
-    log = RoutingLog(model)
-    g = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, V, (B, T), generator=g)
-    next_ids = torch.randint(0, V, (B, 1), generator=g)
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else (
-        "past_key_values")
-    res, out = {}, {}
-    with torch.no_grad():
-        res["prefill"] = count(lambda: out.setdefault("p", model(input_ids, use_cache=False)))
-        routing = {"prefill": log.take()}
-        res["prefill_last"] = count(
-            lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1)))
-        assert log.take() == routing["prefill"]
-        pre = model(input_ids, use_cache=True)
-        log.take()
-        past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
-        kv_prefill, kv_shapes = cache_bytes(past)
-        res["decode"] = count(
-            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past})))
-        routing["decode"] = log.take()
-        kv_decode, _ = cache_bytes(past)
-        experts = {"prefill": expert_check(cfg, res["prefill"][2], routing["prefill"]),
-                   "decode": expert_check(cfg, res["decode"][2], routing["decode"])}
-    assert out["d"].logits.shape == (B, 1, V)
-    hf_config = config_to_json_dict(cfg)
-    hf_config.pop("experts_implementation", None)
-    check_roundtrip(cfg, hf_config)
-    n_params = int(sum(p.numel() for p in model.parameters()))
-    n_meta = meta_params(AutoConfig.for_model(**hf_config))
-    assert n_meta == n_params, (n_meta, n_params)
-    return {
-        "name": name,
-        "model_type": model_type,
-        "hf_config": hf_config,
-        "batch": B,
-        "seq": T,
-        "experts_implementation": EXPERTS_IMPL,
-        "prefill_flops": res["prefill"][0],
-        "prefill_last_flops": res["prefill_last"][0],
-        "decode_flops": res["decode"][0],
-        "prefill_ops": res["prefill"][1],
-        "decode_ops": res["decode"][1],
-        "prefill_modules": res["prefill"][2],
-        "decode_modules": res["decode"][2],
-        "kv_cache_bytes_prefill": kv_prefill,
-        "kv_cache_bytes_decode": kv_decode,
-        "kv_cache_shapes_prefill": kv_shapes,
-        "routing": routing,
-        "expert_flops": experts,
-        "params": n_params,
-        "params_meta": n_meta,
-        "note": NOTES.get(name, ""),
-    }
-
-
-def _hub_config(path: str, raw: dict):
-    """The config transformers builds: quantization_config dropped (the bf16 model is counted),
-    model_type kimi_k2 read as deepseek_v3 (as transformers' kimi_k25 maps it)."""
-    d = {k: v for k, v in raw.items() if k != "quantization_config"}
-    if d["model_type"] == "kimi_k2":
-        d["model_type"] = "deepseek_v3"
-    return AutoConfig.for_model(**d)
-
-
-def measure_published() -> dict:
-    return published_counts(PUBLISHED, _hub_config)
-
-
 HOW = (
-    "cases: as measure_moe.py (tiny models, AutoModelForCausalLM.from_config(cfg, "
+    "cases: as the moe family measures (tiny models, AutoModelForCausalLM.from_config(cfg, "
     "attn_implementation='eager', dtype=torch.float32, experts_implementation='eager') after "
     "torch.manual_seed(0), routers redrawn from N(0,1), eval(), no_grad, CPU, FlopCounterMode "
     "counting matmul-like aten ops as 2*m*k*n). prefill: model(input_ids[B,T], use_cache=False); "
@@ -224,14 +105,22 @@ HOW = (
 )
 
 
-def main(argv=None) -> int:
-    def show(c: dict) -> str:
-        return (f"prefill={c['prefill_flops']:>10,d} decode={c['decode_flops']:>9,d} "
-                f"kv={c['kv_cache_bytes_prefill']:,d} params={c['params']:,d}")
-
-    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
-               published=measure_published, extra={"router_classes": list(ROUTER_CLASSES)})
+def _show(c: dict) -> str:
+    return (f"prefill={c['prefill_flops']:>10,d} decode={c['decode_flops']:>9,d} "
+            f"kv={c['kv_cache_bytes_prefill']:,d} params={c['params']:,d}")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+FAMILY = Family(
+    name="mla", out="tests/data/mla_reference.json", cases=CASES, notes=NOTES, how=HOW,
+    show=_show, batch=B, seq=T, vocab=V, build={"experts_implementation": "eager"},
+    probes=("redraw_routers", "routing", "cache_after_decode"),
+    record=["name", "model_type", "hf_config", "batch", "seq", "experts_implementation",
+            "prefill_flops", "prefill_last_flops", "decode_flops", "prefill_ops", "decode_ops",
+            "prefill_modules", "decode_modules", ("kv_cache_bytes_prefill", "kv_cache_bytes"),
+            "kv_cache_bytes_decode", ("kv_cache_shapes_prefill", "kv_cache_shapes"), "routing",
+            "expert_flops", "params", "params_meta", "note"],
+    extra={"router_classes": ["Router"]},
+    published=PUBLISHED,
+    published_record=["file", "repo", "model_type", "architectures", ("params_meta", "text"),
+                      ("params_published", "params"), "figure", "source"],
+)

@@ -1,39 +1,10 @@
-#!/usr/bin/env python3
-"""Measure reference matmul FLOPs, KV-cache bytes and parameter counts of Gemma 2, Gemma 3 (text)
-and OLMo 2 with PyTorch and write ``tests/data/gemma_reference.json``.
-
-Run manually (the test suite only reads the JSON; its live test imports ``measure_case``):
-
-    pip install torch==2.13.0+cpu transformers==5.24.0
-    python tests/torch_reference/measure_gemma.py [--out PATH]
-
-Two parts:
-
-  * ``cases``: tiny models of each family, random weights, float32, eager attention, CPU, B=5,
-    T=7, sliding windows (3 and 4) smaller than T so that the windows matter; FlopCounterMode
-    prefill (all logits, and logits_to_keep=1) and decode, as ``measure_moe.py`` does, and the
-    Hugging Face cache after the prefill: each layer's kept tokens and bytes.
-  * ``published``: each real config.json of these families in ``tests/data/hf`` built on the
-    meta device; the text model's sum of parameters (and, for a multimodal Gemma 3, the whole
-    model's and its vision side's) next to the published figure and its source.
+"""Gemma 2, Gemma 3 (text) and OLMo 2: tests/data/gemma_reference.json (read by
+tests/test_gemma.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict, forward_steps, run
-from measure_moe import count
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "gemma_reference.json")
-HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
+from .family import Family
 
 B, T = 5, 7
 D, H, HKV, V, MAXPOS = 64, 4, 2, 1000, 256
@@ -119,98 +90,6 @@ PUBLISHED = {
         "7,298,617,344 is the Hub's safetensors total of allenai/OLMo-2-1124-7B."),
 }
 
-
-def _params(model) -> int:
-    return int(sum(p.numel() for p in model.parameters()))
-
-
-def meta_params(cfg) -> dict:
-    """The text model's parameters on the meta device; for a multimodal config also the whole
-    model's, and its vision tower's and projector's."""
-    with torch.device("meta"):
-        if getattr(cfg, "text_config", None) is not None and cfg.model_type == "gemma3":
-            from transformers import Gemma3ForCausalLM, Gemma3ForConditionalGeneration
-
-            whole = Gemma3ForConditionalGeneration(cfg)
-            text = Gemma3ForCausalLM(cfg.text_config)
-            return {"text": _params(text), "whole": _params(whole),
-                    "vision_tower": _params(whole.model.vision_tower),
-                    "projector": _params(whole.model.multi_modal_projector)}
-        return {"text": _params(AutoModelForCausalLM.from_config(cfg))}
-
-
-def hf_cache_layers(cache) -> list[dict]:
-    """Each layer of a transformers cache after a prefill: its kind, tokens kept, bytes."""
-    out = []
-    for layer in cache.layers:
-        k, v = layer.keys, layer.values
-        out.append({"kind": type(layer).__name__, "tokens": int(k.shape[-2]),
-                    "bytes": int(k.numel() * k.element_size() + v.numel() * v.element_size())})
-    return out
-
-
-def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
-    cfg = AutoConfig.for_model(model_type, **kwargs)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
-                                             dtype=torch.float32)
-    model.eval()
-    cfg = model.config
-    res = forward_steps(model, count, V, at_cache=hf_cache_layers)
-    out, layers, (kv_hf, _), bytes_w = res["out"], res["at_cache"], res["kv"], res["kv_window"]
-    if cfg.final_logit_softcapping if hasattr(cfg, "final_logit_softcapping") else False:
-        assert out["p"].logits.abs().max() < cfg.final_logit_softcapping
-
-    hf_config = config_to_json_dict(cfg)
-    check_roundtrip(cfg, hf_config)
-    n_params = _params(model)
-    n_meta = meta_params(AutoConfig.for_model(**hf_config))["text"]
-    assert n_meta == n_params, (n_meta, n_params)
-    return {
-        "name": name,
-        "model_type": model_type,
-        "hf_config": hf_config,
-        "batch": B,
-        "seq": T,
-        "prefill_flops": res["prefill"][0],
-        "prefill_last_flops": res["prefill_last"][0],
-        "decode_flops": res["decode"][0],
-        "prefill_ops": res["prefill"][1],
-        "decode_ops": res["decode"][1],
-        "prefill_modules": res["prefill"][2],
-        "decode_modules": res["decode"][2],
-        "kv_cache_layers": layers,
-        "kv_cache_bytes_hf": kv_hf,
-        "kv_cache_bytes_window_w": bytes_w,
-        "params": n_params,
-        "params_meta": n_meta,
-        "note": NOTES.get(name, ""),
-    }
-
-
-def measure_published() -> dict:
-    out = {}
-    for stem, meta in PUBLISHED.items():
-        path = os.path.join(HF_DIR, f"{stem}.json")
-        with open(path) as f:
-            raw = json.load(f)
-        counts = meta_params(AutoConfig.from_pretrained(path))
-        out[stem] = {
-            "file": os.path.relpath(path, REPO_ROOT),
-            "repo": meta["repo"],
-            "model_type": raw["model_type"],
-            "architectures": raw.get("architectures"),
-            "params_meta": counts["text"],
-            "params_meta_whole": counts.get("whole", counts["text"]),
-            "params_meta_vision_tower": counts.get("vision_tower"),
-            "params_meta_projector": counts.get("projector"),
-            "params_published": meta["params"],
-            "figure": meta["figure"],
-            "source": meta["source"],
-        }
-    return out
-
-
 HOW = (
     "cases: tiny models built with AutoModelForCausalLM.from_config(cfg, "
     "attn_implementation='eager', dtype=torch.float32) after torch.manual_seed(0); eval(), "
@@ -232,15 +111,24 @@ HOW = (
 )
 
 
-def main(argv=None) -> int:
-    def show(c: dict) -> str:
-        return (f"prefill={c['prefill_flops']:>11,d} prefill_last={c['prefill_last_flops']:>11,d} "
-                f"decode={c['decode_flops']:>10,d} kv={c['kv_cache_bytes_hf']:,d}/"
-                f"{c['kv_cache_bytes_window_w']:,d} params={c['params']:,d}")
-
-    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
-               published=measure_published)
+def _show(c: dict) -> str:
+    return (f"prefill={c['prefill_flops']:>11,d} prefill_last={c['prefill_last_flops']:>11,d} "
+            f"decode={c['decode_flops']:>10,d} kv={c['kv_cache_bytes_hf']:,d}/"
+            f"{c['kv_cache_bytes_window_w']:,d} params={c['params']:,d}")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+FAMILY = Family(
+    name="gemma", out="tests/data/gemma_reference.json", cases=CASES, notes=NOTES, how=HOW,
+    show=_show, batch=B, seq=T, vocab=V,
+    record=["name", "model_type", "hf_config", "batch", "seq", "prefill_flops",
+            "prefill_last_flops", "decode_flops", "prefill_ops", "decode_ops", "prefill_modules",
+            "decode_modules", "kv_cache_layers", ("kv_cache_bytes_hf", "kv_cache_bytes"),
+            ("kv_cache_bytes_window_w", "kv_cache_bytes_window_W"), "params", "params_meta",
+            "note"],
+    published=PUBLISHED,
+    published_record=["file", "repo", "model_type", "architectures", ("params_meta", "text"),
+                      ("params_meta_whole", "whole"),
+                      ("params_meta_vision_tower", lambda g: g.get("vision_tower")),
+                      ("params_meta_projector", lambda g: g.get("multi_modal_projector")),
+                      ("params_published", "params"), "figure", "source"],
+)

@@ -1,40 +1,10 @@
-#!/usr/bin/env python3
-"""Measure reference parameter counts, matmul FLOPs and KV-cache bytes of BLOOM, MPT, GPT-BigCode
-(StarCoder 1 / SantaCoder) and StarCoder2 with PyTorch and write
-``tests/data/alibi_reference.json``.
-
-Run manually (the test suite only reads the JSON, except its live re-measure):
-
-    pip install torch==2.13.0+cpu transformers==5.24.0
-    python tests/torch_reference/measure_alibi.py [--out PATH]
-
-Two parts:
-
-  * ``cases``: tiny models of each family, random weights, float32, eager attention, CPU, B=5,
-    T=7, measured with ``torch.utils.flop_counter.FlopCounterMode`` as ``measure_moe.py`` does
-    (prefill with all logits, prefill with ``logits_to_keep=1``, decode of one token on the
-    prefill's cache), plus the bytes of the Hugging Face cache after the prefill (every layer's
-    cached K and V tensors) and the tokens each layer holds.
-  * ``published``: each real config.json of these families in ``tests/data/hf`` built on the meta
-    device; the sum of its parameters next to the published figure and its source.
+"""BLOOM, MPT, GPT-BigCode (StarCoder 1 / SantaCoder) and StarCoder2:
+tests/data/alibi_reference.json (read by tests/test_alibi_reference.py).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-
-# the config.json writing, the round trip, FLOP counting and meta-device counts are shared
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict, forward_steps, run
-from measure_moe import count, meta_params, published_counts
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "alibi_reference.json")
-HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
+from .family import Family
 
 B, T = 5, 7
 V = 1000
@@ -128,57 +98,6 @@ PUBLISHED = {
         "lm_head, as the config says)."),
 }
 
-
-def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
-    cfg = AutoConfig.for_model(model_type, **kwargs)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
-                                             dtype=torch.float32)
-    model.eval()
-    cfg = model.config
-    res = forward_steps(model, count, V)
-    out, (kv, shapes), kv_window = res["out"], res["kv"], res["kv_window"]
-    with torch.no_grad():
-        # the last position of the decode equals the full forward over T+1 tokens (a check
-        # that the cache really served the decode)
-        ids = torch.cat([res["ids"], res["next_ids"]], dim=1)
-        full = model(ids, use_cache=False).logits[:, -1]
-        assert torch.allclose(out["d"].logits[:, -1], full, atol=1e-4), name
-
-    hf_config = config_to_json_dict(cfg)
-    check_roundtrip(cfg, hf_config)
-    n_params = int(sum(p.numel() for p in model.parameters()))
-    n_meta = meta_params(AutoConfig.for_model(**hf_config))
-    assert n_meta == n_params, (n_meta, n_params)
-    case = {
-        "name": name,
-        "model_type": model_type,
-        "hf_config": hf_config,
-        "batch": B,
-        "seq": T,
-        "prefill_flops": res["prefill"][0],
-        "prefill_last_flops": res["prefill_last"][0],
-        "decode_flops": res["decode"][0],
-        "prefill_ops": res["prefill"][1],
-        "prefill_last_ops": res["prefill_last"][1],
-        "decode_ops": res["decode"][1],
-        "prefill_modules": res["prefill"][2],
-        "decode_modules": res["decode"][2],
-        "kv_cache_bytes": kv,
-        "kv_cache_tokens_per_layer": [keys[-2] for keys, _ in shapes],
-        "kv_cache_key_shape_per_layer": [keys for keys, _ in shapes],
-        "kv_cache_bytes_window_W": kv_window,
-        "params": n_params,
-        "params_meta": n_meta,
-        "note": NOTES.get(name, ""),
-    }
-    return case
-
-
-def measure_published() -> dict:
-    return published_counts(PUBLISHED)
-
-
 HOW = (
     "cases: tiny models built with AutoModelForCausalLM.from_config(cfg, "
     "attn_implementation='eager', dtype=torch.float32) after torch.manual_seed(0); eval(), "
@@ -204,15 +123,22 @@ HOW = (
 )
 
 
-def main(argv=None) -> int:
-    def show(c: dict) -> str:
-        return (f"prefill={c['prefill_flops']:>11,d} prefill_last={c['prefill_last_flops']:>11,d} "
-                f"decode={c['decode_flops']:>10,d} kv={c['kv_cache_bytes']:,d} "
-                f"params={c['params']:,d}")
-
-    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
-               published=measure_published)
+def _show(c: dict) -> str:
+    return (f"prefill={c['prefill_flops']:>11,d} prefill_last={c['prefill_last_flops']:>11,d} "
+            f"decode={c['decode_flops']:>10,d} kv={c['kv_cache_bytes']:,d} "
+            f"params={c['params']:,d}")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+FAMILY = Family(
+    name="alibi", out="tests/data/alibi_reference.json", cases=CASES, notes=NOTES, how=HOW,
+    show=_show, batch=B, seq=T, vocab=V, probes=("decode_is_full",),
+    record=["name", "model_type", "hf_config", "batch", "seq", "prefill_flops",
+            "prefill_last_flops", "decode_flops", "prefill_ops", "prefill_last_ops", "decode_ops",
+            "prefill_modules", "decode_modules", "kv_cache_bytes",
+            ("kv_cache_tokens_per_layer", lambda g: [k[-2] for k, _ in g["kv_cache_shapes"]]),
+            ("kv_cache_key_shape_per_layer", lambda g: [k for k, _ in g["kv_cache_shapes"]]),
+            "kv_cache_bytes_window_W", "params", "params_meta", "note"],
+    published=PUBLISHED,
+    published_record=["file", "repo", "model_type", "architectures", ("params_meta", "text"),
+                      ("params_published", "params"), "figure", "source"],
+)

@@ -1,55 +1,13 @@
-#!/usr/bin/env python3
-"""Measure reference matmul FLOPs and parameter counts of Mixture-of-Experts causal LMs with
-PyTorch and write ``tests/data/moe_reference.json``.
-
-Run manually (the test suite only reads the JSON, it never imports this file):
-
-    pip install torch==2.13.0+cpu transformers==5.24.0
-    python tests/torch_reference/measure_moe.py [--out PATH]
-
-Two parts:
-
-  * ``cases``: tiny models of each MoE family (mixtral, qwen2_moe, qwen3_moe, phimoe, gpt_oss, and
-    dense qwen3), random weights, float32, eager attention, CPU, B=5, T=7, measured with
-    ``torch.utils.flop_counter.FlopCounterMode`` exactly like ``measure_flops.py`` (prefill,
-    prefill_last, decode), with real routing: the router weights are redrawn from N(0, 1) so that
-    different tokens pick different experts, and the experts run with transformers' ``eager``
-    experts implementation (a loop over the experts that were hit, each on the tokens routed to
-    it). Each case also records the routing (per MoE layer: (token, expert) assignments, distinct
-    experts hit, tokens per expert), per-module FLOPs, and a cross-check of the prefill FLOPs under
-    the ``batched_mm`` and ``grouped_mm`` experts implementations.
-  * ``published``: each real config.json in ``tests/data/hf`` built on the meta device; the sum of
-    its parameters next to the published figure and its source.
+"""Mixture-of-Experts families (mixtral, qwen2_moe, qwen3_moe, phimoe, gpt_oss, and dense qwen3):
+tests/data/moe_reference.json (read by tests/test_moe_reference*.py).
 """
 
 from __future__ import annotations
 
-import inspect
-import json
-import os
-import sys
-
-import torch
-from torch.utils.flop_counter import FlopCounterMode
-from transformers import AutoConfig, AutoModelForCausalLM
-
-# the config.json writing and round-trip check are measure_flops.py's, shared
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import (
-    cache_bytes,
-    check_roundtrip,
-    config_to_json_dict,
-    run,
-    window_cache_bytes,
-)
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "moe_reference.json")
-HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
+from .family import Family
 
 B, T = 5, 7
 D, H, HKV, V, MAXPOS = 64, 4, 2, 1000, 256
-EXPERTS_IMPL = "eager"
 
 # Sizes differ between the symbols of a case (D=64, Dh=16 or 24, Dff_e, Dff_s, dense I=176, E, k)
 # so that a formula that swaps two of them gives a different number.
@@ -135,8 +93,6 @@ NOTES = {
     ),
 }
 
-ROUTER_CLASSES = ("Router",)  # MixtralTopKRouter, Qwen2MoeTopKRouter, ..., GptOssTopKRouter
-
 # The published configs in tests/data/hf: Hub repository, the figure its publisher gives, and
 # where the exact integer comes from (the meta-device sum must equal it).
 PUBLISHED = {
@@ -195,233 +151,6 @@ PUBLISHED = {
         "for gpt-oss:120b."),
 }
 
-
-def meta_params(cfg) -> int:
-    """Parameters of the model built from cfg on the meta device (no memory, no init)."""
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
-    return int(sum(p.numel() for p in model.parameters()))
-
-
-def self_flops(counts: dict) -> dict:
-    """Per-module FLOPs not attributed to a child module, keyed by the module path below the model
-    class (e.g. 'model.layers.0.mlp.experts'); the values sum to the total."""
-    totals = {name: sum(ops.values()) for name, ops in counts.items() if name != "Global"}
-    # a module's parent is its nearest recorded ancestor (containers such as `layers`, a
-    # ModuleList that is never called, do not appear)
-    children = dict.fromkeys(totals, 0)
-    for name, total in totals.items():
-        parts = name.split(".")
-        for cut in range(len(parts) - 1, 0, -1):
-            if (parent := ".".join(parts[:cut])) in totals:
-                children[parent] += total
-                break
-    out = {}
-    for name, total in totals.items():
-        if total - children[name]:
-            key = name.split(".", 1)[1] if "." in name else "(model)"
-            out[key] = int(total - children[name])
-    return dict(sorted(out.items(), key=lambda kv: _natural(kv[0])))
-
-
-def _natural(key: str):
-    return [int(p) if p.isdigit() else p for p in key.split(".")]
-
-
-def count(fn):
-    """Run fn under FlopCounterMode; (total, {op: flops} of Global, per-module self FLOPs)."""
-    fc = FlopCounterMode(display=False)
-    with fc:
-        fn()
-    counts = fc.get_flop_counts()
-    ops = {str(op): int(n) for op, n in counts.get("Global", {}).items()}
-    parts = self_flops({k: {str(o): int(n) for o, n in v.items()} for k, v in counts.items()})
-    total = int(fc.get_total_flops())
-    assert sum(parts.values()) == total, (sum(parts.values()), total)
-    return total, dict(sorted(ops.items())), parts
-
-
-class RoutingLog:
-    """Forward hooks on the routers that keep the chosen expert indices of each call."""
-
-    def __init__(self, model):
-        self.calls: dict[str, list] = {}
-        self.handles = []
-        for name, mod in model.named_modules():
-            if any(c in type(mod).__name__ for c in ROUTER_CLASSES):
-                self.handles.append(mod.register_forward_hook(self._hook(name)))
-        self.num_experts = {}
-
-    def _hook(self, name):
-        def hook(mod, args, out):
-            self.calls.setdefault(name, []).append(out[2].detach().clone())
-            self.num_experts[name] = mod.num_experts
-
-        return hook
-
-    def take(self) -> dict:
-        """Routing of the calls since the last take, per router: assignments, experts hit, loads."""
-        out = {}
-        for name, calls in self.calls.items():
-            (idx,) = calls  # one call per forward
-            loads = torch.bincount(idx.reshape(-1), minlength=self.num_experts[name]).tolist()
-            out[name.removesuffix(".gate").removesuffix(".router")] = {
-                "tokens": int(idx.shape[0]),
-                "top_k": int(idx.shape[1]),
-                "assignments": int(idx.numel()),
-                "experts_hit": int(sum(1 for n in loads if n)),
-                "tokens_per_expert": loads,
-            }
-        self.calls = {}
-        return dict(sorted(out.items(), key=lambda kv: _natural(kv[0])))
-
-
-def randomize_routers(model, seed: int = 1) -> None:
-    """Redraw every router weight (and bias) from N(0, 1): random, token-dependent routing that
-    does not rest on transformers' initialisation (5.24 draws them with std 0.02)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _, mod in model.named_modules():
-            if any(c in type(mod).__name__ for c in ROUTER_CLASSES):
-                for p in mod.parameters(recurse=False):
-                    p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
-
-
-def expert_check(cfg, parts: dict, routing: dict) -> dict:
-    """Each MoE layer's measured expert FLOPs against 2 * assignments * 3 * D * Dff_e."""
-    dff = getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size
-    out = {}
-    for layer, r in routing.items():
-        got = parts.get(f"{layer}.experts", 0)
-        want = 2 * r["assignments"] * 3 * cfg.hidden_size * dff
-        assert got == want, (layer, got, want)
-        out[layer] = got
-    return out
-
-
-def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
-    cfg = AutoConfig.for_model(model_type, **kwargs)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(
-        cfg, attn_implementation="eager", dtype=torch.float32, experts_implementation=EXPERTS_IMPL
-    )
-    model.eval()
-    randomize_routers(model)
-    cfg = model.config
-    is_moe = any(any(c in type(m).__name__ for c in ROUTER_CLASSES) for m in model.modules())
-    if is_moe:
-        assert cfg._experts_implementation == EXPERTS_IMPL, cfg._experts_implementation
-    log = RoutingLog(model)
-
-    g = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, V, (B, T), generator=g)
-    next_ids = torch.randint(0, V, (B, 1), generator=g)
-    params = model.forward
-    cache_kw = "cache" if "cache" in inspect.signature(params).parameters else "past_key_values"
-
-    res = {}
-    with torch.no_grad():
-        out = {}
-        res["prefill"] = count(lambda: out.setdefault("p", model(input_ids, use_cache=False)))
-        assert out["p"].logits.shape == (B, T, V)
-        routing = {"prefill": log.take()}
-        res["prefill_last"] = count(
-            lambda: out.setdefault("pl", model(input_ids, use_cache=False, logits_to_keep=1))
-        )
-        assert out["pl"].logits.shape == (B, 1, V)
-        assert log.take() == routing["prefill"]  # same tokens, same routing
-        pre = model(input_ids, use_cache=True)
-        log.take()
-        past = getattr(pre, "cache", None) if cache_kw == "cache" else pre.past_key_values
-        assert past is not None
-        kv_hf, kv_shapes = cache_bytes(past)
-        kv_window = window_cache_bytes(cfg, past, T)
-        res["decode"] = count(
-            lambda: out.setdefault("d", model(next_ids, use_cache=True, **{cache_kw: past}))
-        )
-        assert out["d"].logits.shape == (B, 1, V)
-        routing["decode"] = log.take()
-
-        impl_check = None
-        if is_moe:
-            experts = {
-                "prefill": expert_check(cfg, res["prefill"][2], routing["prefill"]),
-                "decode": expert_check(cfg, res["decode"][2], routing["decode"]),
-            }
-            impl_check = {EXPERTS_IMPL: res["prefill"][0]}
-            for impl in ("batched_mm", "grouped_mm"):
-                try:
-                    model.set_experts_implementation(impl)
-                    impl_check[impl] = count(lambda: model(input_ids, use_cache=False))[0]
-                except Exception as exc:  # record why an implementation cannot run here
-                    impl_check[impl] = f"{type(exc).__name__}: {exc}"
-                log.take()
-            model.set_experts_implementation(EXPERTS_IMPL)
-
-    hf_config = config_to_json_dict(cfg)
-    hf_config.pop("experts_implementation", None)
-    check_roundtrip(cfg, hf_config)
-    n_params = int(sum(p.numel() for p in model.parameters()))
-    n_meta = meta_params(AutoConfig.for_model(**hf_config))
-    assert n_meta == n_params, (n_meta, n_params)
-
-    case = {
-        "name": name,
-        "model_type": model_type,
-        "hf_config": hf_config,
-        "batch": B,
-        "seq": T,
-        "experts_implementation": EXPERTS_IMPL if is_moe else None,
-        "prefill_flops": res["prefill"][0],
-        "prefill_last_flops": res["prefill_last"][0],
-        "decode_flops": res["decode"][0],
-        "prefill_ops": res["prefill"][1],
-        "prefill_last_ops": res["prefill_last"][1],
-        "decode_ops": res["decode"][1],
-        "prefill_modules": res["prefill"][2],
-        "prefill_last_modules": res["prefill_last"][2],
-        "decode_modules": res["decode"][2],
-        "params": n_params,
-        "params_meta": n_meta,
-        "kv_cache_bytes": kv_hf,
-        "kv_cache_bytes_window_W": kv_window,
-        "kv_cache_shapes": kv_shapes,
-        "note": NOTES.get(name, ""),
-    }
-    if is_moe:
-        case["routing"] = routing
-        case["expert_flops"] = experts
-        case["prefill_flops_by_experts_implementation"] = impl_check
-    return case
-
-
-def published_counts(table: dict, load=None) -> dict:
-    """Each stem of `table` (its repo, published params, figure, source): tests/data/hf/<stem>.json
-    built on the meta device (`load(path, raw)` makes its config; default from_pretrained),
-    next to the published figures."""
-    out = {}
-    for stem, meta in table.items():
-        path = os.path.join(HF_DIR, f"{stem}.json")
-        with open(path) as f:
-            raw = json.load(f)
-        cfg = load(path, raw) if load else AutoConfig.from_pretrained(path)
-        out[stem] = {
-            "file": os.path.relpath(path, REPO_ROOT),
-            "repo": meta["repo"],
-            "model_type": raw["model_type"],
-            "architectures": raw.get("architectures"),
-            "params_meta": meta_params(cfg),
-            "params_published": meta["params"],
-            "figure": meta["figure"],
-            "source": meta["source"],
-        }
-    return out
-
-
-def measure_published() -> dict:
-    return published_counts(PUBLISHED)
-
-
 HOW = (
     "cases: tiny models built with AutoModelForCausalLM.from_config(cfg, "
     "attn_implementation='eager', dtype=torch.float32, experts_implementation='eager') after "
@@ -464,14 +193,22 @@ HOW = (
 )
 
 
-def main(argv=None) -> int:
-    def show(c: dict) -> str:
-        return (f"prefill={c['prefill_flops']:>11,d} prefill_last={c['prefill_last_flops']:>11,d} "
-                f"decode={c['decode_flops']:>10,d} params={c['params']:,d}")
-
-    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
-               published=measure_published)
+def _show(c: dict) -> str:
+    return (f"prefill={c['prefill_flops']:>11,d} prefill_last={c['prefill_last_flops']:>11,d} "
+            f"decode={c['decode_flops']:>10,d} params={c['params']:,d}")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+FAMILY = Family(
+    name="moe", out="tests/data/moe_reference.json", cases=CASES, notes=NOTES, how=HOW,
+    show=_show, batch=B, seq=T, vocab=V, build={"experts_implementation": "eager"},
+    probes=("redraw_routers", "routing", "experts_implementations"),
+    record=["name", "model_type", "hf_config", "batch", "seq", "experts_implementation",
+            "prefill_flops", "prefill_last_flops", "decode_flops", "prefill_ops",
+            "prefill_last_ops", "decode_ops", "prefill_modules", "prefill_last_modules",
+            "decode_modules", "params", "params_meta", "kv_cache_bytes", "kv_cache_bytes_window_W",
+            "kv_cache_shapes", "note", "routing?", "expert_flops?",
+            "prefill_flops_by_experts_implementation?"],
+    published=PUBLISHED,
+    published_record=["file", "repo", "model_type", "architectures", ("params_meta", "text"),
+                      ("params_published", "params"), "figure", "source"],
+)

@@ -1,39 +1,10 @@
-#!/usr/bin/env python3
-"""Measure the classic families (GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite, Falcon's new
-decoder) with PyTorch and write ``tests/data/classic_reference.json``.
-
-Run manually (the test suite only reads the JSON, except its live re-measure):
-
-    pip install torch==2.13.0+cpu transformers==5.24.0
-    python tests/torch_reference/measure_classic.py [--out PATH]
-
-Two parts:
-
-  * ``cases``: tiny models of each family, random weights, float32, eager attention, CPU, B=5,
-    T=7, measured with ``torch.utils.flop_counter.FlopCounterMode`` exactly like
-    ``measure_flops.py`` (prefill with all logits, prefill_last, decode), plus the KV cache the
-    model's own cache holds after the T-token prefill (bytes, and the heads it keeps per layer),
-    and R, the rotated width of each head, read off the built rotary embedding.
-  * ``published``: each real config.json of these families in ``tests/data/hf`` built on the
-    meta device: ``sum(p.numel())`` next to the published figure and its source.
+"""GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite and Falcon's new decoder:
+tests/data/classic_reference.json (read by tests/test_classic_reference.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
-
-# the config.json writing, round-trip check and FLOP counting are measure_flops.py's, shared
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_flops import check_roundtrip, config_to_json_dict, count, forward_steps, run
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "classic_reference.json")
-HF_DIR = os.path.join(REPO_ROOT, "tests", "data", "hf")
+from .family import Family
 
 B, T = 5, 7
 D, H, HKV, V, MAXPOS, L = 64, 4, 2, 1000, 256, 3
@@ -105,54 +76,6 @@ NOTES = {
     "linear.",
 }
 
-
-def _rotary_dim(model) -> int | None:
-    """R from the built rotary embedding: 2·len(inv_freq), or GPT-J's sin/cos table width."""
-    for name, mod in model.named_modules():
-        if name.endswith("rotary_emb"):
-            if hasattr(mod, "inv_freq"):
-                return 2 * int(mod.inv_freq.shape[-1])
-            if hasattr(mod, "pos_embd_dim"):
-                return int(mod.pos_embd_dim)
-    return None
-
-
-def measure_case(name: str, model_type: str, kwargs: dict) -> dict:
-    cfg = AutoConfig.for_model(model_type, **kwargs)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
-                                             dtype=torch.float32)
-    model.eval()
-    cfg = model.config
-    steps = forward_steps(model, count, cfg.vocab_size)
-    (prefill, prefill_ops), (last, last_ops) = steps["prefill"], steps["prefill_last"]
-    decode, decode_ops = steps["decode"]
-    kv_bytes, shapes = steps["kv"]
-    kv_heads = sorted({keys[1] for keys, _ in shapes})
-    kv_tokens = sorted({keys[2] for keys, _ in shapes})
-    hf_config = config_to_json_dict(cfg)
-    check_roundtrip(cfg, hf_config)
-    return {
-        "name": name,
-        "model_type": model_type,
-        "hf_config": hf_config,
-        "batch": B,
-        "seq": T,
-        "prefill_flops": prefill,
-        "prefill_last_flops": last,
-        "decode_flops": decode,
-        "prefill_ops": prefill_ops,
-        "prefill_last_ops": last_ops,
-        "decode_ops": decode_ops,
-        "params": int(sum(p.numel() for p in model.parameters())),
-        "rotary_dim": _rotary_dim(model),
-        "kv_cache_bytes_hf": int(kv_bytes),
-        "kv_cache_heads_hf": kv_heads,
-        "kv_cache_tokens_hf": kv_tokens,
-        "note": NOTES.get(name, ""),
-    }
-
-
 # Each real config.json: the publisher's figure, exact where one is published.
 PUBLISHED = {
     "pythia-1.4b": dict(params_published=1_414_647_808, figure="1.4B",
@@ -180,23 +103,10 @@ PUBLISHED = {
                        source="tiiuae/falcon-40b model card (40B)"),
 }
 
-
-def measure_published(name: str) -> dict:
-    path = os.path.join(HF_DIR, f"{name}.json")
-    with open(path) as f:
-        raw = json.load(f)
-    cfg = AutoConfig.for_model(raw["model_type"], **{k: v for k, v in raw.items()
-                                                     if k != "model_type"})
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
-    return {"file": f"tests/data/hf/{name}.json",
-            "params_meta": int(sum(p.numel() for p in model.parameters())),
-            "rotary_dim": _rotary_dim(model), **PUBLISHED[name]}
-
-
 HOW = (
-    "cases: as measure_flops.py (AutoModelForCausalLM.from_config(cfg, attn_implementation="
-    "'eager', dtype=float32), torch.manual_seed(0), eval, no_grad, CPU, FlopCounterMode): "
+    "cases: as the flops family measures (AutoModelForCausalLM.from_config(cfg, "
+    "attn_implementation='eager', dtype=float32), torch.manual_seed(0), eval, no_grad, CPU, "
+    "FlopCounterMode): "
     "prefill = model(ids[B,T], use_cache=False), prefill_last = the same with logits_to_keep=1, "
     "decode = one token per sequence on the cache of a T-token prefill run outside the counter. "
     "kv_cache_bytes_hf = sum of keys.numel()*element_size() + values over the cache's layers "
@@ -207,14 +117,22 @@ HOW = (
 )
 
 
-def main(argv=None) -> int:
-    def show(c: dict) -> str:
-        return (f"prefill={c['prefill_flops']:>10,d} decode={c['decode_flops']:>9,d} "
-                f"kv={c['kv_cache_bytes_hf']:>7,d} R={c['rotary_dim']}")
-
-    return run(argv, __doc__.splitlines()[0], DEFAULT_OUT, CASES, measure_case, show, HOW,
-               published=lambda: {n: measure_published(n) for n in PUBLISHED}, threads=1)
+def _show(c: dict) -> str:
+    return (f"prefill={c['prefill_flops']:>10,d} decode={c['decode_flops']:>9,d} "
+            f"kv={c['kv_cache_bytes_hf']:>7,d} R={c['rotary_dim']}")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+FAMILY = Family(
+    name="classic", out="tests/data/classic_reference.json", cases=CASES, notes=NOTES, how=HOW,
+    show=_show, batch=B, seq=T, vocab=V, threads=1,
+    record=["name", "model_type", "hf_config", "batch", "seq", "prefill_flops",
+            "prefill_last_flops", "decode_flops", "prefill_ops", "prefill_last_ops", "decode_ops",
+            "params", "rotary_dim", ("kv_cache_bytes_hf", "kv_cache_bytes"),
+            # the heads and tokens the layers keep (sorted, each once)
+            ("kv_cache_heads_hf", lambda g: sorted({k[1] for k, _ in g["kv_cache_shapes"]})),
+            ("kv_cache_tokens_hf", lambda g: sorted({k[2] for k, _ in g["kv_cache_shapes"]})),
+            "note"],
+    published=PUBLISHED,
+    published_record=["file", ("params_meta", "text"), "rotary_dim", "params_published", "figure",
+                      "source"],
+)
