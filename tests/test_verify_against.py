@@ -222,9 +222,12 @@ def test_a_user_preset_has_no_stored_config(cli, tmp_path):
 
 
 def test_presets_and_their_stored_configs():
-    """Each built-in preset but the seeds has its config.json (phi3-mini's is the 4k one's)."""
+    """Each built-in preset but the seeds has its config.json (phi3-mini's is the 4k one's),
+    and but the shipped quantized forms (a [quantization] table over another preset's model)."""
     have = {n for n in sources.list_presets() if stored_config(n) is not None}
-    assert set(sources.list_presets()) - have == {"seed-tiny", "seed-classroom"}
+    quantized = {n for n in sources.list_presets() if sources.load_preset(n).quantization}
+    assert set(sources.list_presets()) - have == {"seed-tiny", "seed-classroom", *quantized}
+    assert len(quantized) == 5
     assert stored_config("phi3-mini").name == "phi3-mini-4k.json"
     assert stored_config("published") is None  # the table of counts, not a config
 

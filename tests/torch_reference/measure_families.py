@@ -37,8 +37,9 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import measure_flops
-from measure_flops import config_to_json_dict, count, forward_steps
+from harness import config_to_json_dict
+
+from shapecalc.reference.measure import forward_steps
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "data", "families_reference.json")
@@ -156,15 +157,8 @@ def measure_case(name: str, model_type: str, kwargs: dict, seq: int) -> dict:
     moe = any(k in kwargs for k in (*EXPERT_KEYS, "moe_num_experts"))
     extra = dict(experts_implementation="eager") if moe else {}
     model = _build(cfg, attn_implementation="eager", dtype=torch.float32, **extra).eval()
-    # forward_steps reads the module's B and T: set them for this case and put them back, so
-    # that measuring here leaves the other scripts' (and tests') shapes as they were
-    saved = measure_flops.B, measure_flops.T
-    measure_flops.B, measure_flops.T = 1, seq
-    try:
-        steps = forward_steps(model, count, model.config.vocab_size,
-                              at_cache=lambda c: window_bytes(model.config, c, seq))
-    finally:
-        measure_flops.B, measure_flops.T = saved
+    steps = forward_steps(model, model.config.vocab_size, 1, seq, last=False,
+                          at_cache=lambda c: window_bytes(model.config, c, seq))
     hf_config = config_to_json_dict(model.config)
     hf_config.pop("experts_implementation", None)
     return {
