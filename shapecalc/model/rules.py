@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from .errors import ShapecalcError
 
 if TYPE_CHECKING:
-    from .config import ModelConfig
+    from .model_fields import ModelFields
 
 
-def check_llama4(m: ModelConfig) -> None:
+def check_llama4(m: ModelFields) -> None:
     chunked = m.layer_types is not None and "chunked" in m.layer_types
     if chunked and m.attention_chunk_size is None:
         raise ShapecalcError("layer_types", "chunked layers need attention_chunk_size (C)")
@@ -37,7 +37,7 @@ def check_llama4(m: ModelConfig) -> None:
         raise ShapecalcError("routing_on_input", "is a Mixture-of-Experts field, but "
                              "n_experts is not set")
 
-def check_classic(m: ModelConfig) -> None:
+def check_classic(m: ModelFields) -> None:
     rope = m.positions == "rope"
     for f in ("rotary_dim", "rope_interleaved"):
         if getattr(m, f) not in (None, False) and not rope:
@@ -55,7 +55,7 @@ def check_classic(m: ModelConfig) -> None:
         raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
                              "block; a parallel block with it is not modelled")
 
-def check_mla(m: ModelConfig) -> None:
+def check_mla(m: ModelFields) -> None:
     mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
     if not m.mla:
         given = [f for f in mla_fields if getattr(m, f) is not None]
@@ -85,7 +85,7 @@ def check_mla(m: ModelConfig) -> None:
         raise ShapecalcError("qk_rope_head_dim", f"RoPE rotates pairs, so D_r="
                              f"{m.rot} must be even")
 
-def check_moe(m: ModelConfig) -> None:
+def check_moe(m: ModelFields) -> None:
     moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",
                   "router_bias", "expert_bias", "norm_topk_prob", "routed_scaling_factor")
     if m.n_experts is None:
@@ -117,7 +117,7 @@ def check_moe(m: ModelConfig) -> None:
                              "layers is not modelled")
 
 
-def check_gemma(m: ModelConfig) -> None:
+def check_gemma(m: ModelFields) -> None:
     """Gemma 2/3 and OLMo 2."""
     if m.qk_norm_width != "head" and not m.qk_norm:
         raise ShapecalcError("qk_norm_width", "is set, but qk_norm is false")
