@@ -27,6 +27,7 @@ from ..model.parallel import distinct_experts
 from ..model.plan import LayerPlan, layer_plan
 from ..model.stage import Stage
 from .budget import CHUNK, default_budget, plan_layers
+from .mixers import state_checks
 
 FIELDS = {"FLOPs": "flops", "elementwise FLOPs": "elementwise_flops", "params": "params",
           "bytes": "bytes"}
@@ -241,6 +242,10 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
                          _by_kind(main.kv_bytes, plan)))
     checks.append(_check("largest activation bytes", totals["largest_activation"]["bytes"],
                          _largest(main.stages)))
+    held = [s for s in main.stages if s.op == "state_cache"]
+    if held:  # stateful mixers (mixers.py)
+        checks += state_checks(main.stages, totals["state_cache_bytes"],
+                               _extrapolate(held, "bytes", plan, K))
     if wl.ep > 1:
         checks += _ep_checks(run, main, doc["parallel"]["ep"], pre, ids[:, :T], a_pre, wl, tol)
     if main.routed:  # a report, not a check: how many experts the real routing reached
@@ -388,7 +393,7 @@ def _scale(x: int, k: int, n: int) -> int | float:
 
 def _largest(stages: list[Stage]) -> int:
     """The biggest activation written (the KV cache is counted apart, as the trace does)."""
-    return max(s.bytes for s in stages if s.op not in ("kv_cache", "kv_append"))
+    return max(s.bytes for s in stages if s.op not in ("kv_cache", "kv_append", "state_cache"))
 
 
 def _layer_sum(stages: list[Stage], op: str, k: int) -> int | float:

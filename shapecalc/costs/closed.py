@@ -106,7 +106,12 @@ class ClosedForm:
         cuts = {w if phase == "prefill" else w - 1
                 for w in (k.window for k in kinds)
                 if w is not None and (w > 1 or phase == "prefill")}
-        return cuts, {k.chunk for k in kinds if k.chunk is not None}
+        chunks = {k.chunk for k in kinds if k.chunk is not None}
+        m = self.model
+        if "mamba2" in m.mixers and phase == "prefill":  # ⌈T/L⌉ chunks; max(T, K_c) conv inputs
+            chunks.add(m.scan_chunk)  # type: ignore[arg-type]
+            cuts.add(m.conv_kernel)  # type: ignore[arg-type]
+        return cuts, chunks
 
     def interval(self, phase: str, t: int) -> tuple[int, int | None]:
         """The range [lo, hi] of T holding T = t within which the stage list keeps one structure
@@ -258,6 +263,7 @@ class ClosedForm:
         out["elementwise_flops"] = ev(full, "ew")
         out["weight_bytes"] = _nbytes(out["params"], "w", bits)
         out["kv_cache_bytes"] = byte_sum(full, "kv")
+        out["state_cache_bytes"] = byte_sum(full, "state")
         # the longest cache at each point: with chunked layers the longest kind can change
         # within a regime (a chunk restarts), so the groups' tokens are compared per point
         out["kv_cache_tokens"] = xp.zeros(n, dtype=dtype)

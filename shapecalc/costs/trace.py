@@ -57,8 +57,8 @@ def _is_cache(s: Stage) -> bool:
 
 
 def _activations(st: list[Stage]) -> list[Stage]:
-    """Stages that write an activation (the KV cache is counted apart, as a cache)."""
-    return [s for s in st if s.op not in ("kv_cache", "kv_append")]
+    """Stages that write an activation (the KV cache and mixer states are counted apart)."""
+    return [s for s in st if s.op not in ("kv_cache", "kv_append", "state_cache")]
 
 
 def _role_in(roles: tuple[str, ...]) -> Pred:
@@ -160,6 +160,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "kv_cache_bytes": _sum(st, "bytes", _is_cache),
         "kv_cache_tokens": kv_tokens,
         "kv_cache_bytes_per_token": kv_bytes_per_token(model, wl.kv, mla=wl.mla),
+        "state_cache_bytes": _sum(st, "bytes", lambda s: s.op == "state_cache"),
         "kv_cache_form": kv_cache_form(model, wl.mla),
         "kv_cache_blocks": blocks,
         "kv_cache_paged_bytes": paged,

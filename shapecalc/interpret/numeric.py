@@ -24,7 +24,7 @@ from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, elementwise, llama4, mla, moe, rotary
+from . import alibi, elementwise, llama4, mamba2, mla, moe, rotary
 from .caches import ContiguousKV, KVCache
 from .numeric_base import NumericBase
 from .storage import measure
@@ -45,6 +45,7 @@ class NumericOps(NumericBase):
         for layer in range(k):
             kind = plan.kind_of[layer]
             self._layer, self._kind = layer, kind
+            self._mixer = plan.kinds[kind].mixer
             if self.on_layer:
                 self.on_layer(layer, k)
             yield layer, plan.kinds[kind], kind
@@ -162,6 +163,10 @@ class NumericOps(NumericBase):
                          operands=(x.shape[1:], (x.shape[-1], y.shape[-1])))
 
     def split(self, x: np.ndarray, parts: list[Any]) -> list[np.ndarray]:
+        if self._mixer != "attention":  # a mixer's fused projection: its parts in order
+            cuts = np.cumsum([int(p.value) for p in parts])
+            assert cuts[-1] == x.shape[-1]
+            return np.split(x, cuts[:-1], axis=-1)
         if self.m.mla:
             return mla.split(x, parts)
         dh = self.m.dh
@@ -202,6 +207,7 @@ class NumericOps(NumericBase):
     # the variants' operations live in their own modules: MLA, MoE, ALiBi, Llama 4
     mla_cache, concat, head_linear = mla.cache, mla.concat, mla.head_linear
     route, experts, alibi, temperature = moe.route, moe.experts, alibi.add_bias, llama4.temperature
+    conv1d, ssd, gated_norm = mamba2.conv1d, mamba2.ssd, mamba2.gated_norm  # Mamba-2
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:
@@ -312,7 +318,8 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
     with np.errstate(over="ignore", under="ignore"):
         logits = forward(ops, model, wl, Sizes.of(model, wl, p))
     assert ops.full_out is not None
-    return Step(logits[0], ops.full_out[0], ops.stages, ops.boundaries, cache.nbytes(),
+    ran = len(layer_plan(model).kind_of) if layers is None else min(layers, model.n_layers)
+    return Step(logits[0], ops.full_out[0], ops.stages, ops.boundaries, cache.layer_bytes(ran),
                 getattr(cache, "blocks", None), ops.gemms, ops.routed, ops.ep_traffic)
 
 

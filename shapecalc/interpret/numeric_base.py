@@ -38,6 +38,7 @@ class NumericBase(Ops):
         self.full_out: np.ndarray | None = None
         self._group, self._layer = "embedding", -1
         self._kind: int | None = None
+        self._mixer = "attention"  # the current layer's token mixer
         self._last: np.ndarray | None = None
         self._hq = model.n_heads // p
         self.neg = self.dt(np.finfo(self.dt).min / 2)  # masked score: exp() gives 0, no overflow

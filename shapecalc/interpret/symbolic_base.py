@@ -26,6 +26,7 @@ ELEMENTWISE: dict[str, int] = {
     "gelu": 8,
     "silu": 4,
     "relu": 1,
+    "relu2": 2,  # squared ReLU: max(x, 0), then its square
     "layernorm": 5,  # + 1 for γ, + 1 for β
     "rmsnorm": 3,  # + 1 for γ, + 1 for β
     "sigmoid": 4,  # negate, exp, add 1, divide

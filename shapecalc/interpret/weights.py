@@ -177,17 +177,21 @@ class Weights:
                  "attn.out": H * m.v_dim,
                  "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
-                 "moe.router": m.n_experts or 0, "moe.shared_gate": 1}[role]
+                 "moe.router": m.n_experts or 0, "moe.shared_gate": 1,
+                 # Mamba-2: in [D → z, x, B, C, dt], out [I → D]
+                 "ssm.in": m.ssm_inner + m.ssm_conv_dim + (m.ssm_heads or 0),
+                 "ssm.out": m.ssm_inner}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
-                 "moe.router": m.router_bias, "moe.shared_gate": False}.get(role, m.qkv_bias)
+                 "moe.router": m.router_bias, "moe.shared_gate": False, "ssm.in": False,
+                 "ssm.out": False}.get(role, m.qkv_bias)
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)
             bf = self.get((layer, role, "bias"), (width,)) if has_b else None
             sh = Shard((layer, role), (D, width), "replicated", p, D, width)
             return [sh], (bf[None, None] if bf is not None else None), \
                 width if has_b else 0, False
-        if role in ("attn.out", "ffn.down", "moe.shared.down"):
+        if role in ("attn.out", "ffn.down", "moe.shared.down", "ssm.out"):
             # row-parallel: rank r holds rows r·n/p …; the bias is added once
             b = self.get((layer, role, "bias"), (D,)) if has_b else None
             return [Shard((layer, role), (width, D), "row", p, width // p, D)], b, \

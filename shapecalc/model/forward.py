@@ -16,6 +16,7 @@ from typing import Any
 from . import gemma
 from .config import ModelConfig, Workload
 from .expr import Dim
+from .mamba2 import mamba2_mixer
 from .mla import mla_attention
 from .ops import Ops
 from .plan import LayerSpec, layer_plan
@@ -25,7 +26,9 @@ __all__ = ["ACT", "Ops", "Sizes", "forward"]
 
 
 # the activation each FFN kind applies (gated kinds to the gate)
-ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "swiglu": "silu"}
+ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "swiglu": "silu"}
+# the token mixers other than attention: one function each, over Ops
+MIXERS = {"mamba2": mamba2_mixer}
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
@@ -74,6 +77,12 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
 
 def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x: Any,
            layer: int, angles: Any) -> Any:
+    if not spec.attends:  # a state-space mixer or none, then the FFN (if any): pre-norm
+        if spec.mixer != "none":
+            h = ops.norm(x, "mixer.norm", "mixer norm")
+            x = ops.add(x, _branch(ops, m, MIXERS[spec.mixer](ops, m, z, h, layer)),
+                        "residual", "residual")
+        return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, True)
     if spec.norm_position != "post":  # pre, and sandwich/output (their branches normed too)
         pre = spec.norm_position != "output"  # OLMo 2: no pre-norms
         h = ops.norm(x, "attn.norm", "attention norm") if pre else x
@@ -91,10 +100,7 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
         a = gemma.post_norm(ops, spec, a, "attn")
         x = ops.add(x, _branch(ops, m, a), "residual", "residual")
-        h = ops.norm(x, "ffn.norm", "FFN norm") if pre else x
-        f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
-        f = gemma.post_norm(ops, spec, f, "ffn")
-        return ops.add(x, _branch(ops, m, f), "residual", "residual")
+        return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, pre)
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
     a = _attention(ops, m, spec, wl, z, x, layer, angles)
     if z.p > 1:
@@ -104,6 +110,14 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
     f = _ffn(ops, m, z, x, reduce=z.p > 1)
     return ops.norm(ops.add(x, _branch(ops, m, f), "residual", "residual"), "ffn.norm",
                     "FFN norm")
+
+
+def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre: bool) -> Any:
+    """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
+    h = ops.norm(x, "ffn.norm", "FFN norm") if pre else x
+    f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
+    f = gemma.post_norm(ops, spec, f, "ffn")
+    return ops.add(x, _branch(ops, m, f), "residual", "residual")
 
 
 def _branch(ops: Ops, m: ModelConfig, y: Any) -> Any:

@@ -9,7 +9,9 @@ from typing import Literal
 from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 
 AttentionKind = Literal["full", "sliding", "chunked"]
-FfnKind = Literal["dense", "moe"]
+FfnKind = Literal["dense", "moe", "none"]
+# a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
+MixerKind = Literal["attention", "mamba2", "none"]
 
 
 
@@ -24,8 +26,8 @@ class ModelFields(Record):
     n_kv_heads: Pos | None = _doc(None, "H_kv: key/value heads (default H; 1 = MQA; between = GQA)")
     head_dim: Pos | None = _doc(None, "Dh: head width (default D/H)")
     d_ff: Pos = _req("Dff: FFN hidden width")
-    ffn: Literal["gelu", "relu", "swiglu", "geglu"] = _doc(
-        "gelu", "gelu/relu: up, down; swiglu/geglu: gate, up, down"
+    ffn: Literal["gelu", "relu", "relu2", "swiglu", "geglu"] = _doc(
+        "gelu", "gelu/relu/relu2 (squared ReLU): up, down; swiglu/geglu: gate, up, down"
     )
     norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
     norm_position: Literal["pre", "post", "sandwich", "output"] = _doc(
@@ -98,8 +100,8 @@ class ModelFields(Record):
     )
     ffn_types: tuple[FfnKind, ...] | None = _doc(
         None,
-        "each layer's FFN, in order: dense or moe; default: every layer moe when n_experts "
-        "is set, else dense",
+        "each layer's FFN (channel mixer), in order: dense, moe or none; default: every layer "
+        "moe when n_experts is set, else dense",
     )
     # Llama 4: chunked attention, NoPE layers, the L2 q/k norm and the attention temperature
     attention_chunk_size: Pos | None = _doc(
@@ -161,6 +163,21 @@ class ModelFields(Record):
         None, "the logits × this (Cohere logit_scale; Granite's 1/logits_scaling)"
     )
 
+    # Stateful token mixers: each layer's mixer, and Mamba-2's sizes (state-space duality)
+    mixer_types: tuple[MixerKind, ...] | None = _doc(
+        None, "each layer's token mixer, in order: attention, mamba2, or none (a block of its "
+        "channel mixer only); default: attention in every layer")
+    ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
+    ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
+                                    "H_s·D_s (mamba_head_dim)")
+    ssm_groups: Pos = _doc(1, "G: groups of heads sharing one B and one C (n_groups)")
+    ssm_state: Pos | None = _doc(None, "N_s: the state each head channel carries "
+                                 "(ssm_state_size, d_state)")
+    conv_kernel: Pos | None = _doc(None, "K_c: the causal depthwise convolution's kernel")
+    conv_bias: bool = _doc(True, "a bias on the convolution (use_conv_bias)")
+    scan_chunk: Pos | None = _doc(None, "L: the chunk of the chunked scan (chunk_size): prefill "
+                                  "pads T up to whole chunks, T_L = L·⌈T/L⌉")
+
     @property
     def kv_heads(self) -> int:
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
@@ -175,6 +192,21 @@ class ModelFields(Record):
     @property
     def gated(self) -> bool:
         return self.ffn in ("swiglu", "geglu")
+
+    @property
+    def mixers(self) -> tuple[str, ...]:
+        """Each layer's token mixer."""
+        return self.mixer_types or ("attention",) * self.n_layers
+
+    @property
+    def ssm_inner(self) -> int:
+        """I = H_s·D_s: Mamba-2's inner width (what the gate z and x each hold)."""
+        return (self.ssm_heads or 0) * (self.ssm_head_dim or 0)
+
+    @property
+    def ssm_conv_dim(self) -> int:
+        """D_conv = I + 2·G·N_s: the channels the convolution turns (x, B and C)."""
+        return self.ssm_inner + 2 * self.ssm_groups * (self.ssm_state or 0)
 
     @property
     def moe(self) -> bool:

@@ -125,3 +125,32 @@ def check_gemma(m: ModelFields) -> None:
         raise ShapecalcError("norm_plus_one", f"(1+γ) is Gemma's RMSNorm; norm is {m.norm}")
     if m.rope_base_local is not None and m.positions != "rope":
         raise ShapecalcError("rope_base_local", f"needs RoPE, not {m.positions}")
+
+
+MAMBA2_FIELDS = ("ssm_heads", "ssm_head_dim", "ssm_state", "conv_kernel", "scan_chunk")
+
+
+def check_mixers(m: ModelFields) -> None:
+    """The token mixers: a pattern of N layers; Mamba-2's sizes when a layer has it, none
+    otherwise; G dividing H_s."""
+    if m.mixer_types is not None and len(m.mixer_types) != m.n_layers:
+        raise ShapecalcError("mixer_types", f"lists {len(m.mixer_types)} layers, but "
+                             f"N={m.n_layers}")
+    if m.ffn_types is not None and len(m.ffn_types) != m.n_layers:
+        raise ShapecalcError("ffn_types", f"lists {len(m.ffn_types)} layers, but N={m.n_layers}")
+    if "mamba2" not in m.mixers:
+        given = [f for f in MAMBA2_FIELDS if getattr(m, f) is not None]
+        given += ["ssm_groups"] if m.ssm_groups != 1 else []
+        if given:
+            raise ShapecalcError(given[0], "is a Mamba-2 field, but no layer in mixer_types is "
+                                 "mamba2")
+        return
+    for f in MAMBA2_FIELDS:
+        if getattr(m, f) is None:
+            raise ShapecalcError(f, "Mamba-2 layers (mixer_types mamba2) need it")
+    if m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
+        raise ShapecalcError("ssm_groups", f"G={m.ssm_groups} does not divide H_s="
+                             f"{m.ssm_heads}: each group's B and C serve whole heads")
+    for f in ("parallel_block", "norm_position"):
+        if (m.parallel_block if f == "parallel_block" else m.norm_position != "pre"):
+            raise ShapecalcError(f, "Mamba-2 layers are modelled in pre-norm sequential blocks")

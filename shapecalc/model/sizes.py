@@ -32,6 +32,12 @@ class Sizes(NamedTuple):
     Dn: Dim  # MLA: a head's q/k width without RoPE
     Dr: Dim  # MLA: the decoupled RoPE width (and the RoPE width of every model)
     Dv: Dim  # MLA: a head's value width
+    Hs: Dim  # Mamba-2: heads
+    Ds: Dim  # Mamba-2: a head's width
+    G: Dim  # Mamba-2: groups sharing B and C
+    Ns: Dim  # Mamba-2: state per head channel (d_state)
+    Kc: Dim  # the causal convolution's kernel
+    L: Dim  # the scan's chunk
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -117,6 +123,12 @@ class Sizes(NamedTuple):
             Dn=of("D_n", model.qk_nope_head_dim or 0),
             Dr=of("D_r", model.rot) if model.mla else of("Dh", model.dh),
             Dv=of("D_v", model.v_dim) if model.mla else of("Dh", model.dh),
+            Hs=of("H_s", model.ssm_heads or 0),
+            Ds=of("D_s", model.ssm_head_dim or 0),
+            G=of("G", model.ssm_groups),
+            Ns=of("N_s", model.ssm_state or 0),
+            Kc=of("K_c", model.conv_kernel or 0),
+            L=of("L", model.scan_chunk or 0),
             p=p,
             kv_replicated=replicated,
             T=T,

@@ -1,0 +1,224 @@
+"""The NumPy interpreter's Mamba-2 operations (model/mamba2.py): the causal convolution with its
+conv state, the scan, the gated RMSNorm. NumericOps takes these as its methods.
+
+The scan runs the chunked form (transformers 5.24's torch_forward: pad T to whole chunks of L,
+the intra-chunk "attention" G = C·Bᵀ ⊙ L, chunk states, their pass between chunks, the
+off-diagonal C·states) and, beside it in float64, the plain recurrence S_t = e^{Δ_t·A}·S_{t−1}
++ Δ_t·x_t·B_tᵀ, y_t = S_t·C_t + D·x_t: the stage carries how far the two differ (verify checks
+it), which proves the chunked algebra."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .storage import measure
+from .symbolic_mamba2 import SSM_EW
+
+if TYPE_CHECKING:
+    from .numeric_base import NumericBase
+
+EPS = 1e-5  # NemotronH's layer_norm_epsilon (the gated norm's)
+
+
+def _pads(self: NumericBase) -> np.ndarray | None:
+    """[1,B,T,1] zero at left-padding tokens (transformers zeroes their states), or None."""
+    return None if self.valid.all() else self.valid[None, :, :, None]
+
+
+def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, channels: Any,
+           kernel: Any, bias: bool) -> np.ndarray:
+    K = int(self.m.conv_kernel or 0)
+    R, B, T, C = x.shape
+    w = self.w.get((layer, role, "w"), (C, K))
+    params = w.size
+    pads = _pads(self)
+    if pads is not None and not self.decoding:
+        x = x * pads
+    key = (layer, "conv")
+    if self.decoding:  # the window of K_c past inputs, then the new one: 2 outputs, the last kept
+        seq = np.concatenate([self.cache.states[key], x], axis=2)
+        span = seq
+    else:  # the cache pads a short prompt to K_c; the convolution pads K_c − 1 on each side
+        seq = np.concatenate([np.zeros((R, B, max(0, K - T), C), x.dtype), x], axis=2)
+        span = np.concatenate([np.zeros((R, B, K - 1, C), x.dtype), seq,
+                               np.zeros((R, B, K - 1, C), x.dtype)], axis=2)
+    win = np.lib.stride_tricks.sliding_window_view(span, K, axis=2)  # [R,B,outs,C,K]
+    out = np.einsum("rbock,ck->rboc", win, w)
+    flops = 2 * out[0].size * K
+    y = out[:, :, : seq.shape[2] if not self.decoding else None][:, :, -T:]
+    ew = 0
+    if bias:
+        b = self.w.get((layer, role, "b"), (C,))
+        y = y + b
+        params, ew = params + b.size, y[0].size
+    if pads is not None and not self.decoding:
+        y = y * pads
+    y = np.ascontiguousarray(y, dtype=self.dt)
+    self.cache.states[key] = seq[:, :, -K:].copy()
+    self._rec(role, name, "conv1d", y, flops=flops, ew=ew, params=params,
+              operands=((B, C, win.shape[2]), (C, K)))
+    held = self.cache.states[key].transpose(0, 1, 3, 2)  # [R,B,C,K], as transformers keeps it
+    self._rec("state.conv", "conv state", "state_cache", held,
+              nbytes=measure(held[0], self.wl.act))
+    return y
+
+
+def _segsum(a: np.ndarray) -> np.ndarray:
+    """[..., n] → [..., n, n]: Σ_{j<k≤i} a_k on and below the diagonal, −∞ above (as
+    transformers' segment_sum: a cumulative sum of masked copies, no differences)."""
+    n = a.shape[-1]
+    x = np.where(np.tril(np.ones((n, n), bool), -1), np.repeat(a[..., None], n, axis=-1), 0.0)
+    return np.where(np.tril(np.ones((n, n), bool)), np.cumsum(x, axis=-2), -np.inf)
+
+
+def chunked(x: np.ndarray, dt: np.ndarray, A: np.ndarray, Bm: np.ndarray, Cm: np.ndarray,
+            D: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray, list[tuple[str, Any, int]]]:
+    """The chunked scan of x [B,T,H,P] (Δ [B,T,H], B and C [B,T,H,N]) from a zero state:
+    (y [B,T,H,P], final state [B,H,P,N], each einsum's (role, output, FLOPs))."""
+    Bsz, T, H, P = x.shape
+    pad = (L - T % L) % L
+    D_res = D[:, None] * np.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0)))
+    x = x * dt[..., None]
+    A = A * dt
+
+    def chunks(t: np.ndarray) -> np.ndarray:
+        t = np.pad(t, ((0, 0), (0, pad)) + ((0, 0),) * (t.ndim - 2))
+        return t.reshape(Bsz, -1, L, *t.shape[2:])
+
+    x, A, Bm, Cm = chunks(x), chunks(A), chunks(Bm), chunks(Cm)
+    A = A.transpose(0, 3, 1, 2)  # [B,H,c,L]
+    A_cum = np.cumsum(A, axis=-1)
+    out: list[tuple[str, Any, int]] = []
+
+    def ein(role: str, spec: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        y = np.einsum(spec, a, b)
+        ins, o = spec.split("->")
+        contracted = {ch for ch in ins.replace(",", "") if ch not in o}
+        size = {ch: n for part, arr in zip(ins.split(","), (a, b), strict=True)
+                for ch, n in zip(part, arr.shape, strict=True)}
+        out.append((role, y, 2 * y.size * int(np.prod([size[c] for c in contracted]))))
+        return y
+
+    Lm = np.exp(_segsum(A))  # [B,H,c,L,L]
+    G = ein("ssm.scores", "bclhn,bcshn->bclsh", Cm, Bm)
+    M = G * Lm.transpose(0, 2, 3, 4, 1)
+    Y_diag = ein("ssm.diag", "bclsh,bcshp->bclhp", M, x)
+    decay_states = np.exp(A_cum[..., -1:] - A_cum)
+    B_decay = Bm * decay_states.transpose(0, 2, 3, 1)[..., None]
+    states = ein("ssm.chunk_states", "bclhn,bclhp->bchpn", B_decay, x)
+    states = np.concatenate([np.zeros_like(states[:, :1]), states], axis=1)
+    decay_chunk = np.exp(_segsum(np.pad(A_cum[..., -1], ((0, 0), (0, 0), (1, 0)))))
+    new = ein("ssm.pass", "bzch,bzhpn->bchpn", decay_chunk.transpose(0, 3, 2, 1), states)
+    states, final = new[:, :-1], new[:, -1]
+    C_states = ein("ssm.off", "bclhn,bchpn->bclhp", Cm, states)
+    Y_off = C_states * np.exp(A_cum).transpose(0, 2, 3, 1)[..., None]
+    y = (Y_diag + Y_off).reshape(Bsz, -1, H, P) + D_res
+    out += [("ssm.decay", Lm, 0), ("ssm.mask", M, 0), ("ssm.off.scaled", Y_off, 0),
+            ("ssm.B_decay", B_decay, 0), ("ssm.pass.decay", decay_chunk, 0)]
+    return y[:, :T], final, out
+
+
+def recurrent(x: np.ndarray, dt: np.ndarray, A: np.ndarray, Bm: np.ndarray, Cm: np.ndarray,
+              D: np.ndarray, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The plain recurrence, one token at a time, from state S [B,H,P,N]."""
+    ys = []
+    for t in range(x.shape[1]):
+        S = S * np.exp(dt[:, t] * A)[..., None, None] + (
+            dt[:, t, :, None, None] * x[:, t, :, :, None] * Bm[:, t, :, None, :])
+        ys.append(np.einsum("bhpn,bhn->bhp", S, Cm[:, t]) + D[:, None] * x[:, t])
+    return np.stack(ys, axis=1), S
+
+
+def ssd(self: NumericBase, x: np.ndarray, dt: np.ndarray, b: np.ndarray, c: np.ndarray,
+        layer: int) -> np.ndarray:
+    m = self.m
+    H, P, N, G = m.ssm_heads or 0, m.ssm_head_dim or 0, m.ssm_state or 0, m.ssm_groups
+    f = np.float64 if self.dt == np.float64 else np.float32  # transformers' scan: fp32
+    B, T = x.shape[1:3]
+    bias = self.w.get((layer, "ssm.dt", "b"), (H,))
+    A_log = self.w.get((layer, "ssm.A"), (H,))
+    Dskip = self.w.get((layer, "ssm.D"), (H,), base=1.0)
+    u = (dt[0] + bias).astype(f)
+    delta = np.logaddexp(0, u).astype(f)  # softplus
+    self._rec("ssm.dt", "Δ = softplus(dt + b_dt)", "softplus", delta[None],
+              ew=SSM_EW["dt"] * delta.size, params=bias.size, dtype="fp32")
+    A = -np.exp(A_log.astype(f))
+    xs = x[0].reshape(B, T, H, P).astype(f)
+    rep = H // G  # each group's B and C serve H_s/G heads
+    Bm = np.repeat(b[0].reshape(B, T, G, N).astype(f), rep, axis=2)
+    Cm = np.repeat(c[0].reshape(B, T, G, N).astype(f), rep, axis=2)
+    xd = xs * delta[..., None]
+    self._rec("ssm.discretize", "x·Δ, A·Δ", "mul", xd.reshape(1, B, T, H * P),
+              ew=xd.size + delta.size, params=A_log.size + Dskip.size, dtype="fp32")
+    key = (layer, "ssm")
+    D = Dskip.astype(f)
+    if self.decoding:
+        S = self.cache.states[key]
+        S = S * np.exp(delta[:, 0] * A)[..., None, None] + (
+            delta[:, 0, :, None, None] * xs[:, 0, :, :, None] * Bm[:, 0, :, None, :])
+        self._rec("ssm.update", "S = S·e^{Δ·A} + Δ·x·Bᵀ", "mul", S[None],
+                  ew=SSM_EW["update"] * S.size, dtype="fp32")
+        yr = np.einsum("bhpn,bhn->bhp", S, Cm[:, 0])
+        self._rec("ssm.readout", "y = S·C", "matmul", yr[None], flops=2 * yr.size * N,
+                  dtype="fp32", operands=((B, H, P, N), (B, H, N, 1)))
+        y = (yr + D[:, None] * xs[:, 0])[:, None]
+    else:
+        L = int(m.scan_chunk or 0)
+        y, S, parts = chunked(xs, delta, A, Bm, Cm, D, L)
+        got = {role: (arr, fl) for role, arr, fl in parts}
+        ew_of = {"ssm.chunk_states": 2 * got["ssm.B_decay"][0].size,
+                 "ssm.pass": 3 * got["ssm.pass.decay"][0].size,
+                 "ssm.off": got["ssm.off.scaled"][0].size}
+        _, nc, _, _, _ = got["ssm.chunk_states"][0].shape
+        n1 = nc + 1
+        operands = {  # each einsum as the bmm it becomes: batch dims, then [m, k] × [k, n]
+            "ssm.scores": ((B, nc, H, L, N), (B, nc, H, N, L)),
+            "ssm.diag": ((B, nc, H, L, L), (B, nc, H, L, P)),
+            "ssm.chunk_states": ((B, nc, H, P, L), (B, nc, H, L, N)),
+            "ssm.pass": ((B, H, n1, n1), (B, H, n1, P * N)),
+            "ssm.off": ((B, nc, H, L, N), (B, nc, H, N, P))}
+        names = {"ssm.scores": "G = C·Bᵀ (each chunk)", "ssm.diag": "Y_diag = M·x",
+                 "ssm.chunk_states": "chunk states = (B ⊙ decay)ᵀ·x",
+                 "ssm.pass": "states passed between chunks", "ssm.off": "Y_off = C·states"}
+        for role in ("ssm.scores", "ssm.decay", "ssm.mask", "ssm.diag", "ssm.chunk_states",
+                     "ssm.pass", "ssm.off"):
+            arr, fl = got[role]
+            if role == "ssm.decay":
+                self._rec(role, "L = exp(segsum(A·Δ))", "exp", arr[None],
+                          ew=SSM_EW["decay"] * arr.size, dtype="fp32")
+            elif role == "ssm.mask":
+                self._rec(role, "M = G ⊙ L", "mul", arr[None], ew=arr.size, dtype="fp32")
+            else:
+                self._rec(role, names[role], "matmul", arr[None], flops=fl,
+                          ew=ew_of.get(role, 0), dtype="fp32", operands=operands[role])
+        # the same scan, in float64, as the chunked form and as the recurrence
+        a64 = [a.astype(np.float64) for a in (xs, delta, A, Bm, Cm, D)]
+        y64, S64, _ = chunked(a64[0], a64[1], a64[2], a64[3], a64[4], a64[5], L)
+        yr, Sr = recurrent(a64[0], a64[1], a64[2], a64[3], a64[4], a64[5],
+                           np.zeros((B, H, P, N)))
+        err = max(float(np.abs(y64 - yr).max() / max(np.abs(yr).max(), 1e-300)),
+                  float(np.abs(S64 - Sr).max() / max(np.abs(Sr).max(), 1e-300)))
+        self.stages[-1].extra["scan_recurrence_rel_err"] = err
+    self.cache.states[key] = S
+    out = y.reshape(1, B, T, H * P).astype(self.dt)
+    self._rec("ssm.combine", "y = Y_diag + Y_off + D·x" if not self.decoding else
+              "y = y + D·x", "add", out, ew=SSM_EW["combine"] * out[0].size)
+    self._rec("state.ssm", "recurrent state", "state_cache", S[None].astype(np.float32)
+              if f != np.float64 else S[None], nbytes=S.size * 4, dtype="fp32")
+    return out
+
+
+def gated_norm(self: NumericBase, y: np.ndarray, gate: np.ndarray, role: str, name: str,
+               width: Any, groups: Any) -> np.ndarray:
+    G = self.m.ssm_groups
+    g = gate / (1 + np.exp(-gate))  # silu
+    h = y * g
+    shape = h.shape
+    h = h.reshape(*shape[:-1], G, shape[-1] // G)
+    h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + self.dt(EPS))
+    gamma = self.w.get((self._layer, role, "γ"), (shape[-1],), base=1.0)
+    out = (h.reshape(shape) * gamma).astype(self.dt)
+    return self._rec(role, name, "rmsnorm", out, ew=SSM_EW["gated_norm"] * out[0].size,
+                     params=gamma.size)
