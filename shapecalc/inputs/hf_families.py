@@ -19,6 +19,7 @@ from . import hf_llama as llama
 from . import hf_moe as moe
 from .hf_base import Family, Refusal
 from .hf_llama4 import llama4
+from .hf_mamba import nemotron_h
 
 SILU = llama.gated("hidden_act")
 BODY = (llama.llama, SILU, llama.table)  # the Llama-like body, its activation, its tables
@@ -69,6 +70,30 @@ _GEMMA_ACT = llama.gated("hidden_activation")
 _GEMMA_FIXED = dict(embedding_scale=True)  # hidden_states · √hidden_size
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
+    # NemotronHBlock: one norm and one mixer per layer (Mamba-2, attention without RoPE, an MLP
+    # of squared ReLU); its config renames mamba_* keys in __post_init__ (the aliases)
+    Family("nemotron_h", "Nemotron-H: Mamba-2, attention and MLP blocks by a layer pattern",
+           (nemotron_h,),
+           dict(vocab_size=131072, hidden_size=4096, num_attention_heads=32,
+                num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
+                intermediate_size=21504, mlp_hidden_act="relu2", mlp_bias=False,
+                tie_word_embeddings=False, mamba_num_heads=128, mamba_head_dim=64, n_groups=8,
+                ssm_state_size=128, conv_kernel=4, chunk_size=128, use_conv_bias=True,
+                layers_block_type=["linear_attention", "moe", "full_attention", "mlp"],
+                num_hidden_layers=None, mamba_proj_bias=False, use_bias=False),
+           aliases={"n_groups": ("mamba_n_groups",), "conv_kernel": ("mamba_d_conv",),
+                    "use_conv_bias": ("mamba_conv_bias",), "chunk_size": ("mamba_chunk_size",),
+                    "layers_block_type": ("layer_types",)},
+           refuse={"mamba_proj_bias": Refusal((False,), "{value!r}: biases on the Mamba-2 "
+                                              "projections are not modelled", False),
+                   "use_bias": Refusal((False,), "{value!r}: biases on the Mamba-2 "
+                                       "projections are not modelled", False),
+                   "expand": Refusal((2,), "{value!r}: transformers' NemotronH mixer ignores "
+                                     "expand (its inner width is H_s·D_s)", 2)},
+           ignored=frozenset({"attention_bias", "residual_in_fp32", "time_step_limit",
+                              "time_step_min", "time_step_max", "time_step_floor",
+                              "mamba_ssm_cache_dtype", "mamba_hidden_act",
+                              "rescale_prenorm_residual", "num_logits_to_keep"})),
     Family("llama", "Llama 2/3: GQA, SwiGLU, RMSNorm, RoPE",
            (*BODY, llama.attention_bias, llama.mlp_bias), _llama(None, 2048)),
     # MistralAttention/MistralMLP use bias=False
