@@ -43,17 +43,16 @@ def nemotron_h(h: HF, f: Fields) -> None:
     if h.get("mlp_hidden_act") != "relu2":
         raise ShapecalcError("mlp_hidden_act", f"{h.get('mlp_hidden_act')!r}: only Nemotron-H's "
                              "relu2 (squared ReLU) is modelled")
-    heads = h.need("num_attention_heads", "H")
+    heads = h.get("num_attention_heads")  # absent keys: NemotronHConfig's defaults
     f.update(
-        vocab_size=h.need("vocab_size", "N_vocab"), d_model=h.need("hidden_size", "D"),
+        vocab_size=h.get("vocab_size"), d_model=h.get("hidden_size"),
         n_layers=len(types), n_heads=heads, n_kv_heads=h.get("num_key_value_heads") or heads,
-        head_dim=h.get("head_dim"), d_ff=h.need("intermediate_size", "Dff"), ffn="relu2",
+        head_dim=h.get("head_dim"), d_ff=h.get("intermediate_size"), ffn="relu2",
         ffn_bias=bool(h.get("mlp_bias")), norm="rmsnorm", positions="none",
         max_positions=h.get("max_position_embeddings"),
         tie_embeddings=h.get("tie_word_embeddings"),
         mixer_types=tuple(_BLOCKS[t][0] for t in types),
         ffn_types=tuple(_BLOCKS[t][1] for t in types),
-        # absent: NemotronHConfig's defaults
         ssm_heads=h.get("mamba_num_heads"), ssm_head_dim=h.get("mamba_head_dim"),
         ssm_groups=h.get("n_groups"), ssm_state=h.get("ssm_state_size"),
         conv_kernel=h.get("conv_kernel"), scan_chunk=h.get("chunk_size"),

@@ -1,0 +1,120 @@
+"""Stateful token mixers (Mamba-2): the executor's chunked scan equals the step-by-step
+recurrence and every other verify check passes; a wrong chunk formula is caught; the layer plan
+and its labels; bad configs are refused in one line naming the key."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shapecalc.check.verify import verify
+from shapecalc.costs.trace import build_trace
+from shapecalc.interpret import mamba2 as numeric_mamba2
+from shapecalc.model.config import ModelConfig, Workload
+from shapecalc.model.plan import layer_plan
+
+TINY = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48,
+            ffn="relu2", norm="rmsnorm", positions="none",
+            mixer_types=["mamba2", "attention", "none"], ffn_types=["none", "none", "dense"],
+            ssm_heads=4, ssm_head_dim=8, ssm_groups=2, ssm_state=6, conv_kernel=4, scan_chunk=8)
+
+
+def _scan_check(r: dict) -> dict:
+    return next(c for c in r["checks"] if c["name"].startswith("chunked scan =="))
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("T", [3, 19])  # within one chunk (and under K_c); past two chunks
+def test_verify_passes(phase, T):
+    r = verify(ModelConfig(**TINY), Workload(batch=2, seq=T, phase=phase, dtype="fp32"),
+               precision="float64")
+    bad = [c for c in r["checks"] if not c["ok"]]
+    assert not bad, bad
+    names = [c["name"] for c in r["checks"]]
+    assert "state cache bytes (all layers)" in names
+    assert any(n.startswith("decode (KV cache") for n in names)  # decode from the state
+
+
+def test_the_scan_check_catches_a_perturbed_chunk_formula(monkeypatch):
+    model, wl = ModelConfig(**TINY), Workload(batch=1, seq=19, dtype="fp32")
+    assert _scan_check(verify(model, wl, precision="float64"))["ok"]
+    segsum = numeric_mamba2._segsum
+
+    def off_by_a_little(a: np.ndarray) -> np.ndarray:  # each decay one part in 10⁴ too strong
+        return segsum(a) * 1.0001
+
+    monkeypatch.setattr(numeric_mamba2, "_segsum", off_by_a_little)
+    c = _scan_check(verify(model, wl, precision="float64"))
+    assert not c["ok"] and float(c["measured"]) > 1e-6
+
+
+def test_layer_plan_kinds_and_labels():
+    plan = layer_plan(ModelConfig(**TINY))
+    assert [k.label for k in plan.kinds] == ["Mamba-2 · no FFN", "full attention · no FFN",
+                                             "FFN only"]
+    doc = build_trace(ModelConfig(**TINY), Workload(seq=16))
+    # only the attention layer holds K and V; only the Mamba-2 layer a state
+    assert doc["totals"]["kv_cache_bytes"] == 2 * 1 * 2 * 16 * 8 * 2
+    conv, ssm = (32 + 2 * 2 * 6) * 4 * 2, 4 * 8 * 6 * 4  # bf16 conv window, fp32 state
+    assert doc["totals"]["state_cache_bytes"] == conv + ssm
+
+
+def test_state_bytes_do_not_grow_with_T():
+    m = ModelConfig(**TINY)
+    seen = {build_trace(m, Workload(seq=T, phase=ph))["totals"]["state_cache_bytes"]
+            for T in (1, 7, 300) for ph in ("prefill", "decode")}
+    assert len(seen) == 1
+
+
+BAD = [  # (a field, its bad value, the key the message must name)
+    ("conv_kernel", 0, "conv_kernel"),
+    ("ssm_state", 0, "ssm_state"),
+    ("ssm_groups", 3, "ssm_groups"),  # does not divide H_s = 4
+    ("mixer_types", ["mamba2", "attention"], "mixer_types"),  # 2 layers, N = 3
+    ("mixer_types", ["mamba2", "mamba3", "none"], "mixer_types"),
+    ("ffn_types", ["none", "dense"], "ffn_types"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "key"), BAD)
+def test_bad_configs_exit_2_naming_the_key(cli, tmp_path, field, value, key):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({**TINY, field: value}))
+    r = cli("trace", "--config", str(path))
+    assert r.code == 2, (r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0] and "Traceback" not in r.err, r.err
+
+
+NANO = {"model_type": "nemotron_h", "num_hidden_layers": 4, "hidden_size": 32,
+        "intermediate_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 8, "vocab_size": 64, "hybrid_override_pattern": "M-*M",
+        "mamba_num_heads": 4, "mamba_head_dim": 8, "n_groups": 2, "ssm_state_size": 6}
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"hybrid_override_pattern": "M-*X"}, "hybrid_override_pattern"),  # unknown layer type
+    ({"hybrid_override_pattern": "M-*"}, "hybrid_override_pattern"),  # 3 layers, N = 4
+    ({"hybrid_override_pattern": "M-*E"}, "hybrid_override_pattern"),  # MoE: not modelled
+    ({"hybrid_override_pattern": None, "layers_block_type": ["mamba"] * 4}, "layers_block_type"),
+    ({"n_groups": 3}, "ssm_groups"),
+    ({"conv_kernel": 0}, "conv_kernel"),
+    ({"mlp_hidden_act": "gelu"}, "mlp_hidden_act"),
+    ({"mamba_proj_bias": True}, "mamba_proj_bias"),
+])
+def test_bad_hf_configs_exit_2_naming_the_key(cli, tmp_path, change, key):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in {**NANO, **change}.items() if v is not None}))
+    r = cli("trace", "--hf-config", str(path))
+    assert r.code == 2, (r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0], r.err
+
+
+def test_tensor_parallel_is_refused_naming_tp(cli, tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(TINY))
+    r = cli("trace", "--config", str(path), "--tp", "2")
+    assert r.code == 2 and "tp" in r.err
