@@ -63,10 +63,10 @@ def build(cfg: dict, **kw):
     return AutoModelForCausalLM.from_config(conf, attn_implementation="eager", **kw)
 
 
-def counted(fn):
+def counted(model, ids, **kw):
     fc = FlopCounterMode(display=False)
     with fc:
-        out = fn()
+        out = model(ids, **kw)
     ops = {str(k): int(v) for k, v in fc.get_flop_counts()["Global"].items()}
     return out, int(fc.get_total_flops()), ops
 
@@ -98,11 +98,9 @@ def measure(full: dict, small: dict) -> dict:
         ids = torch.randint(0, small["vocab_size"], (1, T + 1), generator=torch.Generator()
                             .manual_seed(T))
         with torch.no_grad():
-            o, pre, pre_ops = counted(lambda: model(ids[:, :T], use_cache=True,
-                                                    logits_to_keep=0))
-            c = o.past_key_values
-            _, dec, dec_ops = counted(lambda: model(ids[:, T:], past_key_values=c,
-                                                    use_cache=True, logits_to_keep=0))
+            o, pre, pre_ops = counted(model, ids[:, :T], use_cache=True, logits_to_keep=0)
+            _, dec, dec_ops = counted(model, ids[:, T:], past_key_values=o.past_key_values,
+                                      use_cache=True, logits_to_keep=0)
         with torch.no_grad():
             half = model.to(torch.bfloat16)
             o16 = half(ids[:, :T], use_cache=True, logits_to_keep=1)
