@@ -1,6 +1,6 @@
-"""Stateful token mixers (Mamba-2): the executor's chunked scan equals the step-by-step
-recurrence and every other verify check passes; a wrong chunk formula is caught; the layer plan
-and its labels; bad configs are refused in one line naming the key."""
+"""Stateful token mixers (Mamba-2, gated DeltaNet): the executor's chunked form equals the
+step-by-step recurrence and every other verify check passes; a wrong chunk formula is caught;
+the layer plan and its labels; bad configs are refused in one line naming the key."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from shapecalc.check.verify import verify
 from shapecalc.costs.trace import build_trace
+from shapecalc.interpret import deltanet as numeric_deltanet
 from shapecalc.interpret import mamba2 as numeric_mamba2
 from shapecalc.model.config import ModelConfig, Workload
 from shapecalc.model.plan import layer_plan
@@ -21,14 +22,23 @@ TINY = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head
             ssm_heads=4, ssm_head_dim=8, ssm_groups=2, ssm_state=6, conv_kernel=4, scan_chunk=8)
 
 
+# Qwen3-Next's layout: gated DeltaNet, then gated attention (output gate, q/k norms, partial RoPE)
+GDN = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=40,
+           ffn="swiglu", norm="rmsnorm", norm_plus_one=True, positions="rope", rotary_dim=2,
+           qk_norm=True, attn_output_gate=True, mixer_types=["gated_deltanet", "attention"],
+           gdn_qk_heads=2, gdn_v_heads=4, gdn_qk_dim=8, gdn_v_dim=6, conv_kernel=4,
+           scan_chunk=8)
+
+
 def _scan_check(r: dict) -> dict:
     return next(c for c in r["checks"] if c["name"].startswith("chunked scan =="))
 
 
+@pytest.mark.parametrize("fields", [TINY, GDN], ids=["mamba2", "gated_deltanet"])
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
 @pytest.mark.parametrize("T", [3, 19])  # within one chunk (and under K_c); past two chunks
-def test_verify_passes(phase, T):
-    r = verify(ModelConfig(**TINY), Workload(batch=2, seq=T, phase=phase, dtype="fp32"),
+def test_verify_passes(fields, phase, T):
+    r = verify(ModelConfig(**fields), Workload(batch=2, seq=T, phase=phase, dtype="fp32"),
                precision="float64")
     bad = [c for c in r["checks"] if not c["ok"]]
     assert not bad, bad
@@ -46,6 +56,15 @@ def test_the_scan_check_catches_a_perturbed_chunk_formula(monkeypatch):
         return segsum(a) * 1.0001
 
     monkeypatch.setattr(numeric_mamba2, "_segsum", off_by_a_little)
+    c = _scan_check(verify(model, wl, precision="float64"))
+    assert not c["ok"] and float(c["measured"]) > 1e-6
+
+
+def test_the_delta_rule_check_catches_a_perturbed_chunk_formula(monkeypatch):
+    model, wl = ModelConfig(**GDN), Workload(batch=1, seq=19, dtype="fp32")
+    assert _scan_check(verify(model, wl, precision="float64"))["ok"]
+    decay = numeric_deltanet._pairwise_decay
+    monkeypatch.setattr(numeric_deltanet, "_pairwise_decay", lambda G: decay(G * 1.0001))
     c = _scan_check(verify(model, wl, precision="float64"))
     assert not c["ok"] and float(c["measured"]) > 1e-6
 
@@ -75,13 +94,17 @@ BAD = [  # (a field, its bad value, the key the message must name)
     ("mixer_types", ["mamba2", "attention"], "mixer_types"),  # 2 layers, N = 3
     ("mixer_types", ["mamba2", "mamba3", "none"], "mixer_types"),
     ("ffn_types", ["none", "dense"], "ffn_types"),
+    ("gdn_v_heads", 5, "gdn_v_heads"),  # H_qk = 2 does not divide it (with GDN's fields)
+    ("gdn_qk_dim", None, "gdn_qk_dim"),  # gated DeltaNet layers need it
 ]
 
 
 @pytest.mark.parametrize(("field", "value", "key"), BAD)
 def test_bad_configs_exit_2_naming_the_key(cli, tmp_path, field, value, key):
     path = tmp_path / "m.json"
-    path.write_text(json.dumps({**TINY, field: value}))
+    base = GDN if field.startswith("gdn") else TINY
+    path.write_text(json.dumps({k: v for k, v in {**base, field: value}.items()
+                                if v is not None}))
     r = cli("trace", "--config", str(path))
     assert r.code == 2, (r.out, r.err)
     lines = r.err.strip().splitlines()
@@ -118,3 +141,35 @@ def test_tensor_parallel_is_refused_naming_tp(cli, tmp_path):
     path.write_text(json.dumps(TINY))
     r = cli("trace", "--config", str(path), "--tp", "2")
     assert r.code == 2 and "tp" in r.err
+
+
+QNEXT = {"model_type": "qwen3_next", "num_hidden_layers": 4, "hidden_size": 32,
+         "intermediate_size": 48, "num_attention_heads": 4, "vocab_size": 64, "head_dim": 8,
+         "num_experts": 0}
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"layer_types": ["linear_attention"] * 3}, "layer_types"),  # 3 layers, N = 4
+    ({"layer_types": ["linear_attention", "mamba", "full_attention", "full_attention"]},
+     "layer_types"),
+    ({"full_attention_interval": 0}, "full_attention_interval"),
+    ({"linear_num_value_heads": 3}, "gdn_v_heads"),  # 16 q/k heads (the default) do not divide
+    ({"linear_conv_kernel_dim": 0}, "conv_kernel"),
+])
+def test_bad_qwen3_next_configs_exit_2_naming_the_key(cli, tmp_path, change, key):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**QNEXT, **change}))
+    r = cli("trace", "--hf-config", str(path))
+    assert r.code == 2, (r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0], r.err
+
+
+def test_qwen3_next_reads_its_layout(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QNEXT))
+    from shapecalc.inputs.hf import load_hf_config
+    m = load_hf_config(path)
+    assert m.mixers == ("gated_deltanet",) * 3 + ("attention",)  # full_attention_interval 4
+    assert (m.attn_output_gate, m.norm_plus_one, m.rotary_dim, m.scan_chunk) == (True, True, 2,
+                                                                                 64)

@@ -36,8 +36,9 @@ TOTALS: tuple[Field, ...] = (
           "(MLA: N·(D_c+D_r)·bytes latent, or N·H·(Dh+D_v)·bytes expanded)",
           "kv_cache_bytes_per_token"),
     Field("state_cache_bytes", "int", "bytes the stateful mixers hold after the step, all "
-          "layers: each Mamba-2 layer's conv state [D_conv, K_c] (activation dtype) and "
-          "recurrent state [H_s, D_s, N_s] (fp32) per sequence, whatever T is",
+          "layers: each Mamba-2 or gated DeltaNet layer's conv state [D_conv, K_c] (activation "
+          "dtype) and recurrent state (fp32: [H_s, D_s, N_s], or [H_v, D_qk, D_hv]) per "
+          "sequence, whatever T is",
           "state_cache_bytes"),
     Field("kv_cache_form", "str", "what a token's cache entry is: kv (K and V of each KV head), "
           "mla-absorbed or mla-latent (MLA's latent c_KV and k_rope), mla-expanded (K and V "

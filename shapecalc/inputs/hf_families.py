@@ -18,6 +18,7 @@ from . import hf_gemma as gemma
 from . import hf_llama as llama
 from . import hf_moe as moe
 from .hf_base import Family, Refusal
+from .hf_deltanet import qwen3_next
 from .hf_llama4 import llama4
 from .hf_mamba import nemotron_h
 
@@ -70,6 +71,20 @@ _GEMMA_ACT = llama.gated("hidden_activation")
 _GEMMA_FIXED = dict(embedding_scale=True)  # hidden_states · √hidden_size
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
+    # gated DeltaNet : gated attention 3:1; Qwen2-MoE's sparse MoE (a shared expert with its
+    # sigmoid gate) on the layers decoder_sparse_step and mlp_only_layers leave
+    Family("qwen3_next", "Qwen3-Next: gated DeltaNet and gated attention 3:1, MoE + shared",
+           (*BODY, llama.qk_norm, qwen3_next, moe.qwen_sparse,
+            moe.experts("num_experts", "moe_intermediate_size", optional=True), moe.norm_topk,
+            moe.qwen_shared),
+           _llama(2, 32768, head_dim=256, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+                  linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+                  decoder_sparse_step=1, moe_intermediate_size=512,
+                  shared_expert_intermediate_size=512, num_experts_per_tok=10, num_experts=512,
+                  norm_topk_prob=True, mlp_only_layers=None, layer_types=None,
+                  full_attention_interval=4, partial_rotary_factor=0.25, vocab_size=151936,
+                  hidden_size=2048, intermediate_size=5632, num_hidden_layers=48,
+                  num_attention_heads=16)),
     # NemotronHBlock: one norm and one mixer per layer (Mamba-2, attention without RoPE, an MLP
     # of squared ReLU); its config renames mamba_* keys in __post_init__ (the aliases)
     Family("nemotron_h", "Nemotron-H: Mamba-2, attention and MLP blocks by a layer pattern",

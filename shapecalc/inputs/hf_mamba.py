@@ -30,7 +30,7 @@ def nemotron_h(h: HF, f: Fields) -> None:
                                  "(M Mamba-2, * attention, - MLP, E MoE)")
         types, key = [_PATTERN[c] for c in pattern], "hybrid_override_pattern"
     else:
-        types, key = list(h.get("layers_block_type") or ()), "layers_block_type"
+        types, key = list(h.one_of("layers_block_type") or ()), "layers_block_type"
     for t in types:
         if t == "moe":
             raise ShapecalcError(key, "has MoE layers (E): Nemotron-H's latent MoE is not "
@@ -54,9 +54,10 @@ def nemotron_h(h: HF, f: Fields) -> None:
         mixer_types=tuple(_BLOCKS[t][0] for t in types),
         ffn_types=tuple(_BLOCKS[t][1] for t in types),
         ssm_heads=h.get("mamba_num_heads"), ssm_head_dim=h.get("mamba_head_dim"),
-        ssm_groups=h.get("n_groups"), ssm_state=h.get("ssm_state_size"),
-        conv_kernel=h.get("conv_kernel"), scan_chunk=h.get("chunk_size"),
-        conv_bias=bool(h.get("use_conv_bias")))
+        # the mamba_* spellings NemotronHConfig.__post_init__ renames: aliases
+        ssm_groups=h.one_of("n_groups"), ssm_state=h.get("ssm_state_size"),
+        conv_kernel=h.one_of("conv_kernel"), scan_chunk=h.one_of("chunk_size"),
+        conv_bias=bool(h.one_of("use_conv_bias")))
     if "mamba2" not in f["mixer_types"]:  # the Mamba-2 fields belong to Mamba-2 layers
         for k in ("ssm_heads", "ssm_head_dim", "ssm_state", "conv_kernel", "scan_chunk"):
             f[k] = None

@@ -211,14 +211,18 @@ def ssd(self: NumericBase, x: np.ndarray, dt: np.ndarray, b: np.ndarray, c: np.n
 
 
 def gated_norm(self: NumericBase, y: np.ndarray, gate: np.ndarray, role: str, name: str,
-               width: Any, groups: Any) -> np.ndarray:
-    G = self.m.ssm_groups
-    g = gate / (1 + np.exp(-gate))  # silu
-    h = y * g
+               gamma: Any, groups: Any, gate_first: bool) -> np.ndarray:
+    m = self.m
+    G = m.ssm_groups if gate_first else (m.gdn_v_heads or 0)  # Mamba-2's G, or each value head
+    silu = gate / (1 + np.exp(-gate))
+    h = y * silu if gate_first else y
     shape = h.shape
     h = h.reshape(*shape[:-1], G, shape[-1] // G)
     h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + self.dt(EPS))
-    gamma = self.w.get((self._layer, role, "γ"), (shape[-1],), base=1.0)
-    out = (h.reshape(shape) * gamma).astype(self.dt)
+    # Mamba-2: γ over the whole width; gated DeltaNet: one γ of D_hv shared by the heads
+    width = shape[-1] if gate_first else (m.gdn_v_dim or 0)
+    g = self.w.get((self._layer, role, "γ"), (width,), base=1.0)
+    h = h * g if not gate_first else h
+    out = (h.reshape(shape) * (g if gate_first else silu)).astype(self.dt)
     return self._rec(role, name, "rmsnorm", out, ew=SSM_EW["gated_norm"] * out[0].size,
-                     params=gamma.size)
+                     params=g.size)

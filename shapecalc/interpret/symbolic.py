@@ -15,6 +15,7 @@ from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import Group, Split, Stage
+from . import symbolic_deltanet as deltanet
 from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
 from .symbolic_base import ELEMENTWISE, SPLIT_NOTE, Sym, SymbolicBase, _half, _total
@@ -163,6 +164,7 @@ class SymbolicOps(SymbolicBase):
     mla_cache, concat, head_linear = mla.sym_cache, mla.sym_concat, mla.sym_head_linear
     # Mamba-2 (symbolic_mamba2.py)
     conv1d, ssd, gated_norm = mamba2.sym_conv1d, mamba2.sym_ssd, mamba2.sym_gated_norm
+    delta_rule = deltanet.sym_delta_rule  # gated DeltaNet (symbolic_deltanet.py)
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

@@ -1,6 +1,7 @@
 """The symbolic interpreter's Mamba-2 operations (model/mamba2.py): the causal convolution and
 its conv state, the chunked scan as transformers 5.24's torch path computes it, and the gated
-RMSNorm. SymbolicOps takes these as its methods; mamba2.py (interpret/) is the executor's side.
+RMSNorm (the convolution and the norm are gated DeltaNet's too, symbolic_deltanet.py).
+SymbolicOps takes these as its methods; mamba2.py (interpret/) is the executor's side.
 
 FLOPs follow the `transformers-torch` convention, FlopCounterMode's count on that path: the
 convolution is aten.convolution over max(T, K_c) + K_c − 1 positions (padding K_c − 1, the
@@ -107,7 +108,10 @@ def sym_ssd(self: SymbolicBase, x: Sym, dt: Sym, b: Sym, c: Sym, layer: int) -> 
     return y
 
 
-def sym_gated_norm(self: SymbolicBase, y: Sym, gate: Sym, role: str, name: str, width: Dim,
-                   groups: Dim) -> Sym:
-    return self._rec(role, name, "rmsnorm", y, ew=SSM_EW["gated_norm"], params=formula([width]),
-                     note=f"RMSNorm of y ⊙ silu(z) over each of G={groups.value} groups, γ")
+def sym_gated_norm(self: SymbolicBase, y: Sym, gate: Sym, role: str, name: str, gamma: Dim,
+                   groups: Dim, gate_first: bool) -> Sym:
+    note = (f"RMSNorm of y ⊙ silu(z) over each of {groups.symbol}={groups.value} groups, γ"
+            if gate_first else f"RMSNorm over each head's {gamma.symbol}, γ shared by the "
+            "heads, then ⊙ silu(z)")
+    return self._rec(role, name, "rmsnorm", y, ew=SSM_EW["gated_norm"], params=formula([gamma]),
+                     note=note)

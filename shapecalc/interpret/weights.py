@@ -180,18 +180,24 @@ class Weights:
                  "moe.router": m.n_experts or 0, "moe.shared_gate": 1,
                  # Mamba-2: in [D → z, x, B, C, dt], out [I → D]
                  "ssm.in": m.ssm_inner + m.ssm_conv_dim + (m.ssm_heads or 0),
-                 "ssm.out": m.ssm_inner}[role]
+                 "ssm.out": m.ssm_inner,
+                 # gated DeltaNet: [D → q, k, v, z], [D → b, a], out [H_v·D_hv → D]
+                 "gdn.qkvz": m.gdn_conv_dim + (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
+                 "gdn.ba": 2 * (m.gdn_v_heads or 0),
+                 "gdn.out": (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
+                 "attn.gate": H * dh}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
                  "moe.router": m.router_bias, "moe.shared_gate": False, "ssm.in": False,
-                 "ssm.out": False}.get(role, m.qkv_bias)
+                 "ssm.out": False, "gdn.qkvz": False, "gdn.ba": False,
+                 "gdn.out": False}.get(role, m.qkv_bias)
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)
             bf = self.get((layer, role, "bias"), (width,)) if has_b else None
             sh = Shard((layer, role), (D, width), "replicated", p, D, width)
             return [sh], (bf[None, None] if bf is not None else None), \
                 width if has_b else 0, False
-        if role in ("attn.out", "ffn.down", "moe.shared.down", "ssm.out"):
+        if role in ("attn.out", "ffn.down", "moe.shared.down", "ssm.out", "gdn.out"):
             # row-parallel: rank r holds rows r·n/p …; the bias is added once
             b = self.get((layer, role, "bias"), (D,)) if has_b else None
             return [Shard((layer, role), (width, D), "row", p, width // p, D)], b, \

@@ -184,9 +184,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
         raise ShapecalcError(
             "tp", f"p={p} is not a multiple of H_kv={hkv}, so KV heads cannot be replicated evenly"
         )
-    if p > 1 and "mamba2" in model.mixers:
-        raise ShapecalcError("tp", f"p={p}: stateful mixers (mamba2) are traced on one rank "
-                             "only so far; give --tp 1")
+    if p > 1 and {"mamba2", "gated_deltanet"} & set(model.mixers):
+        raise ShapecalcError("tp", f"p={p}: stateful mixers (mamba2, gated_deltanet) are "
+                             "traced on one rank only so far; give --tp 1")
     if model.moe:
         if model.dff_expert % p:
             raise ShapecalcError("tp", f"p={p} does not divide Dff_e={model.dff_expert}")

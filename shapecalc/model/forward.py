@@ -16,6 +16,7 @@ from typing import Any
 from . import gemma
 from .config import ModelConfig, Workload
 from .expr import Dim
+from .gated_deltanet import gated_deltanet_mixer
 from .mamba2 import mamba2_mixer
 from .mla import mla_attention
 from .ops import Ops
@@ -28,7 +29,7 @@ __all__ = ["ACT", "Ops", "Sizes", "forward"]
 # the activation each FFN kind applies (gated kinds to the gate)
 ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "swiglu": "silu"}
 # the token mixers other than attention: one function each, over Ops
-MIXERS = {"mamba2": mamba2_mixer}
+MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer}
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
@@ -185,6 +186,10 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     a = ops.softmax(s, "attn.softmax", "softmax", z.H if m.attention_sinks else None)
     o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W, chunk=C)
     o = ops.merge_heads(o, "attn.merge", "merge heads")
+    if m.attn_output_gate:  # Qwen3-Next: o ⊙ sigmoid(h·W_g), W_g q_proj's second half
+        g = ops.linear(h, "attn.gate", "output gate projection", z.D, qw, m.qkv_bias, "column")
+        o = ops.mul(o, ops.activation(g, "attn.gate.act", "output gate", "sigmoid"),
+                    "attn.gate.mul", "o ⊙ gate")
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
 
 

@@ -29,5 +29,5 @@ def mamba2_mixer(ops: Ops, m: ModelConfig, z: Sizes, h: Any, layer: int) -> Any:
     x, b, c = ops.split(xbc, [inner, gn, gn])  # [B,T,I] [B,T,G·N_s] [B,T,G·N_s]
     # S_t = e^{Δ_t·A}·S_{t−1} + Δ_t·x_t·B_tᵀ, y_t = S_t·C_t + D·x_t, Δ_t = softplus(dt_t + b_dt)
     y = ops.ssd(x, dt, b, c, layer)  # [B,T,I]
-    y = ops.gated_norm(y, gate, "ssm.norm", "gated RMSNorm", inner, z.G)  # [B,T,I]
+    y = ops.gated_norm(y, gate, "ssm.norm", "gated RMSNorm", inner, z.G, True)  # [B,T,I]
     return ops.linear(y, "ssm.out", "out projection", inner, z.D, False, "row")  # [B,T,D]

@@ -11,7 +11,7 @@ from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
-MixerKind = Literal["attention", "mamba2", "none"]
+MixerKind = Literal["attention", "mamba2", "gated_deltanet", "none"]
 
 
 
@@ -165,8 +165,8 @@ class ModelFields(Record):
 
     # Stateful token mixers: each layer's mixer, and Mamba-2's sizes (state-space duality)
     mixer_types: tuple[MixerKind, ...] | None = _doc(
-        None, "each layer's token mixer, in order: attention, mamba2, or none (a block of its "
-        "channel mixer only); default: attention in every layer")
+        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, or none (a "
+        "block of its channel mixer only); default: attention in every layer")
     ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
     ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
                                     "H_s·D_s (mamba_head_dim)")
@@ -177,6 +177,16 @@ class ModelFields(Record):
     conv_bias: bool = _doc(True, "a bias on the convolution (use_conv_bias)")
     scan_chunk: Pos | None = _doc(None, "L: the chunk of the chunked scan (chunk_size): prefill "
                                   "pads T up to whole chunks, T_L = L·⌈T/L⌉")
+    # gated DeltaNet (Qwen3-Next, Qwen3.5): the delta rule with a decay gate, linear attention
+    gdn_qk_heads: Pos | None = _doc(None, "H_qk: gated DeltaNet query/key heads "
+                                    "(linear_num_key_heads)")
+    gdn_v_heads: Pos | None = _doc(None, "H_v: value heads, H_qk dividing them "
+                                   "(linear_num_value_heads)")
+    gdn_qk_dim: Pos | None = _doc(None, "D_qk: a query/key head's width (linear_key_head_dim)")
+    gdn_v_dim: Pos | None = _doc(None, "D_hv: a value head's width (linear_value_head_dim); the "
+                                 "state of each value head is D_qk × D_hv")
+    attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
+                                  "(Qwen3-Next: q_proj's second half)")
 
     @property
     def kv_heads(self) -> int:
@@ -207,6 +217,12 @@ class ModelFields(Record):
     def ssm_conv_dim(self) -> int:
         """D_conv = I + 2·G·N_s: the channels the convolution turns (x, B and C)."""
         return self.ssm_inner + 2 * self.ssm_groups * (self.ssm_state or 0)
+
+    @property
+    def gdn_conv_dim(self) -> int:
+        """D_conv = 2·H_qk·D_qk + H_v·D_hv: the channels gated DeltaNet's convolution turns."""
+        return (2 * (self.gdn_qk_heads or 0) * (self.gdn_qk_dim or 0)
+                + (self.gdn_v_heads or 0) * (self.gdn_v_dim or 0))
 
     @property
     def moe(self) -> bool:

@@ -165,8 +165,16 @@ class Ops:
         Prefill runs the chunked form, decode one step of the recurrence."""
         raise NotImplementedError
 
-    def gated_norm(self, y: Any, gate: Any, role: str, name: str, width: Dim, groups: Dim
-                   ) -> Any:
-        """RMSNorm of y ⊙ silu(gate) over each of `groups` groups of the last dim, × γ."""
+    def gated_norm(self, y: Any, gate: Any, role: str, name: str, gamma: Dim, groups: Dim,
+                   gate_first: bool) -> Any:
+        """An RMSNorm over each of `groups` groups of the last dim, × γ (`gamma` values, one set
+        shared by the groups when fewer than the width), gated by silu(gate): before the norm
+        (`gate_first`, Mamba-2: Norm(y ⊙ silu(z))) or after it (gated DeltaNet)."""
+        raise NotImplementedError
+
+    def delta_rule(self, q: Any, k: Any, v: Any, b: Any, a: Any, layer: Any) -> Any:
+        """Gated DeltaNet's rule: q and k [B,T,H_qk·D_qk], v [B,T,H_v·D_hv], b and a [B,T,H_v]
+        → o [B,T,H_v·D_hv]; each value head's state [D_qk, D_hv] is kept. Prefill runs the
+        chunked form, decode one step of the recurrence."""
         raise NotImplementedError
 

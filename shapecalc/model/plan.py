@@ -48,7 +48,7 @@ class LayerSpec(NamedTuple):
     norm_position: str  # pre | post
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
-    mixer: str = "attention"  # the token mixer: attention (of `attention`), mamba2, or none
+    mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, or none
 
     @property
     def attends(self) -> bool:
@@ -72,7 +72,8 @@ class LayerSpec(NamedTuple):
         return attn + (" · NoPE" if self.nope else "") + ffn
 
 
-MIXER_LABELS = {"mamba2": "Mamba-2"}  # the token mixers other than attention, as labels print
+# the token mixers other than attention, as labels print
+MIXER_LABELS = {"mamba2": "Mamba-2", "gated_deltanet": "gated DeltaNet"}
 
 
 class Run(NamedTuple):

@@ -127,30 +127,52 @@ def check_gemma(m: ModelFields) -> None:
         raise ShapecalcError("rope_base_local", f"needs RoPE, not {m.positions}")
 
 
-MAMBA2_FIELDS = ("ssm_heads", "ssm_head_dim", "ssm_state", "conv_kernel", "scan_chunk")
+MAMBA2_FIELDS = ("ssm_heads", "ssm_head_dim", "ssm_state")
+GDN_FIELDS = ("gdn_qk_heads", "gdn_v_heads", "gdn_qk_dim", "gdn_v_dim")
+SCAN_FIELDS = ("conv_kernel", "scan_chunk")  # both stateful mixers' convolution and chunk
+
+
+def _fields_of(m: ModelFields, kind: str, fields: tuple[str, ...], extra: list[str]) -> None:
+    """A mixer's fields: all given when a layer has it, none otherwise."""
+    if kind not in m.mixers:
+        given = [f for f in fields if getattr(m, f) is not None] + extra
+        if given:
+            raise ShapecalcError(given[0], f"is a {kind} field, but no layer in mixer_types "
+                                 f"is {kind}")
+        return
+    for f in fields:
+        if getattr(m, f) is None:
+            raise ShapecalcError(f, f"{kind} layers (mixer_types) need it")
 
 
 def check_mixers(m: ModelFields) -> None:
-    """The token mixers: a pattern of N layers; Mamba-2's sizes when a layer has it, none
-    otherwise; G dividing H_s."""
+    """The token mixers: a pattern of N layers; each stateful mixer's sizes when a layer has it,
+    none otherwise; G dividing H_s, H_qk dividing H_v."""
     if m.mixer_types is not None and len(m.mixer_types) != m.n_layers:
         raise ShapecalcError("mixer_types", f"lists {len(m.mixer_types)} layers, but "
                              f"N={m.n_layers}")
     if m.ffn_types is not None and len(m.ffn_types) != m.n_layers:
         raise ShapecalcError("ffn_types", f"lists {len(m.ffn_types)} layers, but N={m.n_layers}")
-    if "mamba2" not in m.mixers:
-        given = [f for f in MAMBA2_FIELDS if getattr(m, f) is not None]
-        given += ["ssm_groups"] if m.ssm_groups != 1 else []
-        if given:
-            raise ShapecalcError(given[0], "is a Mamba-2 field, but no layer in mixer_types is "
-                                 "mamba2")
-        return
-    for f in MAMBA2_FIELDS:
-        if getattr(m, f) is None:
-            raise ShapecalcError(f, "Mamba-2 layers (mixer_types mamba2) need it")
-    if m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
+    _fields_of(m, "mamba2", MAMBA2_FIELDS, ["ssm_groups"] if m.ssm_groups != 1 else [])
+    _fields_of(m, "gated_deltanet", GDN_FIELDS, [])
+    stateful = {"mamba2", "gated_deltanet"} & set(m.mixers)
+    for f in SCAN_FIELDS:
+        if stateful and getattr(m, f) is None:
+            raise ShapecalcError(f, f"{min(stateful)} layers (mixer_types) need it")
+        if not stateful and getattr(m, f) is not None:
+            raise ShapecalcError(f, "is a stateful mixer's field, but no layer in mixer_types "
+                                 "is mamba2 or gated_deltanet")
+    if "mamba2" in m.mixers and m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
         raise ShapecalcError("ssm_groups", f"G={m.ssm_groups} does not divide H_s="
                              f"{m.ssm_heads}: each group's B and C serve whole heads")
-    for f in ("parallel_block", "norm_position"):
-        if (m.parallel_block if f == "parallel_block" else m.norm_position != "pre"):
-            raise ShapecalcError(f, "Mamba-2 layers are modelled in pre-norm sequential blocks")
+    if "gated_deltanet" in m.mixers and m.gdn_v_heads % m.gdn_qk_heads:  # type: ignore[operator]
+        raise ShapecalcError("gdn_v_heads", f"H_qk={m.gdn_qk_heads} does not divide H_v="
+                             f"{m.gdn_v_heads}: each q/k head serves whole value heads")
+    if stateful:
+        for f in ("parallel_block", "norm_position"):
+            if (m.parallel_block if f == "parallel_block" else m.norm_position != "pre"):
+                raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
+                                     "blocks")
+    if m.attn_output_gate and m.mla:
+        raise ShapecalcError("attn_output_gate", "is not modelled with Multi-head Latent "
+                             "Attention")

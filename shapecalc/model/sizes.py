@@ -38,6 +38,10 @@ class Sizes(NamedTuple):
     Ns: Dim  # Mamba-2: state per head channel (d_state)
     Kc: Dim  # the causal convolution's kernel
     L: Dim  # the scan's chunk
+    Hqk: Dim  # gated DeltaNet: query/key heads
+    Dqk: Dim  # gated DeltaNet: a query/key head's width
+    Hv: Dim  # gated DeltaNet: value heads
+    Dhv: Dim  # gated DeltaNet: a value head's width
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -129,6 +133,10 @@ class Sizes(NamedTuple):
             Ns=of("N_s", model.ssm_state or 0),
             Kc=of("K_c", model.conv_kernel or 0),
             L=of("L", model.scan_chunk or 0),
+            Hqk=of("H_qk", model.gdn_qk_heads or 0),
+            Dqk=of("D_qk", model.gdn_qk_dim or 0),
+            Hv=of("H_v", model.gdn_v_heads or 0),
+            Dhv=of("D_hv", model.gdn_v_dim or 0),
             p=p,
             kv_replicated=replicated,
             T=T,

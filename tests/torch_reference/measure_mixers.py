@@ -53,6 +53,25 @@ CASES = [
      dict(model_type="nemotron_h", layers_block_type=["linear_attention", "full_attention",
                                                       "mlp"], **SMALL)),
 ]
+# Qwen3NextConfig's defaults are the Qwen3-Next-80B-A3B checkpoint's (the preset's); the widths
+# the reader must be given are spelled out
+QNEXT = dict(model_type="qwen3_next", vocab_size=151936, hidden_size=2048, num_hidden_layers=48,
+             num_attention_heads=16, intermediate_size=5632)
+QSMALL = dict(model_type="qwen3_next", vocab_size=320, hidden_size=48, num_hidden_layers=8,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=80,
+              linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+              linear_value_head_dim=6, num_experts=6, num_experts_per_tok=2,
+              moe_intermediate_size=20, shared_expert_intermediate_size=24)
+CASES += [
+    ("qwen3-next-80b-a3b", "the preset: Qwen3NextConfig's defaults (the class's reference "
+     "checkpoint), at reduced width every layer MoE with a gated shared expert", QNEXT, QSMALL),
+    ("qwen3_next-mlp-only", "Qwen3NextConfig at reduced width, mlp_only_layers [0, 1, 2] and "
+     "decoder_sparse_step 2 (dense and MoE layers mix), full_attention_interval 3",
+     {**QNEXT, "mlp_only_layers": [0, 1, 2], "decoder_sparse_step": 2,
+      "full_attention_interval": 3},
+     {**QSMALL, "mlp_only_layers": [0, 1, 2], "decoder_sparse_step": 2,
+      "full_attention_interval": 3}),
+]
 TS = (16, 300)
 
 
@@ -60,7 +79,9 @@ def build(cfg: dict, **kw):
     c = dict(cfg)
     mt = c.pop("model_type")
     conf = AutoConfig.for_model(mt, **c)
-    return AutoModelForCausalLM.from_config(conf, attn_implementation="eager", **kw)
+    # eager experts: each expert on its own tokens (grouped_mm has no FlopCounterMode formula)
+    return AutoModelForCausalLM.from_config(conf, attn_implementation="eager",
+                                            experts_implementation="eager", **kw)
 
 
 def counted(model, ids, **kw):
@@ -75,7 +96,7 @@ def caches(cache) -> dict:
     kv = state = 0
     shapes = []
     for i, layer in enumerate(cache.layers):
-        for part in ("conv_states", "recurrent_states"):
+        for part in ("conv_states", "recurrent_states"):  # Mamba-2 and gated DeltaNet layers
             for t in (getattr(layer, part, None) or {}).values():
                 if t is not None:
                     state += t.numel() * t.element_size()
@@ -99,7 +120,7 @@ def measure(full: dict, small: dict) -> dict:
                             .manual_seed(T))
         with torch.no_grad():
             o, pre, pre_ops = counted(model, ids[:, :T], use_cache=True, logits_to_keep=0)
-            _, dec, dec_ops = counted(model, ids[:, T:], past_key_values=o.past_key_values,
+            _, dec, dec_ops = counted(model, ids[:, T:], cache=o.past_key_values,
                                       use_cache=True, logits_to_keep=0)
         with torch.no_grad():
             half = model.to(torch.bfloat16)
