@@ -173,3 +173,20 @@ def test_qwen3_next_reads_its_layout(tmp_path):
     assert m.mixers == ("gated_deltanet",) * 3 + ("attention",)  # full_attention_interval 4
     assert (m.attn_output_gate, m.norm_plus_one, m.rotary_dim, m.scan_chunk) == (True, True, 2,
                                                                                  64)
+
+
+def test_fit_counts_the_states_of_the_largest_batch():
+    """fit reserves each sequence's fixed state: B × the state bytes of one sequence, and the
+    largest batch is the largest whose weights, KV blocks, states and workspace fit."""
+    from shapecalc.api import fit
+    one = build_trace(ModelConfig(**GDN), Workload(batch=1, seq=4096))["totals"]
+    doc = fit(ModelConfig(**GDN), "h100-sxm", batch=8, seq=4096).model_dump()
+    assert doc["memory_per_rank"]["state_cache"] == 8 * one["state_cache_bytes"] > 0
+    mem = doc["memory_per_rank"]
+    assert mem["total"] == sum(mem[k] for k in ("weights", "kv_cache", "state_cache",
+                                                "activations", "reserve"))
+    big = doc["max_batch"]
+    at = fit(ModelConfig(**GDN), "h100-sxm", batch=big, seq=4096).model_dump()
+    over = fit(ModelConfig(**GDN), "h100-sxm", batch=big + 1, seq=4096).model_dump()
+    assert at["fits"] and not over["fits"]
+    assert over["memory_per_rank"]["state_cache"] == (big + 1) * one["state_cache_bytes"]

@@ -312,6 +312,10 @@ class ClosedForm:
         out["embed_params_per_rank"] = xp.full(n, const(rank, "embed_params"), dtype=dtype)
         out["weight_bytes_per_rank"] = _nbytes(out["params_per_rank"], "w", bits)
         out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
+        out["state_cache_bytes_per_rank"] = byte_sum(rank, "state")
+        # each layer kind's state (one rank): what a pipeline stage's layers hold (plan/memory)
+        for kind in range(len(layer_plan(m).kinds)):
+            out[f"state_bytes@{kind}"] = byte_sum(rank, f"kind_state.{kind}")
         out["flops_per_rank"] = ev(rank, "flops")
         # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
         for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):

@@ -81,6 +81,8 @@ TP_LEDGER: tuple[Field, ...] = (
     Field("params_per_rank", "int", "one rank's parameters", "params_per_rank"),
     Field("weight_bytes_per_rank", "int", "one rank's weight bytes", "weight_bytes_per_rank"),
     Field("kv_cache_bytes_per_rank", "int", "one rank's KV cache bytes", "kv_cache_bytes_per_rank"),
+    Field("state_cache_bytes_per_rank", "int", "one rank's stateful-mixer state bytes",
+          "state_cache_bytes_per_rank"),
     Field("flops_per_rank", "int", "one rank's matmul FLOPs", "flops_per_rank"),
     Field("largest_activation_bytes_per_rank", "int", "the largest tensor one rank writes"),
 )

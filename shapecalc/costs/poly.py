@@ -167,6 +167,9 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     for k, i in enumerate(i for i, s in enumerate(st) if s.op == "state_cache"):
         num[f"state.{k}"] = elems[i]
         tag[f"state.{k}"] = (_cls(st[i].dtype), st[i].repeat)
+        # one layer of its kind (the pipeline stages hold layers, not kinds)
+        num[f"kind_state.{st[i].kind}.{k}"] = elems[i]
+        tag[f"kind_state.{st[i].kind}.{k}"] = (_cls(st[i].dtype), 1)
     # tokens each KV group (layers sharing a window) holds, from one cache stage of the group:
     # tokens sit on the second-last axis ([2, B, H_kv, tokens, Dh]; MLA's [B, tokens, D_c+D_r]),
     # so tokens = elements / (B · the other axes)

@@ -37,6 +37,7 @@ from ..model.stage import (
     FFN_ROLES,
     NORM_ROLES,
     Stage,
+    is_mixer,
 )
 from .fields import EP_LEDGER, PP_LEDGER, TOTALS, TP_LEDGER, section
 
@@ -82,6 +83,7 @@ def kind_breakdown(st: list[Stage], plan: LayerPlan) -> list[dict[str, Any]]:
             "attention_per_layer": _per_layer(st, k, "params", _role_in(ATTN_PROJ_ROLES)),
             "ffn_per_layer": _per_layer(st, k, "params", _role_in(FFN_ROLES)),
             "norms_per_layer": _per_layer(st, k, "params", _role_in(NORM_ROLES)),
+            "mixer_per_layer": _per_layer(st, k, "params", lambda s: is_mixer(s.role)),
             "per_layer": per,
             "layers": per * count,
         })
@@ -120,6 +122,7 @@ def flops_breakdown(st: list[Stage]) -> dict[str, int]:
         "attention_scores": _sum(st, "flops", _role_in(ATTN_SCORE_ROLES)),
         "ffn": _sum(st, "flops", _role_in(FFN_ROLES)),
         "lm_head": _sum(st, "flops", lambda s: s.role == "head.lm"),
+        "token_mixers": _sum(st, "flops", lambda s: is_mixer(s.role)),
     }
 
 
@@ -234,6 +237,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
         "params_per_rank": params_rank,
         "weight_bytes_per_rank": nbytes(params_rank, wl.dtype),
         "kv_cache_bytes_per_rank": _sum(rank, "bytes", _is_cache),
+        "state_cache_bytes_per_rank": _sum(rank, "bytes", lambda s: s.op == "state_cache"),
         "flops_per_rank": _sum(rank, "flops"),
         "largest_activation_bytes_per_rank": max(s.bytes for s in _activations(rank)),
     })

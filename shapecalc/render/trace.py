@@ -171,7 +171,8 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
             "  per layer" if alike else f"  per layer, {k['label']} × {k['count']}",
             f"{k['per_layer']:,}",
             f"attention {k['attention_per_layer']:,} · FFN {k['ffn_per_layer']:,} · "
-            f"norms {k['norms_per_layer']:,}",
+            f"norms {k['norms_per_layer']:,}"
+            + (f" · mixer {k['mixer_per_layer']:,}" if k.get("mixer_per_layer") else ""),
         )
     t.add_row("  N layers", f"{pb['layers']:,}", "")
     t.add_row("  final norm", f"{pb['final_norm']:,}", "")
@@ -356,6 +357,7 @@ def breakdown_items(doc: dict[str, Any], memory: bool = True
         ("position table", pb["positions"]),
         (f"attention × {n}", sum(k["attention_per_layer"] * k["count"] for k in kinds)),
         (f"FFN × {n}", sum(k["ffn_per_layer"] * k["count"] for k in kinds)),
+        ("token mixers", sum(k.get("mixer_per_layer", 0) * k["count"] for k in kinds)),
         ("norms", sum(k["norms_per_layer"] * k["count"] for k in kinds) + pb["final_norm"]
          + pb.get("embedding_norm", 0)),
         ("LM head", pb["lm_head"]),
@@ -367,6 +369,7 @@ def breakdown_items(doc: dict[str, Any], memory: bool = True
         parts = [
             ("weights", tp["weight_bytes_per_rank"]),
             ("KV cache", tp["kv_cache_bytes_per_rank"]),
+            ("mixer states", tp.get("state_cache_bytes_per_rank", 0)),
             ("largest activation", tp["largest_activation_bytes_per_rank"]),
         ]
         title = "where one device's memory goes" + (" (per rank)" if tp["degree"] > 1 else "")
