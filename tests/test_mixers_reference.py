@@ -76,3 +76,17 @@ def test_live():
     case = CASES["nemotron_h-class-defaults"]
     live = mod.measure(case["full_config"], case["hf_config"])
     assert live == {k: case[k] for k in ("params_meta", "steps")}
+
+
+PRESETS = ("nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b")
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_equals_its_config_import_and_the_meta_device_count(name):
+    """Each preset is its config.json in tests/data/hf field by field; its parameters are
+    transformers' meta-device count (tests/data/hf/published.json, measured like the others)."""
+    from shapecalc.inputs.sources import load_preset, published
+    got, want = load_hf_config(ROOT / "tests" / "data" / "hf" / f"{name}.json"), load_preset(name)
+    assert got.model_dump(exclude={"name"}) == want.model_dump(exclude={"name"})
+    meta = json.loads((ROOT / "tests" / "data" / "hf" / "published.json").read_text())[name]
+    assert _totals(want, 1)["params"] == meta == published(name)["params"]

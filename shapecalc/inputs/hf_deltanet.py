@@ -43,3 +43,22 @@ def qwen3_next(h: HF, f: Fields) -> None:
                  gdn_qk_dim=h.get("linear_key_head_dim"),
                  gdn_v_dim=h.get("linear_value_head_dim"),
                  conv_kernel=h.get("linear_conv_kernel_dim"), scan_chunk=CHUNK)
+
+
+@mechanism("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "head_dim", "moe_intermediate_size", "num_experts",
+           "num_experts_per_tok", "shared_expert_intermediate_size")
+def qwen3_5_moe(h: HF, f: Fields) -> None:
+    """Qwen3.5-MoE's text model: every layer a sparse MoE (softmax top-k, always renormalised)
+    with one shared expert and its sigmoid gate; no dense MLP, so no intermediate_size (Dff
+    reads as Dff_e)."""
+    heads = h.need("num_attention_heads", "H")
+    de = h.need("moe_intermediate_size", "Dff_e")
+    shared = h.need("shared_expert_intermediate_size", "Dff_s")
+    f.update(vocab_size=h.need("vocab_size", "N_vocab"), d_model=h.need("hidden_size", "D"),
+             n_layers=h.need("num_hidden_layers", "N"), n_heads=heads,
+             n_kv_heads=h.get("num_key_value_heads") or heads, head_dim=h.get("head_dim"),
+             d_ff=de, norm="rmsnorm", positions="rope", n_experts=h.need("num_experts", "E"),
+             experts_per_token=h.need("num_experts_per_tok", "k"), n_shared_experts=1,
+             d_ff_shared=None if shared == de else shared, shared_expert_gate=True,
+             norm_topk_prob=True)

@@ -18,7 +18,7 @@ from . import hf_gemma as gemma
 from . import hf_llama as llama
 from . import hf_moe as moe
 from .hf_base import Family, Refusal
-from .hf_deltanet import qwen3_next
+from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_llama4 import llama4
 from .hf_mamba import nemotron_h
 
@@ -85,6 +85,25 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                   full_attention_interval=4, partial_rotary_factor=0.25, vocab_size=151936,
                   hidden_size=2048, intermediate_size=5632, num_hidden_layers=48,
                   num_attention_heads=16)),
+    # Qwen3.5: Qwen3-Next's layers with gated DeltaNet's projections unfused (in_proj_qkv, _z,
+    # _b, _a); the text models of the multimodal qwen3_5 and qwen3_5_moe configs
+    Family("qwen3_5_text", "Qwen3.5: gated DeltaNet and gated attention 3:1, dense MLP",
+           (*BODY, llama.qk_norm, qwen3_next),
+           _llama(4, 32768, head_dim=256, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+                  linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+                  layer_types=None, full_attention_interval=4, partial_rotary_factor=0.25,
+                  vocab_size=248320, hidden_size=4096, intermediate_size=12288,
+                  num_hidden_layers=32, num_attention_heads=16),
+           fixed=dict(gdn_fused_proj=False)),
+    Family("qwen3_5_moe_text", "Qwen3.5-MoE: Qwen3.5's mixers, every layer MoE + shared",
+           (qwen3_5_moe, SILU, llama.table, llama.qk_norm, qwen3_next),
+           _llama(2, 32768, head_dim=256, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+                  linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+                  layer_types=None, full_attention_interval=4, partial_rotary_factor=0.25,
+                  vocab_size=248320, hidden_size=2048, num_hidden_layers=40,
+                  num_attention_heads=16, moe_intermediate_size=512,
+                  shared_expert_intermediate_size=512, num_experts_per_tok=8, num_experts=256),
+           fixed=dict(gdn_fused_proj=False)),
     # NemotronHBlock: one norm and one mixer per layer (Mamba-2, attention without RoPE, an MLP
     # of squared ReLU); its config renames mamba_* keys in __post_init__ (the aliases)
     Family("nemotron_h", "Nemotron-H: Mamba-2, attention and MLP blocks by a layer pattern",

@@ -184,14 +184,15 @@ class Weights:
                  # gated DeltaNet: [D → q, k, v, z], [D → b, a], out [H_v·D_hv → D]
                  "gdn.qkvz": m.gdn_conv_dim + (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
                  "gdn.ba": 2 * (m.gdn_v_heads or 0),
+                 "gdn.qkv": m.gdn_conv_dim, "gdn.z": (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
+                 "gdn.b": m.gdn_v_heads or 0, "gdn.a": m.gdn_v_heads or 0,
                  "gdn.out": (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
                  "attn.gate": H * dh}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
                  "moe.router": m.router_bias, "moe.shared_gate": False, "ssm.in": False,
-                 "ssm.out": False, "gdn.qkvz": False, "gdn.ba": False,
-                 "gdn.out": False}.get(role, m.qkv_bias)
+                 "ssm.out": False}.get(role, False if role.startswith("gdn.") else m.qkv_bias)
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)
             bf = self.get((layer, role, "bias"), (width,)) if has_b else None
             sh = Shard((layer, role), (D, width), "replicated", p, D, width)

@@ -185,6 +185,9 @@ class ModelFields(Record):
     gdn_qk_dim: Pos | None = _doc(None, "D_qk: a query/key head's width (linear_key_head_dim)")
     gdn_v_dim: Pos | None = _doc(None, "D_hv: a value head's width (linear_value_head_dim); the "
                                  "state of each value head is D_qk × D_hv")
+    gdn_fused_proj: bool = _doc(True, "gated DeltaNet's input projections fused in two, [D → "
+                                "q, k, v, z] and [D → b, a] (Qwen3-Next), or four (Qwen3.5: "
+                                "in_proj_qkv, _z, _b, _a); changes the listing, not the numbers")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
 

@@ -72,6 +72,27 @@ CASES += [
      {**QSMALL, "mlp_only_layers": [0, 1, 2], "decoder_sparse_step": 2,
       "full_attention_interval": 3}),
 ]
+# Qwen3.5's text models (the text_config of the multimodal qwen3_5 / qwen3_5_moe configs in
+# tests/data/hf), and at reduced width without layer_types (full_attention_interval 4)
+HF_DIR = os.path.join(REPO, "tests", "data", "hf")
+
+
+def text_config(stem: str) -> dict:
+    with open(os.path.join(HF_DIR, f"{stem}.json")) as f:
+        return json.load(f)["text_config"]
+
+
+Q35SMALL = dict(vocab_size=320, hidden_size=48, num_hidden_layers=8, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
+                linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6)
+CASES += [
+    ("qwen3.5-9b", "the preset's text_config; reduced width", text_config("qwen3.5-9b"),
+     dict(model_type="qwen3_5_text", intermediate_size=80, **Q35SMALL)),
+    ("qwen3.5-35b-a3b", "the preset's text_config; reduced width, every layer MoE with a gated "
+     "shared expert", text_config("qwen3.5-35b-a3b"),
+     dict(model_type="qwen3_5_moe_text", num_experts=6, num_experts_per_tok=2,
+          moe_intermediate_size=20, shared_expert_intermediate_size=24, **Q35SMALL)),
+]
 TS = (16, 300)
 
 
