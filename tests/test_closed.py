@@ -310,8 +310,10 @@ def mixer_models(draw):
 @given(model=mixer_models(), data=st.data())
 def test_closed_form_equals_pipeline_on_random_mixer_configs(model, data):
     cf = ClosedForm(model, logits=data.draw(st.sampled_from(["all", "last"])))
+    tps = valid_tps(model)
     points = [dict(batch=data.draw(st.integers(1, 9)), seq=data.draw(st.integers(1, 80)),
-                   phase=data.draw(st.sampled_from(["prefill", "decode"])), tp=1,
+                   phase=data.draw(st.sampled_from(["prefill", "decode"])),
+                   tp=data.draw(st.sampled_from(tps)),
                    pp=data.draw(st.integers(1, model.n_layers)),
                    dtype=data.draw(st.sampled_from(DTYPES)),
                    kv_dtype=data.draw(st.sampled_from(DTYPES)),

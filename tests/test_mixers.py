@@ -136,11 +136,28 @@ def test_bad_hf_configs_exit_2_naming_the_key(cli, tmp_path, change, key):
     assert len(lines) == 1 and key in lines[0], r.err
 
 
-def test_tensor_parallel_is_refused_naming_tp(cli, tmp_path):
+@pytest.mark.parametrize(("fields", "tp"), [(TINY, 4), (GDN, 4)], ids=["G=2", "H_qk=2"])
+def test_tensor_parallel_needs_whole_groups_per_rank(cli, tmp_path, fields, tp):
     path = tmp_path / "m.json"
-    path.write_text(json.dumps(TINY))
-    r = cli("trace", "--config", str(path), "--tp", "2")
-    assert r.code == 2 and "tp" in r.err
+    path.write_text(json.dumps(fields))
+    r = cli("trace", "--config", str(path), "--tp", str(tp))
+    assert r.code == 2 and "tp" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+@pytest.mark.parametrize("fields", [TINY, GDN], ids=["mamba2", "gated_deltanet"])
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_passes_under_tensor_parallelism(fields, phase):
+    """p = 2 ranks, each its heads (vLLM's split): every stage, p ranks == one, the state per
+    rank half the state."""
+    r = verify(ModelConfig(**fields), Workload(batch=2, seq=19, phase=phase, dtype="fp32",
+                                               tp=2), precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+    assert any(c["name"].startswith("TP p=2 == unsharded") for c in r["checks"])
+    one = build_trace(ModelConfig(**fields), Workload(batch=2, seq=19, phase=phase))
+    two = build_trace(ModelConfig(**fields), Workload(batch=2, seq=19, phase=phase, tp=2))
+    total = one["totals"]["state_cache_bytes"]
+    assert total == two["totals"]["state_cache_bytes"] > 0
+    assert 2 * two["parallel"]["tp"]["state_cache_bytes_per_rank"] == total
 
 
 QNEXT = {"model_type": "qwen3_next", "num_hidden_layers": 4, "hidden_size": 32,

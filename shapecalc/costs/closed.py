@@ -299,10 +299,10 @@ class ClosedForm:
         out["allreduce_per_layer"] = xp.full(n, count, dtype=dtype)
         out["allreduce_bytes"] = one
         out["allreduce_bytes_per_layer"] = one * count
-        out["allreduce_bytes_total"] = one * (count * m.n_layers)
+        out["allreduce_bytes_total"] = one * const(rank, "ar_layers")
         ring = ring_allreduce_bytes(one, p) if p > 1 else xp.zeros(n, dtype=dtype)
         out["ring_bytes_per_rank"] = ring
-        out["ring_bytes_per_rank_total"] = ring * (count * m.n_layers)
+        out["ring_bytes_per_rank_total"] = ring * const(rank, "ar_layers")
         out["embedding_allreduce_bytes"] = byte_sum(rank, "emb_ar")
         out["logits_allgather_bytes"] = byte_sum(rank, "gather")
         params_rank = const(rank, "params")

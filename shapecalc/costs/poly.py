@@ -186,6 +186,9 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     ar = [i for i, s in enumerate(st)
           if s.role == "comm.allreduce" and s.group == "block" and s.kind == 0]
     num["ar_count"] = const(len(ar))
+    # every layer's all-reduces (kinds may differ: a block with one mixer and no FFN has one)
+    num["ar_layers"] = const(sum(s.repeat for s in st
+                                 if s.role == "comm.allreduce" and s.group == "block"))
     num["ar"] = elems[ar[0]] if ar else ZERO
     tag["ar"] = _cls(st[ar[0]].dtype) if ar else "act"
     for name, pred in (

@@ -202,7 +202,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
     def block_ar(s: Stage) -> bool:
         return s.role == "comm.allreduce" and s.group == "block"
 
-    # every layer ends its attention and FFN alike, whatever its kind: count one layer's
+    # one layer's all-reduces (kind 0's); the totals count every layer's
     one_layer = [s for s in rank if block_ar(s) and s.kind == 0]
     one = one_layer[0].bytes if one_layer else 0
     count = len(one_layer)
@@ -230,7 +230,8 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage]) -> dict[str, 
         "allreduce_bytes_per_layer": sum(s.bytes for s in one_layer),
         "allreduce_bytes_total": _sum(rank, "bytes", block_ar),
         "ring_bytes_per_rank": ring_allreduce_bytes(one, p),
-        "ring_bytes_per_rank_total": ring_allreduce_bytes(one, p) * count * model.n_layers,
+        "ring_bytes_per_rank_total": ring_allreduce_bytes(one, p) * sum(
+            s.repeat for s in rank if block_ar(s)),
         "embedding_allreduce_bytes": _sum(
             rank, "bytes", lambda s: s.role == "comm.allreduce" and s.group == "embedding"),
         "logits_allgather_bytes": _sum(rank, "bytes", lambda s: s.role == "comm.allgather"),

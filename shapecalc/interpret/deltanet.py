@@ -8,10 +8,11 @@ time); the stage carries how far they differ (verify checks it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .mamba2 import per_rank
 from .symbolic_deltanet import GDN_EW
 
 if TYPE_CHECKING:
@@ -97,36 +98,45 @@ def recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: 
 def delta_rule(self: NumericBase, q: np.ndarray, k: np.ndarray, v: np.ndarray, b: np.ndarray,
                a: np.ndarray, layer: int) -> np.ndarray:
     m = self.m
-    H, Hk, Dk, Dv = m.gdn_v_heads or 0, m.gdn_qk_heads or 0, m.gdn_qk_dim or 0, m.gdn_v_dim or 0
+    Dk, Dv = m.gdn_qk_dim or 0, m.gdn_v_dim or 0
     f = np.float64 if self.dt == np.float64 else np.float32  # transformers' rule: fp32
-    B, T = q.shape[1:3]
-    A_log = self.w.get((layer, "gdn.A"), (H,))
-    dt_bias = self.w.get((layer, "gdn.dt", "b"), (H,), base=1.0)
-    beta = (1 / (1 + np.exp(-b[0].astype(f))))
-    g = -np.exp(A_log.astype(f)) * np.logaddexp(0, a[0].astype(f) + dt_bias)
-    self._rec("gdn.gates", "β = σ(b), g = −e^{A_log}·softplus(a + b_dt)", "sigmoid", g[None],
-              ew=GDN_EW["gates"] * g.size, params=A_log.size + dt_bias.size, dtype="fp32")
-    def heads(x: np.ndarray, n: int, d: int) -> np.ndarray:  # [B,T,n·d] → [B,H,T,d]
+    R, B, T = q.shape[:3]  # the ranks run as one batch of R·B rows: each its own heads
+    RB, H, Hk = R * B, v.shape[-1] // Dv, q.shape[-1] // Dk  # one rank's value, q/k heads
+    full = m.gdn_v_heads or 0
+    A_log = per_rank(self.w.get((layer, "gdn.A"), (full,)), R, B)
+    dt_bias = per_rank(self.w.get((layer, "gdn.dt", "b"), (full,), base=1.0), R, B)
+
+    def rec(role: str, name: str, op: str, x: np.ndarray, **kw: Any) -> None:
+        """A stage of [R·B, …] arrays, recorded per rank ([R, B, …]; FLOPs and ew of one)."""
+        for key in ("flops", "ew"):
+            kw[key] = kw.get(key, 0) // R
+        self._rec(role, name, op, x.reshape(R, B, *x.shape[1:]).astype(f), dtype="fp32", **kw)
+
+    bb: np.ndarray = b.reshape(RB, T, H).astype(f)
+    beta = 1 / (1 + np.exp(-bb))
+    g = -np.exp(A_log.astype(f)) * np.logaddexp(0, a.reshape(RB, T, H).astype(f) + dt_bias)
+    rec("gdn.gates", "β = σ(b), g = −e^{A_log}·softplus(a + b_dt)", "sigmoid", g,
+        ew=GDN_EW["gates"] * g.size, params=2 * H)
+
+    def heads(x: np.ndarray, n: int, d: int) -> np.ndarray:  # [R,B,T,n·d] → [R·B,H,T,d]
         # each q/k head serves H_v/H_qk value heads (transformers' repeat_interleave)
-        return np.repeat(x[0].reshape(B, T, n, d), H // n, axis=2).transpose(0, 2, 1, 3)
+        return np.repeat(x.reshape(RB, T, n, d), H // n, axis=2).transpose(0, 2, 1, 3)
 
     qh = _l2(heads(q.astype(f), Hk, Dk)) * f(Dk**-0.5)
     kh = _l2(heads(k.astype(f), Hk, Dk))
     vh = heads(v.astype(f), H, Dv)
-    self._rec("gdn.qk_norm", "q, k: L2 norm (q × 1/√D_qk)", "l2norm", qh[None],
-              ew=GDN_EW["qk_norm"] * 2 * qh.size, dtype="fp32")
-    bh, gh = beta.transpose(0, 2, 1), g.transpose(0, 2, 1)  # [B,H,T]
+    rec("gdn.qk_norm", "q, k: L2 norm (q × 1/√D_qk)", "l2norm", qh,
+        ew=GDN_EW["qk_norm"] * 2 * qh.size)
+    bh, gh = beta.transpose(0, 2, 1), g.transpose(0, 2, 1)  # [R·B,H,T]
     key = (layer, "delta")
     if self.decoding:
         S = self.cache.states[key] * np.exp(gh[:, :, 0])[..., None, None]
         kt = kh[:, :, 0]
         delta = (vh[:, :, 0] - (S * kt[..., None]).sum(-2)) * bh[:, :, 0, None]
         S = S + kt[..., None] * delta[..., None, :]
-        self._rec("gdn.update", "S = S·e^g + k·((v − Sᵀk)·β)ᵀ", "mul", S[None],
-                  ew=GDN_EW["update"] * S.size, dtype="fp32")
+        rec("gdn.update", "S = S·e^g + k·((v − Sᵀk)·β)ᵀ", "mul", S, ew=GDN_EW["update"] * S.size)
         o = (S * qh[:, :, 0, :, None]).sum(-2)
-        self._rec("gdn.readout", "o = Sᵀ·q", "mul", o[None], ew=GDN_EW["readout"] * S.size,
-                  dtype="fp32")
+        rec("gdn.readout", "o = Sᵀ·q", "mul", o, ew=GDN_EW["readout"] * S.size)
         o = o[:, :, None]
     else:
         L = int(m.scan_chunk or 0)
@@ -149,17 +159,17 @@ def delta_rule(self: NumericBase, q: np.ndarray, k: np.ndarray, v: np.ndarray, b
                  "gdn.state": ("S = S·e^{g_L} + kᵀ·v_new (each chunk)", "matmul")}
         for role in ROLES:
             arr, fl, ew = parts[role]
-            self._rec(role, *names[role], arr[None].astype(f), flops=fl, ew=ew, dtype="fp32",
-                      operands=operands.get(role, ()))
+            rec(role, *names[role], arr, flops=fl, ew=ew, operands=operands.get(role, ()))
         a64 = [x.astype(np.float64) for x in (qh, kh, vh, bh, gh)]
         o64, S64, _ = chunked(a64[0], a64[1], a64[2], a64[3], a64[4], L)
-        orr, Sr = recurrent(a64[0], a64[1], a64[2], a64[3], a64[4], np.zeros((B, H, Dk, Dv)))
+        orr, Sr = recurrent(a64[0], a64[1], a64[2], a64[3], a64[4], np.zeros((RB, H, Dk, Dv)))
         err = max(float(np.abs(o64 - orr).max() / max(np.abs(orr).max(), 1e-300)),
                   float(np.abs(S64 - Sr).max() / max(np.abs(Sr).max(), 1e-300)))
         self.stages[-1].extra["scan_recurrence_rel_err"] = err
     self.cache.states[key] = S.astype(f)
-    y = o.transpose(0, 2, 1, 3).reshape(1, B, T, H * Dv).astype(self.dt)
+    y = o.transpose(0, 2, 1, 3).reshape(R, B, T, H * Dv).astype(self.dt)
     self._rec("gdn.out", "o: merge heads", "reshape", y)
-    self._rec("state.delta", "recurrent state", "state_cache", S[None].astype(f),
-              nbytes=S.size * 4, dtype="fp32")
+    held = S.reshape(R, B, H, Dk, Dv).astype(f)
+    self._rec("state.delta", "recurrent state", "state_cache", held, nbytes=held[0].size * 4,
+              dtype="fp32")
     return y

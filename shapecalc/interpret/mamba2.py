@@ -31,8 +31,9 @@ def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, c
            kernel: Any, bias: bool) -> np.ndarray:
     K = int(self.m.conv_kernel or 0)
     R, B, T, C = x.shape
-    w = self.w.get((layer, role, "w"), (C, K))
-    params = w.size
+    idx = _rank_channels(self, role, R)  # [R, C]: each rank's channels of the full conv
+    w = self.w.get((layer, role, "w"), (_conv_width(self, role), K))[idx]  # [R, C, K]
+    params = w[0].size
     pads = _pads(self)
     if pads is not None and not self.decoding:
         x = x * pads
@@ -45,14 +46,14 @@ def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, c
         span = np.concatenate([np.zeros((R, B, K - 1, C), x.dtype), seq,
                                np.zeros((R, B, K - 1, C), x.dtype)], axis=2)
     win = np.lib.stride_tricks.sliding_window_view(span, K, axis=2)  # [R,B,outs,C,K]
-    out = np.einsum("rbock,ck->rboc", win, w)
+    out = np.einsum("rbock,rck->rboc", win, w)
     flops = 2 * out[0].size * K
     y = out[:, :, : seq.shape[2] if not self.decoding else None][:, :, -T:]
     ew = 0
     if bias:
-        b = self.w.get((layer, role, "b"), (C,))
+        b = self.w.get((layer, role, "b"), (_conv_width(self, role),))[idx][:, None, None]
         y = y + b
-        params, ew = params + b.size, y[0].size
+        params, ew = params + b[0].size, y[0].size
     if pads is not None and not self.decoding:
         y = y * pads
     y = np.ascontiguousarray(y, dtype=self.dt)
@@ -65,6 +66,35 @@ def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, c
     return y
 
 
+def _conv_parts(self: NumericBase, role: str) -> list[int]:
+    """The conv's channels by part: Mamba-2's x, B, C; gated DeltaNet's q, k, v."""
+    m = self.m
+    if role == "ssm.conv":
+        gn = m.ssm_groups * (m.ssm_state or 0)
+        return [m.ssm_inner, gn, gn]
+    kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
+    return [kd, kd, (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)]
+
+
+def _conv_width(self: NumericBase, role: str) -> int:
+    return sum(_conv_parts(self, role))
+
+
+def _rank_channels(self: NumericBase, role: str, R: int) -> np.ndarray:
+    """[R, C/R]: rank r's channels, its heads of each part (vLLM's split)."""
+    parts = _conv_parts(self, role)
+    offs = np.cumsum([0, *parts[:-1]])
+    return np.stack([np.concatenate([o + r * (n // R) + np.arange(n // R)
+                                     for o, n in zip(offs, parts, strict=True)])
+                     for r in range(R)])
+
+
+def per_rank(a: np.ndarray, R: int, B: int) -> np.ndarray:
+    """A per-head parameter [H] → [R·B, 1, H/R]: each rank's heads, for each of its B rows
+    (the ranks run as a batch of R·B sequences, rank-major)."""
+    return np.repeat(a.reshape(R, -1), B, axis=0)[:, None, :]
+
+
 def _segsum(a: np.ndarray) -> np.ndarray:
     """[..., n] → [..., n, n]: Σ_{j<k≤i} a_k on and below the diagonal, −∞ above (as
     transformers' segment_sum: a cumulative sum of masked copies, no differences)."""
@@ -75,11 +105,11 @@ def _segsum(a: np.ndarray) -> np.ndarray:
 
 def chunked(x: np.ndarray, dt: np.ndarray, A: np.ndarray, Bm: np.ndarray, Cm: np.ndarray,
             D: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray, list[tuple[str, Any, int]]]:
-    """The chunked scan of x [B,T,H,P] (Δ [B,T,H], B and C [B,T,H,N]) from a zero state:
-    (y [B,T,H,P], final state [B,H,P,N], each einsum's (role, output, FLOPs))."""
+    """The chunked scan of x [B,T,H,P] (Δ [B,T,H], B and C [B,T,H,N]; A and D [B,1,H]) from a
+    zero state: (y [B,T,H,P], final state [B,H,P,N], each einsum's (role, output, FLOPs))."""
     Bsz, T, H, P = x.shape
     pad = (L - T % L) % L
-    D_res = D[:, None] * np.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0)))
+    D_res = D[..., None] * np.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0)))
     x = x * dt[..., None]
     A = A * dt
 
@@ -125,45 +155,52 @@ def recurrent(x: np.ndarray, dt: np.ndarray, A: np.ndarray, Bm: np.ndarray, Cm: 
     """The plain recurrence, one token at a time, from state S [B,H,P,N]."""
     ys = []
     for t in range(x.shape[1]):
-        S = S * np.exp(dt[:, t] * A)[..., None, None] + (
+        S = S * np.exp(dt[:, t] * A[:, 0])[..., None, None] + (
             dt[:, t, :, None, None] * x[:, t, :, :, None] * Bm[:, t, :, None, :])
-        ys.append(np.einsum("bhpn,bhn->bhp", S, Cm[:, t]) + D[:, None] * x[:, t])
+        ys.append(np.einsum("bhpn,bhn->bhp", S, Cm[:, t]) + D[:, 0, :, None] * x[:, t])
     return np.stack(ys, axis=1), S
 
 
 def ssd(self: NumericBase, x: np.ndarray, dt: np.ndarray, b: np.ndarray, c: np.ndarray,
         layer: int) -> np.ndarray:
     m = self.m
-    H, P, N, G = m.ssm_heads or 0, m.ssm_head_dim or 0, m.ssm_state or 0, m.ssm_groups
+    P, N = m.ssm_head_dim or 0, m.ssm_state or 0
     f = np.float64 if self.dt == np.float64 else np.float32  # transformers' scan: fp32
-    B, T = x.shape[1:3]
-    bias = self.w.get((layer, "ssm.dt", "b"), (H,))
-    A_log = self.w.get((layer, "ssm.A"), (H,))
-    Dskip = self.w.get((layer, "ssm.D"), (H,), base=1.0)
-    u = (dt[0] + bias).astype(f)
-    delta = np.logaddexp(0, u).astype(f)  # softplus
-    self._rec("ssm.dt", "Δ = softplus(dt + b_dt)", "softplus", delta[None],
-              ew=SSM_EW["dt"] * delta.size, params=bias.size, dtype="fp32")
+    R, B, T = x.shape[:3]  # the ranks run as one batch of R·B rows: each its own heads
+    H, Gr = x.shape[-1] // P, b.shape[-1] // N  # heads and groups of one rank
+    full = m.ssm_heads or 0
+    bias = per_rank(self.w.get((layer, "ssm.dt", "b"), (full,)), R, B)
+    A_log = per_rank(self.w.get((layer, "ssm.A"), (full,)), R, B)
+    D = per_rank(self.w.get((layer, "ssm.D"), (full,), base=1.0), R, B).astype(f)
+    RB = R * B
+
+    def rec(role: str, name: str, op: str, a: np.ndarray, **kw: Any) -> None:
+        """A stage of [R·B, …] arrays, recorded per rank ([R, B, …]; FLOPs and ew of one)."""
+        for k in ("flops", "ew"):
+            kw[k] = kw.get(k, 0) // R
+        self._rec(role, name, op, a.reshape(R, B, *a.shape[1:]), dtype="fp32", **kw)
+
+    delta: np.ndarray = np.logaddexp(0, (dt.reshape(RB, T, H) + bias).astype(f))  # softplus
+    rec("ssm.dt", "Δ = softplus(dt + b_dt)", "softplus", delta, ew=SSM_EW["dt"] * delta.size,
+        params=H)
     A = -np.exp(A_log.astype(f))
-    xs = x[0].reshape(B, T, H, P).astype(f)
-    rep = H // G  # each group's B and C serve H_s/G heads
-    Bm = np.repeat(b[0].reshape(B, T, G, N).astype(f), rep, axis=2)
-    Cm = np.repeat(c[0].reshape(B, T, G, N).astype(f), rep, axis=2)
+    xs: np.ndarray = x.reshape(RB, T, H, P).astype(f)
+    rep = H // Gr  # each group's B and C serve H_s/G heads
+    Bm = np.repeat(b.reshape(RB, T, Gr, N).astype(f), rep, axis=2)
+    Cm = np.repeat(c.reshape(RB, T, Gr, N).astype(f), rep, axis=2)
     xd = xs * delta[..., None]
-    self._rec("ssm.discretize", "x·Δ, A·Δ", "mul", xd.reshape(1, B, T, H * P),
-              ew=xd.size + delta.size, params=A_log.size + Dskip.size, dtype="fp32")
+    rec("ssm.discretize", "x·Δ, A·Δ", "mul", xd.reshape(RB, T, H * P),
+        ew=xd.size + delta.size, params=2 * H)
     key = (layer, "ssm")
-    D = Dskip.astype(f)
     if self.decoding:
         S = self.cache.states[key]
-        S = S * np.exp(delta[:, 0] * A)[..., None, None] + (
+        S = S * np.exp(delta[:, 0] * A[:, 0])[..., None, None] + (
             delta[:, 0, :, None, None] * xs[:, 0, :, :, None] * Bm[:, 0, :, None, :])
-        self._rec("ssm.update", "S = S·e^{Δ·A} + Δ·x·Bᵀ", "mul", S[None],
-                  ew=SSM_EW["update"] * S.size, dtype="fp32")
+        rec("ssm.update", "S = S·e^{Δ·A} + Δ·x·Bᵀ", "mul", S, ew=SSM_EW["update"] * S.size)
         yr = np.einsum("bhpn,bhn->bhp", S, Cm[:, 0])
-        self._rec("ssm.readout", "y = S·C", "matmul", yr[None], flops=2 * yr.size * N,
-                  dtype="fp32", operands=((B, H, P, N), (B, H, N, 1)))
-        y = (yr + D[:, None] * xs[:, 0])[:, None]
+        rec("ssm.readout", "y = S·C", "matmul", yr, flops=2 * yr.size * N,
+            operands=((B, H, P, N), (B, H, N, 1)))
+        y = (yr + D[:, 0, :, None] * xs[:, 0])[:, None]
     else:
         L = int(m.scan_chunk or 0)
         y, S, parts = chunked(xs, delta, A, Bm, Cm, D, L)
@@ -186,43 +223,46 @@ def ssd(self: NumericBase, x: np.ndarray, dt: np.ndarray, b: np.ndarray, c: np.n
                      "ssm.pass", "ssm.off"):
             arr, fl = got[role]
             if role == "ssm.decay":
-                self._rec(role, "L = exp(segsum(A·Δ))", "exp", arr[None],
-                          ew=SSM_EW["decay"] * arr.size, dtype="fp32")
+                rec(role, "L = exp(segsum(A·Δ))", "exp", arr, ew=SSM_EW["decay"] * arr.size)
             elif role == "ssm.mask":
-                self._rec(role, "M = G ⊙ L", "mul", arr[None], ew=arr.size, dtype="fp32")
+                rec(role, "M = G ⊙ L", "mul", arr, ew=arr.size)
             else:
-                self._rec(role, names[role], "matmul", arr[None], flops=fl,
-                          ew=ew_of.get(role, 0), dtype="fp32", operands=operands[role])
+                rec(role, names[role], "matmul", arr, flops=fl, ew=ew_of.get(role, 0),
+                    operands=operands[role])
         # the same scan, in float64, as the chunked form and as the recurrence
         a64 = [a.astype(np.float64) for a in (xs, delta, A, Bm, Cm, D)]
         y64, S64, _ = chunked(a64[0], a64[1], a64[2], a64[3], a64[4], a64[5], L)
         yr, Sr = recurrent(a64[0], a64[1], a64[2], a64[3], a64[4], a64[5],
-                           np.zeros((B, H, P, N)))
+                           np.zeros((RB, H, P, N)))
         err = max(float(np.abs(y64 - yr).max() / max(np.abs(yr).max(), 1e-300)),
                   float(np.abs(S64 - Sr).max() / max(np.abs(Sr).max(), 1e-300)))
         self.stages[-1].extra["scan_recurrence_rel_err"] = err
     self.cache.states[key] = S
-    out = y.reshape(1, B, T, H * P).astype(self.dt)
+    out = y.reshape(R, B, T, H * P).astype(self.dt)
     self._rec("ssm.combine", "y = Y_diag + Y_off + D·x" if not self.decoding else
               "y = y + D·x", "add", out, ew=SSM_EW["combine"] * out[0].size)
-    self._rec("state.ssm", "recurrent state", "state_cache", S[None].astype(np.float32)
-              if f != np.float64 else S[None], nbytes=S.size * 4, dtype="fp32")
+    held = S.reshape(R, B, H, P, N)
+    self._rec("state.ssm", "recurrent state", "state_cache", held, nbytes=held[0].size * 4,
+              dtype="fp32")
     return out
 
 
 def gated_norm(self: NumericBase, y: np.ndarray, gate: np.ndarray, role: str, name: str,
                gamma: Any, groups: Any, gate_first: bool) -> np.ndarray:
     m = self.m
-    G = m.ssm_groups if gate_first else (m.gdn_v_heads or 0)  # Mamba-2's G, or each value head
+    R, shape = y.shape[0], y.shape
+    # one group's width: Mamba-2's I/G (γ over I, each rank its slice), or gated DeltaNet's
+    # value head D_hv (one γ of D_hv, every rank a copy)
+    size = m.ssm_inner // m.ssm_groups if gate_first else (m.gdn_v_dim or 0)
     silu = gate / (1 + np.exp(-gate))
     h = y * silu if gate_first else y
-    shape = h.shape
-    h = h.reshape(*shape[:-1], G, shape[-1] // G)
+    h = h.reshape(*shape[:-1], shape[-1] // size, size)
     h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + self.dt(EPS))
-    # Mamba-2: γ over the whole width; gated DeltaNet: one γ of D_hv shared by the heads
-    width = shape[-1] if gate_first else (m.gdn_v_dim or 0)
-    g = self.w.get((self._layer, role, "γ"), (width,), base=1.0)
-    h = h * g if not gate_first else h
-    out = (h.reshape(shape) * (g if gate_first else silu)).astype(self.dt)
-    return self._rec(role, name, "rmsnorm", out, ew=SSM_EW["gated_norm"] * out[0].size,
-                     params=g.size)
+    if gate_first:
+        g = self.w.get((self._layer, role, "γ"), (m.ssm_inner,), base=1.0).reshape(R, 1, 1, -1)
+        out = h.reshape(shape) * g
+    else:
+        g = self.w.get((self._layer, role, "γ"), (size,), base=1.0)[None]
+        out = (h * g).reshape(shape) * silu
+    return self._rec(role, name, "rmsnorm", out.astype(self.dt),
+                     ew=SSM_EW["gated_norm"] * out[0].size, params=g[0].size)

@@ -184,9 +184,13 @@ def check(model: ModelConfig, wl: Workload) -> None:
         raise ShapecalcError(
             "tp", f"p={p} is not a multiple of H_kv={hkv}, so KV heads cannot be replicated evenly"
         )
-    if p > 1 and {"mamba2", "gated_deltanet"} & set(model.mixers):
-        raise ShapecalcError("tp", f"p={p}: stateful mixers (mamba2, gated_deltanet) are "
-                             "traced on one rank only so far; give --tp 1")
+    # the stateful mixers split by heads, as vLLM does: each rank whole groups (Mamba-2's B, C;
+    # gated DeltaNet's q/k heads and their value heads)
+    if "mamba2" in model.mixers and model.ssm_groups % p:
+        raise ShapecalcError("tp", f"p={p} does not divide G={model.ssm_groups} Mamba-2 groups")
+    if "gated_deltanet" in model.mixers and (model.gdn_qk_heads or 0) % p:
+        raise ShapecalcError("tp", f"p={p} does not divide H_qk={model.gdn_qk_heads} gated "
+                             "DeltaNet q/k heads")
     if model.moe:
         if model.dff_expert % p:
             raise ShapecalcError("tp", f"p={p} does not divide Dff_e={model.dff_expert}")

@@ -81,8 +81,10 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
     if not spec.attends:  # a state-space mixer or none, then the FFN (if any): pre-norm
         if spec.mixer != "none":
             h = ops.norm(x, "mixer.norm", "mixer norm")
-            x = ops.add(x, _branch(ops, m, MIXERS[spec.mixer](ops, m, z, h, layer)),
-                        "residual", "residual")
+            y = MIXERS[spec.mixer](ops, m, z, h, layer)
+            if z.p > 1:  # out_proj is split by rows: the ranks' partial sums meet
+                y = ops.allreduce(y, "comm.allreduce", "mixer all-reduce")
+            x = ops.add(x, _branch(ops, m, y), "residual", "residual")
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, True)
     if spec.norm_position != "post":  # pre, and sandwich/output (their branches normed too)
         pre = spec.norm_position != "output"  # OLMo 2: no pre-norms
