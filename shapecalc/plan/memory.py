@@ -141,8 +141,9 @@ def step_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, wbits: Any, xp:
     m = cf.model
     table = tot["embed_params_per_rank"]
     read = embedding_rows_read(cf, tot, tokens, xp)
-    # the KV cache, and the mixers' states (read and written once a step)
-    kv = tot["kv_cache_bytes_per_rank"] + tot["state_cache_bytes_per_rank"]
+    # the KV cache, and the mixers' states (read and written once a step; serve's step totals
+    # carry none: it refuses stateful mixers)
+    kv = tot["kv_cache_bytes_per_rank"] + tot.get("state_cache_bytes_per_rank", 0)
     if not m.moe:
         return bytes_of(tot["params_per_rank"] - table + read, wbits) + kv
     experts = ep_rank_expert_params(tot["expert_params_per_rank"], tot["expert_params"], ep)
