@@ -40,6 +40,10 @@ TOTALS: tuple[Field, ...] = (
           "dtype) and recurrent state (fp32: [H_s, D_s, N_s], or [H_v, D_qk, D_hv]) per "
           "sequence, whatever T is",
           "state_cache_bytes"),
+    Field("mixer_flops_convention", "str", "how the stateful mixers' FLOPs are counted: "
+          "transformers-torch (FlopCounterMode on transformers 5.24's own torch path: T padded "
+          "to whole chunks, the scans' einsums as matmuls, triangular solves uncounted); none "
+          "without such mixers"),
     Field("kv_cache_form", "str", "what a token's cache entry is: kv (K and V of each KV head), "
           "mla-absorbed or mla-latent (MLA's latent c_KV and k_rope), mla-expanded (K and V "
           "of every head)"),

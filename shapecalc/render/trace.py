@@ -189,6 +189,9 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     t.add_row(
         "elementwise FLOPs", f"{tot['elementwise_flops']:,}", human_flops(tot["elementwise_flops"])
     )
+    if tot.get("mixer_flops_convention", "none") != "none":  # a model with stateful mixers
+        t.add_row("  mixers' FLOPs", tot["mixer_flops_convention"],
+                  "FlopCounterMode on transformers 5.24's torch path: T padded to whole chunks")
     t.add_row(
         f"weight bytes ({wl['dtype']})",
         f"{tot['weight_bytes']:,}",
@@ -201,6 +204,9 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
         f"{human_bytes(tot['kv_cache_bytes'])} · {tot['kv_cache_bytes_per_token']:,} B per "
         "token = 2·N·H_kv·Dh·bytes",
     )
+    if tot.get("state_cache_bytes"):  # fixed per sequence, whatever T is
+        t.add_row("mixer states (conv in the activations' dtype, recurrent in fp32)",
+                  f"{tot['state_cache_bytes']:,}", human_bytes(tot["state_cache_bytes"]))
     groups = tot["kv_cache_groups"]
     for g in groups if len(groups) > 1 else []:  # local and global layers hold different T
         kind = (f"W={g['window']:,}" if g["window"] is not None else f"C={g['chunk']:,}"
