@@ -207,3 +207,15 @@ def test_fit_counts_the_states_of_the_largest_batch():
     over = fit(ModelConfig(**GDN), "h100-sxm", batch=big + 1, seq=4096).model_dump()
     assert at["fits"] and not over["fits"]
     assert over["memory_per_rank"]["state_cache"] == (big + 1) * one["state_cache_bytes"]
+
+
+def test_outputs_name_the_mixers_flops_convention():
+    mixed = build_trace(ModelConfig(**GDN), Workload(seq=16))["totals"]
+    plain = build_trace(ModelConfig(**{**TINY, "mixer_types": ["attention"] * 3,
+                                       **dict.fromkeys(("ssm_heads", "ssm_head_dim",
+                                                        "ssm_state", "conv_kernel",
+                                                        "scan_chunk"))}),
+                        Workload(seq=16))["totals"]
+    assert (mixed["mixer_flops_convention"], plain["mixer_flops_convention"]) == (
+        "transformers-torch", "none")
+    assert plain["state_cache_bytes"] == 0 and plain["flops_breakdown"]["token_mixers"] == 0
