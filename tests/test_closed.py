@@ -279,3 +279,45 @@ def test_causal_flops_equal_the_causal_conventions_count(name):
         assert a["flops"] - a["causal_flops"] >= 0
         d = full.at(B, T, "decode", p)
         assert d["causal_flops"] == d["flops"]
+
+
+# -- stateful mixers: a state constant in T, the scan's chunks in T_L = L·⌈T/L⌉ -----------------
+@st.composite
+def mixer_models(draw):
+    n = draw(st.integers(1, 5))
+    mixers = draw(st.lists(st.sampled_from(["mamba2", "gated_deltanet", "attention", "none"]),
+                           min_size=n, max_size=n).filter(
+        lambda xs: {"mamba2", "gated_deltanet"} & set(xs)))
+    heads, qk = draw(st.sampled_from([2, 4, 6])), draw(st.sampled_from([1, 2]))
+    mamba = dict(
+        ssm_heads=heads, ssm_head_dim=draw(st.sampled_from([2, 3])),
+        ssm_groups=draw(st.sampled_from([g for g in (1, 2, 3) if heads % g == 0])),
+        ssm_state=draw(st.sampled_from([1, 4, 5]))) if "mamba2" in mixers else {}
+    gdn = dict(gdn_qk_heads=qk, gdn_v_heads=qk * draw(st.sampled_from([1, 2])),
+               gdn_qk_dim=draw(st.sampled_from([2, 3])),
+               gdn_v_dim=draw(st.sampled_from([2, 5]))) if "gated_deltanet" in mixers else {}
+    return ModelConfig(
+        vocab_size=draw(st.integers(5, 40)), d_model=draw(st.sampled_from([8, 12])),
+        n_layers=n, n_heads=2, head_dim=4, d_ff=draw(st.sampled_from([4, 6])),
+        ffn=draw(st.sampled_from(["relu2", "swiglu", "gelu"])), norm="rmsnorm",
+        positions=draw(st.sampled_from(["none", "rope"])),
+        attn_output_gate=draw(st.booleans()), qk_norm=draw(st.booleans()),
+        tie_embeddings=draw(st.booleans()), mixer_types=tuple(mixers),
+        ffn_types=tuple(draw(st.sampled_from(["dense", "none"])) for _ in mixers),
+        conv_kernel=draw(st.integers(1, 5)), scan_chunk=draw(st.sampled_from([1, 3, 8, 16])),
+        conv_bias=draw(st.booleans()), **mamba, **gdn)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=mixer_models(), data=st.data())
+def test_closed_form_equals_pipeline_on_random_mixer_configs(model, data):
+    cf = ClosedForm(model, logits=data.draw(st.sampled_from(["all", "last"])))
+    tps = valid_tps(model)
+    points = [dict(batch=data.draw(st.integers(1, 9)), seq=data.draw(st.integers(1, 80)),
+                   phase=data.draw(st.sampled_from(["prefill", "decode"])),
+                   tp=data.draw(st.sampled_from(tps)),
+                   pp=data.draw(st.integers(1, model.n_layers)),
+                   dtype=data.draw(st.sampled_from(DTYPES)),
+                   kv_dtype=data.draw(st.sampled_from(DTYPES)),
+                   act_dtype=data.draw(st.sampled_from(DTYPES))) for _ in range(5)]
+    assert_equal_at(model, cf, points)

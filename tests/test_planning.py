@@ -75,8 +75,9 @@ def test_fit_llama2_70b_on_h100_tp4(cli):
     assert r.code == 0, r.err
     doc = r.json()
     FitOut.model_validate(doc)
-    assert doc["memory_per_rank"] == {"weights": W, "kv_cache": KV, "activations": A,
-                                      "reserve": R, "total": W + KV + A + R, "capacity": C}
+    assert doc["memory_per_rank"] == {"weights": W, "kv_cache": KV, "state_cache": 0,
+                                      "activations": A, "reserve": R, "total": W + KV + A + R,
+                                      "capacity": C}
     assert doc["fits"] is True
     # largest batch at T: weights + B·(KV + activations of one sequence) + reserve ≤ capacity
     assert doc["max_batch"] == (C - R - W) // (KV + A) == 180
@@ -433,8 +434,8 @@ def test_fit_json_contract_and_formats(cli, tmp_path):
     FitOut.model_validate(doc)
     for key in ("fits", "memory_per_rank", "max_batch", "max_seq", "min_tp", "times"):
         assert key in doc
-    assert list(doc["memory_per_rank"]) == ["weights", "kv_cache", "activations", "reserve",
-                                            "total", "capacity"]
+    assert list(doc["memory_per_rank"]) == ["weights", "kv_cache", "state_cache", "activations",
+                                            "reserve", "total", "capacity"]
     for key in ("prefill_s", "decode_s_per_token", "ttft_s", "tokens_per_s", "prefill_bound",
                 "decode_bound"):
         assert key in doc["times"]

@@ -41,7 +41,9 @@ def _fits(model: ModelConfig) -> bool:
 
 # widths an MLA or MoE preset also divides (each one given)
 WIDTHS = ("d_ff_expert", "d_ff_shared", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
-          "qk_rope_head_dim", "v_head_dim")
+          "qk_rope_head_dim", "v_head_dim",
+          # the stateful mixers' head widths and state (their head and group counts kept)
+          "ssm_head_dim", "ssm_state", "gdn_qk_dim", "gdn_v_dim")
 
 
 def _factor(model: ModelConfig, dh: int = REDUCED_DH) -> int:
@@ -49,7 +51,8 @@ def _factor(model: ModelConfig, dh: int = REDUCED_DH) -> int:
     if model.mla:
         return model.rot // 2
     f = model.dh // dh
-    while any(w % f for w in (model.dh, model.d_model, model.d_ff)):  # Phi-3: Dh 96, Dff 8192
+    mixer = [w for w in (getattr(model, k) for k in WIDTHS[7:]) if w is not None]
+    while any(w % f for w in (model.dh, model.d_model, model.d_ff, *mixer)):  # Phi-3: Dh 96
         f -= 1
     return f
 

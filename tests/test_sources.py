@@ -48,8 +48,11 @@ def params(m: ModelConfig) -> int:
         q = d * h * (dn + dr) if dq is None else d * dq + dq + dq * h * (dn + dr)
         attn = q + d * (dc + dr) + dc + dc * h * (dn + dv) + h * dv * d
         attn += ((dq or 0) + dc + dr) * m.qkv_bias + d * m.attn_out_bias
+    attn += (d * h * dh + h * dh * m.qkv_bias) * m.attn_output_gate  # Qwen3-Next's gate
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
+    if m.mixer_types is not None:  # a token mixer and a channel mixer per layer, each normed
+        return _mixer_params(m, attn, ffn, norm)
     norms = 4 if m.norm_position == "sandwich" else 2  # Gemma 2/3: + the post-norms; OLMo 2: 2
     base = attn + (m.parallel_norms if m.parallel_block else norms) * norm
     total = v * d + norm + norm * m.embedding_norm  # final norm; BLOOM's embedding norm
@@ -68,6 +71,31 @@ def params(m: ModelConfig) -> int:
     total += v * m.lm_head_bias
     if m.positions == "learned":
         total += m.max_positions * d
+    return total
+
+
+def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
+    """Layer by layer, written from NemotronHMamba2Mixer's and Qwen3NextGatedDeltaNet's
+    __init__: in_proj, conv1d, dt_bias, A_log (and Mamba-2's D), the gated norm, out_proj."""
+    d, v = m.d_model, m.vocab_size
+    hs, ds, g, ns, kc = m.ssm_heads, m.ssm_head_dim, m.ssm_groups, m.ssm_state, m.conv_kernel
+    mamba = gdn = 0
+    if hs is not None:
+        inner, conv = hs * ds, hs * ds + 2 * g * ns
+        mamba = (d * (inner + conv + hs) + conv * kc + conv * m.conv_bias + 3 * hs + inner
+                 + inner * d)
+    if m.gdn_qk_heads is not None:
+        kd, vd = m.gdn_qk_heads * m.gdn_qk_dim, m.gdn_v_heads * m.gdn_v_dim
+        gdn = (d * (2 * kd + 2 * vd) + d * 2 * m.gdn_v_heads + (2 * kd + vd) * kc
+               + 2 * m.gdn_v_heads + m.gdn_v_dim + vd * d)
+    token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "none": -norm}
+    sw = m.n_shared_experts * m.dff_shared
+    moe = (d * (m.n_experts or 0) + (m.n_experts or 0) * 3 * d * m.dff_expert + 3 * d * sw
+           + d * m.shared_expert_gate)
+    total = v * d + norm + (0 if m.tie_embeddings else v * d)
+    kinds = m.ffn_types or ("moe" if m.n_experts else "dense",) * m.n_layers
+    for mixer, kind in zip(m.mixers, kinds, strict=True):
+        total += token[mixer] + norm + {"dense": ffn + norm, "moe": moe + norm, "none": 0}[kind]
     return total
 
 

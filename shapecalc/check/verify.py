@@ -27,6 +27,8 @@ from ..model.parallel import distinct_experts
 from ..model.plan import LayerPlan, layer_plan
 from ..model.stage import Stage
 from .budget import CHUNK, default_budget, plan_layers
+from .mixers import state_checks
+from .mtp import mtp_checks
 
 FIELDS = {"FLOPs": "flops", "elementwise FLOPs": "elementwise_flops", "params": "params",
           "bytes": "bytes"}
@@ -164,9 +166,8 @@ def _kind_total(values: list[int], plan: LayerPlan) -> Fraction:
     return total
 
 
-def _by_kind(values: list[int], plan: LayerPlan, mtp: int = 0) -> int | float:
-    """Per-layer values of the K layers run (the `mtp` MTP layers after them counted apart)."""
-    return _exact(_kind_total(values[: len(values) - mtp], plan))
+def _by_kind(values: list[int], plan: LayerPlan) -> int | float:
+    return _exact(_kind_total(values, plan))
 
 
 def _extrapolate(stages: list[Stage], f: str, plan: LayerPlan, k: int) -> int | float:
@@ -243,16 +244,15 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         checks.append(_check(f"total {key.replace('_', ' ')}", totals[key],
                              _extrapolate(main.stages, f, plan, K)))
     checks.append(_check("KV cache bytes (all layers)", totals["kv_cache_bytes"],
-                         _by_kind(main.kv_bytes, plan, n_mtp)))
+                         _by_kind(main.kv_bytes, plan)))
     checks.append(_check("largest activation bytes", totals["largest_activation"]["bytes"],
                          _largest(main.stages)))
     if n_mtp:  # the MTP modules, counted apart: each run once by the executor
-        mtp = [s for s in main.stages if s.group == "mtp"]
-        for key in ("params", "flops"):
-            checks.append(_check(f"MTP {key}", totals[f"mtp_{key}"],
-                                 sum(getattr(s, key) for s in mtp)))
-        checks.append(_check("MTP KV cache bytes", totals["mtp_kv_cache_bytes"],
-                             sum(main.kv_bytes[len(main.kv_bytes) - n_mtp:])))
+        checks += mtp_checks(main.stages, main.mtp_kv_bytes, totals)
+    held = [s for s in main.stages if s.op == "state_cache"]
+    if held:  # stateful mixers (mixers.py)
+        checks += state_checks(main.stages, totals["state_cache_bytes"],
+                               _extrapolate(held, "bytes", plan, K))
     if wl.ep > 1:
         checks += _ep_checks(run, main, doc["parallel"]["ep"], pre, ids[:, :T], a_pre, wl, tol)
     if main.routed:  # a report, not a check: how many experts the real routing reached
@@ -282,7 +282,7 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     checks.append(_check(f"paged KV cache blocks (block_size {wl.block_size})",
                          totals["kv_cache_blocks"], g_main.kv_blocks))
     checks.append(_check("paged KV cache bytes (all layers)", totals["kv_cache_paged_bytes"],
-                         _by_kind(g_main.kv_bytes, plan, n_mtp)))
+                         _by_kind(g_main.kv_bytes, plan)))
     del g_pre, g_dec, paged
 
     # 3. tensor parallel: p ranks on their shards == one rank; the ledger
@@ -295,7 +295,7 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
                                      f"prefill, p={p}")
         checks += compare_stages(b_main.stages, symbolic.stages(model, wl, p), plan, K,
                                  f"{phase}, p={p}")
-        checks += _tp_checks(b_main, tp_led, plan, K, p, n_mtp)
+        checks += _tp_checks(b_main, tp_led, plan, K, p)
         checks.append(_close(f"TP p={p} == unsharded (prefill logits)", b_pre.logits,
                              a_pre.logits, tol))
         if can_decode:
@@ -319,7 +319,7 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
         kv_dec = sum(s.bytes * s.repeat for s in symbolic.stages(model, dec, p)
                      if s.op == "kv_cache" and s.group != "mtp")
         checks.append(_check(f"KV cache bytes after decode (p={p}, all layers)", kv_dec,
-                             _by_kind(b_dec.kv_bytes, plan, n_mtp)))
+                             _by_kind(b_dec.kv_bytes, plan)))
     else:
         checks.append(_skipped("decode (KV cache) == full forward",
                                f"T+1={T + 1} exceeds max_positions"))
@@ -400,15 +400,14 @@ def _scale(x: int, k: int, n: int) -> int | float:
 
 def _largest(stages: list[Stage]) -> int:
     """The biggest activation written (the KV cache is counted apart, as the trace does)."""
-    return max(s.bytes for s in stages if s.op not in ("kv_cache", "kv_append"))
+    return max(s.bytes for s in stages if s.op not in ("kv_cache", "kv_append", "state_cache"))
 
 
 def _layer_sum(stages: list[Stage], op: str, k: int) -> int | float:
     return _scale(sum(s.bytes for s in stages if s.op == op and s.group == "block"), k, 1)
 
 
-def _tp_checks(b: Step, led: dict, plan: LayerPlan, k: int, p: int, mtp: int = 0
-               ) -> list[dict]:
+def _tp_checks(b: Step, led: dict, plan: LayerPlan, k: int, p: int) -> list[dict]:
     st = b.stages
     ar = [s for s in st if s.op == "allreduce" and s.group == "block"]
     return [
@@ -425,7 +424,7 @@ def _tp_checks(b: Step, led: dict, plan: LayerPlan, k: int, p: int, mtp: int = 0
         _check(f"TP FLOPs per rank (p={p})", led["flops_per_rank"],
                _extrapolate(st, "flops", plan, k)),
         _check(f"TP KV cache bytes per rank (p={p})", led["kv_cache_bytes_per_rank"],
-               _by_kind(b.kv_bytes, plan, mtp)),
+               _by_kind(b.kv_bytes, plan)),
         _check(f"TP largest activation bytes per rank (p={p})",
                led.get("largest_activation_bytes_per_rank"), _largest(st)),
     ]

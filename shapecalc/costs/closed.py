@@ -112,7 +112,13 @@ class ClosedForm:
         cuts = {w if phase == "prefill" else w - 1
                 for w in (k.window for k in kinds)
                 if w is not None and (w > 1 or phase == "prefill")}
-        return cuts, {k.chunk for k in kinds if k.chunk is not None}
+        chunks = {k.chunk for k in kinds if k.chunk is not None}
+        m = self.model
+        if {"mamba2", "gated_deltanet"} & set(m.mixers) and phase == "prefill":
+            # ⌈T/L⌉ chunks; max(T, K_c) conv inputs
+            chunks.add(m.scan_chunk)  # type: ignore[arg-type]
+            cuts.add(m.conv_kernel)  # type: ignore[arg-type]
+        return cuts, chunks
 
     def interval(self, phase: str, t: int) -> tuple[int, int | None]:
         """The range [lo, hi] of T holding T = t within which the stage list keeps one structure
@@ -279,6 +285,7 @@ class ClosedForm:
         out["weight_bytes"] = _nbytes(out["params"], "w", bits)
         out["expert_weight_bytes"] = _nbytes(out["expert_params"], "w", bits)
         out["kv_cache_bytes"] = byte_sum(full, "kv")
+        out["state_cache_bytes"] = byte_sum(full, "state")
         # the longest cache at each point: with chunked layers the longest kind can change
         # within a regime (a chunk restarts), so the groups' tokens are compared per point
         out["kv_cache_tokens"] = xp.zeros(n, dtype=dtype)
@@ -313,10 +320,10 @@ class ClosedForm:
         out["allreduce_per_layer"] = xp.full(n, count, dtype=dtype)
         out["allreduce_bytes"] = one
         out["allreduce_bytes_per_layer"] = one * count
-        out["allreduce_bytes_total"] = one * (count * m.n_layers)
+        out["allreduce_bytes_total"] = one * const(rank, "ar_layers")
         ring = ring_allreduce_bytes(one, p) if p > 1 else xp.zeros(n, dtype=dtype)
         out["ring_bytes_per_rank"] = ring
-        out["ring_bytes_per_rank_total"] = ring * (count * m.n_layers)
+        out["ring_bytes_per_rank_total"] = ring * const(rank, "ar_layers")
         out["embedding_allreduce_bytes"] = byte_sum(rank, "emb_ar")
         out["logits_allgather_bytes"] = byte_sum(rank, "gather")
         params_rank = const(rank, "params")
@@ -335,6 +342,10 @@ class ClosedForm:
                            ("embed_weight_bytes_per_rank", wr.table)):
                 out[key] = xp.full(n, v, dtype=dtype)
         out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
+        out["state_cache_bytes_per_rank"] = byte_sum(rank, "state")
+        # each layer kind's state (one rank): what a pipeline stage's layers hold (plan/memory)
+        for kind in range(len(layer_plan(m).kinds)):
+            out[f"state_bytes@{kind}"] = byte_sum(rank, f"kind_state.{kind}")
         out["flops_per_rank"] = ev(rank, "flops")
         # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
         for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):

@@ -35,6 +35,15 @@ TOTALS: tuple[Field, ...] = (
     Field("kv_cache_bytes_per_token", "int", "2·N·H_kv·Dh·bytes: one token, every layer "
           "(MLA: N·(D_c+D_r)·bytes latent, or N·H·(Dh+D_v)·bytes expanded)",
           "kv_cache_bytes_per_token"),
+    Field("state_cache_bytes", "int", "bytes the stateful mixers hold after the step, all "
+          "layers: each Mamba-2 or gated DeltaNet layer's conv state [D_conv, K_c] (activation "
+          "dtype) and recurrent state (fp32: [H_s, D_s, N_s], or [H_v, D_qk, D_hv]) per "
+          "sequence, whatever T is",
+          "state_cache_bytes"),
+    Field("mixer_flops_convention", "str", "how the stateful mixers' FLOPs are counted: "
+          "transformers-torch (FlopCounterMode on transformers 5.24's own torch path: T padded "
+          "to whole chunks, the scans' einsums as matmuls, triangular solves uncounted); none "
+          "without such mixers"),
     Field("kv_cache_form", "str", "what a token's cache entry is: kv (K and V of each KV head), "
           "mla-absorbed or mla-latent (MLA's latent c_KV and k_rope), mla-expanded (K and V "
           "of every head)"),
@@ -89,6 +98,8 @@ TP_LEDGER: tuple[Field, ...] = (
     Field("params_per_rank", "int", "one rank's parameters", "params_per_rank"),
     Field("weight_bytes_per_rank", "int", "one rank's weight bytes", "weight_bytes_per_rank"),
     Field("kv_cache_bytes_per_rank", "int", "one rank's KV cache bytes", "kv_cache_bytes_per_rank"),
+    Field("state_cache_bytes_per_rank", "int", "one rank's stateful-mixer state bytes",
+          "state_cache_bytes_per_rank"),
     Field("flops_per_rank", "int", "one rank's matmul FLOPs", "flops_per_rank"),
     Field("largest_activation_bytes_per_rank", "int", "the largest tensor one rank writes"),
 )

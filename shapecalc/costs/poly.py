@@ -164,6 +164,12 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     for k, i in enumerate(kv):
         num[f"kv.{k}"] = elems[i]
         tag[f"kv.{k}"] = (_cls(st[i].dtype), st[i].repeat)
+    for k, i in enumerate(i for i, s in enumerate(st) if s.op == "state_cache"):
+        num[f"state.{k}"] = elems[i]
+        tag[f"state.{k}"] = (_cls(st[i].dtype), st[i].repeat)
+        # one layer of its kind (the pipeline stages hold layers, not kinds)
+        num[f"kind_state.{st[i].kind}.{k}"] = elems[i]
+        tag[f"kind_state.{st[i].kind}.{k}"] = (_cls(st[i].dtype), 1)
     # tokens each KV group (layers sharing a window) holds, from one cache stage of the group:
     # tokens sit on the second-last axis ([2, B, H_kv, tokens, Dh]; MLA's [B, tokens, D_c+D_r]),
     # so tokens = elements / (B · the other axes)
@@ -180,6 +186,9 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     ar = [i for i, s in enumerate(st)
           if s.role == "comm.allreduce" and s.group == "block" and s.kind == 0]
     num["ar_count"] = const(len(ar))
+    # every layer's all-reduces (kinds may differ: a block with one mixer and no FFN has one)
+    num["ar_layers"] = const(sum(s.repeat for s in st
+                                 if s.role == "comm.allreduce" and s.group == "block"))
     num["ar"] = elems[ar[0]] if ar else ZERO
     tag["ar"] = _cls(st[ar[0]].dtype) if ar else "act"
     for name, pred in (
@@ -198,7 +207,7 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     num["embed_params"] = const(sum(s.params * s.repeat for s in st if s.role == "embed"))
     for k, s in enumerate(st):
         num[f"act.{k}"] = elems[k]
-        what = "cache" if s.op in ("kv_cache", "kv_append") else (
+        what = "cache" if s.op in ("kv_cache", "kv_append", "state_cache") else (
             "flash_skip" if s.role in FLASH_SKIP_ROLES else "")
         tag[f"act.{k}"] = (_cls(s.dtype), what)
     return num, tag

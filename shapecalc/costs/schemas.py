@@ -56,6 +56,7 @@ class KindParams(_Strict):
     attention_per_layer: int
     ffn_per_layer: int
     norms_per_layer: int
+    mixer_per_layer: int  # a stateful token mixer's (Mamba-2, gated DeltaNet) parameters
     per_layer: int
     layers: int
 
@@ -104,6 +105,7 @@ class FlopsBreakdown(_Strict):
     attention_scores: int
     ffn: int
     lm_head: int
+    token_mixers: int  # the stateful token mixers' matmuls and convolutions
 
 
 class Activation(_Strict):

@@ -38,10 +38,12 @@ from ..model.stage import (
     FFN_ROLES,
     NORM_ROLES,
     Stage,
+    is_mixer,
 )
 from .fields import EP_LEDGER, PP_LEDGER, TOTALS, TP_LEDGER, section
 
 Pred = Callable[[Stage], bool]
+MIXER_FLOPS = "transformers-torch"  # the one FLOPs convention of the stateful mixers so far
 
 
 def _sum(st: list[Stage], key: str, pred: Pred | None = None) -> int:
@@ -58,8 +60,8 @@ def _is_cache(s: Stage) -> bool:
 
 
 def _activations(st: list[Stage]) -> list[Stage]:
-    """Stages that write an activation (the KV cache is counted apart, as a cache)."""
-    return [s for s in st if s.op not in ("kv_cache", "kv_append")]
+    """Stages that write an activation (the KV cache and mixer states are counted apart)."""
+    return [s for s in st if s.op not in ("kv_cache", "kv_append", "state_cache")]
 
 
 def _role_in(roles: tuple[str, ...]) -> Pred:
@@ -83,6 +85,7 @@ def kind_breakdown(st: list[Stage], plan: LayerPlan) -> list[dict[str, Any]]:
             "attention_per_layer": _per_layer(st, k, "params", _role_in(ATTN_PROJ_ROLES)),
             "ffn_per_layer": _per_layer(st, k, "params", _role_in(FFN_ROLES)),
             "norms_per_layer": _per_layer(st, k, "params", _role_in(NORM_ROLES)),
+            "mixer_per_layer": _per_layer(st, k, "params", lambda s: is_mixer(s.role)),
             "per_layer": per,
             "layers": per * count,
         })
@@ -121,6 +124,7 @@ def flops_breakdown(st: list[Stage]) -> dict[str, int]:
         "attention_scores": _sum(st, "flops", _role_in(ATTN_SCORE_ROLES)),
         "ffn": _sum(st, "flops", _role_in(FFN_ROLES)),
         "lm_head": _sum(st, "flops", lambda s: s.role == "head.lm"),
+        "token_mixers": _sum(st, "flops", lambda s: is_mixer(s.role)),
     }
 
 
@@ -170,6 +174,9 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "kv_cache_bytes": _sum(st, "bytes", _is_cache),
         "kv_cache_tokens": kv_tokens,
         "kv_cache_bytes_per_token": kv_bytes_per_token(model, wl.kv, mla=wl.mla),
+        "state_cache_bytes": _sum(st, "bytes", lambda s: s.op == "state_cache"),
+        "mixer_flops_convention": MIXER_FLOPS if {"mamba2", "gated_deltanet"} & set(
+            model.mixers) else "none",
         "kv_cache_form": kv_cache_form(model, wl.mla),
         "kv_cache_blocks": blocks,
         "kv_cache_paged_bytes": paged,
@@ -231,7 +238,7 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage], w: Weights = 
     def block_ar(s: Stage) -> bool:
         return s.role == "comm.allreduce" and s.group == "block"
 
-    # every layer ends its attention and FFN alike, whatever its kind: count one layer's
+    # one layer's all-reduces (kind 0's); the totals count every layer's
     one_layer = [s for s in rank if block_ar(s) and s.kind == 0]
     one = one_layer[0].bytes if one_layer else 0
     count = len(one_layer)
@@ -259,13 +266,15 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage], w: Weights = 
         "allreduce_bytes_per_layer": sum(s.bytes for s in one_layer),
         "allreduce_bytes_total": _sum(rank, "bytes", block_ar),
         "ring_bytes_per_rank": ring_allreduce_bytes(one, p),
-        "ring_bytes_per_rank_total": ring_allreduce_bytes(one, p) * count * model.n_layers,
+        "ring_bytes_per_rank_total": ring_allreduce_bytes(one, p) * sum(
+            s.repeat for s in rank if block_ar(s)),
         "embedding_allreduce_bytes": _sum(
             rank, "bytes", lambda s: s.role == "comm.allreduce" and s.group == "embedding"),
         "logits_allgather_bytes": _sum(rank, "bytes", lambda s: s.role == "comm.allgather"),
         "params_per_rank": params_rank,
         "weight_bytes_per_rank": nbytes(params_rank, wl.dtype) if w is None else w[1].total,
         "kv_cache_bytes_per_rank": _sum(rank, "bytes", _is_cache),
+        "state_cache_bytes_per_rank": _sum(rank, "bytes", lambda s: s.op == "state_cache"),
         "flops_per_rank": _sum(rank, "flops"),
         "largest_activation_bytes_per_rank": max(s.bytes for s in _activations(rank)),
     })

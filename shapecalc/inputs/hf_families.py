@@ -18,7 +18,9 @@ from . import hf_gemma as gemma
 from . import hf_llama as llama
 from . import hf_moe as moe
 from .hf_base import Family, Refusal
+from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_llama4 import llama4
+from .hf_mamba import nemotron_h
 
 SILU = llama.gated("hidden_act")
 BODY = (llama.llama, SILU, llama.table)  # the Llama-like body, its activation, its tables
@@ -70,6 +72,63 @@ _GEMMA_ACT = llama.gated("hidden_activation")
 _GEMMA_FIXED = dict(embedding_scale=True)  # hidden_states · √hidden_size
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
+    # gated DeltaNet : gated attention 3:1; Qwen2-MoE's sparse MoE (a shared expert with its
+    # sigmoid gate) on the layers decoder_sparse_step and mlp_only_layers leave
+    Family("qwen3_next", "Qwen3-Next: gated DeltaNet and gated attention 3:1, MoE + shared",
+           (*BODY, llama.qk_norm, qwen3_next, moe.qwen_sparse,
+            moe.experts("num_experts", "moe_intermediate_size", optional=True), moe.norm_topk,
+            moe.qwen_shared),
+           _llama(2, 32768, head_dim=256, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+                  linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+                  decoder_sparse_step=1, moe_intermediate_size=512,
+                  shared_expert_intermediate_size=512, num_experts_per_tok=10, num_experts=512,
+                  norm_topk_prob=True, mlp_only_layers=None, layer_types=None,
+                  full_attention_interval=4, partial_rotary_factor=0.25, vocab_size=151936,
+                  hidden_size=2048, intermediate_size=5632, num_hidden_layers=48,
+                  num_attention_heads=16)),
+    # Qwen3.5: Qwen3-Next's layers with gated DeltaNet's projections unfused (in_proj_qkv, _z,
+    # _b, _a); the text models of the multimodal qwen3_5 and qwen3_5_moe configs
+    Family("qwen3_5_text", "Qwen3.5: gated DeltaNet and gated attention 3:1, dense MLP",
+           (*BODY, llama.qk_norm, qwen3_next),
+           _llama(4, 32768, head_dim=256, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+                  linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+                  layer_types=None, full_attention_interval=4, partial_rotary_factor=0.25,
+                  vocab_size=248320, hidden_size=4096, intermediate_size=12288,
+                  num_hidden_layers=32, num_attention_heads=16),
+           fixed=dict(gdn_fused_proj=False)),
+    Family("qwen3_5_moe_text", "Qwen3.5-MoE: Qwen3.5's mixers, every layer MoE + shared",
+           (qwen3_5_moe, SILU, llama.table, llama.qk_norm, qwen3_next),
+           _llama(2, 32768, head_dim=256, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+                  linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+                  layer_types=None, full_attention_interval=4, partial_rotary_factor=0.25,
+                  vocab_size=248320, hidden_size=2048, num_hidden_layers=40,
+                  num_attention_heads=16, moe_intermediate_size=512,
+                  shared_expert_intermediate_size=512, num_experts_per_tok=8, num_experts=256),
+           fixed=dict(gdn_fused_proj=False)),
+    # NemotronHBlock: one norm and one mixer per layer (Mamba-2, attention without RoPE, an MLP
+    # of squared ReLU); its config renames mamba_* keys in __post_init__ (the aliases)
+    Family("nemotron_h", "Nemotron-H: Mamba-2, attention and MLP blocks by a layer pattern",
+           (nemotron_h,),
+           dict(vocab_size=131072, hidden_size=4096, num_attention_heads=32,
+                num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
+                intermediate_size=21504, mlp_hidden_act="relu2", mlp_bias=False,
+                tie_word_embeddings=False, mamba_num_heads=128, mamba_head_dim=64, n_groups=8,
+                ssm_state_size=128, conv_kernel=4, chunk_size=128, use_conv_bias=True,
+                layers_block_type=["linear_attention", "moe", "full_attention", "mlp"],
+                num_hidden_layers=None, mamba_proj_bias=False, use_bias=False),
+           aliases={"n_groups": ("mamba_n_groups",), "conv_kernel": ("mamba_d_conv",),
+                    "use_conv_bias": ("mamba_conv_bias",), "chunk_size": ("mamba_chunk_size",),
+                    "layers_block_type": ("layer_types",)},
+           refuse={"mamba_proj_bias": Refusal((False,), "{value!r}: biases on the Mamba-2 "
+                                              "projections are not modelled", False),
+                   "use_bias": Refusal((False,), "{value!r}: biases on the Mamba-2 "
+                                       "projections are not modelled", False),
+                   "expand": Refusal((2,), "{value!r}: transformers' NemotronH mixer ignores "
+                                     "expand (its inner width is H_s·D_s)", 2)},
+           ignored=frozenset({"attention_bias", "residual_in_fp32", "time_step_limit",
+                              "time_step_min", "time_step_max", "time_step_floor",
+                              "mamba_ssm_cache_dtype", "mamba_hidden_act",
+                              "rescale_prenorm_residual", "num_logits_to_keep"})),
     Family("llama", "Llama 2/3: GQA, SwiGLU, RMSNorm, RoPE",
            (*BODY, llama.attention_bias, llama.mlp_bias), _llama(None, 2048)),
     # MistralAttention/MistralMLP use bias=False

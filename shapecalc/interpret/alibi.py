@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .numeric import NumericOps
+    from .numeric_base import NumericBase
 
 
 def alibi_slopes(H: int, max_bias: float = 8.0) -> np.ndarray:
@@ -21,7 +21,7 @@ def alibi_slopes(H: int, max_bias: float = 8.0) -> np.ndarray:
     return np.concatenate([first, extra])
 
 
-def add_bias(ops: NumericOps, s: np.ndarray, role: str, name: str) -> np.ndarray:
+def add_bias(ops: NumericBase, s: np.ndarray, role: str, name: str) -> np.ndarray:
     """Scores [R,B,H/p,Tq,Tk] − m_h·(i − j), in place; one add per score."""
     # query and key positions: this step's tokens; in decode the keys are the tokens the
     # layer's cache holds (left padding: counted from each sequence's first real token)

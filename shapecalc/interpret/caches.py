@@ -47,6 +47,8 @@ class KVCache:
         self.total = 0  # tokens seen per sequence
         self.seen = np.zeros((0, 0), dtype=bool)  # [B, total]: which tokens are real
         self.next_pos = np.zeros(0, dtype=np.int64)  # [B]: the next token's position
+        # a stateful mixer's fixed-size state per (layer, part): the conv window, the scan's S
+        self.states: dict[tuple[int, str], np.ndarray] = {}
 
     def held_at(self, layer: int) -> int:
         """Tokens layer `layer` keeps: min(total, W), or its current chunk's."""
@@ -95,8 +97,17 @@ class KVCache:
         raise NotImplementedError
 
     def nbytes(self) -> list[int]:
-        """Bytes one rank stores, per layer."""
+        """Bytes one rank stores, per layer that holds K and V."""
         raise NotImplementedError
+
+    def held_layers(self) -> list[int]:
+        """The layers that hold K and V, in nbytes' order."""
+        raise NotImplementedError
+
+    def layer_bytes(self, k: int) -> list[int]:
+        """Bytes per layer of the first k: 0 where a layer's mixer keeps no K and V."""
+        by = dict(zip(self.held_layers(), self.nbytes(), strict=True))
+        return [by.get(layer, 0) for layer in range(k)]
 
 
 class ContiguousKV(KVCache):
@@ -118,6 +129,9 @@ class ContiguousKV(KVCache):
 
     def nbytes(self) -> list[int]:
         return [stored_nbytes(c[0], self.kv) for c in self.codes.values()]
+
+    def held_layers(self) -> list[int]:
+        return list(self.codes)
 
 
 class _Group:
@@ -221,3 +235,6 @@ class PagedKV(KVCache):
         last one included)."""
         return [self.groups[self.windows[layer]].blocks * stored_nbytes(pool[0, :, 0], self.kv)
                 for layer, pool in self.pools.items()]
+
+    def held_layers(self) -> list[int]:
+        return list(self.pools)

@@ -12,6 +12,9 @@ def activation(x: np.ndarray, kind: str, dt: Any) -> tuple[np.ndarray, int]:
     """The activation `kind` of x (in place where it can), and the passes it made per element."""
     if kind == "relu":
         return np.maximum(x, 0, out=x), 1
+    if kind == "relu2":  # squared ReLU (Nemotron-H): max(x, 0), then its square
+        y = np.maximum(x, 0, out=x)
+        return np.multiply(y, y, out=y), 2
     if kind in ("silu", "sigmoid"):  # x / (1 + e^−x), 1 / (1 + e^−x): negate, exp, add, divide
         u = np.negative(x)
         np.exp(u, out=u)

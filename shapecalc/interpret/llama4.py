@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .numeric import NumericOps
+    from .numeric_base import NumericBase
 
 
-def chunk_mask(self: NumericOps, C: int | None, one_row: bool = False) -> np.ndarray:
+def chunk_mask(self: NumericBase, C: int | None, one_row: bool = False) -> np.ndarray:
     """[T,T] (or [B,1,T,T] with per-sequence positions, unless `one_row`: the first's): query
     and key in one chunk of C positions (as transformers counts them from a sequence's first
     real token)."""
@@ -23,7 +23,7 @@ def chunk_mask(self: NumericOps, C: int | None, one_row: bool = False) -> np.nda
     return same[:, None] if same.ndim == 3 else same
 
 
-def temperature(self: NumericOps, q: np.ndarray, role: str, name: str) -> np.ndarray:
+def temperature(self: NumericBase, q: np.ndarray, role: str, name: str) -> np.ndarray:
     """q × (1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋)): transformers' Llama4TextAttention with its default
     floor_scale 8192 and attn_scale 0.1, at the step's token indices (the tokens seen before it,
     plus 0..Tq−1), padding or not."""

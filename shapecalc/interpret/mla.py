@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .numeric import NumericOps
+    from .numeric_base import NumericBase
 
 
 
 
-def cache(self: NumericOps, x: np.ndarray, layer: int, Tk: Any, Tc: Any, what: str
+def cache(self: NumericBase, x: np.ndarray, layer: int, Tk: Any, Tc: Any, what: str
           ) -> np.ndarray:
     """One cached tensor per layer: MLA's latent [R,B,T,D_c+D_r] (kept as one head) or its
     expanded [K, V] [R,B,H,T,·]; returns every token the step reads, through the KV dtype."""
@@ -28,7 +28,7 @@ def cache(self: NumericOps, x: np.ndarray, layer: int, Tk: Any, Tc: Any, what: s
     return back[:, :, 0] if latent else back
 
 
-def concat(self: NumericOps, parts: list[np.ndarray], role: str, name: str, heads: Any = None
+def concat(self: NumericBase, parts: list[np.ndarray], role: str, name: str, heads: Any = None
            ) -> np.ndarray:
     if heads is not None:  # broadcast a one-head part to every head
         n = max(p.shape[2] for p in parts)
@@ -38,7 +38,7 @@ def concat(self: NumericOps, parts: list[np.ndarray], role: str, name: str, head
     return self._rec(role, name, "concat", np.concatenate(parts, axis=-1))
 
 
-def head_linear(self: NumericOps, x: np.ndarray, role: str, name: str, d_in: Any, d_out: Any,
+def head_linear(self: NumericBase, x: np.ndarray, role: str, name: str, d_in: Any, d_out: Any,
                 of: str, part: str) -> np.ndarray:
     # rank r's kv_b columns are its heads' [k_nope | v] blocks, side by side
     shards, _, _, _, W = self.w.linear(self._layer, of, self.p)

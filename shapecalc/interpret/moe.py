@@ -13,7 +13,7 @@ from .storage import measure
 from .weights import Shard
 
 if TYPE_CHECKING:
-    from .numeric import NumericOps
+    from .numeric_base import NumericBase
 
 
 class Routing(NamedTuple):
@@ -23,7 +23,7 @@ class Routing(NamedTuple):
     ids: np.ndarray
 
 
-def route(self: NumericOps, logits: np.ndarray, role: str, name: str, k: Any) -> Routing:
+def route(self: NumericBase, logits: np.ndarray, role: str, name: str, k: Any) -> Routing:
     m = self.m
     kk = m.experts_per_token or 0
     z = logits[0]  # the router is replicated: every rank has the same logits
@@ -51,7 +51,7 @@ def route(self: NumericOps, logits: np.ndarray, role: str, name: str, k: Any) ->
     self.routed.append(ids)
     return Routing(w, ids)
 
-def experts(self: NumericOps, h: np.ndarray, routing: Routing, D: Any, E: Any, k: Any, Dffe: Any
+def experts(self: NumericBase, h: np.ndarray, routing: Routing, D: Any, E: Any, k: Any, Dffe: Any
             ) -> np.ndarray:
     m = self.m
     x = h[0]  # [B,T,D]: the FFN norm's output, the same on every rank
@@ -124,7 +124,7 @@ def experts(self: NumericOps, h: np.ndarray, routing: Routing, D: Any, E: Any, k
     return self._rec("moe.combine", "combine (weighted sum)", "combine", out,
                      ew=2 * self._el(y))
 
-def _dispatch(self: NumericOps, routing: Routing, x: np.ndarray, E: int, ep: int) -> None:
+def _dispatch(self: NumericBase, routing: Routing, x: np.ndarray, E: int, ep: int) -> None:
     """What expert parallelism moves in one MoE layer, measured on the arrays: each sequence's
     tokens live on replica b mod ep (data-parallel attention); every (token, expert) pair whose
     expert lives elsewhere is sent there (dispatch) and its output sent back (combine)."""
@@ -139,7 +139,7 @@ def _dispatch(self: NumericOps, routing: Routing, x: np.ndarray, E: int, ep: int
     })
 
 
-def _expert_shard(self: NumericOps, role: str, e: int, d_in: int, d_out: int, row: bool
+def _expert_shard(self: NumericBase, role: str, e: int, d_in: int, d_out: int, row: bool
                   ) -> Shard:
     p = self.p
     if row:  # down: rows split, rank r holds its Dff_e slice

@@ -20,84 +20,20 @@ from typing import Any
 import numpy as np
 
 from ..model.config import ModelConfig, Workload
-from ..model.forward import Ops, Sizes, forward
+from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, elementwise, llama4, mla, moe, rotary
+from . import alibi, deltanet, elementwise, llama4, mamba2, mla, moe, rotary
 from .caches import ContiguousKV, KVCache
-from .storage import decode, measure, stored_nbytes
+from .numeric_base import NumericBase
+from .storage import measure
 from .weights import Weights
 
 PRECISIONS: dict[str, Any] = {"float32": np.float32, "float64": np.float64, "float16": np.float16}
 
 # -- the interpreter ------------------------------------------------------------------------------
-class NumericOps(Ops):
-    def __init__(self, model: ModelConfig, wl: Workload, weights: Weights, p: int,
-                 ids: np.ndarray, cache: KVCache, *, layers: int | None = None,
-                 valid: np.ndarray | None = None,
-                 on_layer: Callable[[int, int], None] | None = None, keep_operands: bool = False):
-        self.m, self.wl, self.w, self.p = model, wl, weights, p
-        self.keep_operands = keep_operands  # the benchmark replays the very same GEMMs
-        self.dt = weights.dtype
-        self.ids = np.asarray(ids, dtype=np.int64)
-        self.cache, self.n_run, self.on_layer = cache, layers, on_layer
-        self.decoding = wl.phase == "decode"
-        self.stages: list[Stage] = []
-        self.gemms: list[tuple[Any, Any]] = []  # operand shapes (or operands) of every matmul
-        self.routed: list[np.ndarray] = []  # each MoE layer's [B,T,k] expert ids
-        self.ep_traffic: list[dict[str, int]] = []  # with ep > 1: each MoE layer's all-to-all
-        self.boundaries: list[int] = []
-        self.full_out: np.ndarray | None = None
-        self._group, self._layer = "embedding", -1
-        self._kind: int | None = None
-        self._last: np.ndarray | None = None
-        self._hq = model.n_heads // p
-        self.neg = self.dt(np.finfo(self.dt).min / 2)  # masked score: exp() gives 0, no overflow
-        B, Tq = self.ids.shape
-        if valid is None:
-            valid = np.ones((B, Tq), dtype=bool)
-        cache.start(valid)
-        self.valid = valid
-        if self.decoding:
-            pos = cache.next_pos[:, None] - 1
-        else:  # left padding: a sequence's first real token is position 0
-            pos = np.maximum(np.cumsum(valid, axis=1) - 1, 0)
-        # positions shared by all rows unless padding shifts them
-        self.pos = pos[0] if (pos == pos[0]).all() else pos
-        i = np.arange(Tq)[:, None]
-        self._ij = i, np.arange(Tq)[None, :]
-        self.causal = self._ij[1] <= i  # prefill: queries and keys are the same T tokens
-
-    def _window(self, W: int | None) -> np.ndarray:
-        i, j = self._ij
-        return (i - j < W) if W is not None else np.ones_like(self.causal)
-
-    def _key_valid(self) -> np.ndarray:
-        """[B, keys] the current layer's queries may read: its cache in decode, else the step."""
-        return self.cache.valid(self._layer) if self.decoding else self.valid
-
-    # -- recording -------------------------------------------------------------------------------
-    def _el(self, a: np.ndarray) -> int:
-        return a.size // a.shape[0]  # elements one rank touches
-
-    def _rec(self, role: str, name: str, op: str, a: np.ndarray, *, flops: int = 0, ew: int = 0,
-             params: int = 0, dtype: str | None = None, nbytes: int | None = None,
-             operands: tuple[tuple[int, ...], ...] = ()) -> np.ndarray:
-        dtype = dtype or self.wl.act
-        self.stages.append(Stage(
-            name=name, op=op, group=self._group, dims=[], shape=list(a.shape[1:]), flops=flops,
-            elementwise_flops=ew, params=params,
-            bytes=measure(a[0], dtype) if nbytes is None else nbytes, dtype=dtype, role=role,
-            kind=self._kind, operands=[list(x) for x in operands], extra={"layer": self._layer}))
-        self._last = a
-        return a
-
-    def _mm(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
-        out = np.matmul(a, b)
-        self.gemms.append((a, b) if self.keep_operands else (a.shape, b.shape))
-        return out, 2 * self._el(out) * a.shape[-1]  # each output element: k multiply-adds
-
+class NumericOps(NumericBase):
     # -- structure -------------------------------------------------------------------------------
     def layers(self, plan: LayerPlan) -> Iterator[tuple[int, LayerSpec, int]]:
         n = len(plan.kind_of)
@@ -109,6 +45,7 @@ class NumericOps(Ops):
         for layer in range(k):
             kind = plan.kind_of[layer]
             self._layer, self._kind = layer, kind
+            self._mixer = plan.kinds[kind].mixer
             if self.on_layer:
                 self.on_layer(layer, k)
             yield layer, plan.kinds[kind], kind
@@ -232,31 +169,11 @@ class NumericOps(Ops):
         return self._rec(role, name, "linear", y, flops=flops, ew=ew, params=params,
                          operands=(x.shape[1:], (x.shape[-1], y.shape[-1])))
 
-    def _streamed(self, x: np.ndarray, shards: list[Any]) -> tuple[np.ndarray, int, int]:
-        """x @ W with W made chunk by chunk (streamed weights); FLOPs and params of rank 0's
-        chunks, each from the chunk really made."""
-        ranks = max(x.shape[0], self.p) if self.p > 1 else 1
-        width = sum(sh.width for sh in shards)
-        y = np.empty((ranks, x.shape[1], width), dtype=self.dt)
-        step = max(1, self.w.chunk_bytes // (shards[0].d_in * y.itemsize))
-        flops = params = 0
-        tied = shards[0].key == ("embedding",)
-        for r in range(ranks):  # ranks and chunks: a handful of big GEMMs each
-            xr = x[r if x.shape[0] > 1 else 0]
-            start = 0
-            for sh in shards:
-                for c0 in range(0, sh.width, step):
-                    c1 = min(sh.width, c0 + step)
-                    w = self.w.chunk(sh, r, c0, c1)
-                    np.matmul(xr, w, out=y[r, :, start + c0 : start + c1])
-                    self.gemms.append((xr.shape, w.shape))
-                    if r == 0:
-                        flops += 2 * xr.shape[0] * w.shape[0] * w.shape[1]
-                        params += 0 if tied else w.size
-                start += sh.width
-        return y, flops, params
-
     def split(self, x: np.ndarray, parts: list[Any]) -> list[np.ndarray]:
+        if self._mixer != "attention":  # a mixer's fused projection: its parts in order
+            cuts = np.cumsum([int(p.value) for p in parts])
+            assert cuts[-1] == x.shape[-1]
+            return np.split(x, cuts[:-1], axis=-1)
         if self.m.mla:
             return mla.split(x, parts)
         dh = self.m.dh
@@ -294,27 +211,11 @@ class NumericOps(Ops):
         back = self.cache_step(layer, (k, v))
         return back[:, 0], back[:, 1]
 
-    def cache_step(self, layer: int, parts: tuple[np.ndarray, ...],
-                   shown: Callable[[np.ndarray], np.ndarray] = lambda c: c) -> np.ndarray:
-        """One layer's cache entry of `parts` (K and V; MLA's one tensor): written in prefill,
-        appended and read whole in decode, each a stage (`shown`: the codes as the stage shows
-        them). Returns every token the step reads, through the KV dtype: [R, parts, …]."""
-        kv = self.wl.kv
-        if not self.decoding:
-            back, codes = self.cache.write_parts(layer, parts)
-            self._rec("kv.write", "KV cache write", "kv_cache", shown(codes), dtype=kv,
-                      nbytes=stored_nbytes(codes[0], kv))
-            return back
-        new, codes = self.cache.append_parts(layer, parts)
-        self._rec("kv.append", "KV cache append", "kv_append", shown(new), dtype=kv,
-                  nbytes=stored_nbytes(new[0], kv))
-        self._rec("kv.read", "KV cache read", "kv_cache", shown(codes), dtype=kv,
-                  nbytes=stored_nbytes(codes[0], kv))
-        return decode(codes, kv, self.dt)
-
     # the variants' operations live in their own modules: MLA, MoE, ALiBi, Llama 4
     mla_cache, concat, head_linear = mla.cache, mla.concat, mla.head_linear
     route, experts, alibi, temperature = moe.route, moe.experts, alibi.add_bias, llama4.temperature
+    conv1d, ssd, gated_norm = mamba2.conv1d, mamba2.ssd, mamba2.gated_norm  # Mamba-2
+    delta_rule = deltanet.delta_rule  # gated DeltaNet
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:
@@ -410,6 +311,7 @@ class Step:
     gemms: list[tuple[Any, Any]] = field(default_factory=list)
     routed: list[np.ndarray] = field(default_factory=list)  # each MoE layer's [B,T,k] expert ids
     ep_traffic: list[dict[str, int]] = field(default_factory=list)
+    mtp_kv_bytes: int = 0  # the MTP modules' own caches (layers N, N+1, …), one rank
 
 
 def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
@@ -425,8 +327,11 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
     with np.errstate(over="ignore", under="ignore"):
         logits = forward(ops, model, wl, Sizes.of(model, wl, p))
     assert ops.full_out is not None
-    return Step(logits[0], ops.full_out[0], ops.stages, ops.boundaries, cache.nbytes(),
-                getattr(cache, "blocks", None), ops.gemms, ops.routed, ops.ep_traffic)
+    ran = len(layer_plan(model).kind_of) if layers is None else min(layers, model.n_layers)
+    mtp = sum(b for layer, b in zip(cache.held_layers(), cache.nbytes(), strict=True)
+              if layer >= model.n_layers)
+    return Step(logits[0], ops.full_out[0], ops.stages, ops.boundaries, cache.layer_bytes(ran),
+                getattr(cache, "blocks", None), ops.gemms, ops.routed, ops.ep_traffic, mtp)
 
 
 def windows(model: ModelConfig) -> list[Reach]:

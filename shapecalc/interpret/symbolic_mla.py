@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from ..model.expr import Dim, formula
 
 if TYPE_CHECKING:
-    from .symbolic import Sym, SymbolicOps
+    from .symbolic_base import Sym, SymbolicBase
 
 
-def sym_cache(self: SymbolicOps, x: Sym, layer: int, Tk: Dim, Tc: Dim, what: str) -> Sym:
+def sym_cache(self: SymbolicBase, x: Sym, layer: int, Tk: Dim, Tc: Dim, what: str) -> Sym:
     *lead, _, width = x.dims
     # the latent [B,T,W] has no head axis: every rank holds it whole
     note = what + ("; replicated on every rank" if self.z.p > 1 and len(lead) == 1 else "")
@@ -21,7 +21,7 @@ def sym_cache(self: SymbolicOps, x: Sym, layer: int, Tk: Dim, Tc: Dim, what: str
     return x if self.wl.phase == "prefill" else self._act(*lead, Tk, width)
 
 
-def sym_concat(self: SymbolicOps, parts: list[Sym], role: str, name: str,
+def sym_concat(self: SymbolicBase, parts: list[Sym], role: str, name: str,
                heads: Dim | None = None) -> Sym:
     first = parts[0].dims
     width = first[-1]
@@ -31,7 +31,7 @@ def sym_concat(self: SymbolicOps, parts: list[Sym], role: str, name: str,
     return self._rec(role, name, "concat", self._act(*first[:-1], width), note=note)
 
 
-def sym_head_linear(self: SymbolicOps, x: Sym, role: str, name: str, d_in: Dim, d_out: Dim,
+def sym_head_linear(self: SymbolicBase, x: Sym, role: str, name: str, d_in: Dim, d_out: Dim,
                     of: str, part: str) -> Sym:
     B, H, T, _ = x.dims
     half = "W_UK (its k_nope half)" if part == "k" else "W_UV (its v half)"

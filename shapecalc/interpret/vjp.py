@@ -20,16 +20,13 @@ prefill) and the cache reads of decode; `train/verify.py` refuses decode.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .rotary import EPS, head_gammas
+from .tape_base import Entry, TapeBase
 from .weights import Shard, Weights
-
-if TYPE_CHECKING:
-    from .vjp_tape import TapeOps
 
 Rule = Callable[["Ctx", list[Any]], list[Any]]
 RULES: dict[str, Rule] = {}
@@ -50,20 +47,7 @@ def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return g.sum(axis=axes, keepdims=True)
 
 
-# -- a tape entry, the parameter gradients, the FLOP book ------------------------------------------
-@dataclass
-class Entry:
-    op: str
-    ins: list[int | None]  # the node of each tensor input (None: a constant)
-    outs: list[int]  # the node of each tensor output
-    stages: list[int]  # indices of the stages the forward recorded
-    layer: int
-    args: tuple
-    kw: dict
-    saved: dict[str, Any] = field(default_factory=dict)  # what the rule reads in the backward
-    kind: int | None = None  # the layer's kind
-
-
+# -- the parameter gradients, the FLOP book (a tape entry: tape_base.py) ----------------------
 class Grads:
     """Parameter gradients by weight key, each the full (unsharded) parameter's shape."""
 
@@ -124,7 +108,7 @@ class Ctx:
     """What a rule runs with: its entry, the forward's settings, the parameter gradients, and
     the FLOP book."""
 
-    def __init__(self, ops: TapeOps, grads: Grads):
+    def __init__(self, ops: TapeBase, grads: Grads):
         self.ops, self.grads, self.m, self.w, self.p = ops, grads, ops.m, ops.w, ops.p
         self.dx = [0] * len(ops.stages)  # backward matmul FLOPs per forward stage: input grads
         self.dw = [0] * len(ops.stages)  # … weight grads

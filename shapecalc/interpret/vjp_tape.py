@@ -13,8 +13,8 @@ import numpy as np
 
 from . import vjp_moe  # noqa: F401  (registers MoE's rules)
 from .moe import Routing
-from .numeric import NumericOps
-from .vjp import RULES, Ctx, Entry, Grads
+from .tape_base import Entry, TapeBase
+from .vjp import RULES, Ctx, Grads
 
 
 # -- what each rule keeps: taken around the forward operation -------------------------------------
@@ -73,53 +73,8 @@ def _keep(ops: TapeOps, op: str, args: tuple, kw: dict, out: Any) -> dict[str, A
 PRE_COPY = ("norm", "linear", "head_norm", "matmul", "mul", "activation")
 
 
-class TrainOps(NumericOps):
-    """NumericOps as a training step runs: attention reads K and V as computed (the cache stage
-    is still recorded, as inference records it, but nothing is read back through its dtype)."""
-
-    def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int, Tk: Any, Tc: Any
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        back = super().kv_cache(k, v, layer, Tk, Tc)
-        assert back[0].shape == k.shape and back[1].shape == v.shape
-        return k, v
-
-    def mla_cache(self, x: np.ndarray, layer: int, Tk: Any, Tc: Any, what: str) -> np.ndarray:
-        back = super().mla_cache(x, layer, Tk, Tc, what)
-        assert back.shape == x.shape
-        return x
-
-
-class TapeOps(TrainOps):
-    """TrainOps recording a tape: each operation of forward() an Entry, each array a node."""
-
-    def __init__(self, *a: Any, **kw: Any):
-        super().__init__(*a, **kw)
-        self.tape: list[Entry] = []
-        self.node: dict[int, int] = {}  # id(array) → its node (arrays kept alive: `alive`)
-        self.shapes: list[tuple[int, ...]] = []  # each node's shape
-        self.alive: list[Any] = []
-        self.stages_out: list[np.ndarray] = []  # each stage's output (inner stages: copies)
-        self._depth = 0
-        self._pre: list[np.ndarray] = []
-        self._norm_info: dict[str, Any] = {}
-        self._temp: Any = None
-        self._experts_a = -1
-
-    def _rec(self, role: str, name: str, op: str, a: np.ndarray, **kw: Any) -> np.ndarray:
-        self.stages_out.append(a.copy() if self._depth else a)
-        if role in ("moe.experts.mul", "moe.experts.act"):
-            self._experts_a = len(self.stages_out) - 1  # what the experts' down multiplies
-        return super()._rec(role, name, op, a, **kw)
-
-    def _new(self, a: Any) -> int:
-        self.node[id(a)] = n = len(self.shapes)
-        self.shapes.append(tuple(a.shape))
-        self.alive.append(a)
-        return n
-
-    def _in(self, a: Any) -> int | None:
-        return self.node.get(id(a)) if isinstance(a, np.ndarray) else None
-
+class TapeOps(TapeBase):
+    """TapeBase recording: each operation whose rule is registered is wrapped (below)."""
 
 
 def _tensors(op: str, args: tuple) -> list[Any]:

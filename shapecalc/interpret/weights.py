@@ -175,24 +175,40 @@ class Weights:
             parts = [self._linear(layer, r, p) for r in ("attn.q", "attn.k", "attn.v")]
             b = np.concatenate([x[1] for x in parts], axis=-1) if m.qkv_bias else None
             return [x[0][0] for x in parts], b, sum(x[2] for x in parts), False
+        if role in MIXER_PARTS:  # a mixer's fused projection: each rank its heads of each part
+            subs = [self._linear(layer, r, p) for r in MIXER_PARTS[role]]
+            return [x[0][0] for x in subs], None, 0, False
         if role in _MLA_ROLES or (m.mla and role == "attn.q"):
             return self._mla_linear(layer, role, p)
         shared = m.n_shared_experts * m.dff_shared
+        kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
+        vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)
         width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh,
                  "attn.out": H * m.v_dim,
                  "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
-                 "moe.router": m.n_experts or 0, "moe.shared_gate": 1}[role]
+                 "moe.router": m.n_experts or 0, "moe.shared_gate": 1,
+                 # Mamba-2: in [D → z, x, B, C, dt] (its parts), out [I → D]
+                 "ssm.in.z": m.ssm_inner, "ssm.in.x": m.ssm_inner,
+                 "ssm.in.B": m.ssm_groups * (m.ssm_state or 0),
+                 "ssm.in.C": m.ssm_groups * (m.ssm_state or 0), "ssm.in.dt": m.ssm_heads or 0,
+                 "ssm.out": m.ssm_inner,
+                 # gated DeltaNet: q, k, v, z, b, a (fused or not), out [H_v·D_hv → D]
+                 "gdn.q": kd, "gdn.k": kd, "gdn.v": vd, "gdn.z": vd,
+                 "gdn.b": m.gdn_v_heads or 0, "gdn.a": m.gdn_v_heads or 0,
+                 "gdn.out": (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
+                 "attn.gate": H * dh}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
-                 "moe.router": m.router_bias, "moe.shared_gate": False}.get(role, m.qkv_bias)
+                 "moe.router": m.router_bias, "moe.shared_gate": False, "ssm.in": False,
+                 "ssm.out": False}.get(role, not role.startswith(("gdn.", "ssm.")) and m.qkv_bias)
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)
             bf = self.get((layer, role, "bias"), (width,)) if has_b else None
             sh = Shard((layer, role), (D, width), "replicated", p, D, width)
             return [sh], (bf[None, None] if bf is not None else None), \
                 width if has_b else 0, False
-        if role in ("attn.out", "ffn.down", "moe.shared.down"):
+        if role in ("attn.out", "ffn.down", "moe.shared.down", "ssm.out", "gdn.out"):
             # row-parallel: rank r holds rows r·n/p …; the bias is added once
             b = self.get((layer, role, "bias"), (D,)) if has_b else None
             return [Shard((layer, role), (width, D), "row", p, width // p, D)], b, \
@@ -229,3 +245,11 @@ class Weights:
 
 # MLA's projections (weights._mla_linear)
 _MLA_ROLES = ("attn.q_a", "attn.q_b", "attn.kv_a", "attn.kv_b")
+# the stateful mixers' fused projections, as the parts each rank holds its heads of (vLLM's
+# merged column-parallel layout: rank r's operand is [z_r | x_r | B_r | C_r | dt_r])
+MIXER_PARTS = {
+    "ssm.in": ("ssm.in.z", "ssm.in.x", "ssm.in.B", "ssm.in.C", "ssm.in.dt"),
+    "gdn.qkvz": ("gdn.q", "gdn.k", "gdn.v", "gdn.z"),
+    "gdn.ba": ("gdn.b", "gdn.a"),
+    "gdn.qkv": ("gdn.q", "gdn.k", "gdn.v"),
+}

@@ -13,8 +13,9 @@ from pydantic_core import ValidationError
 
 from . import rules
 from .errors import ShapecalcError
-from .quantization import DTYPE_FORMATS, Quantization
-from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
+from .model_fields import ModelFields
+from .quantization import DTYPE_FORMATS
+from .record import Pos, Record, _doc
 from .suggest import canonical_dtype, did_you_mean
 
 # Bits per element. int4 packs two values per byte, so bytes are rounded up per tensor. mxfp4,
@@ -42,10 +43,6 @@ def compute_width(dtype: str, act: str) -> str:
     weights (W4A4: modelopt's input scales quantize the activations), else the activations'
     (mxfp4, nf4, int8, int4: weight-only, dequantised into 16-bit GEMMs)."""
     return dtype if dtype in ("fp8", "nvfp4") else act
-AttentionKind = Literal["full", "sliding", "chunked"]
-FfnKind = Literal["dense", "moe"]
-
-
 def ceil_div(a: int, b: int) -> int:
     """⌈a/b⌉ in exact integers (shards, blocks, ring chunks)."""
     return -(-a // b)
@@ -61,201 +58,8 @@ def nbytes(elements: int, dtype: str) -> int:
     return bytes_of(elements, DTYPE_BITS[dtype])
 
 
-class ModelConfig(Record):
+class ModelConfig(ModelFields):
     """A decoder-only Transformer. Symbols in brackets are what the trace prints."""
-
-    name: str = _doc("custom")
-    vocab_size: Pos = _req("N_vocab: vocabulary size")
-    d_model: Pos = _req("D: model width")
-    n_layers: Pos = _req("N: number of Transformer blocks")
-    n_heads: Pos = _req("H: query heads")
-    n_kv_heads: Pos | None = _doc(None, "H_kv: key/value heads (default H; 1 = MQA; between = GQA)")
-    head_dim: Pos | None = _doc(None, "Dh: head width (default D/H)")
-    d_ff: Pos = _req("Dff: FFN hidden width")
-    ffn: Literal["gelu", "relu", "swiglu", "geglu"] = _doc(
-        "gelu", "gelu/relu: up, down; swiglu/geglu: gate, up, down"
-    )
-    norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
-    norm_position: Literal["pre", "post", "sandwich", "output"] = _doc(
-        "pre", "pre: x + f(Norm(x)); post: Norm(x + f(x)); sandwich (Gemma 2/3): "
-        "x + Norm(f(Norm(x))); output (OLMo 2): x + Norm(f(x))")
-    positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = _doc(
-        "learned", "alibi: no table, no rotation; a per-head linear bias on the scores (BLOOM, MPT)"
-    )
-    max_positions: Pos | None = _doc(None, "rows of a learned position table; the longest "
-                                     "context otherwise")
-    tie_embeddings: bool = _doc(False, "LM head shares the embedding table")
-    qkv_bias: bool = _doc(False, "biases on the q, k, v projections")
-    attn_out_bias: bool = _doc(False, "bias on the attention output WO")
-    ffn_bias: bool = _doc(False, "biases on the FFN matrices")
-    norm_bias: bool | None = _doc(None, "β in the norms (default: yes for layernorm, no for "
-                                  "rmsnorm)")
-    lm_head_bias: bool = _doc(False)
-    fused_qkv: bool = _doc(
-        False, "one [D,(H+2·H_kv)·Dh] matrix; changes the listing, not the numbers"
-    )
-    parallel_block: bool = _doc(
-        False, "attention and FFN read the same norm and add in parallel (Falcon)"
-    )
-    sliding_window: Pos | None = _doc(None, "W: the KV cache keeps, and decode reads, at most W "
-                                      "tokens")
-    embedding_scale: bool = _doc(False, "multiply embeddings by √D (Gemma)")
-    layer_types: tuple[AttentionKind, ...] | None = _doc(
-        None,
-        "each layer's attention, in order: full, or sliding (window W); default: every layer "
-        "sliding when sliding_window is set, else full (Hugging Face's layer_types)",
-    )
-    qk_norm: bool = _doc(False, "RMSNorm over each head's Dh on q and k (Qwen3): γ of Dh each")
-    attention_sinks: bool = _doc(
-        False, "a learned logit per head joins each softmax as one more column (gpt-oss)"
-    )
-    # ALiBi models (BLOOM, MPT): the embedding norm
-    embedding_norm: bool = _doc(
-        False, "a norm (γ, β as the model's norms) right after the embedding lookup (BLOOM)"
-    )
-    # Gemma 2/3 and OLMo 2 (and norm_position sandwich, output)
-    query_pre_attn_scalar: PosFloat | None = _doc(None, "s: scores × 1/√s, not 1/√Dh (Gemma 2/3)")
-    attn_softcap: PosFloat | None = _doc(None, "c: scores ← c·tanh(scores/c), before the mask")
-    final_softcap: PosFloat | None = _doc(None, "c: logits ← c·tanh(logits/c) (Gemma 2)")
-    norm_plus_one: bool = _doc(False, "RMSNorms × (1+γ), γ stored around 0 (Gemma); same counts")
-    qk_norm_width: Literal["head", "all"] = _doc("head", "q/k norms over each head's Dh, or all "
-                                                "of H·Dh and H_kv·Dh before the heads split")
-    rope_base: PosFloat = _doc(10000.0, "θ: RoPE's base (the executor's angles; no count changes)")
-    rope_base_local: PosFloat | None = _doc(None, "θ of the sliding layers (Gemma 3), if other")
-    # Mixture-of-Experts (the FFN of the layers `ffn_types` marks moe)
-    n_experts: Pos | None = _doc(None, "E: routed experts (null: a dense model)")
-    experts_per_token: Pos | None = _doc(None, "k: experts each token is routed to")
-    d_ff_expert: Pos | None = _doc(None, "Dff_e: a routed expert's FFN width (default Dff)")
-    n_shared_experts: NonNeg = _doc(0, "shared experts every token goes through")
-    d_ff_shared: Pos | None = _doc(None, "Dff_s: a shared expert's width (default Dff_e)")
-    shared_expert_gate: bool = _doc(
-        False, "a sigmoid gate [D→1] scales the shared experts' output (Qwen2-MoE)"
-    )
-    router_bias: bool = _doc(False, "a bias on the router [D→E] (gpt-oss)")
-    expert_bias: bool = _doc(False, "biases on the experts' matrices (gpt-oss)")
-    router_scoring: Literal["softmax", "sigmoid", "topk_sigmoid"] = _doc(
-        "softmax", "how router logits become scores (topk_sigmoid: the top k logits, then a "
-        "sigmoid of those k, as Llama 4)"
-    )
-    norm_topk_prob: bool = _doc(False, "the k chosen scores are renormalised to sum to 1")
-    routed_scaling_factor: PosFloat | None = _doc(
-        None, "the routed experts' output is scaled by this (DeepSeek)"
-    )
-    ffn_types: tuple[FfnKind, ...] | None = _doc(
-        None,
-        "each layer's FFN, in order: dense or moe; default: every layer moe when n_experts "
-        "is set, else dense",
-    )
-    # Llama 4: chunked attention, NoPE layers, the L2 q/k norm and the attention temperature
-    attention_chunk_size: Pos | None = _doc(
-        None, "C: a chunked layer's query reads only the keys of its own chunk of C positions "
-        "(layer_types marks the chunked layers; default: every layer)",
-    )
-    nope_layers: tuple[NonNeg, ...] | None = _doc(
-        None, "layers (0-based) that apply no RoPE (Llama 4's NoPE layers: no_rope_layers 0)"
-    )
-    qk_l2_norm: bool = _doc(
-        False, "q and k divided by their RMS over each head's Dh, no weights, after RoPE, on the "
-        "layers with RoPE (Llama 4's use_qk_norm)",
-    )
-    attn_temperature_tuning: bool = _doc(
-        False, "on NoPE layers q is scaled per position by 1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋) "
-        "(Llama 4)",
-    )
-    routing_on_input: bool = _doc(
-        False, "each routing weight scales the token's input to its expert, not the expert's "
-        "output (Llama 4)",
-    )
-    # Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2): K and V come from a cached latent
-    kv_lora_rank: Pos | None = _doc(
-        None, "D_c: the KV latent width (kv_lora_rank); set: attention is MLA"
-    )
-    q_lora_rank: Pos | None = _doc(
-        None, "D_q: the query latent width (q_lora_rank); null: a plain q projection"
-    )
-    qk_nope_head_dim: Pos | None = _doc(None, "D_n: each head's q/k width without RoPE")
-    qk_rope_head_dim: Pos | None = _doc(
-        None, "D_r: the decoupled RoPE width, one k_rope shared by all heads"
-    )
-    v_head_dim: Pos | None = _doc(None, "D_v: each head's value width")
-
-    # Classic variants (GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite, Falcon's new decoder)
-    rotary_dim: Pos | None = _doc(
-        None, "R: RoPE turns only the first R of each head's Dh (partial rotary: GPT-NeoX "
-        "rotary_pct, Phi/StableLM partial_rotary_factor, GPT-J rotary_dim); default Dh"
-    )
-    rope_interleaved: bool = _doc(
-        False, "RoPE turns pairs (2i, 2i+1) instead of the two halves (GPT-J, Cohere); same counts"
-    )
-    parallel_norms: Literal[1, 2] = _doc(
-        1, "a parallel block's norms: 1, shared by attention and FFN (GPT-J, Phi-2, Cohere); 2, "
-        "each reads its own norm of x (GPT-NeoX ln1/ln2, Falcon's ln_attn/ln_mlp)"
-    )
-    qk_norm_per_head: bool = _doc(
-        False, "LayerNorm without β over each head's Dh on q and k, a γ per head (H·Dh and "
-        "H_kv·Dh: StableLM qk_layernorm, Cohere use_qk_norm)"
-    )
-    embedding_multiplier: PosFloat | None = _doc(None, "embeddings × this (Granite)")
-    attention_multiplier: PosFloat | None = _doc(
-        None, "the scores × this instead of 1/√Dh (Granite)"
-    )
-    residual_multiplier: PosFloat | None = _doc(
-        None, "each branch's output × this before its residual add (Granite)"
-    )
-    logit_scale: PosFloat | None = _doc(
-        None, "the logits × this (Cohere logit_scale; Granite's 1/logits_scaling)"
-    )
-    mtp_layers: NonNeg = _doc(0, "multi-token-prediction modules after the model (DeepSeek-V3's "
-                              "num_nextn_predict_layers): totals.mtp_params, not in params")
-    quantization: Quantization | None = _doc(None, "how the checkpoint stores its weights "
-                                            "(quantization_config): their dtype and bytes")
-
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
-
-    @property
-    def dh(self) -> int:
-        """Each head's q/k width: head_dim, D/H, or MLA's D_n + D_r."""
-        if self.mla:
-            return self.qk_nope_head_dim + self.qk_rope_head_dim  # type: ignore[operator]
-        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
-
-    @property
-    def gated(self) -> bool:
-        return self.ffn in ("swiglu", "geglu")
-
-    @property
-    def moe(self) -> bool:
-        return self.n_experts is not None
-
-    @property
-    def dff_expert(self) -> int:
-        return self.d_ff_expert if self.d_ff_expert is not None else self.d_ff
-
-    @property
-    def dff_shared(self) -> int:
-        return self.d_ff_shared if self.d_ff_shared is not None else self.dff_expert
-
-    @property
-    def mla(self) -> bool:
-        return self.kv_lora_rank is not None
-
-    @property
-    def v_dim(self) -> int:
-        """Each head's value width: Dh, or MLA's D_v."""
-        return self.v_head_dim if self.mla else self.dh  # type: ignore[return-value]
-
-    @property
-    def has_norm_bias(self) -> bool:
-        return self.norm_bias if self.norm_bias is not None else self.norm == "layernorm"
-
-    @property
-    def rot(self) -> int:
-        """R: the rotated width of each head: Dh unless partial rotary; MLA's decoupled D_r."""
-        if self.mla:
-            return self.qk_rope_head_dim  # type: ignore[return-value]
-        return self.rotary_dim if self.rotary_dim is not None else self.dh
 
     def _check(self) -> None:
         if self.n_layers > MAX_LAYERS:  # the layer plan lists each layer: 10⁸ took minutes and GiB
@@ -301,6 +105,7 @@ class ModelConfig(Record):
         rules.check_classic(self)
         rules.check_mla(self)
         rules.check_gemma(self)
+        rules.check_mixers(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
@@ -385,6 +190,13 @@ def check(model: ModelConfig, wl: Workload) -> None:
         raise ShapecalcError(
             "tp", f"p={p} is not a multiple of H_kv={hkv}, so KV heads cannot be replicated evenly"
         )
+    # the stateful mixers split by heads, as vLLM does: each rank whole groups (Mamba-2's B, C;
+    # gated DeltaNet's q/k heads and their value heads)
+    if "mamba2" in model.mixers and model.ssm_groups % p:
+        raise ShapecalcError("tp", f"p={p} does not divide G={model.ssm_groups} Mamba-2 groups")
+    if "gated_deltanet" in model.mixers and (model.gdn_qk_heads or 0) % p:
+        raise ShapecalcError("tp", f"p={p} does not divide H_qk={model.gdn_qk_heads} gated "
+                             "DeltaNet q/k heads")
     if model.moe:
         if model.dff_expert % p:
             raise ShapecalcError("tp", f"p={p} does not divide Dff_e={model.dff_expert}")

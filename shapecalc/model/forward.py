@@ -11,133 +11,25 @@ are that rank's share, and the row-parallel outputs meet in an all-reduce (Megat
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from . import gemma
-from .config import ModelConfig, Workload, ceil_div
-from .expr import Dim, Expr
+from .config import ModelConfig, Workload
+from .expr import Dim
+from .gated_deltanet import gated_deltanet_mixer
+from .mamba2 import mamba2_mixer
 from .mla import mla_attention
 from .ops import Ops
-from .plan import Chunk, LayerSpec, held, layer_plan
+from .plan import LayerSpec, layer_plan
+from .sizes import Sizes
 
-
-class Sizes(NamedTuple):
-    """The dims one rank works with, each carrying its symbol (`H/p`, `T′`, …)."""
-
-    B: Dim
-    Tq: Dim  # query tokens of this step: T in prefill, 1 in decode
-    Tk: Dim  # keys a full-attention query reads: T in prefill, T′ = T+1 in decode
-    D: Dim
-    H: Dim
-    Hkv: Dim
-    Dh: Dim
-    Dff: Dim
-    E: Dim  # routed experts (every rank holds each expert's Dff_e/p slice)
-    k: Dim  # experts a token is routed to
-    Dffe: Dim  # a routed expert's width (per rank)
-    Dffs: Dim  # all shared experts' width, n_s·Dff_s (per rank)
-    V: Dim
-    N: Dim
-    Dc: Dim  # MLA: the KV latent width (kv_lora_rank)
-    Dq: Dim  # MLA: the query latent width (q_lora_rank)
-    Dn: Dim  # MLA: a head's q/k width without RoPE
-    Dr: Dim  # MLA: the decoupled RoPE width (and the RoPE width of every model)
-    Dv: Dim  # MLA: a head's value width
-    p: int
-    kv_replicated: bool
-    T: int  # the workload's T
-    decode: bool
-    poly: bool  # only B and T are symbols; every other size is its number (the closed form)
-
-    def sym(self, symbol: str, value: int) -> Dim:
-        """A size that prints as `symbol` (a plain number in poly mode)."""
-        return Dim.const(value) if self.poly else Dim.of(symbol, value)
-
-    def keys(self, spec: LayerSpec) -> tuple[Dim, Dim]:
-        """(Tk, Tc) of one layer kind: keys each query reads, tokens its cache holds after the
-        step. A sliding layer's cache keeps at most W tokens, so decode reads T′ = min(T+1, W)."""
-        if spec.chunk is not None and self.T + int(self.decode) > spec.chunk:
-            return self._chunk_keys(spec.chunk)
-        W = spec.window  # (a chunked layer within its first chunk reads as a full one)
-        if not self.decode:
-            return self.Tk, (self.sym("W", W) if W is not None and W < self.T else self.Tk)
-        if W is not None and W < self.T + 1:
-            tk = self.sym("T′", W)
-        else:  # T′ = T + 1: in poly mode, that very polynomial in T
-            tk = Dim(self.T + 1, Expr.sym("T") + Expr.const(1)) if self.poly else Dim.of(
-                "T′", self.T + 1)
-        return tk, tk
-
-    def _chunk_keys(self, C: int) -> tuple[Dim, Dim]:
-        """A chunked layer (Llama 4): its last query reads the keys of its own chunk, T_c =
-        ((n−1) mod C) + 1 of the n tokens after the step, and the cache keeps just those. Prefill
-        computes all T×T scores (eager attention; the chunk mask hides the others), so its
-        queries read Tk = T; decode reads T_c = (T mod C) + 1 keys."""
-        n = self.T + (1 if self.decode else 0)
-        c = held(Chunk(C), n)
-        # in poly mode (T in one chunk's regime) a polynomial: n − C·⌊(n−1)/C⌋
-        tc = Dim(c, Expr.sym("T") + Expr.const(c - self.T)) if self.poly else Dim.of("T_c", c)
-        return (tc if self.decode else self.Tk), tc
-
-    @staticmethod
-    def of(model: ModelConfig, wl: Workload, p: int | None = None, poly: bool = False) -> Sizes:
-        """The sizes of one rank. With `poly`, only B and T are symbols (every formula is then a
-        polynomial in B and T: what the closed form reads)."""
-        p = wl.tp if p is None else p
-        T = wl.seq
-
-        def of(sym: str, value: int) -> Dim:
-            return Dim.const(value) if poly else Dim.of(sym, value)
-
-        def shard(sym: str, value: int) -> Dim:
-            if poly:
-                return Dim.const(ceil_div(value, p))
-            if p == 1:
-                return Dim.of(sym, value)
-            return Dim(ceil_div(value, p), Expr.sym(sym) * Expr([((("p", -1),), 1)]))
-
-        def shard_n(n_sym: str, n: int, sym: str, value: int) -> Dim:  # n·value, split over p
-            d = Dim.of(n_sym, n) * Dim.of(sym, value)
-            return d if p == 1 else Dim(ceil_div(n * value, p), d.expr * Expr([((("p", -1),), 1)]))
-
-        hkv = model.kv_heads
-        replicated = p > hkv
-        decode = wl.phase == "decode"
-        tq = Dim.const(1) if decode else Dim.of("T", T)
-        return Sizes(
-            B=Dim.of("B", wl.batch),
-            Tq=tq,
-            Tk=Dim.of("T′", T + 1) if decode else tq,
-            D=of("D", model.d_model),
-            H=shard("H", model.n_heads),
-            # vLLM: with fewer KV heads than ranks, every rank holds one (replicated) KV head.
-            # MHA prints its KV heads as H, as the seeds do (2·N·B·H·T·Dh)
-            Hkv=Dim.const(1) if replicated else shard("H" if hkv == model.n_heads else "H_kv", hkv),
-            Dh=of("Dh", model.dh),
-            Dff=shard("Dff", model.d_ff),
-            E=of("E", model.n_experts or 0),
-            k=of("k", model.experts_per_token or 0),
-            Dffe=shard("Dff_e", model.dff_expert),
-            Dffs=shard("Dff_s", model.n_shared_experts * model.dff_shared)
-            if model.n_shared_experts == 1 or poly
-            else shard_n("n_s", model.n_shared_experts, "Dff_s", model.dff_shared),
-            V=shard("N_vocab", model.vocab_size),
-            N=of("N", model.n_layers),
-            Dc=of("D_c", model.kv_lora_rank or 0),
-            Dq=of("D_q", model.q_lora_rank or 0),
-            Dn=of("D_n", model.qk_nope_head_dim or 0),
-            Dr=of("D_r", model.rot) if model.mla else of("Dh", model.dh),
-            Dv=of("D_v", model.v_dim) if model.mla else of("Dh", model.dh),
-            p=p,
-            kv_replicated=replicated,
-            T=T,
-            decode=decode,
-            poly=poly,
-        )
+__all__ = ["ACT", "Ops", "Sizes", "forward"]
 
 
 # the activation each FFN kind applies (gated kinds to the gate)
-ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "swiglu": "silu"}
+ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "swiglu": "silu"}
+# the token mixers other than attention: one function each, over Ops
+MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer}
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
@@ -221,6 +113,14 @@ def _mtp(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, plan: Any, ids: Any, 
 
 def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x: Any,
            layer: int, angles: Any) -> Any:
+    if not spec.attends:  # a state-space mixer or none, then the FFN (if any): pre-norm
+        if spec.mixer != "none":
+            h = ops.norm(x, "mixer.norm", "mixer norm")
+            y = MIXERS[spec.mixer](ops, m, z, h, layer)
+            if z.p > 1:  # out_proj is split by rows: the ranks' partial sums meet
+                y = ops.allreduce(y, "comm.allreduce", "mixer all-reduce")
+            x = ops.add(x, _branch(ops, m, y), "residual", "residual")
+        return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, True)
     if spec.norm_position != "post":  # pre, and sandwich/output (their branches normed too)
         pre = spec.norm_position != "output"  # OLMo 2: no pre-norms
         h = ops.norm(x, "attn.norm", "attention norm") if pre else x
@@ -238,10 +138,7 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
         a = gemma.post_norm(ops, spec, a, "attn")
         x = ops.add(x, _branch(ops, m, a), "residual", "residual")
-        h = ops.norm(x, "ffn.norm", "FFN norm") if pre else x
-        f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
-        f = gemma.post_norm(ops, spec, f, "ffn")
-        return ops.add(x, _branch(ops, m, f), "residual", "residual")
+        return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, pre)
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
     a = _attention(ops, m, spec, wl, z, x, layer, angles)
     if z.p > 1:
@@ -251,6 +148,14 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
     f = _ffn(ops, m, z, x, reduce=z.p > 1)
     return ops.norm(ops.add(x, _branch(ops, m, f), "residual", "residual"), "ffn.norm",
                     "FFN norm")
+
+
+def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre: bool) -> Any:
+    """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
+    h = ops.norm(x, "ffn.norm", "FFN norm") if pre else x
+    f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
+    f = gemma.post_norm(ops, spec, f, "ffn")
+    return ops.add(x, _branch(ops, m, f), "residual", "residual")
 
 
 def _branch(ops: Ops, m: ModelConfig, y: Any) -> Any:
@@ -318,6 +223,10 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     a = ops.softmax(s, "attn.softmax", "softmax", z.H if m.attention_sinks else None)
     o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W, chunk=C)
     o = ops.merge_heads(o, "attn.merge", "merge heads")
+    if m.attn_output_gate:  # Qwen3-Next: o ⊙ sigmoid(h·W_g), W_g q_proj's second half
+        g = ops.linear(h, "attn.gate", "output gate projection", z.D, qw, m.qkv_bias, "column")
+        o = ops.mul(o, ops.activation(g, "attn.gate.act", "output gate", "sigmoid"),
+                    "attn.gate.mul", "o ⊙ gate")
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
 
 

@@ -4,15 +4,13 @@ Written over the same `Ops` as forward.py; both interpreters run it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .config import ModelConfig, Workload
 from .expr import Dim
+from .ops import Ops
 from .plan import LayerSpec
-
-if TYPE_CHECKING:
-    from .forward import Sizes
-    from .ops import Ops
+from .sizes import Sizes
 
 
 def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,

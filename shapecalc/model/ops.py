@@ -156,3 +156,30 @@ class Ops:
 
     def last_position(self, x: Any, role: str, name: str) -> Any:
         raise NotImplementedError
+
+    # -- stateful token mixers (mamba2.py) ------------------------------------------------------
+    def conv1d(self, x: Any, layer: int, role: str, name: str, channels: Dim, kernel: Dim,
+               bias: bool) -> Any:
+        """A causal depthwise convolution over the tokens of x [B,T,channels] (kernel K_c per
+        channel); its window of past inputs is the layer's conv state (kept across steps)."""
+        raise NotImplementedError
+
+    def ssd(self, x: Any, dt: Any, b: Any, c: Any, layer: int) -> Any:
+        """Mamba-2's selective scan (state-space duality): x [B,T,H_s·D_s], dt [B,T,H_s],
+        b and c [B,T,G·N_s] → y [B,T,H_s·D_s]; the recurrent state [B,H_s,D_s,N_s] is kept.
+        Prefill runs the chunked form, decode one step of the recurrence."""
+        raise NotImplementedError
+
+    def gated_norm(self, y: Any, gate: Any, role: str, name: str, gamma: Dim, groups: Dim,
+                   gate_first: bool) -> Any:
+        """An RMSNorm over each of `groups` groups of the last dim, × γ (`gamma` values, one set
+        shared by the groups when fewer than the width), gated by silu(gate): before the norm
+        (`gate_first`, Mamba-2: Norm(y ⊙ silu(z))) or after it (gated DeltaNet)."""
+        raise NotImplementedError
+
+    def delta_rule(self, q: Any, k: Any, v: Any, b: Any, a: Any, layer: Any) -> Any:
+        """Gated DeltaNet's rule: q and k [B,T,H_qk·D_qk], v [B,T,H_v·D_hv], b and a [B,T,H_v]
+        → o [B,T,H_v·D_hv]; each value head's state [D_qk, D_hv] is kept. Prefill runs the
+        chunked form, decode one step of the recurrence."""
+        raise NotImplementedError
+

@@ -37,7 +37,7 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
     2·layers·H_kv·Dh (H_kv per rank). MLA (form `mla`): a latent cache holds layers·(D_c + D_r),
     the same on every tensor-parallel rank (the latent is not split by heads); an expanded cache
     holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
-    n = model.n_layers if layers is None else layers
+    n = model.mixers.count("attention") if layers is None else layers
     if model.mla:
         if mla == "expanded":
             return n * (model.n_heads // p) * (model.dh + model.v_dim)
@@ -74,7 +74,8 @@ def kv_groups(plan: LayerPlan) -> list[tuple[Reach, int]]:
     paged block spans the layers of one group); one group when every layer attends alike."""
     out: dict[Reach, int] = {}
     for kind, count in zip(plan.kinds, plan.counts, strict=True):
-        out[kind.reach] = out.get(kind.reach, 0) + count
+        if kind.attends:  # a state-space layer's cache is its state (state_bytes_per_sequence)
+            out[kind.reach] = out.get(kind.reach, 0) + count
     return list(out.items())
 
 
@@ -183,7 +184,8 @@ def stage_group_layers(plan: LayerPlan, s: int) -> list[list[int]]:
     for counts in stage_kind_counts(plan, s):
         per = [0] * len(windows)
         for kind, c in zip(plan.kinds, counts, strict=True):
-            per[windows.index(kind.reach)] += c
+            if kind.attends:
+                per[windows.index(kind.reach)] += c
         out.append(per)
     return out
 

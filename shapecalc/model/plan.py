@@ -48,6 +48,12 @@ class LayerSpec(NamedTuple):
     norm_position: str  # pre | post
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
+    mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, or none
+
+    @property
+    def attends(self) -> bool:
+        """The layer's token mixer is attention: it has a KV cache."""
+        return self.mixer == "attention"
 
     @property
     def reach(self) -> Reach:
@@ -59,7 +65,15 @@ class LayerSpec(NamedTuple):
         `chunked C=8192`, `full attention · NoPE`."""
         attn = f"sliding window W={self.window}" if self.attention == "sliding" else (
             f"chunked C={self.chunk}" if self.attention == "chunked" else "full attention")
-        return attn + (" · NoPE" if self.nope else "") + (" · MoE" if self.ffn == "moe" else "")
+        attn = MIXER_LABELS.get(self.mixer, attn)
+        ffn = {"moe": " · MoE", "none": " · no FFN"}.get(self.ffn, "")
+        if self.mixer == "none":  # a block of its channel mixer only
+            return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
+        return attn + (" · NoPE" if self.nope else "") + ffn
+
+
+# the token mixers other than attention, as labels print
+MIXER_LABELS = {"mamba2": "Mamba-2", "gated_deltanet": "gated DeltaNet"}
 
 
 class Run(NamedTuple):
@@ -99,8 +113,10 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     specs = [
         LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
                   model.norm_position, model.attention_chunk_size if t == "chunked" else None,
-                  i in nope)
-        for i, (t, f) in enumerate(zip(types, ffns, strict=True))
+                  i in nope, mx)
+        if mx == "attention" else LayerSpec("full", None, f, model.norm, model.norm_position,
+                                            mixer=mx)
+        for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))
     ]
     runs: list[Run] = []
     for i, spec in enumerate(specs):

@@ -7,6 +7,7 @@ benchmarks/bench_startup.py). ModelConfig, Workload and the GPU profiles are suc
 
 from __future__ import annotations
 
+import inspect
 from types import UnionType
 from typing import (
     Annotated,
@@ -140,10 +141,14 @@ class Record:
         """Each field's annotation, default (MISSING if required) and description."""
         if "_field_cache" not in cls.__dict__:
             hints = get_type_hints(cls, include_extras=True)
-            spec = {k: v for k, v in vars(cls).items() if isinstance(v, _Spec)}
+            spec: dict[str, _Spec] = {}
+            names: dict[str, None] = {}  # fields in order, a base's first
+            for base in reversed(cls.__mro__):
+                spec |= {k: v for k, v in vars(base).items() if isinstance(v, _Spec)}
+                names |= dict.fromkeys(inspect.get_annotations(base))
             cls._field_cache = {
                 name: FieldInfo(hints[name], spec[name].default, spec[name].doc)
-                for name in cls.__annotations__
+                for name in names
                 if name in spec
             }
         return cls._field_cache

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from .errors import ShapecalcError
 
 if TYPE_CHECKING:
-    from .config import ModelConfig
+    from .model_fields import ModelFields
 
 
-def check_llama4(m: ModelConfig) -> None:
+def check_llama4(m: ModelFields) -> None:
     chunked = m.layer_types is not None and "chunked" in m.layer_types
     if chunked and m.attention_chunk_size is None:
         raise ShapecalcError("layer_types", "chunked layers need attention_chunk_size (C)")
@@ -37,7 +37,7 @@ def check_llama4(m: ModelConfig) -> None:
         raise ShapecalcError("routing_on_input", "is a Mixture-of-Experts field, but "
                              "n_experts is not set")
 
-def check_classic(m: ModelConfig) -> None:
+def check_classic(m: ModelFields) -> None:
     rope = m.positions == "rope"
     for f in ("rotary_dim", "rope_interleaved"):
         if getattr(m, f) not in (None, False) and not rope:
@@ -55,7 +55,7 @@ def check_classic(m: ModelConfig) -> None:
         raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
                              "block; a parallel block with it is not modelled")
 
-def check_mla(m: ModelConfig) -> None:
+def check_mla(m: ModelFields) -> None:
     mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
     if not m.mla:
         given = [f for f in mla_fields if getattr(m, f) is not None]
@@ -85,7 +85,7 @@ def check_mla(m: ModelConfig) -> None:
         raise ShapecalcError("qk_rope_head_dim", f"RoPE rotates pairs, so D_r="
                              f"{m.rot} must be even")
 
-def check_moe(m: ModelConfig) -> None:
+def check_moe(m: ModelFields) -> None:
     moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",
                   "router_bias", "expert_bias", "norm_topk_prob", "routed_scaling_factor")
     if m.n_experts is None:
@@ -117,7 +117,7 @@ def check_moe(m: ModelConfig) -> None:
                              "layers is not modelled")
 
 
-def check_gemma(m: ModelConfig) -> None:
+def check_gemma(m: ModelFields) -> None:
     """Gemma 2/3 and OLMo 2."""
     if m.qk_norm_width != "head" and not m.qk_norm:
         raise ShapecalcError("qk_norm_width", "is set, but qk_norm is false")
@@ -125,3 +125,54 @@ def check_gemma(m: ModelConfig) -> None:
         raise ShapecalcError("norm_plus_one", f"(1+γ) is Gemma's RMSNorm; norm is {m.norm}")
     if m.rope_base_local is not None and m.positions != "rope":
         raise ShapecalcError("rope_base_local", f"needs RoPE, not {m.positions}")
+
+
+MAMBA2_FIELDS = ("ssm_heads", "ssm_head_dim", "ssm_state")
+GDN_FIELDS = ("gdn_qk_heads", "gdn_v_heads", "gdn_qk_dim", "gdn_v_dim")
+SCAN_FIELDS = ("conv_kernel", "scan_chunk")  # both stateful mixers' convolution and chunk
+
+
+def _fields_of(m: ModelFields, kind: str, fields: tuple[str, ...], extra: list[str]) -> None:
+    """A mixer's fields: all given when a layer has it, none otherwise."""
+    if kind not in m.mixers:
+        given = [f for f in fields if getattr(m, f) is not None] + extra
+        if given:
+            raise ShapecalcError(given[0], f"is a {kind} field, but no layer in mixer_types "
+                                 f"is {kind}")
+        return
+    for f in fields:
+        if getattr(m, f) is None:
+            raise ShapecalcError(f, f"{kind} layers (mixer_types) need it")
+
+
+def check_mixers(m: ModelFields) -> None:
+    """The token mixers: a pattern of N layers; each stateful mixer's sizes when a layer has it,
+    none otherwise; G dividing H_s, H_qk dividing H_v."""
+    if m.mixer_types is not None and len(m.mixer_types) != m.n_layers:
+        raise ShapecalcError("mixer_types", f"lists {len(m.mixer_types)} layers, but "
+                             f"N={m.n_layers}")
+    if m.ffn_types is not None and len(m.ffn_types) != m.n_layers:
+        raise ShapecalcError("ffn_types", f"lists {len(m.ffn_types)} layers, but N={m.n_layers}")
+    _fields_of(m, "mamba2", MAMBA2_FIELDS, ["ssm_groups"] if m.ssm_groups != 1 else [])
+    _fields_of(m, "gated_deltanet", GDN_FIELDS, [])
+    stateful = {"mamba2", "gated_deltanet"} & set(m.mixers)
+    for f in SCAN_FIELDS:
+        if stateful and getattr(m, f) is None:
+            raise ShapecalcError(f, f"{min(stateful)} layers (mixer_types) need it")
+        if not stateful and getattr(m, f) is not None:
+            raise ShapecalcError(f, "is a stateful mixer's field, but no layer in mixer_types "
+                                 "is mamba2 or gated_deltanet")
+    if "mamba2" in m.mixers and m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
+        raise ShapecalcError("ssm_groups", f"G={m.ssm_groups} does not divide H_s="
+                             f"{m.ssm_heads}: each group's B and C serve whole heads")
+    if "gated_deltanet" in m.mixers and m.gdn_v_heads % m.gdn_qk_heads:  # type: ignore[operator]
+        raise ShapecalcError("gdn_v_heads", f"H_qk={m.gdn_qk_heads} does not divide H_v="
+                             f"{m.gdn_v_heads}: each q/k head serves whole value heads")
+    if stateful:
+        for f in ("parallel_block", "norm_position"):
+            if (m.parallel_block if f == "parallel_block" else m.norm_position != "pre"):
+                raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
+                                     "blocks")
+    if m.attn_output_gate and m.mla:
+        raise ShapecalcError("attn_output_gate", "is not modelled with Multi-head Latent "
+                             "Attention")

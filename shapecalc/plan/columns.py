@@ -5,7 +5,7 @@ from __future__ import annotations
 
 # name → JSON type: int, bool, float, or bound (compute | memory | communication)
 FIT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("fits", "bool"), ("mem_weights", "int"), ("mem_kv_cache", "int"),
+    ("fits", "bool"), ("mem_weights", "int"), ("mem_kv_cache", "int"), ("mem_state_cache", "int"),
     ("mem_activations", "int"), ("mem_reserve", "int"), ("mem_total", "int"),
     ("mem_capacity", "int"), ("kv_tokens_fit", "int"), ("prefill_s", "float"),
     ("decode_s_per_token", "float"), ("ttft_s", "float"), ("tokens_per_s", "float"),

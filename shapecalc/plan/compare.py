@@ -93,6 +93,7 @@ def compare(
             "kv_cache_bytes_per_sequence_per_rank": kv_bytes_per_sequence(
                 model, wl.kv, wl.seq, "prefill", wl.tp, wl.mla),
             "kv_cache_bytes_per_rank": tp["kv_cache_bytes_per_rank"],
+            "state_cache_bytes_per_rank": tp["state_cache_bytes_per_rank"],
             # the residual stream [B,T,D] that crosses a pipeline boundary (whether or not pp>1)
             "pp_boundary_bytes_per_crossing": nbytes(wl.batch * wl.seq * model.d_model, wl.act),
             "prefill_flops": pre["totals"]["flops"],
@@ -105,7 +106,8 @@ def compare(
         }
         if dec is not None:
             dtp = dec["parallel"]["tp"]
-            read = dtp["weight_bytes_per_rank"] + dtp["kv_cache_bytes_per_rank"]
+            read = (dtp["weight_bytes_per_rank"] + dtp["kv_cache_bytes_per_rank"]
+                    + dtp["state_cache_bytes_per_rank"])
             derived.update({
                 "decode_flops": dec["totals"]["flops"],
                 "decode_flops_per_token": dec["totals"]["flops"] / wl.batch,

@@ -210,6 +210,7 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
         "memory_per_rank": {
             "weights": one("mem_weights"),
             "kv_cache": one("mem_kv_cache"),
+            "state_cache": one("mem_state_cache"),
             "activations": one("mem_activations"),
             "reserve": one("mem_reserve"),
             "total": one("mem_total"),

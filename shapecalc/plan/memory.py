@@ -4,7 +4,8 @@ Written once over a namespace `xp` (costs/scalar.py): plain Python numbers for o
 without NumPy) or NumPy arrays for many (sweep, grid.ARRAYS), each call for points of one tensor-
 parallel degree p and pipeline depth s.
 
-- memory per rank = weights + KV cache + activation workspace + reserve, for the pipeline stage
+- memory per rank = weights + KV cache + mixer states + activation workspace + reserve, for the
+  pipeline stage
   that needs the most; reserve = capacity − ⌊capacity × utilization⌋ (vLLM's
   --gpu-memory-utilization). The KV cache is paged: each window group's blocks × block_size token
   slots × the group's layers on the stage × bytes per token and layer; a chunked group (Llama 4)
@@ -30,6 +31,7 @@ from ..model.parallel import (
     kv_groups,
     pp_layers,
     stage_group_layers,
+    stage_kind_counts,
 )
 from ..model.plan import layer_plan
 from ..model.quantization import ELEMENT_BYTES
@@ -61,23 +63,30 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     tok_layer = bytes_of(kv_elements_per_token(cf.model, p, layers=1, mla=cf.mla), kvbits)
     best: Any = None
     weights = kv = stage = tokens_fit = None
+    states = stage_state_bytes(cf, s, pre)
+    state: Any = None
     for i, (k, w_i, kv_i) in enumerate(stage_bytes(cf, p, s, pre, wbits, kvbits, ep)):
-        tot = w_i + kv_i
+        st_i = states[i]
+        tot = w_i + kv_i + st_i
         if best is None:
             best, weights, kv, stage = tot, w_i, kv_i, xp.zeros(n, dtype=int)
+            state = st_i
         else:
             more = tot > best
             best = xp.where(more, tot, best)
             weights, kv = xp.where(more, w_i, weights), xp.where(more, kv_i, kv)
+            state = xp.where(more, st_i, state)
             stage = xp.where(more, i, stage)
-        free = xp.maximum(usable - w_i - act, 0)
+        # the batch's states take their fixed slots first; the KV tokens fit in the rest
+        free = xp.maximum(usable - w_i - act - st_i, 0)
         t_i = free // (bs * k * tok_layer) * bs
         tokens_fit = t_i if tokens_fit is None else xp.minimum(tokens_fit, t_i)
-    total = weights + kv + act + reserve  # type: ignore[operator]
+    total = weights + kv + state + act + reserve  # type: ignore[operator]
     return {
         "fits": total <= cap,
         "mem_weights": weights,
         "mem_kv_cache": kv,
+        "mem_state_cache": state,
         "mem_activations": act,
         "mem_reserve": xp.full(n, reserve, dtype=dtype),
         "mem_total": total,
@@ -85,6 +94,14 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
         "pp_stage": stage,
         "kv_tokens_fit": tokens_fit,
     }
+
+
+def stage_state_bytes(cf: ClosedForm, s: int, pre: dict[str, Any]) -> list[Any]:
+    """The stateful mixers' state bytes of the batch on one rank of each pipeline stage: each
+    of its layers' (per kind, `pre`'s state_bytes@kind) — fixed, whatever T is."""
+    plan = layer_plan(cf.model)
+    return [sum((c * pre[f"state_bytes@{k}"] for k, c in enumerate(counts) if c), 0)
+            for counts in stage_kind_counts(plan, s)]
 
 
 def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any, kvbits: Any,
@@ -127,7 +144,9 @@ def step_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, wbits: Any, xp:
     m = cf.model
     table = tot["embed_params_per_rank"]
     read = embedding_rows_read(cf, tot, tokens, xp)
-    kv = tot["kv_cache_bytes_per_rank"]
+    # the KV cache, and the mixers' states (read and written once a step; serve's step totals
+    # carry none: it refuses stateful mixers)
+    kv = tot["kv_cache_bytes_per_rank"] + tot.get("state_cache_bytes_per_rank", 0)
     if cf.weights is not None:
         return _format_bytes(cf, tot, tokens, read, xp, ep) + kv
     if not m.moe:

@@ -44,6 +44,7 @@ class MemoryOut(_Strict):
 
     weights: StrictInt
     kv_cache: StrictInt
+    state_cache: StrictInt  # the stateful mixers' conv and recurrent states of the batch
     activations: StrictInt
     reserve: StrictInt
     total: StrictInt
@@ -168,6 +169,7 @@ class Derived(_Strict):
     kv_cache_bytes_per_token_per_rank: StrictInt
     kv_cache_bytes_per_sequence_per_rank: StrictInt
     kv_cache_bytes_per_rank: StrictInt
+    state_cache_bytes_per_rank: StrictInt
     pp_boundary_bytes_per_crossing: StrictInt
     prefill_flops: StrictInt
     prefill_flops_per_rank: StrictInt

@@ -141,7 +141,7 @@ def _params_rows(doc: dict[str, Any]) -> list[list[Cell]]:
 def fit_html(doc: dict[str, Any], trace_doc: dict[str, Any]) -> str:
     """`fit --html`: the verdict, the memory bar to capacity, the answers, the times, the FLOP and
     parameter breakdowns (of the trace of the same workload) and every key of fit --json."""
-    from .plan import ESTIMATES, MEM_PARTS, fit_flat
+    from .plan import ESTIMATES, fit_flat, mem_parts
 
     wl, mem = doc["workload"], doc["memory_per_rank"]
     verdict = doc.get("verdict") or ("fits" if doc["fits"] else "does not fit")
@@ -149,7 +149,7 @@ def fit_html(doc: dict[str, Any], trace_doc: dict[str, Any]) -> str:
     subtitle = (f"tp={wl['tp']} pp={wl['pp']} ep={wl.get('ep', 1)} ({doc['gpus']} GPU"
                 f"{'s' if doc['gpus'] > 1 else ''}) · B={wl['batch']} T={wl['seq']} · "
                 f"{wl['dtype']}" + (f", KV {wl['kv_dtype']}" if wl["kv_dtype"] else ""))
-    parts = [(k.replace("_", " "), mem[k]) for k, _ in MEM_PARTS]
+    parts = [(k.replace("_", " "), mem[k]) for k, _ in mem_parts(mem)]
     stage = f" (pipeline stage {doc['pp_stage']}, the fullest)" if wl["pp"] > 1 else ""
     figs = [stacked_svg(f"memory per rank{stage}: {human_bytes(mem['total'])} of "
                         f"{human_bytes(mem['capacity'])}", parts, mem["capacity"])]
@@ -157,8 +157,9 @@ def fit_html(doc: dict[str, Any], trace_doc: dict[str, Any]) -> str:
              for t, items, unit in breakdown_items(trace_doc, memory=False)]
     mem_rows: list[list[Cell]] = [[k.replace("_", " "), (f"{mem[k]:,}", mem[k]),
                                    human_bytes(mem[k])]
-                                  for k in ("weights", "kv_cache", "activations", "reserve",
-                                            "total", "capacity")]
+                                  for k in ("weights", "kv_cache", "state_cache",
+                                            "activations", "reserve", "total", "capacity")
+                                  if k != "state_cache" or mem.get(k)]
     ans: list[list[Cell]] = [
         ["largest batch", (f"{doc['max_batch']:,}", doc["max_batch"]), f"at T={wl['seq']:,}"],
         ["longest context", (f"{doc['max_seq']:,}", doc["max_seq"]), f"at B={wl['batch']:,}"],

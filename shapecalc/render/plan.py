@@ -22,8 +22,13 @@ from .units import fmt_value, human_bytes, human_rate, human_time, money
 
 # ── fit ──────────────────────────────────────────────────────────────────────────────────────────
 
-MEM_PARTS = (("weights", "blue"), ("kv_cache", "magenta"), ("activations", "yellow"),
-             ("reserve", "grey50"))
+MEM_PARTS = (("weights", "blue"), ("kv_cache", "magenta"), ("state_cache", "cyan"),
+             ("activations", "yellow"), ("reserve", "grey50"))
+
+
+def mem_parts(mem: dict[str, int]) -> list[tuple[str, str]]:
+    """The memory parts to show: the mixers' states only for a model that has them."""
+    return [(k, c) for k, c in MEM_PARTS if k != "state_cache" or mem.get(k)]
 
 
 def memory_bar(mem: dict[str, int], width: int = 60) -> Any:
@@ -31,7 +36,7 @@ def memory_bar(mem: dict[str, int], width: int = 60) -> Any:
     scale = max(mem["capacity"], mem["total"])
     bar = Text()
     used = 0
-    for key, colour in MEM_PARTS:
+    for key, colour in mem_parts(mem):
         cells = round(mem[key] / scale * width)
         if mem[key] and cells == 0:
             cells = 1
@@ -44,7 +49,7 @@ def memory_bar(mem: dict[str, int], width: int = 60) -> Any:
     bar.append(f"  {human_bytes(mem['total'])} / {human_bytes(mem['capacity'])}",
                style="bold red" if over else "bold green")
     legend = Text("  ")
-    for key, colour in MEM_PARTS:
+    for key, colour in mem_parts(mem):
         legend.append("█ ", style=colour)
         legend.append(f"{key.replace('_', ' ')} {human_bytes(mem[key])}   ")
     legend.append("░ free", style="green")
@@ -79,8 +84,10 @@ def print_fit(doc: dict[str, Any], console: Any, seq_note: str | None = None) ->
         + (f"{a['max_batched_tokens']:,}-token prefill step" if a["max_batched_tokens"]
            else "prefill of the whole batch"),
         "reserve": f"1 − utilization {a['utilization']:g} of capacity",
+        "state_cache": "exact: each stateful layer's conv window and fp32 recurrent state, per "
+        "sequence, fixed in T",
     }
-    for key, _ in MEM_PARTS:
+    for key, _ in mem_parts(mem):
         t.add_row(key.replace("_", " "), f"{mem[key]:,}", human_bytes(mem[key]), how[key])
     t.add_row(Text("total", style="bold"), f"{mem['total']:,}", human_bytes(mem["total"]), "")
     t.add_row("capacity", f"{mem['capacity']:,}", human_bytes(mem["capacity"]), Text(doc["gpu"]))
@@ -182,7 +189,8 @@ def fit_markdown(doc: dict[str, Any]) -> str:
     mem = doc["memory_per_rank"]
     tm = doc["times"]
     rows = [[k.replace("_", " "), f"{mem[k]:,}", human_bytes(mem[k])]
-            for k in ("weights", "kv_cache", "activations", "reserve", "total", "capacity")]
+            for k in ("weights", "kv_cache", "state_cache", "activations", "reserve", "total",
+                      "capacity") if k != "state_cache" or mem.get(k)]
     head = (f"**{doc['model']}** on **{doc['gpu']}**, tp={doc['workload']['tp']} "
             f"pp={doc['workload']['pp']}, B={doc['workload']['batch']}, "
             f"T={doc['workload']['seq']}: **{'fits' if doc['fits'] else 'does not fit'}**\n\n")

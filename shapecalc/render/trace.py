@@ -171,7 +171,8 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
             "  per layer" if alike else f"  per layer, {k['label']} × {k['count']}",
             f"{k['per_layer']:,}",
             f"attention {k['attention_per_layer']:,} · FFN {k['ffn_per_layer']:,} · "
-            f"norms {k['norms_per_layer']:,}",
+            f"norms {k['norms_per_layer']:,}"
+            + (f" · mixer {k['mixer_per_layer']:,}" if k.get("mixer_per_layer") else ""),
         )
     t.add_row("  N layers", f"{pb['layers']:,}", "")
     t.add_row("  final norm", f"{pb['final_norm']:,}", "")
@@ -188,6 +189,9 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     t.add_row(
         "elementwise FLOPs", f"{tot['elementwise_flops']:,}", human_flops(tot["elementwise_flops"])
     )
+    if tot.get("mixer_flops_convention", "none") != "none":  # a model with stateful mixers
+        t.add_row("  mixers' FLOPs", tot["mixer_flops_convention"],
+                  "FlopCounterMode on transformers 5.24's torch path: T padded to whole chunks")
     t.add_row(f"weight bytes ({wl['dtype']})", f"{tot['weight_bytes']:,}",
               human_bytes(tot["weight_bytes"]))
     if tot.get("weight_tensors"):  # a quantized format: what its bytes are made of
@@ -201,6 +205,9 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
         f"{human_bytes(tot['kv_cache_bytes'])} · {tot['kv_cache_bytes_per_token']:,} B per "
         "token = 2·N·H_kv·Dh·bytes",
     )
+    if tot.get("state_cache_bytes"):  # fixed per sequence, whatever T is
+        t.add_row("mixer states (conv in the activations' dtype, recurrent in fp32)",
+                  f"{tot['state_cache_bytes']:,}", human_bytes(tot["state_cache_bytes"]))
     groups = tot["kv_cache_groups"]
     for g in groups if len(groups) > 1 else []:  # local and global layers hold different T
         kind = (f"W={g['window']:,}" if g["window"] is not None else f"C={g['chunk']:,}"
@@ -357,6 +364,7 @@ def breakdown_items(doc: dict[str, Any], memory: bool = True
         ("position table", pb["positions"]),
         (f"attention × {n}", sum(k["attention_per_layer"] * k["count"] for k in kinds)),
         (f"FFN × {n}", sum(k["ffn_per_layer"] * k["count"] for k in kinds)),
+        ("token mixers", sum(k.get("mixer_per_layer", 0) * k["count"] for k in kinds)),
         ("norms", sum(k["norms_per_layer"] * k["count"] for k in kinds) + pb["final_norm"]
          + pb.get("embedding_norm", 0)),
         ("LM head", pb["lm_head"]),
@@ -368,6 +376,7 @@ def breakdown_items(doc: dict[str, Any], memory: bool = True
         parts = [
             ("weights", tp["weight_bytes_per_rank"]),
             ("KV cache", tp["kv_cache_bytes_per_rank"]),
+            ("mixer states", tp.get("state_cache_bytes_per_rank", 0)),
             ("largest activation", tp["largest_activation_bytes_per_rank"]),
         ]
         title = "where one device's memory goes" + (" (per rank)" if tp["degree"] > 1 else "")

@@ -34,8 +34,8 @@ from ..check.verify import _check, _close, _exact, _expand, _kind_total, compare
 from ..interpret import symbolic
 from ..interpret.caches import ContiguousKV
 from ..interpret.numeric import windows
-from ..interpret.vjp import Entry
-from ..interpret.vjp_tape import Backward, TapeOps, TrainOps, backward, cross_entropy
+from ..interpret.tape_base import Entry, TrainOps
+from ..interpret.vjp_tape import Backward, TapeOps, backward, cross_entropy
 from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload, check
 from ..model.forward import Sizes, forward

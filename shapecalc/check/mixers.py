@@ -1,0 +1,24 @@
+"""verify's checks of the stateful token mixers: the state bytes, and each chunked scan equal to
+the plain step-by-step recurrence (both run in float64 by the executor, interpret/mamba2.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model.stage import Stage
+
+SCAN_TOL = 1e-6  # relative to the largest value of the output and the final state
+
+
+def state_checks(stages: list[Stage], traced: int, measured: Any) -> list[dict]:
+    """`traced`: the trace's state_cache_bytes; `measured`: the executor's, extrapolated to
+    every layer of each kind."""
+    out = [{"name": "state cache bytes (all layers)", "symbolic": traced,
+            "measured": measured, "ok": traced == measured}]
+    errs = [s.extra["scan_recurrence_rel_err"] for s in stages
+            if "scan_recurrence_rel_err" in s.extra]
+    if errs:
+        out.append({"name": f"chunked scan == step-by-step recurrence (float64, relative, "
+                            f"{len(errs)} layer(s))", "symbolic": f"≤ {SCAN_TOL:g}",
+                    "measured": f"{max(errs):.1e}", "ok": max(errs) <= SCAN_TOL})
+    return out

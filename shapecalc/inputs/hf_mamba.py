@@ -1,0 +1,64 @@
+"""The mechanisms of the hybrid families whose token mixers carry a state: Nemotron-H's
+per-layer pattern (Mamba-2, attention and MLP blocks, each one mixer after one norm)."""
+
+from __future__ import annotations
+
+from ..model.config import ShapecalcError
+from .hf_base import HF, Fields, mechanism
+
+# NemotronHConfig._pattern_to_list and its layers_block_type names: (token mixer, channel mixer)
+_PATTERN = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+_BLOCKS = {"linear_attention": ("mamba2", "none"), "full_attention": ("attention", "none"),
+           "mlp": ("none", "dense")}
+
+
+@mechanism("hybrid_override_pattern", "layers_block_type", "num_hidden_layers", "vocab_size",
+           "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+           "intermediate_size", "mlp_hidden_act", "mlp_bias", "tie_word_embeddings",
+           "max_position_embeddings", "mamba_num_heads", "mamba_head_dim", "n_groups",
+           "ssm_state_size", "conv_kernel", "chunk_size", "use_conv_bias")
+def nemotron_h(h: HF, f: Fields) -> None:
+    """NemotronHBlock: x + mixer(RMSNorm(x)), the mixer one of Mamba-2, attention without
+    positions (no RoPE), an MLP (up, squared ReLU, down) or a MoE."""
+    pattern = h.get("hybrid_override_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str):
+            raise ShapecalcError("hybrid_override_pattern", "must be a string of M, -, * or E")
+        bad = next((c for c in pattern if c not in _PATTERN), None)
+        if bad is not None:
+            raise ShapecalcError("hybrid_override_pattern", f"{bad!r} is not a layer type "
+                                 "(M Mamba-2, * attention, - MLP, E MoE)")
+        types, key = [_PATTERN[c] for c in pattern], "hybrid_override_pattern"
+    else:
+        types, key = list(h.one_of("layers_block_type") or ()), "layers_block_type"
+    for t in types:
+        if t == "moe":
+            raise ShapecalcError(key, "has MoE layers (E): Nemotron-H's latent MoE is not "
+                                 "modelled")
+        if t not in _BLOCKS:
+            raise ShapecalcError(key, f"{t!r} is not one of {', '.join(_BLOCKS)}")
+    n = h.get("num_hidden_layers")
+    if n is not None and n != len(types):
+        raise ShapecalcError(key, f"lists {len(types)} layers, but num_hidden_layers is {n}")
+    if h.get("mlp_hidden_act") != "relu2":
+        raise ShapecalcError("mlp_hidden_act", f"{h.get('mlp_hidden_act')!r}: only Nemotron-H's "
+                             "relu2 (squared ReLU) is modelled")
+    heads = h.get("num_attention_heads")  # absent keys: NemotronHConfig's defaults
+    f.update(
+        vocab_size=h.get("vocab_size"), d_model=h.get("hidden_size"),
+        n_layers=len(types), n_heads=heads, n_kv_heads=h.get("num_key_value_heads") or heads,
+        head_dim=h.get("head_dim"), d_ff=h.get("intermediate_size"), ffn="relu2",
+        ffn_bias=bool(h.get("mlp_bias")), norm="rmsnorm", positions="none",
+        max_positions=h.get("max_position_embeddings"),
+        tie_embeddings=h.get("tie_word_embeddings"),
+        mixer_types=tuple(_BLOCKS[t][0] for t in types),
+        ffn_types=tuple(_BLOCKS[t][1] for t in types),
+        ssm_heads=h.get("mamba_num_heads"), ssm_head_dim=h.get("mamba_head_dim"),
+        # the mamba_* spellings NemotronHConfig.__post_init__ renames: aliases
+        ssm_groups=h.one_of("n_groups"), ssm_state=h.get("ssm_state_size"),
+        conv_kernel=h.one_of("conv_kernel"), scan_chunk=h.one_of("chunk_size"),
+        conv_bias=bool(h.one_of("use_conv_bias")))
+    if "mamba2" not in f["mixer_types"]:  # the Mamba-2 fields belong to Mamba-2 layers
+        for k in ("ssm_heads", "ssm_head_dim", "ssm_state", "conv_kernel", "scan_chunk"):
+            f[k] = None
+        f["ssm_groups"] = 1

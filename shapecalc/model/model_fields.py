@@ -1,0 +1,265 @@
+"""ModelConfig's fields, each with its symbol and meaning, and the sizes they imply (D/H, the
+expert widths, …). config.py's ModelConfig adds the rules between fields (its own and rules.py's):
+rules.py reads a ModelFields, so neither imports the other's module in a circle."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .quantization import Quantization
+from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
+
+AttentionKind = Literal["full", "sliding", "chunked"]
+FfnKind = Literal["dense", "moe", "none"]
+# a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
+MixerKind = Literal["attention", "mamba2", "gated_deltanet", "none"]
+
+
+
+class ModelFields(Record):
+    """ModelConfig's fields and what they imply (config.py adds the rules between them)."""
+
+    name: str = _doc("custom")
+    vocab_size: Pos = _req("N_vocab: vocabulary size")
+    d_model: Pos = _req("D: model width")
+    n_layers: Pos = _req("N: number of Transformer blocks")
+    n_heads: Pos = _req("H: query heads")
+    n_kv_heads: Pos | None = _doc(None, "H_kv: key/value heads (default H; 1 = MQA; between = GQA)")
+    head_dim: Pos | None = _doc(None, "Dh: head width (default D/H)")
+    d_ff: Pos = _req("Dff: FFN hidden width")
+    ffn: Literal["gelu", "relu", "relu2", "swiglu", "geglu"] = _doc(
+        "gelu", "gelu/relu/relu2 (squared ReLU): up, down; swiglu/geglu: gate, up, down"
+    )
+    norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
+    norm_position: Literal["pre", "post", "sandwich", "output"] = _doc(
+        "pre", "pre: x + f(Norm(x)); post: Norm(x + f(x)); sandwich (Gemma 2/3): "
+        "x + Norm(f(Norm(x))); output (OLMo 2): x + Norm(f(x))")
+    positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = _doc(
+        "learned", "alibi: no table, no rotation; a per-head linear bias on the scores (BLOOM, MPT)"
+    )
+    max_positions: Pos | None = _doc(
+        None, "rows of a learned position table; the longest context otherwise"
+    )
+    tie_embeddings: bool = _doc(False, "LM head shares the embedding table")
+    qkv_bias: bool = _doc(False, "biases on the q, k, v projections")
+    attn_out_bias: bool = _doc(False, "bias on the attention output WO")
+    ffn_bias: bool = _doc(False, "biases on the FFN matrices")
+    norm_bias: bool | None = _doc(
+        None, "β in the norms (default: yes for layernorm, no for rmsnorm)"
+    )
+    lm_head_bias: bool = _doc(False)
+    fused_qkv: bool = _doc(
+        False, "one [D,(H+2·H_kv)·Dh] matrix; changes the listing, not the numbers"
+    )
+    parallel_block: bool = _doc(
+        False, "attention and FFN read the same norm and add in parallel (Falcon)"
+    )
+    sliding_window: Pos | None = _doc(
+        None, "W: the KV cache keeps, and decode reads, at most W tokens"
+    )
+    embedding_scale: bool = _doc(False, "multiply embeddings by √D (Gemma)")
+    layer_types: tuple[AttentionKind, ...] | None = _doc(
+        None,
+        "each layer's attention, in order: full, or sliding (window W); default: every layer "
+        "sliding when sliding_window is set, else full (Hugging Face's layer_types)",
+    )
+    qk_norm: bool = _doc(False, "RMSNorm over each head's Dh on q and k (Qwen3): γ of Dh each")
+    attention_sinks: bool = _doc(
+        False, "a learned logit per head joins each softmax as one more column (gpt-oss)"
+    )
+    # ALiBi models (BLOOM, MPT): the embedding norm
+    embedding_norm: bool = _doc(
+        False, "a norm (γ, β as the model's norms) right after the embedding lookup (BLOOM)"
+    )
+    # Gemma 2/3 and OLMo 2 (and norm_position sandwich, output)
+    query_pre_attn_scalar: PosFloat | None = _doc(None, "s: scores × 1/√s, not 1/√Dh (Gemma 2/3)")
+    attn_softcap: PosFloat | None = _doc(None, "c: scores ← c·tanh(scores/c), before the mask")
+    final_softcap: PosFloat | None = _doc(None, "c: logits ← c·tanh(logits/c) (Gemma 2)")
+    norm_plus_one: bool = _doc(False, "RMSNorms × (1+γ), γ stored around 0 (Gemma); same counts")
+    qk_norm_width: Literal["head", "all"] = _doc("head", "q/k norms over each head's Dh, or all "
+                                                "of H·Dh and H_kv·Dh before the heads split")
+    rope_base: PosFloat = _doc(10000.0, "θ: RoPE's base (the executor's angles; no count changes)")
+    rope_base_local: PosFloat | None = _doc(None, "θ of the sliding layers (Gemma 3), if other")
+    # Mixture-of-Experts (the FFN of the layers `ffn_types` marks moe)
+    n_experts: Pos | None = _doc(None, "E: routed experts (null: a dense model)")
+    experts_per_token: Pos | None = _doc(None, "k: experts each token is routed to")
+    d_ff_expert: Pos | None = _doc(None, "Dff_e: a routed expert's FFN width (default Dff)")
+    n_shared_experts: NonNeg = _doc(0, "shared experts every token goes through")
+    d_ff_shared: Pos | None = _doc(None, "Dff_s: a shared expert's width (default Dff_e)")
+    shared_expert_gate: bool = _doc(
+        False, "a sigmoid gate [D→1] scales the shared experts' output (Qwen2-MoE)"
+    )
+    router_bias: bool = _doc(False, "a bias on the router [D→E] (gpt-oss)")
+    expert_bias: bool = _doc(False, "biases on the experts' matrices (gpt-oss)")
+    router_scoring: Literal["softmax", "sigmoid", "topk_sigmoid"] = _doc(
+        "softmax", "how router logits become scores (topk_sigmoid: the top k logits, then a "
+        "sigmoid of those k, as Llama 4)"
+    )
+    norm_topk_prob: bool = _doc(False, "the k chosen scores are renormalised to sum to 1")
+    routed_scaling_factor: PosFloat | None = _doc(
+        None, "the routed experts' output is scaled by this (DeepSeek)"
+    )
+    ffn_types: tuple[FfnKind, ...] | None = _doc(
+        None,
+        "each layer's FFN (channel mixer), in order: dense, moe or none; default: every layer "
+        "moe when n_experts is set, else dense",
+    )
+    # Llama 4: chunked attention, NoPE layers, the L2 q/k norm and the attention temperature
+    attention_chunk_size: Pos | None = _doc(
+        None, "C: a chunked layer's query reads only the keys of its own chunk of C positions "
+        "(layer_types marks the chunked layers; default: every layer)",
+    )
+    nope_layers: tuple[NonNeg, ...] | None = _doc(
+        None, "layers (0-based) that apply no RoPE (Llama 4's NoPE layers: no_rope_layers 0)"
+    )
+    qk_l2_norm: bool = _doc(
+        False, "q and k divided by their RMS over each head's Dh, no weights, after RoPE, on the "
+        "layers with RoPE (Llama 4's use_qk_norm)",
+    )
+    attn_temperature_tuning: bool = _doc(
+        False, "on NoPE layers q is scaled per position by 1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋) "
+        "(Llama 4)",
+    )
+    routing_on_input: bool = _doc(
+        False, "each routing weight scales the token's input to its expert, not the expert's "
+        "output (Llama 4)",
+    )
+    # Multi-head Latent Attention (DeepSeek-V2/V3, Kimi K2): K and V come from a cached latent
+    kv_lora_rank: Pos | None = _doc(
+        None, "D_c: the KV latent width (kv_lora_rank); set: attention is MLA"
+    )
+    q_lora_rank: Pos | None = _doc(
+        None, "D_q: the query latent width (q_lora_rank); null: a plain q projection"
+    )
+    qk_nope_head_dim: Pos | None = _doc(None, "D_n: each head's q/k width without RoPE")
+    qk_rope_head_dim: Pos | None = _doc(
+        None, "D_r: the decoupled RoPE width, one k_rope shared by all heads"
+    )
+    v_head_dim: Pos | None = _doc(None, "D_v: each head's value width")
+
+    # Classic variants (GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite, Falcon's new decoder)
+    rotary_dim: Pos | None = _doc(
+        None, "R: RoPE turns only the first R of each head's Dh (partial rotary: GPT-NeoX "
+        "rotary_pct, Phi/StableLM partial_rotary_factor, GPT-J rotary_dim); default Dh"
+    )
+    rope_interleaved: bool = _doc(
+        False, "RoPE turns pairs (2i, 2i+1) instead of the two halves (GPT-J, Cohere); same counts"
+    )
+    parallel_norms: Literal[1, 2] = _doc(
+        1, "a parallel block's norms: 1, shared by attention and FFN (GPT-J, Phi-2, Cohere); 2, "
+        "each reads its own norm of x (GPT-NeoX ln1/ln2, Falcon's ln_attn/ln_mlp)"
+    )
+    qk_norm_per_head: bool = _doc(
+        False, "LayerNorm without β over each head's Dh on q and k, a γ per head (H·Dh and "
+        "H_kv·Dh: StableLM qk_layernorm, Cohere use_qk_norm)"
+    )
+    embedding_multiplier: PosFloat | None = _doc(None, "embeddings × this (Granite)")
+    attention_multiplier: PosFloat | None = _doc(
+        None, "the scores × this instead of 1/√Dh (Granite)"
+    )
+    residual_multiplier: PosFloat | None = _doc(
+        None, "each branch's output × this before its residual add (Granite)"
+    )
+    logit_scale: PosFloat | None = _doc(
+        None, "the logits × this (Cohere logit_scale; Granite's 1/logits_scaling)"
+    )
+    mtp_layers: NonNeg = _doc(0, "multi-token-prediction modules after the model (DeepSeek-V3's "
+                              "num_nextn_predict_layers): totals.mtp_params, not in params")
+    quantization: Quantization | None = _doc(None, "how the checkpoint stores its weights "
+                                            "(quantization_config): their dtype and bytes")
+
+    # Stateful token mixers: each layer's mixer, and Mamba-2's sizes (state-space duality)
+    mixer_types: tuple[MixerKind, ...] | None = _doc(
+        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, or none (a "
+        "block of its channel mixer only); default: attention in every layer")
+    ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
+    ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
+                                    "H_s·D_s (mamba_head_dim)")
+    ssm_groups: Pos = _doc(1, "G: groups of heads sharing one B and one C (n_groups)")
+    ssm_state: Pos | None = _doc(None, "N_s: the state each head channel carries "
+                                 "(ssm_state_size, d_state)")
+    conv_kernel: Pos | None = _doc(None, "K_c: the causal depthwise convolution's kernel")
+    conv_bias: bool = _doc(True, "a bias on the convolution (use_conv_bias)")
+    scan_chunk: Pos | None = _doc(None, "L: the chunk of the chunked scan (chunk_size): prefill "
+                                  "pads T up to whole chunks, T_L = L·⌈T/L⌉")
+    # gated DeltaNet (Qwen3-Next, Qwen3.5): the delta rule with a decay gate, linear attention
+    gdn_qk_heads: Pos | None = _doc(None, "H_qk: gated DeltaNet query/key heads "
+                                    "(linear_num_key_heads)")
+    gdn_v_heads: Pos | None = _doc(None, "H_v: value heads, H_qk dividing them "
+                                   "(linear_num_value_heads)")
+    gdn_qk_dim: Pos | None = _doc(None, "D_qk: a query/key head's width (linear_key_head_dim)")
+    gdn_v_dim: Pos | None = _doc(None, "D_hv: a value head's width (linear_value_head_dim); the "
+                                 "state of each value head is D_qk × D_hv")
+    gdn_fused_proj: bool = _doc(True, "gated DeltaNet's input projections fused in two, [D → "
+                                "q, k, v, z] and [D → b, a] (Qwen3-Next), or four (Qwen3.5: "
+                                "in_proj_qkv, _z, _b, _a); changes the listing, not the numbers")
+    attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
+                                  "(Qwen3-Next: q_proj's second half)")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def dh(self) -> int:
+        """Each head's q/k width: head_dim, D/H, or MLA's D_n + D_r."""
+        if self.mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim  # type: ignore[operator]
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def gated(self) -> bool:
+        return self.ffn in ("swiglu", "geglu")
+
+    @property
+    def mixers(self) -> tuple[str, ...]:
+        """Each layer's token mixer."""
+        return self.mixer_types or ("attention",) * self.n_layers
+
+    @property
+    def ssm_inner(self) -> int:
+        """I = H_s·D_s: Mamba-2's inner width (what the gate z and x each hold)."""
+        return (self.ssm_heads or 0) * (self.ssm_head_dim or 0)
+
+    @property
+    def ssm_conv_dim(self) -> int:
+        """D_conv = I + 2·G·N_s: the channels the convolution turns (x, B and C)."""
+        return self.ssm_inner + 2 * self.ssm_groups * (self.ssm_state or 0)
+
+    @property
+    def gdn_conv_dim(self) -> int:
+        """D_conv = 2·H_qk·D_qk + H_v·D_hv: the channels gated DeltaNet's convolution turns."""
+        return (2 * (self.gdn_qk_heads or 0) * (self.gdn_qk_dim or 0)
+                + (self.gdn_v_heads or 0) * (self.gdn_v_dim or 0))
+
+    @property
+    def moe(self) -> bool:
+        return self.n_experts is not None
+
+    @property
+    def dff_expert(self) -> int:
+        return self.d_ff_expert if self.d_ff_expert is not None else self.d_ff
+
+    @property
+    def dff_shared(self) -> int:
+        return self.d_ff_shared if self.d_ff_shared is not None else self.dff_expert
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def v_dim(self) -> int:
+        """Each head's value width: Dh, or MLA's D_v."""
+        return self.v_head_dim if self.mla else self.dh  # type: ignore[return-value]
+
+    @property
+    def has_norm_bias(self) -> bool:
+        return self.norm_bias if self.norm_bias is not None else self.norm == "layernorm"
+
+    @property
+    def rot(self) -> int:
+        """R: the rotated width of each head: Dh unless partial rotary; MLA's decoupled D_r."""
+        if self.mla:
+            return self.qk_rope_head_dim  # type: ignore[return-value]
+        return self.rotary_dim if self.rotary_dim is not None else self.dh
