@@ -211,10 +211,9 @@ def test_fit_counts_the_states_of_the_largest_batch():
 
 def test_outputs_name_the_mixers_flops_convention():
     mixed = build_trace(ModelConfig(**GDN), Workload(seq=16))["totals"]
-    plain = build_trace(ModelConfig(**{**TINY, "mixer_types": ["attention"] * 3,
-                                       **dict.fromkeys(("ssm_heads", "ssm_head_dim",
-                                                        "ssm_state", "conv_kernel",
-                                                        "scan_chunk"))}),
+    attention_only = {k: v for k, v in TINY.items() if not k.startswith(("ssm_", "conv_",
+                                                                         "scan_"))}
+    plain = build_trace(ModelConfig(**{**attention_only, "mixer_types": ["attention"] * 3}),
                         Workload(seq=16))["totals"]
     assert (mixed["mixer_flops_convention"], plain["mixer_flops_convention"]) == (
         "transformers-torch", "none")

@@ -156,12 +156,9 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     if tot["active_params"] != tot["params"]:
         t.add_row("  active per token", f"{tot['active_params']:,}",
                   f"{human_count(tot['active_params'])}: the k of E routed experts a token uses")
-    t.add_row(
-        "  embedding",
-        f"{pb['embedding']:,}",
-        "shared with the LM head" if doc["model"]["tie_embeddings"] else "",
-    )
-    if pb["positions"]:
+    t.add_row("  embedding", f"{pb['embedding']:,}",
+              "shared with the LM head" if doc["model"]["tie_embeddings"] else "")
+    if pb["positions"]:  # a learned table
         t.add_row("  position table", f"{pb['positions']:,}", "")
     if pb.get("embedding_norm"):
         t.add_row("  embedding norm", f"{pb['embedding_norm']:,}", "")
@@ -176,22 +173,16 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
         )
     t.add_row("  N layers", f"{pb['layers']:,}", "")
     t.add_row("  final norm", f"{pb['final_norm']:,}", "")
-    t.add_row(
-        "  LM head",
-        f"{pb['lm_head']:,}",
-        "tied: counted once" if doc["model"]["tie_embeddings"] else "",
-    )
+    t.add_row("  LM head", f"{pb['lm_head']:,}",
+              "tied: counted once" if doc["model"]["tie_embeddings"] else "")
     t.add_row(f"matmul FLOPs ({wl['phase']})", f"{tot['flops']:,}", human_flops(tot["flops"]))
     fb = tot["flops_breakdown"]
-    t.add_row(
-        "", "", " · ".join(f"{k.replace('_', ' ')} {human_flops(v)}" for k, v in fb.items() if v)
-    )
-    t.add_row(
-        "elementwise FLOPs", f"{tot['elementwise_flops']:,}", human_flops(tot["elementwise_flops"])
-    )
+    t.add_row("", "", " · ".join(f"{k.replace('_', ' ')} {human_flops(v)}"
+                                 for k, v in fb.items() if v))
+    t.add_row("elementwise FLOPs", f"{tot['elementwise_flops']:,}",
+              human_flops(tot["elementwise_flops"]))
     if tot.get("mixer_flops_convention", "none") != "none":  # a model with stateful mixers
-        t.add_row("  mixers' FLOPs", tot["mixer_flops_convention"],
-                  "FlopCounterMode on transformers 5.24's torch path: T padded to whole chunks")
+        t.add_row("  mixers' FLOPs", tot["mixer_flops_convention"], "FlopCounterMode's, torch path")
     t.add_row(f"weight bytes ({wl['dtype']})", f"{tot['weight_bytes']:,}",
               human_bytes(tot["weight_bytes"]))
     if tot.get("weight_tensors"):  # a quantized format: what its bytes are made of
@@ -205,9 +196,8 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
         f"{human_bytes(tot['kv_cache_bytes'])} · {tot['kv_cache_bytes_per_token']:,} B per "
         "token = 2·N·H_kv·Dh·bytes",
     )
-    if tot.get("state_cache_bytes"):  # fixed per sequence, whatever T is
-        t.add_row("mixer states (conv in the activations' dtype, recurrent in fp32)",
-                  f"{tot['state_cache_bytes']:,}", human_bytes(tot["state_cache_bytes"]))
+    if s := tot.get("state_cache_bytes"):  # fixed per sequence, whatever T is
+        t.add_row("mixer states (conv, recurrent fp32)", f"{s:,}", human_bytes(s))
     groups = tot["kv_cache_groups"]
     for g in groups if len(groups) > 1 else []:  # local and global layers hold different T
         kind = (f"W={g['window']:,}" if g["window"] is not None else f"C={g['chunk']:,}"
