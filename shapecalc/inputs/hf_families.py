@@ -326,6 +326,22 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                   router_scaling_factor=2.826),
            aliases={"num_experts": ("num_local_experts",)},
            fixed=dict(router_scoring="sigmoid", norm_topk_prob=True)),
+    # ExaoneMoeDecoderLayer: pre-norms (OLMoE's), EXAONE 4's attention (per-head q/k norms, no
+    # biases, 3 sliding : 1 full, the full layers NoPE with a window); DeepSeek-V3's MoE under
+    # its own keys: sigmoid router [D→E] with a correction bias (a buffer), group-limited
+    # (n_group, topk_group: no count changes), renormalised when norm_topk_prob, scaled by
+    # routed_scaling_factor; one ungated shared MLP; mlp_layer_types or first_k_dense_replace
+    Family("exaone_moe", "K-EXAONE: EXAONE 4's attention, sigmoid MoE + shared, pre-norm",
+           (*BODY, llama.floor_head_dim, llama.window_pattern, llama.nope_full(True),
+            moe.mlp_layer_types(True), moe.experts("num_experts", "moe_intermediate_size"),
+            moe.norm_topk, moe.shared_mlp("routed_scaling_factor", False)),
+           _llama(32, 2048, sliding_window=4096, sliding_window_pattern=4,
+                  first_k_dense_replace=1, moe_intermediate_size=1024, num_experts=64,
+                  num_experts_per_tok=8, num_shared_experts=1, norm_topk_prob=True,
+                  routed_scaling_factor=2.5),
+           fixed=dict(qk_norm=True, router_scoring="sigmoid"),
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' exaone_moe "
+                                           "router always scores with sigmoid", "sigmoid")}),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

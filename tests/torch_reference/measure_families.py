@@ -46,6 +46,7 @@ PRESETS = {
     "exaone4": "exaone-4.0-32b",
     "minimax_m2": "minimax-m2",
     "hy_v3": "hy3",
+    "exaone_moe": "k-exaone",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
