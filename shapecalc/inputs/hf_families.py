@@ -342,6 +342,15 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            fixed=dict(qk_norm=True, router_scoring="sigmoid"),
            refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' exaone_moe "
                                            "router always scores with sigmoid", "sigmoid")}),
+    # GraniteSWAAttention: Granite's (four multipliers) with a learned sink logit per head on
+    # every layer; every 4th layer full from layer 0, the others slide; a RoPE θ per layer
+    # (layer_rope_theta, 0: NoPE)
+    Family("granite_swa", "Granite SWA: Granite with sinks, 3 sliding : 1 full, θ per layer",
+           (classic.granite, llama.every_kth_full(4, True), classic.layer_rope_theta),
+           dict(attention_bias=False, hidden_act="silu", max_position_embeddings=8192,
+                tie_word_embeddings=True, mlp_bias=False, num_key_value_heads=4,
+                sliding_window=128),
+           fixed=dict(attention_sinks=True)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

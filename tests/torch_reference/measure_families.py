@@ -47,6 +47,7 @@ PRESETS = {
     "minimax_m2": "minimax-m2",
     "hy_v3": "hy3",
     "exaone_moe": "k-exaone",
+    "granite_swa": "granite-swa",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
