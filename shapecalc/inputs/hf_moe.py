@@ -154,3 +154,14 @@ def shared_mlp(scale: str, zero_falls_back: bool) -> Mechanism:
     _shared.__name__ = f"shared_mlp_{scale}"
     return mechanism("num_shared_experts", "moe_intermediate_size", scale,
                      "num_nextn_predict_layers")(_shared)
+
+
+@mechanism("shared_intermediate_size")
+def granite_shared(h: HF, f: Fields) -> None:
+    # GraniteMoeShared: a shared MLP of shared_intermediate_size, without a gate (0: none)
+    width = h.get("shared_intermediate_size")
+    if type(width) is not int or width < 0:
+        raise ShapecalcError("shared_intermediate_size", f"must be a whole number, not {width!r}")
+    if width:
+        f.update(n_shared_experts=1,
+                 d_ff_shared=None if width == (f.get("d_ff_expert") or f["d_ff"]) else width)
