@@ -351,6 +351,18 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                 tie_word_embeddings=True, mlp_bias=False, num_key_value_heads=4,
                 sliding_window=128),
            fixed=dict(attention_sinks=True)),
+    # GraniteMoeSWA: Granite SWA's attention (sinks, every 4th layer full from layer 0, θ per
+    # layer) over GraniteMoeShared's block: E experts of intermediate_size, a router [D→E]
+    # softmaxing its top k logits (the renormalised top k of a softmax), a shared MLP of
+    # shared_intermediate_size (0: none); no MLP biases whatever mlp_bias says
+    Family("granitemoe_swa", "Granite MoE SWA: sinks, 3 sliding : 1 full, top-k experts",
+           (classic.granite, llama.every_kth_full(4, True), classic.layer_rope_theta,
+            moe.experts("num_local_experts"), moe.granite_shared),
+           dict(attention_bias=False, hidden_act="silu", max_position_embeddings=2048,
+                tie_word_embeddings=False, num_key_value_heads=None, sliding_window=128,
+                num_local_experts=8, num_experts_per_tok=2, shared_intermediate_size=0),
+           aliases={"num_local_experts": ("num_experts",)},
+           fixed=dict(attention_sinks=True, norm_topk_prob=True, ffn_bias=False)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

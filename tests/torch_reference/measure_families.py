@@ -48,6 +48,7 @@ PRESETS = {
     "hy_v3": "hy3",
     "exaone_moe": "k-exaone",
     "granite_swa": "granite-swa",
+    "granitemoe_swa": "granitemoe-swa",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
