@@ -165,6 +165,21 @@ def window_pattern(h: HF, f: Fields) -> None:
     f.update(windows(types, h.get("sliding_window"), n))
 
 
+@mechanism("layer_types", "sliding_window", "global_attn_every_n_layers")
+def global_every(h: HF, f: Fields) -> None:
+    # AFMoE: without layer_types, every global_attn_every_n_layers-th layer is full, the others
+    # slide: layer i slides when (i+1) % n
+    n = f["n_layers"]
+    types = h.get("layer_types")
+    if not types:
+        step = h.get("global_attn_every_n_layers")
+        if type(step) is not int or step < 1:
+            raise ShapecalcError("global_attn_every_n_layers", f"must be a positive integer "
+                                 f"without layer_types, not {step!r}")
+        types = ["sliding_attention" if (i + 1) % step else "full_attention" for i in range(n)]
+    f.update(windows(types, h.get("sliding_window"), n))
+
+
 def nope_full(needs_window: bool) -> Mechanism:
     """The full layers apply no RoPE, only the sliding ones do (Cohere 2; EXAONE 4 only when
     sliding_window is set, `needs_window`: without one every layer turns q and k)."""

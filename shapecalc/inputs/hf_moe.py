@@ -165,3 +165,12 @@ def granite_shared(h: HF, f: Fields) -> None:
     if width:
         f.update(n_shared_experts=1,
                  d_ff_shared=None if width == (f.get("d_ff_expert") or f["d_ff"]) else width)
+
+
+@mechanism("num_dense_layers")
+def dense_first(h: HF, f: Fields) -> None:
+    # AFMoE: the first num_dense_layers layers have a dense MLP of intermediate_size
+    first = h.get("num_dense_layers")
+    if type(first) is not int or first < 0:
+        raise ShapecalcError("num_dense_layers", f"must be a whole number, not {first!r}")
+    f["ffn_types"] = tuple("dense" if i < first else "moe" for i in range(f["n_layers"]))

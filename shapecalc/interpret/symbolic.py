@@ -368,8 +368,12 @@ class SymbolicOps(Ops):
         if m.norm_topk_prob:  # the k weights summed, then divided
             parts.append(formula([2, *rows, k]))
         note = f"{scoring} over E, top-{k.value}" + (", renormalised" if m.norm_topk_prob else "")
+        if m.routing_bias:  # AFMoE: scores + a learned bias of E choose; the scores weigh
+            parts.append(formula([*rows, E]))
+            note += ", chosen by scores + a bias of E"
         return self._rec(role, f"{name} ({scoring}, top-k)", "route", Sym((*rows, k), "fp32"),
-                         ew_extra=sum_formula(parts), note=note)
+                         ew_extra=sum_formula(parts), note=note,
+                         params=_total(E) if m.routing_bias else (0, "0"))
 
     def experts(self, h: Sym, routing: Sym, D: Dim, E: Dim, k: Dim, Dffe: Dim) -> Sym:
         m = self.m

@@ -173,7 +173,7 @@ class Weights:
         if role in _MLA_ROLES or (m.mla and role == "attn.q"):
             return self._mla_linear(layer, role, p)
         shared = m.n_shared_experts * m.dff_shared
-        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh,
+        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh, "attn.gate": H * dh,
                  "attn.out": H * m.v_dim,
                  "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
@@ -181,7 +181,8 @@ class Weights:
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
-                 "moe.router": m.router_bias, "moe.shared_gate": False}.get(role, m.qkv_bias)
+                 "moe.router": m.router_bias, "moe.shared_gate": False,
+                 "attn.gate": False}.get(role, m.qkv_bias)
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)
             bf = self.get((layer, role, "bias"), (width,)) if has_b else None
             sh = Shard((layer, role), (D, width), "replicated", p, D, width)

@@ -114,6 +114,9 @@ class ModelConfig(Record):
     attention_sinks: bool = _doc(
         False, "a learned logit per head joins each softmax as one more column (gpt-oss)"
     )
+    attn_output_gate: bool = _doc(
+        False, "the attention output × sigmoid(x·W_g), W_g [D, H·Dh], before WO (AFMoE)"
+    )
     # ALiBi models (BLOOM, MPT): the embedding norm
     embedding_norm: bool = _doc(
         False, "a norm (γ, β as the model's norms) right after the embedding lookup (BLOOM)"
@@ -137,6 +140,9 @@ class ModelConfig(Record):
         False, "a sigmoid gate [D→1] scales the shared experts' output (Qwen2-MoE)"
     )
     router_bias: bool = _doc(False, "a bias on the router [D→E] (gpt-oss)")
+    routing_bias: bool = _doc(
+        False, "a learned bias of E added to the scores for the choice only (AFMoE's expert_bias, "
+        "a parameter; DeepSeek's correction bias is a buffer)")
     expert_bias: bool = _doc(False, "biases on the experts' matrices (gpt-oss)")
     router_scoring: Literal["softmax", "sigmoid", "topk_sigmoid"] = _doc(
         "softmax", "how router logits become scores (topk_sigmoid: the top k logits, then a "

@@ -283,6 +283,10 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     a = ops.softmax(s, "attn.softmax", "softmax", z.H if m.attention_sinks else None)
     o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W, chunk=C)
     o = ops.merge_heads(o, "attn.merge", "merge heads")
+    if m.attn_output_gate:  # AFMoE: o ⊙ sigmoid(h·W_g), W_g split by column as W_q
+        g = ops.linear(h, "attn.gate", "output gate", z.D, qw, False, "column")
+        g = ops.activation(g, "attn.gate.act", "gate", "sigmoid")
+        o = ops.mul(o, g, "attn.gate.mul", "gate ⊙ attention")
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
 
 
