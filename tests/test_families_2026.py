@@ -101,3 +101,27 @@ def test_minimax_m2_rotary_dim_and_a_given_factor(tmp_path):
     assert _load(tmp_path, "minimax-m2", {}).rotary_dim == 64
     assert _load(tmp_path, "minimax-m2", {"partial_rotary_factor": 0.25}).rotary_dim == 32
     assert _load(tmp_path, "minimax-m2", {"rotary_dim": None}).rotary_dim is None
+
+
+_AFMOE = {"model_type": "afmoe", "hidden_size": 64, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 176, "vocab_size": 1000,
+          "num_hidden_layers": 8, "moe_intermediate_size": 32, "num_experts": 8,
+          "num_experts_per_tok": 2, "num_shared_experts": 2, "sliding_window": 100,
+          "mup_enabled": True, "route_scale": 2.5, "attention_bias": True}
+
+
+def test_afmoe_reads_its_layout(tmp_path):
+    # every 4th layer full and NoPE, the first dense, the gate and routing bias, √D embeddings,
+    # one shared MLP of 2 × 32, route_scale as the routed scale
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(_AFMOE))
+    m = load_hf_config(p)
+    assert m.layer_types == ("sliding", "sliding", "sliding", "full") * 2
+    assert m.nope_layers == (3, 7) and m.ffn_types == ("dense", *("moe",) * 7)
+    assert m.attn_output_gate and m.routing_bias and m.embedding_scale
+    assert (m.n_shared_experts, m.dff_shared, m.routed_scaling_factor) == (1, 64, 2.5)
+    assert m.norm_position == "sandwich"
+    with pytest.raises(ShapecalcError) as e:
+        p.write_text(json.dumps({**_AFMOE, "global_attn_every_n_layers": 0}))
+        load_hf_config(p)
+    assert e.value.field == "global_attn_every_n_layers"

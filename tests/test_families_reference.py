@@ -29,7 +29,8 @@ CASES = {c["name"]: c for c in REF["cases"]}
 PRESETS = {"smollm3-3b": "smollm3", "seed-oss-36b": "seed_oss", "glm-4.5-air": "glm4_moe",
            "command-r7b": "cohere2", "exaone-4.0-32b": "exaone4", "minimax-m2": "minimax_m2",
            "hy3": "hy_v3", "k-exaone": "exaone_moe",
-           "granite-swa": "granite_swa", "granitemoe-swa": "granitemoe_swa"}
+           "granite-swa": "granite_swa", "granitemoe-swa": "granitemoe_swa",
+           "afmoe": "afmoe"}
 
 
 def _model(tmp_path, cfg: dict):

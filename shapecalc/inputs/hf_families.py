@@ -363,6 +363,22 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                 num_local_experts=8, num_experts_per_tok=2, shared_intermediate_size=0),
            aliases={"num_local_experts": ("num_experts",)},
            fixed=dict(attention_sinks=True, norm_topk_prob=True, ffn_bias=False)),
+    # AfmoeDecoderLayer: four norms a layer (input, post-attention, pre-MLP, post-MLP); Llama's
+    # attention with per-head q/k RMSNorms, an output gate sigmoid(x·W_g) ⊙ attention before
+    # o_proj, RoPE on the sliding layers only (3 sliding : 1 full); the first num_dense_layers
+    # dense; then a sigmoid router [D→E] choosing by scores + expert_bias (a parameter of E,
+    # frozen), the k scores renormalised × route_scale; Qwen2-MoE's experts; one ungated shared
+    # MLP of num_shared_experts × moe_intermediate_size; mup_enabled scales the embeddings by √D
+    Family("afmoe", "AFMoE: output-gated attention, 3 sliding : 1 NoPE full, sigmoid MoE",
+           (*BODY, llama.qk_norm, llama.global_every, llama.nope_full(False), gemma.mup_scale,
+            moe.dense_first, moe.experts("num_experts", "moe_intermediate_size"),
+            moe.shared_mlp("route_scale", False)),
+           _llama(None, 16384, head_dim=128, attention_bias=False, num_dense_layers=1,
+                  moe_intermediate_size=1408, num_experts=64, num_experts_per_tok=6,
+                  num_shared_experts=2, route_scale=1.0, global_attn_every_n_layers=4,
+                  sliding_window=1024, mup_enabled=False),
+           fixed=dict(norm_position="sandwich", attn_output_gate=True, routing_bias=True,
+                      router_scoring="sigmoid", norm_topk_prob=True)),
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -49,6 +49,7 @@ PRESETS = {
     "exaone_moe": "k-exaone",
     "granite_swa": "granite-swa",
     "granitemoe_swa": "granitemoe-swa",
+    "afmoe": "afmoe",
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
