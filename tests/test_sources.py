@@ -42,6 +42,7 @@ def params(m: ModelConfig) -> int:
     qk = 2 * dh if m.qk_norm_width == "head" else (h + hkv) * dh  # OLMo 2: the whole width
     attn += qk * m.qk_norm + h * m.attention_sinks  # q/k RMSNorm γ; one sink a head
     attn += (h + hkv) * dh * m.qk_norm_per_head  # q/k LayerNorm: a γ per head
+    attn += d * h * dh * m.attn_output_gate  # AFMoE's output gate [D, H·Dh]
     if m.kv_lora_rank is not None:  # MLA, written out from DeepseekV3Attention.__init__
         dq, dc, dr, dn, dv = (m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim,
                               m.qk_nope_head_dim, m.v_head_dim)
@@ -62,8 +63,8 @@ def params(m: ModelConfig) -> int:
         expert = mats * d * de + (((mats - 1) * de + d) if m.expert_bias else 0)
         sw = m.n_shared_experts * m.dff_shared
         shared = mats * d * sw + (((mats - 1) * sw + d) if m.ffn_bias and sw else 0)
-        total += (base + d * E + E * m.router_bias + E * expert + shared
-                  + d * m.shared_expert_gate)
+        total += (base + d * E + E * (m.router_bias + m.routing_bias) + E * expert + shared
+                  + d * m.shared_expert_gate)  # routing_bias: AFMoE's expert_bias of E
     total += 0 if m.tie_embeddings else v * d
     total += v * m.lm_head_bias
     if m.positions == "learned":
