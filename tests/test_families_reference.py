@@ -34,6 +34,8 @@ PRESETS = {
     "hy3": "hy_v3",
     "solar-open-100b": "solar_open", "hunyuan-a13b": "hunyuan_v1_moe",
     "ernie-4.5-21b-a3b": "ernie4_5_moe", "ernie-4.5-300b-a47b": "ernie4_5_moe",
+    "k-exaone": "exaone_moe", "granite-swa": "granite_swa", "granitemoe-swa": "granitemoe_swa",
+    "afmoe": "afmoe",
 }
 
 

@@ -48,6 +48,8 @@ SWITCH_ON = {
     "qwen3_moe": {"use_sliding_window": True, "sliding_window": 4096},
     "falcon": {"new_decoder_architecture": True, "num_ln_in_parallel_attn": 1},
     "smollm3": {"use_sliding_window": True, "sliding_window": 4096},
+    # K-EXAONE's config gives layer_types (its "LLLG" pattern is read only without them)
+    "exaone_moe": {"layer_types": None, "sliding_window_pattern": 4},
 }
 
 

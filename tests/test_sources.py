@@ -48,7 +48,8 @@ def params(m: ModelConfig) -> int:
         q = d * h * (dn + dr) if dq is None else d * dq + dq + dq * h * (dn + dr)
         attn = q + d * (dc + dr) + dc + dc * h * (dn + dv) + h * dv * d
         attn += ((dq or 0) + dc + dr) * m.qkv_bias + d * m.attn_out_bias
-    attn += (d * h * dh + h * dh * m.qkv_bias) * m.attn_output_gate  # Qwen3-Next's gate
+    # the output gate [D, H·Dh] (+ q's bias: Qwen3-Next's is q_proj's second half; AFMoE's has none)
+    attn += (d * h * dh + h * dh * m.qkv_bias) * m.attn_output_gate
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
     if m.mixer_types is not None:  # a token mixer and a channel mixer per layer, each normed
@@ -65,8 +66,8 @@ def params(m: ModelConfig) -> int:
         expert = mats * d * de + (((mats - 1) * de + d) if m.expert_bias else 0)
         sw = m.n_shared_experts * m.dff_shared
         shared = mats * d * sw + (((mats - 1) * sw + d) if m.ffn_bias and sw else 0)
-        total += (base + d * E + E * m.router_bias + E * expert + shared
-                  + d * m.shared_expert_gate)
+        total += (base + d * E + E * (m.router_bias + m.routing_bias) + E * expert + shared
+                  + d * m.shared_expert_gate)  # routing_bias: AFMoE's expert_bias of E
     total += 0 if m.tie_embeddings else v * d
     total += v * m.lm_head_bias
     if m.positions == "learned":

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.config import ShapecalcError
-from .hf_base import HF, Fields, layout
+from .hf_base import HF, Fields, layout, mechanism
 from .hf_llama import rotary_factor, rotary_fields
 
 
@@ -199,6 +199,35 @@ def _granite(h: HF) -> Fields:
         logit_scale=1 / mult["logits_scaling"],  # logits / logits_scaling
     )
     return f
+
+
+@mechanism("layer_rope_theta")
+def layer_rope_theta(h: HF, f: Fields) -> None:
+    # Granite SWA: each layer's RoPE θ, 0 for a layer that applies none (absent: the global θ on
+    # every layer). θ changes no count; shapecalc keeps one θ for the full layers and one for
+    # the sliding ones (the executor's angles), so θs that differ within a kind are refused
+    thetas = h.get("layer_rope_theta")
+    if thetas is None:
+        return
+    n = f["n_layers"]
+    if not isinstance(thetas, list) or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in thetas):
+        raise ShapecalcError("layer_rope_theta", f"must list a θ ≥ 0 per layer, not {thetas!r}")
+    if len(thetas) < n:  # layer i reads entry i: a longer list builds
+        raise ShapecalcError("layer_rope_theta", f"lists {len(thetas)} layers, but "
+                             f"num_hidden_layers is {n}")
+    kinds = f["layer_types"] or ("sliding" if f["sliding_window"] is not None else "full",) * n
+    by_kind = {k: {float(t) for t, kk in zip(thetas[:n], kinds, strict=True) if kk == k and t}
+               for k in ("full", "sliding")}
+    for k, ts in by_kind.items():
+        if len(ts) > 1:
+            raise ShapecalcError("layer_rope_theta", f"gives the {k} layers θs {sorted(ts)}: "
+                                 "one θ per kind of layer is modelled")
+    full, local = (next(iter(by_kind[k]), None) for k in ("full", "sliding"))
+    base = full or local
+    f.update(nope_layers=tuple(i for i in range(n) if not thetas[i]) or None)
+    if base is not None:
+        f.update(rope_base=base, rope_base_local=local if local not in (None, base) else None)
 
 
 def _gpt2(h: HF) -> dict[str, Any]:

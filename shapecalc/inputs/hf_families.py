@@ -19,19 +19,11 @@ from . import hf_llama as llama
 from . import hf_moe as moe
 from .hf_base import Family, Refusal
 from .hf_deltanet import qwen3_5_moe, qwen3_next
+from .hf_families_2025 import NEW
 from .hf_llama4 import llama4
 from .hf_mamba import nemotron_h
 
-SILU = llama.gated("hidden_act")
-BODY = (llama.llama, SILU, llama.table)  # the Llama-like body, its activation, its tables
-
-
-def _llama(kv: int | None, positions: int, tied: bool = False, act: str = "silu",
-           **more: Any) -> dict[str, Any]:
-    """A Llama-like class's defaults: KV heads (None: H), max positions, tied embeddings, the
-    activation, and the rest."""
-    return dict(num_key_value_heads=kv, max_position_embeddings=positions,
-                tie_word_embeddings=tied, hidden_act=act, **more)
+SILU, BODY, _llama = llama.SILU, llama.BODY, llama.class_defaults
 
 
 _QWEN_WINDOW: dict[str, Any] = dict(use_sliding_window=False, sliding_window=4096,
@@ -313,169 +305,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                    "mlp_type": Refusal((None, "default"), "{value!r}: transformers' "
                                        "Starcoder2MLP is c_fc → GELU → c_proj whatever "
                                        "mlp_type says")}),
-    # 2025–2026 families: entries over the mechanisms above
-    Family("smollm3", "SmolLM3: Llama with every 4th layer NoPE, tied",
-           (*BODY, llama.attention_bias, llama.mlp_bias, llama.nope_every),
-           _llama(4, 32768, True, use_sliding_window=False, sliding_window=None,
-                  no_rope_layer_interval=4, attention_bias=False, mlp_bias=False),
-           # the Hub's config.json carries max_window_layers; SmolLM3Config has no such key
-           ignored=frozenset({"max_window_layers"}),
-           widths=dict(vocab_size=128256, hidden_size=2048, intermediate_size=11008,
-                       num_hidden_layers=36, num_attention_heads=16)),
-    Family("seed_oss", "Seed-OSS: Llama with q/k/v biases, o_proj's own bias key",
-           (*BODY, llama.qkv_bias_only, llama.out_bias, llama.mlp_bias),
-           _llama(8, 524288, head_dim=128, attention_bias=True, attention_out_bias=False,
-                  mlp_bias=False),
-           widths=dict(vocab_size=155136, hidden_size=4096, intermediate_size=27648,
-                       num_hidden_layers=64, num_attention_heads=80)),
-    Family("glm4_moe", "GLM-4.5/4.6: partial rotary, q/k/v biases, DeepSeek-V3 MoE",
-           (*BODY, llama.floor_head_dim, llama.qkv_bias_only, llama.optional_qk_norm,
-            llama.partial_rotary, deepseek.deepseek_moe),
-           _llama(8, 131072, attention_bias=False, use_qk_norm=False, partial_rotary_factor=0.5,
-                  moe_intermediate_size=1408, num_experts_per_tok=8, n_shared_experts=1,
-                  n_routed_experts=128, routed_scaling_factor=1.0, first_k_dense_replace=1,
-                  norm_topk_prob=True, scoring_func="sigmoid", num_nextn_predict_layers=1),
-           aliases={"n_routed_experts": ("num_local_experts",),
-                    "num_nextn_predict_layers": ("num_mtp_layers",)},
-           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' glm4_moe "
-                                           "router always scores with sigmoid")},
-           widths=dict(vocab_size=151552, hidden_size=4096, intermediate_size=10944,
-                       num_hidden_layers=46, num_attention_heads=96)),
-    Family("cwm", "CWM: Llama with 3 sliding layers of 8192 to 1 global (the first)",
-           (*BODY, llama.mlp_bias, llama.every_kth_full(4, first=True)),
-           _llama(8, 131072, head_dim=128, mlp_bias=False, sliding_window=8192),
-           widths=dict(vocab_size=128256, hidden_size=6144, intermediate_size=21504,
-                       num_hidden_layers=64, num_attention_heads=48)),
-    Family("olmo3", "OLMo 3: OLMo 2 with 3 sliding layers to 1 full",
-           (*BODY, llama.attention_bias, gemma.rope_theta, llama.every_kth_full(4, first=False)),
-           _llama(None, 2048, rope_theta=500000.0, sliding_window=4096),
-           fixed=dict(norm_position="output", qk_norm=True, qk_norm_width="all"),
-           widths=dict(vocab_size=50304, hidden_size=4096, intermediate_size=11008,
-                       num_hidden_layers=32, num_attention_heads=32)),
-    Family("dots1", "dots.llm1: Qwen3 attention, DeepSeek-V3 MoE",
-           (*BODY, llama.qk_norm, llama.late_windows, deepseek.deepseek_moe),
-           _llama(32, 2048, attention_bias=False, sliding_window=4096, max_window_layers=62,
-                  moe_intermediate_size=1408, n_shared_experts=None, n_routed_experts=None,
-                  num_experts_per_tok=None, first_k_dense_replace=0, norm_topk_prob=False,
-                  routed_scaling_factor=1.0, scoring_func="sigmoid"),
-           aliases={"n_routed_experts": ("num_local_experts",)},
-           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' dots1 "
-                                           "router always scores with sigmoid")},
-           widths=dict(vocab_size=152064, hidden_size=4608, intermediate_size=10944,
-                       num_hidden_layers=62, num_attention_heads=32)),
-    # DeepseekV3Attention (MLA) and Glm4MoeMoE (sigmoid noaux_tc, n_shared × the expert width);
-    # which layers are MoE comes from mlp_layer_types alone. head_dim is qk_rope_head_dim's alias
-    Family("glm4_moe_lite", "GLM-4.7-Flash: MLA, DeepSeek-V3 MoE, per-layer MLP kinds",
-           (*BODY, deepseek.mla, deepseek.deepseek_moe, deepseek.mlp_layer_types),
-           _llama(20, 202752, kv_lora_rank=512, q_lora_rank=768, qk_nope_head_dim=192,
-                  qk_rope_head_dim=64, v_head_dim=256, moe_intermediate_size=1536,
-                  n_shared_experts=1, n_routed_experts=64, routed_scaling_factor=1.8,
-                  num_experts_per_tok=4, norm_topk_prob=True, attention_bias=False,
-                  scoring_func="sigmoid"),
-           aliases={"n_routed_experts": ("num_local_experts",)},
-           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' "
-                                           "glm4_moe_lite router always scores with sigmoid")},
-           widths=dict(vocab_size=154880, hidden_size=2048, intermediate_size=10240,
-                       num_hidden_layers=47, num_attention_heads=20)),
-    # DeepseekV3Attention (MLA) with Llama 4's query temperature (a scale, no count); DeepSeek-V2's
-    # router (softmax, group-limited, top-k renormalised, × routed_scaling_factor), no correction
-    # bias; DeepseekV3MoE's n_shared × the expert width; the first first_k_dense_replace dense
-    Family("mistral4", "Mistral Small 4: MLA, softmax group-limited MoE, shared expert",
-           (*BODY, deepseek.mla_qk_head, deepseek.deepseek_moe),
-           _llama(32, 1048576, kv_lora_rank=256, q_lora_rank=1024, qk_nope_head_dim=64,
-                  qk_rope_head_dim=64, v_head_dim=128, moe_intermediate_size=2048,
-                  n_shared_experts=1, n_routed_experts=128, routed_scaling_factor=1.0,
-                  num_experts_per_tok=4, first_k_dense_replace=0, norm_topk_prob=True,
-                  attention_bias=False, scoring_func="softmax"),
-           aliases={"n_routed_experts": ("num_local_experts",)},
-           refuse={"scoring_func": Refusal(("softmax",), "{value!r}: transformers' mistral4 "
-                                           "router always scores with softmax")},
-           widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=12288,
-                       num_hidden_layers=36, num_attention_heads=32)),
-    # Cohere2DecoderLayer: Cohere's parallel block (γ-only LayerNorm, interleaved RoPE, logit
-    # scale); 3 sliding layers to 1 full (sliding_window_pattern 4), RoPE on the sliding layers
-    # only. Cohere2Config always sets head_dim (a given one wins, else D // H)
-    Family("cohere2", "Command R7B: Cohere's parallel block, 3 sliding : 1 NoPE global",
-           (classic.cohere2, llama.window_pattern, llama.nope_full(False)),
-           dict(logit_scale=0.0625, attention_bias=False, hidden_act="silu",
-                max_position_embeddings=8192, tie_word_embeddings=True, sliding_window=4096,
-                sliding_window_pattern=4, num_key_value_heads=None),
-           # the original release's keys, which Cohere2Config keeps and its model ignores
-           # (interleaved RoPE and no q/k norms whatever they say)
-           ignored=frozenset({"position_embedding_type", "use_qk_norm"})),
-    # Exaone4DecoderLayer is OLMo 2's: no pre-norms, each branch's output normed before its
-    # residual add; RMSNorm q/k norms per head (Dh, before RoPE); no biases; 3 sliding layers
-    # to 1 full, and with a sliding window the full layers apply no RoPE
-    Family("exaone4", "EXAONE 4.0: output norms, q/k norms, 3 sliding : 1 NoPE global",
-           (*BODY, llama.floor_head_dim, llama.window_pattern, llama.nope_full(True)),
-           _llama(32, 2048, sliding_window=4096, sliding_window_pattern=4),
-           fixed=dict(norm_position="output", qk_norm=True)),
-    # MiniMaxM2Attention (FlexOlmo's): RMSNorms over all of H·Dh and H_kv·Dh on the q and k
-    # projections, partial RoPE (rotate_half); Mixtral's block and experts; the router scores
-    # with a sigmoid, picks the top k of sigmoid + e_score_correction_bias (a buffer) and
-    # renormalises the k sigmoids
-    Family("minimax_m2", "MiniMax-M2: whole-width q/k norms, partial RoPE, sigmoid routing",
-           (*BODY, llama.rotary_dim_factor, moe.experts("num_local_experts")),
-           _llama(8, 196608, head_dim=128, num_local_experts=256, num_experts_per_tok=8),
-           aliases={"num_local_experts": ("num_experts",)},
-           fixed=dict(qk_norm=True, qk_norm_width="all", router_scoring="sigmoid",
-                      norm_topk_prob=True),
-           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' minimax_m2 "
-                                           "router always scores with sigmoid", "sigmoid"),
-                   "use_qk_norm": Refusal((True,), "{value!r}: transformers' minimax_m2 always "
-                                          "builds its q/k norms", True)}),
-    # HYV3: Apertus' attention (RMSNorm q/k norms per head before RoPE; attention_bias on q, k,
-    # v, o), Llama's MLP (mlp_bias) on the dense layers and as the shared expert; Qwen3-MoE's
-    # experts; a sigmoid router [D→E] (no bias) picks the top k of sigmoid + a correction bias (a
-    # buffer), renormalises them and scales them by router_scaling_factor
-    Family("hy_v3", "Hy3: q/k norms, sigmoid top-8 of 192 experts + a shared expert",
-           (*BODY, llama.qk_norm, llama.mlp_bias, moe.mlp_layer_types(False),
-            moe.experts("num_experts", "moe_intermediate_size"),
-            moe.shared_mlp("router_scaling_factor", True)),
-           _llama(8, 131072, head_dim=128, attention_bias=False, mlp_bias=False, num_experts=192,
-                  num_experts_per_tok=8, num_shared_experts=1, moe_intermediate_size=1536,
-                  router_scaling_factor=2.826),
-           aliases={"num_experts": ("num_local_experts",)},
-           fixed=dict(router_scoring="sigmoid", norm_topk_prob=True)),
-    # LlamaAttention with q/k/v biases under attention_bias and o_proj unbiased; Glm4MoeMoE (sigmoid
-    # noaux_tc, n_shared × the expert width) on every layer: the class drops intermediate_size,
-    # first_k_dense_replace, use_qk_norm and num_mtp_layers from Glm4MoeConfig. Llama's RoPE
-    # turns the whole head: a partial_rotary_factor below 1 fails there (left to the audit)
-    Family("solar_open", "Solar Open: GQA, q/k/v biases, DeepSeek-V3 MoE on every layer",
-           (moe.moe_body, SILU, llama.table, llama.qkv_bias_only, deepseek.deepseek_moe),
-           _llama(8, 131072, head_dim=128, attention_bias=False, n_routed_experts=128,
-                  num_experts_per_tok=8, n_shared_experts=1, routed_scaling_factor=1.0,
-                  norm_topk_prob=True, scoring_func="sigmoid"),
-           aliases={"n_routed_experts": ("num_local_experts",)},
-           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' solar_open "
-                                           "router always scores with sigmoid"),
-                   "first_k_dense_replace": Refusal((None, 0), "{value}: transformers' "
-                                                    "solar_open puts MoE on every layer whatever "
-                                                    "first_k_dense_replace says")},
-           ignored=frozenset({"intermediate_size"}),  # the Hub's config.json gives it; unread
-           widths=dict(vocab_size=196608, hidden_size=4096, moe_intermediate_size=1280,
-                       num_hidden_layers=48, num_attention_heads=64)),
-    # LlamaAttention (attention_bias on q, k, v and o) with per-head q/k RMSNorm after RoPE;
-    # HunYuanMoEV1Moe on every layer (attribute_map: num_experts_per_tok is moe_topk)
-    Family("hunyuan_v1_moe", "Hunyuan-A13B: q/k norms, top-k MoE plus a shared MLP per layer",
-           (*BODY, llama.qk_norm, moe.hunyuan_moe),
-           _llama(None, 2048, attention_bias=False, num_experts=1, moe_topk=1),
-           aliases={"moe_topk": ("num_experts_per_tok",), "num_experts": ("num_local_experts",)},
-           widths=dict(vocab_size=290943, hidden_size=4096, intermediate_size=11008,
-                       num_hidden_layers=32, num_attention_heads=32)),
-    # Ernie4_5_MoeAttention (LlamaAttention; use_bias on q, k, v, o and on the dense and shared
-    # MLPs, not the routed experts: refused), the MoE layers by start, end and interval
-    Family("ernie4_5_moe", "ERNIE 4.5 MoE: MoE from a start layer, softmax top-k, shared experts",
-           (*BODY, moe.ernie_moe),
-           _llama(4, 131072, True, moe_intermediate_size=1536, moe_k=6, moe_num_experts=64,
-                  moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_end_index=-1,
-                  moe_layer_interval=1, use_bias=False),
-           aliases={"moe_num_experts": ("num_experts",), "moe_k": ("num_experts_per_tok",)},
-           refuse={"use_bias": Refusal((False,), "{value!r}: biases on attention and the dense "
-                                       "and shared MLPs but not the routed experts are not "
-                                       "modelled", False)},
-           widths=dict(vocab_size=103424, hidden_size=2560, intermediate_size=12288,
-                       num_hidden_layers=28, num_attention_heads=20)),
+    *NEW,
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -76,3 +76,9 @@ def rope_theta_local(h: HF, f: Fields) -> None:
     f.update(rope_base=global_theta,
              rope_base_local=local_theta if f["sliding_window"] is not None
              and local_theta != global_theta else None)
+
+
+@mechanism("mup_enabled")
+def mup_scale(h: HF, f: Fields) -> None:
+    # AFMoE: with mup_enabled the embeddings are scaled by √D
+    f["embedding_scale"] = bool(h.get("mup_enabled"))

@@ -8,6 +8,8 @@ Each is a function over the reader and the fields read so far; its defaults are 
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..model.config import ShapecalcError
 from .hf_base import HF, Fields, Mechanism, mechanism
 
@@ -170,6 +172,21 @@ def window_pattern(h: HF, f: Fields) -> None:
     f.update(windows(types, h.get("sliding_window"), n))
 
 
+@mechanism("layer_types", "sliding_window", "global_attn_every_n_layers")
+def global_every(h: HF, f: Fields) -> None:
+    # AFMoE: without layer_types, every global_attn_every_n_layers-th layer is full, the others
+    # slide: layer i slides when (i+1) % n
+    n = f["n_layers"]
+    types = h.get("layer_types")
+    if not types:
+        step = h.get("global_attn_every_n_layers")
+        if type(step) is not int or step < 1:
+            raise ShapecalcError("global_attn_every_n_layers", f"must be a positive integer "
+                                 f"without layer_types, not {step!r}")
+        types = ["sliding_attention" if (i + 1) % step else "full_attention" for i in range(n)]
+    f.update(windows(types, h.get("sliding_window"), n))
+
+
 def nope_full(needs_window: bool) -> Mechanism:
     """The full layers apply no RoPE, only the sliding ones do (Cohere 2; EXAONE 4 only when
     sliding_window is set, `needs_window`: without one every layer turns q and k)."""
@@ -277,3 +294,15 @@ def rotary_dim_factor(h: HF, f: Fields) -> None:
     if r is not None and (type(r) is not int or r < 1):
         raise ShapecalcError("rotary_dim", f"must be a positive integer, not {r!r}")
     f.update(rotary_fields(h, dh, 1.0 if r is None else r / dh))
+
+
+SILU = gated("hidden_act")
+BODY = (llama, SILU, table)  # the Llama-like body, its activation, its tables
+
+
+def class_defaults(kv: int | None, positions: int, tied: bool = False, act: str = "silu",
+                   **more: Any) -> dict[str, Any]:
+    """A Llama-like class's defaults: KV heads (None: H), max positions, tied embeddings, the
+    activation, and the rest."""
+    return dict(num_key_value_heads=kv, max_position_embeddings=positions,
+                tie_word_embeddings=tied, hidden_act=act, **more)

@@ -13,8 +13,6 @@ from .hf_llama import body, qwen_window, windows
 
 
 @mechanism("decoder_sparse_step", "mlp_only_layers")
-
-
 def qwen_sparse(h: HF, f: Fields) -> None:
     # Qwen-MoE: layer i is MoE when not in mlp_only_layers and (i+1) % decoder_sparse_step == 0;
     # the others have a dense MLP of intermediate_size
@@ -48,8 +46,6 @@ def experts(key: str, width: str | None = None, optional: bool = False) -> Mecha
 
 
 @mechanism("norm_topk_prob")
-
-
 def norm_topk(h: HF, f: Fields) -> None:
     # the router renormalises the top-k weights when norm_topk_prob
     if "n_experts" in f:
@@ -57,8 +53,6 @@ def norm_topk(h: HF, f: Fields) -> None:
 
 
 @mechanism("shared_expert_intermediate_size", "moe_intermediate_size")
-
-
 def qwen_shared(h: HF, f: Fields) -> None:
     # one shared expert per MoE layer, scaled by a sigmoid gate [D→1]
     if "n_experts" not in f:
@@ -72,8 +66,6 @@ def qwen_shared(h: HF, f: Fields) -> None:
 
 
 @mechanism("use_sliding_window", "sliding_window", "max_window_layers", "layer_types")
-
-
 def qwen2_moe_windows(h: HF, f: Fields) -> None:
     # without layer_types, the 5.x default slides the layers with (i+1) % 2 below
     # max_window_layers, if use_sliding_window
@@ -87,31 +79,23 @@ def qwen2_moe_windows(h: HF, f: Fields) -> None:
 
 
 @mechanism("use_sliding_window", "sliding_window")
-
-
 def qwen_sliding(h: HF, f: Fields) -> None:
     # Qwen3MoeAttention ignores layer_types: with use_sliding_window every layer slides
     f["sliding_window"] = qwen_window(h)
 
 
 @mechanism("qkv_bias")
-
-
 def qkv_bias(h: HF, f: Fields) -> None:
     # q, k, v biased (Qwen2-MoE's qkv_bias key); o_proj not
     f["qkv_bias"] = bool(h.get("qkv_bias"))
 
 
 @mechanism("lm_head_bias")
-
-
 def lm_head_bias(h: HF, f: Fields) -> None:
     f["lm_head_bias"] = bool(h.get("lm_head_bias", False))
 
 
 @mechanism("num_experts_per_tok", "experts_per_token")
-
-
 def gpt_oss_k(h: HF, f: Fields) -> None:
     # experts_per_token is the original config's name for k, unread by transformers
     k = h.get("num_experts_per_tok")
@@ -122,8 +106,6 @@ def gpt_oss_k(h: HF, f: Fields) -> None:
 
 @mechanism("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
            "moe_intermediate_size", "head_dim", "num_key_value_heads")
-
-
 def moe_body(h: HF, f: Fields) -> None:
     # Solar Open: the Llama body with MoE on every layer and no dense MLP (its class has no
     # intermediate_size): Dff is the routed experts' width
@@ -202,8 +184,6 @@ def _uniform(h: HF, key: str, n: int) -> int:
 
 @mechanism("num_experts", "moe_topk", "moe_intermediate_size", "num_shared_expert",
            "use_mixed_mlp_moe", "use_qk_norm", "use_cla", "head_dim")
-
-
 def hunyuan_moe(h: HF, f: Fields) -> None:
     # HunYuanMoEV1Moe on every layer: a softmax router [D→E] (no bias), top-k renormalised,
     # E experts and one ungated shared MLP, all of intermediate_size, summed. The original
@@ -230,8 +210,6 @@ def hunyuan_moe(h: HF, f: Fields) -> None:
 @mechanism("moe_num_experts", "moe_k", "moe_intermediate_size", "moe_num_shared_experts",
            "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval",
            "num_nextn_predict_layers")
-
-
 def ernie_moe(h: HF, f: Fields) -> None:
     # ERNIE 4.5: layer i is MoE when (i+1) % moe_layer_interval == 0 and start ≤ i ≤ end (-1:
     # the last layer), the others a dense MLP of intermediate_size. A softmax router [D→E],
@@ -262,3 +240,21 @@ def ernie_moe(h: HF, f: Fields) -> None:
     )
     # the MTP module: transformers drops its weights ("mtp" unexpected keys), not counted
     h.first("num_nextn_predict_layers")
+@mechanism("shared_intermediate_size")
+def granite_shared(h: HF, f: Fields) -> None:
+    # GraniteMoeShared: a shared MLP of shared_intermediate_size, without a gate (0: none)
+    width = h.get("shared_intermediate_size")
+    if type(width) is not int or width < 0:
+        raise ShapecalcError("shared_intermediate_size", f"must be a whole number, not {width!r}")
+    if width:
+        f.update(n_shared_experts=1,
+                 d_ff_shared=None if width == (f.get("d_ff_expert") or f["d_ff"]) else width)
+
+
+@mechanism("num_dense_layers")
+def dense_first(h: HF, f: Fields) -> None:
+    # AFMoE: the first num_dense_layers layers have a dense MLP of intermediate_size
+    first = h.get("num_dense_layers")
+    if type(first) is not int or first < 0:
+        raise ShapecalcError("num_dense_layers", f"must be a whole number, not {first!r}")
+    f["ffn_types"] = tuple("dense" if i < first else "moe" for i in range(f["n_layers"]))

@@ -40,14 +40,19 @@ def route(self: NumericBase, logits: np.ndarray, role: str, name: str, k: Any) -
         scores, ew = e / e.sum(axis=-1, keepdims=True), 5 * n
     else:
         scores, ew = 1 / (1 + np.exp(-z)), 4 * n
-    ids = np.argsort(-scores, axis=-1, kind="stable")[..., :kk]  # top-k: one pass a score
+    params = 0
+    choice = scores
+    if m.routing_bias:  # AFMoE: scores + a learned bias of E choose; the scores weigh
+        bias = self.w.get((self._layer, role, "bias"), (z.shape[-1],))
+        choice, ew, params = scores + bias, ew + n, bias.size
+    ids = np.argsort(-choice, axis=-1, kind="stable")[..., :kk]  # top-k: one pass a score
     w = np.take_along_axis(scores, ids, axis=-1)
     ew += n
     if m.norm_topk_prob:
         w = w / w.sum(axis=-1, keepdims=True)
         ew += 2 * w.size
     self._rec(role, f"{name} ({m.router_scoring}, top-k)", "route", w[None], ew=ew,
-              dtype="fp32")
+              dtype="fp32", params=params)
     self.routed.append(ids)
     return Routing(w, ids)
 

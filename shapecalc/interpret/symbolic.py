@@ -253,8 +253,7 @@ class SymbolicOps(SymbolicBase):
                          params=_total(sinks), note="over keys and the head's sink")
 
     def route(self, logits: Sym, role: str, name: str, k: Dim) -> Sym:
-        m = self.m
-        *rows, E = logits.dims
+        m, (*rows, E) = self.m, logits.dims
         scoring = m.router_scoring
         if scoring == "topk_sigmoid":  # Llama 4: top k of the logits, a sigmoid of those k
             parts = [formula([ELEMENTWISE["topk"], *rows, E]),
@@ -262,13 +261,14 @@ class SymbolicOps(SymbolicBase):
             return self._rec(role, f"{name} (top-k, sigmoid)", "route", Sym((*rows, k), "fp32"),
                              ew_extra=sum_formula(parts),
                              note=f"top-{k.value} of the logits, sigmoid of those {k.value}")
-        parts = [formula([ELEMENTWISE[scoring], *rows, E]),
+        bias = int(m.routing_bias)  # AFMoE: scores + a bias of E choose (a pass, E parameters)
+        parts = [formula([ELEMENTWISE[scoring] + bias, *rows, E]),
                  formula([ELEMENTWISE["topk"], *rows, E])]
         if m.norm_topk_prob:  # the k weights summed, then divided
             parts.append(formula([2, *rows, k]))
         note = f"{scoring} over E, top-{k.value}" + (", renormalised" if m.norm_topk_prob else "")
         return self._rec(role, f"{name} ({scoring}, top-k)", "route", Sym((*rows, k), "fp32"),
-                         ew_extra=sum_formula(parts), note=note)
+                         ew_extra=sum_formula(parts), note=note, params=_total(E * bias))
 
     def experts(self, h: Sym, routing: Sym, D: Dim, E: Dim, k: Dim, Dffe: Dim) -> Sym:
         m = self.m

@@ -90,6 +90,9 @@ class ModelFields(Record):
         False, "a sigmoid gate [D→1] scales the shared experts' output (Qwen2-MoE)"
     )
     router_bias: bool = _doc(False, "a bias on the router [D→E] (gpt-oss)")
+    routing_bias: bool = _doc(
+        False, "a learned bias of E added to the scores for the choice only (AFMoE's expert_bias, "
+        "a parameter; DeepSeek's correction bias is a buffer)")
     expert_bias: bool = _doc(False, "biases on the experts' matrices (gpt-oss)")
     router_scoring: Literal["softmax", "sigmoid", "topk_sigmoid"] = _doc(
         "softmax", "how router logits become scores (topk_sigmoid: the top k logits, then a "

@@ -62,6 +62,10 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "solar_open": ("solar-open-100b",),
     "hunyuan_v1_moe": ("hunyuan-a13b",),
     "ernie4_5_moe": ("ernie-4.5-21b-a3b", "ernie-4.5-300b-a47b"),
+    "exaone_moe": ("k-exaone",),
+    "granite_swa": ("granite-swa",),
+    "granitemoe_swa": ("granitemoe-swa",),
+    "afmoe": ("afmoe",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
