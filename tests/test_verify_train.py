@@ -22,7 +22,10 @@ from shapecalc.train import backward
 from shapecalc.train import verify as tv
 from shapecalc.train.verify import narrow, train_verify
 
-PRESETS = sorted(sources.list_presets())
+# the stateful mixers' presets have no backward rules: refused (test_stateful_mixers_are_refused)
+STATEFUL = sorted(n for n in sources.list_presets()
+                  if set(sources.load_preset(n).mixers) - {"attention", "none"})
+PRESETS = sorted(set(sources.list_presets()) - set(STATEFUL))
 # many layers to cover every kind, or hundreds of experts: their finite differences take
 # seconds on a loaded machine (`pytest -m slow`); their shapes and FLOPs run by default
 HEAVY = {"deepseek-v3", "gemma3-1b", "gemma3-4b", "gemma3-27b", "llama4-maverick",
@@ -39,6 +42,16 @@ def test_every_preset(name):
     doc = train_verify(narrow(sources.load_preset(name)), WL, fd=name not in HEAVY)
     assert not failed(doc)
     assert len(doc["checks"]) == 10 - (name in HEAVY)
+
+
+def test_stateful_mixers_are_refused(cli):
+    assert len(STATEFUL) >= 4  # Nemotron-H, Qwen3-Next, Qwen3.5 and Qwen3.5-MoE
+    for name in STATEFUL:
+        with pytest.raises(ShapecalcError) as info:
+            train_verify(narrow(sources.load_preset(name)), WL)
+        assert info.value.field == "model" and "backward" in info.value.reason
+    r = cli("train", "--preset", STATEFUL[0], "--gpu", "h100-sxm")
+    assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1
 
 
 @pytest.mark.slow

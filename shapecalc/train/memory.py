@@ -46,7 +46,17 @@ ZERO_SHARDED = {0: (), 1: ("optimizer",), 2: ("optimizer", "gradients"),
                 3: ("optimizer", "gradients", "weights")}
 
 
+def check_trainable(model: ModelConfig) -> None:
+    """The backward has rules for attention and the FFNs only: a stateful token mixer (Mamba-2,
+    gated DeltaNet) is refused, never counted as something else."""
+    stateful = sorted(set(model.mixers) - {"attention", "none"})
+    if stateful:
+        raise ShapecalcError("model", f"its {', '.join(stateful)} layers have no backward rules "
+                             "yet: train and verify --train take attention models")
+
+
 def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:
+    check_trainable(model)
     if precision not in PRECISIONS:
         raise ShapecalcError("precision", f"unknown {precision!r}; known: {', '.join(PRECISIONS)}")
     if dp < 1:

@@ -50,6 +50,7 @@ from .backward import (
     step_flops,
     torch_skipped,
 )
+from .memory import check_trainable
 
 FD_TOL = 1e-4
 FD_FLOOR = 1e-9  # below: the finite difference's own rounding (float64, step FD_STEP)
@@ -127,6 +128,7 @@ def train_verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     """Every check of the executed backward (see the module doc) on `model` as given: callers
     narrow it first (the CLI does)."""
     check_recompute(recompute)
+    check_trainable(model)
     if wl.attention_flops != "full":
         raise ShapecalcError("attention_flops", "verify --train runs eager attention: the "
                              "backward's matmuls are full [T,T] ones; give --attention-flops full")
