@@ -156,35 +156,28 @@ def every_kth_full(every: int, first: bool) -> Mechanism:
     return mechanism("layer_types", "sliding_window")(_pattern)
 
 
-@mechanism("layer_types", "sliding_window", "sliding_window_pattern")
-def window_pattern(h: HF, f: Fields) -> None:
-    # without layer_types, every sliding_window_pattern-th layer is full and the others slide:
-    # layer i slides when (i+1) % pattern (Cohere 2, EXAONE 4; a string pattern such as "LLLG"
-    # makes their classes fail, so it is refused)
-    n = f["n_layers"]
-    types = h.get("layer_types")
-    if not types:
-        step = h.get("sliding_window_pattern")
-        if type(step) is not int or step < 1:
-            raise ShapecalcError("sliding_window_pattern", f"must be a positive integer without "
-                                 f"layer_types, not {step!r}")
-        types = ["sliding_attention" if (i + 1) % step else "full_attention" for i in range(n)]
-    f.update(windows(types, h.get("sliding_window"), n))
+def every_nth_full(key: str, name: str) -> Mechanism:
+    """Without layer_types, every `key`-th layer is full and the others slide: layer i slides
+    when (i+1) % n (Cohere 2, EXAONE 4: sliding_window_pattern; AFMoE:
+    global_attn_every_n_layers). A string pattern such as "LLLG" makes their classes fail, so
+    it is refused."""
+    def _pattern(h: HF, f: Fields) -> None:
+        n = f["n_layers"]
+        types = h.get("layer_types")
+        if not types:
+            step = h.get(key)
+            if type(step) is not int or step < 1:
+                raise ShapecalcError(key, f"must be a positive integer without layer_types, "
+                                     f"not {step!r}")
+            types = ["sliding_attention" if (i + 1) % step else "full_attention"
+                     for i in range(n)]
+        f.update(windows(types, h.get("sliding_window"), n))
+    _pattern.__name__ = name
+    return mechanism("layer_types", "sliding_window", key)(_pattern)
 
 
-@mechanism("layer_types", "sliding_window", "global_attn_every_n_layers")
-def global_every(h: HF, f: Fields) -> None:
-    # AFMoE: without layer_types, every global_attn_every_n_layers-th layer is full, the others
-    # slide: layer i slides when (i+1) % n
-    n = f["n_layers"]
-    types = h.get("layer_types")
-    if not types:
-        step = h.get("global_attn_every_n_layers")
-        if type(step) is not int or step < 1:
-            raise ShapecalcError("global_attn_every_n_layers", f"must be a positive integer "
-                                 f"without layer_types, not {step!r}")
-        types = ["sliding_attention" if (i + 1) % step else "full_attention" for i in range(n)]
-    f.update(windows(types, h.get("sliding_window"), n))
+window_pattern = every_nth_full("sliding_window_pattern", "window_pattern")
+global_every = every_nth_full("global_attn_every_n_layers", "global_every")
 
 
 def nope_full(needs_window: bool) -> Mechanism:
