@@ -30,7 +30,12 @@ def test_contains_finds_changes():
     assert contains({"a": 1, "b": 2}, {"b": 2, "a": 1}) == ": keys reordered"
 
 
-@pytest.mark.parametrize("key", sorted(GOLDEN))
+ORIGINAL = cases.original_presets(GOLDEN)
+KEYS = [pytest.param(k, marks=[] if k.split()[1] in ORIGINAL or (k.startswith("trace ")
+                     and k.endswith(" prefill")) else [pytest.mark.slow]) for k in sorted(GOLDEN)]
+
+
+@pytest.mark.parametrize("key", KEYS)
 def test_golden(cli, key):
     argv = cases.argvs()[key]
     want = GOLDEN[key]

@@ -10,6 +10,7 @@ tens of seconds each, minutes on a loaded machine) are marked `slow`: `pytest -m
 from __future__ import annotations
 
 import pytest
+from newer_presets import default_or_slow
 
 from shapecalc.check.budget import DEFAULT_BUDGET, GiB, estimate
 from shapecalc.check.verify import verify
@@ -89,7 +90,7 @@ def _passes(model: ModelConfig) -> dict:
     return doc
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", default_or_slow(PRESETS))
 def test_verify_passes_on_every_preset(name):
     """Real width where it fits FULL_WIDTH_CAP, reduced width otherwise."""
     model = sources.load_preset(name)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from newer_presets import default_or_slow
 
 from shapecalc.inputs import sources
 from shapecalc.interpret import vjp, vjp_tape
@@ -37,7 +38,7 @@ def failed(doc: dict) -> list[str]:
     return [c["name"] + ": " + c.get("detail", "") for c in doc["checks"] if not c["ok"]]
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", default_or_slow(PRESETS))
 def test_every_preset(name):
     doc = train_verify(narrow(sources.load_preset(name)), WL, fd=name not in HEAVY)
     assert not failed(doc)
