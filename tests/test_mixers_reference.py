@@ -20,8 +20,13 @@ from shapecalc.inputs.hf import load_hf_config
 from shapecalc.model.config import Workload
 
 ROOT = Path(__file__).parent.parent
-REF = json.loads((ROOT / "tests" / "data" / "mixers_reference.json").read_text())
-CASES = {c["name"]: c for c in REF["cases"]}
+DATA = ROOT / "tests" / "data"
+# mixers_reference.json and the groups measured apart (measure_mixers.py --cases), same T
+REFS = [json.loads(p.read_text()) for p in
+        [DATA / "mixers_reference.json", *sorted(DATA.glob("mixers_reference_*.json"))]]
+REF = REFS[0]
+assert all(r["T"] == REF["T"] and r["B"] == REF["B"] for r in REFS)
+CASES = {c["name"]: c for r in REFS for c in r["cases"]}
 
 
 def _load(tmp_path: Path, cfg: dict):

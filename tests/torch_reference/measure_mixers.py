@@ -7,6 +7,12 @@ one case live when torch is installed):
 
     pip install torch==2.13.0+cpu transformers==5.24.0
     python tests/torch_reference/measure_mixers.py [--out PATH]
+    python tests/torch_reference/measure_mixers.py --cases tests/torch_reference/mixer_cases_X.py \
+        --out tests/data/mixers_reference_X.json
+
+(``--cases``: a module whose CASES list replaces this file's; the tests read
+tests/data/mixers_reference.json and every tests/data/mixers_reference_*.json beside it, so a
+group of families is measured into a file of its own.)
 
 Per case (each a config.json that shapecalc's reader takes):
 
@@ -156,11 +162,20 @@ def measure(full: dict, small: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--cases", help="a .py file whose CASES list is measured instead")
     a = ap.parse_args()
+    cases = CASES
+    if a.cases:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("mixer_cases", a.cases)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        cases = mod.CASES
     import transformers
     doc = {"how": __doc__.split("Per case")[1].strip(), "torch": torch.__version__,
            "transformers": transformers.__version__, "B": 1, "T": list(TS), "cases": []}
-    for name, what, full, small in CASES:
+    for name, what, full, small in cases:
         doc["cases"].append({"name": name, "what": what, "full_config": full,
                              "hf_config": small, **measure(full, small)})
     with open(a.out, "w") as f:
