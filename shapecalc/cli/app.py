@@ -115,10 +115,23 @@ def trace(
     html: Html = None,
 ) -> None:
     from ..costs.trace import build_trace
+    from ..inputs.hf import Unsupported
     from ..render.output import check_format, check_outputs
 
     try:
-        model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+        try:
+            model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+        except Unsupported as e:  # day-0: measured by transformers, when it is installed
+            from . import day0
+
+            day0.trace(e, dict(batch=batch, seq=seq, phase=phase, dtype=dtype, logits=logits),
+                       {"--set": set_, "--kv-dtype": kv_dtype, "--act-dtype": act_dtype,
+                        "--mode": mode, "--tp": tp, "--pp": pp, "--ep": ep,
+                        "--mla-form": mla_form, "--mtp": mtp, "--block-size": block_size,
+                        "--attention-flops": attention_flops, "--padding-mask": padding_mask,
+                        "--per-rank": per_rank, "--html": html},
+                       "json" if as_json else fmt, output, svg)
+            return
         wl = resolve_workload(
             wbase,
             mode,

@@ -134,7 +134,23 @@ def compare(
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                          compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
-        parsed = [parse_case(c, presets_dir) for c in cases]
+        from ..inputs.hf import Unsupported
+
+        try:
+            parsed = [parse_case(c, presets_dir) for c in cases]
+        except Unsupported as e:  # day-0: measured by transformers, when it is installed
+            from . import day0
+
+            day0.available(e)
+            day0.compare(cases, presets_dir, dict(batch=batch, seq=seq, dtype=dtype,
+                                                  logits=logits, phase=phase),
+                         {"--tp": tp, "--pp": pp, "--ep": ep, "--mla-form": mla_form,
+                          "--kv-dtype": kv_dtype, "--act-dtype": act_dtype, "--mode": mode,
+                          "--block-size": block_size, "--attention-flops": attention_flops,
+                          "--gpu": gpu, "--set-gpu": set_gpu, "--ratio": ratio,
+                          "--chart": chart, "--chart-y": chart_y, "--plot": plot,
+                          "--html": html, **day0.changed(opts)}, fmt, output, svg)
+            return
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
                                   ("logits", logits), ("block_size", block_size),
                                   ("attention_flops", attention_flops), ("ep", ep),
@@ -242,10 +258,9 @@ def fit(
     from ..model.config import ShapecalcError
 
     try:
-        from ..plan.cases import case_fields, parse_case
         from ..plan.fit import fit as plan_fit
         from ..render.output import FORMATS
-        from .options import resolve_model, resolve_workload, seq_note
+        from .options import resolve_workload, seq_note
 
         fmt = output_format(fmt, as_json, FORMATS)
         if not gpu:
@@ -256,22 +271,23 @@ def fit(
         flags = dict(batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
                      logits=logits, tp=tp, pp=pp, ep=ep, mla_form=mla_form,
                      block_size=block_size, attention_flops=attention_flops)
-        at: dict[str, Any] = {}
-        if case is not None:
-            if (preset, config, hf_config) != (None, None, None):
-                raise ShapecalcError("model", "give a CASE or one of --preset, --config, "
-                                     "--hf-config, not both")
-            c = parse_case(case, presets_dir)
-            model = c.model
-            wbase, at = case_fields(c, {})
-            if set_:
-                from ..inputs.sources import apply_overrides
+        from ..inputs.hf import Unsupported
 
-                model = apply_overrides(model, set_)
-        else:
-            if (preset, config, hf_config) == (None, None, None):
-                raise ShapecalcError("model", "give a CASE, or --preset, --config or --hf-config")
-            model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+        try:
+            model, wbase, at = _fit_model(case, preset, config, hf_config, set_, presets_dir)
+        except Unsupported as e:  # day-0: measured by transformers, when it is installed
+            from . import day0
+
+            day0.no_case_fields(case)
+            fits = day0.fit(e, dict(batch=batch, seq=seq, dtype=dtype, logits=logits),
+                            {"--set": set_, "--kv-dtype": kv_dtype, "--act-dtype": act_dtype,
+                             "--mode": mode, "--tp": tp, "--pp": pp, "--ep": ep,
+                             "--mla-form": mla_form, "--block-size": block_size,
+                             "--attention-flops": attention_flops, "--html": html,
+                             **day0.changed(opts)}, hw, utilization, fmt, output, svg)
+            if not fits:
+                raise typer.Exit(1) from None
+            return
         wbase = {"logits": "last", **wbase}
         # a case's @ fields win over the mode's widths, as a flag does
         wl = resolve_workload(wbase, mode, model, decode=True, **{**flags, **at})
@@ -282,6 +298,32 @@ def fit(
         fail(e)
     if not doc["fits"]:  # scripts test the verdict by the exit code
         raise typer.Exit(1)
+
+
+def _fit_model(case: str | None, preset: str | None, config: Any, hf_config: Any,
+               set_: list[str] | None, presets_dir: Any
+               ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """fit's model from a CASE or one source: (model, workload fields, the case's @ fields)."""
+    from ..model.config import ShapecalcError
+    from ..plan.cases import case_fields, parse_case
+    from .options import resolve_model
+
+    if case is not None:
+        if (preset, config, hf_config) != (None, None, None):
+            raise ShapecalcError("model", "give a CASE or one of --preset, --config, "
+                                 "--hf-config, not both")
+        c = parse_case(case, presets_dir)
+        model = c.model
+        wbase, at = case_fields(c, {})
+        if set_:
+            from ..inputs.sources import apply_overrides
+
+            model = apply_overrides(model, set_)
+        return model, wbase, at
+    if (preset, config, hf_config) == (None, None, None):
+        raise ShapecalcError("model", "give a CASE, or --preset, --config or --hf-config")
+    model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+    return model, wbase, {}
 
 
 def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,

@@ -14,9 +14,20 @@ from .hf_base import HF as _HF
 from .hf_families import FAMILIES, SUPPORTED
 from .sources import _parse
 
-__all__ = ["SUPPORTED", "_HF", "load_hf_config", "read_family"]
+__all__ = ["SUPPORTED", "_HF", "Unsupported", "load_hf_config", "read_family"]
 # families that need what shapecalc does not model yet: the one line each is refused with
 REFUSED: dict[str, str] = {}
+
+
+class Unsupported(ShapecalcError):
+    """A model_type not in the table: trace, fit and compare measure it with transformers instead
+    (day-0, cli/day0.py) when the reference extra is installed."""
+
+    def __init__(self, path: Path, where: str, known: str):
+        super().__init__("model_type", f"{where} is not supported; supported: "
+                         f"{known}. trace, fit and compare measure it with transformers (day-0, "
+                         "no stage formulas) once `pip install 'shapecalc[reference]'` is done")
+        self.path = path
 
 
 def read_family(h: _HF, mt: str) -> dict[str, Any]:
@@ -57,7 +68,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         tied = {k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}
         cfg, mt = {**tied, **text}, inner
     elif mt not in SUPPORTED:
-        raise ShapecalcError("model_type", f"{where} is not supported; supported: {known}")
+        raise Unsupported(path, where, known)
     else:  # a text model's own config: a text_config beside it must agree (hf_render.py)
         hf_render.check_text_config(cfg, mt)
     fields = read_family(_HF(cfg), mt)

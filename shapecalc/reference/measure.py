@@ -101,7 +101,10 @@ def cache_layers(cache: Any) -> list[dict[str, Any]]:
     """Each layer of a transformers cache: its class, the tokens it keeps, its bytes."""
     out = []
     for layer in cache.layers:
-        k, v = layer.keys, layer.values
+        k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):  # a mixer's states
+            out.append({"kind": type(layer).__name__, "tokens": 0, "bytes": 0})
+            continue
         out.append({"kind": type(layer).__name__, "tokens": int(k.shape[-2]),
                     "bytes": int(k.numel() * k.element_size() + v.numel() * v.element_size())})
     return out
@@ -110,14 +113,47 @@ def cache_layers(cache: Any) -> list[dict[str, Any]]:
 def window_cache_bytes(cache: Any, seq: int) -> int:
     """What the same cache holds when each layer transformers gives a sliding-window cache keeps
     min(T, W) tokens (vLLM's convention, and shapecalc's) instead of its W−1: per layer, its
-    bytes per token × the tokens it would keep. (A chunked layer is such a window too, of C.)"""
+    bytes per token × the tokens it would keep. (A chunked layer is such a window too, of C.)
+    A layer without keys (a stateful mixer's) adds none."""
     total = 0
     for layer in cache.layers:
+        if not isinstance(getattr(layer, "keys", None), torch.Tensor) or not layer.keys.numel():
+            continue
         held = layer.keys.shape[-2]
         per_token = 2 * layer.keys.numel() * layer.keys.element_size() // held
         sliding = type(layer).__name__ == "DynamicSlidingWindowLayer"
         total += (min(seq, layer.sliding_window) if sliding else seq) * per_token
     return total
+
+
+KV_PARTS = ("keys", "values")  # an attention layer's cache; every other tensor is a state
+
+
+def cache_tensors(cache: Any) -> list[dict[str, Any]]:
+    """Every tensor a transformers cache holds, whatever its layer classes: each layer's
+    attributes walked (a tensor, or a dict, list or tuple of them: the mixers keep their conv
+    and recurrent states in dicts by state index), one row a tensor with its layer, attribute,
+    shape, dtype and bytes. A tensor two attributes share counts once."""
+    rows: list[dict[str, Any]] = []
+    seen: set[int] = set()
+
+    def add(i: int, part: str, t: Any) -> None:
+        if isinstance(t, torch.Tensor) and t.numel() and id(t) not in seen:
+            seen.add(id(t))
+            rows.append({"layer": i, "part": part, "shape": list(t.shape),
+                         "dtype": str(t.dtype).removeprefix("torch."),
+                         "bytes": int(t.numel() * t.element_size())})
+        elif isinstance(t, dict):
+            for v in t.values():
+                add(i, part, v)
+        elif isinstance(t, (list, tuple)):
+            for v in t:
+                add(i, part, v)
+
+    for i, layer in enumerate(cache.layers):
+        for part, value in sorted(vars(layer).items()):
+            add(i, part, value)
+    return rows
 
 
 def forward_steps(model: Any, vocab: int, batch: int, seq: int, *,
@@ -151,8 +187,8 @@ def forward_steps(model: Any, vocab: int, batch: int, seq: int, *,
         assert out["p"].logits.shape == (batch, seq, vocab), out["p"].logits.shape
         done("prefill")
         if last and "logits_to_keep" in params:
-            res["prefill_last"] = count_fn(
-                lambda: out.setdefault("pl", model(ids, use_cache=False, logits_to_keep=1)))
+            res["prefill_last"] = count_fn(lambda: out.setdefault(
+                "pl", model(ids, use_cache=cached_prefill, logits_to_keep=1)))
             assert out["pl"].logits.shape == (batch, 1, vocab), out["pl"].logits.shape
             done("prefill_last")
         # a cached prefill's own cache serves the decode: one forward fewer on the meta device
@@ -282,15 +318,19 @@ def _cache_facts(cfg: Any, cache: Any) -> list[dict[str, Any]]:
     for i, (layer, info) in enumerate(zip(cache.layers, cache_layers(cache), strict=True)):
         window = getattr(layer, "sliding_window", None)
         kind = kinds[i] if kinds else ("sliding_attention" if window else "full_attention")
-        out.append({**info, "layer": i, "attention": kind, "window": window,
-                    "heads": int(layer.keys.shape[1])})
+        keys = getattr(layer, "keys", None)
+        heads = int(keys.shape[1]) if isinstance(keys, torch.Tensor) and keys.dim() == 4 else 0
+        out.append({**info, "layer": i, "attention": kind, "window": window, "heads": heads})
     return out
 
 
-def measure_config(raw: dict[str, Any], batch: int, seq: int, dtype: str) -> dict[str, Any]:
+def measure_config(raw: dict[str, Any], batch: int, seq: int, dtype: str,
+                   day0: bool = False) -> dict[str, Any]:
     """transformers' causal LM of a config.json on the meta device, at B×T in `dtype`: parameters
     per module, FLOPs per module of the prefill (all T logits, eager attention) and of one decode
-    step on its cache, and the cache after the prefill, layer by layer. The routed experts run
+    step on its cache, and the cache after the prefill, layer by layer and tensor by tensor
+    (`day0`: also the prefill with the last position's logits only, `prefill_last`, and every
+    tensor of the cache, `cache_tensors`: what the day-0 path reports). The routed experts run
     transformers' `batched_mm` path (the eager one calls nonzero(), which the meta device cannot
     run); Llama 4's MoE runs routed (route_llama4). Plain data, no tensors."""
     # transformers' deprecation warnings and config notes are not ours to print
@@ -299,12 +339,13 @@ def measure_config(raw: dict[str, Any], batch: int, seq: int, dtype: str) -> dic
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return _measure(raw, batch, seq, dtype)
+            return _measure(raw, batch, seq, dtype, day0)
     finally:
         transformers.logging.set_verbosity(verbosity)
 
 
-def _measure(raw: dict[str, Any], batch: int, seq: int, dtype: str) -> dict[str, Any]:
+def _measure(raw: dict[str, Any], batch: int, seq: int, dtype: str, day0: bool
+             ) -> dict[str, Any]:
     cfg = text_config(config_from_dict(raw))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(
@@ -321,14 +362,19 @@ def _measure(raw: dict[str, Any], batch: int, seq: int, dtype: str) -> dict[str,
 
     hook = torch.nn.modules.module.register_module_forward_pre_hook(seen)
     try:
-        res = forward_steps(model, cfg.vocab_size, batch, seq, last=False, cached_prefill=True,
-                            at_cache=lambda c: _cache_facts(cfg, c))
+        res = forward_steps(model, cfg.vocab_size, batch, seq, last=day0, cached_prefill=True,
+                            at_cache=lambda c: (_cache_facts(cfg, c), cache_tensors(c)))
     finally:
         hook.remove()
     for name in names.values():  # modules the forward never called go last
         order.setdefault(name, None)
     order.pop("?", None)
+    extra = {} if not day0 else {
+        "prefill_last": None if res["prefill_last"] is None else {
+            "flops": res["prefill_last"].total, "modules": res["prefill_last"].modules},
+        "cache_tensors": res["at_cache"][1]}
     return {
+        **extra,
         "torch": torch.__version__, "transformers": transformers.__version__,
         "model_class": type(model).__name__, "model_type": cfg.model_type, "device": "meta",
         "dtype": dtype, "batch": batch, "seq": seq,
@@ -339,7 +385,7 @@ def _measure(raw: dict[str, Any], batch: int, seq: int, dtype: str) -> dict[str,
         "params": n_params(model), "params_modules": params_by_module(model),
         "prefill": {"flops": res["prefill"].total, "modules": res["prefill"].modules},
         "decode": {"flops": res["decode"].total, "modules": res["decode"].modules},
-        "cache": res["at_cache"], "cache_bytes": res["kv"][0],
+        "cache": res["at_cache"][0], "cache_bytes": res["kv"][0],
         # what check/against.py converts conventions with (Falcon names its KV heads num_kv_heads)
         "config": {k: getattr(cfg, k, None) for k in (
             "num_attention_heads", "num_key_value_heads", "num_kv_heads", "head_dim",
