@@ -188,7 +188,10 @@ def transformers_kv(measured: dict[str, Any]) -> tuple[list[int], list[str]]:
     kv_heads = cfg["num_key_value_heads"] or cfg["num_kv_heads"] or cfg["num_attention_heads"]
     out, notes = [], set()
     for layer in measured["cache"]:
-        per_token = layer["bytes"] // layer["tokens"] if layer["tokens"] else 0
+        if not layer["tokens"]:  # a stateful mixer's or an MLP-only block's layer: no keys
+            out.append(0)
+            continue
+        per_token = layer["bytes"] // layer["tokens"]
         held = _held(layer, seq)
         if held != layer["tokens"]:
             notes.add(f"{layer['attention']} layers: transformers keeps {layer['tokens']} tokens "
