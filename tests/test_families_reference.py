@@ -116,15 +116,19 @@ def test_live_remeasure_one_case(tmp_path):
 
 
 def test_glm4_moe_lite_reads_mlp_layer_types_and_refuses_what_it_ignores(tmp_path):
-    """Glm4MoeLite builds each layer's MLP from mlp_layer_types alone (default: the first dense);
-    first_k_dense_replace, which the class never reads, is refused where the two disagree."""
+    """Glm4MoeLite builds each layer's MLP from mlp_layer_types alone (default: the first dense;
+    layer i reads entry i, so a longer list builds); first_k_dense_replace, which the class
+    never reads, is refused where it disagrees, with the list or without it (one mechanism with
+    HY-V3's)."""
     base = json.loads((ROOT / "tests" / "data" / "hf" / "glm-4.7-flash.json").read_text())
     base = {**base, "num_hidden_layers": 4}
     assert _model(tmp_path, base).ffn_types == ("dense", "moe", "moe", "moe")
-    given = {**base, "mlp_layer_types": ["dense", "sparse", "dense", "sparse"],
-             "first_k_dense_replace": 3}  # the list wins, as in transformers
+    given = {**base, "mlp_layer_types": ["dense", "sparse", "dense", "sparse"]}
     assert _model(tmp_path, given).ffn_types == ("dense", "moe", "dense", "moe")
+    longer = {**given, "mlp_layer_types": [*given["mlp_layer_types"], "dense"]}
+    assert _model(tmp_path, longer).ffn_types == ("dense", "moe", "dense", "moe")  # layer i: i
     for key, cfg in (("first_k_dense_replace", {**base, "first_k_dense_replace": 3}),
+                     ("first_k_dense_replace", {**given, "first_k_dense_replace": 3}),
                      ("mlp_layer_types", {**base, "mlp_layer_types": ["dense"] * 4}),
                      ("mlp_layer_types", {**base, "mlp_layer_types": ["sparse"] * 3})):
         with pytest.raises(ShapecalcError) as err:

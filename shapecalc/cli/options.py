@@ -143,3 +143,27 @@ def show_target(words: list[str] | None, what: str) -> str | None:
     if len(w) > 1 or w == ["show"]:
         raise ShapecalcError(what, f"expected NAME or show NAME, got {' '.join(words or [])!r}")
     return w[0] if w else None
+
+
+def fit_model(case: str | None, preset: str | None, config: Any, hf_config: Any,
+               set_: list[str] | None, presets_dir: Any
+               ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """fit's model from a CASE or one source: (model, workload fields, the case's @ fields)."""
+    from ..model.config import ShapecalcError
+    from ..plan.cases import case_fields, parse_case
+    if case is not None:
+        if (preset, config, hf_config) != (None, None, None):
+            raise ShapecalcError("model", "give a CASE or one of --preset, --config, "
+                                 "--hf-config, not both")
+        c = parse_case(case, presets_dir)
+        model = c.model
+        wbase, at = case_fields(c, {})
+        if set_:
+            from ..inputs.sources import apply_overrides
+
+            model = apply_overrides(model, set_)
+        return model, wbase, at
+    if (preset, config, hf_config) == (None, None, None):
+        raise ShapecalcError("model", "give a CASE, or --preset, --config or --hf-config")
+    model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
+    return model, wbase, {}

@@ -260,7 +260,7 @@ def fit(
     try:
         from ..plan.fit import fit as plan_fit
         from ..render.output import FORMATS
-        from .options import resolve_workload, seq_note
+        from .options import fit_model, resolve_workload, seq_note
 
         fmt = output_format(fmt, as_json, FORMATS)
         if not gpu:
@@ -274,7 +274,7 @@ def fit(
         from ..inputs.hf import Unsupported
 
         try:
-            model, wbase, at = _fit_model(case, preset, config, hf_config, set_, presets_dir)
+            model, wbase, at = fit_model(case, preset, config, hf_config, set_, presets_dir)
         except Unsupported as e:  # day-0: measured by transformers, when it is installed
             from . import day0
 
@@ -298,32 +298,6 @@ def fit(
         fail(e)
     if not doc["fits"]:  # scripts test the verdict by the exit code
         raise typer.Exit(1)
-
-
-def _fit_model(case: str | None, preset: str | None, config: Any, hf_config: Any,
-               set_: list[str] | None, presets_dir: Any
-               ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """fit's model from a CASE or one source: (model, workload fields, the case's @ fields)."""
-    from ..model.config import ShapecalcError
-    from ..plan.cases import case_fields, parse_case
-    from .options import resolve_model
-
-    if case is not None:
-        if (preset, config, hf_config) != (None, None, None):
-            raise ShapecalcError("model", "give a CASE or one of --preset, --config, "
-                                 "--hf-config, not both")
-        c = parse_case(case, presets_dir)
-        model = c.model
-        wbase, at = case_fields(c, {})
-        if set_:
-            from ..inputs.sources import apply_overrides
-
-            model = apply_overrides(model, set_)
-        return model, wbase, at
-    if (preset, config, hf_config) == (None, None, None):
-        raise ShapecalcError("model", "give a CASE, or --preset, --config or --hf-config")
-    model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
-    return model, wbase, {}
 
 
 def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,

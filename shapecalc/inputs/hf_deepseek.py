@@ -9,6 +9,7 @@ reads but transformers does not are refused where they would change the model (t
 from __future__ import annotations
 
 from ..model.config import ShapecalcError
+from . import hf_moe as moe
 from .hf_base import HF, Fields, mechanism
 from .hf_llama import rotary_factor
 
@@ -104,24 +105,13 @@ def deepseek_moe(h: HF, f: Fields) -> None:
 
 @mechanism("mlp_layer_types", "first_k_dense_replace")
 def mlp_layer_types(h: HF, f: Fields) -> None:
-    # GLM-4.7-Flash (glm4_moe_lite): mlp_layer_types names each layer's MLP, "dense" or "sparse"
-    # (default: the first dense, the rest MoE); the class never reads first_k_dense_replace, so
-    # without the list a first_k_dense_replace that says otherwise would be silently ignored
-    n = f["n_layers"]
+    # GLM-4.7-Flash (glm4_moe_lite): each layer's MLP from mlp_layer_types alone (default: the
+    # first dense), read as HY-V3's is (hf_moe.mlp_layer_types); and the model needs experts
     given = h.get("mlp_layer_types")
-    types = given or ["dense"] + ["sparse"] * (n - 1)
-    if not isinstance(types, list) or any(t not in ("dense", "sparse") for t in types):
-        raise ShapecalcError("mlp_layer_types", f"must list 'dense' or 'sparse' per layer, not "
-                             f"{types!r}")
-    if len(types) != n:
-        raise ShapecalcError("mlp_layer_types", f"lists {len(types)} layers, but "
-                             f"num_hidden_layers is {n}")
-    if "sparse" not in types:
+    if isinstance(given, list) and "sparse" not in given[:f["n_layers"]]:
         raise ShapecalcError("mlp_layer_types", "has no sparse layer; the model needs experts")
-    first = h.get("first_k_dense_replace")
-    if given is None and first not in (None, 1):
-        raise ShapecalcError("first_k_dense_replace", f"{first}, but transformers' "
-                             "glm4_moe_lite ignores it (the first layer alone is dense unless "
-                             "mlp_layer_types says otherwise)")
-    kinds = tuple("moe" if t == "sparse" else "dense" for t in types)
-    f["ffn_types"] = kinds if "dense" in kinds else None
+    moe.mlp_layer_types(False).read(h, f)
+    if "moe" not in f["ffn_types"]:
+        raise ShapecalcError("mlp_layer_types", "has no sparse layer; the model needs experts")
+    if "dense" not in f["ffn_types"]:
+        f["ffn_types"] = None
