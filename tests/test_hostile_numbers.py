@@ -278,8 +278,8 @@ def test_unicode_digits_are_refused(cli, args, flag, value):
      "perf.layer_overhead_s"),
     (["train", "--preset", "seed-tiny", "--gpu", "H100-SXM", "--perf", "gemm_efficiency=٠.٥"],
      "perf.gemm_efficiency"),
-    (["serve", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--prompt", "uniform:1,٣"],
-     "prompt"),
+    (["serve", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--prompt-tokens", "uniform:1,٣"],
+     "prompt-tokens"),
     (["serve", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--slo", "ttft=１s"], "slo"),
 ])
 def test_unicode_digits_in_values_are_refused(cli, args, field):

@@ -157,11 +157,13 @@ OTHERS = {
     # the commands added since (issue 11's serve, issue 13's train)
     "train": ("train", "--preset", "llama3-8b", "--seq", "1024", "--gpu", "h100-sxm", "--tp", "2",
               "--pp", "2", "--dp", "4", "--zero", "1"),
-    "serve": ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "6", "--prompt",
-              "1024", "--output", "128", "--requests", "200", "--slo", "ttft=1s,itl=50ms"),
+    "serve": ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "6",
+              "--prompt-tokens", "1024", "--output-tokens", "128", "--requests", "200", "--slo",
+              "ttft=1s,itl=50ms"),
     "serve-find-gpus": ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "6",
-                        "--prompt", "1024", "--output", "128", "--requests", "100", "--slo",
-                        "ttft=1s,itl=50ms", "--find-gpus", "--max-batched-tokens", "2048"),
+                        "--prompt-tokens", "1024", "--output-tokens", "128", "--requests", "100",
+                        "--slo", "ttft=1s,itl=50ms", "--find-gpus", "--max-batched-tokens",
+                        "2048"),
 }
 
 

@@ -35,7 +35,7 @@ def dirs(tmp_path):
 def commands(p: str, h: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     """name: (argv, the literal texts its output must hold)."""
     pd, hd = ("--presets-dir", p), ("--hardware-dir", h)
-    serve = ("--rate", "1", "--prompt", "16", "--output", "4", "--requests", "5")
+    serve = ("--rate", "1", "--prompt-tokens", "16", "--output-tokens", "4", "--requests", "5")
     return {
         "trace": (("trace", "--preset", MODEL, *pd), (MODEL,)),
         "trace-bare": (("trace", "--preset", BARE, *pd), (BARE,)),

@@ -43,8 +43,8 @@ def test_max_concurrency_throughput_within_25_percent_of_measured(rec):
     assert 0.75 <= got / rec["value"] <= 1.25, (got, rec["value"])
 
 
-ARGS = ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "6", "--prompt",
-        "uniform:200,2000", "--output", "lognormal:200,0.7", "--requests", "400",
+ARGS = ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "6", "--prompt-tokens",
+        "uniform:200,2000", "--output-tokens", "lognormal:200,0.7", "--requests", "400",
         "--slo", "ttft=1s,itl=50ms")
 
 
@@ -52,8 +52,9 @@ def test_same_seed_same_bytes(cli):
     a = cli(*ARGS, "--json", "--seed", "3")
     b = cli(*ARGS, "--json", "--seed", "3")
     c = cli(*ARGS, "--json", "--seed", "4")
-    assert a.code == 0 and a.out == b.out and a.out != c.out
     doc = a.json()
+    assert a.code == (0 if doc["slo_met"] else 1)  # the verdict is the exit code
+    assert a.out == b.out and a.out != c.out
     for key in ("ttft_s", "itl_s", "e2e_s", "tpot_s"):
         assert set(doc[key]) == {"p50", "p90", "p99", "mean", "max"}
     assert set(doc["throughput"]) == {
@@ -67,7 +68,7 @@ def test_same_seed_same_bytes(cli):
 
 def test_table_and_charts(cli):
     r = cli("serve", "--preset", "llama3-70b", "--gpu", "h100-sxm", "--tp", "4", "--rate", "5",
-            "--prompt", "2048", "--output", "256", "--requests", "300")
+            "--prompt-tokens", "2048", "--output-tokens", "256", "--requests", "300")
     assert r.code == 0, r.err
     for text in ("TTFT", "inter-token", "end-to-end", "p50", "p90", "p99", "requests/s",
                  "output tokens/s", "preemptions", "KV cache", "queue"):
@@ -77,13 +78,14 @@ def test_table_and_charts(cli):
 
 
 def test_find_gpus_prints_a_plan(cli):
-    r = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "8", "--prompt",
-            "1024", "--output", "128", "--requests", "200", "--find-gpus", "--slo",
+    r = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "8", "--prompt-tokens",
+            "1024", "--output-tokens", "128", "--requests", "200", "--find-gpus", "--slo",
             "ttft=1s,itl=50ms", "--max-batched-tokens", "2048")
     assert r.code == 0, r.err
     assert "frontier" in r.out and "plan:" in r.out
-    doc = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "8", "--prompt",
-              "1024", "--output", "128", "--requests", "200", "--find-gpus", "--slo",
+    doc = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "8",
+              "--prompt-tokens",
+              "1024", "--output-tokens", "128", "--requests", "200", "--find-gpus", "--slo",
               "ttft=1s,itl=50ms", "--max-batched-tokens", "2048", "--json").json()
     fg = doc["find_gpus"]
     plan = fg["plan"]
@@ -108,9 +110,9 @@ def test_find_rate_brackets_the_slo():
 
 
 BAD = [
-    (("--prompt", "1000000", "--output", "10"), "prompt"),
-    (("--prompt", "lognormal:5"), "prompt"),
-    (("--output", "0"), "output"),
+    (("--prompt-tokens", "1000000", "--output-tokens", "10"), "prompt-tokens"),
+    (("--prompt-tokens", "lognormal:5"), "prompt-tokens"),
+    (("--output-tokens", "0"), "output-tokens"),
     (("--slo", "ttft=fast"), "slo"),
     (("--slo", "latency=1s"), "slo"),
     (("--arrivals", "weibull"), "arrivals"),
@@ -119,7 +121,7 @@ BAD = [
     (("--max-num-seqs", "0"), "max-num-seqs"),
     (("--find-rate",), "slo"),
     (("--find-gpus", "--slo", "ttft=1s"), "rate"),
-    (("--shared-prefix", "4096", "--prompt", "100"), "shared-prefix"),
+    (("--shared-prefix", "4096", "--prompt-tokens", "100"), "shared-prefix"),
     (("--kv-blocks", "0"), "gpu"),
     (("--trace", "/nonexistent/trace.jsonl"), "trace"),
     (("--arrivals", "gamma:2"), "arrivals"),
@@ -139,7 +141,7 @@ def test_bad_input_is_one_line(cli, args, field):
 
 
 def test_prompt_longer_than_the_cache_names_it(cli):
-    r = cli("serve", "--preset", "llama3-70b", "--gpu", "h100-sxm", "--tp", "2", "--prompt",
+    r = cli("serve", "--preset", "llama3-70b", "--gpu", "h100-sxm", "--tp", "2", "--prompt-tokens",
             "200000", "--requests", "1")
     assert r.code == 2 and "exceed the KV cache of a replica" in r.err
 
@@ -177,7 +179,8 @@ def test_random_traces_conserve_blocks_and_tokens(rows, blocks, budget, seqs, pr
 
 
 def test_find_rate_and_trace_from_the_command_line(cli, tmp_path):
-    r = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--prompt", "512", "--output",
+    r = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm",
+            "--prompt-tokens", "512", "--output-tokens",
             "64", "--requests", "60", "--max-batched-tokens", "1024", "--slo",
             "ttft=300ms,itl=40ms", "--find-rate")
     assert r.code == 0, r.err

@@ -18,8 +18,10 @@ LLAMA70 = ["train", "--preset", "llama3-70b", "--seq", "8192", "--tp", "8", "--p
 
 def _json(cli, *args):
     r = cli(*args, "--json")
-    assert r.code == 0, r.err
-    return json.loads(r.out)
+    doc = json.loads(r.out)
+    # a step that does not fit the GPU exits 1 (README: Exit status), its report printed
+    assert r.code == (1 if doc["memory"].get("fits") is False else 0), r.err
+    return doc
 
 
 def test_llama3_70b_model_state_equals_the_hand_calculation(cli):

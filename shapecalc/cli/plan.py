@@ -178,6 +178,8 @@ def compare(
         emit(drawn, chart, plot, output)
     except ShapecalcError as e:
         fail(e)
+    if hw is not None and not any(it["fit"]["fits"] for it in items):  # README: Exit status
+        raise typer.Exit(1)
 
 
 def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
@@ -408,6 +410,10 @@ def sweep(
         emit(drawn, chart, plot, output)
     except ShapecalcError as e:
         fail(e)
+    from .sweep import nothing_fits
+
+    if nothing_fits():  # a negative verdict exits 1 (README: Exit status)
+        raise typer.Exit(1)
 
 
 _HELP = {

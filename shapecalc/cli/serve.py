@@ -19,13 +19,17 @@ from .options import (
     BlockSize,
     ConfigFile,
     DtypeOpt,
+    Format,
     HFConfig,
+    Html,
     JsonOut,
     KvDtype,
     Mode,
+    Output,
     Preset,
     PresetsDir,
     Sets,
+    Svg,
     emit_json,
     fail,
 )
@@ -83,14 +87,18 @@ def serve(
     concurrency: Annotated[int | None, typer.Option(
         "--concurrency", help="a closed loop of this many users (instead of --rate)",
         show_default="none: open loop")] = None,
-    prompt: Annotated[str, typer.Option(
-        "--prompt", help="prompt tokens: N, uniform:LO,HI or lognormal:MEAN,SIGMA")] = "2048",
-    output: Annotated[str, typer.Option(
-        "--output", help="output tokens: N, uniform:LO,HI or lognormal:MEAN,SIGMA")] = "256",
-    requests: Annotated[int, typer.Option("--requests", help="requests to simulate")] = 1000,
+    prompt: Annotated[str | None, typer.Option(
+        "--prompt-tokens", help="prompt tokens: N, uniform:LO,HI or lognormal:MEAN,SIGMA",
+        show_default="2048")] = None,
+    output_tokens: Annotated[str | None, typer.Option(
+        "--output-tokens", help="output tokens: N, uniform:LO,HI or lognormal:MEAN,SIGMA",
+        show_default="256")] = None,
+    requests: Annotated[int | None, typer.Option(
+        "--requests", help="requests to simulate", show_default="1000")] = None,
     trace: Annotated[Path | None, typer.Option(
         "--trace", help="a JSONL or CSV file of arrival_s, prompt_tokens, output_tokens (instead "
-        "of --rate/--prompt/--output)", show_default="none: drawn")] = None,
+        "of --rate, --prompt-tokens, --output-tokens and --requests)",
+        show_default="none: drawn")] = None,
     seed: Annotated[int, typer.Option("--seed", help="the workload's random seed")] = 0,
     slo: Annotated[str | None, typer.Option(
         "--slo", help="ttft=1s,itl=50ms: goodput counts requests within both; --find-* need "
@@ -101,10 +109,15 @@ def serve(
         "--find-gpus", help="the fewest GPUs (tp × pp × replicas) that serve --rate within the "
         "SLO, and the frontier explored")] = False,
     as_json: JsonOut = False,
+    fmt: Format = "table",
+    output: Output = None,
+    svg: Svg = None,
+    html: Html = None,
 ) -> None:
     from ..model.config import ShapecalcError
 
     try:
+        from ..render.output import check_format, check_outputs
         from ..serve import search, sim
         from ..serve import workload as W
         from .options import resolve_model, resolve_workload
@@ -119,13 +132,31 @@ def serve(
         if arrivals.strip().lower() != "poisson" and (rate is None and not find_rate):
             raise ShapecalcError("arrivals", "shapes the gaps of --rate (or --find-rate's "
                                  "probes); give --rate")
+        fmt = check_format("json" if as_json else fmt)
+        check_outputs(output=output, svg=svg, html=html)
+        output_token_count(output)
         if trace is not None and (rate is not None or concurrency is not None):
             raise ShapecalcError("trace", "fixes the arrivals; leave out --rate and --concurrency")
+        for flag, v in (("--prompt-tokens", prompt), ("--output-tokens", output_tokens),
+                        ("--requests", requests)):
+            if trace is not None and v is not None:
+                raise ShapecalcError("trace", f"fixes the requests; leave out {flag}")
+        if (find_rate or find_gpus) and concurrency is not None:
+            raise ShapecalcError("concurrency", "--find-rate and --find-gpus probe open-loop "
+                                 "rates; leave out --concurrency")
+        if find_rate and rate is not None:
+            raise ShapecalcError("rate", "--find-rate searches the rate; leave out --rate")
+        if find_gpus and replicas != 1:
+            raise ShapecalcError("replicas", "--find-gpus searches the replicas; leave out "
+                                 "--replicas")
+        prompt, output_tokens = prompt or "2048", output_tokens or "256"
+        requests = 1000 if requests is None else requests
         if find_gpus and rate is None:
             raise ShapecalcError("rate", "--find-gpus needs --rate")
         if trace is not None and (find_rate or find_gpus):
             raise ShapecalcError("trace", "--find-rate and --find-gpus draw their own workload "
-                                 "(--prompt, --output); a trace fixes the arrivals")
+                                 "(--prompt-tokens, --output-tokens); a trace fixes the "
+                                 "arrivals")
         opts = plan_opts(utilization, 1.0, 1.0, 1.0, None, compute_dtype,
                          "flash", max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
@@ -136,9 +167,10 @@ def serve(
         dep = sim.Deployment(model, wl, hw, opts, replicas, router, max_num_seqs, kv_blocks,
                              shared_prefix)
         target = sim.parse_slo(slo)
-        plens, olens = W.parse_lengths(prompt, "prompt"), W.parse_lengths(output, "output")
+        plens = W.parse_lengths(prompt, "prompt-tokens")
+        olens = W.parse_lengths(output_tokens, "output-tokens")
         cv = W.parse_arrivals(arrivals)
-        head = {"model": model.name, "gpu": hw.name,
+        head = {"model": model.name, "gpu": hw.name, "deployment_is": "as given",
                 "deployment": {"tp": wl.tp, "pp": wl.pp, "ep": wl.ep, "replicas": replicas,
                                "gpus": dep.gpus, "router": router, "dtype": wl.dtype,
                                "kv_dtype": wl.kv, "act_dtype": wl.act,
@@ -146,7 +178,8 @@ def serve(
                                "max_batched_tokens": opts.max_batched_tokens,
                                "shared_prefix": shared_prefix},
                 "workload": {"requests": requests, "rate": rate, "arrivals": arrivals,
-                             "concurrency": concurrency, "prompt": prompt, "output": output,
+                             "concurrency": concurrency, "prompt": prompt,
+                             "output": output_tokens,
                              "trace": None if trace is None else str(trace), "seed": seed},
                 "slo": {"ttft_s": target.ttft_s, "itl_s": target.itl_s,
                         "percentile": target.percentile}}
@@ -166,9 +199,18 @@ def serve(
                     assert rate is not None
                     fixed_tp = (wl.tp,) if tp is not None else None
                     fixed_pp = (wl.pp,) if pp is not None else None
-                    doc = {**head, "command": "find-gpus",
-                           "find_gpus": search.find_gpus(dep, rate, requests, plens, olens, seed,
-                                                         cv, target, fixed_tp, fixed_pp, tick)}
+                    found = search.find_gpus(dep, rate, requests, plens, olens, seed, cv,
+                                             target, fixed_tp, fixed_pp, tick)
+                    doc = {**head, "command": "find-gpus", "find_gpus": found}
+                    if found["plan"] is not None:  # the header and deployment: the plan found
+                        p = found["plan"]
+                        doc["deployment"] = {**head["deployment"], "tp": p["tp"], "pp": p["pp"],
+                                             "ep": p["ep"], "replicas": p["replicas"],
+                                             "gpus": p["gpus"]}
+                        doc["deployment_is"] = "the plan --find-gpus found"
+                    else:
+                        doc["deployment_is"] = ("as given: no explored deployment meets the "
+                                                "SLO")
         else:
             if trace is not None:
                 reqs = W.read_trace(trace)
@@ -183,15 +225,72 @@ def serve(
                    "kv_tokens_per_replica": eng.cfg.num_blocks * eng.cfg.block_size,
                    "perf_terms": eng.cost.pp.as_dict(),
                    **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
+        from ..render.serve import print_serve
+
+        emit(doc, fmt, output, svg, html, f"serve: {model.name} on {hw.name}", print_serve)
     except ShapecalcError as e:
         fail(e)
-    if as_json:
+    if verdict(doc) is False:  # a negative verdict exits 1 (README: Exit status)
+        raise typer.Exit(1)
+
+
+def output_token_count(output: str | None) -> None:
+    """--output is the report's file, as in every command; a count there meant --output-tokens."""
+    from ..inputs.numbers import parse_number
+    from ..model.config import ShapecalcError
+
+    if output is None or output == "-":
+        return
+    head = output.split(":", 1)[0].strip().lower()
+    try:
+        parse_number(output, "output")
+        number = True
+    except ShapecalcError:
+        number = False
+    if number or head in ("uniform", "lognormal"):
+        raise ShapecalcError("output", f"{output!r} is a token count: --output is the file the "
+                             "report is written to; give the output tokens with --output-tokens")
+
+
+def verdict(doc: dict[str, Any]) -> bool | None:
+    """Whether the run met its SLO (a simulation given --slo), found a rate or found a plan;
+    None when there was nothing to meet."""
+    if doc["command"] == "find-rate":
+        return doc["find_rate"]["rate"] is not None
+    if doc["command"] == "find-gpus":
+        return doc["find_gpus"]["plan"] is not None
+    slo = doc["slo"]
+    if slo["ttft_s"] is None and slo["itl_s"] is None:
+        return None
+    return bool(doc["slo_met"])
+
+
+def emit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
+         html: str | None, title: str, printer: Callable[[dict[str, Any], Any], None]) -> None:
+    """The document as the table (terminal or --output; --svg, --html), JSON, CSV or Markdown
+    (flattened keys: render/flat.py), for serve and train alike."""
+    if fmt == "json" and output is None and not (svg or html):
         emit_json(doc)
         return
-    from ..render.console import make_console
-    from ..render.serve import print_serve
+    from ..render import output as out
+    from ..render.console import render_table
+    from ..render.flat import flat_csv, flat_markdown
 
-    print_serve(doc, make_console())
+    def draw(console: Any) -> None:
+        printer(doc, console)
+
+    def page() -> str:
+        from ..render.html import console_html
+
+        return console_html(title, "shapecalc", draw, doc)
+
+    if fmt == "table":
+        render_table(draw, output, True, svg, html, page)
+        return
+    text = {"json": out.json_text, "csv": flat_csv, "markdown": flat_markdown}[fmt](doc)
+    out.write_text(text, output)
+    if svg or html:
+        render_table(draw, None, False, svg, html, page)
 
 
 class _progress:

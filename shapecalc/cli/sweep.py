@@ -41,13 +41,26 @@ def run(parsed: list[Any], given: dict[str, list[Any]], phases: list[str] | None
         drawn = make_chart(sweep_points(list(_chunks(gs)), y), y)
     for note in said:
         typer.echo(f"note: {note}", err=True)
+    FITS.clear()
     emit(gs, fmt, output, svg, html)
     return drawn
 
 
+# with --gpu, whether any row written fits (the command exits 1 when none does: Exit status)
+FITS: list[bool] = []
+
+
 def _chunks(gs: list[Any]) -> Iterator[Any]:
     for g in gs:
-        yield from g.chunks()
+        for chunk in g.chunks():
+            if "fits" in chunk.columns:
+                FITS.append(bool(chunk.columns["fits"].any()))
+            yield chunk
+
+
+def nothing_fits() -> bool:
+    """With --gpu: every row written is 'does not fit' (a negative verdict)."""
+    return bool(FITS) and not any(FITS)
 
 
 def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,

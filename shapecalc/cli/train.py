@@ -15,13 +15,16 @@ from .options import (
     TP,
     AttnFlops,
     ConfigFile,
+    Format,
     HFConfig,
+    Html,
     JsonOut,
+    Output,
     Preset,
     PresetsDir,
     Seq,
     Sets,
-    emit_json,
+    Svg,
     fail,
     resolve_model,
     resolve_workload,
@@ -80,11 +83,20 @@ def train(
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
     as_json: JsonOut = False,
+    fmt: Format = "table",
+    output: Output = None,
+    svg: Svg = None,
+    html: Html = None,
 ) -> None:
     from ..model.config import ShapecalcError
 
     try:
+        from ..render.output import check_format, check_outputs
         from ..train.report import ACT_DTYPE, build_train
+        from .serve import emit
+
+        fmt = check_format("json" if as_json else fmt)
+        check_outputs(output=output, svg=svg, html=html)
         from ..train.time import perf_for
 
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
@@ -103,15 +115,13 @@ def train(
                           virtual=virtual_stages, attention=attention, gpu=card,
                           perf=perf_for(card, perf) if card else None,
                           train_tokens=n_tokens)
-        if as_json:
-            emit_json(doc)
-            return
-        from ..render.console import make_console
-        from ..render.train import train_text
+        from ..render.train import print_train
 
-        typer.echo(train_text(doc, make_console().width))
+        emit(doc, fmt, output, svg, html, f"train: {model.name}", print_train)
     except ShapecalcError as e:
         fail(e)
+    if doc["memory"].get("fits") is False:  # a negative verdict exits 1 (README: Exit status)
+        raise typer.Exit(1)
 
 
 def _tokens(text: str | None, gpu: bool) -> int | None:

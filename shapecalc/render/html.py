@@ -262,3 +262,16 @@ def sweep_html(chunks: list[Any]) -> str:
     return page(f"sweep: {cases}", f"{len(rows):,} points",
                 [section("points", table("sweep", ["model", *(k for k, _ in cols)], rows,
                                          numeric=numeric, wide=True), id_="points")])
+
+
+def console_html(title: str, subtitle: str, draw: Any, data: Any) -> str:
+    """A command's table as a report (serve, train): what `draw(console)` prints, as text in the
+    page, with the --json document riding along."""
+    import io
+
+    from .console import make_console
+
+    buf = io.StringIO()
+    draw(make_console(buf, 120))
+    return page(title, subtitle, [section(title, f"<pre>{esc(buf.getvalue())}</pre>")],
+                data=data)

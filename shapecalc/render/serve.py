@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .units import plural
+
 BARS = " ▁▂▃▄▅▆▇█"
 
 
@@ -85,7 +87,7 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
         rows.append([f"goodput (TTFT ≤ {_t(slo['ttft_s'])}, per-token ≤ {_t(slo['itl_s'])})",
                      f"{_n(g['requests_per_s'])} req/s", f"{g['fraction']:.1%} of requests"])
     split_table(console, ["", "total", "per GPU"], rows, 1,
-                f"throughput ({doc['deployment']['gpus']} GPUs, {_t(doc['duration_s'])} "
+                f"throughput ({plural(doc['deployment']['gpus'], 'GPU')}, {_t(doc['duration_s'])} "
                 "simulated)", wrap=[True, False, False])
     sat = doc["saturated_per_replica"]
     _say(console,
@@ -107,9 +109,10 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
 
     d = doc["deployment"]
     _say(console, (str(doc["model"]), "bold"),
-         f" on {doc['gpu']}: {d['replicas']} × (tp={d['tp']}, pp={d['pp']}"
-         f"{', ep=' + str(d['ep']) if d['ep'] > 1 else ''}) = {d['gpus']} GPUs, {d['router']}, "
-         f"max_num_seqs={d['max_num_seqs']}, max_batched_tokens={d['max_batched_tokens']}")
+         f" on {doc['gpu']}: {plural(d['replicas'], 'replica')} × (tp={d['tp']}, pp={d['pp']}"
+         f"{', ep=' + str(d['ep']) if d['ep'] > 1 else ''}) = {plural(d['gpus'], 'GPU')}, "
+         f"{d['router']}, max_num_seqs={d['max_num_seqs']}, "
+         f"max_batched_tokens={d['max_batched_tokens']} ({doc['deployment_is']})")
     if doc["command"] == "simulate":
         print_metrics(doc, console)
         print_chart(doc, console)
@@ -131,7 +134,8 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         for r in sorted(fg["frontier"], key=lambda r: (r["gpus"], r["tp"], r["pp"])):
             style = "bold" if r is fg["plan"] or r == fg["plan"] else ""
             rows.append([Text(x, style=style) for x in (
-                f"tp={r['tp']} pp={r['pp']}", str(r["replicas"]), str(r["gpus"]),
+                f"{r['replicas']}× tp={r['tp']} pp={r['pp']}", str(r["replicas"]),
+                str(r["gpus"]),
                 "met" if r["slo_met"] else "missed", _t(r["ttft_p99_s"]), _t(r["itl_p99_s"]),
                 _n(r["goodput_requests_per_s"]), _n(r["output_tokens_per_s_per_gpu"]),
                 str(r["preemptions"]))])
@@ -144,6 +148,6 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         if p is None:
             _say(console, ("no explored deployment meets the SLO", "red"))
         else:
-            _say(console, "plan: ", (f"{p['gpus']} GPUs", "bold"),
-                 f" = {p['replicas']} replicas × tp={p['tp']} × pp={p['pp']} (TTFT p99 "
+            _say(console, "plan: ", (plural(p["gpus"], "GPU"), "bold"),
+                 f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']} (TTFT p99 "
                  f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})")

@@ -187,3 +187,8 @@ def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
             f"{ti['gpu_hours']:,.0f} GPU-hours")
     add("  left out: the optimizer step, data loading, failures and restarts, checkpoint saving")
     return out
+
+
+def print_train(doc: dict[str, Any], console: Any) -> None:
+    """The train report on a console (serve's emit draws it for the table, --svg and --html)."""
+    console.print(train_text(doc, console.width), markup=False, highlight=False, soft_wrap=True)

@@ -30,6 +30,11 @@ def human_bytes(n: int) -> str:
     return _scaled(n, _BINARY, "", f"{n} B")
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 GPU`, `2 GPUs`, `1 replica`: the count and its noun, agreeing."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
 def human_count(n: int) -> str:
     return _scaled(n, _COUNT, "", str(n))
 

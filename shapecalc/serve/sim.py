@@ -39,7 +39,8 @@ class SLO:
 
 
 def parse_slo(text: str | None) -> SLO:
-    """`ttft=1s,itl=50ms` (s, ms or us; a bare number is seconds)."""
+    """`ttft=1s,itl=50ms`: each time with its unit (s, ms or us). A bare number is refused:
+    `itl=50` could be 50 s or 50 ms, and a planner reading `slo_met` would not know which."""
     if not text:
         return SLO()
     vals: dict[str, float] = {}
@@ -49,12 +50,17 @@ def parse_slo(text: str | None) -> SLO:
         if not eq or key not in ("ttft", "itl"):
             raise ShapecalcError("slo", f"expected ttft=TIME,itl=TIME (e.g. ttft=1s,itl=50ms), "
                                  f"got {item!r}")
+        if key + "_s" in vals:
+            raise ShapecalcError("slo", f"{key} is given twice ({text!r}): give each once")
         v = v.strip().lower()
-        scale = 1.0
-        for unit, k in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+        scale = None
+        for unit, k in (("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("s", 1.0)):
             if v.endswith(unit):
                 v, scale = v[: -len(unit)], k
                 break
+        if scale is None:
+            raise ShapecalcError("slo", f"{item!r} has no unit: add s, ms or us (e.g. "
+                                 f"{key}={v.strip() or '1'}ms or {key}={v.strip() or '1'}s)")
         x = parse_number(v, "slo") * scale
         if not (x > 0 and math.isfinite(x)):
             raise ShapecalcError("slo", f"{item!r}: the time must be > 0")
@@ -133,12 +139,13 @@ def check_requests(dep: Deployment, eng: Engine, reqs: list[Request]) -> None:
     limit = dep.model.max_positions if dep.model.positions == "learned" else None
     for r in reqs:
         if r.prompt + r.output > cap:
-            raise ShapecalcError("prompt", f"request {r.id}: {r.prompt} prompt + {r.output} output "
-                                 f"tokens exceed the KV cache of a replica ({cap:,} tokens: "
-                                 f"{eng.cfg.num_blocks:,} blocks of {eng.cfg.block_size})")
+            raise ShapecalcError("prompt-tokens", f"request {r.id}: {r.prompt} prompt + "
+                                 f"{r.output} output tokens exceed the KV cache of a replica "
+                                 f"({cap:,} tokens: {eng.cfg.num_blocks:,} blocks of "
+                                 f"{eng.cfg.block_size})")
         if limit is not None and r.prompt + r.output > limit:
-            raise ShapecalcError("prompt", f"request {r.id}: {r.prompt} + {r.output} tokens exceed "
-                                 f"the model's max_positions={limit}")
+            raise ShapecalcError("prompt-tokens", f"request {r.id}: {r.prompt} + {r.output} "
+                                 f"tokens exceed the model's max_positions={limit}")
         if r.prompt < dep.shared_prefix:
             raise ShapecalcError("shared-prefix", f"request {r.id}: its prompt of {r.prompt} "
                                  f"tokens is shorter than the shared prefix {dep.shared_prefix}")

@@ -1,0 +1,116 @@
+"""Answers a planner cannot misread (issue 25, items 1, 2, 5 and 6): a bare SLO number is
+refused; --find-gpus reports the plan it found as the deployment; one exit-status rule (0
+success, 1 a negative verdict, 2 bad input) for fit, train and serve; serve and train take the
+report options every command takes, and serve's token counts are --prompt-tokens and
+--output-tokens (a count given to --output is refused, naming --output-tokens)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SERVE = ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "2",
+         "--prompt-tokens", "256", "--output-tokens", "16", "--requests", "20")
+
+
+def _one_line(r, field):
+    assert r.code == 2, (r.code, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}: "), r.err
+    assert r.out == "" and "Traceback" not in r.err
+    return lines[0]
+
+
+@pytest.mark.parametrize("slo", ["ttft=1,itl=50", "itl=50", "ttft=0.5"])
+def test_a_bare_slo_number_is_refused_naming_the_unit(cli, slo):
+    line = _one_line(cli(*SERVE, "--slo", slo), "slo")
+    assert "has no unit: add s, ms or us" in line
+
+
+def test_a_repeated_slo_key_is_refused(cli):
+    assert "given twice" in _one_line(cli(*SERVE, "--slo", "itl=50ms,itl=60ms"), "slo")
+
+
+def test_find_gpus_reports_the_plan_it_found(cli):
+    r = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "40",
+            "--prompt-tokens", "1024", "--output-tokens", "128", "--requests", "200",
+            "--find-gpus", "--slo", "ttft=1s,itl=50ms", "--max-batched-tokens", "2048", "--json")
+    doc = json.loads(r.out)
+    plan, d = doc["find_gpus"]["plan"], doc["deployment"]
+    assert plan is not None and r.code == 0
+    assert (d["tp"], d["pp"], d["replicas"], d["gpus"]) == (
+        plan["tp"], plan["pp"], plan["replicas"], plan["gpus"])
+    assert doc["deployment_is"] == "the plan --find-gpus found"
+    assert d["gpus"] == plan["replicas"] * plan["tp"] * plan["pp"] and d["gpus"] > 1
+    table = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "40",
+                "--prompt-tokens", "1024", "--output-tokens", "128", "--requests", "200",
+                "--find-gpus", "--slo", "ttft=1s,itl=50ms", "--max-batched-tokens", "2048")
+    head = " ".join(table.out.splitlines()[:2])
+    assert f"(tp={plan['tp']}, pp={plan['pp']}) = {plan['gpus']} GPUs" in head
+
+
+def test_one_gpu_and_one_replica_are_singular(cli):
+    r = cli(*SERVE)
+    assert "1 replica × (tp=1, pp=1) = 1 GPU," in r.out and "1 GPUs" not in r.out
+
+
+def test_a_missed_slo_exits_1_and_a_met_one_0(cli):
+    missed = cli(*SERVE, "--slo", "itl=1us", "--json")
+    assert missed.code == 1 and json.loads(missed.out)["slo_met"] is False
+    met = cli(*SERVE, "--slo", "ttft=100s,itl=10s", "--json")
+    assert met.code == 0 and json.loads(met.out)["slo_met"] is True
+    assert cli(*SERVE, "--json").code == 0  # no SLO: nothing to miss
+
+
+def test_train_that_does_not_fit_exits_1(cli):
+    r = cli("train", "--preset", "llama3-8b", "--seq", "64", "--gpu", "h100-sxm", "--json")
+    assert json.loads(r.out)["memory"]["fits"] is False and r.code == 1
+    ok = cli("train", "--preset", "llama3-8b", "--seq", "64", "--gpu", "h100-sxm", "--dp", "8",
+             "--zero", "3", "--json")
+    assert json.loads(ok.out)["memory"]["fits"] is True and ok.code == 0
+
+
+@pytest.mark.parametrize("value", ["64", "uniform:10,20", "lognormal:200,0.7"])
+def test_a_token_count_given_to_output_names_output_tokens(cli, value):
+    assert "--output-tokens" in _one_line(cli(*SERVE, "--output", value), "output")
+
+
+@pytest.mark.parametrize("cmd", [SERVE, ("train", "--preset", "llama3-8b", "--seq", "64")])
+def test_serve_and_train_take_the_report_options(cli, tmp_path, cmd):
+    out, page = tmp_path / "r.txt", tmp_path / "r.html"
+    r = cli(*cmd, "--output", str(out), "--html", str(page))
+    assert r.code == 0 and r.out == "", r.err
+    assert out.read_text().strip() and "<!DOCTYPE html>" in page.read_text()
+    assert 'id="shapecalc-data"' in page.read_text()  # the JSON rides along
+    csv = cli(*cmd, "--format", "csv")
+    assert csv.code == 0 and csv.out.startswith("key,value\n")
+    assert "\nmodel.name,llama3-8b\n" in csv.out or "\nmodel,llama3-8b\n" in csv.out
+    md = cli(*cmd, "--format", "markdown")
+    assert md.code == 0 and md.out.startswith("| key | value |")
+
+
+def test_trace_fixes_the_requests(cli, tmp_path):
+    t = tmp_path / "t.jsonl"
+    t.write_text('{"arrival_s": 0, "prompt_tokens": 16, "output_tokens": 4}\n')
+    base = ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--trace", str(t))
+    for flag, v in (("--prompt-tokens", "32"), ("--output-tokens", "8"), ("--requests", "5")):
+        assert flag in _one_line(cli(*base, flag, v), "trace")
+
+
+def test_search_flags_that_would_be_ignored_are_refused(cli):
+    base = ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--slo", "ttft=1s")
+    _one_line(cli(*base, "--find-rate", "--rate", "3"), "rate")
+    _one_line(cli(*base, "--find-rate", "--concurrency", "3"), "concurrency")
+    _one_line(cli(*base, "--find-gpus", "--rate", "3", "--replicas", "2"), "replicas")
+
+
+def test_compare_and_sweep_exit_1_when_nothing_fits(cli):
+    none = ("llama3-70b", "--gpu", "h100-sxm", "--seq", "8192")
+    r = cli("compare", *none, "--json")
+    assert r.code == 1 and not any(it["fit"]["fits"] for it in json.loads(r.out))
+    assert cli("compare", *none, "llama3-8b", "--json").code == 0  # one fits
+    assert cli("sweep", *none, "--format", "csv").code == 1
+    assert cli("sweep", "llama3-8b", "--gpu", "h100-sxm", "--seq", "8192",
+               "--format", "csv").code == 0
+    assert cli("compare", "llama3-70b", "--seq", "8192", "--json").code == 0  # no GPU: no verdict
