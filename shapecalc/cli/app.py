@@ -29,6 +29,7 @@ from .options import (
     JsonOut,
     KvDtype,
     Logits,
+    MixerFlops,
     MlaForm,
     Mode,
     Mtp,
@@ -39,6 +40,8 @@ from .options import (
     PresetsDir,
     Seq,
     Sets,
+    StateCache,
+    StateDtype,
     Svg,
     emit_json,
     fail,
@@ -102,6 +105,9 @@ def trace(
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     padding_mask: PaddingMask = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     per_rank: Annotated[
         bool,
         typer.Option(
@@ -138,6 +144,9 @@ def trace(
             block_size=block_size,
             attention_flops=attention_flops,
             padding_mask=padding_mask,
+            mixer_flops=mixer_flops,
+            state_cache=state_cache,
+            state_dtype=state_dtype,
         )
         doc = build_trace(model, wl, per_rank=per_rank)
         note = seq_note(model, wl, seq, wbase)

@@ -24,6 +24,7 @@ from .options import (
     JsonOut,
     KvDtype,
     Logits,
+    MixerFlops,
     MlaForm,
     Mtp,
     PaddingMask,
@@ -32,6 +33,8 @@ from .options import (
     PresetsDir,
     Seq,
     Sets,
+    StateCache,
+    StateDtype,
     emit_json,
     fail,
     resolve_model,
@@ -150,6 +153,9 @@ def verify(
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     padding_mask: PaddingMask = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     layers: Layers = None,
     precision: Precision = None,
     seed: Seed = 0,
@@ -190,7 +196,8 @@ def verify(
             seq=seq, phase=phase, dtype=dtype,
             kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp, ep=ep,
             mla_form=mla_form, mtp=mtp, block_size=block_size, attention_flops=attention_flops,
-            padding_mask=padding_mask,
+            padding_mask=padding_mask, mixer_flops=mixer_flops, state_cache=state_cache,
+            state_dtype=state_dtype,
         )
         budget = None if memory_budget is None else budget_bytes(memory_budget)
         if train:  # the backward: cli/verify_train.py
