@@ -244,13 +244,23 @@ def explain(
     seq: Annotated[int | None, typer.Option("--seq", "-t", help="T: tokens (own model; "
                                                "default 4)")] = None,
     seed: Seed = 0,
+    scan: Annotated[bool, typer.Option(
+        "--scan", help="walk one Mamba-2 scan by hand instead: 3 tokens, a state of 2, its "
+        "recurrence and its chunked form")] = False,
     as_json: JsonOut = False,
 ) -> None:
     from ..check import explain as ex
     from ..model.defaults import default_seq
 
     try:
-        if preset is None and config is None and hf_config is None and not set_:
+        if scan:
+            if preset or config or hf_config or set_ or seq is not None:
+                raise ShapecalcError("scan", "the scan's example is its own (T=3, D_s=N_s=2); "
+                                     "give no model and no --seq with it")
+            from ..check.explain_scan import scan_example
+
+            doc = scan_example()
+        elif preset is None and config is None and hf_config is None and not set_:
             if seq is not None:
                 raise ShapecalcError("seq", "the seed's example has T=3; --seq needs a "
                                      "--preset or --config")
@@ -278,6 +288,7 @@ HELP = {
     "mask) example (X, WQ, WK, WV) through the executor: Q, K, V, QKᵀ, scaled "
     "scores, softmax weights, output, and the causal "
     "variant, each with its shape and the [m,n]×[n,p] rule. With --preset/--config: "
-    "head 0 of layer 0 of your own (toy) model on a seeded input.",
+    "head 0 of layer 0 of your own (toy) model on a seeded input. With --scan: one Mamba-2 "
+    "scan by hand (3 tokens, a state of 2), step by step and in chunks.",
 }
 COMMANDS = {"verify": verify, "explain": explain}
