@@ -34,6 +34,7 @@ OUTPUTS = {
     "verify": ["verify", "--json"],
     "verify-train": ["verify", "--train", "--json"],
     "explain": ["explain", "--json"],
+    "explain-scan": ["explain", "--scan", "--json"],
     "serve": ["serve", "--preset", "llama3-8b", "--gpu", GPU, "--rate", "2", "--prompt", "512",
               "--output", "32", "--requests", "30", "--slo", "ttft=1s,itl=50ms", "--json"],
     "serve-find-rate": ["serve", "--preset", "llama3-8b", "--gpu", GPU, "--prompt", "512",
