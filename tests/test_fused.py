@@ -157,3 +157,23 @@ def test_a_flag_that_does_not_apply_is_refused_in_one_line(cli, args, key):
     lines = r.err.strip().splitlines()
     assert r.code == 2 and len(lines) == 1 and "Traceback" not in r.err, r.err
     assert lines[0].startswith("error: " + key), lines[0]
+
+
+@pytest.mark.slow  # fit and sweep of a 56-layer preset: ~4 s
+def test_planning_takes_the_conventions(cli):
+    # fit: each sequence's states at vLLM's size (K_c − 1 columns, bf16 state) leave more
+    # sequences room than transformers' (K_c columns, fp32 state)
+    fit = {c: json.loads(cli("fit", "--preset", "nemotron-nano-9b-v2", "--gpu", "H100-SXM",
+                             "--seq", "2048", *a, "--json").out)
+           for c, a in (("hf", []), ("vllm", ["--state-cache", "vllm"]))}
+    assert fit["hf"]["memory_per_rank"]["state_cache"] == 144_211_968
+    assert fit["vllm"]["memory_per_rank"]["state_cache"] == 72_769_536
+    assert fit["vllm"]["max_batch"] > fit["hf"]["max_batch"]
+    # sweep's closed form: the fused count, as trace gives it
+    row = json.loads(cli("sweep", "nemotron-nano-9b-v2", "--seq", "100", "--mixer-flops",
+                         "fused", "--format", "jsonl").out.splitlines()[0])
+    trace = json.loads(cli("trace", "--preset", "nemotron-nano-9b-v2", "--seq", "100",
+                           "--mixer-flops", "fused", "--json").out)["totals"]
+    assert row["flops"] == trace["flops"] == 1_678_350_540_800
+    r = cli("sweep", "qwen3-next-80b-a3b", "--seq", "100", "--mixer-flops", "fused")
+    assert r.code == 2 and r.err.startswith("error: mixer_flops: fused: fla's triangular")

@@ -28,12 +28,15 @@ from .options import (
     JsonOut,
     KvDtype,
     Logits,
+    MixerFlops,
     MlaForm,
     Mode,
     Output,
     Preset,
     PresetsDir,
     Sets,
+    StateCache,
+    StateDtype,
     Svg,
     fail,
 )
@@ -99,6 +102,9 @@ def compare(
     logits: Logits = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     presets_dir: PresetsDir = None,
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
@@ -138,7 +144,8 @@ def compare(
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
                                   ("logits", logits), ("block_size", block_size),
                                   ("attention_flops", attention_flops), ("ep", ep),
-                                  ("mla_form", mla_form))
+                                  ("mla_form", mla_form), ("mixer_flops", mixer_flops),
+                                  ("state_cache", state_cache), ("state_dtype", state_dtype))
                 if v is not None}
         axes = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
         apply_mode(mode, base, axes)
@@ -221,6 +228,9 @@ def fit(
     mla_form: MlaForm = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     gpu: Annotated[str, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")] = "",
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
@@ -255,7 +265,8 @@ def fit(
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         flags = dict(batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
                      logits=logits, tp=tp, pp=pp, ep=ep, mla_form=mla_form,
-                     block_size=block_size, attention_flops=attention_flops)
+                     block_size=block_size, attention_flops=attention_flops,
+                     mixer_flops=mixer_flops, state_cache=state_cache, state_dtype=state_dtype)
         at: dict[str, Any] = {}
         if case is not None:
             if (preset, config, hf_config) != (None, None, None):
@@ -338,6 +349,9 @@ def sweep(
     logits: Logits = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     presets_dir: PresetsDir = None,
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
@@ -380,7 +394,8 @@ def sweep(
         fixed = {k: v for k, v in (("act_dtype", act_dtype), ("logits", logits),
                                    ("block_size", block_size),
                                    ("attention_flops", attention_flops), ("ep", ep),
-                                  ("mla_form", mla_form))
+                                  ("mla_form", mla_form), ("mixer_flops", mixer_flops),
+                                  ("state_cache", state_cache), ("state_dtype", state_dtype))
                 if v is not None}
         apply_mode(mode, fixed, given)
         check_outputs("--chart's bars" if chart else None, output=output, svg=svg, html=html,
