@@ -12,7 +12,7 @@ import pytest
 
 from shapecalc.costs.closed import ClosedForm
 from shapecalc.costs.trace import build_trace
-from shapecalc.interpret.fused import chunk_sums
+from shapecalc.interpret.fused import chunk_sums, kda_decode, kda_prefill, mamba1_scan
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
 from shapecalc.model.expr import Dim, Expr
 
@@ -65,6 +65,19 @@ def test_gated_deltanet_fused_by_hand():
         GDN, seq=20, phase="decode")
     assert d["gdn.update"] == d["gdn.readout"] == 2 * 4 * 8 * 6  # Sᵀk and Sᵀq: tl.sum
     assert dt["gdn.update"] == dt["gdn.readout"] == 0  # transformers: elementwise
+
+
+def test_the_counts_ready_for_mamba1_and_kda():
+    one, T = Dim.const(1), Dim.of("T", 20)
+    # selective_scan_fn: out += h·C over N_s for each of I channels and T tokens
+    assert mamba1_scan(one, T, Dim.const(6), Dim.const(4)) == (2 * 20 * 6 * 4, "48·T")
+    # chunk_kda, T=20 in 16-blocks (16, 4), H=2, D_k=8, D_v=6: the token-parallel kernel's
+    # pairs j ≤ i in each block, 136 + 10, and the inter kernel's block (1,0), 4·16: 210
+    k = kda_prefill(one, T, 64, Dim.const(2), Dim.const(8), Dim.const(6), False)
+    assert k["intra"][0] == 4 * 2 * 8 * (136 + 10 + 64)  # Aqk and Akk
+    assert k["solve"][0] == 2 * 2 * (comb(16, 3) + comb(4, 3) + 4 * 16 * 20 + 400 * 14)
+    assert k["attend"][0] == 2 * 2 * 400 * 6 and k["state"][0] == 2 * 2 * 20 * 8 * 6
+    assert kda_decode(one, Dim.const(2), Dim.const(8), Dim.const(6))["readout"][0] == 192
 
 
 def _kernel_walk(T: int, L: int) -> tuple[int, int, int, int]:

@@ -36,6 +36,21 @@ H_v/H_qk of them), per chunk of l tokens in 16-blocks s_0 … s_{m−1}:
   2·B·H_v·D_qk·D_hv each (transformers' torch step: elementwise, 0).
 The causal conv (causal_conv1d_fn; fla's ShortConvolution): one output per token, no padded
 positions: 2·B·D_conv·K_c·T (decode, causal_conv1d_update: 2·B·D_conv·K_c).
+
+For the mixers other files add (their rules call these; the counts are here already):
+- Mamba-1, mamba_ssm's selective_scan_fn (csrc/selective_scan/selective_scan_fwd_kernel.cuh):
+  per channel and state the scan h = e^{Δ·A}·h + Δ·B·u is elementwise (a parallel prefix scan),
+  and out += h·C sums over N_s: 2·B·T·I·N_s; decode (selective_state_update) 2·B·I·N_s. As
+  transformers' torch loop (a bmm per token), so only the conv differs there.
+- KDA, fla's chunk_kda (ops/kda/chunk_fwd.py, chunk_intra.py, chunk_intra_token_parallel.py,
+  wy_fast.py; gla/chunk.py's chunk_gla_fwd_o_gk; chunks of 32 or 64 in 16-blocks): the
+  per-channel gate keeps q·kᵀ and k·kᵀ from being whole-block dots on the diagonal: the
+  token-parallel kernel sums over D_k for each pair j ≤ i of a 16-block (tl.sum), the fused
+  inter kernel takes the blocks below the diagonal whole (tl.dot): together the causal pairs,
+  Σl(l+1)/2, for each of Aqk and Akk: 4·B·H·D_k·Σl(l+1)/2; the inverse as fla's gated delta
+  rule (M_inv), w and u by the whole A (Σl²·(D_k+D_v)); v_new, the state update and q·S
+  2·B·H·T·D_k·D_v each; Aqk·v_new the whole block (masked after): 2·B·H·Σl²·D_v; decode two
+  contractions of the state, 2·B·H·D_k·D_v each.
 """
 
 from __future__ import annotations
@@ -130,3 +145,24 @@ def deltanet_decode(B: Dim, H: Dim, Dk: Dim, Dv: Dim) -> dict[str, Count]:
 def conv(B: Dim, channels: Dim, kernel: Dim, T: Dim) -> Count:
     """causal_conv1d: one output per token (T in prefill, 1 in decode)."""
     return formula([2, B, channels, kernel, T])
+
+
+def mamba1_scan(B: Dim, T: Dim, inner: Dim, N: Dim) -> Count:
+    """selective_scan_fn's out = Σ_n h·C (T tokens; decode: T = 1)."""
+    return formula([2, B, T, inner, N])
+
+
+def kda_prefill(B: Dim, T: Dim, L: int, H: Dim, Dk: Dim, Dv: Dim,
+                poly: bool) -> dict[str, Count]:
+    """Each part's FLOPs in chunk_kda (H: the heads the gates and values have)."""
+    s = chunk_sums(T, L, poly)
+    return {"intra": formula([4, B, H, Dk, s["tri"]]),  # Aqk and Akk, the causal pairs
+            "solve": formula([2, B, H, s["inv"] + s["sq"] * (Dk + Dv)]),  # (I+A)⁻¹; w, u
+            "v_new": formula([2, B, H, T, Dk, Dv]), "state": formula([2, B, H, T, Dk, Dv]),
+            "inter": formula([2, B, H, T, Dk, Dv]),  # (q ⊙ e^g)·S
+            "attend": formula([2, B, H, s["sq"], Dv])}  # Aqk·v_new, the whole block
+
+
+def kda_decode(B: Dim, H: Dim, Dk: Dim, Dv: Dim) -> dict[str, Count]:
+    """fused_recurrent_kda's two contractions of the state (Sᵀk, Sᵀq)."""
+    return {"update": formula([2, B, H, Dk, Dv]), "readout": formula([2, B, H, Dk, Dv])}

@@ -27,7 +27,11 @@ FUSED = "fused"
 MIXER_FLOPS = (TORCH, FUSED)
 STATE_CACHES = ("transformers", "vllm")
 FLA_CHUNK = 64  # chunk_gated_delta_rule_fwd_intra's fused kkt + solve path (BT == 64)
-# the token mixers whose FLOPs follow a named convention and whose state follows a named cache
+# the token mixers whose FLOPs follow a named convention and whose state follows a named cache.
+# A mixer added later (mamba1, kda, short_conv, cca) names itself here; each of its symbolic
+# stages gives `flops=pick(wl, <its torch formula>, <its kernel count from interpret/fused.py>)`
+# and its executor records the same pick from its arrays' sizes (verify compares the two); its
+# state records use conv_columns(wl, K_c) and recurrent_dtype(wl).
 CONVENTION_MIXERS = frozenset({"mamba2", "gated_deltanet"})
 
 F = TypeVar("F")
