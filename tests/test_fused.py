@@ -10,6 +10,7 @@ from math import comb
 
 import pytest
 
+from shapecalc.check.verify import verify
 from shapecalc.costs.closed import ClosedForm
 from shapecalc.costs.trace import build_trace
 from shapecalc.interpret.fused import chunk_sums, kda_decode, kda_prefill, mamba1_scan
@@ -190,3 +191,24 @@ def test_planning_takes_the_conventions(cli):
     assert row["flops"] == trace["flops"] == 1_678_350_540_800
     r = cli("sweep", "qwen3-next-80b-a3b", "--seq", "100", "--mixer-flops", "fused")
     assert r.code == 2 and r.err.startswith("error: mixer_flops: fused: fla's triangular")
+
+
+@pytest.mark.parametrize("fields", [MAMBA, GDN], ids=["mamba2", "gated_deltanet"])
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_passes_under_both_conventions(fields, phase):
+    # the executor records the kernels' counts and vLLM's state from its arrays; verify compares
+    # them with the symbolic ones (T=70: past one chunk of 64, the last one partial)
+    wl = Workload(batch=2, seq=70, phase=phase, dtype="fp32", tp=2, mixer_flops="fused",
+                  state_cache="vllm", state_dtype="bf16")
+    r = verify(ModelConfig(**{**fields, "ssm_groups": 2} if "ssm_heads" in fields else fields),
+               wl, precision="float64")
+    bad = [c for c in r["checks"] if not c["ok"]]
+    assert not bad, bad
+
+
+def test_verify_against_refuses_the_conventions(cli):
+    r = cli("verify", "--against", "transformers", "--preset", "nemotron-nano-9b-v2",
+            "--mixer-flops", "fused")
+    assert r.code == 2 and r.err.strip() == ("error: mixer_flops: verify --against does not "
+                                             "take it: transformers runs its own torch path, "
+                                             "the transformers-torch convention")

@@ -175,7 +175,9 @@ def verify(
             given = {"set": set_, "phase": phase, "kv_dtype": kv_dtype, "act_dtype": act_dtype,
                      "logits": logits, "tp": tp, "pp": pp, "ep": ep, "mla_form": mla_form,
                      "block_size": block_size, "attention_flops": attention_flops,
-                     "padding_mask": padding_mask, "layers": layers, "precision": precision,
+                     "padding_mask": padding_mask, "mixer_flops": mixer_flops,
+                     "state_cache": state_cache, "state_dtype": state_dtype,
+                     "layers": layers, "precision": precision,
                      "seed": seed, "memory_budget": memory_budget, "train": train,
                      "recompute": recompute}
             doc = run_against(against, preset, config, hf_config, presets_dir, batch=batch,
