@@ -234,8 +234,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
     stateful = conventions.has_convention(model.mixers)
     for name in ("mixer_flops", "state_cache"):
         if getattr(wl, name) is not None and not stateful:
-            raise ShapecalcError(name, "applies to models with stateful token mixers (mamba2, "
-                                 "gated_deltanet); this one has none")
+            raise ShapecalcError(name, "applies to models with stateful token mixers ("
+                                 + ", ".join(sorted(conventions.CONVENTION_MIXERS))
+                                 + "); this one has none")
     if (wl.mixer_flops == conventions.FUSED and "gated_deltanet" in model.mixers
             and model.scan_chunk != conventions.FLA_CHUNK):
         raise ShapecalcError("mixer_flops", f"fused: flash-linear-attention's fused gated delta "
