@@ -147,13 +147,17 @@ def test_closed_form_follows_both_conventions():
         ClosedForm(gdn, mixers=("fused", None, None))
 
 
-def test_outputs_name_the_conventions(cli):
+def test_outputs_name_the_conventions(cli, tmp_path):
     r = cli("trace", "--preset", "nemotron-nano-9b-v2", "--seq", "16", "--mixer-flops", "fused",
             "--state-cache", "vllm", "--json")
     tot = json.loads(r.out)["totals"]
     assert (tot["mixer_flops_convention"], tot["state_cache_convention"]) == ("fused", "vllm")
     r = cli("trace", "--preset", "nemotron-nano-9b-v2", "--seq", "16", "--mixer-flops", "fused")
     assert "mixers: fused FLOPs, transformers states" in r.out.splitlines()[0]
+    cfg = tmp_path / "mamba.json"
+    cfg.write_text(json.dumps(MAMBA))
+    r = cli("verify", "--config", str(cfg), "--seq", "5", "--mixer-flops", "fused")
+    assert r.code == 0 and "mixers: fused FLOPs, transformers states" in r.out, r.out
     plain = json.loads(cli("trace", "--preset", "gpt2", "--seq", "8", "--json").out)["totals"]
     assert plain["state_cache_convention"] == plain["mixer_flops_convention"] == "none"
 

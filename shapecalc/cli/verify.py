@@ -99,6 +99,9 @@ def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
     title = (f"verify {doc['model']}: B={wl['batch']} {seq_note or 'T=' + str(wl['seq'])} "
              f"{wl['phase']}, "
              f"p={wl['tp']} s={wl['pp']}, {doc['precision']}")
+    if wl.get("mixer_flops") or wl.get("state_cache"):  # a convention asked for: named
+        title += f" · mixers: {wl['mixer_flops'] or 'transformers-torch'} FLOPs, " \
+            f"{wl['state_cache'] or 'transformers'} states"
 
     def cells(c: dict[str, Any]) -> tuple[str, str]:
         sym = f"0 (± {c['tolerance']:.1e})" if "tolerance" in c else _fmt(c["symbolic"])
