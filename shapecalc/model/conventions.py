@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 TORCH = "transformers-torch"
 FUSED = "fused"
 MIXER_FLOPS = (TORCH, FUSED)
+FLOPS_MEANING = {TORCH: "FlopCounterMode's, torch path", FUSED: "the GPU kernels' (mamba_ssm, fla)"}
 STATE_CACHES = ("transformers", "vllm")
 FLA_CHUNK = 64  # chunk_gated_delta_rule_fwd_intra's fused kkt + solve path (BT == 64)
 # the token mixers whose FLOPs follow a named convention and whose state follows a named cache.

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..costs.fields import PP_LEDGER, TOTALS, TP_LEDGER
 from ..model.config import ModelConfig
-from ..model.conventions import mixer_tag
+from ..model.conventions import FLOPS_MEANING, mixer_tag
 from .console import make_console
 from .layout import KVRows, width_of
 from .output import csv_text, markdown_table
@@ -183,9 +183,7 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     t.add_row("elementwise FLOPs", f"{tot['elementwise_flops']:,}",
               human_flops(tot["elementwise_flops"]))
     if tot.get("mixer_flops_convention", "none") != "none":  # a model with stateful mixers
-        fused = tot["mixer_flops_convention"] == "fused"
-        t.add_row("  mixers' FLOPs", tot["mixer_flops_convention"], "the GPU kernels' (mamba_ssm, "
-                  "fla)" if fused else "FlopCounterMode's, torch path")
+        t.add_row("  mixers' FLOPs", c := tot["mixer_flops_convention"], FLOPS_MEANING[c])
     t.add_row(f"weight bytes ({wl['dtype']})", f"{tot['weight_bytes']:,}",
               human_bytes(tot["weight_bytes"]))
     if tot.get("weight_tensors"):  # a quantized format: what its bytes are made of
