@@ -34,6 +34,7 @@ OUTPUTS = {
     "verify": ["verify", "--json"],
     "verify-train": ["verify", "--train", "--json"],
     "explain": ["explain", "--json"],
+    "explain-scan": ["explain", "--scan", "--json"],
     "serve": ["serve", "--preset", "llama3-8b", "--gpu", GPU, "--rate", "2", "--prompt-tokens",
               "512", "--output-tokens", "32", "--requests", "30", "--slo", "ttft=1s,itl=50ms",
               "--json"],

@@ -29,6 +29,7 @@ from .options import (
     JsonOut,
     KvDtype,
     Logits,
+    MixerFlops,
     MlaForm,
     Mode,
     Mtp,
@@ -39,6 +40,8 @@ from .options import (
     PresetsDir,
     Seq,
     Sets,
+    StateCache,
+    StateDtype,
     Svg,
     emit_json,
     fail,
@@ -102,6 +105,9 @@ def trace(
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     padding_mask: PaddingMask = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     per_rank: Annotated[
         bool,
         typer.Option(
@@ -129,7 +135,8 @@ def trace(
                         "--mode": mode, "--tp": tp, "--pp": pp, "--ep": ep,
                         "--mla-form": mla_form, "--mtp": mtp, "--block-size": block_size,
                         "--attention-flops": attention_flops, "--padding-mask": padding_mask,
-                        "--per-rank": per_rank, "--html": html},
+                        "--per-rank": per_rank, "--html": html, "--mixer-flops": mixer_flops,
+                        "--state-cache": state_cache, "--state-dtype": state_dtype},
                        "json" if as_json else fmt, output, svg)
             return
         wl = resolve_workload(
@@ -151,6 +158,9 @@ def trace(
             block_size=block_size,
             attention_flops=attention_flops,
             padding_mask=padding_mask,
+            mixer_flops=mixer_flops,
+            state_cache=state_cache,
+            state_dtype=state_dtype,
         )
         doc = build_trace(model, wl, per_rank=per_rank)
         note = seq_note(model, wl, seq, wbase)

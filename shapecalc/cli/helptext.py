@@ -28,6 +28,8 @@ SHOWN_DEFAULTS = {
     "--mode": "none: the widths of --dtype", "--logits": "all", "--tp": "1", "--pp": "1",
     "--ep": "1", "--mla-form": "absorbed", "--mtp": "off: the model's own step",
     "--block-size": "16", "--attention-flops": "full",
+    "--mixer-flops": "transformers-torch", "--state-cache": "transformers",
+    "--state-dtype": "auto: the activations' dtype",
     "--padding-mask": "no-padding-mask", "--output": "stdout", "--svg": "none",
     "--html": "none", "--gpu": "none: no fit or time rows", "--set-gpu": "none",
     "--price": "none", "--compute-dtype": "the activation dtype (a --mode's GEMM dtype)",

@@ -62,6 +62,16 @@ BlockSize = Annotated[int | None, typer.Option("--block-size", help="paged KV ca
 Mtp = Annotated[bool | None, typer.Option(
     "--mtp", help="also trace the multi-token-prediction modules (DeepSeek-V3, GLM-4.5: stages "
     "in group mtp; totals.mtp_flops), counted apart from the model's totals")]
+MixerFlops = Annotated[str | None, typer.Option(
+    "--mixer-flops", help="stateful mixers (Mamba-2, gated DeltaNet): how their FLOPs are "
+    "counted: transformers-torch (default: FlopCounterMode on transformers' torch path) | fused "
+    "(what mamba_ssm's and flash-linear-attention's GPU kernels compute)")]
+StateCache = Annotated[str | None, typer.Option(
+    "--state-cache", help="stateful mixers: whose state cache: transformers (default: K_c conv "
+    "columns, fp32 recurrent state) | vllm (K_c − 1 columns, the state in --state-dtype)")]
+StateDtype = Annotated[str | None, typer.Option(
+    "--state-dtype", help="--state-cache vllm: the recurrent state's dtype (vLLM's "
+    "mamba_ssm_cache_dtype; default auto: the activations' dtype)")]
 AttnFlops = Annotated[
     str | None, typer.Option("--attention-flops", help="full (seeds) | causal (lower half)")
 ]

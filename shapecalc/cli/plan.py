@@ -28,12 +28,15 @@ from .options import (
     JsonOut,
     KvDtype,
     Logits,
+    MixerFlops,
     MlaForm,
     Mode,
     Output,
     Preset,
     PresetsDir,
     Sets,
+    StateCache,
+    StateDtype,
     Svg,
     fail,
 )
@@ -99,6 +102,9 @@ def compare(
     logits: Logits = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     presets_dir: PresetsDir = None,
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
@@ -149,12 +155,15 @@ def compare(
                           "--block-size": block_size, "--attention-flops": attention_flops,
                           "--gpu": gpu, "--set-gpu": set_gpu, "--ratio": ratio,
                           "--chart": chart, "--chart-y": chart_y, "--plot": plot,
-                          "--html": html, **day0.changed(opts)}, fmt, output, svg)
+                          "--html": html, "--mixer-flops": mixer_flops,
+                          "--state-cache": state_cache, "--state-dtype": state_dtype,
+                          **day0.changed(opts)}, fmt, output, svg)
             return
         base = {k: v for k, v in (("phase", phase), ("act_dtype", act_dtype),
                                   ("logits", logits), ("block_size", block_size),
                                   ("attention_flops", attention_flops), ("ep", ep),
-                                  ("mla_form", mla_form))
+                                  ("mla_form", mla_form), ("mixer_flops", mixer_flops),
+                                  ("state_cache", state_cache), ("state_dtype", state_dtype))
                 if v is not None}
         axes = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
         apply_mode(mode, base, axes)
@@ -172,7 +181,9 @@ def compare(
             from ..render.chart import compare_points, make_chart
 
             drawn = make_chart(compare_points(items, y), y)
-        _emit_compare(items, fmt, output, svg, html, ratio, note)
+        from .plan_emit import emit_compare
+
+        emit_compare(items, fmt, output, svg, html, ratio, note)
         from .chart import emit
 
         emit(drawn, chart, plot, output)
@@ -180,35 +191,6 @@ def compare(
         fail(e)
     if hw is not None and not any(it["fit"]["fits"] for it in items):  # README: Exit status
         raise typer.Exit(1)
-
-
-def _emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
-                  svg: str | None, html: str | None, ratio: bool,
-                  seq_note: str | None = None) -> None:
-    from ..render import output as io_
-
-    if fmt == "json" and not (svg or html):  # the scripts' path: no rich
-        io_.write_text(io_.json_text(items), output)
-        return
-    from ..render import plan as pr
-    from ..render.console import render_table
-
-    def draw(console: Any) -> None:
-        pr.print_compare(items, console, ratio, seq_note)
-
-    def page() -> str:
-        from ..render.html import compare_html
-
-        return compare_html(items, ratio)
-
-    if fmt == "table":
-        render_table(draw, output, True, svg, html, page)
-        return
-    text = {"json": lambda: io_.json_text(items), "csv": lambda: pr.compare_csv(items),
-            "markdown": lambda: pr.compare_markdown(items, ratio)}[fmt]()
-    io_.write_text(text, output)
-    if svg or html:
-        render_table(draw, None, False, svg, html, page)
 
 
 # -- fit ------------------------------------------------------------------------------------------
@@ -239,6 +221,9 @@ def fit(
     mla_form: MlaForm = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     gpu: Annotated[str, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")] = "",
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
@@ -272,7 +257,8 @@ def fit(
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         flags = dict(batch=batch, seq=seq, dtype=dtype, kv_dtype=kv_dtype, act_dtype=act_dtype,
                      logits=logits, tp=tp, pp=pp, ep=ep, mla_form=mla_form,
-                     block_size=block_size, attention_flops=attention_flops)
+                     block_size=block_size, attention_flops=attention_flops,
+                     mixer_flops=mixer_flops, state_cache=state_cache, state_dtype=state_dtype)
         from ..inputs.hf import Unsupported
 
         try:
@@ -286,7 +272,9 @@ def fit(
                              "--mode": mode, "--tp": tp, "--pp": pp, "--ep": ep,
                              "--mla-form": mla_form, "--block-size": block_size,
                              "--attention-flops": attention_flops, "--html": html,
-                             **day0.changed(opts)}, hw, utilization, fmt, output, svg)
+                             "--mixer-flops": mixer_flops, "--state-cache": state_cache,
+                             "--state-dtype": state_dtype, **day0.changed(opts)},
+                            hw, utilization, fmt, output, svg)
             if not fits:
                 raise typer.Exit(1) from None
             return
@@ -295,46 +283,13 @@ def fit(
         wl = resolve_workload(wbase, mode, model, decode=True, **{**flags, **at})
         doc = plan_fit(model, wl, hw, opts)
         check_outputs(output=output, svg=svg, html=html)
-        _emit_fit(doc, fmt, output, svg, html, model, wl, seq_note(model, wl, seq, wbase))
+        from .plan_emit import emit_fit
+
+        emit_fit(doc, fmt, output, svg, html, model, wl, seq_note(model, wl, seq, wbase))
     except ShapecalcError as e:
         fail(e)
     if not doc["fits"]:  # scripts test the verdict by the exit code
         raise typer.Exit(1)
-
-
-def _emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
-              html: str | None, model: Any, wl: Any, note: str | None = None) -> None:
-    from ..render import output as io_
-
-    if fmt == "json" and not (svg or html):  # the scripts' path: no rich
-        io_.write_text(io_.json_text(doc), output)
-        return
-    from ..render import plan as pr
-    from ..render.console import render_table
-
-    def draw(console: Any) -> None:
-        from ..costs.trace import build_trace
-        from ..render.layout import show
-        from ..render.trace import breakdown_chart
-
-        pr.print_fit(doc, console, note)
-        # where the FLOPs (of a prefill) and the parameters go; the memory bar is above
-        show(console, breakdown_chart(build_trace(model, wl), memory=False, console=console))
-
-    def page() -> str:
-        from ..costs.trace import build_trace
-        from ..render.html import fit_html
-
-        return fit_html(doc, build_trace(model, wl))
-
-    if fmt == "table":
-        render_table(draw, output, True, svg, html, page)
-        return
-    text = {"json": lambda: io_.json_text(doc), "csv": lambda: pr.fit_csv(doc),
-            "markdown": lambda: pr.fit_markdown(doc)}[fmt]()
-    io_.write_text(text, output)
-    if svg or html:
-        render_table(draw, None, False, svg, html, page)
 
 
 # -- sweep ----------------------------------------------------------------------------------------
@@ -356,6 +311,9 @@ def sweep(
     logits: Logits = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     presets_dir: PresetsDir = None,
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
@@ -398,7 +356,8 @@ def sweep(
         fixed = {k: v for k, v in (("act_dtype", act_dtype), ("logits", logits),
                                    ("block_size", block_size),
                                    ("attention_flops", attention_flops), ("ep", ep),
-                                  ("mla_form", mla_form))
+                                  ("mla_form", mla_form), ("mixer_flops", mixer_flops),
+                                  ("state_cache", state_cache), ("state_dtype", state_dtype))
                 if v is not None}
         apply_mode(mode, fixed, given)
         check_outputs("--chart's bars" if chart else None, output=output, svg=svg, html=html,

@@ -24,6 +24,7 @@ from .options import (
     JsonOut,
     KvDtype,
     Logits,
+    MixerFlops,
     MlaForm,
     Mtp,
     PaddingMask,
@@ -32,6 +33,8 @@ from .options import (
     PresetsDir,
     Seq,
     Sets,
+    StateCache,
+    StateDtype,
     emit_json,
     fail,
     resolve_model,
@@ -96,6 +99,9 @@ def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
     title = (f"verify {doc['model']}: B={wl['batch']} {seq_note or 'T=' + str(wl['seq'])} "
              f"{wl['phase']}, "
              f"p={wl['tp']} s={wl['pp']}, {doc['precision']}")
+    if wl.get("mixer_flops") or wl.get("state_cache"):  # a convention asked for: named
+        title += f" · mixers: {wl['mixer_flops'] or 'transformers-torch'} FLOPs, " \
+            f"{wl['state_cache'] or 'transformers'} states"
 
     def cells(c: dict[str, Any]) -> tuple[str, str]:
         sym = f"0 (± {c['tolerance']:.1e})" if "tolerance" in c else _fmt(c["symbolic"])
@@ -150,6 +156,9 @@ def verify(
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
     padding_mask: PaddingMask = None,
+    mixer_flops: MixerFlops = None,
+    state_cache: StateCache = None,
+    state_dtype: StateDtype = None,
     layers: Layers = None,
     precision: Precision = None,
     seed: Seed = 0,
@@ -169,7 +178,9 @@ def verify(
             given = {"set": set_, "phase": phase, "kv_dtype": kv_dtype, "act_dtype": act_dtype,
                      "logits": logits, "tp": tp, "pp": pp, "ep": ep, "mla_form": mla_form,
                      "block_size": block_size, "attention_flops": attention_flops,
-                     "padding_mask": padding_mask, "layers": layers, "precision": precision,
+                     "padding_mask": padding_mask, "mixer_flops": mixer_flops,
+                     "state_cache": state_cache, "state_dtype": state_dtype,
+                     "layers": layers, "precision": precision,
                      "seed": seed, "memory_budget": memory_budget, "train": train,
                      "recompute": recompute}
             doc = run_against(against, preset, config, hf_config, presets_dir, batch=batch,
@@ -190,7 +201,8 @@ def verify(
             seq=seq, phase=phase, dtype=dtype,
             kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp, ep=ep,
             mla_form=mla_form, mtp=mtp, block_size=block_size, attention_flops=attention_flops,
-            padding_mask=padding_mask,
+            padding_mask=padding_mask, mixer_flops=mixer_flops, state_cache=state_cache,
+            state_dtype=state_dtype,
         )
         budget = None if memory_budget is None else budget_bytes(memory_budget)
         if train:  # the backward: cli/verify_train.py
@@ -237,13 +249,23 @@ def explain(
     seq: Annotated[int | None, typer.Option("--seq", "-t", help="T: tokens (own model; "
                                                "default 4)")] = None,
     seed: Seed = 0,
+    scan: Annotated[bool, typer.Option(
+        "--scan", help="walk one Mamba-2 scan by hand instead: 3 tokens, a state of 2, its "
+        "recurrence and its chunked form")] = False,
     as_json: JsonOut = False,
 ) -> None:
     from ..check import explain as ex
     from ..model.defaults import default_seq
 
     try:
-        if preset is None and config is None and hf_config is None and not set_:
+        if scan:
+            if preset or config or hf_config or set_ or seq is not None:
+                raise ShapecalcError("scan", "the scan's example is its own (T=3, D_s=N_s=2); "
+                                     "give no model and no --seq with it")
+            from ..check.explain_scan import scan_example
+
+            doc = scan_example()
+        elif preset is None and config is None and hf_config is None and not set_:
             if seq is not None:
                 raise ShapecalcError("seq", "the seed's example has T=3; --seq needs a "
                                      "--preset or --config")
@@ -271,6 +293,7 @@ HELP = {
     "mask) example (X, WQ, WK, WV) through the executor: Q, K, V, QKᵀ, scaled "
     "scores, softmax weights, output, and the causal "
     "variant, each with its shape and the [m,n]×[n,p] rule. With --preset/--config: "
-    "head 0 of layer 0 of your own (toy) model on a seeded input.",
+    "head 0 of layer 0 of your own (toy) model on a seeded input. With --scan: one Mamba-2 "
+    "scan by hand (3 tokens, a state of 2), step by step and in chunks.",
 }
 COMMANDS = {"verify": verify, "explain": explain}

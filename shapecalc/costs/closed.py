@@ -27,6 +27,7 @@ from ..model.config import (
     bytes_of,
     check,
 )
+from ..model.conventions import FUSED
 from ..model.parallel import (
     active_params,
     ep_rank_expert_params,
@@ -74,8 +75,16 @@ class ClosedForm:
         block_size: int = 16,
         mla_form: str | None = None,
         weights: Quantization | None = None,
+        mixers: tuple[str | None, str | None, str | None] = (None, None, None),
     ):
         self.model = model
+        # the stateful mixers' conventions: (mixer_flops, state_cache, state_dtype)
+        self.mixers = mixers
+        if mixers[0] == FUSED and "gated_deltanet" in model.mixers:
+            raise ShapecalcError("mixer_flops", "fused: fla's triangular inverse is cubic in a "
+                                 "chunk's last 16-block, and the closed form (fit, sweep, "
+                                 "compare) holds polynomials of degree 2 in T; trace and verify "
+                                 "count it")
         # the weights' format (quant.weight_format): None is params × bits at each point's dtype
         self.weights = weights
         self._sums: dict[int, WeightSums] = {}
@@ -93,7 +102,8 @@ class ClosedForm:
             batch=batch, seq=seq, phase=phase, tp=tp, logits=self.logits,  # type: ignore[arg-type]
             attention_flops=self.attention_flops,  # type: ignore[arg-type]
             padding_mask=self.padding_mask, block_size=self.block_size,
-            mla_form=self.mla_form, **dt,  # type: ignore[arg-type]
+            mla_form=self.mla_form, **dict(zip(  # type: ignore[arg-type]
+                ("mixer_flops", "state_cache", "state_dtype"), self.mixers, strict=True)), **dt,
         )
 
     def seq_limit(self, phase: str) -> int | None:

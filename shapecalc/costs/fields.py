@@ -37,13 +37,18 @@ TOTALS: tuple[Field, ...] = (
           "kv_cache_bytes_per_token"),
     Field("state_cache_bytes", "int", "bytes the stateful mixers hold after the step, all "
           "layers: each Mamba-2 or gated DeltaNet layer's conv state [D_conv, K_c] (activation "
-          "dtype) and recurrent state (fp32: [H_s, D_s, N_s], or [H_v, D_qk, D_hv]) per "
-          "sequence, whatever T is",
+          "dtype; vLLM's: K_c − 1 columns) and recurrent state (fp32: [H_s, D_s, N_s], or "
+          "[H_v, D_qk, D_hv]) per sequence, whatever T is, as state_cache_convention says",
           "state_cache_bytes"),
     Field("mixer_flops_convention", "str", "how the stateful mixers' FLOPs are counted: "
           "transformers-torch (FlopCounterMode on transformers 5.24's own torch path: T padded "
-          "to whole chunks, the scans' einsums as matmuls, triangular solves uncounted); none "
-          "without such mixers"),
+          "to whole chunks, the scans' einsums as matmuls, triangular solves uncounted) or fused "
+          "(what mamba_ssm's and flash-linear-attention's kernels compute: no padding, their "
+          "blocks; --mixer-flops); none without such mixers"),
+    Field("state_cache_convention", "str", "whose state cache state_cache_bytes follows: "
+          "transformers (a conv window of K_c inputs, an fp32 recurrent state) or vllm (K_c − 1 "
+          "columns, the recurrent state in state_dtype; --state-cache); none without such "
+          "mixers"),
     Field("kv_cache_form", "str", "what a token's cache entry is: kv (K and V of each KV head), "
           "mla-absorbed or mla-latent (MLA's latent c_KV and k_rope), mla-expanded (K and V "
           "of every head)"),

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
+from ..model.conventions import has_convention, mixer_flops
 from ..model.deploy import widths
 from ..model.parallel import (
     active_params,
@@ -43,7 +44,6 @@ from ..model.stage import (
 from .fields import EP_LEDGER, PP_LEDGER, TOTALS, TP_LEDGER, section
 
 Pred = Callable[[Stage], bool]
-MIXER_FLOPS = "transformers-torch"  # the one FLOPs convention of the stateful mixers so far
 
 
 def _sum(st: list[Stage], key: str, pred: Pred | None = None) -> int:
@@ -175,7 +175,8 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "kv_cache_tokens": kv_tokens,
         "kv_cache_bytes_per_token": kv_bytes_per_token(model, wl.kv, mla=wl.mla),
         "state_cache_bytes": _sum(st, "bytes", lambda s: s.op == "state_cache"),
-        "mixer_flops_convention": MIXER_FLOPS if {"mamba2", "gated_deltanet"} & set(
+        "mixer_flops_convention": mixer_flops(wl) if has_convention(model.mixers) else "none",
+        "state_cache_convention": (wl.state_cache or "transformers") if has_convention(
             model.mixers) else "none",
         "kv_cache_form": kv_cache_form(model, wl.mla),
         "kv_cache_blocks": blocks,

@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..model.conventions import pick, recurrent_dtype
+from ..model.expr import Dim
+from . import fused
 from .mamba2 import per_rank
+from .storage import measure
 from .symbolic_deltanet import GDN_EW
 
 if TYPE_CHECKING:
@@ -134,9 +138,12 @@ def delta_rule(self: NumericBase, q: np.ndarray, k: np.ndarray, v: np.ndarray, b
         kt = kh[:, :, 0]
         delta = (vh[:, :, 0] - (S * kt[..., None]).sum(-2)) * bh[:, :, 0, None]
         S = S + kt[..., None] * delta[..., None, :]
-        rec("gdn.update", "S = S·e^g + k·((v − Sᵀk)·β)ᵀ", "mul", S, ew=GDN_EW["update"] * S.size)
+        fd = 2 * S.size  # fused: fla's recurrent kernel contracts S with k, then with q
+        rec("gdn.update", "S = S·e^g + k·((v − Sᵀk)·β)ᵀ", "mul", S, ew=GDN_EW["update"] * S.size,
+            flops=pick(self.wl, 0, fd))
         o = (S * qh[:, :, 0, :, None]).sum(-2)
-        rec("gdn.readout", "o = Sᵀ·q", "mul", o, ew=GDN_EW["readout"] * S.size)
+        rec("gdn.readout", "o = Sᵀ·q", "mul", o, ew=GDN_EW["readout"] * S.size,
+            flops=pick(self.wl, 0, fd))
         o = o[:, :, None]
     else:
         L = int(m.scan_chunk or 0)
@@ -157,8 +164,11 @@ def delta_rule(self: NumericBase, q: np.ndarray, k: np.ndarray, v: np.ndarray, b
                  "gdn.inter": ("q·S (each chunk)", "matmul"),
                  "gdn.intra": ("o = q·S + A·v_new (each chunk)", "matmul"),
                  "gdn.state": ("S = S·e^{g_L} + kᵀ·v_new (each chunk)", "matmul")}
+        ds = [Dim.const(n) for n in (RB, T, H, Dk, Dv)]  # the kernels' counts, these sizes
+        fz = fused.deltanet_prefill(ds[0], ds[1], L, ds[2], ds[3], ds[4], False)
         for role in ROLES:
             arr, fl, ew = parts[role]
+            fl = pick(self.wl, fl, fz[role][0] if role in fz else 0)
             rec(role, *names[role], arr, flops=fl, ew=ew, operands=operands.get(role, ()))
         a64 = [x.astype(np.float64) for x in (qh, kh, vh, bh, gh)]
         o64, S64, _ = chunked(a64[0], a64[1], a64[2], a64[3], a64[4], L)
@@ -169,7 +179,7 @@ def delta_rule(self: NumericBase, q: np.ndarray, k: np.ndarray, v: np.ndarray, b
     self.cache.states[key] = S.astype(f)
     y = o.transpose(0, 2, 1, 3).reshape(R, B, T, H * Dv).astype(self.dt)
     self._rec("gdn.out", "o: merge heads", "reshape", y)
-    held = S.reshape(R, B, H, Dk, Dv).astype(f)
-    self._rec("state.delta", "recurrent state", "state_cache", held, nbytes=held[0].size * 4,
-              dtype="fp32")
+    held, sdt = S.reshape(R, B, H, Dk, Dv).astype(f), recurrent_dtype(self.wl)
+    self._rec("state.delta", "recurrent state", "state_cache", held,
+              nbytes=measure(held[0], sdt), dtype=sdt)
     return y

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..model.conventions import conv_columns, pick, recurrent_dtype
+from ..model.expr import Dim
+from . import fused
 from .storage import measure
 from .symbolic_mamba2 import SSM_EW
 
@@ -47,7 +50,8 @@ def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, c
                                np.zeros((R, B, K - 1, C), x.dtype)], axis=2)
     win = np.lib.stride_tricks.sliding_window_view(span, K, axis=2)  # [R,B,outs,C,K]
     out = np.einsum("rbock,rck->rboc", win, w)
-    flops = 2 * out[0].size * K
+    flops = pick(self.wl, 2 * out[0].size * K,  # fused: causal_conv1d's one output a token
+                 2 * B * C * K * T)
     y = out[:, :, : seq.shape[2] if not self.decoding else None][:, :, -T:]
     ew = 0
     if bias:
@@ -60,7 +64,8 @@ def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, c
     self.cache.states[key] = seq[:, :, -K:].copy()
     self._rec(role, name, "conv1d", y, flops=flops, ew=ew, params=params,
               operands=((B, C, win.shape[2]), (C, K)))
-    held = self.cache.states[key].transpose(0, 1, 3, 2)  # [R,B,C,K], as transformers keeps it
+    cols = conv_columns(self.wl, K)  # vLLM keeps K_c − 1 of the K_c inputs
+    held = self.cache.states[key][:, :, K - cols:].transpose(0, 1, 3, 2)  # [R,B,C,K], as kept
     self._rec("state.conv", "conv state", "state_cache", held,
               nbytes=measure(held[0], self.wl.act))
     return y
@@ -205,6 +210,8 @@ def ssd(self: NumericBase, x: np.ndarray, dt: np.ndarray, b: np.ndarray, c: np.n
         L = int(m.scan_chunk or 0)
         y, S, parts = chunked(xs, delta, A, Bm, Cm, D, L)
         got = {role: (arr, fl) for role, arr, fl in parts}
+        ds = [Dim.const(n) for n in (RB, T, H, Gr, P, N)]  # the kernels' counts, these sizes
+        fz = fused.mamba2_prefill(ds[0], ds[1], L, ds[2], ds[3], ds[4], ds[5], False)
         ew_of = {"ssm.chunk_states": 2 * got["ssm.B_decay"][0].size,
                  "ssm.pass": 3 * got["ssm.pass.decay"][0].size,
                  "ssm.off": got["ssm.off.scaled"][0].size}
@@ -227,7 +234,8 @@ def ssd(self: NumericBase, x: np.ndarray, dt: np.ndarray, b: np.ndarray, c: np.n
             elif role == "ssm.mask":
                 rec(role, "M = G ⊙ L", "mul", arr, ew=arr.size)
             else:
-                rec(role, names[role], "matmul", arr, flops=fl, ew=ew_of.get(role, 0),
+                rec(role, names[role], "matmul", arr, flops=pick(self.wl, fl, fz[role][0]),
+                    ew=ew_of.get(role, 0),
                     operands=operands[role])
         # the same scan, in float64, as the chunked form and as the recurrence
         a64 = [a.astype(np.float64) for a in (xs, delta, A, Bm, Cm, D)]
@@ -241,9 +249,9 @@ def ssd(self: NumericBase, x: np.ndarray, dt: np.ndarray, b: np.ndarray, c: np.n
     out = y.reshape(R, B, T, H * P).astype(self.dt)
     self._rec("ssm.combine", "y = Y_diag + Y_off + D·x" if not self.decoding else
               "y = y + D·x", "add", out, ew=SSM_EW["combine"] * out[0].size)
-    held = S.reshape(R, B, H, P, N)
-    self._rec("state.ssm", "recurrent state", "state_cache", held, nbytes=held[0].size * 4,
-              dtype="fp32")
+    held, sdt = S.reshape(R, B, H, P, N), recurrent_dtype(self.wl)
+    self._rec("state.ssm", "recurrent state", "state_cache", held,
+              nbytes=measure(held[0], sdt), dtype=sdt)
     return out
 
 

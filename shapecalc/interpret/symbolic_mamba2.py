@@ -6,11 +6,15 @@ SymbolicOps takes these as its methods; mamba2.py (interpret/) is the executor's
 FLOPs follow the `transformers-torch` convention, FlopCounterMode's count on that path: the
 convolution is aten.convolution over max(T, K_c) + K_c − 1 positions (padding K_c − 1, the
 cache's window padded to K_c), each einsum of the scan a bmm, prefill padded to T_L = L·⌈T/L⌉
-tokens in n_c = ⌈T/L⌉ chunks; decode's one step multiplies the state by C (a bmm)."""
+tokens in n_c = ⌈T/L⌉ chunks; decode's one step multiplies the state by C (a bmm). Under the
+`fused` convention each stage's FLOPs are the kernels' instead (fused.py), picked per stage by
+conventions.pick; the state's columns and dtype follow the workload's state cache."""
 
 from __future__ import annotations
 
+from ..model.conventions import conv_columns, pick, recurrent_dtype
 from ..model.expr import Dim, Expr, formula
+from . import fused
 from .symbolic_base import Sym, SymbolicBase
 
 # elementwise FLOPs per element of the scan's steps (a documented convention; FlopCounterMode
@@ -45,14 +49,19 @@ def sym_conv1d(self: SymbolicBase, x: Sym, layer: int, role: str, name: str, cha
     else:  # the cache pads the input to K_c first
         span = Dim.const(2 * K - 1)
     params = channels * kernel + (channels if bias else 0)
-    out = self._rec(role, name, "conv1d", x, flops=formula([2, z.B, channels, kernel, span]),
+    tokens = Dim.const(1) if self.wl.phase == "decode" else z.Tq
+    flops = pick(self.wl, formula([2, z.B, channels, kernel, span]),
+                 fused.conv(z.B, channels, kernel, tokens))
+    out = self._rec(role, name, "conv1d", x, flops=flops,
                     params=(params.value, str(params.expr)), ew_extra=formula(
                         [z.B, z.Tq, channels]) if bias else (0, "0"),
                     note=f"depthwise, kernel K_c={K}, causal", operands=(
                         (z.B, channels, span), (channels, kernel)))
+    cols = conv_columns(self.wl, K)
     self._rec("state.conv", "conv state", "state_cache",
-              Sym((z.B, channels, kernel), self.wl.act),
-              note="the last K_c inputs of each channel, per sequence")
+              Sym((z.B, channels, kernel if cols == K else kernel + -1), self.wl.act),
+              note=f"the last {'K_c' if cols == K else 'K_c − 1 (vLLM)'} inputs of each "
+              "channel, per sequence")
     return out
 
 
@@ -78,33 +87,40 @@ def sym_ssd(self: SymbolicBase, x: Sym, dt: Sym, b: Sym, c: Sym, layer: int) -> 
                   flops=formula([2, B, H, P, N]), operands=((B, H, P, N), (B, H, N, one)))
     else:
         nc, TL = _chunks(self)
+        fz = fused.mamba2_prefill(B, Tq, L.value, H, z.G, P, N, z.poly)
         self._rec("ssm.scores", "G = C·Bᵀ (each chunk)", "matmul", Sym((B, nc, L, L, H), "fp32"),
-                  flops=formula([2, B, TL, L, H, N]), note=f"T padded to T_L = {TL.value}",
+                  flops=pick(self.wl, formula([2, B, TL, L, H, N]), fz["ssm.scores"]),
+                  note=pick(self.wl, f"T padded to T_L = {TL.value}", "per group, no padding"),
                   operands=((B, nc, H, L, N), (B, nc, H, N, L)))
         self._rec("ssm.decay", "L = exp(segsum(A·Δ))", "exp", Sym((B, H, nc, L, L), "fp32"),
                   ew=SSM_EW["decay"])
         self._rec("ssm.mask", "M = G ⊙ L", "mul", Sym((B, nc, L, L, H), "fp32"),
                   ew=SSM_EW["mask"])
         self._rec("ssm.diag", "Y_diag = M·x", "matmul", Sym((B, nc, L, H, P), "fp32"),
-                  flops=formula([2, B, TL, L, H, P]),
+                  flops=pick(self.wl, formula([2, B, TL, L, H, P]), fz["ssm.diag"]),
                   operands=((B, nc, H, L, L), (B, nc, H, L, P)))
         self._rec("ssm.chunk_states", "chunk states = (B ⊙ decay)ᵀ·x", "matmul",
-                  Sym((B, nc, H, P, N), "fp32"), flops=formula([2, B, TL, H, P, N]),
+                  Sym((B, nc, H, P, N), "fp32"),
+                  flops=pick(self.wl, formula([2, B, TL, H, P, N]), fz["ssm.chunk_states"]),
                   ew_extra=formula([2, B, TL, H, N]),
                   operands=((B, nc, H, P, L), (B, nc, H, L, N)))
         nc1 = nc + 1
         self._rec("ssm.pass", "states passed between chunks", "matmul",
-                  Sym((B, nc1, H, P, N), "fp32"), flops=formula([2, B, nc1, nc1, H, P, N]),
+                  Sym((B, nc1, H, P, N), "fp32"),
+                  flops=pick(self.wl, formula([2, B, nc1, nc1, H, P, N]), fz["ssm.pass"]),
                   ew_extra=formula([3, B, H, nc1, nc1]),
                   operands=((B, H, nc1, nc1), (B, H, nc1, P * N)))
         self._rec("ssm.off", "Y_off = C·states", "matmul", Sym((B, nc, L, H, P), "fp32"),
-                  flops=formula([2, B, TL, H, N, P]), ew_extra=formula([B, TL, H, P]),
+                  flops=pick(self.wl, formula([2, B, TL, H, N, P]), fz["ssm.off"]),
+                  ew_extra=formula([B, TL, H, P]),
                   operands=((B, nc, H, L, N), (B, nc, H, N, P)))
     y = self._rec("ssm.combine", "y = Y_diag + Y_off + D·x" if self.wl.phase == "prefill"
                   else "y = y + D·x", "add", Sym((B, Tq, inner), act),
                   ew=SSM_EW["combine"])
-    self._rec("state.ssm", "recurrent state", "state_cache", Sym(state, "fp32"),
-              note="S of each head: D_s × N_s, in fp32 (transformers' scan)")
+    sdt = recurrent_dtype(self.wl)
+    self._rec("state.ssm", "recurrent state", "state_cache", Sym(state, sdt),
+              note=f"S of each head: D_s × N_s, in {sdt} (" + (
+                  "vLLM's cache)" if self.wl.state_cache == "vllm" else "transformers' scan)"))
     return y
 
 

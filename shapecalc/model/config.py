@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic_core import ValidationError
 
-from . import rules
+from . import conventions, rules
 from .errors import ShapecalcError
 from .model_fields import ModelFields
 from .quantization import DTYPE_FORMATS
@@ -23,7 +23,8 @@ from .suggest import canonical_dtype, did_you_mean
 # tensor by tensor (model/quant.py), never params × 4 bits.
 DTYPE_BITS: dict[str, int] = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4,
                               "mxfp4": 4, "nvfp4": 4, "nf4": 4}
-DTYPE_FIELDS = ("dtype", "kv_dtype", "act_dtype")  # aliases accepted: model/suggest.py
+# aliases accepted: model/suggest.py
+DTYPE_FIELDS = ("dtype", "kv_dtype", "act_dtype", "state_dtype")
 MAX_LAYERS = 100_000  # N: the layer plan holds every layer's kind
 MLA_DEFAULT = "absorbed"  # MLA's cache and decode form unless mla_form says (vLLM's, FlashMLA's)
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4", "nf4"]
@@ -149,9 +150,21 @@ class Workload(Record):
         "re-expanded by kv_b_proj every step: transformers 5.x), expanded (K and V of every "
         "head cached)",
     )
+    mixer_flops: Literal["transformers-torch", "fused"] | None = _doc(
+        None, "stateful token mixers only: how their FLOPs are counted (default "
+        "transformers-torch: FlopCounterMode on transformers' torch path; fused: what mamba_ssm's "
+        "and flash-linear-attention's kernels compute)")
+    state_cache: Literal["transformers", "vllm"] | None = _doc(
+        None, "stateful token mixers only: whose state cache the bytes follow (default "
+        "transformers: a conv window of K_c inputs, an fp32 recurrent state; vllm: K_c − 1 "
+        "columns, the recurrent state in state_dtype)")
+    state_dtype: Dtype | None = _doc(
+        None, "state_cache vllm only: the recurrent state's dtype, vLLM's mamba_ssm_cache_dtype "
+        "(default auto: the conv state's, the activations' dtype)")
 
     def _check(self) -> None:
-        for name in ("kv_dtype", "act_dtype"):  # their bytes would miss the block scales
+        # their bytes would miss the block scales
+        for name in ("kv_dtype", "act_dtype", "state_dtype"):
             if getattr(self, name) in DTYPE_FORMATS:
                 raise ShapecalcError(name, f"{getattr(self, name)} is a weight format (4-bit "
                                      "blocks with scales); give fp32, bf16, fp16, fp8 or int8")
@@ -218,6 +231,20 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if wl.mla_form is not None and not model.mla:
         raise ShapecalcError("mla_form", "applies to Multi-head Latent Attention models only "
                              "(kv_lora_rank set)")
+    stateful = conventions.has_convention(model.mixers)
+    for name in ("mixer_flops", "state_cache"):
+        if getattr(wl, name) is not None and not stateful:
+            raise ShapecalcError(name, "applies to models with stateful token mixers ("
+                                 + ", ".join(sorted(conventions.CONVENTION_MIXERS))
+                                 + "); this one has none")
+    if (wl.mixer_flops == conventions.FUSED and "gated_deltanet" in model.mixers
+            and model.scan_chunk != conventions.FLA_CHUNK):
+        raise ShapecalcError("mixer_flops", f"fused: flash-linear-attention's fused gated delta "
+                             f"rule runs chunks of {conventions.FLA_CHUNK} (BT), not "
+                             f"L={model.scan_chunk}")
+    if wl.state_dtype is not None and wl.state_cache != "vllm":
+        raise ShapecalcError("state_dtype", "is vLLM's mamba_ssm_cache_dtype: it needs "
+                             "state_cache vllm (transformers keeps the recurrent state in fp32)")
     if p > 1 and model.qk_norm and model.qk_norm_width == "all":
         # vLLM all-gathers q and k for OLMo 2's norm; that traffic is not modelled
         raise ShapecalcError("tp", f"p={p}: q/k norms over the whole width (qk_norm_width all, "

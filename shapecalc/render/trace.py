@@ -12,6 +12,7 @@ from rich.text import Text
 
 from ..costs.fields import PP_LEDGER, TOTALS, TP_LEDGER
 from ..model.config import ModelConfig
+from ..model.conventions import FLOPS_MEANING, mixer_tag
 from .console import make_console
 from .layout import KVRows, width_of
 from .output import csv_text, markdown_table
@@ -182,7 +183,7 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     t.add_row("elementwise FLOPs", f"{tot['elementwise_flops']:,}",
               human_flops(tot["elementwise_flops"]))
     if tot.get("mixer_flops_convention", "none") != "none":  # a model with stateful mixers
-        t.add_row("  mixers' FLOPs", tot["mixer_flops_convention"], "FlopCounterMode's, torch path")
+        t.add_row("  mixers' FLOPs", c := tot["mixer_flops_convention"], FLOPS_MEANING[c])
     t.add_row(f"weight bytes ({wl['dtype']})", f"{tot['weight_bytes']:,}",
               human_bytes(tot["weight_bytes"]))
     if tot.get("weight_tensors"):  # a quantized format: what its bytes are made of
@@ -197,7 +198,7 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
         "token = 2·N·H_kv·Dh·bytes",
     )
     if s := tot.get("state_cache_bytes"):  # fixed per sequence, whatever T is
-        t.add_row("mixer states (conv, recurrent fp32)", f"{s:,}", human_bytes(s))
+        t.add_row(f"mixer states ({tot['state_cache_convention']})", f"{s:,}", human_bytes(s))
     groups = tot["kv_cache_groups"]
     for g in groups if len(groups) > 1 else []:  # local and global layers hold different T
         kind = (f"W={g['window']:,}" if g["window"] is not None else f"C={g['chunk']:,}"
@@ -293,7 +294,7 @@ def print_trace(
         f"KV {wd['kv_cache']}")
     title = (
         f"{m['name']} · {wl['phase']} · B={wl['batch']} {seq_note or 'T=' + str(wl['seq'])} · {dts}"
-        f" · tp={wl['tp']} pp={wl['pp']}"
+        f" · tp={wl['tp']} pp={wl['pp']}" + mixer_tag(doc["totals"])
     )
     if per_rank and "rank_stages" in doc:
         stages = doc["rank_stages"]
@@ -441,7 +442,7 @@ def trace_markdown(doc: dict[str, Any]) -> str:
                 continue  # breakdowns and splits: in the JSON
             summary.append([f"{where}.{f.name}", shown, f.doc])
     head = (f"## {m['name']}: {wl['phase']}, B={wl['batch']}, T={wl['seq']}, {wl['dtype']}, "
-            f"tp={wl['tp']}, pp={wl['pp']}\n\n")
+            f"tp={wl['tp']}, pp={wl['pp']}{mixer_tag(doc['totals'])}\n\n")
     return (head + markdown_table(["stage", "shape", "FLOPs formula", "FLOPs", "params", "bytes"],
                                   rows)
             + "\n" + markdown_table(["key", "value", "meaning"], summary))
