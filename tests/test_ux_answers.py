@@ -114,3 +114,10 @@ def test_compare_and_sweep_exit_1_when_nothing_fits(cli):
     assert cli("sweep", "llama3-8b", "--gpu", "h100-sxm", "--seq", "8192",
                "--format", "csv").code == 0
     assert cli("compare", "llama3-70b", "--seq", "8192", "--json").code == 0  # no GPU: no verdict
+
+
+def test_fit_names_the_bound_and_the_expected_time(cli):
+    doc = json.loads(cli("fit", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--json").out)
+    assert doc["roofline_times"] == doc["times"]  # one bound, two names (the first kept)
+    # the bound is below the calibrated time the table leads with
+    assert doc["roofline_times"]["ttft_s"] < doc["expected"]["ttft_s"]

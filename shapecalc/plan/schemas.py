@@ -151,7 +151,8 @@ class FitOut(_WithWorkload):
     min_tp: StrictInt | None
     min_pp: StrictInt | None
     gpus: StrictInt
-    times: TimesOut
+    times: TimesOut  # the roofline lower bound (its first name, kept): = roofline_times
+    roofline_times: TimesOut  # the roofline lower bound; `expected` holds the calibrated time
     expected: EstimateOut
     lower_bound: EstimateOut
     at_max_batch: AtBatchOut | None
