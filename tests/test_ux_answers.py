@@ -121,3 +121,21 @@ def test_fit_names_the_bound_and_the_expected_time(cli):
     assert doc["roofline_times"] == doc["times"]  # one bound, two names (the first kept)
     # the bound is below the calibrated time the table leads with
     assert doc["roofline_times"]["ttft_s"] < doc["expected"]["ttft_s"]
+
+
+def test_bare_shapecalc_lists_the_commands(cli):
+    r = cli()
+    assert r.code == 0 and "Missing command" not in r.err
+    assert all(c in r.out for c in ("trace", "fit", "serve", "train", "verify"))
+
+
+def test_presets_and_hardware_filter_by_substring_or_glob(cli):
+    r = cli("presets", "llama3", "--json")
+    names = [m["name"] for m in json.loads(r.out)]
+    assert r.code == 0 and names and all("llama3" in n for n in names)
+    r = cli("hardware", "H100*", "--json")
+    assert sorted(g["name"] for g in json.loads(r.out)) == ["H100-PCIe", "H100-SXM"]
+    assert json.loads(cli("presets", "llama3-8b", "--json").out)["name"] == "llama3-8b"  # one
+    _one_line(cli("presets", "zzz"), "preset")  # nothing picked: the unknown name, as before
+    # an override changes one named profile: listing them all with one is refused, not ignored
+    _one_line(cli("hardware", "--set-gpu", "memory_bytes=1"), "set-gpu")

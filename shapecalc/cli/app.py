@@ -197,7 +197,8 @@ def trace(
 
 
 @app.command(help="List the model presets, or show one: `presets NAME` or `presets show NAME` "
-             "(its fields, with the defaults it takes resolved: H_kv, Dh, …, and its parameters).")
+             "(its fields, with the defaults it takes resolved: H_kv, Dh, …, and its parameters); "
+             "`presets llama3` or `presets 'qwen3*'` lists those a substring or a glob picks.")
 def presets(
     words: Annotated[list[str] | None, typer.Argument(
         help="NAME or show NAME (none: list every preset)", metavar="NAME",
@@ -206,12 +207,19 @@ def presets(
     as_json: JsonOut = False,
 ) -> None:
     from ..inputs import sources
+    from .options import matching
 
     try:
         name = show_target(words, "preset")
-        if name is None:
-            names = sorted(sources.list_presets(presets_dir))
+        known = sorted(sources.list_presets(presets_dir))
+        shown = (words or [])[:1] == ["show"]  # `show NAME`: that one, by its exact name
+        picked = None if name is None or shown else matching(name, known)
+        if picked == []:  # neither a name nor a pattern that picks one: say so, with suggestions
+            sources.load_preset(str(name), presets_dir)
+        if name is None or picked:
+            names = known if name is None else picked or []
             models = [sources.load_preset(n, presets_dir) for n in names]
+            name = None
         else:
             model = sources.load_preset(name, presets_dir)
     except ShapecalcError as e:
@@ -267,6 +275,8 @@ def main() -> None:
 
     from .streams import error_line, guarded
 
+    if len(sys.argv) == 1:  # bare `shapecalc`: the commands, as --help lists them
+        sys.argv.append("--help")
     try:
         # help texts escaped once (cli/helptext.py), so rich markup cannot eat `[m,k]`
         code = guarded(lambda: helptext.escape_tree(typer.main.get_command(app))(

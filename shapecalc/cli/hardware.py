@@ -22,11 +22,20 @@ def hardware(
 
     try:
         from ..inputs.hardware import list_gpus, load_gpu
-        from .options import show_target
+        from .options import matching, show_target
 
         name = show_target(words, "gpu")
-        if name is None:
-            gpus = [load_gpu(n, hardware_dir) for n in sorted(list_gpus(hardware_dir))]
+        known = sorted(list_gpus(hardware_dir))
+        shown = (words or [])[:1] == ["show"]  # `show NAME`: that one, by its exact name
+        picked = None if name is None or shown else matching(name, known)
+        if picked == []:  # neither a name nor a pattern that picks one: say so, with suggestions
+            load_gpu(str(name), hardware_dir)
+        if name is None or picked:
+            if set_gpu:  # an override changes one profile: it needs that profile's name
+                raise ShapecalcError("set-gpu", "changes one profile: give its NAME "
+                                     "(shapecalc hardware NAME --set-gpu …)")
+            gpus = [load_gpu(n, hardware_dir) for n in (known if name is None else picked or [])]
+            name = None
         else:
             gpus = [load_gpu(name, hardware_dir, set_gpu)]
     except ShapecalcError as e:

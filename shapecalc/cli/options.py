@@ -155,6 +155,18 @@ def show_target(words: list[str] | None, what: str) -> str | None:
     return w[0] if w else None
 
 
+def matching(word: str, names: list[str]) -> list[str] | None:
+    """`presets llama3`, `hardware 'H100*'`: the names a shell-style glob (with * ? [) or a
+    substring picks, case-insensitively; None when `word` is one of the names (show it)."""
+    import fnmatch
+
+    if word in names:
+        return None
+    w = word.lower()
+    glob = any(c in word for c in "*?[")
+    return [n for n in names if (fnmatch.fnmatchcase(n.lower(), w) if glob else w in n.lower())]
+
+
 def fit_model(case: str | None, preset: str | None, config: Any, hf_config: Any,
                set_: list[str] | None, presets_dir: Any
                ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
