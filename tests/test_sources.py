@@ -89,7 +89,11 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
         kd, vd = m.gdn_qk_heads * m.gdn_qk_dim, m.gdn_v_heads * m.gdn_v_dim
         gdn = (d * (2 * kd + 2 * vd) + d * 2 * m.gdn_v_heads + (2 * kd + vd) * kc
                + 2 * m.gdn_v_heads + m.gdn_v_dim + vd * d)
-    token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "none": -norm}
+    # Lfm2ShortConv: in_proj [D → 3D], the depthwise conv [D, K_c], out_proj, each biased or not
+    conv = (3 * d * d + d * (kc or 0) + d * d + 5 * d * m.conv_bias) if "short_conv" in m.mixers \
+        else 0
+    token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "short_conv": conv,
+             "none": -norm}
     sw = m.n_shared_experts * m.dff_shared
     moe = (d * (m.n_experts or 0) + (m.n_experts or 0) * 3 * d * m.dff_expert + 3 * d * sw
            + d * m.shared_expert_gate)

@@ -21,6 +21,7 @@ from .mamba2 import mamba2_mixer
 from .mla import mla_attention
 from .ops import Ops
 from .plan import LayerSpec, layer_plan
+from .short_conv import short_conv_mixer
 from .sizes import Sizes
 
 __all__ = ["ACT", "Ops", "Sizes", "forward"]
@@ -29,7 +30,8 @@ __all__ = ["ACT", "Ops", "Sizes", "forward"]
 # the activation each FFN kind applies (gated kinds to the gate)
 ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "swiglu": "silu"}
 # the token mixers other than attention: one function each, over Ops
-MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer}
+MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer,
+          "short_conv": short_conv_mixer}
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:

@@ -1,0 +1,110 @@
+"""The families whose token mixers are convolutions (issue 19): LFM2's gated short convolution
+beside full attention (lfm2), and LFM3's beside full and sliding attention with a per-head
+attention gate and sandwich norms (lfm3). Each mechanism reads the keys it declares; CONV holds
+their entries, joined to the table by hf_families.py."""
+
+from __future__ import annotations
+
+from ..model.config import ShapecalcError
+from .hf_base import HF, Family, Fields, mechanism
+
+# Lfm2DecoderLayer: a layer is attention unless its type is "conv"; the masks are built for these
+# two types only (another string fails in Lfm2Model.forward)
+LFM2_TYPES = {"conv": "short_conv", "full_attention": "attention"}
+
+
+def _pattern(h: HF, n: int, types: list[str] | None, known: dict[str, str]) -> list[str]:
+    """layer_types checked: a list of N known strings."""
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise ShapecalcError("layer_types", f"must be a list of layer types, not {types!r}")
+    bad = next((t for t in types if t not in known), None)
+    if bad is not None:
+        raise ShapecalcError("layer_types", f"{bad!r} is not one of {', '.join(known)}")
+    if len(types) != n:
+        raise ShapecalcError("layer_types", f"lists {len(types)} layers, but num_hidden_layers "
+                             f"is {n}")
+    return types
+
+
+def _kernel(h: HF) -> int:
+    k = h.get("conv_L_cache")
+    if type(k) is not int or k < 1:
+        raise ShapecalcError("conv_L_cache", f"K_c, the conv's kernel, must be a positive "
+                             f"integer, not {k!r}")
+    return k
+
+
+def _conv_fields(h: HF, types: list[str], known: dict[str, str]) -> Fields:
+    mixers = tuple(known[t] for t in types)
+    conv = "short_conv" in mixers
+    return dict(mixer_types=mixers, conv_kernel=_kernel(h) if conv else None,
+                conv_bias=bool(h.get("conv_bias")))
+
+
+def _widths(h: HF, f: Fields) -> None:
+    """Lfm2Model's widths: RMSNorms (the last, embedding_norm, after the layers), RoPE, per-head
+    q/k RMSNorms (q_layernorm, k_layernorm), SwiGLU (w1, w3, w2); head_dim if given, else D/H."""
+    heads = h.need("num_attention_heads", "H")
+    kv = h.get("num_key_value_heads")
+    f.update(vocab_size=h.need("vocab_size", "N_vocab"), d_model=h.need("hidden_size", "D"),
+             n_layers=h.need("num_hidden_layers", "N"), n_heads=heads,
+             n_kv_heads=heads if kv is None else kv, head_dim=h.get("head_dim"), norm="rmsnorm",
+             positions="rope", ffn="swiglu", qk_norm=True,
+             max_positions=h.get("max_position_embeddings"))
+
+
+@mechanism("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "head_dim", "max_position_embeddings", "layer_types",
+           "full_attn_idxs", "conv_L_cache", "conv_bias", "intermediate_size", "block_ff_dim",
+           "block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_multiple_of",
+           "tie_word_embeddings", "tie_embedding")
+def lfm2(h: HF, f: Fields) -> None:
+    """Lfm2Config.__post_init__ and Lfm2MLP: layer_types, else the layers of full_attn_idxs
+    attend (default every layer); block_ff_dim wins over intermediate_size, tie_embedding over
+    tie_word_embeddings; with block_auto_adjust_ff_dim, Dff = ⌊2·I/3⌋, × the multiplier, rounded
+    up to block_multiple_of."""
+    _widths(h, f)
+    n = f["n_layers"]
+    types = h.get("layer_types")
+    if types is None:
+        idx = h.get("full_attn_idxs")
+        if idx is None:
+            idx = list(range(n))
+        if not isinstance(idx, list) or not all(type(i) is int for i in idx):
+            raise ShapecalcError("full_attn_idxs", f"must be a list of layer indices, not "
+                                 f"{idx!r}")
+        bad = next((i for i in idx if not 0 <= i < n), None)
+        if bad is not None:
+            raise ShapecalcError("full_attn_idxs", f"layer {bad} does not exist (N={n})")
+        types = ["full_attention" if i in idx else "conv" for i in range(n)]
+    f.update(_conv_fields(h, _pattern(h, n, types, LFM2_TYPES), LFM2_TYPES))
+    given = h.get("block_ff_dim"), h.get("intermediate_size")  # both looked at: the first wins
+    width = "block_ff_dim" if "block_ff_dim" in h.cfg else "intermediate_size"
+    dff = given[0] if width == "block_ff_dim" else given[1]
+    if type(dff) is not int or dff < 1:
+        raise ShapecalcError(width, f"Dff must be a positive integer, not {dff!r}")
+    if h.get("block_auto_adjust_ff_dim"):
+        dff = int(2 * dff / 3)
+        mult = h.get("block_ffn_dim_multiplier")
+        if mult is not None:
+            step = h.get("block_multiple_of")
+            if type(step) is not int or step < 1:
+                raise ShapecalcError("block_multiple_of", f"must be a positive integer, not "
+                                     f"{step!r}")
+            dff = step * -(-int(mult * dff) // step)
+    tie = h.get("tie_embedding"), h.get("tie_word_embeddings", True)
+    f.update(d_ff=dff, tie_embeddings=bool(tie[0] if "tie_embedding" in h.cfg else tie[1]))
+
+
+# Lfm2Config's defaults (transformers 5.24; the LFM2-1.2B checkpoint's, its docstring says)
+_LFM2 = dict(vocab_size=65536, hidden_size=2560, intermediate_size=12288, num_hidden_layers=32,
+             num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=128000,
+             tie_word_embeddings=True, conv_bias=False, conv_L_cache=3, block_multiple_of=256,
+             block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True, full_attn_idxs=None,
+             layer_types=None)
+
+CONV: tuple[Family, ...] = (
+    Family("lfm2", "LFM2: gated short convolutions and GQA attention by layer_types",
+           (lfm2,), _LFM2, widths=dict(vocab_size=65536, hidden_size=2560,
+                                       num_hidden_layers=32, num_attention_heads=32)),
+)

@@ -1,0 +1,39 @@
+"""The convolution mixers' families, measured by measure_mixers.py into their own file:
+
+    python3 tests/torch_reference/measure_mixers.py --cases \
+        tests/torch_reference/mixer_cases_conv.py --out tests/data/mixers_reference_conv.json
+
+Each case: (name, what, full_config, hf_config), as measure_mixers.py's CASES: params on the meta
+device at full size, FLOPs with FlopCounterMode on real tensors at the reduced width of
+hf_config (every symbol a different number), caches after a bf16 prefill."""
+
+from __future__ import annotations
+
+import json
+import os
+
+HF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "hf")
+
+
+def hub(stem: str) -> dict:
+    with open(os.path.join(HF_DIR, f"{stem}.json")) as f:
+        return json.load(f)
+
+
+# LFM2 at reduced width: Dff = 64 after the auto-adjust (⌊2·80/3⌋ = 53, up to a multiple of 16)
+LFM2_SMALL = dict(vocab_size=320, hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=12, block_ff_dim=80, intermediate_size=80, block_multiple_of=16)
+LFM2_MIX = dict(model_type="lfm2", vocab_size=320, hidden_size=40, num_hidden_layers=5,
+                num_attention_heads=4, num_key_value_heads=1, intermediate_size=72,
+                block_auto_adjust_ff_dim=False, conv_bias=True, conv_L_cache=5,
+                layer_types=["conv", "full_attention", "conv", "conv", "full_attention"],
+                tie_word_embeddings=False)
+CASES = [
+    ("lfm2-1.2b", "the preset's config.json (LFM2-1.2B); reduced width, its 16-layer pattern",
+     hub("lfm2-1.2b"), {**hub("lfm2-1.2b"), **LFM2_SMALL}),
+    ("lfm2-class-defaults", "Lfm2Config's defaults (full_attn_idxs null: every layer attends, "
+     "no conv layer); reduced width", dict(model_type="lfm2"),
+     dict(model_type="lfm2", **LFM2_SMALL)),
+    ("lfm2-conv-bias", "LFM2 with conv_bias (in_proj, conv and out_proj biases), kernel 5, no "
+     "FFN auto-adjust, untied, MQA, layer_types given", LFM2_MIX, LFM2_MIX),
+]
