@@ -304,6 +304,8 @@ def mixer_models(draw):
         ffn=draw(st.sampled_from(["relu2", "swiglu", "gelu"])), norm="rmsnorm",
         positions=draw(st.sampled_from(["none", "rope"])),
         attn_output_gate=draw(st.booleans()), qk_norm=draw(st.booleans()),
+        attn_head_gate=draw(st.booleans()),
+        norm_position="pre" if scans else draw(st.sampled_from(["pre", "sandwich"])),
         tie_embeddings=draw(st.booleans()), mixer_types=tuple(mixers),
         ffn_types=tuple(draw(st.sampled_from(["dense", "none"])) for _ in mixers),
         conv_kernel=draw(st.integers(1, 5)),

@@ -22,6 +22,14 @@ LFM = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_
            mixer_types=["short_conv", "attention", "short_conv"], conv_kernel=3, conv_bias=False)
 
 
+# LFM3's layout: short convs beside full and sliding attention with a gate per head, every
+# branch's output normed (sandwich)
+LFM3 = {**LFM, "n_layers": 4, "mixer_types": ["short_conv", "attention", "short_conv",
+                                              "attention"],
+        "layer_types": ["full", "full", "full", "sliding"], "sliding_window": 5,
+        "attn_head_gate": True, "norm_position": "sandwich", "conv_kernel": 4}
+
+
 def _check(r: dict, start: str) -> dict:
     return next(c for c in r["checks"] if c["name"].startswith(start))
 
@@ -53,12 +61,23 @@ def test_the_decode_steps_check_catches_a_perturbed_prefill_rule(monkeypatch):
     assert not c["ok"] and float(c["measured"]) > 1e-6
 
 
-def test_verify_passes_under_tensor_parallelism():
-    r = verify(ModelConfig(**LFM), Workload(batch=2, seq=19, dtype="fp32", tp=2),
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_passes_on_lfm3s_layout(phase):
+    r = verify(ModelConfig(**LFM3), Workload(batch=2, seq=11, phase=phase, dtype="fp32"),
                precision="float64")
     assert not [c for c in r["checks"] if not c["ok"]]
-    one = build_trace(ModelConfig(**LFM), Workload(batch=2, seq=19))
-    two = build_trace(ModelConfig(**LFM), Workload(batch=2, seq=19, tp=2))
+    roles = {s["role"] for s in build_trace(ModelConfig(**LFM3), Workload(seq=11))["stages"]}
+    assert {"attn.head_gate", "attn.head_gate.mul", "mixer.post_norm", "attn.post_norm",
+            "ffn.post_norm"} <= roles
+
+
+@pytest.mark.parametrize("fields", [LFM, LFM3], ids=["lfm2", "lfm3"])
+def test_verify_passes_under_tensor_parallelism(fields):
+    r = verify(ModelConfig(**fields), Workload(batch=2, seq=19, dtype="fp32", tp=2),
+               precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+    one = build_trace(ModelConfig(**fields), Workload(batch=2, seq=19))
+    two = build_trace(ModelConfig(**fields), Workload(batch=2, seq=19, tp=2))
     assert 2 * two["parallel"]["tp"]["state_cache_bytes_per_rank"] == \
         one["totals"]["state_cache_bytes"] > 0
 
@@ -136,7 +155,49 @@ def test_lfm2_reads_its_layout(tmp_path):
         64, False, 3, False, True)
 
 
-def test_train_refuses_the_short_conv():
+LFM3_HF = {"model_type": "lfm3", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 5,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+           "intermediate_size": 48, "pad_token_id": 0}
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"conv_L_cache": 0}, "conv_L_cache"),
+    ({"layer_types": ["conv"] * 4}, "layer_types"),  # 4 layers, N = 5
+    ({"layer_types": ["conv", "linear_attention", "conv", "conv", "conv"]}, "layer_types"),
+    ({"sliding_window": 0}, "sliding_window"),  # layer 4 slides (the default pattern)
+    ({"intermediate_size": 0}, "intermediate_size"),
+])
+def test_bad_lfm3_configs_exit_2_naming_the_key(cli, tmp_path, change, key):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LFM3_HF, **change}))
+    r = cli("trace", "--hf-config", str(path))
+    assert r.code == 2, (r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0], r.err
+
+
+def test_lfm3_reads_its_layout(tmp_path):
+    from shapecalc.inputs.hf import load_hf_config
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LFM3_HF))
+    m = load_hf_config(path)
+    # Lfm3Config's default pattern: i mod 4 = 2 full, i mod 4 = 0 (i > 0) sliding, else conv
+    assert m.mixers == ("short_conv", "short_conv", "attention", "short_conv", "attention")
+    assert m.layer_types == ("full", "full", "full", "full", "sliding")
+    assert (m.sliding_window, m.conv_kernel, m.attn_head_gate, m.norm_position, m.d_ff) == (
+        256, 7, True, "sandwich", 48)
+    path.write_text(json.dumps({**LFM3_HF, "use_sandwich_norm": False, "layer_types": [
+        "conv", "full_attention", "conv", "conv", "full_attention"],
+        "use_attention_gate": False}))
+    m = load_hf_config(path)
+    assert (m.sliding_window, m.attn_head_gate, m.norm_position) == (None, False, "pre")
+
+
+def test_train_refuses_the_short_conv_and_the_head_gate():
     from shapecalc.train.memory import check_trainable
     with pytest.raises(ShapecalcError, match="short_conv"):
         check_trainable(ModelConfig(**LFM))
+    attention_only = {k: v for k, v in LFM3.items() if not k.startswith("conv_")}
+    with pytest.raises(ShapecalcError) as e:
+        check_trainable(ModelConfig(**{**attention_only, "mixer_types": None}))
+    assert e.value.field == "attn_head_gate"

@@ -96,6 +96,49 @@ def lfm2(h: HF, f: Fields) -> None:
     f.update(d_ff=dff, tie_embeddings=bool(tie[0] if "tie_embedding" in h.cfg else tie[1]))
 
 
+LFM3_TYPES = {"conv": "short_conv", "full_attention": "attention",
+              "sliding_attention": "attention"}
+
+
+@mechanism("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "head_dim", "max_position_embeddings", "layer_types",
+           "conv_L_cache", "conv_bias", "intermediate_size", "tie_word_embeddings",
+           "sliding_window", "use_sandwich_norm", "use_attention_gate", "attention_bias",
+           "rope_parameters.partial_rotary_factor")
+def lfm3(h: HF, f: Fields) -> None:
+    """Lfm3Config and Lfm3DecoderLayer: LFM2's layers (its short conv, operator and FFN norms)
+    with Qwen3's attention (per-head q/k RMSNorms, attention_bias on q, k, v and o), a sigmoid
+    gate per head (g_proj [D → H], use_attention_gate), sliding layers of sliding_window, each
+    branch's output RMS-normed before its residual add (use_sandwich_norm), and Lfm2MoeMLP's
+    SwiGLU of intermediate_size (no auto-adjust). Default layer_types: layer i attends when
+    i mod 4 = 2 (full) or i mod 4 = 0, i > 0 (sliding); the rest are convs. RoPE (proportional
+    on the full layers: the whole head turned, some frequencies zero) changes no count."""
+    _widths(h, f)
+    # the full layers' proportional RoPE: its partial_rotary_factor zeroes frequencies, the
+    # encoding still spans the whole head (rope_type proportional), so no count changes
+    h.read.add("rope_parameters.partial_rotary_factor")
+    n = f["n_layers"]
+    types = h.get("layer_types")
+    if types is None:
+        types = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i
+                 else "conv" for i in range(n)]
+    types = _pattern(h, n, types, LFM3_TYPES)
+    f.update(_conv_fields(h, types, LFM3_TYPES))
+    dff = h.get("intermediate_size")
+    if type(dff) is not int or dff < 1:
+        raise ShapecalcError("intermediate_size", f"Dff must be a positive integer, not {dff!r}")
+    slides = "sliding_attention" in types
+    window = h.get("sliding_window")
+    if slides and (type(window) is not int or window < 1):
+        raise ShapecalcError("sliding_window", f"W must be a positive integer, not {window!r}")
+    bias = bool(h.get("attention_bias"))
+    f.update(d_ff=dff, tie_embeddings=bool(h.get("tie_word_embeddings")),
+             layer_types=tuple("sliding" if t == "sliding_attention" else "full" for t in types),
+             sliding_window=window if slides else None, qkv_bias=bias, attn_out_bias=bias,
+             attn_head_gate=bool(h.get("use_attention_gate")),
+             norm_position="sandwich" if h.get("use_sandwich_norm") else "pre")
+
+
 # Lfm2Config's defaults (transformers 5.24; the LFM2-1.2B checkpoint's, its docstring says)
 _LFM2 = dict(vocab_size=65536, hidden_size=2560, intermediate_size=12288, num_hidden_layers=32,
              num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=128000,
@@ -103,8 +146,18 @@ _LFM2 = dict(vocab_size=65536, hidden_size=2560, intermediate_size=12288, num_hi
              block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True, full_attn_idxs=None,
              layer_types=None)
 
+# Lfm3Config's defaults (transformers 5.24; the LFM3-1.7B checkpoint's, its docstring says)
+_LFM3 = dict(vocab_size=128000, hidden_size=2048, intermediate_size=7680, num_hidden_layers=24,
+             num_attention_heads=16, num_key_value_heads=4, head_dim=128,
+             max_position_embeddings=128000, tie_word_embeddings=True, conv_bias=False,
+             conv_L_cache=7, layer_types=None, sliding_window=256, use_sandwich_norm=True,
+             use_attention_gate=True, attention_bias=False)
+
 CONV: tuple[Family, ...] = (
     Family("lfm2", "LFM2: gated short convolutions and GQA attention by layer_types",
            (lfm2,), _LFM2, widths=dict(vocab_size=65536, hidden_size=2560,
                                        num_hidden_layers=32, num_attention_heads=32)),
+    Family("lfm3", "LFM3: short convs, full and sliding attention, head gates, sandwich norms",
+           (lfm3,), _LFM3, widths=dict(vocab_size=128000, hidden_size=2048,
+                                       num_hidden_layers=24, num_attention_heads=16)),
 )

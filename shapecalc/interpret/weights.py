@@ -200,11 +200,13 @@ class Weights:
                  "gdn.out": (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
                  "attn.gate": H * dh,
                  # the short conv: in [D → B, C, x], out [D → D]
-                 "conv.in.B": D, "conv.in.C": D, "conv.in.x": D, "conv.out": D}[role]
+                 "conv.in.B": D, "conv.in.C": D, "conv.in.x": D, "conv.out": D,
+                 "attn.head_gate": H}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
                  "moe.router": m.router_bias, "moe.shared_gate": False, "ssm.in": False,
+                 "attn.head_gate": False,
                  "ssm.out": False}.get(role, m.conv_bias if role.startswith("conv.") else (
                      not role.startswith(("gdn.", "ssm.")) and m.qkv_bias))
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)

@@ -200,6 +200,8 @@ class ModelFields(Record):
                                 "in_proj_qkv, _z, _b, _a); changes the listing, not the numbers")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
+    attn_head_gate: bool = _doc(False, "each head's attention output × sigmoid(x·W_g), W_g [D, H]: "
+                                "one gate a head (LFM3's g_proj)")
 
     @property
     def kv_heads(self) -> int:

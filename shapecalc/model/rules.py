@@ -173,10 +173,12 @@ def check_mixers(m: ModelFields) -> None:
         raise ShapecalcError("gdn_v_heads", f"H_qk={m.gdn_qk_heads} does not divide H_v="
                              f"{m.gdn_v_heads}: each q/k head serves whole value heads")
     if stateful or "short_conv" in m.mixers:
+        # LFM3 puts its short convs in sandwich blocks (each branch's output normed too)
+        ok = ("pre", "sandwich") if not stateful else ("pre",)
         for f in ("parallel_block", "norm_position"):
-            if (m.parallel_block if f == "parallel_block" else m.norm_position != "pre"):
+            if (m.parallel_block if f == "parallel_block" else m.norm_position not in ok):
                 raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
                                      "blocks")
-    if m.attn_output_gate and m.mla:
-        raise ShapecalcError("attn_output_gate", "is not modelled with Multi-head Latent "
-                             "Attention")
+    for f in ("attn_output_gate", "attn_head_gate"):
+        if getattr(m, f) and m.mla:
+            raise ShapecalcError(f, "is not modelled with Multi-head Latent Attention")

@@ -37,3 +37,23 @@ CASES = [
     ("lfm2-conv-bias", "LFM2 with conv_bias (in_proj, conv and out_proj biases), kernel 5, no "
      "FFN auto-adjust, untied, MQA, layer_types given", LFM2_MIX, LFM2_MIX),
 ]
+
+# LFM3: no Hub config.json was found; Lfm3Config's defaults (its reference checkpoint LFM3-1.7B),
+# written out in tests/data/hf/lfm3-1.7b.json. At reduced width its 24-layer pattern, a window of
+# 7 (under both T), the kernel of 7
+LFM3_SMALL = dict(vocab_size=320, hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=12, intermediate_size=80, sliding_window=7, pad_token_id=0)
+LFM3_MIX = dict(model_type="lfm3", vocab_size=320, hidden_size=40, num_hidden_layers=6,
+                num_attention_heads=4, num_key_value_heads=1, head_dim=10, intermediate_size=72,
+                conv_bias=True, conv_L_cache=2, sliding_window=20, use_sandwich_norm=False,
+                pad_token_id=0,
+                use_attention_gate=False, attention_bias=True, tie_word_embeddings=False,
+                layer_types=["sliding_attention", "conv", "full_attention", "conv", "conv",
+                             "sliding_attention"])
+CASES += [
+    ("lfm3-1.7b", "the preset: Lfm3Config's defaults (no Hub config.json found); reduced width, "
+     "its 24-layer pattern (conv, full and sliding attention), head gates, sandwich norms",
+     hub("lfm3-1.7b"), {**hub("lfm3-1.7b"), **LFM3_SMALL}),
+    ("lfm3-plain", "LFM3 without sandwich norms or head gates, attention and conv biases, kernel "
+     "2, window 20 (past T=16 only), untied, layer_types given", LFM3_MIX, LFM3_MIX),
+]
