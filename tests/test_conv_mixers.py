@@ -201,3 +201,36 @@ def test_train_refuses_the_short_conv_and_the_head_gate():
     with pytest.raises(ShapecalcError) as e:
         check_trainable(ModelConfig(**{**attention_only, "mixer_types": None}))
     assert e.value.field == "attn_head_gate"
+
+
+MOE_HF = {"model_type": "lfm2_moe", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 4,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+          "moe_intermediate_size": 16, "num_experts": 4, "num_experts_per_tok": 2,
+          "num_dense_layers": 1, "layer_types": ["conv", "full_attention", "conv", "conv"]}
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"layer_types": None}, "layer_types"),  # Lfm2MoeConfig writes none; its model needs them
+    ({"layer_types": ["conv", "sliding_attention", "conv", "conv"]}, "layer_types"),
+    ({"num_dense_layers": -1}, "num_dense_layers"),
+    ({"num_experts": 0}, "num_experts"),
+    ({"conv_L_cache": 0}, "conv_L_cache"),
+])
+def test_bad_lfm2_moe_configs_exit_2_naming_the_key(cli, tmp_path, change, key):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in {**MOE_HF, **change}.items() if v is not None}))
+    r = cli("trace", "--hf-config", str(path))
+    assert r.code == 2, (r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and key in lines[0], r.err
+
+
+def test_lfm2_moe_reads_its_layout(tmp_path):
+    from shapecalc.inputs.hf import load_hf_config
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MOE_HF))
+    m = load_hf_config(path)
+    assert m.mixers == ("short_conv", "attention", "short_conv", "short_conv")
+    assert m.ffn_types == ("dense", "moe", "moe", "moe")
+    assert (m.d_ff, m.dff_expert, m.n_experts, m.experts_per_token, m.router_scoring,
+            m.norm_topk_prob, m.routed_scaling_factor) == (48, 16, 4, 2, "sigmoid", True, 1.0)

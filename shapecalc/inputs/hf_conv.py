@@ -1,11 +1,12 @@
 """The families whose token mixers are convolutions (issue 19): LFM2's gated short convolution
-beside full attention (lfm2), and LFM3's beside full and sliding attention with a per-head
-attention gate and sandwich norms (lfm3). Each mechanism reads the keys it declares; CONV holds
-their entries, joined to the table by hf_families.py."""
+beside full attention (lfm2; lfm2_moe with sparse MoE layers), and LFM3's beside full and sliding
+attention with a per-head attention gate and sandwich norms (lfm3). Each mechanism reads the
+keys it declares; CONV holds their entries, joined to the table by hf_families.py."""
 
 from __future__ import annotations
 
 from ..model.config import ShapecalcError
+from . import hf_moe as moe
 from .hf_base import HF, Family, Fields, mechanism
 
 # Lfm2DecoderLayer: a layer is attention unless its type is "conv"; the masks are built for these
@@ -139,6 +140,32 @@ def lfm3(h: HF, f: Fields) -> None:
              norm_position="sandwich" if h.get("use_sandwich_norm") else "pre")
 
 
+@mechanism("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "head_dim", "max_position_embeddings", "layer_types",
+           "conv_L_cache", "conv_bias", "intermediate_size", "tie_word_embeddings",
+           "tie_embedding", "routed_scaling_factor", "use_expert_bias")
+def lfm2_moe(h: HF, f: Fields) -> None:
+    """Lfm2MoeDecoderLayer: LFM2's layers (layer_types required: Lfm2MoeConfig writes none, and
+    its model indexes them), the first num_dense_layers with Lfm2MoeMLP of intermediate_size
+    (no auto-adjust), the others a sparse MoE: a sigmoid router [D → E] without bias choosing by
+    sigmoid + expert_bias (use_expert_bias: a buffer, the choice only), the k weights
+    renormalised (norm_topk_prob) and × routed_scaling_factor, Qwen2-MoE's experts."""
+    _widths(h, f)
+    n = f["n_layers"]
+    types = h.get("layer_types")
+    if types is None:
+        raise ShapecalcError("layer_types", "Lfm2MoeConfig has no default layer pattern, and "
+                             "Lfm2MoeModel indexes one: the config must give it")
+    f.update(_conv_fields(h, _pattern(h, n, types, LFM2_TYPES), LFM2_TYPES))
+    dff = h.get("intermediate_size")
+    if type(dff) is not int or dff < 1:
+        raise ShapecalcError("intermediate_size", f"Dff must be a positive integer, not {dff!r}")
+    h.get("use_expert_bias")  # a buffer added for the choice: no parameter, no count
+    tie = h.get("tie_embedding"), h.get("tie_word_embeddings", True)
+    f.update(d_ff=dff, tie_embeddings=bool(tie[0] if "tie_embedding" in h.cfg else tie[1]),
+             routed_scaling_factor=h.get("routed_scaling_factor"))
+
+
 # Lfm2Config's defaults (transformers 5.24; the LFM2-1.2B checkpoint's, its docstring says)
 _LFM2 = dict(vocab_size=65536, hidden_size=2560, intermediate_size=12288, num_hidden_layers=32,
              num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=128000,
@@ -153,10 +180,23 @@ _LFM3 = dict(vocab_size=128000, hidden_size=2048, intermediate_size=7680, num_hi
              conv_L_cache=7, layer_types=None, sliding_window=256, use_sandwich_norm=True,
              use_attention_gate=True, attention_bias=False)
 
+# Lfm2MoeConfig's defaults (transformers 5.24; its docstring names LFM2-8B-A1B)
+_LFM2_MOE = dict(vocab_size=65536, hidden_size=2048, intermediate_size=7168,
+                 moe_intermediate_size=1792, num_hidden_layers=32, tie_word_embeddings=True,
+                 max_position_embeddings=128000, num_attention_heads=32, num_key_value_heads=8,
+                 conv_bias=False, conv_L_cache=3, num_dense_layers=2, num_experts_per_tok=4,
+                 num_experts=32, use_expert_bias=True, routed_scaling_factor=1.0,
+                 norm_topk_prob=True, layer_types=None)
+
 CONV: tuple[Family, ...] = (
     Family("lfm2", "LFM2: gated short convolutions and GQA attention by layer_types",
            (lfm2,), _LFM2, widths=dict(vocab_size=65536, hidden_size=2560,
                                        num_hidden_layers=32, num_attention_heads=32)),
+    Family("lfm2_moe", "LFM2-MoE: LFM2's layers, dense first, then sigmoid top-k experts",
+           (lfm2_moe, moe.dense_first, moe.experts("num_experts", "moe_intermediate_size"),
+            moe.norm_topk), _LFM2_MOE, fixed=dict(router_scoring="sigmoid"),
+           widths=dict(vocab_size=65536, hidden_size=2048, num_hidden_layers=32,
+                       num_attention_heads=32)),
     Family("lfm3", "LFM3: short convs, full and sliding attention, head gates, sandwich norms",
            (lfm3,), _LFM3, widths=dict(vocab_size=128000, hidden_size=2048,
                                        num_hidden_layers=24, num_attention_heads=16)),

@@ -57,3 +57,19 @@ CASES += [
     ("lfm3-plain", "LFM3 without sandwich norms or head gates, attention and conv biases, kernel "
      "2, window 20 (past T=16 only), untied, layer_types given", LFM3_MIX, LFM3_MIX),
 ]
+
+# LFM2-MoE: the preset's sizes as a public test file quotes LFM2-8B-A1B's config.json (the Hub
+# file itself was not found); Lfm2MoeConfig's defaults give no layer_types (its model cannot be
+# built without them), so the class-defaults case adds a 32-layer pattern
+MOE_SMALL = dict(vocab_size=320, hidden_size=48, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=12, intermediate_size=80, moe_intermediate_size=20, num_experts=6,
+                 num_experts_per_tok=2)
+PATTERN32 = ["conv", "conv", "full_attention", "conv"] * 8
+CASES += [
+    ("lfm2-8b-a1b", "the preset's config.json (LFM2-8B-A1B, as a public test file quotes it); "
+     "reduced width, its 24-layer pattern, 2 dense layers then MoE", hub("lfm2-8b-a1b"),
+     {**hub("lfm2-8b-a1b"), **MOE_SMALL}),
+    ("lfm2_moe-class-defaults", "Lfm2MoeConfig's defaults with a 32-layer layer_types (the class "
+     "gives none); reduced width", dict(model_type="lfm2_moe", layer_types=PATTERN32),
+     dict(model_type="lfm2_moe", layer_types=PATTERN32, **MOE_SMALL)),
+]
