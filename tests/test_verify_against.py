@@ -246,7 +246,16 @@ def test_startup_does_not_import_torch():
 
 
 # -- with torch ----------------------------------------------------------------------------------
-STORED = [n for n in sorted(sources.list_presets()) if stored_config(n) is not None]
+# the presets with stateful token mixers are refused (test below) and measured against
+# transformers by tests/test_mixers_reference.py instead
+STORED = [n for n in sorted(sources.list_presets()) if stored_config(n) is not None
+          and set(sources.load_preset(n).mixers) <= {"attention", "none"}]
+
+
+def test_stateful_mixers_are_refused_in_one_line(cli):
+    r = cli("verify", "--preset", "lfm2-1.2b", "--against", "transformers", "--json")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "short_conv" in r.err and "model" in r.err
 
 
 def _quick() -> set[str]:

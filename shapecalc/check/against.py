@@ -99,6 +99,11 @@ def run(against: str, preset: str | None, config: Any, hf_config: Any,
         if value not in (None, False, []) and not (field in UNSET and UNSET[field] == value):
             raise ShapecalcError(field, f"verify --against does not take it: {WHY_NOT[field]}")
     model, raw, where = source(preset, config, hf_config, presets_dir)
+    stateful = sorted(set(model.mixers) - {"attention", "none"})
+    if stateful:  # the harness maps KV-cache layers only (tests/test_mixers_reference.py
+        # measures these families against transformers instead)
+        raise ShapecalcError("model", f"its {', '.join(stateful)} layers are not compared yet: "
+                             "verify --against takes attention models")
     if not isinstance(raw, dict):
         raise ShapecalcError("hf-config", "a config.json holds one JSON object")
     wl = workload(model, batch, seq, dtype)
