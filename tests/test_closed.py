@@ -285,9 +285,11 @@ def test_causal_flops_equal_the_causal_conventions_count(name):
 @st.composite
 def mixer_models(draw):
     n = draw(st.integers(1, 5))
-    mixers = draw(st.lists(st.sampled_from(["mamba2", "gated_deltanet", "attention", "none"]),
+    mixers = draw(st.lists(st.sampled_from(["mamba2", "gated_deltanet", "short_conv",
+                                            "attention", "none"]),
                            min_size=n, max_size=n).filter(
-        lambda xs: {"mamba2", "gated_deltanet"} & set(xs)))
+        lambda xs: {"mamba2", "gated_deltanet", "short_conv"} & set(xs)))
+    scans = {"mamba2", "gated_deltanet"} & set(mixers)  # the short conv has no chunk
     heads, qk = draw(st.sampled_from([2, 4, 6])), draw(st.sampled_from([1, 2]))
     mamba = dict(
         ssm_heads=heads, ssm_head_dim=draw(st.sampled_from([2, 3])),
@@ -302,9 +304,12 @@ def mixer_models(draw):
         ffn=draw(st.sampled_from(["relu2", "swiglu", "gelu"])), norm="rmsnorm",
         positions=draw(st.sampled_from(["none", "rope"])),
         attn_output_gate=draw(st.booleans()), qk_norm=draw(st.booleans()),
+        attn_head_gate=draw(st.booleans()),
+        norm_position="pre" if scans else draw(st.sampled_from(["pre", "sandwich"])),
         tie_embeddings=draw(st.booleans()), mixer_types=tuple(mixers),
         ffn_types=tuple(draw(st.sampled_from(["dense", "none"])) for _ in mixers),
-        conv_kernel=draw(st.integers(1, 5)), scan_chunk=draw(st.sampled_from([1, 3, 8, 16])),
+        conv_kernel=draw(st.integers(1, 5)),
+        scan_chunk=draw(st.sampled_from([1, 3, 8, 16])) if scans else None,
         conv_bias=draw(st.booleans()), **mamba, **gdn)
 
 

@@ -27,6 +27,7 @@ REFS = [json.loads(p.read_text()) for p in
 REF = REFS[0]
 assert all(r["T"] == REF["T"] and r["B"] == REF["B"] for r in REFS)
 CASES = {c["name"]: c for r in REFS for c in r["cases"]}
+TORCH_DTYPE = {"bf16": "torch.bfloat16", "fp32": "torch.float32"}
 
 
 def _load(tmp_path: Path, cfg: dict):
@@ -60,13 +61,24 @@ def test_flops_equal_flopcountermode(tmp_path, name, T):
 def test_cache_bytes_equal_transformers_cache(tmp_path, name, T):
     case, cache = CASES[name], CASES[name]["steps"][str(T)]["cache_bf16"]
     m = _load(tmp_path, case["hf_config"])
-    t = _totals(m, T, dtype="bf16")
+    doc = build_trace(m, Workload(batch=1, seq=T, dtype="bf16"))
+    t = doc["totals"]
+    if m.sliding_window is not None:  # transformers' cache keeps W−1 tokens of a sliding layer
+        # after the prefill, shapecalc W (as tests/test_gemma.py compares them)
+        w1 = m.model_copy(update={"sliding_window": m.sliding_window - 1})
+        assert t["kv_cache_bytes"] >= _totals(w1, T, dtype="bf16")["kv_cache_bytes"]
+        t = {**t, "kv_cache_bytes": _totals(w1, T, dtype="bf16")["kv_cache_bytes"]}
     assert t["kv_cache_bytes"] == cache["kv_cache_bytes"]
     assert t["state_cache_bytes"] == cache["state_cache_bytes"]
-    # conv states follow the model's dtype, the scan's recurrent states stay in fp32
-    dtypes = {part: dt for _, part, _, dt in cache["shapes"]}
-    assert dtypes["conv_states"] == "torch.bfloat16"
-    assert dtypes["recurrent_states"] == "torch.float32"
+    # the parts each family's cache holds, in their dtypes, as the trace's state stages say: conv
+    # states follow the model's dtype, the scans' recurrent states stay in fp32; a short conv
+    # (LFM2) holds no recurrent state
+    dtypes = {part: dt for _, part, _, dt in cache["shapes"] if part.endswith("_states")}
+    traced = {"conv_states" if s["role"] == "state.conv" else "recurrent_states":
+              TORCH_DTYPE[s["dtype"]] for s in doc["stages"] if s["role"].startswith("state.")}
+    assert dtypes == traced
+    assert dtypes.get("conv_states", "torch.bfloat16") == "torch.bfloat16"
+    assert dtypes.get("recurrent_states", "torch.float32") == "torch.float32"
 
 
 def test_live():
@@ -83,7 +95,8 @@ def test_live():
     assert live == {k: case[k] for k in ("params_meta", "steps")}
 
 
-PRESETS = ("nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b")
+PRESETS = ("nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b",
+           "lfm2-1.2b", "lfm3-1.7b", "lfm2-8b-a1b")
 
 
 @pytest.mark.parametrize("name", PRESETS)

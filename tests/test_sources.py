@@ -50,6 +50,7 @@ def params(m: ModelConfig) -> int:
         attn += ((dq or 0) + dc + dr) * m.qkv_bias + d * m.attn_out_bias
     # the output gate [D, H·Dh] (+ q's bias: Qwen3-Next's is q_proj's second half; AFMoE's has none)
     attn += (d * h * dh + h * dh * m.qkv_bias) * m.attn_output_gate
+    attn += d * h * m.attn_head_gate  # LFM3's g_proj [D → H], one gate a head
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
     if m.mixer_types is not None:  # a token mixer and a channel mixer per layer, each normed
@@ -89,14 +90,20 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
         kd, vd = m.gdn_qk_heads * m.gdn_qk_dim, m.gdn_v_heads * m.gdn_v_dim
         gdn = (d * (2 * kd + 2 * vd) + d * 2 * m.gdn_v_heads + (2 * kd + vd) * kc
                + 2 * m.gdn_v_heads + m.gdn_v_dim + vd * d)
-    token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "none": -norm}
+    # Lfm2ShortConv: in_proj [D → 3D], the depthwise conv [D, K_c], out_proj, each biased or not
+    conv = (3 * d * d + d * (kc or 0) + d * d + 5 * d * m.conv_bias) if "short_conv" in m.mixers \
+        else 0
+    token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "short_conv": conv,
+             "none": -norm}
     sw = m.n_shared_experts * m.dff_shared
     moe = (d * (m.n_experts or 0) + (m.n_experts or 0) * 3 * d * m.dff_expert + 3 * d * sw
            + d * m.shared_expert_gate)
     total = v * d + norm + (0 if m.tie_embeddings else v * d)
     kinds = m.ffn_types or ("moe" if m.n_experts else "dense",) * m.n_layers
+    post = norm if m.norm_position == "sandwich" else 0  # LFM3: each branch's output normed
     for mixer, kind in zip(m.mixers, kinds, strict=True):
-        total += token[mixer] + norm + {"dense": ffn + norm, "moe": moe + norm, "none": 0}[kind]
+        total += token[mixer] + norm + post + {"dense": ffn + norm + post, "moe": moe + norm,
+                                               "none": 0}[kind]
     return total
 
 

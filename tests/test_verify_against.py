@@ -331,3 +331,14 @@ def test_the_shapecalc_side_is_the_trace(tmp_path):
     got = {c["quantity"]: c["shapecalc"] for c in doc["checks"]}
     assert got == {"params": pre["params"], "prefill_flops": pre["flops"],
                    "decode_flops": dec["flops"], "kv_cache_bytes": pre["kv_cache_bytes"]}
+
+
+def test_a_stateful_mixer_model_is_compared_state_bytes_too(cli):
+    """LFM2's short convs: transformers' cache holds conv states (and no keys) in those layers;
+    the live measurement reads every cache tensor, and the states are a check of their own."""
+    need_torch()
+    r = cli("verify", "--preset", "lfm2-1.2b", "--against", "transformers", "--seq", "16",
+            "--json")
+    assert r.code == 0, (r.err, r.out[-2000:])
+    check = next(c for c in json.loads(r.out)["checks"] if c["quantity"] == "state_cache_bytes")
+    assert check["ok"] and check["shapecalc"] == check["transformers"] > 0

@@ -130,7 +130,7 @@ def verify_against(model: ModelConfig, raw: dict[str, Any], wl: Workload,
     from ..reference.measure import measure_config
 
     try:
-        measured = measure_config(raw, wl.batch, wl.seq, wl.dtype)
+        measured = measure_config(raw, wl.batch, wl.seq, wl.dtype, day0=True)  # every tensor
     except Exception as e:  # transformers refuses the config, or its forward cannot run on meta
         text = str(e).strip()
         first = text.splitlines()[0] if text else type(e).__name__
@@ -282,6 +282,11 @@ def compare(model: ModelConfig, wl: Workload, measured: dict[str, Any],
         _compare(f"KV cache bytes after the prefill ({wl.dtype})", "kv_cache_bytes",
                  t_pre["kv_cache_bytes"], sum(kv_theirs), kv_mod, kv_mod_theirs, order),
     ]
+    if "cache_tensors" in measured:  # a live measurement: every tensor of the cache
+        states = sum(t["bytes"] for t in measured["cache_tensors"]
+                     if t["part"] not in ("keys", "values"))
+        checks.append(_check(f"state cache bytes after the prefill ({wl.dtype})",
+                             "state_cache_bytes", t_pre["state_cache_bytes"], states, None, None))
     conventions = [*kv_notes, *dec_notes]
     if wl.mla_form == "latent":
         conventions.append("MLA: shapecalc's latent form (transformers re-expands the cached "

@@ -21,4 +21,9 @@ def state_checks(stages: list[Stage], traced: int, measured: Any) -> list[dict]:
         out.append({"name": f"chunked scan == step-by-step recurrence (float64, relative, "
                             f"{len(errs)} layer(s))", "symbolic": f"≤ {SCAN_TOL:g}",
                     "measured": f"{max(errs):.1e}", "ok": max(errs) <= SCAN_TOL})
+    steps = [s.extra["conv_steps_rel_err"] for s in stages if "conv_steps_rel_err" in s.extra]
+    if steps:  # a convolution of one form (interpret/short_conv.py)
+        out.append({"name": f"prefill conv == T single-token decode steps (float64, relative, "
+                            f"{len(steps)} layer(s))", "symbolic": f"≤ {SCAN_TOL:g}",
+                    "measured": f"{max(steps):.1e}", "ok": max(steps) <= SCAN_TOL})
     return out

@@ -18,6 +18,7 @@ from . import hf_gemma as gemma
 from . import hf_llama as llama
 from . import hf_moe as moe
 from .hf_base import Family, Refusal
+from .hf_conv import CONV
 from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_families_2025 import NEW
 from .hf_llama4 import llama4
@@ -306,6 +307,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                        "Starcoder2MLP is c_fc → GELU → c_proj whatever "
                                        "mlp_type says")}),
     *NEW,
+    *CONV,
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -16,6 +16,7 @@ import numpy as np
 from ..model.conventions import conv_columns, pick, recurrent_dtype
 from ..model.expr import Dim
 from . import fused
+from .short_conv import ONE_FORM, one_form_err
 from .storage import measure
 from .symbolic_mamba2 import SSM_EW
 
@@ -44,15 +45,15 @@ def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, c
     if self.decoding:  # the window of K_c past inputs, then the new one: 2 outputs, the last kept
         seq = np.concatenate([self.cache.states[key], x], axis=2)
         span = seq
-    else:  # the cache pads a short prompt to K_c; the convolution pads K_c − 1 on each side
-        seq = np.concatenate([np.zeros((R, B, max(0, K - T), C), x.dtype), x], axis=2)
-        span = np.concatenate([np.zeros((R, B, K - 1, C), x.dtype), seq,
-                               np.zeros((R, B, K - 1, C), x.dtype)], axis=2)
+    else:
+        seq, span = _prefill_span(x, K)
     win = np.lib.stride_tricks.sliding_window_view(span, K, axis=2)  # [R,B,outs,C,K]
     out = np.einsum("rbock,rck->rboc", win, w)
     flops = pick(self.wl, 2 * out[0].size * K,  # fused: causal_conv1d's one output a token
                  2 * B * C * K * T)
     y = out[:, :, : seq.shape[2] if not self.decoding else None][:, :, -T:]
+    steps_err = None if self.decoding or role not in ONE_FORM else one_form_err(
+        y, seq[:, :, -K:], x, w)
     ew = 0
     if bias:
         b = self.w.get((layer, role, "b"), (_conv_width(self, role),))[idx][:, None, None]
@@ -64,6 +65,8 @@ def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, c
     self.cache.states[key] = seq[:, :, -K:].copy()
     self._rec(role, name, "conv1d", y, flops=flops, ew=ew, params=params,
               operands=((B, C, win.shape[2]), (C, K)))
+    if steps_err is not None:
+        self.stages[-1].extra["conv_steps_rel_err"] = steps_err
     cols = conv_columns(self.wl, K)  # vLLM keeps K_c − 1 of the K_c inputs
     held = self.cache.states[key][:, :, K - cols:].transpose(0, 1, 3, 2)  # [R,B,C,K], as kept
     self._rec("state.conv", "conv state", "state_cache", held,
@@ -71,9 +74,22 @@ def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, c
     return y
 
 
+def _prefill_span(x: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """(seq, span) of a prefill's x [R,B,T,C]: the cache pads a short prompt to K_c (seq, whose
+    last K_c the cache keeps); the convolution pads K_c − 1 on each side (span)."""
+    R, B, T, C = x.shape
+    seq = np.concatenate([np.zeros((R, B, max(0, K - T), C), x.dtype), x], axis=2)
+    span = np.concatenate([np.zeros((R, B, K - 1, C), x.dtype), seq,
+                           np.zeros((R, B, K - 1, C), x.dtype)], axis=2)
+    return seq, span
+
+
 def _conv_parts(self: NumericBase, role: str) -> list[int]:
-    """The conv's channels by part: Mamba-2's x, B, C; gated DeltaNet's q, k, v."""
+    """The conv's channels by part: Mamba-2's x, B, C; gated DeltaNet's q, k, v; the short
+    conv's D."""
     m = self.m
+    if role == "conv.conv":
+        return [m.d_model]
     if role == "ssm.conv":
         gn = m.ssm_groups * (m.ssm_state or 0)
         return [m.ssm_inner, gn, gn]

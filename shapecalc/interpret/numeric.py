@@ -285,6 +285,11 @@ class NumericOps(NumericBase):
         y = a * b
         return self._rec(role, name, "mul", y, ew=self._el(y))
 
+    def head_gate(self, o: np.ndarray, g: np.ndarray, role: str, name: str) -> np.ndarray:
+        heads = g.shape[-1]
+        y = (o.reshape(*o.shape[:-1], heads, -1) * g[..., None]).reshape(o.shape)
+        return self._rec(role, name, "mul", y, ew=self._el(y))
+
     def allreduce(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         sent = measure(x[0], self.wl.act)  # one rank's partial sum, in the activation dtype
         return self._rec(role, name, "allreduce", x.sum(axis=0, keepdims=True), nbytes=sent)

@@ -327,6 +327,9 @@ class SymbolicOps(SymbolicBase):
     def mul(self, a: Sym, b: Sym, role: str, name: str) -> Sym:
         return self._rec(role, name, "mul", a, ew=ELEMENTWISE["mul"])
 
+    def head_gate(self, o: Sym, g: Sym, role: str, name: str) -> Sym:
+        return self._rec(role, name, "mul", o, ew=ELEMENTWISE["mul"], note="one gate a head")
+
     def allreduce(self, x: Sym, role: str, name: str) -> Sym:
         return self._rec(role, name, "allreduce", x, note="sum of the p partial results")
 

@@ -177,7 +177,8 @@ class Weights:
             return [x[0][0] for x in parts], b, sum(x[2] for x in parts), False
         if role in MIXER_PARTS:  # a mixer's fused projection: each rank its heads of each part
             subs = [self._linear(layer, r, p) for r in MIXER_PARTS[role]]
-            return [x[0][0] for x in subs], None, 0, False
+            b = np.concatenate([x[1] for x in subs], axis=-1) if subs[0][1] is not None else None
+            return [x[0][0] for x in subs], b, sum(x[2] for x in subs), False
         if role in _MLA_ROLES or (m.mla and role == "attn.q"):
             return self._mla_linear(layer, role, p)
         shared = m.n_shared_experts * m.dff_shared
@@ -197,18 +198,23 @@ class Weights:
                  "gdn.q": kd, "gdn.k": kd, "gdn.v": vd, "gdn.z": vd,
                  "gdn.b": m.gdn_v_heads or 0, "gdn.a": m.gdn_v_heads or 0,
                  "gdn.out": (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
-                 "attn.gate": H * dh}[role]
+                 "attn.gate": H * dh,
+                 # the short conv: in [D → B, C, x], out [D → D]
+                 "conv.in.B": D, "conv.in.C": D, "conv.in.x": D, "conv.out": D,
+                 "attn.head_gate": H}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
                  "moe.router": m.router_bias, "moe.shared_gate": False, "ssm.in": False,
-                 "ssm.out": False}.get(role, not role.startswith(("gdn.", "ssm.")) and m.qkv_bias)
+                 "attn.head_gate": False,
+                 "ssm.out": False}.get(role, m.conv_bias if role.startswith("conv.") else (
+                     not role.startswith(("gdn.", "ssm.")) and m.qkv_bias))
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)
             bf = self.get((layer, role, "bias"), (width,)) if has_b else None
             sh = Shard((layer, role), (D, width), "replicated", p, D, width)
             return [sh], (bf[None, None] if bf is not None else None), \
                 width if has_b else 0, False
-        if role in ("attn.out", "ffn.down", "moe.shared.down", "ssm.out", "gdn.out"):
+        if role in ("attn.out", "ffn.down", "moe.shared.down", "ssm.out", "gdn.out", "conv.out"):
             # row-parallel: rank r holds rows r·n/p …; the bias is added once
             b = self.get((layer, role, "bias"), (D,)) if has_b else None
             return [Shard((layer, role), (width, D), "row", p, width // p, D)], b, \
@@ -252,4 +258,5 @@ MIXER_PARTS = {
     "gdn.qkvz": ("gdn.q", "gdn.k", "gdn.v", "gdn.z"),
     "gdn.ba": ("gdn.b", "gdn.a"),
     "gdn.qkv": ("gdn.q", "gdn.k", "gdn.v"),
+    "conv.in": ("conv.in.B", "conv.in.C", "conv.in.x"),
 }

@@ -210,6 +210,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if "gated_deltanet" in model.mixers and (model.gdn_qk_heads or 0) % p:
         raise ShapecalcError("tp", f"p={p} does not divide H_qk={model.gdn_qk_heads} gated "
                              "DeltaNet q/k heads")
+    if "short_conv" in model.mixers and model.d_model % p:
+        raise ShapecalcError("tp", f"p={p} does not divide the D={model.d_model} short-conv "
+                             "channels")
     if model.moe:
         if model.dff_expert % p:
             raise ShapecalcError("tp", f"p={p} does not divide Dff_e={model.dff_expert}")

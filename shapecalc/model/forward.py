@@ -21,6 +21,7 @@ from .mamba2 import mamba2_mixer
 from .mla import mla_attention
 from .ops import Ops
 from .plan import LayerSpec, layer_plan
+from .short_conv import short_conv_mixer
 from .sizes import Sizes
 
 __all__ = ["ACT", "Ops", "Sizes", "forward"]
@@ -29,7 +30,8 @@ __all__ = ["ACT", "Ops", "Sizes", "forward"]
 # the activation each FFN kind applies (gated kinds to the gate)
 ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "swiglu": "silu"}
 # the token mixers other than attention: one function each, over Ops
-MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer}
+MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer,
+          "short_conv": short_conv_mixer}
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
@@ -119,6 +121,7 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
             y = MIXERS[spec.mixer](ops, m, z, h, layer)
             if z.p > 1:  # out_proj is split by rows: the ranks' partial sums meet
                 y = ops.allreduce(y, "comm.allreduce", "mixer all-reduce")
+            y = gemma.post_norm(ops, spec, y, "mixer")  # LFM3's sandwich norms
             x = ops.add(x, _branch(ops, m, y), "residual", "residual")
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, True)
     if spec.norm_position != "post":  # pre, and sandwich/output (their branches normed too)
@@ -227,6 +230,10 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         g = ops.linear(h, "attn.gate", "output gate projection", z.D, qw, m.qkv_bias, "column")
         o = ops.mul(o, ops.activation(g, "attn.gate.act", "output gate", "sigmoid"),
                     "attn.gate.mul", "o ⊙ gate")
+    if m.attn_head_gate:  # LFM3: each head's output × sigmoid(h·W_g), W_g [D, H] (g_proj)
+        g = ops.linear(h, "attn.head_gate", "head gate projection", z.D, z.H, False, "column")
+        o = ops.head_gate(o, ops.activation(g, "attn.head_gate.act", "head gate", "sigmoid"),
+                          "attn.head_gate.mul", "o ⊙ gate (per head)")
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
 
 

@@ -47,5 +47,5 @@ def post_norm(ops: Ops, spec: LayerSpec, y: Any, part: str) -> Any:
     add: after the all-reduce, as the norm needs all of D."""
     if spec.norm_position not in ("sandwich", "output"):
         return y
-    name = "post-attention norm" if part == "attn" else "post-FFN norm"
+    name = {"attn": "post-attention norm", "mixer": "post-mixer norm"}.get(part, "post-FFN norm")
     return ops.norm(y, f"{part}.post_norm", name)

@@ -12,7 +12,7 @@ from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
-MixerKind = Literal["attention", "mamba2", "gated_deltanet", "none"]
+MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "none"]
 
 
 
@@ -173,15 +173,17 @@ class ModelFields(Record):
 
     # Stateful token mixers: each layer's mixer, and Mamba-2's sizes (state-space duality)
     mixer_types: tuple[MixerKind, ...] | None = _doc(
-        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, or none (a "
-        "block of its channel mixer only); default: attention in every layer")
+        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, short_conv "
+        "(LFM2's gated convolution), or none (a block of its channel mixer only); default: "
+        "attention in every layer")
     ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
     ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
                                     "H_s·D_s (mamba_head_dim)")
     ssm_groups: Pos = _doc(1, "G: groups of heads sharing one B and one C (n_groups)")
     ssm_state: Pos | None = _doc(None, "N_s: the state each head channel carries "
                                  "(ssm_state_size, d_state)")
-    conv_kernel: Pos | None = _doc(None, "K_c: the causal depthwise convolution's kernel")
+    conv_kernel: Pos | None = _doc(None, "K_c: the causal depthwise convolution's kernel "
+                                   "(LFM2's conv_L_cache)")
     conv_bias: bool = _doc(True, "a bias on the convolution (use_conv_bias)")
     scan_chunk: Pos | None = _doc(None, "L: the chunk of the chunked scan (chunk_size): prefill "
                                   "pads T up to whole chunks, T_L = L·⌈T/L⌉")
@@ -198,6 +200,8 @@ class ModelFields(Record):
                                 "in_proj_qkv, _z, _b, _a); changes the listing, not the numbers")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
+    attn_head_gate: bool = _doc(False, "each head's attention output × sigmoid(x·W_g), W_g [D, H]: "
+                                "one gate a head (LFM3's g_proj)")
 
     @property
     def kv_heads(self) -> int:

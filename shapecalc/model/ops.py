@@ -139,6 +139,10 @@ class Ops:
     def merge_heads(self, x: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 
+    def head_gate(self, o: Any, g: Any, role: str, name: str) -> Any:
+        """o [B,T,H·Dh] with each head's Dh values × that head's gate g [B,T,H] (LFM3)."""
+        raise NotImplementedError
+
     def add(self, a: Any, b: Any, role: str, name: str) -> Any:
         raise NotImplementedError
 

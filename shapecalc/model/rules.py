@@ -156,7 +156,11 @@ def check_mixers(m: ModelFields) -> None:
     _fields_of(m, "mamba2", MAMBA2_FIELDS, ["ssm_groups"] if m.ssm_groups != 1 else [])
     _fields_of(m, "gated_deltanet", GDN_FIELDS, [])
     stateful = {"mamba2", "gated_deltanet"} & set(m.mixers)
+    if "short_conv" in m.mixers and m.conv_kernel is None:  # one form: no chunk
+        raise ShapecalcError("conv_kernel", "short_conv layers (mixer_types) need it")
     for f in SCAN_FIELDS:
+        if f == "conv_kernel" and "short_conv" in m.mixers:
+            continue
         if stateful and getattr(m, f) is None:
             raise ShapecalcError(f, f"{min(stateful)} layers (mixer_types) need it")
         if not stateful and getattr(m, f) is not None:
@@ -168,11 +172,13 @@ def check_mixers(m: ModelFields) -> None:
     if "gated_deltanet" in m.mixers and m.gdn_v_heads % m.gdn_qk_heads:  # type: ignore[operator]
         raise ShapecalcError("gdn_v_heads", f"H_qk={m.gdn_qk_heads} does not divide H_v="
                              f"{m.gdn_v_heads}: each q/k head serves whole value heads")
-    if stateful:
+    if stateful or "short_conv" in m.mixers:
+        # LFM3 puts its short convs in sandwich blocks (each branch's output normed too)
+        ok = ("pre", "sandwich") if not stateful else ("pre",)
         for f in ("parallel_block", "norm_position"):
-            if (m.parallel_block if f == "parallel_block" else m.norm_position != "pre"):
+            if (m.parallel_block if f == "parallel_block" else m.norm_position not in ok):
                 raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
                                      "blocks")
-    if m.attn_output_gate and m.mla:
-        raise ShapecalcError("attn_output_gate", "is not modelled with Multi-head Latent "
-                             "Attention")
+    for f in ("attn_output_gate", "attn_head_gate"):
+        if getattr(m, f) and m.mla:
+            raise ShapecalcError(f, "is not modelled with Multi-head Latent Attention")

@@ -42,6 +42,7 @@ class Sizes(NamedTuple):
     Dqk: Dim  # gated DeltaNet: a query/key head's width
     Hv: Dim  # gated DeltaNet: value heads
     Dhv: Dim  # gated DeltaNet: a value head's width
+    Dsc: Dim  # short conv: the channels one rank convolves (D, or D/p)
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -137,6 +138,7 @@ class Sizes(NamedTuple):
             Dqk=of("D_qk", model.gdn_qk_dim or 0),
             Hv=shard("H_v", model.gdn_v_heads or 0),
             Dhv=of("D_hv", model.gdn_v_dim or 0),
+            Dsc=shard("D", model.d_model),
             p=p,
             kv_replicated=replicated,
             T=T,

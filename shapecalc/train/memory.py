@@ -53,6 +53,9 @@ def check_trainable(model: ModelConfig) -> None:
     if stateful:
         raise ShapecalcError("model", f"its {', '.join(stateful)} layers have no backward rules "
                              "yet: train and verify --train take attention models")
+    if model.attn_head_gate:  # LFM3's per-head gate: no backward rule either
+        raise ShapecalcError("attn_head_gate", "has no backward rule yet: train and verify "
+                             "--train take attention without it")
 
 
 def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:
