@@ -102,14 +102,33 @@ def deepseek_moe(h: HF, f: Fields) -> None:
     f["mtp_layers"] = mtp or 0
 
 
+@mechanism("index_topk", "index_n_heads", "index_head_dim")
+def indexer(h: HF, f: Fields) -> None:
+    """DeepSeek Sparse Attention (DeepseekV32Indexer): each query's top index_topk keys, picked
+    by a lightning indexer of index_n_heads heads of index_head_dim."""
+    for key, field in (("index_topk", "index_topk"), ("index_n_heads", "index_heads"),
+                       ("index_head_dim", "index_head_dim")):
+        v = h.get(key)
+        if type(v) is not int or v <= 0:
+            raise ShapecalcError(key, f"must be a whole number > 0, not {v!r}")
+        f[field] = v
+    if f.get("q_lora_rank") is None:  # DeepseekV32Attention always builds q_a_proj
+        raise ShapecalcError("q_lora_rank", "null, but DeepSeek Sparse Attention's indexer reads "
+                             "the query latent (q_a_proj): it needs one")
+
+
 @mechanism("mlp_layer_types", "first_k_dense_replace")
-def mlp_layer_types(h: HF, f: Fields) -> None:
-    # GLM-4.7-Flash (glm4_moe_lite): mlp_layer_types names each layer's MLP, "dense" or "sparse"
-    # (default: the first dense, the rest MoE); the class never reads first_k_dense_replace, so
-    # without the list a first_k_dense_replace that says otherwise would be silently ignored
+def mlp_layer_types_dense_first(h: HF, f: Fields) -> None:
+    # DeepseekV32Config: mlp_layer_types (default: first_k_dense_replace dense, the rest MoE,
+    # which deepseek_moe has set) names each layer's MLP; a list given wins
+    if h.get("mlp_layer_types") is not None:
+        f["ffn_types"] = _mlp_kinds(h, f)
+
+
+def _mlp_kinds(h: HF, f: Fields) -> tuple[str, ...] | None:
+    """mlp_layer_types as ffn_types ("dense"/"sparse" per layer; None: every layer MoE)."""
     n = f["n_layers"]
-    given = h.get("mlp_layer_types")
-    types = given or ["dense"] + ["sparse"] * (n - 1)
+    types = h.get("mlp_layer_types") or ["dense"] + ["sparse"] * (n - 1)
     if not isinstance(types, list) or any(t not in ("dense", "sparse") for t in types):
         raise ShapecalcError("mlp_layer_types", f"must list 'dense' or 'sparse' per layer, not "
                              f"{types!r}")
@@ -118,10 +137,20 @@ def mlp_layer_types(h: HF, f: Fields) -> None:
                              f"num_hidden_layers is {n}")
     if "sparse" not in types:
         raise ShapecalcError("mlp_layer_types", "has no sparse layer; the model needs experts")
+    kinds = tuple("moe" if t == "sparse" else "dense" for t in types)
+    return kinds if "dense" in kinds else None
+
+
+@mechanism("mlp_layer_types", "first_k_dense_replace")
+def mlp_layer_types(h: HF, f: Fields) -> None:
+    # GLM-4.7-Flash (glm4_moe_lite): mlp_layer_types names each layer's MLP, "dense" or "sparse"
+    # (default: the first dense, the rest MoE); the class never reads first_k_dense_replace, so
+    # without the list a first_k_dense_replace that says otherwise would be silently ignored
+    given = h.get("mlp_layer_types")
+    kinds = _mlp_kinds(h, f)
     first = h.get("first_k_dense_replace")
     if given is None and first not in (None, 1):
         raise ShapecalcError("first_k_dense_replace", f"{first}, but transformers' "
                              "glm4_moe_lite ignores it (the first layer alone is dense unless "
                              "mlp_layer_types says otherwise)")
-    kinds = tuple("moe" if t == "sparse" else "dense" for t in types)
-    f["ffn_types"] = kinds if "dense" in kinds else None
+    f["ffn_types"] = kinds

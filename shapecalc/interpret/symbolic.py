@@ -16,6 +16,7 @@ from ..model.forward import ACT, Sizes, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
 from . import symbolic_deltanet as deltanet
+from . import symbolic_dsa as dsa
 from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
 from .symbolic_base import ELEMENTWISE, Sym, SymbolicBase, _half, _total
@@ -88,8 +89,8 @@ class SymbolicOps(SymbolicBase):
     def norm(self, x: Sym, role: str, name: str, width: Dim | None = None,
              kind: str | None = None) -> Sym:
         m = self.m
-        beta = m.has_norm_bias if kind is None else False
-        kind = kind or m.norm
+        beta = m.has_norm_bias if kind is None else kind == "layernorm_beta"
+        kind = "layernorm" if beta and kind else (kind or m.norm)  # layernorm_beta: γ and β
         if kind == "l2norm":  # Llama 4's q/k norm: an RMS norm without γ
             return self._rec(role, name, kind, x, ew=ELEMENTWISE["rmsnorm"],
                              note="RMS over each head's Dh, no weights")
@@ -170,6 +171,9 @@ class SymbolicOps(SymbolicBase):
     # Mamba-2 (symbolic_mamba2.py)
     conv1d, ssd, gated_norm = mamba2.sym_conv1d, mamba2.sym_ssd, mamba2.sym_gated_norm
     delta_rule = deltanet.sym_delta_rule  # gated DeltaNet (symbolic_deltanet.py)
+    # DeepSeek Sparse Attention (symbolic_dsa.py)
+    head_sum, topk, select_mask = dsa.sym_head_sum, dsa.sym_topk, dsa.sym_select_mask
+    gather, selected_matmul = dsa.sym_gather, dsa.sym_selected_matmul
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

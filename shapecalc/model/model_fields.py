@@ -139,6 +139,13 @@ class ModelFields(Record):
         None, "D_r: the decoupled RoPE width, one k_rope shared by all heads"
     )
     v_head_dim: Pos | None = _doc(None, "D_v: each head's value width")
+    # DeepSeek Sparse Attention (DSA): a lightning indexer picks each query's K_sel keys
+    index_topk: Pos | None = _doc(
+        None, "K_sel: keys each query attends to, picked by the lightning indexer (index_topk); "
+        "set: MLA with DeepSeek Sparse Attention")
+    index_heads: Pos | None = _doc(None, "H_I: the indexer's query heads (index_n_heads)")
+    index_head_dim: Pos | None = _doc(None, "D_I: the indexer's head width, its first D_r turned "
+                                      "by RoPE (index_head_dim)")
 
     # Classic variants (GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite, Falcon's new decoder)
     rotary_dim: Pos | None = _doc(
@@ -250,6 +257,11 @@ class ModelFields(Record):
     @property
     def mla(self) -> bool:
         return self.kv_lora_rank is not None
+
+    @property
+    def dsa(self) -> bool:
+        """Attention is sparse: a lightning indexer selects each query's keys."""
+        return self.index_topk is not None
 
     @property
     def v_dim(self) -> int:

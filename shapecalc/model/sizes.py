@@ -42,6 +42,9 @@ class Sizes(NamedTuple):
     Dqk: Dim  # gated DeltaNet: a query/key head's width
     Hv: Dim  # gated DeltaNet: value heads
     Dhv: Dim  # gated DeltaNet: a value head's width
+    Ks: Dim  # DSA: keys each query selects (K_sel)
+    HI: Dim  # DSA: the lightning indexer's heads
+    DI: Dim  # DSA: an indexer head's width
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -137,6 +140,9 @@ class Sizes(NamedTuple):
             Dqk=of("D_qk", model.gdn_qk_dim or 0),
             Hv=shard("H_v", model.gdn_v_heads or 0),
             Dhv=of("D_hv", model.gdn_v_dim or 0),
+            Ks=of("K_sel", model.index_topk or 0),
+            HI=of("H_I", model.index_heads or 0),
+            DI=of("D_I", model.index_head_dim or 0),
             p=p,
             kv_replicated=replicated,
             T=T,
