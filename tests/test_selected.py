@@ -130,6 +130,9 @@ def test_sparse_kernel_by_hand():
     for wl in (full, eager):
         assert _role(m, wl, "attn.index_scores") == 2 * HI * 8 * 8 * DI
         assert _role(m, wl, "attn.index_sum") == 2 * 8 * 8 * HI
+    # a causal count scores each query against its i+1 keys: 36 pairs
+    assert _role(m, causal, "attn.index_scores") == 2 * HI * 36 * DI
+    assert _role(m, causal, "attn.index_sum") == 2 * 36 * HI
 
 
 def test_dense_below_k_selected_above():
@@ -189,6 +192,7 @@ def test_outputs_name_the_convention():
     assert _totals(load_preset("deepseek-v3"), 8)["selected_attention"] is None
 
 
+@pytest.mark.slow
 def test_live(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
@@ -205,3 +209,51 @@ def test_live(tmp_path):
     got = mod._steps(small, scfg.vocab_size, 16, False)
     want = CASES["deepseek-v3.2-exp"]["reduced"]["steps"][0]
     assert (got["prefill"], got["decode"]) == (want["prefill"], want["decode"])
+
+
+@pytest.mark.slow
+def test_closed_form_across_the_selection_cut():
+    """The sweep's closed form cuts its regimes at K_sel (prefill: T = K_sel; decode: T′ reaches
+    K_sel), as at a window W: equal to the pipeline on both sides."""
+    from shapecalc.costs.closed import ClosedForm
+    from tests.test_closed import assert_equal_at
+    m = _tiny(n_layers=2, index_topk=16)
+    cf = ClosedForm(m, mla_form="latent")
+    points = [dict(batch=b, seq=t, phase=ph, tp=tp, pp=1, dtype="bf16", kv_dtype="bf16",
+                   act_dtype="bf16")
+              for ph in ("prefill", "decode") for t in (1, 14, 15, 16, 17, 40)
+              for b in (1, 3) for tp in (1, 2)]
+    assert_equal_at(m, cf, points)
+
+
+def test_train_refuses_in_one_line():
+    from shapecalc.train.memory import check_trainable
+    with pytest.raises(ShapecalcError, match="index_topk") as e:
+        check_trainable(load_preset("deepseek-v3.2-exp"))
+    assert "\n" not in str(e.value)
+
+
+def test_fit_reads_the_indexer_cache():
+    """At T = 131,072 a token adds, on each of the 61 layers, the latent (512 + 64) and the
+    indexer's key (128), in bf16; the latent is replicated on every tensor-parallel rank."""
+    from shapecalc.model.parallel import kv_bytes_per_sequence, kv_bytes_per_token
+    m = load_preset("deepseek-v3.2-exp")
+    assert kv_bytes_per_token(m, "bf16") == 61 * (512 + 64 + 128) * 2 == 85_888
+    for p in (1, 8):
+        assert kv_bytes_per_sequence(m, "bf16", 131_072, "prefill", p) == 131_072 * 85_888
+    tot = _totals(m, 131_072, phase="decode")
+    assert tot["kv_cache_bytes"] == 131_073 * 85_888
+    sel = tot["selected_attention"]
+    assert sel["indexer_cache_bytes"] == 131_073 * 61 * 128 * 2
+    assert sel["indexer_cache_bytes_reference"] == 131_073 * 61 * (128 + 4)
+
+
+def test_explain_topk_worked_example():
+    from shapecalc.check.explain import to_json, topk_example
+    doc = to_json(topk_example())
+    sel = np.array(doc["selected"])
+    assert sel.shape == (6, 6)
+    assert sel.sum(axis=1).tolist() == [min(i + 1, 2) for i in range(6)]
+    assert not np.triu(sel, 1).any()  # never a future key
+    A = np.array(doc["weights"])
+    assert np.allclose(A.sum(axis=1), 1) and np.all(A[sel == 0] == 0)

@@ -238,12 +238,20 @@ def explain(
                                                "default 4)")] = None,
     seed: Seed = 0,
     as_json: JsonOut = False,
+    example: Annotated[str | None, typer.Option(
+        "--example", show_default="none: the seed's example or --preset's",
+        help="topk: DeepSeek Sparse Attention's top-k selection by hand (6 keys, "
+        "K_sel = 2)")] = None,
 ) -> None:
     from ..check import explain as ex
     from ..model.defaults import default_seq
 
     try:
-        if preset is None and config is None and hf_config is None and not set_:
+        if example is not None:
+            if example != "topk":
+                raise ShapecalcError("example", f"{example!r}: the one worked example is topk")
+            doc = ex.topk_example()
+        elif preset is None and config is None and hf_config is None and not set_:
             if seq is not None:
                 raise ShapecalcError("seq", "the seed's example has T=3; --seq needs a "
                                      "--preset or --config")

@@ -114,6 +114,8 @@ class ClosedForm:
                 if w is not None and (w > 1 or phase == "prefill")}
         chunks = {k.chunk for k in kinds if k.chunk is not None}
         m = self.model
+        if m.index_topk is not None:  # DSA: min(K_sel, keys) selected, a window's cut
+            cuts.add(m.index_topk if phase == "prefill" else m.index_topk - 1)
         if {"mamba2", "gated_deltanet"} & set(m.mixers) and phase == "prefill":
             # ⌈T/L⌉ chunks; max(T, K_c) conv inputs
             chunks.add(m.scan_chunk)  # type: ignore[arg-type]

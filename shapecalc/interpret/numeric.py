@@ -233,7 +233,7 @@ class NumericOps(NumericBase):
             # a causal kernel computes only the (query, key) pairs the masks allow
             pairs = int(np.count_nonzero(self.causal & self._window(window)
                                          & llama4.chunk_mask(self, chunk, one_row=True)))
-            qk = role == "attn.scores"
+            qk = role in ("attn.scores", "attn.index_scores")  # queries × keys
             batch = self._el(out) // (out.shape[-2] * out.shape[-1])
             flops = 2 * batch * pairs * (a.shape[-1] if qk else b.shape[-1])
         return self._rec(role, name, "matmul", out, flops=flops,

@@ -21,6 +21,8 @@ from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
 from .symbolic_base import ELEMENTWISE, Sym, SymbolicBase, _half, _total
 
+QK_ROLES = ("attn.scores", "attn.index_scores")  # the score matmuls: queries × keys
+
 __all__ = ["ELEMENTWISE", "Sym", "SymbolicOps", "stages"]
 
 class SymbolicOps(SymbolicBase):
@@ -204,7 +206,7 @@ class SymbolicOps(SymbolicBase):
             else:
                 w = self.z.sym("W", W)
                 pairs = [w, T * 2 + w * -1 + 1]
-            inner = kk if role == "attn.scores" else nn  # Dh
+            inner = kk if role in QK_ROLES else nn  # Dh
             return self._rec(
                 role,
                 name,
@@ -215,7 +217,7 @@ class SymbolicOps(SymbolicBase):
                 operands=(a.dims, b.dims),
             )
         # QKᵀ lists its factors query, key, width so that it reads 2·B·H·T²·Dh as the seeds do
-        order = [mm, nn, kk] if role == "attn.scores" else [mm, kk, nn]
+        order = [mm, nn, kk] if role in QK_ROLES else [mm, kk, nn]
         return self._rec(role, name, "matmul", out, flops=formula([2, *batch, *order]),
                          operands=(a.dims, b.dims))
 

@@ -183,6 +183,9 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
               human_flops(tot["elementwise_flops"]))
     if tot.get("mixer_flops_convention", "none") != "none":  # a model with stateful mixers
         t.add_row("  mixers' FLOPs", tot["mixer_flops_convention"], "FlopCounterMode's, torch path")
+    if sel := tot.get("selected_attention"):  # DSA: the convention, and the other one's total
+        t.add_row("  selected attention", sel["convention"], f"K_sel={sel['top_k']}; " + " · ".join(
+            f"{k} {human_flops(v)}" for k, v in sel["flops"].items()))
     t.add_row(f"weight bytes ({wl['dtype']})", f"{tot['weight_bytes']:,}",
               human_bytes(tot["weight_bytes"]))
     if tot.get("weight_tensors"):  # a quantized format: what its bytes are made of

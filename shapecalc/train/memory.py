@@ -53,6 +53,10 @@ def check_trainable(model: ModelConfig) -> None:
     if stateful:
         raise ShapecalcError("model", f"its {', '.join(stateful)} layers have no backward rules "
                              "yet: train and verify --train take attention models")
+    if model.dsa:  # the gather, top-k and per-query matmuls have no backward rules yet
+        raise ShapecalcError("model", "its DeepSeek Sparse Attention (index_topk) has no "
+                             "backward rules yet: train and verify --train take attention "
+                             "models without an indexer")
 
 
 def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:
