@@ -1,10 +1,11 @@
-"""Selected attention (DeepSeek Sparse Attention: DeepSeek-V3.2's lightning indexer and top-K_sel
-keys) against PyTorch and by hand: parameters equal transformers' meta-device count at full size
-(and the published count), prefill and decode FLOPs equal FlopCounterMode (full size on the meta
-device; reduced width on real tensors) at B=1, T=16 and T=4096 (past index_topk), logits on every
-position, in the eager convention (transformers'); the KV bytes equal every tensor transformers'
-cache holds after the prefill (the latent and the indexer's keys). The sparse kernel's convention
-is checked by hand (8 keys, K_sel = 2), and the executor's two conventions give the same logits.
+"""Selected attention (DeepSeek Sparse Attention: the lightning indexer and top-K_sel keys of
+DeepSeek-V3.2 and GLM-5, with GLM-5's shared top-k layers) against PyTorch and by hand:
+parameters equal transformers' meta-device count at full size (and the published count);
+prefill and decode FLOPs equal FlopCounterMode (full size on the meta device; reduced width on
+real tensors) at B=1, T=16 and T=4096 (past index_topk), logits on every position, in the eager
+convention (transformers'); the KV bytes equal every tensor transformers' cache holds after the
+prefill (the latent and the indexer's keys). The sparse kernel's convention is checked by hand
+(8 keys, K_sel = 2), and the executor's two conventions give the same logits.
 
 tests/data/selected_reference.json was measured with torch 2.13.0 and transformers 5.24.0 by
 tests/torch_reference/measure_selected.py; with torch installed, `test_live` measures again."""
@@ -257,3 +258,47 @@ def test_explain_topk_worked_example():
     assert not np.triu(sel, 1).any()  # never a future key
     A = np.array(doc["weights"])
     assert np.allclose(A.sum(axis=1), 1) and np.all(A[sel == 0] == 0)
+
+
+def test_glm5_preset_equals_its_config_and_the_published_count():
+    want = load_preset("glm-5")
+    got = load_hf_config(DATA / "hf" / "glm-5.json")
+    for attr in want.model_dump(exclude={"name"}):
+        assert getattr(got, attr) == getattr(want, attr), attr
+    meta = CASES["glm-5"]["full"]["params_meta"]
+    assert _totals(want, 1)["params"] == meta == published("glm-5")["params"] == 743_911_199_232
+
+
+def test_shared_topk_layers_by_hand(tmp_path):
+    """GLM-5's IndexShare: a layer reusing the previous indexer layer's top-k has no indexer
+    (no wq_b, wk, k_norm, weights_proj) and caches no k_I; its attention reads the same K_sel
+    keys. Reduced case: layers 1 and 2 of 4 share layer 0's."""
+    r = CASES["glm-5"]["reduced"]
+    m = _load(tmp_path, r["hf_config"])
+    assert m.index_shared_layers == (1, 2) and m.indexer_layers == 2
+    c = r["hf_config"]
+    D, Dq, HI, DI = c["hidden_size"], c["q_lora_rank"], c["index_n_heads"], c["index_head_dim"]
+    per_indexer = Dq * HI * DI + D * DI + 2 * DI + D * HI
+    full = _load(tmp_path, {**c, "index_topk_freq": 1})
+    assert full.indexer_layers == 4
+    assert _totals(full, 1)["params"] - _totals(m, 1)["params"] == 2 * per_indexer
+    lat = c["kv_lora_rank"] + c["qk_rope_head_dim"]
+    assert _totals(m, 10)["kv_cache_bytes"] == 10 * (4 * lat + 2 * DI) * 2
+    # the sparse kernel's attention is the same on every layer: only the indexer is skipped
+    sparse = build_trace(m, Workload(seq=100, selection="sparse"))
+    scores = [s for s in sparse["stages"] if s["role"] == "attn.scores"]
+    assert len({s["flops"] for s in scores}) == 1
+    labels = [k["label"] for k in sparse["layers"]["kinds"]]
+    assert any("shared top-k" in x for x in labels)
+
+
+@pytest.mark.parametrize("cfg,key", [
+    ({"indexer_types": ["shared", "full", "full", "full"]}, "indexer_types"),
+    ({"indexer_types": ["full", "full"]}, "indexer_types"),
+    ({"indexer_types": ["full", "dense", "full", "full"]}, "indexer_types"),
+    ({"index_topk_pattern": "FSX"}, "index_topk_pattern"),
+    ({"index_topk_freq": "4"}, "index_topk_freq"),
+])
+def test_bad_indexer_types_name_the_key(tmp_path, cfg, key):
+    with pytest.raises(ShapecalcError, match=key):
+        _load(tmp_path, {**CASES["glm-5"]["reduced"]["hf_config"], **cfg})

@@ -24,7 +24,7 @@ def selected_attention(model: ModelConfig, wl: Workload, flops: int, tokens: int
                                 if other == "sparse" else wl.mla_form})
     alt_flops = sum(s.flops * s.repeat for s in symbolic_stages(model, alt, 1)
                     if s.group != "mtp")
-    layers = model.mixers.count("attention")
+    layers = model.indexer_layers
     dI = model.index_head_dim or 0
     per_token = dI + 4 * ceil_div(dI, REFERENCE_BLOCK)  # fp8 codes and their fp32 scales
     return {

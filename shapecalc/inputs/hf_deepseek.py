@@ -102,6 +102,45 @@ def deepseek_moe(h: HF, f: Fields) -> None:
     f["mtp_layers"] = mtp or 0
 
 
+@mechanism(*_MLA_KEYS, "qk_head_dim")
+def mla_dsa(h: HF, f: Fields) -> None:
+    # DeepseekV32Config (and GLM-5's) sets head_dim = qk_rope_head_dim and qk_head_dim = nope +
+    # rope in __post_init__, whatever the config.json says (GLM-5.2's says head_dim 192)
+    h.get("head_dim"), h.get("qk_head_dim")
+    _latent(h, f)
+
+
+@mechanism("indexer_types", "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset")
+def indexer_types(h: HF, f: Fields) -> None:
+    """GLM-5's IndexShare (GlmMoeDsaConfig.__post_init__): each layer runs its indexer ("full")
+    or reuses the previous full layer's top-k ("shared"): indexer_types, else the pattern
+    index_topk_pattern ("F"/"S"), else full where max(i − offset + 1, 0) is a multiple of
+    index_topk_freq (offset index_skip_topk_offset, default 2; freq default 1: every layer)."""
+    n = f["n_layers"]
+    types, key = h.get("indexer_types"), "indexer_types"
+    if types is None and (pattern := h.get("index_topk_pattern")) is not None:
+        key = "index_topk_pattern"
+        if isinstance(pattern, str) and set(pattern) <= {"F", "S"}:
+            types = [{"F": "full", "S": "shared"}[c] for c in pattern]
+        else:
+            types = pattern
+    elif types is None:
+        freq, offset = h.get("index_topk_freq"), h.get("index_skip_topk_offset")
+        if type(freq) is not int or type(offset) is not int:
+            raise ShapecalcError("index_topk_freq" if type(freq) is not int else
+                                 "index_skip_topk_offset", "must be a whole number")
+        freq = max(freq, 1)
+        types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n)]
+    if not isinstance(types, list) or any(t not in ("full", "shared") for t in types):
+        raise ShapecalcError(key, f"must give 'full' or 'shared' per layer, not {types!r}")
+    if len(types) != n:
+        raise ShapecalcError(key, f"gives {len(types)} layers, but num_hidden_layers is {n}")
+    if types[0] != "full":
+        raise ShapecalcError(key, "starts with a shared layer: it has no earlier indexer layer "
+                             "whose top-k it could reuse")
+    f["index_shared_layers"] = tuple(i for i, t in enumerate(types) if t == "shared") or None
+
+
 @mechanism("index_topk", "index_n_heads", "index_head_dim")
 def indexer(h: HF, f: Fields) -> None:
     """DeepSeek Sparse Attention (DeepseekV32Indexer): each query's top index_topk keys, picked

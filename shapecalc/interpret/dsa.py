@@ -36,7 +36,15 @@ def topk(self: NumericBase, s: np.ndarray, role: str, name: str, k: Any) -> Any:
     idx = np.argsort(-s, axis=-1, kind="stable")[..., :K]
     valid = np.take_along_axis(s, idx, axis=-1) > self.neg  # masked keys picked past the reach
     self._rec(role, name, "topk", idx, ew=self._el(s), dtype="int64")
+    self._selection = idx, valid  # what a later layer sharing it reads (shared_selection)
     return idx, valid
+
+
+def shared_selection(self: NumericBase, role: str, name: str, k: Any, keys: Any) -> Any:
+    sel = self._selection
+    assert sel is not None, "a shared top-k layer before any indexer layer"
+    self._rec(role, name, "reuse", sel[0], dtype="int64")
+    return sel
 
 
 def select_mask(self: NumericBase, s: np.ndarray, sel: Any, role: str, name: str

@@ -217,6 +217,7 @@ class NumericOps(NumericBase):
     conv1d, ssd, gated_norm = mamba2.conv1d, mamba2.ssd, mamba2.gated_norm  # Mamba-2
     delta_rule = deltanet.delta_rule  # gated DeltaNet
     head_sum, topk, select_mask = dsa.head_sum, dsa.topk, dsa.select_mask  # DSA
+    shared_selection = dsa.shared_selection
     gather, selected_matmul = dsa.gather, dsa.selected_matmul
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any

@@ -175,6 +175,7 @@ class SymbolicOps(SymbolicBase):
     delta_rule = deltanet.sym_delta_rule  # gated DeltaNet (symbolic_deltanet.py)
     # DeepSeek Sparse Attention (symbolic_dsa.py)
     head_sum, topk, select_mask = dsa.sym_head_sum, dsa.sym_topk, dsa.sym_select_mask
+    shared_selection = dsa.sym_shared_selection
     gather, selected_matmul = dsa.sym_gather, dsa.sym_selected_matmul
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:

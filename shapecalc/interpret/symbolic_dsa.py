@@ -48,6 +48,12 @@ def sym_topk(self: SymbolicBase, s: Sym, role: str, name: str, k: Dim) -> Sym:
                      note=f"each query's top min(K_sel, {Tk.symbol}) keys: indices, no FLOPs")
 
 
+def sym_shared_selection(self: SymbolicBase, role: str, name: str, k: Dim, keys: Dim) -> Sym:
+    z = self.z
+    return self._rec(role, name, "reuse", Sym((z.B, z.Tq, _selected(self, keys)), "int64"),
+                     note="reused: this layer runs no indexer")
+
+
 def sym_select_mask(self: SymbolicBase, s: Sym, sel: Sym, role: str, name: str) -> Sym:
     out = self._rec(role, name, "mask", s, ew=ELEMENTWISE["mask"],
                     note="keys outside the query's selection masked (eager: scores stay dense)")

@@ -62,7 +62,12 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
                                "K of H·(D_n+D_r) and V of H·D_v")
         k, v = ops.split(kv_all, [z.Dh, z.Dv])
     else:
-        if m.dsa:  # the indexer's key k_I of D_I is cached beside the latent
+        if m.dsa and spec.shared_topk:  # GLM-5's IndexShare: no indexer, no k_I cached
+            lat = ops.mla_cache(ops.concat([c, k_rope], "attn.latent", "latent [c_KV, k_rope]"),
+                                layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
+            sel = ops.shared_selection("attn.topk", "the previous indexer layer's top-K_sel",
+                                       z.Ks, Tk)
+        elif m.dsa:  # the indexer's key k_I of D_I is cached beside the latent
             k_i = dsa.indexer_keys(ops, z, h, angles)
             lat = ops.mla_cache(ops.concat([c, k_rope, k_i], "attn.latent",
                                            "latent [c_KV, k_rope] and indexer key k_I"),

@@ -100,6 +100,11 @@ class Ops:
         """Index scores [B,1,Tq,Tk] → the selection: each query's min(K_sel, Tk) top keys."""
         raise NotImplementedError
 
+    def shared_selection(self, role: str, name: str, k: Dim, keys: Dim) -> Any:
+        """The selection of the last layer that ran `topk` (of min(K_sel, keys) keys per
+        query): a layer that reuses it runs no indexer."""
+        raise NotImplementedError
+
     def select_mask(self, s: Any, sel: Any, role: str, name: str) -> Any:
         """Scores [B,H,Tq,Tk] with every key outside the query's selection masked."""
         raise NotImplementedError

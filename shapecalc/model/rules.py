@@ -101,6 +101,11 @@ def check_dsa(m: ModelFields) -> None:
     if m.q_lora_rank is None:
         raise ShapecalcError("q_lora_rank", "the lightning indexer's queries come from the query "
                              "latent (q_lora_rank), so DeepSeek Sparse Attention needs one")
+    shared = m.index_shared_layers or ()
+    if shared and (0 in shared or max(shared) >= m.n_layers):
+        raise ShapecalcError("index_shared_layers", f"{sorted(shared)}: each must be a layer "
+                             f"1..{m.n_layers - 1}, after an indexer layer whose selection it "
+                             "reuses")
     if m.index_head_dim < m.rot:  # type: ignore[operator]
         raise ShapecalcError("index_head_dim", f"{m.index_head_dim} is narrower than the "
                              f"D_r={m.rot} RoPE dims the indexer turns")

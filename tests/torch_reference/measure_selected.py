@@ -52,10 +52,21 @@ V32_REDUCED = {
     "v_head_dim": 16, "index_topk": 64, "index_n_heads": 4, "index_head_dim": 32,
 }
 
+# GLM-5's IndexShare at a reduced width: layers 2 and 3 reuse layer 1's top-k (GLM-5.2's
+# index_topk_freq / index_skip_topk_offset schedule, shortened)
+GLM_REDUCED = {
+    **{k: v for k, v in V32_REDUCED.items() if k != "model_type"}, "model_type": "glm_moe_dsa",
+    "num_hidden_layers": 4, "index_topk_freq": 3, "index_skip_topk_offset": 1,
+}
+
 CASES: list[dict[str, Any]] = [
     {"name": "deepseek-v3.2-exp", "config": "hf/deepseek-v3.2-exp.json", "seqs": [16, 4096],
      "reduced": V32_REDUCED, "reduced_seqs": [16, 100]},
     {"name": "deepseek_v32 class defaults", "hf_config": {"model_type": "deepseek_v32"},
+     "seqs": [16, 4096]},
+    {"name": "glm-5", "config": "hf/glm-5.json", "seqs": [16, 4096], "reduced": GLM_REDUCED,
+     "reduced_seqs": [16, 100]},
+    {"name": "glm_moe_dsa class defaults", "hf_config": {"model_type": "glm_moe_dsa"},
      "seqs": [16, 4096]},
 ]
 
