@@ -218,13 +218,15 @@ def test_closed_form_across_the_selection_cut():
     K_sel), as at a window W: equal to the pipeline on both sides."""
     from shapecalc.costs.closed import ClosedForm
     from tests.test_closed import assert_equal_at
-    m = _tiny(n_layers=2, index_topk=16)
-    cf = ClosedForm(m, mla_form="latent")
+    m = _tiny(n_layers=3, index_topk=16, index_shared_layers=(2,))
     points = [dict(batch=b, seq=t, phase=ph, tp=tp, pp=1, dtype="bf16", kv_dtype="bf16",
                    act_dtype="bf16")
               for ph in ("prefill", "decode") for t in (1, 14, 15, 16, 17, 40)
               for b in (1, 3) for tp in (1, 2)]
-    assert_equal_at(m, cf, points)
+    for form, selection in (("latent", "eager"), ("absorbed", "eager"), ("absorbed", "sparse")):
+        for flops in ("full", "causal"):
+            cf = ClosedForm(m, mla_form=form, selection=selection, attention_flops=flops)
+            assert_equal_at(m, cf, points)
 
 
 def test_train_refuses_in_one_line():

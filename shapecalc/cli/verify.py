@@ -30,6 +30,7 @@ from .options import (
     Phase,
     Preset,
     PresetsDir,
+    Selection,
     Seq,
     Sets,
     emit_json,
@@ -146,6 +147,7 @@ def verify(
     pp: PP = None,
     ep: EP = None,
     mla_form: MlaForm = None,
+    selection: Selection = None,
     mtp: Mtp = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
@@ -190,7 +192,7 @@ def verify(
             seq=seq, phase=phase, dtype=dtype,
             kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp, ep=ep,
             mla_form=mla_form, mtp=mtp, block_size=block_size, attention_flops=attention_flops,
-            padding_mask=padding_mask,
+            padding_mask=padding_mask, selection=selection,
         )
         budget = None if memory_budget is None else budget_bytes(memory_budget)
         if train:  # the backward: cli/verify_train.py

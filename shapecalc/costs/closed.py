@@ -74,8 +74,10 @@ class ClosedForm:
         block_size: int = 16,
         mla_form: str | None = None,
         weights: Quantization | None = None,
+        selection: str = "eager",
     ):
         self.model = model
+        self.selection = selection  # DSA models: eager or sparse (Workload.selection)
         # the weights' format (quant.weight_format): None is params × bits at each point's dtype
         self.weights = weights
         self._sums: dict[int, WeightSums] = {}
@@ -93,7 +95,7 @@ class ClosedForm:
             batch=batch, seq=seq, phase=phase, tp=tp, logits=self.logits,  # type: ignore[arg-type]
             attention_flops=self.attention_flops,  # type: ignore[arg-type]
             padding_mask=self.padding_mask, block_size=self.block_size,
-            mla_form=self.mla_form, **dt,  # type: ignore[arg-type]
+            mla_form=self.mla_form, selection=self.selection, **dt,  # type: ignore[arg-type]
         )
 
     def seq_limit(self, phase: str) -> int | None:

@@ -155,16 +155,16 @@ def closed_form_for(model: ModelConfig, wl: Workload) -> ClosedForm:
     so that its regimes are made once per process (a planner's loop calls sweep and fit many
     times)."""
     return _closed_form(model, wl.logits, wl.attention_flops, wl.padding_mask, wl.block_size,
-                        wl.mla_form, weight_format(model, wl.dtype))
+                        wl.mla_form, weight_format(model, wl.dtype), wl.selection)
 
 
 @lru_cache(maxsize=64)
 def _closed_form(model: ModelConfig, logits: str, attention_flops: str, padding_mask: bool,
-                 block_size: int, mla_form: str | None, weights: Quantization | None
-                 ) -> ClosedForm:
+                 block_size: int, mla_form: str | None, weights: Quantization | None,
+                 selection: str = "eager") -> ClosedForm:
     return ClosedForm(model, logits=logits, attention_flops=attention_flops,
                       padding_mask=padding_mask, block_size=block_size, mla_form=mla_form,
-                      weights=weights)
+                      weights=weights, selection=selection)
 
 
 def valid(model: ModelConfig, wl: Workload, **change: int) -> bool:

@@ -90,20 +90,25 @@ def cache_bytes(cache: Any) -> tuple[int, list[list[list[int]]]]:
     """Bytes of every tensor a transformers cache holds, and each layer's tensor shapes."""
     total, shapes = 0, []
     for layer in cache.layers:
-        tensors = [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-                   if t is not None]
+        tensors = _tensors(layer)
         total += sum(t.numel() * t.element_size() for t in tensors)
         shapes.append([list(t.shape) for t in tensors])
     return total, shapes
+
+
+def _tensors(layer: Any) -> list[Any]:
+    """A cache layer's tensors: keys, values, and a DSA layer's indexer keys (DynamicIndexedLayer:
+    the lightning indexer's key cache, none on a layer sharing another's top-k)."""
+    return [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None),
+                        getattr(layer, "indexer_keys", None)) if t is not None]
 
 
 def cache_layers(cache: Any) -> list[dict[str, Any]]:
     """Each layer of a transformers cache: its class, the tokens it keeps, its bytes."""
     out = []
     for layer in cache.layers:
-        k, v = layer.keys, layer.values
-        out.append({"kind": type(layer).__name__, "tokens": int(k.shape[-2]),
-                    "bytes": int(k.numel() * k.element_size() + v.numel() * v.element_size())})
+        out.append({"kind": type(layer).__name__, "tokens": int(layer.keys.shape[-2]),
+                    "bytes": int(sum(t.numel() * t.element_size() for t in _tensors(layer)))})
     return out
 
 
