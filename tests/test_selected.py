@@ -304,3 +304,29 @@ def test_shared_topk_layers_by_hand(tmp_path):
 def test_bad_indexer_types_name_the_key(tmp_path, cfg, key):
     with pytest.raises(ShapecalcError, match=key):
         _load(tmp_path, {**CASES["glm-5"]["reduced"]["hf_config"], **cfg})
+
+
+def test_shared_layer_sparse_kernel_by_hand():
+    """8 keys, K_sel = 2, layer 1 sharing layer 0's top-k: its attention reads the same 2 keys
+    per query as layer 0's (2·H·8·2·(D_c+D_r) scores), and it runs no indexer."""
+    m = _tiny(n_layers=2, index_shared_layers=(1,))
+    st = symbolic_stages(m, Workload(seq=8, selection="sparse"), 1)
+    by_kind: dict = {}
+    for s in st:
+        if s.kind is not None:
+            by_kind.setdefault(s.kind, []).append(s)
+    own, shared = by_kind[0], by_kind[1]
+    assert [s.flops for s in own if s.role == "attn.scores"] == [2 * 4 * 8 * 2 * 20]
+    assert [s.flops for s in shared if s.role == "attn.scores"] == [2 * 4 * 8 * 2 * 20]
+    assert not [s for s in shared if s.role.startswith("attn.index")]
+    assert [s.op for s in shared if s.role == "attn.topk"] == ["reuse"]
+
+
+def test_python_api_takes_the_selection():
+    from shapecalc import api
+    for sel in ("eager", "sparse"):
+        tot = api.trace("glm-5", seq=8192, selection=sel).totals
+        assert tot.selected_attention.convention == sel
+    eager, sparse = (api.trace("glm-5", seq=8192, selection=s).totals.flops
+                     for s in ("eager", "sparse"))
+    assert sparse < eager  # past K_sel the kernel reads 2048 of 8192 keys
