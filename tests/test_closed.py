@@ -46,7 +46,7 @@ def assert_equal_at(model: ModelConfig, cf: ClosedForm, points: list[dict]) -> N
     for i, p in enumerate(points):
         wl = Workload(**p, logits=cf.logits, attention_flops=cf.attention_flops,
                       padding_mask=cf.padding_mask, block_size=cf.block_size,
-                      mla_form=cf.mla_form)
+                      mla_form=cf.mla_form, selection=cf.selection)
         doc = build_trace(model, wl)
         want = flat(doc)
         for k in COMPARED:

@@ -58,6 +58,12 @@ def params(m: ModelConfig) -> int:
     norms = 4 if m.norm_position == "sandwich" else 2  # Gemma 2/3: + the post-norms; OLMo 2: 2
     base = attn + (m.parallel_norms if m.parallel_block else norms) * norm
     total = v * d + norm + norm * m.embedding_norm  # final norm; BLOOM's embedding norm
+    if m.index_topk:  # DeepseekV32Indexer: wq_b [q_lora → H_I·D_I], wk [D → D_I], k_norm (γ, β),
+        # weights_proj [D → H_I]; a layer reusing another's top-k (GLM-5) has none
+        hi, di = m.index_heads, m.index_head_dim
+        shared = set(m.index_shared_layers or ())
+        total += sum(m.q_lora_rank * hi * di + d * di + 2 * di + d * hi
+                     for i in range(m.n_layers) if i not in shared)
     for kind in m.ffn_types or (("moe" if m.n_experts else "dense",) * m.n_layers):
         if kind == "dense":
             total += base + ffn

@@ -34,7 +34,7 @@ from ..model.plan import layer_plan
 from ..model.stage import Stage
 from ..model.suggest import canonical_dtype
 from ..reference import PINNED, require
-from ..reference.modules import Places, first_difference
+from ..reference.modules import FLOPS_ON_PARENT, Places, first_difference
 from ..reference.stored import stored_config
 
 DTYPES = ("fp32", "bf16", "fp16")  # what transformers builds a model in here
@@ -153,6 +153,8 @@ def _per_module(st: list[Stage], key: str, places: Places, kind_of: tuple[int, .
         layers = [i for i, k in enumerate(kind_of) if k == s.kind] if s.group == "block" else [None]
         for i in layers:
             m = places.module(s.role, i)
+            if key == "flops" and s.role in FLOPS_ON_PARENT:
+                m = m.rpartition(".")[0] or m
             out[m] = out.get(m, 0) + v
     return out
 
@@ -283,8 +285,9 @@ def compare(model: ModelConfig, wl: Workload, measured: dict[str, Any],
                  t_pre["kv_cache_bytes"], sum(kv_theirs), kv_mod, kv_mod_theirs, order),
     ]
     if "cache_tensors" in measured:  # a live measurement: every tensor of the cache
-        states = sum(t["bytes"] for t in measured["cache_tensors"]
-                     if t["part"] not in ("keys", "values"))
+        from ..reference.measure import KV_PARTS
+
+        states = sum(t["bytes"] for t in measured["cache_tensors"] if t["part"] not in KV_PARTS)
         checks.append(_check(f"state cache bytes after the prefill ({wl.dtype})",
                              "state_cache_bytes", t_pre["state_cache_bytes"], states, None, None))
     conventions = [*kv_notes, *dec_notes]

@@ -19,6 +19,7 @@ from ..interpret.caches import ContiguousKV
 from ..interpret.numeric import NumericOps
 from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload
+from ..model.expr import Dim
 
 SEED_X = [[1, 0], [0, 1], [1, 1]]
 SEED_WQ = [[1, 0], [0, 1]]
@@ -119,6 +120,59 @@ def seed_example() -> Walk:
     return _walk(model, 3, np.array(SEED_X, dtype=np.float64), weights,
                  "The first seed's §6–§7 (single-head attention by hand): T=3 tokens, D=Dh=2, "
                  "one head")
+
+
+TOPK_X = [[1, 0], [0, 1], [1, 1], [2, 0], [0, 2], [1, -1]]  # 6 tokens, D = 2
+TOPK_K = 2  # K_sel
+
+
+def topk_example() -> Walk:
+    """DeepSeek Sparse Attention's selection by hand: 6 tokens, one indexer head (q_I = X, k_I =
+    X·WK, head weight 1), K_sel = 2. The indexer's ReLU scores, causally masked, pick each query's
+    top 2 keys (`NumericOps.topk`); the attention's scores keep those only (`select_mask`, the
+    eager convention; a sparse kernel reads just those 2 keys: the same output)."""
+    model = ModelConfig(name="top-k by hand", vocab_size=6, d_model=2, n_layers=1, n_heads=1,
+                        d_ff=2, positions="none")
+    T = len(TOPK_X)
+    ops = NumericOps(model, Workload(batch=1, seq=T, dtype="fp32"), Weights(model),
+                     1, np.zeros((1, T), dtype=np.int64), ContiguousKV("fp32", [None], np.float64))
+    ops.group("block")
+    X = np.array(TOPK_X, dtype=np.float64)
+    WK, WV = np.array(SEED_WK, dtype=np.float64), np.array(SEED_WV, dtype=np.float64)
+    h = (0, 0, 0)
+    q, k, v = X[None, None, None], (X @ WK)[None, None, None], (X @ WV)[None, None, None]
+    kt = ops.transpose_last(k, "attn.index_kT", "k_Iᵀ")
+    raw = ops.matmul(q, kt, "attn.index_scores", "q_I·k_Iᵀ", causal=False, window=None)
+    relu = ops.activation(raw.copy(), "attn.index_relu", "indexer", "relu")
+    index = ops.head_sum(relu, np.ones((1, 1, T, 1)), "attn.index_sum", "Σ_h w·relu(·)")
+    masked = ops.mask(index.copy(), "attn.index_mask", "causal mask", "causal")
+    sel = ops.topk(masked, "attn.topk", "top-K_sel", Dim.const(TOPK_K))
+    chosen = np.zeros((T, T))
+    np.put_along_axis(chosen, sel[0][0, 0], 1.0, axis=-1)
+    chosen *= ops.causal  # a query shorter than K_sel also picks masked keys: never read
+    S = ops.scale(ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=False, window=None),
+                  "attn.scale", "scale", 2**-0.5, "1/√Dh")
+    S = ops.mask(S, "attn.mask", "causal mask", "causal")
+    S = ops.select_mask(S, sel, "attn.mask", "index mask")
+    shown = np.where(chosen > 0, S[h], -np.inf)
+    A = ops.softmax(S, "attn.softmax", "softmax")
+    O = ops.matmul(A, v, "attn.values", "A·V", causal=False, window=None)
+    return Walk(f"DeepSeek Sparse Attention's top-k by hand: T={T} keys, K_sel={TOPK_K}, one "
+                "indexer head (q_I = X, k_I = X·WK, weight 1), one attention head "
+                "(Q = X, K = X·WK, V = X·WV)", [
+        Matrix("X", "X: the input, one row per token", X, _shape(X)),
+        Matrix("index_scores", "relu(q_I·k_Iᵀ): row i, column j = the indexer's score of key j "
+               "for query i", relu[h], _product(q[h], kt[h], raw[h])),
+        Matrix("index_causal", "I + M: M = −∞ above the diagonal",
+               np.where(ops.causal, index[h], -np.inf), _shape(index[h])),
+        Matrix("selected", f"each row's top {TOPK_K} (1: selected; ties: the lower key; row 0 "
+               "has fewer keys than K_sel: all of its own)", chosen, f"{T} rows × {TOPK_K} picks"),
+        Matrix("selected_scores", "S = QKᵀ/√2 at the selected keys, −∞ elsewhere", shown,
+               _shape(shown)),
+        Matrix("weights", "A = softmax(S): each query over its 2 keys only", A[h],
+               f"{_shape(A[h])}, each row sums to 1"),
+        Matrix("output", "O = A × V", O[h], _product(A[h], v[h], O[h])),
+    ])
 
 
 def toy_presets(extra: list[Path] | None = None) -> list[str]:

@@ -38,6 +38,7 @@ from .options import (
     Phase,
     Preset,
     PresetsDir,
+    Selection,
     Seq,
     Sets,
     StateCache,
@@ -101,6 +102,7 @@ def trace(
     pp: PP = None,
     ep: EP = None,
     mla_form: MlaForm = None,
+    selection: Selection = None,
     mtp: Mtp = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
@@ -154,6 +156,7 @@ def trace(
             pp=pp,
             ep=ep,
             mla_form=mla_form,
+            selection=selection,
             mtp=mtp,
             block_size=block_size,
             attention_flops=attention_flops,
@@ -227,7 +230,7 @@ def presets(
     if as_json:  # the fields as a config file takes them (None: the default)
         emit_json([m.model_dump() for m in models] if name is None else model.model_dump())
         return
-    from ..render.trace import print_model, print_presets
+    from ..render.presets import print_model, print_presets
 
     if name is None:
         print_presets([(n, m, _params(m)) for n, m in zip(names, models, strict=True)])

@@ -58,6 +58,10 @@ EP = Annotated[int | None, typer.Option(
 MlaForm = Annotated[str | None, typer.Option(
     "--mla-form", help="MLA models: absorbed (vLLM, FlashMLA; default) | latent (transformers "
     "5.x: the latent cache re-expanded each step) | expanded (K and V of every head cached)")]
+Selection = Annotated[str | None, typer.Option(
+    "--selection", show_default="eager", help="DeepSeek Sparse Attention models: eager "
+    "(transformers' dense scores, the unselected masked) | sparse (a sparse kernel, FlashMLA: "
+    "each query reads its K_sel selected latents)")]
 BlockSize = Annotated[int | None, typer.Option("--block-size", help="paged KV cache block (16)")]
 Mtp = Annotated[bool | None, typer.Option(
     "--mtp", help="also trace the multi-token-prediction modules (DeepSeek-V3, GLM-4.5: stages "

@@ -31,6 +31,7 @@ from .options import (
     Phase,
     Preset,
     PresetsDir,
+    Selection,
     Seq,
     Sets,
     StateCache,
@@ -152,6 +153,7 @@ def verify(
     pp: PP = None,
     ep: EP = None,
     mla_form: MlaForm = None,
+    selection: Selection = None,
     mtp: Mtp = None,
     block_size: BlockSize = None,
     attention_flops: AttnFlops = None,
@@ -202,7 +204,7 @@ def verify(
             kv_dtype=kv_dtype, act_dtype=act_dtype, logits=logits, tp=tp, pp=pp, ep=ep,
             mla_form=mla_form, mtp=mtp, block_size=block_size, attention_flops=attention_flops,
             padding_mask=padding_mask, mixer_flops=mixer_flops, state_cache=state_cache,
-            state_dtype=state_dtype,
+            state_dtype=state_dtype, selection=selection,
         )
         budget = None if memory_budget is None else budget_bytes(memory_budget)
         if train:  # the backward: cli/verify_train.py
@@ -253,18 +255,27 @@ def explain(
         "--scan", help="walk one Mamba-2 scan by hand instead: 3 tokens, a state of 2, its "
         "recurrence and its chunked form")] = False,
     as_json: JsonOut = False,
+    example: Annotated[str | None, typer.Option(
+        "--example", show_default="none: the seed's example or --preset's",
+        help="topk: DeepSeek Sparse Attention's top-k selection by hand (6 keys, "
+        "K_sel = 2)")] = None,
 ) -> None:
     from ..check import explain as ex
     from ..model.defaults import default_seq
 
     try:
-        if scan:
+        if scan and example is not None:
+            raise ShapecalcError("scan", "give --scan or --example, not both")
+        example = "scan" if scan else example
+        if example is not None:  # a worked example of its own: no model, no --seq
+            if example not in ("scan", "topk"):
+                raise ShapecalcError("example", f"{example!r}: one of scan, topk")
             if preset or config or hf_config or set_ or seq is not None:
-                raise ShapecalcError("scan", "the scan's example is its own (T=3, D_s=N_s=2); "
-                                     "give no model and no --seq with it")
+                raise ShapecalcError("scan" if scan else "example", f"the {example} example is "
+                                     "its own; give no model and no --seq with it")
             from ..check.explain_scan import scan_example
 
-            doc = scan_example()
+            doc = scan_example() if example == "scan" else ex.topk_example()
         elif preset is None and config is None and hf_config is None and not set_:
             if seq is not None:
                 raise ShapecalcError("seq", "the seed's example has T=3; --seq needs a "

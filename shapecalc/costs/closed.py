@@ -76,8 +76,10 @@ class ClosedForm:
         mla_form: str | None = None,
         weights: Quantization | None = None,
         mixers: tuple[str | None, str | None, str | None] = (None, None, None),
+        selection: str = "eager",
     ):
         self.model = model
+        self.selection = selection  # DSA models: eager or sparse (Workload.selection)
         # the stateful mixers' conventions: (mixer_flops, state_cache, state_dtype)
         self.mixers = mixers
         if mixers[0] == FUSED and "gated_deltanet" in model.mixers:
@@ -102,7 +104,7 @@ class ClosedForm:
             batch=batch, seq=seq, phase=phase, tp=tp, logits=self.logits,  # type: ignore[arg-type]
             attention_flops=self.attention_flops,  # type: ignore[arg-type]
             padding_mask=self.padding_mask, block_size=self.block_size,
-            mla_form=self.mla_form, **dict(zip(  # type: ignore[arg-type]
+            mla_form=self.mla_form, selection=self.selection, **dict(zip(  # type: ignore[arg-type]
                 ("mixer_flops", "state_cache", "state_dtype"), self.mixers, strict=True)), **dt,
         )
 
@@ -124,6 +126,8 @@ class ClosedForm:
                 if w is not None and (w > 1 or phase == "prefill")}
         chunks = {k.chunk for k in kinds if k.chunk is not None}
         m = self.model
+        if m.index_topk is not None:  # DSA: min(K_sel, keys) selected, a window's cut
+            cuts.add(m.index_topk if phase == "prefill" else m.index_topk - 1)
         if {"mamba2", "gated_deltanet"} & set(m.mixers) and phase == "prefill":
             # ⌈T/L⌉ chunks; max(T, K_c) conv inputs
             chunks.add(m.scan_chunk)  # type: ignore[arg-type]

@@ -73,6 +73,12 @@ TOTALS: tuple[Field, ...] = (
           "their scales, zeros, other (g_idx, quant_state), what stays unquantized"),
     Field("weight_tensors", "list[WeightTensor]", "a format's stored tensors, each with its "
           "shape, dtype and count (empty for a plain dtype)"),
+    Field("selected_attention", "SelectedAttention|null", "DeepSeek Sparse Attention: the "
+          "convention flops follows (eager: transformers' dense scores, the unselected masked; "
+          "sparse: a sparse kernel reading each query's K_sel selected latents), the step's "
+          "FLOPs under each, K_sel, the indexer's heads and width, its key cache in the KV dtype "
+          "(in kv_cache_bytes) and as DeepSeek's reference keeps it (fp8, an fp32 scale per "
+          "128); null without an indexer"),
 )
 
 TP_LEDGER: tuple[Field, ...] = (

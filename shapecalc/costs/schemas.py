@@ -140,6 +140,16 @@ class WeightTensor(_Strict):
     bytes: int
 
 
+class SelectedAttention(_Strict):
+    convention: str  # eager | sparse: what `flops` counts
+    flops: dict[str, int]  # the step's FLOPs under each convention
+    top_k: int
+    indexer_heads: int
+    indexer_head_dim: int
+    indexer_cache_bytes: int  # in the KV dtype (transformers), part of kv_cache_bytes
+    indexer_cache_bytes_reference: int  # fp8 + an fp32 scale per 128 (DeepSeek's reference)
+
+
 class SplitOut(_Strict):
     weight: str
     split: str
@@ -154,7 +164,8 @@ def _section(name: str, fields: tuple[Field, ...]) -> type[BaseModel]:
                              "list[Split]": list[SplitOut], "ParamsBreakdown": ParamsBreakdown,
                              "FlopsBreakdown": FlopsBreakdown, "Activation": Activation,
                              "list[KvGroup]": list[KvGroup], "WeightParts": WeightParts,
-                             "list[WeightTensor]": list[WeightTensor]}
+                             "list[WeightTensor]": list[WeightTensor],
+                             "SelectedAttention|null": SelectedAttention | None}
     return create_model(  # type: ignore[call-overload, no-any-return]
         name, __base__=_Strict,
         **{f.name: (types[f.type], PydField(description=f.doc)) for f in fields})

@@ -42,6 +42,7 @@ from ..model.stage import (
     is_mixer,
 )
 from .fields import EP_LEDGER, PP_LEDGER, TOTALS, TP_LEDGER, section
+from .selected import selected_attention
 
 Pred = Callable[[Stage], bool]
 
@@ -200,6 +201,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "weight_bytes_breakdown": ({"data": wbytes, "scales": 0, "zeros": 0, "other": 0,
                                     "unquantized": 0} if ws is None else ws[0].parts()),
         "weight_tensors": [] if ws is None else [t.as_dict() for t in ws[0].tensors],
+        "selected_attention": selected_attention(model, wl, _sum(st, "flops"), kv_tokens),
     })
     doc = {
         "model": model.model_dump(),

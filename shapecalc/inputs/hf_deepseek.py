@@ -103,6 +103,77 @@ def deepseek_moe(h: HF, f: Fields) -> None:
     f["mtp_layers"] = mtp or 0
 
 
+@mechanism(*_MLA_KEYS, "qk_head_dim")
+def mla_dsa(h: HF, f: Fields) -> None:
+    # DeepseekV32Config (and GLM-5's) sets head_dim = qk_rope_head_dim and qk_head_dim = nope +
+    # rope in __post_init__, whatever the config.json says (GLM-5.2's says head_dim 192)
+    h.get("head_dim"), h.get("qk_head_dim")
+    _latent(h, f)
+
+
+@mechanism("indexer_types", "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset")
+def indexer_types(h: HF, f: Fields) -> None:
+    """GLM-5's IndexShare (GlmMoeDsaConfig.__post_init__): each layer runs its indexer ("full")
+    or reuses the previous full layer's top-k ("shared"): indexer_types, else the pattern
+    index_topk_pattern ("F"/"S"), else full where max(i − offset + 1, 0) is a multiple of
+    index_topk_freq (offset index_skip_topk_offset, default 2; freq default 1: every layer)."""
+    n = f["n_layers"]
+    types, key = h.get("indexer_types"), "indexer_types"
+    if types is None and (pattern := h.get("index_topk_pattern")) is not None:
+        key = "index_topk_pattern"
+        if isinstance(pattern, str) and set(pattern) <= {"F", "S"}:
+            types = [{"F": "full", "S": "shared"}[c] for c in pattern]
+        else:
+            types = pattern
+    elif types is None:
+        freq, offset = h.get("index_topk_freq"), h.get("index_skip_topk_offset")
+        if type(freq) is not int or type(offset) is not int:
+            raise ShapecalcError("index_topk_freq" if type(freq) is not int else
+                                 "index_skip_topk_offset", "must be a whole number")
+        freq = max(freq, 1)
+        types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n)]
+    if not isinstance(types, list) or any(t not in ("full", "shared") for t in types):
+        raise ShapecalcError(key, f"must give 'full' or 'shared' per layer, not {types!r}")
+    if len(types) != n:
+        raise ShapecalcError(key, f"gives {len(types)} layers, but num_hidden_layers is {n}")
+    if types[0] != "full":
+        raise ShapecalcError(key, "starts with a shared layer: it has no earlier indexer layer "
+                             "whose top-k it could reuse")
+    f["index_shared_layers"] = tuple(i for i, t in enumerate(types) if t == "shared") or None
+
+
+@mechanism("index_topk", "index_n_heads", "index_head_dim")
+def indexer(h: HF, f: Fields) -> None:
+    """DeepSeek Sparse Attention (DeepseekV32Indexer): each query's top index_topk keys, picked
+    by a lightning indexer of index_n_heads heads of index_head_dim."""
+    for key, field in (("index_topk", "index_topk"), ("index_n_heads", "index_heads"),
+                       ("index_head_dim", "index_head_dim")):
+        v = h.get(key)
+        if type(v) is not int or v <= 0:
+            raise ShapecalcError(key, f"must be a whole number > 0, not {v!r}")
+        f[field] = v
+    if f.get("q_lora_rank") is None:  # DeepseekV32Attention always builds q_a_proj
+        raise ShapecalcError("q_lora_rank", "null, but DeepSeek Sparse Attention's indexer reads "
+                             "the query latent (q_a_proj): it needs one")
+
+
+@mechanism("mlp_layer_types", "first_k_dense_replace")
+def mlp_layer_types_dense_first(h: HF, f: Fields) -> None:
+    # DeepseekV32Config: mlp_layer_types (default: first_k_dense_replace dense, the rest MoE,
+    # which deepseek_moe has set) names each layer's MLP; a list given wins, read as EXAONE-MoE's
+    if h.get("mlp_layer_types") is not None:
+        moe.mlp_layer_types(True).read(h, f)
+        _needs_experts(f)
+
+
+def _needs_experts(f: Fields) -> None:
+    """ffn_types from mlp_layer_types: a model of this family needs a sparse layer (None: all)."""
+    if "moe" not in f["ffn_types"]:
+        raise ShapecalcError("mlp_layer_types", "has no sparse layer; the model needs experts")
+    if "dense" not in f["ffn_types"]:
+        f["ffn_types"] = None
+
+
 @mechanism("mlp_layer_types", "first_k_dense_replace")
 def mlp_layer_types(h: HF, f: Fields) -> None:
     # GLM-4.7-Flash (glm4_moe_lite): each layer's MLP from mlp_layer_types alone (default: the
@@ -111,7 +182,4 @@ def mlp_layer_types(h: HF, f: Fields) -> None:
     if isinstance(given, list) and "sparse" not in given[:f["n_layers"]]:
         raise ShapecalcError("mlp_layer_types", "has no sparse layer; the model needs experts")
     moe.mlp_layer_types(False).read(h, f)
-    if "moe" not in f["ffn_types"]:
-        raise ShapecalcError("mlp_layer_types", "has no sparse layer; the model needs experts")
-    if "dense" not in f["ffn_types"]:
-        f["ffn_types"] = None
+    _needs_experts(f)

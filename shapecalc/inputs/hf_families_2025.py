@@ -77,6 +77,41 @@ NEW: tuple[Family, ...] = (
                                            "glm4_moe_lite router always scores with sigmoid")},
            widths=dict(vocab_size=154880, hidden_size=2048, intermediate_size=10240,
                        num_hidden_layers=47, num_attention_heads=20)),
+    # DeepseekV32Config (Glm4MoeLiteConfig's keys): DeepSeek-V3 with DeepSeek Sparse Attention,
+    # a lightning indexer on every layer; q_a_proj always built; mlp_layer_types defaults to
+    # first_k_dense_replace dense layers, then MoE
+    Family("deepseek_v32", "DeepSeek-V3.2: MLA with DSA's lightning indexer (top-2048 keys)",
+           (*BODY, deepseek.mla_dsa, deepseek.deepseek_moe,
+            deepseek.mlp_layer_types_dense_first, deepseek.indexer),
+           _llama(128, 163840, kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128,
+                  qk_rope_head_dim=64, v_head_dim=128, moe_intermediate_size=2048,
+                  n_shared_experts=1, n_routed_experts=256, routed_scaling_factor=2.5,
+                  num_experts_per_tok=8, first_k_dense_replace=3, norm_topk_prob=True,
+                  attention_bias=False, index_topk=2048, index_n_heads=64, index_head_dim=128,
+                  scoring_func="sigmoid"),
+           aliases={"n_routed_experts": ("num_local_experts", "num_experts")},
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' deepseek_v32 "
+                                           "router always scores with sigmoid")},
+           widths=dict(vocab_size=129280, hidden_size=7168, intermediate_size=18432,
+                       num_hidden_layers=61, num_attention_heads=128)),
+    # GlmMoeDsaConfig (DeepseekV32Config's keys): DeepSeek-V3.2's attention and MoE with
+    # IndexShare, layers that reuse the previous indexer layer's top-k (indexer_types; default
+    # every layer its own); the indexer's RoPE interleaved (the same count)
+    Family("glm_moe_dsa", "GLM-5: MLA with DSA's indexer (IndexShare), DeepSeek-V3 MoE",
+           (*BODY, deepseek.mla_dsa, deepseek.deepseek_moe,
+            deepseek.mlp_layer_types_dense_first, deepseek.indexer, deepseek.indexer_types),
+           _llama(64, 202752, kv_lora_rank=512, q_lora_rank=2048, qk_nope_head_dim=192,
+                  qk_rope_head_dim=64, v_head_dim=256, moe_intermediate_size=2048,
+                  n_shared_experts=1, n_routed_experts=256, routed_scaling_factor=2.5,
+                  num_experts_per_tok=8, first_k_dense_replace=3, norm_topk_prob=True,
+                  attention_bias=False, index_topk=2048, index_n_heads=32, index_head_dim=128,
+                  scoring_func="sigmoid", indexer_types=None,
+                  index_topk_pattern=None, index_topk_freq=1, index_skip_topk_offset=2),
+           aliases={"n_routed_experts": ("num_local_experts", "num_experts")},
+           refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' glm_moe_dsa "
+                                           "router always scores with sigmoid")},
+           widths=dict(vocab_size=154880, hidden_size=6144, intermediate_size=12288,
+                       num_hidden_layers=78, num_attention_heads=64)),
     # DeepseekV3Attention (MLA) with Llama 4's query temperature (a scale, no count); DeepSeek-V2's
     # router (softmax, group-limited, top-k renormalised, × routed_scaling_factor), no correction
     # bias; DeepseekV3MoE's n_shared × the expert width; the first first_k_dense_replace dense

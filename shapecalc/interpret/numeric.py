@@ -24,7 +24,7 @@ from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, deltanet, elementwise, llama4, mamba2, mla, moe, rotary
+from . import alibi, deltanet, dsa, elementwise, llama4, mamba2, mla, moe, rotary
 from .caches import ContiguousKV, KVCache
 from .numeric_base import NumericBase
 from .storage import measure
@@ -129,8 +129,8 @@ class NumericOps(NumericBase):
              kind: str | None = None) -> np.ndarray:
         m, n, D = self.m, self._el(x), x.shape[-1]
         key = (self._layer, role)
-        beta = m.has_norm_bias if kind is None else False
-        kind = kind or m.norm
+        beta = m.has_norm_bias if kind is None else kind == "layernorm_beta"
+        kind = "layernorm" if beta and kind else (kind or m.norm)  # layernorm_beta: γ and β
         plus_one = m.norm_plus_one and kind == "rmsnorm"  # Gemma: γ around 0, × (1+γ)
         g = (self.w.get((*key, "γ"), (D,), base=0.0 if plus_one else 1.0) if kind != "l2norm"
              else np.ones(1, self.dt))
@@ -216,6 +216,9 @@ class NumericOps(NumericBase):
     route, experts, alibi, temperature = moe.route, moe.experts, alibi.add_bias, llama4.temperature
     conv1d, ssd, gated_norm = mamba2.conv1d, mamba2.ssd, mamba2.gated_norm  # Mamba-2
     delta_rule = deltanet.delta_rule  # gated DeltaNet
+    head_sum, topk, select_mask = dsa.head_sum, dsa.topk, dsa.select_mask  # DSA
+    shared_selection = dsa.shared_selection
+    gather, selected_matmul = dsa.gather, dsa.selected_matmul
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:
@@ -231,7 +234,7 @@ class NumericOps(NumericBase):
             # a causal kernel computes only the (query, key) pairs the masks allow
             pairs = int(np.count_nonzero(self.causal & self._window(window)
                                          & llama4.chunk_mask(self, chunk, one_row=True)))
-            qk = role == "attn.scores"
+            qk = role in ("attn.scores", "attn.index_scores")  # queries × keys
             batch = self._el(out) // (out.shape[-2] * out.shape[-1])
             flops = 2 * batch * pairs * (a.shape[-1] if qk else b.shape[-1])
         return self._rec(role, name, "matmul", out, flops=flops,

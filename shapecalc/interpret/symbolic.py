@@ -16,9 +16,12 @@ from ..model.forward import ACT, Sizes, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
 from . import symbolic_deltanet as deltanet
+from . import symbolic_dsa as dsa
 from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
 from .symbolic_base import ELEMENTWISE, Sym, SymbolicBase, _half, _total
+
+QK_ROLES = ("attn.scores", "attn.index_scores")  # the score matmuls: queries × keys
 
 __all__ = ["ELEMENTWISE", "Sym", "SymbolicOps", "stages"]
 
@@ -88,8 +91,8 @@ class SymbolicOps(SymbolicBase):
     def norm(self, x: Sym, role: str, name: str, width: Dim | None = None,
              kind: str | None = None) -> Sym:
         m = self.m
-        beta = m.has_norm_bias if kind is None else False
-        kind = kind or m.norm
+        beta = m.has_norm_bias if kind is None else kind == "layernorm_beta"
+        kind = "layernorm" if beta and kind else (kind or m.norm)  # layernorm_beta: γ and β
         if kind == "l2norm":  # Llama 4's q/k norm: an RMS norm without γ
             return self._rec(role, name, kind, x, ew=ELEMENTWISE["rmsnorm"],
                              note="RMS over each head's Dh, no weights")
@@ -170,6 +173,10 @@ class SymbolicOps(SymbolicBase):
     # Mamba-2 (symbolic_mamba2.py)
     conv1d, ssd, gated_norm = mamba2.sym_conv1d, mamba2.sym_ssd, mamba2.sym_gated_norm
     delta_rule = deltanet.sym_delta_rule  # gated DeltaNet (symbolic_deltanet.py)
+    # DeepSeek Sparse Attention (symbolic_dsa.py)
+    head_sum, topk, select_mask = dsa.sym_head_sum, dsa.sym_topk, dsa.sym_select_mask
+    shared_selection = dsa.sym_shared_selection
+    gather, selected_matmul = dsa.sym_gather, dsa.sym_selected_matmul
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims
@@ -200,7 +207,7 @@ class SymbolicOps(SymbolicBase):
             else:
                 w = self.z.sym("W", W)
                 pairs = [w, T * 2 + w * -1 + 1]
-            inner = kk if role == "attn.scores" else nn  # Dh
+            inner = kk if role in QK_ROLES else nn  # Dh
             return self._rec(
                 role,
                 name,
@@ -211,7 +218,7 @@ class SymbolicOps(SymbolicBase):
                 operands=(a.dims, b.dims),
             )
         # QKᵀ lists its factors query, key, width so that it reads 2·B·H·T²·Dh as the seeds do
-        order = [mm, nn, kk] if role == "attn.scores" else [mm, kk, nn]
+        order = [mm, nn, kk] if role in QK_ROLES else [mm, kk, nn]
         return self._rec(role, name, "matmul", out, flops=formula([2, *batch, *order]),
                          operands=(a.dims, b.dims))
 

@@ -241,16 +241,23 @@ class Weights:
             "attn.q_b": (m.q_lora_rank or 0, H * m.dh, "column"),
             "attn.kv_a": (m.d_model, dc + dr, "replicated"),
             "attn.kv_b": (dc, H * ((m.qk_nope_head_dim or 0) + m.v_dim), "column"),
+            # DSA's lightning indexer (no biases), replicated on every rank
+            "attn.index_q": (m.q_lora_rank or 0, (m.index_heads or 0) * (m.index_head_dim or 0),
+                             "replicated"),
+            "attn.index_k": (m.d_model, m.index_head_dim or 0, "replicated"),
+            "attn.index_w": (m.d_model, m.index_heads or 0, "replicated"),
         }[role]
         if how == "replicated":
-            bf = self.get((layer, role, "bias"), (width,)) if m.qkv_bias else None
+            biased = m.qkv_bias and not role.startswith("attn.index")
+            bf = self.get((layer, role, "bias"), (width,)) if biased else None
             return [Shard((layer, role), (d_in, width), how, p, d_in, width)], (
                 bf[None, None] if bf is not None else None), width if bf is not None else 0, False
         return [Shard((layer, role), (d_in, width), how, p, d_in, width // p)], None, 0, False
 
 
 # MLA's projections (weights._mla_linear)
-_MLA_ROLES = ("attn.q_a", "attn.q_b", "attn.kv_a", "attn.kv_b")
+_MLA_ROLES = ("attn.q_a", "attn.q_b", "attn.kv_a", "attn.kv_b", "attn.index_q", "attn.index_k",
+              "attn.index_w")
 # the stateful mixers' fused projections, as the parts each rank holds its heads of (vLLM's
 # merged column-parallel layout: rank r's operand is [z_r | x_r | B_r | C_r | dt_r])
 MIXER_PARTS = {

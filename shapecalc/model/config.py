@@ -162,6 +162,12 @@ class Workload(Record):
         None, "state_cache vllm only: the recurrent state's dtype, vLLM's mamba_ssm_cache_dtype "
         "(default auto: the conv state's, the activations' dtype)")
 
+    selection: Literal["eager", "sparse"] = _doc(
+        "eager", "DeepSeek Sparse Attention models only: how the selected attention is "
+        "counted: eager (transformers and DeepSeek's reference code: dense scores over every "
+        "key, the unselected masked), sparse (a sparse kernel, FlashMLA's: each query reads "
+        "only its K_sel selected latents, absorbed, in prefill and decode)")
+
     def _check(self) -> None:
         # their bytes would miss the block scales
         for name in ("kv_dtype", "act_dtype", "state_dtype"):
@@ -248,6 +254,16 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if wl.state_dtype is not None and wl.state_cache != "vllm":
         raise ShapecalcError("state_dtype", "is vLLM's mamba_ssm_cache_dtype: it needs "
                              "state_cache vllm (transformers keeps the recurrent state in fp32)")
+    if wl.selection == "sparse" and not model.dsa:
+        raise ShapecalcError("selection", "applies to DeepSeek Sparse Attention models only "
+                             "(index_topk set)")
+    if model.dsa and wl.mla == "expanded":
+        raise ShapecalcError("mla_form", "expanded: the indexer's keys are cached beside the "
+                             "latent, which DeepSeek Sparse Attention reads; use absorbed or "
+                             "latent")
+    if wl.selection == "sparse" and wl.mla != "absorbed":
+        raise ShapecalcError("selection", f"sparse reads the latents absorbed (FlashMLA), not in "
+                             f"the {wl.mla} form")
     if p > 1 and model.qk_norm and model.qk_norm_width == "all":
         # vLLM all-gathers q and k for OLMo 2's norm; that traffic is not modelled
         raise ShapecalcError("tp", f"p={p}: q/k norms over the whole width (qk_norm_width all, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import dsa
 from .config import ModelConfig, Workload
 from .expr import Dim
 from .ops import Ops
@@ -25,6 +26,7 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
     the latent cache are replicated on every rank; q_b, kv_b and o are split by heads."""
     form, decode = wl.mla, z.decode
     one = Dim.const(1)
+    cq = None
     if m.q_lora_rank is not None:
         cq = ops.linear(h, "attn.q_a", "q down-projection (q_a)", z.D, z.Dq, m.qkv_bias,
                         "replicated")
@@ -43,6 +45,7 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
         q_rope = ops.rope(q_rope, "attn.rope", "RoPE q_rope", angles)
         k_rope = ops.rope(k_rope, "attn.rope", "RoPE k_rope", angles)
     Tk, Tc = z.keys(spec)
+    sel = None  # DSA: each query's selected keys
 
     def expand(c_t: Any, r_t: Any) -> tuple[Any, Any]:
         """Latents [B,t,D_c] and k_rope [B,t,D_r] → every head's K [B,H,t,D_n+D_r], V."""
@@ -59,11 +62,27 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
                                "K of H·(D_n+D_r) and V of H·D_v")
         k, v = ops.split(kv_all, [z.Dh, z.Dv])
     else:
-        lat = ops.mla_cache(ops.concat([c, k_rope], "attn.latent", "latent [c_KV, k_rope]"),
-                            layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
+        if m.dsa and spec.shared_topk:  # GLM-5's IndexShare: no indexer, no k_I cached
+            lat = ops.mla_cache(ops.concat([c, k_rope], "attn.latent", "latent [c_KV, k_rope]"),
+                                layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
+            sel = ops.shared_selection("attn.topk", "the previous indexer layer's top-K_sel",
+                                       z.Ks, Tk)
+        elif m.dsa:  # the indexer's key k_I of D_I is cached beside the latent
+            k_i = dsa.indexer_keys(ops, z, h, angles)
+            lat = ops.mla_cache(ops.concat([c, k_rope, k_i], "attn.latent",
+                                           "latent [c_KV, k_rope] and indexer key k_I"),
+                                layer, Tk, Tc, "latent c_KV of D_c, k_rope of D_r and the "
+                                "indexer's k_I of D_I")
+            lat, k_all = ops.split(lat, [z.Dc + z.Dr, z.DI])
+            sel = dsa.select(ops, m, wl, z, h, cq, k_all, angles)
+        else:
+            lat = ops.mla_cache(ops.concat([c, k_rope], "attn.latent", "latent [c_KV, k_rope]"),
+                                layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
         c_all, r_all = ops.split(lat, [z.Dc, z.Dr])
+        if sel is not None and wl.selection == "sparse":
+            return dsa.sparse_attention(ops, m, z, q_nope, q_rope, lat, sel)
         if form == "absorbed" and decode:
-            return _mla_absorbed(ops, m, wl, z, q_nope, q_rope, lat, c_all)
+            return _mla_absorbed(ops, m, wl, z, q_nope, q_rope, lat, c_all, sel)
         k, v = expand(c_all, r_all)
     q = ops.concat([q_nope, q_rope], "attn.q.concat", "q = [q_nope, q_rope]")
     kt = ops.transpose_last(k, "attn.kT", "kᵀ")
@@ -73,6 +92,8 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
         s = ops.mask(s, "attn.mask", "causal mask", "causal")
     if wl.padding_mask:
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
+    if sel is not None:  # eager DSA: the dense scores, all but the selected keys masked
+        s = ops.select_mask(s, sel, "attn.mask", "index mask (unselected keys)")
     a = ops.softmax(s, "attn.softmax", "softmax")
     o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=spec.window)
     o = ops.merge_heads(o, "attn.merge", "merge heads")
@@ -81,7 +102,7 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
 
 
 def _mla_absorbed(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, q_nope: Any, q_rope: Any,
-                  lat: Any, c_all: Any) -> Any:
+                  lat: Any, c_all: Any, sel: Any = None) -> Any:
     """MLA decode in the latent space: q_nope·W_UKᵀ puts each head's query beside the cached
     latents, so scores read [c_KV, k_rope] (D_c + D_r) directly, A·c_KV gives each head a
     latent output, and W_UV lifts it to D_v. kv_b_proj's two halves are used as W_UK and W_UV,
@@ -96,6 +117,8 @@ def _mla_absorbed(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, q_nope: Any,
     s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh, Dh = D_n+D_r")
     if wl.padding_mask:
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
+    if sel is not None:  # DeepSeek's reference decode: every latent scored, the unselected masked
+        s = ops.select_mask(s, sel, "attn.mask", "index mask (unselected keys)")
     a = ops.softmax(s, "attn.softmax", "softmax")
     c_h = ops.split_heads(c_all, "attn.latent.heads", "c_KV", one, z.Dc)
     o = ops.matmul(a, c_h, "attn.values", "A·c_KV", causal=True, window=None)

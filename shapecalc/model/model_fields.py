@@ -139,6 +139,16 @@ class ModelFields(Record):
         None, "D_r: the decoupled RoPE width, one k_rope shared by all heads"
     )
     v_head_dim: Pos | None = _doc(None, "D_v: each head's value width")
+    # DeepSeek Sparse Attention (DSA): a lightning indexer picks each query's K_sel keys
+    index_topk: Pos | None = _doc(
+        None, "K_sel: keys each query attends to, picked by the lightning indexer (index_topk); "
+        "set: MLA with DeepSeek Sparse Attention")
+    index_heads: Pos | None = _doc(None, "H_I: the indexer's query heads (index_n_heads)")
+    index_head_dim: Pos | None = _doc(None, "D_I: the indexer's head width, its first D_r turned "
+                                      "by RoPE (index_head_dim)")
+    index_shared_layers: tuple[NonNeg, ...] | None = _doc(
+        None, "layers that run no indexer of their own and reuse the previous indexer layer's "
+        "selection (GLM-5's IndexShare: indexer_types 'shared'); they cache no indexer key")
 
     # Classic variants (GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite, Falcon's new decoder)
     rotary_dim: Pos | None = _doc(
@@ -254,6 +264,18 @@ class ModelFields(Record):
     @property
     def mla(self) -> bool:
         return self.kv_lora_rank is not None
+
+    @property
+    def dsa(self) -> bool:
+        """Attention is sparse: a lightning indexer selects each query's keys."""
+        return self.index_topk is not None
+
+    @property
+    def indexer_layers(self) -> int:
+        """The layers that run their own lightning indexer (and cache its keys)."""
+        if not self.dsa:
+            return 0
+        return self.mixers.count("attention") - len(set(self.index_shared_layers or ()))
 
     @property
     def v_dim(self) -> int:

@@ -90,6 +90,35 @@ class Ops:
         `of` (MLA's absorbed decode: `part` k multiplies by W_UKᵀ, v by W_UV)."""
         raise NotImplementedError
 
+    # -- DeepSeek Sparse Attention (dsa.py) -----------------------------------------------------
+    def head_sum(self, s: Any, w: Any, role: str, name: str) -> Any:
+        """The indexer's scores [B,H_I,Tq,Tk] summed over its heads, weighted by w [B,Tq,H_I]:
+        [B,1,Tq,Tk], one head (one matmul [1,H_I]×[H_I,Tk] per query)."""
+        raise NotImplementedError
+
+    def topk(self, s: Any, role: str, name: str, k: Dim) -> Any:
+        """Index scores [B,1,Tq,Tk] → the selection: each query's min(K_sel, Tk) top keys."""
+        raise NotImplementedError
+
+    def shared_selection(self, role: str, name: str, k: Dim, keys: Dim) -> Any:
+        """The selection of the last layer that ran `topk` (of min(K_sel, keys) keys per
+        query): a layer that reuses it runs no indexer."""
+        raise NotImplementedError
+
+    def select_mask(self, s: Any, sel: Any, role: str, name: str) -> Any:
+        """Scores [B,H,Tq,Tk] with every key outside the query's selection masked."""
+        raise NotImplementedError
+
+    def gather(self, x: Any, sel: Any, role: str, name: str) -> Any:
+        """The cached latents [B,Tk,W] each query selected: [B,Tq,K,W]."""
+        raise NotImplementedError
+
+    def selected_matmul(self, a: Any, b: Any, role: str, name: str) -> Any:
+        """Each query against its own gathered keys b [B,Tq,K,W]: a [B,H,Tq,W] gives scores
+        [B,H,Tq,K] (a·bᵀ); a [B,H,Tq,K] gives values [B,H,Tq,W] (a·b). A causal count keeps
+        only the selected keys a query may read."""
+        raise NotImplementedError
+
     def repeat_kv(self, x: Any, role: str, name: str, groups: int, heads: Dim) -> Any:
         raise NotImplementedError
 

@@ -41,7 +41,10 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
     if model.mla:
         if mla == "expanded":
             return n * (model.n_heads // p) * (model.dh + model.v_dim)
-        return n * (model.kv_lora_rank + model.rot)  # type: ignore[operator]
+        # DSA: the indexer's key k_I of D_I beside the latent, on the layers running an indexer
+        # (of a part of the layers: as many as it can hold, an upper bound)
+        idx = model.indexer_layers if layers is None else min(layers, model.indexer_layers)
+        return n * (model.kv_lora_rank + model.rot) + idx * (model.index_head_dim or 0)  # type: ignore
     return 2 * n * kv_heads_per_rank(model, p) * model.dh
 
 

@@ -49,6 +49,7 @@ class LayerSpec(NamedTuple):
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
     mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, short_conv…
+    shared_topk: bool = False  # DSA: reuses the previous indexer layer's selection (GLM-5)
 
     @property
     def attends(self) -> bool:
@@ -69,7 +70,8 @@ class LayerSpec(NamedTuple):
         ffn = {"moe": " · MoE", "none": " · no FFN"}.get(self.ffn, "")
         if self.mixer == "none":  # a block of its channel mixer only
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
-        return attn + (" · NoPE" if self.nope else "") + ffn
+        return attn + (" · NoPE" if self.nope else "") + (
+            " · shared top-k" if self.shared_topk else "") + ffn
 
 
 # the token mixers other than attention, as labels print
@@ -111,10 +113,11 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     )
     ffns = model.ffn_types or (("moe" if model.moe else "dense",) * model.n_layers)
     nope = set(model.nope_layers or ())
+    shared = set(model.index_shared_layers or ())
     specs = [
         LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
                   model.norm_position, model.attention_chunk_size if t == "chunked" else None,
-                  i in nope, mx)
+                  i in nope, mx, i in shared)
         if mx == "attention" else LayerSpec("full", None, f, model.norm, model.norm_position,
                                             mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))

@@ -55,10 +55,14 @@ def check_classic(m: ModelFields) -> None:
         raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
                              "block; a parallel block with it is not modelled")
 
+
+DSA_FIELDS = ("index_topk", "index_heads", "index_head_dim")  # DeepSeek Sparse Attention's
+
+
 def check_mla(m: ModelFields) -> None:
     mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
     if not m.mla:
-        given = [f for f in mla_fields if getattr(m, f) is not None]
+        given = [f for f in (*mla_fields, *DSA_FIELDS) if getattr(m, f) is not None]
         if given:
             raise ShapecalcError(given[0], "is a Multi-head Latent Attention field, but "
                                  "kv_lora_rank is not set")
@@ -84,6 +88,28 @@ def check_mla(m: ModelFields) -> None:
     if m.positions == "rope" and m.rot % 2:
         raise ShapecalcError("qk_rope_head_dim", f"RoPE rotates pairs, so D_r="
                              f"{m.rot} must be even")
+    check_dsa(m)
+
+
+def check_dsa(m: ModelFields) -> None:
+    """DeepSeek Sparse Attention: its indexer reads the query latent and turns D_r of D_I."""
+    if not any(getattr(m, f) is not None for f in DSA_FIELDS):
+        return
+    for f in DSA_FIELDS:
+        if getattr(m, f) is None:
+            raise ShapecalcError(f, "DeepSeek Sparse Attention (index_topk set) needs it")
+    if m.q_lora_rank is None:
+        raise ShapecalcError("q_lora_rank", "the lightning indexer's queries come from the query "
+                             "latent (q_lora_rank), so DeepSeek Sparse Attention needs one")
+    shared = m.index_shared_layers or ()
+    if shared and (0 in shared or max(shared) >= m.n_layers):
+        raise ShapecalcError("index_shared_layers", f"{sorted(shared)}: each must be a layer "
+                             f"1..{m.n_layers - 1}, after an indexer layer whose selection it "
+                             "reuses")
+    if m.index_head_dim < m.rot:  # type: ignore[operator]
+        raise ShapecalcError("index_head_dim", f"{m.index_head_dim} is narrower than the "
+                             f"D_r={m.rot} RoPE dims the indexer turns")
+
 
 def check_moe(m: ModelFields) -> None:
     moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",

@@ -43,6 +43,9 @@ class Sizes(NamedTuple):
     Hv: Dim  # gated DeltaNet: value heads
     Dhv: Dim  # gated DeltaNet: a value head's width
     Dsc: Dim  # short conv: the channels one rank convolves (D, or D/p)
+    Ks: Dim  # DSA: keys each query selects (K_sel)
+    HI: Dim  # DSA: the lightning indexer's heads
+    DI: Dim  # DSA: an indexer head's width
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -139,6 +142,9 @@ class Sizes(NamedTuple):
             Hv=shard("H_v", model.gdn_v_heads or 0),
             Dhv=of("D_hv", model.gdn_v_dim or 0),
             Dsc=shard("D", model.d_model),
+            Ks=of("K_sel", model.index_topk or 0),
+            HI=of("H_I", model.index_heads or 0),
+            DI=of("D_I", model.index_head_dim or 0),
             p=p,
             kv_replicated=replicated,
             T=T,

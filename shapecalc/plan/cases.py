@@ -156,17 +156,17 @@ def closed_form_for(model: ModelConfig, wl: Workload) -> ClosedForm:
     times)."""
     return _closed_form(model, wl.logits, wl.attention_flops, wl.padding_mask, wl.block_size,
                         wl.mla_form, weight_format(model, wl.dtype),
-                        (wl.mixer_flops, wl.state_cache, wl.state_dtype))
+                        (wl.mixer_flops, wl.state_cache, wl.state_dtype), wl.selection)
 
 
 @lru_cache(maxsize=64)
 def _closed_form(model: ModelConfig, logits: str, attention_flops: str, padding_mask: bool,
                  block_size: int, mla_form: str | None, weights: Quantization | None,
-                 mixers: tuple[str | None, str | None, str | None] = (None, None, None)
-                 ) -> ClosedForm:
+                 mixers: tuple[str | None, str | None, str | None] = (None, None, None),
+                 selection: str = "eager") -> ClosedForm:
     return ClosedForm(model, logits=logits, attention_flops=attention_flops,
                       padding_mask=padding_mask, block_size=block_size, mla_form=mla_form,
-                      weights=weights, mixers=mixers)
+                      weights=weights, mixers=mixers, selection=selection)
 
 
 def valid(model: ModelConfig, wl: Workload, **change: int) -> bool:

@@ -17,7 +17,6 @@ from . import PINNED
 
 # the dtypes transformers builds a model in (measure.DTYPES), without importing torch
 DTYPES = ("fp32", "bf16", "fp16")
-KV_PARTS = ("keys", "values")  # an attention layer's cache; every other tensor is a state
 
 
 def label() -> str:
@@ -61,6 +60,7 @@ def measure(raw: dict[str, Any], name: str, source: str, batch: int, seq: int, d
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from . import measure as m
+    from .measure import KV_PARTS
 
     check_workload(raw, batch, seq, dtype, logits)
     if raw.get("model_type") not in CONFIG_MAPPING:

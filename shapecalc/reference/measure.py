@@ -90,23 +90,29 @@ def cache_bytes(cache: Any) -> tuple[int, list[list[list[int]]]]:
     """Bytes of every tensor a transformers cache holds, and each layer's tensor shapes."""
     total, shapes = 0, []
     for layer in cache.layers:
-        tensors = [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-                   if t is not None]
+        tensors = _tensors(layer)
         total += sum(t.numel() * t.element_size() for t in tensors)
         shapes.append([list(t.shape) for t in tensors])
     return total, shapes
+
+
+def _tensors(layer: Any) -> list[Any]:
+    """A cache layer's tensors: keys, values, and a DSA layer's indexer keys (DynamicIndexedLayer:
+    the lightning indexer's key cache, none on a layer sharing another's top-k)."""
+    return [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None),
+                        getattr(layer, "indexer_keys", None)) if t is not None]
 
 
 def cache_layers(cache: Any) -> list[dict[str, Any]]:
     """Each layer of a transformers cache: its class, the tokens it keeps, its bytes."""
     out = []
     for layer in cache.layers:
-        k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):  # a mixer's states
+        k = getattr(layer, "keys", None)
+        if not isinstance(k, torch.Tensor):  # a mixer's states, no keys
             out.append({"kind": type(layer).__name__, "tokens": 0, "bytes": 0})
             continue
         out.append({"kind": type(layer).__name__, "tokens": int(k.shape[-2]),
-                    "bytes": int(k.numel() * k.element_size() + v.numel() * v.element_size())})
+                    "bytes": int(sum(t.numel() * t.element_size() for t in _tensors(layer)))})
     return out
 
 
@@ -126,14 +132,17 @@ def window_cache_bytes(cache: Any, seq: int) -> int:
     return total
 
 
-KV_PARTS = ("keys", "values")  # an attention layer's cache; every other tensor is a state
+# an attention layer's cache (a DSA layer's lightning-indexer keys too); every other tensor is a
+# state (a mixer's conv and recurrent states)
+KV_PARTS = ("keys", "values", "indexer_keys")
 
 
 def cache_tensors(cache: Any) -> list[dict[str, Any]]:
     """Every tensor a transformers cache holds, whatever its layer classes: each layer's
     attributes walked (a tensor, or a dict, list or tuple of them: the mixers keep their conv
     and recurrent states in dicts by state index), one row a tensor with its layer, attribute,
-    shape, dtype and bytes. A tensor two attributes share counts once."""
+    shape, dtype and bytes. A tensor two attributes share counts once; private attributes
+    (`_sliding_window_tensor`) are the layer's bookkeeping, not cache."""
     rows: list[dict[str, Any]] = []
     seen: set[int] = set()
 
@@ -152,7 +161,8 @@ def cache_tensors(cache: Any) -> list[dict[str, Any]]:
 
     for i, layer in enumerate(cache.layers):
         for part, value in sorted(vars(layer).items()):
-            add(i, part, value)
+            if not part.startswith("_"):  # a private scalar (a sliding layer's window) is
+                add(i, part, value)  # bookkeeping, not cache
     return rows
 
 

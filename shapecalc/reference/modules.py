@@ -14,19 +14,45 @@ from collections.abc import Iterable
 ROOT = "(model)"  # the key of counts on the model object itself
 
 # children of a decoder layer that hold its attention, and its FFN (dense or MoE)
-ATTENTION = ("self_attn", "attn", "attention", "self_attention")
-FFN = ("mlp", "feed_forward", "block_sparse_moe", "moe", "ffn")
+ATTENTION = ("self_attn", "attn", "attention", "self_attention", "mixer")  # Nemotron-H: mixer
+FFN = ("mlp", "feed_forward", "block_sparse_moe", "moe", "ffn", "mixer")
+# a stateful token mixer's module: Nemotron-H's Mamba-2, Qwen3-Next's gated DeltaNet, LFM2's conv
+MIXER = ("mixer", "linear_attn", "conv")
+MIXER_PREFIXES = ("ssm.", "gdn.", "conv.")
+# the convolutions transformers' torch path runs as F.conv1d on the module's weight (to pad for
+# its cache), not by calling the module: FlopCounterMode books their FLOPs on the mixer
+FLOPS_ON_PARENT = frozenset({"ssm.conv", "gdn.conv", "conv.conv"})
 
 # role → candidate paths inside a layer, the first that exists wins: {a} is the layer's
 # attention module, {f} its FFN module (the layer itself where it has none, as OPT)
-_A, _F = "{a}", "{f}"
+_A, _F, _M = "{a}", "{f}", "{m}"
 _QKV = (f"{_A}.qkv_proj", f"{_A}.query_key_value", f"{_A}.c_attn", f"{_A}.Wqkv", f"{_A}.W_pack")
 LAYER_ROLES: dict[str, tuple[str, ...]] = {
-    "attn.norm": ("input_layernorm", "ln_1", "ln_attn", "self_attn_layer_norm", "norm_1"),
-    "ffn.norm": ("pre_feedforward_layernorm", "post_attention_layernorm", "ln_2", "ln_mlp",
-                 "final_layer_norm", "norm_2"),
-    "attn.post_norm": ("post_attention_layernorm",),
-    "ffn.post_norm": ("post_feedforward_layernorm",),
+    "attn.norm": ("input_layernorm", "ln_1", "ln_attn", "self_attn_layer_norm", "norm_1",
+                  "operator_norm", "norm"),
+    "ffn.norm": ("pre_feedforward_layernorm", "pre_mlp_layernorm", "post_attention_layernorm",
+                 "ln_2", "ln_mlp",
+                 "final_layer_norm", "norm_2", "ffn_norm", "norm"),
+    "attn.post_norm": ("post_attention_layernorm", "post_operator_norm"),
+    "ffn.post_norm": ("post_feedforward_layernorm", "post_mlp_layernorm", "post_ffn_norm"),
+    "mixer.norm": ("norm", "input_layernorm", "operator_norm"),
+    "mixer.post_norm": ("post_operator_norm",),
+    "ssm.in": (f"{_M}.in_proj",),
+    "ssm.conv": (f"{_M}.conv1d",),
+    "ssm.norm": (f"{_M}.norm",),
+    "ssm.out": (f"{_M}.out_proj",),
+    "gdn.qkvz": (f"{_M}.in_proj_qkvz",),
+    "gdn.ba": (f"{_M}.in_proj_ba",),
+    "gdn.qkv": (f"{_M}.in_proj_qkv",),
+    "gdn.z": (f"{_M}.in_proj_z",),
+    "gdn.b": (f"{_M}.in_proj_b",),
+    "gdn.a": (f"{_M}.in_proj_a",),
+    "gdn.conv": (f"{_M}.conv1d",),
+    "gdn.norm": (f"{_M}.norm",),
+    "gdn.out": (f"{_M}.out_proj",),
+    "conv.in": (f"{_M}.in_proj",),
+    "conv.conv": (f"{_M}.conv",),
+    "conv.out": (f"{_M}.out_proj",),
     "attn.qkv": _QKV,
     "attn.q": (f"{_A}.q_proj", f"{_A}.query", *_QKV),  # q, k, v apart where transformers fuses
     "attn.k": (f"{_A}.k_proj", f"{_A}.key", *_QKV),
@@ -39,6 +65,9 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
     "attn.kv_b": (f"{_A}.kv_b_proj",),
     "attn.q_norm": (f"{_A}.q_norm", f"{_A}.q_layernorm"),
     "attn.k_norm": (f"{_A}.k_norm", f"{_A}.k_layernorm"),
+    # the attention output gate: AFMoE's gate_proj; Qwen3-Next's and Qwen3.5's q_proj's second half
+    "attn.gate": (f"{_A}.gate_proj", f"{_A}.q_proj"),
+    "attn.head_gate": (f"{_A}.g_proj",),  # LFM3's per-head gate
     "attn.out": (f"{_A}.o_proj", f"{_A}.dense", f"{_A}.c_proj", f"{_A}.out_proj"),
     "ffn.gate": (f"{_F}.gate_proj", f"{_F}.gate_up_proj", f"{_F}.w1"),
     "ffn.up": (f"{_F}.up_proj", f"{_F}.gate_up_proj", f"{_F}.c_fc", f"{_F}.dense_h_to_4h",
@@ -56,13 +85,15 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
     "moe.shared.down": (f"{_F}.shared_expert.down_proj", f"{_F}.shared_experts.down_proj"),
     "moe.shared_gate": (f"{_F}.shared_expert_gate",),
 }
-_LAYER_NORMS = ("attn.norm", "ffn.norm", "attn.post_norm", "ffn.post_norm")
+_LAYER_NORMS = ("attn.norm", "ffn.norm", "attn.post_norm", "ffn.post_norm", "mixer.norm",
+                "mixer.post_norm")
 # roles outside the layers: the last name of a module outside them
 TOP_ROLES: dict[str, tuple[str, ...]] = {
-    "embed": ("embed_tokens", "wte", "word_embeddings", "embed_in"),
+    "embed": ("embed_tokens", "wte", "word_embeddings", "embed_in", "embeddings"),
     "embed.norm": ("word_embeddings_layernorm",),
     "pos.add": ("wpe", "embed_positions"),
-    "head.norm": ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f"),
+    "head.norm": ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f",
+                  "embedding_norm"),  # LFM2's final norm is its embedding_norm
     "head.lm": ("lm_head", "embed_out"),
 }
 
@@ -104,8 +135,11 @@ class Places:
         if base not in self.known:  # more layers than transformers built
             return self.layers if self.layers in self.known else ROOT
         attn, ffn = self._child(base, ATTENTION), self._child(base, FFN)
+        mixer = self._child(base, MIXER)
         for cand in LAYER_ROLES.get(role, ()):
-            path = f"{base}.{cand.format(a=attn[len(base) + 1:], f=ffn[len(base) + 1:])}"
+            rel = cand.format(a=attn[len(base) + 1:], f=ffn[len(base) + 1:],
+                              m=mixer[len(base) + 1:])
+            path = f"{base}.{rel}"
             path = path.replace("..", ".").rstrip(".")
             if path in self.known:
                 return path
@@ -115,6 +149,8 @@ class Places:
             return attn
         if role.startswith(("ffn.", "moe.")):
             return ffn
+        if role.startswith(MIXER_PREFIXES):  # its per-head parameters (A_log, D, dt_bias)
+            return mixer
         return base
 
     def attention(self, layer: int) -> str:

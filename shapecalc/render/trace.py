@@ -11,7 +11,6 @@ from rich.table import Table
 from rich.text import Text
 
 from ..costs.fields import PP_LEDGER, TOTALS, TP_LEDGER
-from ..model.config import ModelConfig
 from ..model.conventions import FLOPS_MEANING, mixer_tag
 from .console import make_console
 from .layout import KVRows, width_of
@@ -184,6 +183,9 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
               human_flops(tot["elementwise_flops"]))
     if tot.get("mixer_flops_convention", "none") != "none":  # a model with stateful mixers
         t.add_row("  mixers' FLOPs", c := tot["mixer_flops_convention"], FLOPS_MEANING[c])
+    if sel := tot.get("selected_attention"):  # DSA: the convention, and the other one's total
+        t.add_row("  selected attention", sel["convention"], f"K_sel={sel['top_k']}; "
+                  + " · ".join(f"{k} {human_flops(v)}" for k, v in sel["flops"].items()))
     t.add_row(f"weight bytes ({wl['dtype']})", f"{tot['weight_bytes']:,}",
               human_bytes(tot["weight_bytes"]))
     if tot.get("weight_tensors"):  # a quantized format: what its bytes are made of
@@ -304,31 +306,6 @@ def print_trace(
 
     show(console, totals_panel(doc, console), parallel_panel(doc, console),
          breakdown_chart(doc, console=console))
-
-
-def print_presets(rows: list[tuple[str, ModelConfig, int]], console: Console | None = None
-                  ) -> None:
-    from .layout import split_table
-
-    header = ["preset", "N", "D", "H", "H_kv", "Dh", "Dff", "FFN", "N_vocab", "positions",
-              "params"]
-    cells = [[name, str(m.n_layers), str(m.d_model), str(m.n_heads), str(m.kv_heads), str(m.dh),
-              str(m.d_ff), m.ffn, str(m.vocab_size), m.positions, f"{params:,}"]
-             for name, m, params in rows]
-    split_table(console or make_console(), header, cells, 1,
-                right=[h not in ("preset", "FFN", "positions") for h in header])
-
-
-def print_model(m: ModelConfig, params: int, console: Console | None = None) -> None:
-    from ..model.defaults import resolved_fields
-    from .layout import kv_panel, show
-
-    used = resolved_fields(m)  # the values a None stands for: H_kv = H, Dh = D/H, …
-    rows = [(k, "", f"{used[k][0]} (default: {used[k][1]})" if k in used
-             else "none" if v is None else str(v)) for k, v in m.model_dump().items()]
-    rows.append(("parameters", f"{params:,}", human_count(params)))
-    console = console or make_console()
-    show(console, kv_panel(console, m.name, rows))
 
 
 # -- where FLOPs, parameters and memory go --------------------------------------------------------

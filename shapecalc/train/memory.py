@@ -56,6 +56,10 @@ def check_trainable(model: ModelConfig) -> None:
     if model.attn_head_gate:  # LFM3's per-head gate: no backward rule either
         raise ShapecalcError("attn_head_gate", "has no backward rule yet: train and verify "
                              "--train take attention without it")
+    if model.dsa:  # the gather, top-k and per-query matmuls have no backward rules yet
+        raise ShapecalcError("model", "its DeepSeek Sparse Attention (index_topk) has no "
+                             "backward rules yet: train and verify --train take attention "
+                             "models without an indexer")
 
 
 def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:

@@ -67,7 +67,7 @@ def record(run, only: set[str] | None = None) -> dict[str, object]:
         if only is not None and key not in only:
             continue
         code, out, err = run(argv)
-        if code == 0 or (code == 1 and argv[0] == "fit"):  # fit: exit 1 = does not fit
+        if code == 0 or (code == 1 and argv[0] in ("fit", "compare", "sweep")):  # 1: does not fit
             doc[key] = {"code": code, "json": parse(out, argv[0] == "sweep")}
         else:
             doc[key] = {"code": code, "err": err.strip()}
