@@ -1,0 +1,132 @@
+"""A training step of the stateful token mixers against PyTorch: on tiny really-run Mamba-2
+(nemotron_h) and gated DeltaNet (qwen3_5, qwen3_next) models at several (B, T), one past a chunk,
+shapecalc's forward and backward matmul FLOPs (train/backward.py with the mixers' backward rules,
+interpret/vjp_mamba2.py and vjp_deltanet.py) equal FlopCounterMode around the forward and around
+`loss.backward()`, with and without gradient checkpointing; `verify --train` (the executor's
+vector-Jacobian products against finite differences, float64) passes on them; a mixer without a
+backward rule is refused.
+
+The numbers in tests/data/train_mixers_reference.json were measured with torch 2.13.0 and
+transformers 5.24.0 by tests/torch_reference/measure_train_mixers.py; the live test measures again
+when torch and transformers are installed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shapecalc.interpret import vjp
+from shapecalc.interpret.mixer_rules import FILES, TRAINABLE
+from shapecalc.interpret.symbolic import stages
+from shapecalc.model.config import ShapecalcError, Workload
+from shapecalc.train import memory
+from shapecalc.train.backward import backward_stages, step_flops
+from shapecalc.train.verify import train_verify
+
+REF = json.loads((Path(__file__).parent / "data" / "train_mixers_reference.json").read_text())
+CASES = {c["name"]: c for c in REF["cases"]}
+
+
+def _step(m, run):
+    st = stages(m, Workload(batch=run["batch"], seq=run["seq"], dtype="fp32"))
+    return step_flops(st, m.n_layers, "torch" if run["checkpointing"] else "none")
+
+
+def _check(m, case):
+    for run in case["runs"]:
+        got = _step(m, run)
+        assert got["forward_flops"] == run["forward_flops"], run
+        assert got["backward_flops"] + got["recompute_flops"] == run["backward_flops"], run
+
+
+def test_the_reference_covers_both_mixers_past_a_chunk_and_both_modes(hf_model):
+    assert not REF["errors"]
+    assert {c["model_type"] for c in REF["cases"]} == {"nemotron_h", "qwen3_5_text",
+                                                       "qwen3_next"}
+    for case in REF["cases"]:
+        m = hf_model(case)
+        assert set(m.mixers) - {"attention", "none"} <= {"mamba2", "gated_deltanet"}
+        assert len({(r["batch"], r["seq"]) for r in case["runs"]}) >= 3
+        assert {r["checkpointing"] for r in case["runs"]} == {False, True}
+        assert max(r["seq"] for r in case["runs"]) > m.scan_chunk  # several chunks
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_step_flops_equal_flop_counter(name, hf_model):
+    _check(hf_model(CASES[name]), CASES[name])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_backward_by_op(name, hf_model):
+    """FlopCounterMode's split of the backward: its convolution_backward is the mixers' conv
+    stages' (dX 1×, dW C_conv×: torch's formula ignores the groups), its mm and bmm the rest;
+    the whole is not 2× the forward (the solves' bmm, the chunks that read or write no state)."""
+    m = hf_model(CASES[name])
+    for run in CASES[name]["runs"]:
+        if run["checkpointing"]:
+            continue
+        bw = backward_stages(stages(m, Workload(batch=run["batch"], seq=run["seq"],
+                                                dtype="fp32")))
+        conv = sum(b.flops * b.repeat for b in bw if b.role.endswith(".conv"))
+        ops = run["backward_by_op"]
+        assert ops["aten.convolution_backward"] == conv
+        assert ops["aten.mm"] + ops["aten.bmm"] == sum(b.flops * b.repeat for b in bw) - conv
+        assert run["backward_flops"] != 2 * run["forward_flops"]
+
+
+def test_every_mixer_rule_has_its_executor_rules():
+    assert TRAINABLE == ("attention", "none", "mamba2", "gated_deltanet")
+    assert len(FILES) == 2
+    assert {"conv1d", "ssd", "gated_norm", "delta_rule"} <= set(vjp.RULES)
+
+
+def test_a_mixer_without_a_rule_is_refused(hf_model, monkeypatch):
+    m = hf_model(CASES["nemotron_h_tiny"])
+    memory.check_trainable(m)
+    monkeypatch.setattr(memory, "TRAINABLE", ("attention", "none", "gated_deltanet"))
+    with pytest.raises(ShapecalcError) as info:
+        memory.check_trainable(m)
+    assert info.value.field == "model" and "mamba2" in info.value.reason
+
+
+@pytest.mark.parametrize("name", ["nemotron_h_tiny", "qwen3_5_tiny"])
+def test_verify_train_passes(name, hf_model):
+    """The executed backward on the reference's tiny model (its vocabulary cut to 64 rows):
+    shapes, FLOPs per stage and in total; Mamba-2's past a chunk, with finite differences
+    (gated DeltaNet's take seconds: the slow test below)."""
+    m = hf_model(CASES[name])
+    m = m.model_copy(update={"vocab_size": 64})
+    fd = name == "nemotron_h_tiny"
+    doc = train_verify(m, Workload(batch=2, seq=m.scan_chunk + 3 if fd else 5), fd=fd)
+    assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]
+    assert len(doc["checks"]) == 9 + fd
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_verify_train_passes_at_two_ranks_and_past_a_gdn_chunk(name, hf_model):
+    m = hf_model(CASES[name]).model_copy(update={"vocab_size": 64})
+    for wl in (Workload(batch=1, seq=m.scan_chunk + 3), Workload(batch=2, seq=5, tp=2)):
+        doc = train_verify(m, wl)
+        assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]
+
+
+@pytest.mark.slow
+def test_live_flop_counter(hf_model, live_measure):
+    """nemotron_h_tiny's first (B, T), with and without checkpointing, measured again."""
+    import importlib.util
+
+    path = Path(__file__).parent / "torch_reference" / "measure_train_mixers.py"
+    spec = importlib.util.spec_from_file_location("measure_train_mixers", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    case = CASES["nemotron_h_tiny"]
+    kwargs = {k: v for k, v in case["hf_config"].items() if k != "model_type"}
+    model = mod.build(case["model_type"], kwargs, mod.torch.float32, "eager")
+    B, T = mod.SHAPES[0]
+    live = [mod.step(model, B, T, ck) for ck in (False, True)]
+    assert live == case["runs"][:2]
