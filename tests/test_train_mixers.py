@@ -130,3 +130,19 @@ def test_live_flop_counter(hf_model, live_measure):
     B, T = mod.SHAPES[0]
     live = [mod.step(model, B, T, ck) for ck in (False, True)]
     assert live == case["runs"][:2]
+
+
+@pytest.mark.parametrize("name", ["nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "qwen3.5-9b"])
+def test_train_on_the_mixer_presets(name, cli):
+    """`train` plans the mixer presets: FLOPs, memory per rank and the step time; the time and
+    MFU leave out what FlopCounterMode counts and no kernel runs (the conv's dW beyond 1×)."""
+    r = cli("train", "--preset", name, "--gpu", "h100-sxm", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    ps, t = doc["flops"]["per_step"], doc["time"]
+    conv = sum(s["dw_flops"] * s["repeat"] for s in doc["flops"]["stages"]
+               if s["role"].endswith(".conv"))
+    only = ps["backward_convention_only_flops"]
+    assert 0 < only < conv  # C_conv − 1 of every C_conv
+    assert t["model_flops_per_step"] == ps["forward_flops"] + ps["backward_flops"] - only
+    assert doc["memory"]["peak_bytes"] > 0 and t["step_s"] > 0

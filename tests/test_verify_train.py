@@ -34,7 +34,8 @@ MIXER_PRESETS = sorted(n for n in PRESETS
 # many layers to cover every kind, or hundreds of experts: their finite differences take
 # seconds on a loaded machine (`pytest -m slow`); their shapes and FLOPs run by default
 HEAVY = {"deepseek-v3", "gemma3-1b", "gemma3-4b", "gemma3-27b", "llama4-maverick",
-         "llama4-scout", "kimi-k2", "gpt-oss-120b", "gpt-oss-20b", "deepseek-v2"}
+         "llama4-scout", "kimi-k2", "gpt-oss-120b", "gpt-oss-20b", "deepseek-v2",
+         "nemotron-nano-9b-v2"}
 WL = Workload(batch=1, seq=4)
 
 

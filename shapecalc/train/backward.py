@@ -206,6 +206,8 @@ def step_flops(st: list[Stage], n_layers: int, recompute: str = "none") -> dict[
         "backward_flops": bwf,
         "backward_dx_flops": _sum(bw, "dx_flops"),
         "backward_dw_flops": _sum(bw, "dw_flops"),
+        # of the backward, what FlopCounterMode counts and no kernel runs (a depthwise conv's dW)
+        "backward_convention_only_flops": _sum(bw, "convention_only_flops"),
         "backward_formula": _text(_total_expr(bw, ("dx_formula", "dw_formula"), n_layers)),
         "recompute": recompute,
         "recompute_flops": rcf,
