@@ -146,3 +146,45 @@ def test_train_on_the_mixer_presets(name, cli):
     assert 0 < only < conv  # C_conv − 1 of every C_conv
     assert t["model_flops_per_step"] == ps["forward_flops"] + ps["backward_flops"] - only
     assert doc["memory"]["peak_bytes"] > 0 and t["step_s"] > 0
+
+
+def _saved_case(name, hf_model):
+    from shapecalc.train.activations import saved_bytes
+    from shapecalc.train.saved import saved_tensors
+
+    case = CASES[name]
+    return hf_model(case), case["saved_runs"], saved_bytes, saved_tensors
+
+
+def test_mamba2_saved_bytes_equal_autograd_in_fp32(hf_model):
+    """Every fp32 run of the tiny Nemotron-H: the saved, held, resident and peak bytes (the
+    Mamba-2 mixer's own rule, interpret/vjp_mamba2.saved) at three (B, T), with and without
+    checkpointing (peak: a layer recomputed holds its saved tensors)."""
+    m, runs, saved_bytes, _ = _saved_case("nemotron_h_tiny", hf_model)
+    fp32 = [r for r in runs if r["dtype"] == "fp32"]
+    assert len(fp32) == 6
+    for r in fp32:
+        got = saved_bytes(m, Workload(batch=r["batch"], seq=r["seq"], dtype="fp32"),
+                          "torch" if r["checkpointing"] else "none", "eager")
+        held = sum(x["bytes"] for x in got["held"] if not x["saved"])
+        assert (got["resident_bytes"], got["peak_bytes"], held) == (
+            r["resident_bytes"], r["peak_bytes"], r["held_bytes"]), r
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_mamba2_layer_tensors_equal_autograd(dtype, hf_model):
+    """The first (Mamba-2) layer's saved tensors, tensor by tensor in bytes, from the in
+    projection's input to the out projection's (fp32 copies of Δ, x and z in bf16; the scan in
+    fp32; one chunk: x·Δ and the passed states read as views)."""
+    from shapecalc.model.plan import layer_plan
+
+    m, runs, _, saved_tensors = _saved_case("nemotron_h_tiny", hf_model)
+    r = next(x for x in runs if x["dtype"] == dtype and "tensors" in x
+             and not x["checkpointing"])
+    want = sorted(t["bytes"] for t in r["tensors"]
+                  if t["module"].startswith("model.layers.0.mixer"))
+    kind = layer_plan(m).kind_of[0]
+    got = sorted(x.bytes for x in saved_tensors(m, Workload(batch=r["batch"], seq=r["seq"],
+                                                            dtype=dtype))
+                 if x.kind == kind and x.role.startswith("ssm.") and x.bytes)
+    assert got == want

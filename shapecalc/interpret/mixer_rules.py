@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..model.stage import Stage
 from . import vjp_deltanet, vjp_mamba2
-from .backward_counts import Counts
+from .backward_counts import Counts, Saves
 
 FILES = (vjp_mamba2, vjp_deltanet)
 TRAINABLE = ("attention", "none", *(f.MIXER for f in FILES))
@@ -19,4 +19,13 @@ def mixer_counts(s: Stage, st: list[Stage], i: int) -> Counts | None:
     for f in FILES:
         if (c := f.backward_counts(s, st, i)) is not None:
             return c
+    return None
+
+
+def mixer_saved(s: Stage, st: list[Stage], i: int, act: str) -> Saves | None:
+    """Stage s (st[i]): the tensors autograd saves for it by its mixer's rule; None: not a
+    mixer's own stage (train/saved.py's rules: its projections are linear layers)."""
+    for f in FILES:
+        if (x := f.saved(s, st, i, act)) is not None:
+            return x
     return None

@@ -21,13 +21,17 @@ import numpy as np
 
 from ..model.expr import Dim, formula
 from ..model.stage import Stage
-from .backward_counts import Counts, combine, dim
+from .backward_counts import Counts, Saves, combine, dim
 from .deltanet import _l2, _pairwise_decay
 from .mamba2 import per_rank
 from .vjp import Ctx, rule
 from .vjp_mamba2 import rank_grad
 
 MIXER = "gated_deltanet"
+
+
+def saved(s: Stage, st: list[Stage], i: int, act: str) -> Saves | None:
+    return None
 
 
 def backward_counts(s: Stage, st: list[Stage], i: int) -> Counts | None:

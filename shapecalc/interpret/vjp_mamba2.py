@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..model.stage import Stage
-from .backward_counts import Counts, dim, times
+from .backward_counts import Counts, Keep, Saves, dim, dims_of, times
 from .mamba2 import EPS, _conv_width, _rank_channels, _segsum, per_rank
 from .vjp import Ctx, rule
 
@@ -36,6 +36,95 @@ def backward_counts(s: Stage, st: list[Stage], i: int) -> Counts | None:
                   "dX: a convolution of the forward's size; dW: FlopCounterMode counts the "
                   "depthwise conv's weight gradient as a dense one over its C_conv channels "
                   f"(the kernel's arithmetic is 1×: {s.flops:,})", (C.value - 1) * s.flops)
+
+
+def _find(st: list[Stage], i: int, role: str) -> Stage:
+    """The layer's stage of `role` (the nearest before st[i], or st[i] itself)."""
+    return next(x for x in reversed(st[: i + 1]) if x.role == role)
+
+
+def saved(s: Stage, st: list[Stage], i: int, act: str) -> Saves | None:
+    """What autograd saves at stage s (st[i]) of a Mamba-2 layer over transformers 5.24's torch
+    path (torch_forward's causal_conv1d_fn and mamba2_chunk_scan fallbacks, NemotronHRMSNormGated),
+    measured by tests/torch_reference/measure_train_mixers.py; act: the activations' dtype. The
+    scan runs in fp32; each einsum's bmm keeps its two operands (copies where the layout moves,
+    views where it does not); a segment sum keeps its two [n,n] bool masks."""
+    f32, r, d = "fp32", s.role, dims_of(s)
+    if r == "ssm.conv":  # the conv's input: the in projection's output, transposed (a view)
+        return Saves([Keep("input (a view of the in projection's output)", "ssm.in", d, act)],
+                     Keep("", "conv.out", dims_of(s, 0), act))
+    if r == "ssm.conv.act":  # SiLU keeps its input: the conv's whole output, T + K_c − 1 long
+        conv = _find(st, i, "ssm.conv")
+        return Saves([Keep("conv output (SiLU's input)", "conv.out", dims_of(conv, 0), act)],
+                     Keep("", "conv.act", d, act))
+    if r == "ssm.dt":  # softplus keeps its input, the clamp its own
+        return Saves([Keep("dt + b_dt", None, d, act), Keep("softplus output", None, d, act)],
+                     None)
+    if not r.startswith("ssm.") or r in ("ssm.in", "ssm.out"):
+        return None
+    sc = _find(st, i, "ssm.scores") if r != "ssm.discretize" else None
+    B, H = dims_of(st[i])[0], dims_of(_find(st, i, "ssm.dt"))[-1]
+    if r == "ssm.discretize":  # x·Δ and A·Δ: in fp32 views of Δ and x, in bf16 fp32 copies
+        dt = dims_of(_find(st, i, "ssm.dt"))
+        heads = (H,)
+        own = [Keep("e^{A_log}", None, heads, f32), Keep("A = −e^{A_log}", None, heads, f32)]
+        if act == f32:
+            own += [Keep("Δ (×x)", "dt", dt, f32), Keep("x (a view of the conv activation)",
+                                                          "conv.act", dims_of(_find(
+                                                              st, i, "ssm.conv.act")), f32)]
+        else:
+            own += [Keep("Δ in fp32 (×x)", None, (*dt, ("1", 1)), f32),
+                    Keep("x in fp32", None, d, f32), Keep("Δ in fp32 (×A)", None, dt, f32)]
+        return Saves(own, None)
+    assert sc is not None
+    _, nc, L = dims_of(sc)[:3]
+    cb = dims_of(sc, 0)  # [B, n_c, H_s, L, N_s]
+    TL = ("T_L", nc[1] * L[1])
+    inner = dims_of(_find(st, i, "ssm.discretize"))[-1]
+    mask = ((L[0], L[1]), (L[0], L[1]))
+    keeps: list[Keep] | None = None
+    if r == "ssm.scores":
+        keeps = [Keep("D·x: x padded to T_L", None, (B, TL, inner), f32),
+                 Keep("C (bmm operand)", None, cb, f32), Keep("B (bmm operand)", None, cb, f32)]
+    elif r == "ssm.decay":
+        keeps = [Keep("segment-sum mask", None, mask, "bool"),
+                 Keep("segment-sum mask (diagonal)", None, mask, "bool"),
+                 Keep("L = exp(segsum)", None, d, f32)]
+    elif r == "ssm.mask":
+        keeps = [Keep("G = C·Bᵀ", None, d, f32)]
+    elif r == "ssm.diag":  # one chunk: x·Δ's bmm layout is a view of it; more: copies
+        keeps = [Keep("x·Δ, padded", "xdt" if nc[1] == 1 else None, (B, TL, inner), f32),
+                 Keep("M (bmm operand)", None, dims_of(_find(st, i, "ssm.mask")), f32)]
+    elif r == "ssm.chunk_states":
+        keeps = [Keep("decay states", None, (B, H, nc, L), f32),
+                 Keep("B, padded", None, cb, f32), Keep("B ⊙ decay (bmm operand)", None, cb, f32),
+                 Keep("x·Δ", "xdt" if nc[1] == 1 else None, (B, TL, inner), f32)]
+    if r == "ssm.pass":
+        n1 = dims_of(s, 0)[2]
+        keeps = [Keep("segment-sum mask", None, (n1, n1), "bool"),
+                 Keep("segment-sum mask (diagonal)", None, (n1, n1), "bool"),
+                 Keep("chunk decay", None, dims_of(s, 0), f32),
+                 Keep("states (bmm operand)", None, dims_of(s, 1), f32)]
+        return Saves(keeps, Keep("", "new states", d, f32))
+    if r == "ssm.off":
+        passed = dims_of(_find(st, i, "ssm.pass"))  # [B, n_c+1, H_s, D_s, N_s]
+        keeps = [Keep("e^{A_cum}", None, (B, H, nc, L), f32),
+                 Keep("states (a view of the passed states)", "new states", passed, f32)
+                 if nc[1] == 1 else Keep("states (bmm operand)", None,
+                                         (passed[0], nc, *passed[2:]), f32),
+                 Keep("C (bmm operand)", None, cb, f32), Keep("C·states", None, d, f32)]
+    if r == "ssm.combine":  # y + D·x: T_L long, fp32
+        return Saves([], Keep("", "y", (B, TL, inner), f32))
+    if r == "ssm.norm":  # y ⊙ silu(z) in fp32, per group, × γ (fp32: the scan's dtype)
+        gate = (Keep("z (a view of the in projection's output)", "ssm.in", d, act)
+                if act == f32 else Keep("z in fp32", None, d, f32))
+        width = _find(st, i, "ssm.conv").operands[1][0]  # I + 2·G·N_s
+        groups = (d[0], d[1], ("G", (width - inner[1]) // (2 * cb[-1][1])), ("1", 1))
+        keeps = [gate, Keep("y (a view of the scan's output)", "y", (B, TL, inner), f32),
+                 Keep("silu(z)", None, d, f32), Keep("y ⊙ silu(z)", None, d, f32),
+                 Keep("rsqrt", None, groups, f32), Keep("normalised", None, d, f32)]
+        return Saves(keeps, Keep("", None, d, act))  # the out projection reads it (bf16: a cast)
+    return Saves(keeps, None) if keeps is not None else None
 
 
 # -- the executor's vector-Jacobian products (interpret/mamba2.py's operations) -------------------

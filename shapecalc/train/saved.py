@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ..interpret.mixer_rules import Saves, mixer_saved
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, nbytes
 from ..model.expr import Dim, formula
@@ -101,6 +102,8 @@ class Saved(NamedTuple):
 
 
 def tensor_bytes(dtype: str, elements: int) -> int:
+    if dtype == "bool":  # a mixer's masks
+        return elements
     return elements * 8 if dtype == "int64" else nbytes(elements, dtype)
 
 
@@ -183,12 +186,15 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
     x = h = last = ""  # keys: the residual stream, the last norm's output, the last output
     qkv: dict[str, str] = {}
     act, lin, gate, up, prev = w.act, "", "", "", None
-    for s in st:
+    stores: dict[str, str] = {}  # a mixer layer's storages by name (its projections' by role)
+    for i, s in enumerate(st):
         d, r = _dims(s), s.role
         if s.group == "block" and (prev is None or (prev.group, prev.kind) != ("block", s.kind)):
             w.layer_in = x  # a layer (one of each kind) starts: its input is the stream
         prev = s
-        if r == "input.ids":
+        if (mix := mixer_saved(s, st, i, act)) is not None:  # a token mixer's stage: its rule
+            last = _mixer(w, s, mix, stores) or last
+        elif r == "input.ids":
             ids = d
         elif s.op == "embed":
             w.keep(s, "token ids", ids, "int64", replicated=True)
@@ -212,7 +218,7 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
         elif s.op == "linear" and not r.startswith("moe.experts"):
             w.save(s, "input", h if r in READS_NORM else last)
             w.param(s, "weight", (("d_in", s.operands[1][0]), ("d_out", s.operands[1][1])))
-            last = lin = w.new(d, act, f"{s.name} output")
+            last = lin = stores[r] = w.new(d, act, f"{s.name} output")
             if r in ("attn.q", "attn.k", "attn.v"):
                 qkv[r[-1]] = last
             elif r == "attn.qkv":
@@ -269,7 +275,7 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
                 last = w.new(d, act, "merged heads")
         elif r == "residual":  # the stream: what an un-normed branch (OLMo 2) reads next
             x = h = last = w.new(d, act, "residual stream")
-            qkv = {}
+            qkv, stores = {}, {}
         elif r in ("ffn.act", "moe.shared.act", "moe.shared_gate.act"):
             src = gate if model.gated else lin
             last = _activation(w, s, src, d)
@@ -285,6 +291,27 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
             last = w.new(d, act, s.name)
     _loss(w, ids, next(_dims(s)[-1] for s in st if s.role == "head.lm"))
     return w.out
+
+
+def _mixer(w: _Walk, s: Stage, mix: Saves, stores: dict[str, str]) -> str | None:
+    """A mixer stage's saved tensors (its rule's, interpret/vjp_*.py), each a view of a named
+    storage of the layer or its own; the key of the stage's output storage, if it names one."""
+    for k in mix.keeps:
+        key = stores.get(k.store) if k.store else None
+        if key is None:
+            key = w.new(k.dims, k.dtype, k.name)
+            if k.store:
+                stores[k.store] = key
+        w.save(s, k.name, key)
+    out = mix.out
+    if out is None:
+        return None
+    if out.store and out.store in stores:
+        return stores[out.store]
+    key = w.new(out.dims, out.dtype, f"{s.name} output")
+    if out.store:
+        stores[out.store] = key
+    return key
 
 
 def _operand(s: Stage, i: int) -> Dims:
