@@ -188,3 +188,26 @@ def test_mamba2_layer_tensors_equal_autograd(dtype, hf_model):
                                                             dtype=dtype))
                  if x.kind == kind and x.role.startswith("ssm.") and x.bytes)
     assert got == want
+
+
+@pytest.mark.parametrize("name", ["qwen3_5_tiny", "qwen3_next_tiny"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_gated_deltanet_layer_tensors_equal_autograd(name, dtype, hf_model):
+    """The first (gated DeltaNet) layer's saved tensors, tensor by tensor in bytes (its rule,
+    interpret/vjp_deltanet.saved), but one: at one chunk the last chunk's state update (read by
+    nothing) is freed with its operand k ⊙ e^{G_L − G} before the forward ends, so shapecalc
+    counts what stays, as the measured resident bytes do (the list has it: it was saved)."""
+    from shapecalc.model.plan import layer_plan
+
+    m, runs, _, saved_tensors = _saved_case(name, hf_model)
+    r = next(x for x in runs if x["dtype"] == dtype and "tensors" in x
+             and not x["checkpointing"])
+    B, T, L = r["batch"], r["seq"], m.scan_chunk
+    freed = B * m.gdn_v_heads * L * m.gdn_qk_dim * 4  # one chunk: T_L = L
+    assert T <= L
+    want = sorted(t["bytes"] for t in r["tensors"]
+                  if t["module"].startswith("model.layers.0.linear_attn"))
+    kind = layer_plan(m).kind_of[0]
+    got = sorted(x.bytes for x in saved_tensors(m, Workload(batch=B, seq=T, dtype=dtype))
+                 if x.kind == kind and x.role.startswith("gdn.") and x.bytes)
+    assert sorted([*got, freed]) == want

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..model.expr import Dim, formula
 from ..model.stage import Stage
-from .backward_counts import Counts, Saves, combine, dim
+from .backward_counts import Counts, Keep, Saves, combine, dim, dims_of
 from .deltanet import _l2, _pairwise_decay
 from .mamba2 import per_rank
 from .vjp import Ctx, rule
@@ -30,7 +30,90 @@ from .vjp_mamba2 import rank_grad
 MIXER = "gated_deltanet"
 
 
+def _layer(st: list[Stage], i: int, role: str) -> Stage | None:
+    """The stage of `role` in st[i]'s layer (the nearest either side within its run)."""
+    lo = i
+    while lo > 0 and st[lo - 1].group == "block" and st[lo - 1].role != "residual":
+        lo -= 1
+    hi = i
+    while hi + 1 < len(st) and st[hi + 1].role != "residual":
+        hi += 1
+    return next((x for x in st[lo: hi + 1] if x.role == role), None)
+
+
 def saved(s: Stage, st: list[Stage], i: int, act: str) -> Saves | None:
+    """What autograd saves at stage s (st[i]) of a gated DeltaNet layer over transformers 5.24's
+    torch path (causal_conv1d_fn's fallback, torch_chunk_gated_delta_rule, the gated RMSNorm),
+    measured by tests/torch_reference/measure_train_mixers.py; act: the activations' dtype. Only
+    what stays to the backward: the last chunk's state update is read by nothing and freed with
+    its operands; a product with the zero initial state keeps the state alone."""
+    r, f32 = s.role, "fp32"
+    if not r.startswith("gdn.") or s.op == "linear":
+        return None
+    d = dims_of(s)
+    fused = _layer(st, i, "gdn.qkvz") is not None  # Qwen3-Next: q, k, v concatenated
+    if r == "gdn.conv":
+        into = (Keep("input (q, k, v concatenated)", None, (d[0], d[1], d[2]), act) if fused
+                else Keep("input (a view of the in projection's output)", "gdn.qkv", d, act))
+        return Saves([into], Keep("", "conv.out", dims_of(s, 0), act))
+    if r == "gdn.conv.act":
+        conv = _layer(st, i, "gdn.conv")
+        assert conv is not None
+        return Saves([Keep("conv output (SiLU's input)", "conv.out", dims_of(conv, 0), act)],
+                     None)
+    if r == "gdn.gates":  # β = σ(b) keeps its output; g: e^{A_log}, a + b_dt, softplus, −e^A
+        per_head = (d[-1],)
+        return Saves([Keep("β = σ(b)", None, d, act), Keep("e^{A_log}", None, per_head, f32),
+                      Keep("a + b_dt", None, d, f32), Keep("softplus", None, d, f32),
+                      Keep("−e^{A_log}", None, per_head, f32)], None)
+    if r == "gdn.qk_norm":  # q and k: fp32 contiguous copies and their L2 norms' rsqrt
+        row = (*d[:-1], ("1", 1))
+        return Saves([Keep("q in fp32", None, d, f32), Keep("q: rsqrt", None, row, f32),
+                      Keep("k in fp32", None, d, f32), Keep("k: rsqrt", None, row, f32)], None)
+    solve, ut = _layer(st, i, "gdn.solve"), _layer(st, i, "gdn.ut")
+    if solve is None or ut is None:
+        return None
+    B, H, nc, L, Dv = dims_of(solve)
+    Dk = dims_of(ut, 0)[-1]
+    TL = ("T_L", nc[1] * L[1])
+    ck, cv, cl = (B, H, nc, L, Dk), (B, H, nc, L, Dv), (B, H, nc, L)
+    many = nc[1] > 1
+    keeps = {
+        "gdn.decay": [Keep("β padded", None, (B, H, TL), f32),
+                      Keep("v padded", None, (B, H, TL, Dv), f32),
+                      Keep("k padded", None, (B, H, TL, Dk), f32),
+                      Keep("upper mask", None, (L, L), "bool"),
+                      Keep("pairwise decay", None, d, f32)],
+        "gdn.ut": [Keep("k_β (matmul operand)", None, ck, f32), Keep("k_β·kᵀ", None, d, f32)],
+        "gdn.scores": [Keep("q padded", None, ck, f32), Keep("q·kᵀ", None, d, f32),
+                       Keep("e^G (for k_β)", None, cl, f32)],
+        "gdn.solve": [Keep("T (the system)", None, (B, H, nc, L, L), f32),
+                      Keep("u = T⁻¹·v_β", None, cv, f32), Keep("w = T⁻¹·k_β·e^G", None, ck, f32)],
+        "gdn.v_new": [Keep("e^G (for q)", None, cl, f32), Keep("e^{G_L − G}", None, cl, f32),
+                      Keep("e^{G_L}", None, (B, H, nc), f32),
+                      Keep("zero initial state", None, (B, H, Dk, Dv), f32)]
+        + ([Keep("states of chunks 2..n_c", None, (B, H, ("n_c-1", nc[1] - 1), Dk, Dv), f32)]
+           if many else []),
+        "gdn.inter": [Keep("q ⊙ e^G (matmul operand)", None, ck, f32)] if many else [],
+        "gdn.intra": [Keep("A = q·kᵀ ⊙ decay", None, (B, H, nc, L, L), f32),
+                      Keep("v_new (each chunk)", None, cv, f32)],
+        "gdn.state": [Keep("k ⊙ e^{G_L − G} (matmul operand)", None, ck, f32)] if many else [],
+    }
+    if r in keeps:
+        return Saves(keeps[r], None)
+    if r == "gdn.out":  # o merged, back in the activations' dtype
+        return Saves([], Keep("", "o", d, act))
+    if r == "gdn.norm":  # RMSNorm(o) per value head in fp32, γ·(·) in act, ⊙ silu(z) in fp32
+        heads = (d[0], d[1], H, ("1", 1))
+        if act == f32:
+            o = Keep("o (a view)", "o", d, act)
+            z = (Keep("z (a copy of its split)", None, d, act) if fused
+                 else Keep("z (a view of its projection)", "gdn.z", d, act))
+        else:
+            o, z = Keep("o in fp32", None, d, f32), Keep("z in fp32", None, d, f32)
+        return Saves([o, Keep("rsqrt", None, heads, f32), Keep("normalised", None, d, act), z,
+                      Keep("silu(z)", None, d, f32), Keep("γ·normalised", None, d, act)],
+                     Keep("", None, d, act))
     return None
 
 

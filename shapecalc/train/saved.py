@@ -15,7 +15,9 @@ mixed precision runs; fp32 for an fp32 model):
   - embedding: the token ids [B,T] int64 (and GPT-2's position ids [1,T]); RoPE: cos and sin
     [T,Dh] (w), once per forward, read by every layer's q and k products;
   - RMSNorm (Llama's, in fp32): x (the input itself in fp32; in bf16 its fp32 upcast copy), the
-    rsqrt [B,T,1] fp32, and the normalised x̂ in w (γ·x̂ keeps it for γ's gradient);
+    rsqrt [B,T,1] fp32, and the normalised x̂ in w (γ·x̂ keeps it for γ's gradient); a 1+γ
+    RMSNorm (Gemma's, Qwen3-Next's, Qwen3.5's: x̂·(1 + γ.float()), then the cast) keeps x̂ in fp32
+    and 1 + γ [D] fp32 (measured on Qwen3.5: measure_train_mixers.py);
     LayerNorm (aten.native_layer_norm): x, mean and rstd [B,T,1] (w on the CPU kernel);
   - a linear layer: its input (a view of the producer's storage: counted once) and its weight;
   - eager attention: the q and k of QKᵀ and the v of A·V as [B,H,T,Dh] (bmm operands: GQA's
@@ -66,9 +68,10 @@ MEASURED = ("llama", "qwen2", "mixtral", "gpt2")
 ATTENTION = ("eager", "flash")
 # norms of the residual stream (their input is the stream, their output what the next linears
 # read), and the linear layers that read it
-STREAM_NORMS = ("attn.norm", "ffn.norm", "head.norm", "embed.norm")
+STREAM_NORMS = ("attn.norm", "ffn.norm", "head.norm", "embed.norm", "mixer.norm")
 READS_NORM = ("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.q_a", "attn.kv_a", "ffn.gate",
-              "ffn.up", "moe.router", "moe.shared.gate", "moe.shared.up", "moe.shared_gate")
+              "ffn.up", "moe.router", "moe.shared.gate", "moe.shared.up", "moe.shared_gate",
+              "ssm.in", "gdn.qkv", "gdn.z", "gdn.b", "gdn.a", "gdn.qkvz", "gdn.ba")
 # the attention core's stages, replaced by one kernel under flash
 FLASH_CORE = ("attn.repeat_kv", "attn.kT", "attn.scores", "attn.scale", "attn.softcap",
               "attn.alibi", "attn.mask", "attn.softmax")
@@ -332,7 +335,11 @@ def _norm(w: _Walk, s: Stage, src: str, d: Dims) -> str:
         else:
             w.keep(s, "x (fp32 copy)", d, "fp32")
         w.keep(s, "rsqrt", _row(d), "fp32")
-        if s.op == "rmsnorm":
+        if s.op == "rmsnorm" and w.m.norm_plus_one:  # x̂·(1 + γ.float()), then cast: in fp32
+            w.keep(s, "1 + γ (fp32)", (d[-1],), "fp32", replicated=True)
+            w.keep(s, "x̂ (normalised, fp32)", d, "fp32")
+            w.param(s, "γ", (d[-1],))
+        elif s.op == "rmsnorm":
             w.keep(s, "x̂ (normalised)", d, w.act)
             w.param(s, "γ", (d[-1],))
     return w.new(d, w.act, f"{s.name} output")
