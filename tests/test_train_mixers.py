@@ -134,8 +134,9 @@ def test_live_flop_counter(hf_model, live_measure):
 
 @pytest.mark.parametrize("name", ["nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "qwen3.5-9b"])
 def test_train_on_the_mixer_presets(name, cli):
-    """`train` plans the mixer presets: FLOPs, memory per rank and the step time; the time and
-    MFU leave out what FlopCounterMode counts and no kernel runs (the conv's dW beyond 1×)."""
+    """`train` plans the mixer presets: FLOPs, memory per rank (its activations the mixers' saved
+    tensors too) and the step time; the time and MFU leave out what FlopCounterMode counts and
+    no kernel runs (the conv's dW beyond 1×)."""
     r = cli("train", "--preset", name, "--gpu", "h100-sxm", "--json")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
@@ -146,6 +147,13 @@ def test_train_on_the_mixer_presets(name, cli):
     assert 0 < only < conv  # C_conv − 1 of every C_conv
     assert t["model_flops_per_step"] == ps["forward_flops"] + ps["backward_flops"] - only
     assert doc["memory"]["peak_bytes"] > 0 and t["step_s"] > 0
+    # the memory reads the mixers' saved tensors (their rules), the scan's among them
+    saved = doc["memory"]["saved"]
+    mixer = sum(x["bytes"] * x["repeat"] for x in saved["tensors"]
+                if x["role"].split(".")[0] in ("ssm", "gdn"))
+    roles = {x["role"] for x in saved["tensors"] if x["bytes"]}
+    assert {"ssm.scores", "ssm.pass"} <= roles or {"gdn.solve", "gdn.intra"} <= roles
+    assert 0 < mixer < saved["resident_bytes"] <= doc["memory"]["per_stage"][0]["bytes"]
 
 
 def _saved_case(name, hf_model):

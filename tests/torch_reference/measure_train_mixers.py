@@ -77,7 +77,8 @@ def measure_case(name: str, model_type: str, kwargs: dict, shapes=SHAPES,
                 else:
                     model.gradient_checkpointing_disable()
                 for i, (B, T) in enumerate(shapes):
-                    r = saved_run(model, B, T, ck, keep_tensors=i == 0, all_alive=False)
+                    r = saved_run(model, B, T, ck, keep_tensors=i in (0, len(shapes) - 1),
+                                  all_alive=False)
                     saved.append({"dtype": dt, "attention": attn, **r})
     return {"name": name, "model_type": model_type,
             "hf_config": {"model_type": model_type, **kwargs},
