@@ -219,3 +219,17 @@ def test_gated_deltanet_layer_tensors_equal_autograd(name, dtype, hf_model):
     got = sorted(x.bytes for x in saved_tensors(m, Workload(batch=B, seq=T, dtype=dtype))
                  if x.kind == kind and x.role.startswith("gdn.") and x.bytes)
     assert sorted([*got, freed]) == want
+
+
+@pytest.mark.parametrize("how", ["torch", pytest.param("full", marks=pytest.mark.slow),
+                                 pytest.param("selective", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["nemotron_h_tiny", pytest.param(
+    "qwen3_next_tiny", marks=pytest.mark.slow)])
+def test_verify_train_recompute(name, how, hf_model):
+    """verify --train's recompute checks on a mixer model: each layer re-run from its kept inputs
+    (the mixers' operations too) costs the symbolic recompute FLOPs, and its gradients equal
+    those from kept residuals."""
+    m = hf_model(CASES[name]).model_copy(update={"vocab_size": 64})
+    doc = train_verify(m, Workload(batch=2, seq=5), fd=False, recompute=how)
+    assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]
+    assert any("recompute" in c["name"] for c in doc["checks"])

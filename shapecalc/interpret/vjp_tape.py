@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model.plan import layer_plan
 from . import mixer_rules, vjp_moe  # noqa: F401  (register MoE's and the mixers' rules)
 from .moe import Routing
 from .tape_base import Entry, TapeBase
@@ -204,8 +205,10 @@ def recompute(ops: TapeOps, entries: list[Entry]) -> dict[int, int]:
     Returns the FLOPs measured on the re-run, by the original stage."""
     new: dict[int, Any] = {}
     flops: dict[int, int] = {}
+    kinds = layer_plan(ops.m).kinds
     for e in entries:
         ops._layer, ops._kind, ops._group = e.layer, e.kind, "block"
+        ops._mixer = kinds[e.kind].mixer if e.kind is not None else "attention"  # its split
         n0 = len(ops.stages)
         out = getattr(ops, e.op)(*_inputs(e, new), **e.kw)
         again = ops.tape.pop()
