@@ -240,3 +240,16 @@ def test_verify_train_recompute(name, how, hf_model):
     doc = train_verify(m, Workload(batch=2, seq=5), fd=False, recompute=how)
     assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]
     assert any("recompute" in c["name"] for c in doc["checks"])
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_qwen3_5_saved_bytes_equal_autograd_at_one_sequence(dtype, hf_model):
+    """The whole tiny Qwen3.5 step at B = 1, T = 70 (two gated DeltaNet chunks): resident and
+    peak bytes equal (its attention layer's output gate, q/k norms of the projections' outputs,
+    the 1+γ norms and partial RoPE among them). At B > 1 its cos and sin are [B, T, R] (the
+    multimodal RoPE's per-sequence positions), which the rules count once: not built."""
+    m, runs, saved_bytes, _ = _saved_case("qwen3_5_tiny", hf_model)
+    r = next(x for x in runs if x["dtype"] == dtype and x["batch"] == 1
+             and not x["checkpointing"])
+    got = saved_bytes(m, Workload(batch=1, seq=r["seq"], dtype=dtype), "none", "eager")
+    assert (got["resident_bytes"], got["peak_bytes"]) == (r["resident_bytes"], r["peak_bytes"])

@@ -71,7 +71,9 @@ ATTENTION = ("eager", "flash")
 STREAM_NORMS = ("attn.norm", "ffn.norm", "head.norm", "embed.norm", "mixer.norm")
 READS_NORM = ("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.q_a", "attn.kv_a", "ffn.gate",
               "ffn.up", "moe.router", "moe.shared.gate", "moe.shared.up", "moe.shared_gate",
-              "ssm.in", "gdn.qkv", "gdn.z", "gdn.b", "gdn.a", "gdn.qkvz", "gdn.ba")
+              "ssm.in", "gdn.qkv", "gdn.z", "gdn.b", "gdn.a", "gdn.qkvz", "gdn.ba", "attn.gate")
+# a q/k norm after the projections (Qwen3, Gemma 3, Qwen3.5) reads its projection's output
+HEAD_NORM_READS = {"attn.q_norm": "attn.q", "attn.k_norm": "attn.k"}
 # the attention core's stages, replaced by one kernel under flash
 FLASH_CORE = ("attn.repeat_kv", "attn.kT", "attn.scores", "attn.scale", "attn.softcap",
               "attn.alibi", "attn.mask", "attn.softmax")
@@ -209,11 +211,12 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
             x = h = last = w.new(d, act, "embeddings + positions")
         elif r == "rope.angles":
             if rope:
-                cs = (d[0], ("Dh", model.dh))
+                cs = (d[0], ("Dh", model.dh) if model.rot == model.dh else ("R", model.rot))
                 w.keep(s, "cos", cs, act, replicated=True)
                 w.keep(s, "sin", cs, act, replicated=True)
-        elif s.op in ("rmsnorm", "layernorm", "l2norm"):
-            last = _norm(w, s, x if r in STREAM_NORMS else last, d)
+        elif s.op in ("rmsnorm", "layernorm", "l2norm"):  # q/k norms read their projection's
+            src = x if r in STREAM_NORMS else stores.get(HEAD_NORM_READS.get(r, ""), last)
+            last = _norm(w, s, src, d)
             if r in ("attn.q_norm", "attn.k_norm", "attn.q_l2norm", "attn.k_l2norm"):
                 qkv[r[5]] = last
             elif r in STREAM_NORMS:
@@ -221,7 +224,11 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
         elif s.op == "linear" and not r.startswith("moe.experts"):
             w.save(s, "input", h if r in READS_NORM else last)
             w.param(s, "weight", (("d_in", s.operands[1][0]), ("d_out", s.operands[1][1])))
-            last = lin = stores[r] = w.new(d, act, f"{s.name} output")
+            wide = (*d[:-1], (f"2·{d[-1][0]}", 2 * d[-1][1]))  # q_proj: q and the gate
+            last = lin = stores[r] = (
+                stores["attn.q"] if r == "attn.gate"  # q_proj's second half (one projection)
+                else w.new(wide if r == "attn.q" and model.attn_output_gate else d, act,
+                           f"{s.name} output"))
             if r in ("attn.q", "attn.k", "attn.v"):
                 qkv[r[-1]] = last
             elif r == "attn.qkv":
@@ -275,11 +282,15 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
             qkv["o"] = last = w.new(d, act, "A·V output")
         elif r == "attn.merge":
             if s.op == "transpose" and not w.flash:  # .transpose(1, 2).contiguous(): a copy
-                last = w.new(d, act, "merged heads")
+                last = stores[r] = w.new(d, act, "merged heads")
         elif r == "residual":  # the stream: what an un-normed branch (OLMo 2) reads next
             x = h = last = w.new(d, act, "residual stream")
             qkv, stores = {}, {}
-        elif r in ("ffn.act", "moe.shared.act", "moe.shared_gate.act"):
+        elif r == "attn.gate.mul":  # o ⊙ sigmoid(gate): both operands
+            w.save(s, "o (merged heads)", stores.get("attn.merge", qkv.get("o", last)))
+            w.save(s, "sigmoid(gate)", last)
+            last = w.new(d, act, "o ⊙ gate")
+        elif r in ("ffn.act", "moe.shared.act", "moe.shared_gate.act", "attn.gate.act"):
             src = gate if model.gated else lin
             last = _activation(w, s, src, d)
         elif r in ("ffn.mul", "moe.shared.mul"):
