@@ -30,11 +30,16 @@ from .weights import Shard, Weights
 
 Rule = Callable[["Ctx", list[Any]], list[Any]]
 RULES: dict[str, Rule] = {}
+# ops whose first n arguments are their tensor inputs, kept as copies (`saved["ins"]`): a token
+# mixer's operations (vjp_mamba2.py, vjp_deltanet.py) name theirs so
+INPUTS: dict[str, int] = {}
 
 
-def rule(op: str) -> Callable[[Rule], Rule]:
+def rule(op: str, inputs: int | None = None) -> Callable[[Rule], Rule]:
     def register(f: Rule) -> Rule:
         RULES[op] = f
+        if inputs is not None:
+            INPUTS[op] = inputs
         return f
     return register
 
@@ -347,6 +352,8 @@ def _act_grad(x: np.ndarray, kind: str, dy: np.ndarray) -> np.ndarray:
     """dy × the activation's derivative at x."""
     if kind == "relu":
         return dy * (x > 0)
+    if kind == "relu2":  # max(x, 0)²
+        return dy * 2 * np.maximum(x, 0)
     sg = 1 / (1 + np.exp(-x))
     if kind == "sigmoid":
         return dy * sg * (1 - sg)

@@ -11,16 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from . import vjp_moe  # noqa: F401  (registers MoE's rules)
+from ..model.plan import layer_plan
+from . import mixer_rules, vjp_moe  # noqa: F401  (register MoE's and the mixers' rules)
 from .moe import Routing
 from .tape_base import Entry, TapeBase
-from .vjp import RULES, Ctx, Grads
+from .vjp import INPUTS, RULES, Ctx, Grads
 
 
 # -- what each rule keeps: taken around the forward operation -------------------------------------
 def _keep(ops: TapeOps, op: str, args: tuple, kw: dict, out: Any) -> dict[str, Any]:
     """The residuals of `op` (copies: the forward updates scores and activations in place)."""
     a0 = args[0]
+    if op in INPUTS:
+        return {"ins": ops._pre}
     if op == "embed":
         return {"ids": ops.ids}
     if op == "positions":
@@ -81,6 +84,8 @@ def _tensors(op: str, args: tuple) -> list[Any]:
     """The tensor inputs of an operation (gradients flow to these, in this order)."""
     if op == "concat":
         return list(args[0])
+    if op in INPUTS:
+        return list(args[: INPUTS[op]])
     if op == "experts":
         return [args[0], args[1].weights]
     if op in ("matmul", "add", "mul", "kv_cache"):
@@ -95,7 +100,8 @@ def _wrap(op: str) -> Callable[..., Any]:
         if self._depth:
             return base(self, *args, **kw)
         ins = [self._in(a) for a in _tensors(op, args)]
-        self._pre = [a.copy() for a in _tensors(op, args)] if op in PRE_COPY else []
+        copy = op in PRE_COPY or op in INPUTS
+        self._pre = [a.copy() for a in _tensors(op, args)] if copy else []
         if op == "norm":
             self._norm_info = _norm_info(self, *args, **kw)
         if op == "temperature":
@@ -199,8 +205,10 @@ def recompute(ops: TapeOps, entries: list[Entry]) -> dict[int, int]:
     Returns the FLOPs measured on the re-run, by the original stage."""
     new: dict[int, Any] = {}
     flops: dict[int, int] = {}
+    kinds = layer_plan(ops.m).kinds
     for e in entries:
         ops._layer, ops._kind, ops._group = e.layer, e.kind, "block"
+        ops._mixer = kinds[e.kind].mixer if e.kind is not None else "attention"  # its split
         n0 = len(ops.stages)
         out = getattr(ops, e.op)(*_inputs(e, new), **e.kw)
         again = ops.tape.pop()

@@ -7,6 +7,7 @@ prints as `2·B·H·T²·Dh`, exactly as the seeds write it, and nobody types a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from fractions import Fraction
 
@@ -219,3 +220,28 @@ def sum_formula(parts: Iterable[tuple[int, str]]) -> tuple[int, str]:
     for _, f in items:
         expr = expr + expr_of(f)
     return sum(v for v, _ in items), Formula(" + ".join(f for _, f in items), expr)
+
+
+_UNSUP = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
+
+
+def expr_of_symbol(text: str) -> Expr:
+    """The Expr a dimension's printed symbol names (`Dim.symbol`: `H_s·D_s+2·G·N_s`, `H/p`):
+    each monomial's symbols and exponents as printed, so what it prints is the text read (a
+    shape's dims are kept as text in a Stage)."""
+    out = Expr([])
+    for sign, term in re.findall(r"([+-]?)([^+-]+)", text.strip("()")):
+        num, *den = term.split("/")
+        coef: Coef = -1 if sign == "-" else 1
+        mono: list[tuple[str, int]] = []
+        for part, e in [(num, 1)] + [(d, -1) for d in den]:
+            for f in part.split("·"):
+                m = re.fullmatch(r"(.*?)([⁰¹²³⁴⁵⁶⁷⁸⁹]*)", f)
+                assert m is not None
+                base, exp = m.group(1), int(m.group(2).translate(_UNSUP) or 1) * e
+                if base.isdigit():
+                    coef = coef * int(base) if e > 0 else Fraction(coef, int(base))
+                elif base:
+                    mono.append((base, exp))
+        out = out + Expr([(tuple(mono), coef)])
+    return out

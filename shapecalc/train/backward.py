@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from ..interpret.mixer_rules import mixer_counts
 from ..model.errors import ShapecalcError
 from ..model.expr import Dim, Expr, Formula, expr_of, formula
 from ..model.stage import Stage
@@ -77,6 +78,7 @@ class BackwardStage(NamedTuple):
     dims: list[str]  # the forward stage's output
     forward_formula: str
     forward_elementwise_flops: int
+    convention_only_flops: int = 0  # counted as FlopCounterMode does, run by no kernel
 
     @property
     def flops(self) -> int:
@@ -102,7 +104,7 @@ def backward_stages(st: list[Stage]) -> list[BackwardStage]:
     """The backward of each forward stage that has one (matmul or elementwise work)."""
     out = []
     grad = False  # does this stage's input require a gradient: after the first parameter, yes
-    for s in st:
+    for i, s in enumerate(st):
         if s.role in NO_GRAD_ROLES:
             continue
         needs_dx = grad
@@ -117,7 +119,10 @@ def backward_stages(st: list[Stage]) -> list[BackwardStage]:
         if not s.flops and not ew:
             continue
         f = s.flops_formula
-        if s.op == "matmul":  # two activations: both operands take a gradient
+        extra = 0
+        if (mixer := mixer_counts(s, st, i)) is not None:  # a token mixer's own rule
+            dx, dxf, dw, dwf, note, extra = mixer
+        elif s.op == "matmul":  # two activations: both operands take a gradient
             dx, dxf, dw, dwf = 2 * s.flops, _times(2, f), 0, "0"
             note = "dA = dY·Bᵀ and dB = Aᵀ·dY"
         elif s.flops:  # a weight: dX (if the input needs one) and dW
@@ -128,7 +133,7 @@ def backward_stages(st: list[Stage]) -> list[BackwardStage]:
             dx, dxf, dw, dwf, note = 0, "0", 0, "0", "elementwise"
         out.append(BackwardStage(s.name, s.role, s.group, s.kind, s.repeat, s.flops, dx, dxf,
                                  dw, dwf, ew, ewf, note, s.dims, s.flops_formula,
-                                 s.elementwise_flops))
+                                 s.elementwise_flops, extra))
     return out
 
 
@@ -201,6 +206,8 @@ def step_flops(st: list[Stage], n_layers: int, recompute: str = "none") -> dict[
         "backward_flops": bwf,
         "backward_dx_flops": _sum(bw, "dx_flops"),
         "backward_dw_flops": _sum(bw, "dw_flops"),
+        # of the backward, what FlopCounterMode counts and no kernel runs (a depthwise conv's dW)
+        "backward_convention_only_flops": _sum(bw, "convention_only_flops"),
         "backward_formula": _text(_total_expr(bw, ("dx_formula", "dw_formula"), n_layers)),
         "recompute": recompute,
         "recompute_flops": rcf,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ..interpret.mixer_rules import TRAINABLE
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.parallel import ep_rank_expert_params, stage_params, stage_sums
 from ..model.plan import layer_plan
@@ -47,12 +48,13 @@ ZERO_SHARDED = {0: (), 1: ("optimizer",), 2: ("optimizer", "gradients"),
 
 
 def check_trainable(model: ModelConfig) -> None:
-    """The backward has rules for attention and the FFNs only: a stateful token mixer (Mamba-2,
-    gated DeltaNet) is refused, never counted as something else."""
-    stateful = sorted(set(model.mixers) - {"attention", "none"})
-    if stateful:
-        raise ShapecalcError("model", f"its {', '.join(stateful)} layers have no backward rules "
-                             "yet: train and verify --train take attention models")
+    """A token mixer without a backward rule (interpret/mixer_rules.py's registry) is refused,
+    never counted as something else."""
+    missing = sorted(set(model.mixers) - set(TRAINABLE))
+    if missing:
+        raise ShapecalcError("model", f"its {', '.join(missing)} layers have no backward rules "
+                             f"yet: train and verify --train take {', '.join(TRAINABLE[2:])} "
+                             "and attention layers")
     if model.attn_head_gate:  # LFM3's per-head gate: no backward rule either
         raise ShapecalcError("attn_head_gate", "has no backward rule yet: train and verify "
                              "--train take attention without it")

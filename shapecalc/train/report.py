@@ -181,7 +181,8 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                   "approx_palm_formula": "(6·N + 12·L·D·T)·tokens",
                   "forward_backward_flops": exact,
                   "per_step": {k: flops[k] * micro_batches for k in (
-                      "forward_flops", "backward_flops", "recompute_flops", "step_flops")},
+                      "forward_flops", "backward_flops", "recompute_flops", "step_flops",
+                      "backward_convention_only_flops")},
                   "stages": stages_doc},
         "memory": memory,
         "communication": comm,
@@ -264,7 +265,8 @@ def _time(model: ModelConfig, wl: Workload, gpu: Any, perf: TrainPerf, doc: dict
                    stage_params=[d + e for d, e in placed], dp_bytes=dp_bytes,
                    ep_bytes_per_layer=a2a)
     ps, tr = doc["flops"]["per_step"], doc["training"]
-    model_flops = ps["forward_flops"] + ps["backward_flops"]
+    # what the kernels run: FlopCounterMode's convention-only count is not work (MFU)
+    model_flops = ps["forward_flops"] + ps["backward_flops"] - ps["backward_convention_only_flops"]
     out = {**st, **rates(st["step_s"], tr["gpus"], st["peak_flops"], model_flops,
                          model_flops + ps["recompute_flops"], tr["tokens_per_step"],
                          train_tokens)}

@@ -15,7 +15,9 @@ mixed precision runs; fp32 for an fp32 model):
   - embedding: the token ids [B,T] int64 (and GPT-2's position ids [1,T]); RoPE: cos and sin
     [T,Dh] (w), once per forward, read by every layer's q and k products;
   - RMSNorm (Llama's, in fp32): x (the input itself in fp32; in bf16 its fp32 upcast copy), the
-    rsqrt [B,T,1] fp32, and the normalised x̂ in w (γ·x̂ keeps it for γ's gradient);
+    rsqrt [B,T,1] fp32, and the normalised x̂ in w (γ·x̂ keeps it for γ's gradient); a 1+γ
+    RMSNorm (Gemma's, Qwen3-Next's, Qwen3.5's: x̂·(1 + γ.float()), then the cast) keeps x̂ in fp32
+    and 1 + γ [D] fp32 (measured on Qwen3.5: measure_train_mixers.py);
     LayerNorm (aten.native_layer_norm): x, mean and rstd [B,T,1] (w on the CPU kernel);
   - a linear layer: its input (a view of the producer's storage: counted once) and its weight;
   - eager attention: the q and k of QKᵀ and the v of A·V as [B,H,T,Dh] (bmm operands: GQA's
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ..interpret.mixer_rules import Saves, mixer_saved
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, nbytes
 from ..model.expr import Dim, formula
@@ -65,9 +68,12 @@ MEASURED = ("llama", "qwen2", "mixtral", "gpt2")
 ATTENTION = ("eager", "flash")
 # norms of the residual stream (their input is the stream, their output what the next linears
 # read), and the linear layers that read it
-STREAM_NORMS = ("attn.norm", "ffn.norm", "head.norm", "embed.norm")
+STREAM_NORMS = ("attn.norm", "ffn.norm", "head.norm", "embed.norm", "mixer.norm")
 READS_NORM = ("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.q_a", "attn.kv_a", "ffn.gate",
-              "ffn.up", "moe.router", "moe.shared.gate", "moe.shared.up", "moe.shared_gate")
+              "ffn.up", "moe.router", "moe.shared.gate", "moe.shared.up", "moe.shared_gate",
+              "ssm.in", "gdn.qkv", "gdn.z", "gdn.b", "gdn.a", "gdn.qkvz", "gdn.ba", "attn.gate")
+# a q/k norm after the projections (Qwen3, Gemma 3, Qwen3.5) reads its projection's output
+HEAD_NORM_READS = {"attn.q_norm": "attn.q", "attn.k_norm": "attn.k"}
 # the attention core's stages, replaced by one kernel under flash
 FLASH_CORE = ("attn.repeat_kv", "attn.kT", "attn.scores", "attn.scale", "attn.softcap",
               "attn.alibi", "attn.mask", "attn.softmax")
@@ -101,6 +107,8 @@ class Saved(NamedTuple):
 
 
 def tensor_bytes(dtype: str, elements: int) -> int:
+    if dtype == "bool":  # a mixer's masks
+        return elements
     return elements * 8 if dtype == "int64" else nbytes(elements, dtype)
 
 
@@ -183,12 +191,15 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
     x = h = last = ""  # keys: the residual stream, the last norm's output, the last output
     qkv: dict[str, str] = {}
     act, lin, gate, up, prev = w.act, "", "", "", None
-    for s in st:
+    stores: dict[str, str] = {}  # a mixer layer's storages by name (its projections' by role)
+    for i, s in enumerate(st):
         d, r = _dims(s), s.role
         if s.group == "block" and (prev is None or (prev.group, prev.kind) != ("block", s.kind)):
             w.layer_in = x  # a layer (one of each kind) starts: its input is the stream
         prev = s
-        if r == "input.ids":
+        if (mix := mixer_saved(s, st, i, act)) is not None:  # a token mixer's stage: its rule
+            last = _mixer(w, s, mix, stores) or last
+        elif r == "input.ids":
             ids = d
         elif s.op == "embed":
             w.keep(s, "token ids", ids, "int64", replicated=True)
@@ -200,11 +211,12 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
             x = h = last = w.new(d, act, "embeddings + positions")
         elif r == "rope.angles":
             if rope:
-                cs = (d[0], ("Dh", model.dh))
+                cs = (d[0], ("Dh", model.dh) if model.rot == model.dh else ("R", model.rot))
                 w.keep(s, "cos", cs, act, replicated=True)
                 w.keep(s, "sin", cs, act, replicated=True)
-        elif s.op in ("rmsnorm", "layernorm", "l2norm"):
-            last = _norm(w, s, x if r in STREAM_NORMS else last, d)
+        elif s.op in ("rmsnorm", "layernorm", "l2norm"):  # q/k norms read their projection's
+            src = x if r in STREAM_NORMS else stores.get(HEAD_NORM_READS.get(r, ""), last)
+            last = _norm(w, s, src, d)
             if r in ("attn.q_norm", "attn.k_norm", "attn.q_l2norm", "attn.k_l2norm"):
                 qkv[r[5]] = last
             elif r in STREAM_NORMS:
@@ -212,7 +224,11 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
         elif s.op == "linear" and not r.startswith("moe.experts"):
             w.save(s, "input", h if r in READS_NORM else last)
             w.param(s, "weight", (("d_in", s.operands[1][0]), ("d_out", s.operands[1][1])))
-            last = lin = w.new(d, act, f"{s.name} output")
+            wide = (*d[:-1], (f"2·{d[-1][0]}", 2 * d[-1][1]))  # q_proj: q and the gate
+            last = lin = stores[r] = (
+                stores["attn.q"] if r == "attn.gate"  # q_proj's second half (one projection)
+                else w.new(wide if r == "attn.q" and model.attn_output_gate else d, act,
+                           f"{s.name} output"))
             if r in ("attn.q", "attn.k", "attn.v"):
                 qkv[r[-1]] = last
             elif r == "attn.qkv":
@@ -266,11 +282,15 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
             qkv["o"] = last = w.new(d, act, "A·V output")
         elif r == "attn.merge":
             if s.op == "transpose" and not w.flash:  # .transpose(1, 2).contiguous(): a copy
-                last = w.new(d, act, "merged heads")
+                last = stores[r] = w.new(d, act, "merged heads")
         elif r == "residual":  # the stream: what an un-normed branch (OLMo 2) reads next
             x = h = last = w.new(d, act, "residual stream")
-            qkv = {}
-        elif r in ("ffn.act", "moe.shared.act", "moe.shared_gate.act"):
+            qkv, stores = {}, {}
+        elif r == "attn.gate.mul":  # o ⊙ sigmoid(gate): both operands
+            w.save(s, "o (merged heads)", stores.get("attn.merge", qkv.get("o", last)))
+            w.save(s, "sigmoid(gate)", last)
+            last = w.new(d, act, "o ⊙ gate")
+        elif r in ("ffn.act", "moe.shared.act", "moe.shared_gate.act", "attn.gate.act"):
             src = gate if model.gated else lin
             last = _activation(w, s, src, d)
         elif r in ("ffn.mul", "moe.shared.mul"):
@@ -285,6 +305,27 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
             last = w.new(d, act, s.name)
     _loss(w, ids, next(_dims(s)[-1] for s in st if s.role == "head.lm"))
     return w.out
+
+
+def _mixer(w: _Walk, s: Stage, mix: Saves, stores: dict[str, str]) -> str | None:
+    """A mixer stage's saved tensors (its rule's, interpret/vjp_*.py), each a view of a named
+    storage of the layer or its own; the key of the stage's output storage, if it names one."""
+    for k in mix.keeps:
+        key = stores.get(k.store) if k.store else None
+        if key is None:
+            key = w.new(k.dims, k.dtype, k.name)
+            if k.store:
+                stores[k.store] = key
+        w.save(s, k.name, key)
+    out = mix.out
+    if out is None:
+        return None
+    if out.store and out.store in stores:
+        return stores[out.store]
+    key = w.new(out.dims, out.dtype, f"{s.name} output")
+    if out.store:
+        stores[out.store] = key
+    return key
 
 
 def _operand(s: Stage, i: int) -> Dims:
@@ -305,7 +346,11 @@ def _norm(w: _Walk, s: Stage, src: str, d: Dims) -> str:
         else:
             w.keep(s, "x (fp32 copy)", d, "fp32")
         w.keep(s, "rsqrt", _row(d), "fp32")
-        if s.op == "rmsnorm":
+        if s.op == "rmsnorm" and w.m.norm_plus_one:  # x̂·(1 + γ.float()), then cast: in fp32
+            w.keep(s, "1 + γ (fp32)", (d[-1],), "fp32", replicated=True)
+            w.keep(s, "x̂ (normalised, fp32)", d, "fp32")
+            w.param(s, "γ", (d[-1],))
+        elif s.op == "rmsnorm":
             w.keep(s, "x̂ (normalised)", d, w.act)
             w.param(s, "γ", (d[-1],))
     return w.new(d, w.act, f"{s.name} output")

@@ -166,8 +166,8 @@ def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str
         x = w(b)
         if b.role in ATTN_SCORE_ROLES:
             x.attn_bwd += b.flops
-        else:
-            x.gemm_bwd += b.flops
+        else:  # what the kernels run: not FlopCounterMode's convention-only count
+            x.gemm_bwd += b.flops - getattr(b, "convention_only_flops", 0)
         if isinstance(b, Stage) and _memory_bound(b, flash):
             x.mem_bwd += 2 * b.bytes
     return out

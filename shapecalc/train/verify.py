@@ -61,6 +61,9 @@ TRAIN_VOCAB = 64  # rows of the reduced vocabulary (+ the real one's residue mod
 # widths an MLA or MoE model also divides
 WIDTHS = ("d_ff_expert", "d_ff_shared", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
           "qk_rope_head_dim", "v_head_dim")
+# a token mixer's widths (its heads, groups, kernel and chunk kept), divided down to 2·dh at
+# the least: a delta rule's L2 norm of keys 2 or 4 wide is too steep for the finite differences
+MIXER_WIDTHS = ("ssm_head_dim", "ssm_state", "gdn_qk_dim", "gdn_v_dim")
 
 
 @contextmanager
@@ -87,9 +90,10 @@ def one_blas_thread() -> Iterator[None]:
 
 
 def narrow(model: ModelConfig, dh: int = TRAIN_DH) -> ModelConfig:
-    """The model with D, Dh, Dff (every MLA and expert width) divided by one factor (Dh/dh, or
-    the next smaller one dividing Dh, D and Dff; MLA: D_r/2) and a vocabulary of TRAIN_VOCAB
-    rows keeping its residue mod 8 (its padding for p ranks); all else kept."""
+    """The model with D, Dh, Dff (every MLA and expert width; a mixer's head widths and state, to
+    2·dh at the least) divided by one factor (Dh/dh, or the next smaller one dividing Dh, D and
+    Dff; MLA: D_r/2) and a vocabulary of TRAIN_VOCAB rows keeping its residue mod 8 (its padding
+    for p ranks); all else kept."""
     if model.mla:
         f = model.rot // 2
     else:
@@ -100,6 +104,8 @@ def narrow(model: ModelConfig, dh: int = TRAIN_DH) -> ModelConfig:
     if f > 1:
         update |= {"d_model": model.d_model // f, "d_ff": model.d_ff // f}
         update |= {w: getattr(model, w) // f for w in WIDTHS if getattr(model, w) is not None}
+        update |= {w: max(min(getattr(model, w), 2 * dh), getattr(model, w) // f)
+                   for w in MIXER_WIDTHS if getattr(model, w) is not None}
         if model.head_dim is not None:
             update["head_dim"] = model.dh // f
         if model.rotary_dim is not None:
