@@ -74,7 +74,8 @@ class Windows:
                      for e, b in enumerate(self.cost.dbasis))
 
     def _event(self, s: Seq, step: int, kind: str, x: int) -> None:
-        self.evs.setdefault(step, []).append((s, s.epoch, kind, x))
+        if step <= s.last_iter:  # past its last decode it has ended
+            self.evs.setdefault(step, []).append((s, s.epoch, kind, x))
 
     def _join(self, s: Seq) -> None:
         """A decoder's window sums and events (its first decode step is s.j0 on L0 tokens)."""

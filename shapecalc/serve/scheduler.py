@@ -346,16 +346,15 @@ class Replica(Windows):
                 self._end(s, end)
                 continue
             s.L0, s.j0 = s.tokens, j + 1
-            if not simple:  # the window's blocks behind the prompt go before its first decode
-                held = lay.own(s.L0 - 1, s.L0)
-                self.free += s.blocks - held
-                self._join(s)
             s.cls = (s.L0 - s.j0) % bs
             s.last_iter = s.j0 + (s.req.output - s.gen) - 1
             self.cls[s.cls] += 1
             self.n_dec += 1
             self.base += s.L0 - s.j0
             self.finish_at.setdefault(s.last_iter, {})[s.req.id] = s
+            if not simple:  # the window's blocks behind the prompt go before its first decode
+                self.free += s.blocks - lay.own(s.L0 - 1, s.L0)
+                self._join(s)
         self.it += 1
 
     def _end(self, s: Seq, t: float) -> None:

@@ -157,6 +157,18 @@ def pool(dep: Deployment, blocks: int) -> Layout:
                   dep.shared_prefix // wl.block_size)
 
 
+def pool_doc(eng: Engine) -> dict[str, Any]:
+    """The pool's groups for --json: each group's window or chunk and the units its block takes,
+    the units one running sequence's states take, the pool's units and a unit's bytes."""
+    lay = eng.cfg.layout
+    assert lay is not None
+    return {"groups": [{"window": r if isinstance(r, int) else None,
+                        "chunk": None if r is None or isinstance(r, int) else r.size,
+                        "units_per_block": w} for r, w in zip(lay.reaches, lay.weights,
+                                                              strict=True)],
+            "state_units_per_sequence": lay.state, "units": lay.units, "unit_bytes": lay.unit}
+
+
 def check_requests(dep: Deployment, eng: Engine, reqs: list[Request]) -> None:
     """One line for a request no replica could ever serve."""
     cap = eng.cfg.num_blocks * eng.cfg.block_size
