@@ -22,7 +22,6 @@ keeps reading b_e(c + n) − b_e(c).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from fractions import Fraction
 
 from ..model.config import ShapecalcError
@@ -64,10 +63,12 @@ def points(b: Basis) -> list[int]:
 
 
 def solve(name: str, key: str, basis: list[Basis], samples: dict[int, int],
-          known: Callable[[int], int]) -> list[int]:
-    """Integer coefficients c_e with samples[t] = known(t) + Σ c_e·b_e(t) at every sampled t
-    (`samples`: 2·S(T) or D(L); `known`: its polynomial part). One line if there are none."""
-    rows = [[Fraction(value(b, t)) for b in basis] + [Fraction(v - known(t))]
+          known: list[tuple[int, int]]) -> list[int]:
+    """Integer coefficients c_e with samples[t] = known[t] + Σ c_e·b_e(t) at every sampled t
+    (`samples`: 2·S(T) or D(L); `known`: its polynomial part there). One line if there are
+    none."""
+    poly = dict(known)
+    rows = [[Fraction(value(b, t)) for b in basis] + [Fraction(v - poly[t])]
             for t, v in sorted(samples.items())]
     n, piv = len(basis), 0
     for col in range(n):  # Gauss-Jordan over the rationals

@@ -77,9 +77,12 @@ class IterationCost:
         def at(b: int, t: int, phase: str) -> dict[str, Any]:
             return cf.at(b, t, phase, p, s, *dts)
 
-        ptimes = sorted({t0, t0 + 1, t0 + 2, t0 + 3, t0 + 4, t0 + 9}
-                        | {t for b in self.pbasis for t in points(b)})
-        dtimes = sorted({1, 2, 3, 4, 9} | {t for b in self.dbasis for t in points(b)})
+        # (within a learned position table: requests never pass it, check_requests)
+        plim, dlim = cf.seq_limit("prefill") or 1 << 62, cf.seq_limit("decode") or 1 << 62
+        ptimes = sorted(t for t in {t0, t0 + 1, t0 + 2, t0 + 3, t0 + 4, t0 + 9}
+                        | {t for b in self.pbasis for t in points(b)} if t <= plim)
+        dtimes = sorted(t for t in {1, 2, 3, 4, 9} | {t for b in self.dbasis for t in points(b)}
+                        if t <= dlim)
         pre = {t: (at(1, t, "prefill"), at(2, t, "prefill")) for t in ptimes}
         dec = {t: (at(1, t, "decode"), at(2, t, "decode")) for t in dtimes}
         self.const = {k: pre[t0][0][k] for k in CONSTANT}
@@ -105,9 +108,8 @@ class IterationCost:
                                      "prompt and affine in the cache; serve cannot simulate it")
             self.coeffs[k] = c
             self.pcoef[k] = solve(name, k, self.pbasis, {t: 2 * v for t, v in seq.items()},
-                                  lambda t, c=c: c.k0 + c.k1 * t + c.k2 * t * t)  # type: ignore
-            self.dcoef[k] = solve(name, k, self.dbasis, d,
-                                  lambda t, c=c: c.d0 + c.d1 * t)  # type: ignore[misc]
+                                  [(t, c.k0 + c.k1 * t + c.k2 * t * t) for t in seq])
+            self.dcoef[k] = solve(name, k, self.dbasis, d, [(t, c.d0 + c.d1 * t) for t in d])
         kv = self.coeffs["kv_cache_bytes_per_rank"]
         self.coeffs["kv_cache_bytes_per_rank"] = Coeffs(kv.k0, kv.k1, kv.k2, kv.d0, kv.d1,
                                                         read=kv.d1, step=kv.step)
