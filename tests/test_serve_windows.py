@@ -218,3 +218,19 @@ def test_pool_is_fits_kv_cache(name, tp):
         most = lay.units // lay.own(T - 1, T)
         # a prompt shorter than the chunk leaves fit a smaller activation workspace
         assert most == doc["max_batch"] if T >= 8192 else 0 <= doc["max_batch"] - most <= 1
+
+
+def test_totals_off_the_forms_are_refused_in_one_line():
+    """A total that is not quadratic + the window's functions (here a cubic past W = 8) is
+    refused, naming the model and the total; one that is gets its integer coefficients."""
+    from shapecalc.model.config import ShapecalcError
+    from shapecalc.serve.basis import points, solve
+
+    basis = [("slide_sq", 8), ("slide_lin", 8)]
+    ts = sorted({1, 2, 3, 4, 5} | {t for b in basis for t in points(b)})
+    quad = [(t, 7 + 3 * t + 2 * t * t) for t in ts]
+    good = {t: v - 4 * value(basis[0], t) + 6 * value(basis[1], t) for t, v in quad}
+    assert solve("m", "flops", basis, good, quad) == [-4, 6]
+    bad = {t: v + max(0, t - 8) ** 3 for t, v in quad}
+    with pytest.raises(ShapecalcError, match="m: flops does not follow the window"):
+        solve("m", "flops", basis, bad, quad)
