@@ -114,6 +114,9 @@ class IterationCost:
         self.coeffs["kv_cache_bytes_per_rank"] = Coeffs(kv.k0, kv.k1, kv.k2, kv.d0, kv.d1,
                                                         read=kv.d1, step=kv.step)
         self.rcoef = self.dcoef["kv_cache_bytes_per_rank"]
+        # the nonzero coefficients, (function, coefficient), for totals()
+        self.pterms = {k: [(e, a) for e, a in enumerate(v) if a] for k, v in self.pcoef.items()}
+        self.dterms = {k: [(e, a) for e, a in enumerate(v) if a] for k, v in self.dcoef.items()}
         self.windowed = bool(self.pbasis or self.dbasis)
 
     def totals(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,
@@ -126,15 +129,17 @@ class IterationCost:
         for k, c in self.coeffs.items():
             twice = c.k0 * chunks + c.k1 * n + c.k2 * sq
             if pex:
-                twice += sum(a * x for a, x in zip(self.pcoef[k], pex, strict=True))
+                for e, a in self.pterms[k]:
+                    twice += a * pex[e]
             assert twice % 2 == 0, k
             tot[k] = (c.step + twice // 2 + c.read * ctx
                       + c.d0 * decodes + c.d1 * cache)
             if dex:
-                tot[k] += sum(a * x for a, x in zip(self.dcoef[k], dex, strict=True))
+                for e, a in self.dterms[k]:
+                    tot[k] += a * dex[e]
         if rex:
-            tot["kv_cache_bytes_per_rank"] += sum(a * x for a, x in zip(self.rcoef, rex,
-                                                                        strict=True))
+            for e, a in enumerate(self.rcoef):
+                tot["kv_cache_bytes_per_rank"] += a * rex[e]
         return tot
 
     def terms(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,

@@ -204,10 +204,16 @@ class Replica(Windows):
                 head = self.lay.own(start, start + k) if k > 0 else 0
         dc, dm = c1 - c0, m1 - m0
         clock, free, cls = self.clock, self.free, self.cls
+        simple, per, slides = self.simple, self.lay.per_block, list(zip(self.slides, self.sat,
+                                                                         strict=True))
         durs, toks = self.durs, self.toks
         i = 0
         while j + i < stop and clock < until:
-            need = cls[(-(j + i)) % bs] if self.simple else self._need(j + i)
+            need = cls[(-(j + i)) % bs]
+            if not simple:  # _need, inlined: a block of every group, less the windows' frees
+                need *= per
+                for (W, w), sat in slides:
+                    need -= w * sat[(W - 1 - j - i) % bs]
             if need > free or (head and head <= free - need):  # step() admits the head there
                 break
             free -= need
