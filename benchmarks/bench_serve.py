@@ -3,7 +3,9 @@ per-iteration trace (the symbolic interpreter run for each iteration's mix), in 
 
 - the issue's speed case: 10,000 requests of 2048-in/500-out on one replica of llama3-70b tp=4
   (H100-SXM), at t = 0 (max load) and at 3 requests/s: wall time, simulated iterations/s and
-  requests/s (target: under 5 s on a 2-core machine);
+  requests/s, and the run's CPU time (user + sys; issue 22: ≤ 0.5 s with every feature off);
+- the same workload on a sliding-window (gpt-oss-120b), a chunked (llama4-scout) and a hybrid
+  (nemotron-nano-9b-v2) model;
 - the same runs stepped one iteration at a time (no fast-forward of pure-decode runs);
 - the naive per-iteration trace: `build_trace` (the symbolic interpreter) for a decode step of
   each of a sample of the run's iterations (B = its decodes, T = their mean cache), its
@@ -35,14 +37,18 @@ MODEL, GPU, TP = "llama3-70b", "h100-sxm", 4
 N, PROMPT, OUTPUT = 10_000, 2048, 500
 
 
-def simulate(dep: sim.Deployment, reqs: list[W.Request], fast: bool) -> tuple[float, dict]:
-    t0 = time.perf_counter()
+def simulate(dep: sim.Deployment, reqs: list[W.Request], fast: bool
+             ) -> tuple[float, dict, float]:
+    """Wall seconds, metrics, and CPU seconds (user + sys, this process) of the run (the engine
+    made beforehand: its closed form and cost coefficients are a per-deployment setup)."""
     eng = sim.engine(dep)
+    t0, c0 = time.perf_counter(), time.process_time()
     reps, seqs = sim.run(dep, reqs, eng=eng, trace=not fast)
     m = sim.metrics(dep, eng, reps, seqs, sim.SLO(), reqs, None)
+    cpu = time.process_time() - c0
     for rep in reps:
         rep.schedule.clear()
-    return time.perf_counter() - t0, m
+    return time.perf_counter() - t0, m, cpu
 
 
 def main() -> None:
@@ -51,14 +57,15 @@ def main() -> None:
     wl = Workload(seq=1, tp=TP, logits="last")
     dep = sim.Deployment(model, wl, load_gpu(GPU), PlanOptions())
     print(f"{MODEL} tp={TP} on {GPU}, {N:,} requests of {PROMPT}-in/{OUTPUT}-out, one replica")
-    print(f"{'case':<34}{'wall s':>9}{'iterations':>12}{'iter/s':>12}{'req/s':>10}")
+    print(f"{'case':<34}{'wall s':>9}{'iterations':>12}{'iter/s':>12}{'req/s':>10}"
+          f"{'CPU s':>9}")
     for label, rate in (("max load (all at t=0)", None), ("3 requests/s", 3.0)):
         reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT), 0)
-        wall, m = simulate(dep, reqs, True)
+        wall, m, cpu = simulate(dep, reqs, True)
         it = m["iterations"]
         print(f"{'closed form, ' + label:<34}{wall:>9.2f}{it:>12,}{it / wall:>12,.0f}"
-              f"{N / wall:>10,.0f}")
-        wall2, m2 = simulate(dep, reqs, False)
+              f"{N / wall:>10,.0f}{cpu:>9.3f}")
+        wall2, m2, _ = simulate(dep, reqs, False)
         print(f"{'  step by step':<34}{wall2:>9.2f}{m2['iterations']:>12,}"
               f"{m2['iterations'] / wall2:>12,.0f}{N / wall2:>10,.0f}   "
               f"(fast-forward ×{wall2 / wall:.1f})")
@@ -73,6 +80,18 @@ def main() -> None:
         print(f"{'  naive per-iteration trace':<34}{per * it:>9.0f}{it:>12,}{1 / per:>12,.0f}"
               f"{N / (per * it):>10,.2f}   (extrapolated from {sample} iterations; "
               f"closed form ×{per * it / wall:,.0f})")
+    # every model in the scheduler: a sliding-window model, a chunked one and a hybrid, the same
+    # workload (window frees, chunk wraps and state slots are events the fast-forward stops at)
+    for name, tp in (("gpt-oss-120b", 4), ("llama4-scout", 4), ("nemotron-nano-9b-v2", 1)):
+        wdep = sim.Deployment(load_preset(name), Workload(seq=1, tp=tp, logits="last"),
+                              load_gpu(GPU), PlanOptions())
+        for label, rate in (("max load", None), ("3 req/s", 3.0)):
+            reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT),
+                              0)
+            wall, m, cpu = simulate(wdep, reqs, True)
+            it = m["iterations"]
+            print(f"{name + ' tp=' + str(tp) + ', ' + label:<34}{wall:>9.2f}{it:>12,}"
+                  f"{it / wall:>12,.0f}{N / wall:>10,.0f}{cpu:>9.3f}")
     reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
     t0 = time.perf_counter()
     out = search.find_gpus(dep, reqs_rate, 2000, W.Lengths("fixed", PROMPT),

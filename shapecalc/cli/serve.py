@@ -223,7 +223,7 @@ def serve(
                 reps, seqs = sim.run(dep, reqs, concurrency, bar, eng=eng)
             doc = {**head, "command": "simulate", "kv_blocks_per_replica": eng.cfg.num_blocks,
                    "kv_tokens_per_replica": eng.cfg.num_blocks * eng.cfg.block_size,
-                   "perf_terms": eng.cost.pp.as_dict(),
+                   "kv_pool": sim.pool_doc(eng), "perf_terms": eng.cost.pp.as_dict(),
                    **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
         from ..render.serve import print_serve
 

@@ -95,6 +95,16 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
          f"{doc['kv_blocks_per_replica']:,} blocks ({doc['kv_tokens_per_replica']:,} tokens) a "
          f"replica, mean use {doc['kv_utilization']['mean']:.0%}   queue: mean "
          f"{doc['queue']['mean']:.3g}, max {doc['queue']['max']:,}")
+    pool = doc.get("kv_pool")
+    if pool and (len(pool["groups"]) != 1 or pool["groups"][0]["window"] is not None
+                 or pool["groups"][0]["chunk"] is not None or pool["state_units_per_sequence"]):
+        kinds = ", ".join(
+            f"sliding W={g['window']:,}" if g["window"] is not None else
+            f"chunked C={g['chunk']:,}" if g["chunk"] is not None else "full"
+            for g in pool["groups"])
+        states = pool["state_units_per_sequence"] * pool["unit_bytes"]
+        _say(console, f"KV cache groups (vLLM's hybrid manager): {kinds or 'none'}"
+             + (f"; mixer states {states:,} bytes a running sequence" if states else ""))
     _say(console, f"decode-only ceiling per replica: {_n(sat['output_tokens_per_s'])} output "
          f"tokens/s ({sat['max_decode_batch']} sequences a step)")
     if slo["ttft_s"] is not None or slo["itl_s"] is not None:

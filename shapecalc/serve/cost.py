@@ -13,6 +13,12 @@ plus the KV bytes of its c cached tokens read back, at decode's per-token rate; 
 cost n_d·d0 + d1·ΣL. The coefficients are read off `ClosedForm.at` (never re-typed), the sums are
 kept by the scheduler, and the step's time is perf.step_terms/step_seconds on those totals: the
 same function fit's expected times come from, so a static batch reproduces fit exactly.
+
+Sliding, chunked and scanned layers (basis.py): each total adds Σ_e c_e·b_e to those forms, of
+known functions b_e that are 0 below their cut, so a step also passes, per function, Σ over its
+chunks of b_e(c+n) − b_e(c) (`pex`), over its decoders of b_e(L) (`dex`) and over its chunks'
+cached tokens b_e(c) (`rex`, the KV read back). A stateful mixer's state bytes (read and
+written once a step) are one more total, a constant a sequence.
 """
 
 from __future__ import annotations
@@ -24,11 +30,16 @@ from ..costs.closed import ClosedForm
 from ..costs.scalar import SCALARS
 from ..inputs.hardware import GPU
 from ..model.config import DTYPE_BITS, ShapecalcError, Workload
+from ..model.parallel import kv_groups
+from ..model.plan import Chunk, layer_plan
 from ..plan.perf import PerfParams, step_seconds, step_terms
+from .basis import Basis, points, solve, value
 
 # the totals of a step that depend on its tokens (the rest are per-rank constants)
 VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
            "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total", "boundary_bytes_total")
+STATEFUL = ("mamba2", "gated_deltanet", "short_conv")
+NONE: tuple[int, ...] = ()
 CONSTANT = ("params_per_rank", "embed_params_per_rank", "tp", "allreduce_per_layer",
             "expert_params_per_rank", "expert_params", "params", "weight_bytes_per_rank",
             "embed_weight_bytes_per_rank", "expert_weight_bytes_per_rank", "expert_weight_bytes")
@@ -56,68 +67,121 @@ class IterationCost:
         self.ep = wl.ep
         self.wbits = DTYPE_BITS[wl.dtype]
         model = cf.model
-        if {"mamba2", "gated_deltanet", "short_conv"} & set(model.mixers):
-            raise ShapecalcError("model", f"{model.name}: serve does not simulate stateful "
-                                 "token mixers (mamba2, gated_deltanet, short_conv) yet")
-        if len(cf.intervals("prefill")) > 1 or len(cf.intervals("decode")) > 1:
-            raise ShapecalcError("model", f"{model.name}: serve simulates models whose attention "
-                                 "has one regime; sliding-window or chunked attention layers are "
-                                 "not simulated yet")
+        stateful = bool(set(STATEFUL) & set(model.mixers))
+        self.pbasis, self.dbasis = bases(cf)
+        # the first 4 prompt lengths past a short convolution's kernel (T < K pads the conv)
+        t0 = 1 + max((c for c in cf._cuts("prefill")[0] if c <= 8), default=0)
         dts = (wl.dtype, wl.kv, wl.act)
         p, s = wl.tp, wl.pp
 
         def at(b: int, t: int, phase: str) -> dict[str, Any]:
             return cf.at(b, t, phase, p, s, *dts)
 
-        pre = {t: (at(1, t, "prefill"), at(2, t, "prefill")) for t in (1, 2, 3, 4)}
-        dec = {t: (at(1, t, "decode"), at(2, t, "decode")) for t in (1, 2, 3)}
-        self.const = {k: pre[1][0][k] for k in CONSTANT}
+        # (within a learned position table: requests never pass it, check_requests)
+        plim, dlim = cf.seq_limit("prefill") or 1 << 62, cf.seq_limit("decode") or 1 << 62
+        ptimes = sorted(t for t in {t0, t0 + 1, t0 + 2, t0 + 3, t0 + 4, t0 + 9}
+                        | {t for b in self.pbasis for t in points(b)} if t <= plim)
+        dtimes = sorted(t for t in {1, 2, 3, 4, 9} | {t for b in self.dbasis for t in points(b)}
+                        if t <= dlim)
+        pre = {t: (at(1, t, "prefill"), at(2, t, "prefill")) for t in ptimes}
+        dec = {t: (at(1, t, "decode"), at(2, t, "decode")) for t in dtimes}
+        self.const = {k: pre[t0][0][k] for k in CONSTANT}
         self.coeffs: dict[str, Coeffs] = {}
-        for k in VARYING:
+        self.pcoef: dict[str, list[int]] = {}  # twice the prefill functions' coefficients
+        self.dcoef: dict[str, list[int]] = {}
+        self.varying = VARYING + (("state_cache_bytes_per_rank",) if stateful else ())
+        name = model.name
+        for k in self.varying:
             seq = {t: b[k] - a[k] for t, (a, b) in pre.items()}  # S(T): one sequence's share
             step = {a[k] - (b[k] - a[k]) for a, b in pre.values()}  # 2·v(1) − v(2): per step
             d = {t: b[k] - a[k] for t, (a, b) in dec.items()}
             dstep = {a[k] - (b[k] - a[k]) for a, b in dec.values()}
-            s1, d1_, d2_ = seq[1], seq[2] - seq[1], seq[3] - 2 * seq[2] + seq[1]
-            # 2·S(T) = k0 + k1·T + k2·T², from S(T) = s1 + Δ(T−1) + Δ²(T−1)(T−2)/2
-            c = Coeffs(k0=2 * s1 - 2 * d1_ + 2 * d2_, k1=2 * d1_ - 3 * d2_, k2=d2_,
+            s0, d1_ = seq[t0], seq[t0 + 1] - seq[t0]
+            d2_ = seq[t0 + 2] - 2 * seq[t0 + 1] + s0
+            # 2·S(T) = k0 + k1·T + k2·T², from S(T) = S(t0) + Δ(T−t0) + Δ²(T−t0)(T−t0−1)/2
+            c = Coeffs(k0=2 * s0 - 2 * d1_ * t0 + d2_ * t0 * (t0 + 1),
+                       k1=2 * d1_ - d2_ * (2 * t0 + 1), k2=d2_,
                        d0=d[1] - (d[2] - d[1]), d1=d[2] - d[1], read=0, step=step.pop())
-            if (step or dstep != {c.step} or 2 * seq[4] != c.k0 + 4 * c.k1 + 16 * c.k2
-                    or d[3] != c.d0 + 3 * c.d1):
-                raise ShapecalcError("model", f"{model.name}: {k} is not quadratic in the "
+            if (step or dstep != {c.step} or 2 * seq[t0 + 3] != c.k0 + (t0 + 3) * c.k1
+                    + (t0 + 3) ** 2 * c.k2 or d[3] != c.d0 + 3 * c.d1):
+                raise ShapecalcError("model", f"{name}: {k} is not quadratic in the "
                                      "prompt and affine in the cache; serve cannot simulate it")
             self.coeffs[k] = c
+            self.pcoef[k] = solve(name, k, self.pbasis, {t: 2 * v for t, v in seq.items()},
+                                  [(t, c.k0 + c.k1 * t + c.k2 * t * t) for t in seq])
+            self.dcoef[k] = solve(name, k, self.dbasis, d, [(t, c.d0 + c.d1 * t) for t in d])
         kv = self.coeffs["kv_cache_bytes_per_rank"]
         self.coeffs["kv_cache_bytes_per_rank"] = Coeffs(kv.k0, kv.k1, kv.k2, kv.d0, kv.d1,
                                                         read=kv.d1, step=kv.step)
+        self.rcoef = self.dcoef["kv_cache_bytes_per_rank"]
+        # the nonzero coefficients, (function, coefficient), for totals()
+        self.pterms = {k: [(e, a) for e, a in enumerate(v) if a] for k, v in self.pcoef.items()}
+        self.dterms = {k: [(e, a) for e, a in enumerate(v) if a] for k, v in self.dcoef.items()}
+        self.windowed = bool(self.pbasis or self.dbasis)
 
-    def totals(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int
-               ) -> dict[str, Any]:
+    def totals(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,
+               pex: tuple[int, ...] = NONE, dex: tuple[int, ...] = NONE,
+               rex: tuple[int, ...] = NONE) -> dict[str, Any]:
         """The step's totals: `chunks` prefill chunks of Σn = n tokens, Σ(n² + 2cn) = sq,
-        Σc = ctx cached tokens under them; `decodes` sequences on Σ L = cache cached tokens."""
+        Σc = ctx cached tokens under them; `decodes` sequences on Σ L = cache cached tokens;
+        pex, dex, rex: the sums of the window, chunk and scan functions (module doc)."""
         tot = dict(self.const)
         for k, c in self.coeffs.items():
             twice = c.k0 * chunks + c.k1 * n + c.k2 * sq
+            if pex:
+                for e, a in self.pterms[k]:
+                    twice += a * pex[e]
             assert twice % 2 == 0, k
             tot[k] = (c.step + twice // 2 + c.read * ctx
                       + c.d0 * decodes + c.d1 * cache)
+            if dex:
+                for e, a in self.dterms[k]:
+                    tot[k] += a * dex[e]
+        if rex:
+            for e, a in enumerate(self.rcoef):
+                tot["kv_cache_bytes_per_rank"] += a * rex[e]
         return tot
 
-    def terms(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int
-              ) -> tuple[float, float, float, float]:
+    def terms(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,
+              pex: tuple[int, ...] = NONE, dex: tuple[int, ...] = NONE,
+              rex: tuple[int, ...] = NONE) -> tuple[float, float, float, float]:
         """perf.step_terms of the step: (compute, memory, communication, overhead)."""
-        tot = self.totals(chunks, n, sq, ctx, decodes, cache)
+        tot = self.totals(chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
         t = step_terms(self.cf, self.gpu, self.pp, tot, self.peak, n + decodes, self.wbits,
                        SCALARS, self.ep, decode=chunks == 0)
         return float(t[0]), float(t[1]), float(t[2]), float(t[3])
 
-    def seconds(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int) -> float:
-        return float(step_seconds(self.terms(chunks, n, sq, ctx, decodes, cache), SCALARS))
+    def seconds(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,
+                pex: tuple[int, ...] = NONE, dex: tuple[int, ...] = NONE,
+                rex: tuple[int, ...] = NONE) -> float:
+        return float(step_seconds(self.terms(chunks, n, sq, ctx, decodes, cache, pex, dex, rex),
+                                  SCALARS))
 
     def prefill(self, B: int, T: int) -> float:
         """B prompts of T tokens in one step."""
-        return self.seconds(B, B * T, B * T * T, 0, 0, 0)
+        pex = tuple(B * value(b, T) for b in self.pbasis) if self.pbasis else NONE
+        return self.seconds(B, B * T, B * T * T, 0, 0, 0, pex,
+                            (0,) * len(self.dbasis) if self.dbasis else NONE)
 
     def decode(self, B: int, L: int) -> float:
         """B sequences decoding one token each on L cached tokens."""
-        return self.seconds(0, 0, 0, 0, B, B * L)
+        dex = tuple(B * value(b, L) for b in self.dbasis) if self.dbasis else NONE
+        return self.seconds(0, 0, 0, 0, B, B * L, (0,) * len(self.pbasis) if self.pbasis
+                            else NONE, dex)
+
+
+def bases(cf: ClosedForm) -> tuple[list[Basis], list[Basis]]:
+    """The prefill and decode functions of the model's windows, chunks and scans."""
+    pre: list[Basis] = []
+    dec: list[Basis] = []
+    for reach, _ in kv_groups(layer_plan(cf.model)):
+        if isinstance(reach, Chunk):
+            pre += [("chunk_sq", reach.size), ("chunk_lin", reach.size)]
+            dec.append(("dec_chunk", reach.size))
+        elif reach is not None:
+            pre += [("slide_sq", reach), ("slide_lin", reach)]
+            dec.append(("dec_slide", reach))
+    for q in sorted(cf._cuts("prefill")[1] - {r.size for r, _ in kv_groups(layer_plan(cf.model))
+                                             if isinstance(r, Chunk)}):
+        pre += [("scan", q), ("scan_t", q), ("scan_sq", q)]
+    return pre, dec

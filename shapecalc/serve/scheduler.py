@@ -27,6 +27,16 @@ still its own iteration (its time, tokens and blocks), at a few hundred nanoseco
 Prefix caching (--shared-prefix N): every prompt starts with the same N tokens; their
 ⌊N/block_size⌋ full blocks are held once (pinned), and once a prefill has computed them a newly
 admitted (or recomputed) sequence starts its prefill after them.
+
+Every model (blocks.py, vLLM's hybrid KV cache manager): each KV group (full, sliding window W,
+chunk C) and the mixers' states draw from one pool of units. A decoder on L tokens needs, each
+step, a block in every group when L % block_size == 0 (counted per residue, as above) and frees
+one of each sliding group when L ≡ W − 1 (mod block_size) once L ≥ W − 1 + (pinned + 1)·bs
+(counted per residue among the decoders past that); a chunked group frees the chunk behind it
+when L wraps at a multiple of C. The cost's window sums (cost.py: Σ max(0, L − (W − 1)) and
+Σ ⌊L/C⌋ over the decoders) change form when a decoder reaches W − 1 or wraps at C. Each of those
+is an event at a step known when the decode starts (`evs`, applied at the start of that step),
+so a step stays O(1) and the fast-forward stops at the next event.
 """
 
 from __future__ import annotations
@@ -35,7 +45,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .basis import value
+from .blocks import Layout
 from .cost import IterationCost
+from .decoders import Seq, Windows
 from .workload import Request
 
 
@@ -46,45 +59,33 @@ class SchedulerConfig:
     block_size: int
     num_blocks: int  # of the KV cache of one replica (fit's memory model)
     shared_prefix: int = 0
+    layout: Layout | None = None  # the KV groups and states (None: one full-attention group)
 
 
-class Seq:
-    __slots__ = (
-        "L0",
-        "blocks",
-        "cls",
-        "done",
-        "finish",
-        "first",
-        "gen",
-        "j0",
-        "last",
-        "last_iter",
-        "preemptions",
-        "req",
-        "tokens",
-    )
-
-    def __init__(self, req: Request):
-        self.req = req
-        self.tokens = req.prompt  # to prefill (prompt + generated after a preemption)
-        self.done = 0  # of those, computed
-        self.blocks = 0  # own blocks while prefilling
-        self.gen = 0  # tokens emitted (when the decode started, while decoding)
-        self.j0 = self.L0 = self.cls = self.last_iter = 0
-        self.first = self.last = self.finish = -1.0
-        self.preemptions = 0
-
-
-class Replica:
+class Replica(Windows):
     def __init__(self, cost: IterationCost, cfg: SchedulerConfig, on_finish: Callable[[Seq], None]
                  | None = None, trace: bool = False):
         self.cost, self.cfg = cost, cfg
         self.on_finish = on_finish
         bs = cfg.block_size
         self.pb = cfg.shared_prefix // bs  # pinned prefix blocks
+        lay = cfg.layout or Layout(bs, (None,), (1,), 0, cfg.num_blocks, 1)
+        self.lay = lay = Layout(bs, lay.reaches, lay.weights, lay.state, lay.units, lay.unit,
+                                self.pb)
+        self.total = lay.units  # the pool, in units (a full-attention model's: its blocks)
+        self.simple = lay.simple and not cost.windowed
         self.prefix_ready = False
-        self.free = cfg.num_blocks - self.pb
+        self.free = lay.units - lay.pinned_units
+        # windows and chunks: (W, weight) of each sliding group, C of each chunked one
+        self.slides = [(r, w) for r, w in zip(lay.reaches, lay.weights, strict=True)
+                       if isinstance(r, int)]
+        self.sat = [[0] * bs for _ in self.slides]  # decoders past each window, per residue
+        self.chunks = sorted({r.size for r in lay.reaches if r is not None and not
+                              isinstance(r, int)})
+        self.dslide = [b[1] for b in cost.dbasis if b[0] == "dec_slide"]
+        self.dsum = [0] * len(cost.dbasis)  # Σ (o − (W − 1)) or Σ ⌊L/C⌋ of each decode form
+        self.dn = [0] * len(cost.dbasis)  # decoders past W − 1 (sliding forms)
+        self.evs: dict[int, list[tuple[Seq, int, str, int]]] = {}
         self.waiting: deque[Seq] = deque()
         self.running: dict[int, Seq] = {}  # admission order
         self.prefilling: dict[int, Seq] = {}
@@ -127,7 +128,7 @@ class Replica:
         return max(0, -(-tokens // self.cfg.block_size) - self.pb)
 
     def _preempt(self, j: int) -> int:
-        """Preempt the last admitted running sequence; 1 if it was a decoder due a block now."""
+        """Preempt the last admitted running sequence; the units its step j needed."""
         _, s = self.running.popitem()
         s.preemptions += 1
         self.preemptions += 1
@@ -138,11 +139,17 @@ class Replica:
             self.free += s.blocks
         else:
             L = s.L0 + j - s.j0
-            self.free += self._own(L)
+            if self.simple:
+                self.free += self._own(L)
+                due = int(s.cls == (-j) % self.cfg.block_size)
+            else:
+                held = self.lay.held(L)
+                self.free += held
+                due = self.lay.own(L, L + 1) - held
+                self._leave(s, L)
             self.n_dec -= 1
             self.base -= s.L0 - s.j0
             self.cls[s.cls] -= 1
-            due = int(s.cls == (-j) % self.cfg.block_size)
             del self.finish_at[s.last_iter][s.req.id]
             s.gen += j - s.j0
             s.last = self.clock  # its last token: the end of the step before
@@ -168,23 +175,46 @@ class Replica:
         s = self.waiting[0]
         start = min(self.pb * cfg.block_size if self.prefix_ready else 0, s.tokens - 1)
         k = min(s.tokens - start, cfg.max_batched_tokens - self.n_dec)
-        return self._own(start + k) > self.free  # blocks only shrink during decodes
+        if self.simple:
+            return self._own(start + k) > self.free  # blocks only shrink during decodes
+        # a window's frees between events are at most a block a decoder per block_size steps:
+        # the stretch stops before the head would fit (see _stretch)
+        return self.lay.own(start, start + k) > self.free
 
     def _stretch(self, until: float) -> int:
         if not self._blocked():
             return 0
         bs, j, B = self.cfg.block_size, self.it, self.n_dec
         stop = min(self.finish_at)  # handled by step(): its sequences end
-        cache = self.base + B * j
-        c0, m0, comm, over = self.cost.terms(0, 0, 0, 0, B, cache)
-        c1, m1, _, _ = self.cost.terms(0, 0, 0, 0, B, cache + B)
+        head = 0  # the units the queue's head needs, where a window's frees could let it in
+        if self.simple:
+            cache = self.base + B * j
+            c0, m0, comm, over = self.cost.terms(0, 0, 0, 0, B, cache)
+            c1, m1, _, _ = self.cost.terms(0, 0, 0, 0, B, cache + B)
+        else:
+            stop = min(stop, min(self.evs, default=stop))  # window sums change form there
+            cache = self.base + B * j
+            c0, m0, comm, over = self.cost.terms(0, 0, 0, 0, B, cache, dex=self._dex(j))
+            c1, m1, _, _ = self.cost.terms(0, 0, 0, 0, B, cache + B, dex=self._dex(j + 1))
+            waiting = self.waiting[0] if self.waiting and len(self.running) < \
+                self.cfg.max_num_seqs else None
+            if waiting is not None and self.slides:  # frees may let the head in: re-check it
+                start = min(self.pb * bs if self.prefix_ready else 0, waiting.tokens - 1)
+                k = min(waiting.tokens - start, self.cfg.max_batched_tokens - B)
+                head = self.lay.own(start, start + k) if k > 0 else 0
         dc, dm = c1 - c0, m1 - m0
         clock, free, cls = self.clock, self.free, self.cls
+        simple, per, slides = self.simple, self.lay.per_block, list(zip(self.slides, self.sat,
+                                                                         strict=True))
         durs, toks = self.durs, self.toks
         i = 0
         while j + i < stop and clock < until:
             need = cls[(-(j + i)) % bs]
-            if need > free:
+            if not simple:  # _need, inlined: a block of every group, less the windows' frees
+                need *= per
+                for (W, w), sat in slides:
+                    need -= w * sat[(W - 1 - j - i) % bs]
+            if need > free or (head and head <= free - need):  # step() admits the head there
                 break
             free -= need
             d = max(c0 + dc * i, m0 + dm * i) + comm + over
@@ -193,7 +223,7 @@ class Replica:
             i += 1
         if i:
             toks.extend([B] * i)
-            self.log.append((self.clock, clock - self.clock, self.cfg.num_blocks - free,
+            self.log.append((self.clock, clock - self.clock, self.total - free,
                              len(self.waiting), len(self.running)))
             self.clock, self.free = clock, free
             self.it += i
@@ -201,18 +231,30 @@ class Replica:
 
     def step(self) -> None:
         cfg, bs, j = self.cfg, self.cfg.block_size, self.it
-        need = self.cls[(-j) % bs]
+        simple, lay = self.simple, self.lay
+        if simple:
+            need = self.cls[(-j) % bs]
+        else:
+            self._events(j)
+            need = self._need(j)
         while need > self.free:
             need -= self._preempt(j)
         self.free -= need
         budget = cfg.max_batched_tokens - self.n_dec
         chunks = n = sq = ctx = 0
+        pex = [0] * len(self.cost.pbasis)
+        rex = [0] * len(self.cost.dbasis)
         done: list[Seq] = []
         plan: list[tuple[int, int, int]] = []
 
         def take(s: Seq, k: int) -> None:
             nonlocal chunks, n, sq, ctx, budget
-            c = s.done
+            c = s.c0 = s.done
+            if not simple:
+                for e, b in enumerate(self.cost.pbasis):
+                    pex[e] += value(b, c + k) - value(b, c)
+                for e, b in enumerate(self.cost.dbasis):
+                    rex[e] += value(b, c)
             chunks += 1
             n += k
             sq += k * k + 2 * c * k
@@ -228,12 +270,19 @@ class Replica:
             if budget <= 0:
                 break
             k = min(s.tokens - s.done, budget)
-            extra = self._own(s.done + k) - s.blocks
+            if simple:
+                extra = self._own(s.done + k) - s.blocks
+            else:  # the window's blocks behind s.done are freed first
+                extra = lay.own(s.done, s.done + k) - s.blocks
             if extra > self.free:  # the tokens its free blocks allow
-                k = (s.blocks + self.pb + self.free) * bs - s.done
+                if simple:
+                    k = (s.blocks + self.pb + self.free) * bs - s.done
+                else:
+                    k = lay.afford(s.done, s.blocks, self.free) - s.done
                 if k <= 0:
                     continue
-                extra = self._own(s.done + k) - s.blocks
+                extra = (self._own(s.done + k) if simple else lay.own(s.done, s.done + k)) \
+                    - s.blocks
             self.free -= extra
             s.blocks += extra
             take(s, k)
@@ -242,7 +291,7 @@ class Replica:
             s = self.waiting[0]
             start = min(hit, s.tokens - 1)  # the last token is computed to emit the next
             k = min(s.tokens - start, budget)
-            blocks = self._own(start + k)
+            blocks = self._own(start + k) if simple else lay.own(start, start + k)
             if blocks > self.free:
                 break
             self.waiting.popleft()
@@ -258,22 +307,31 @@ class Replica:
                 self._preempt(j)
             return
         cache = self.base + decodes * j
-        d = self.cost.seconds(chunks, n, sq, ctx, decodes, cache)
+        if simple:
+            d = self.cost.seconds(chunks, n, sq, ctx, decodes, cache)
+        else:
+            d = self.cost.seconds(chunks, n, sq, ctx, decodes, cache, tuple(pex),
+                                  self._dex(j), tuple(rex))
         t0, end = self.clock, self.clock + d
-        self.log.append((t0, d, self.cfg.num_blocks - self.free, len(self.waiting),
+        self.log.append((t0, d, self.total - self.free, len(self.waiting),
                          len(self.running)))
         self.durs.append(d)
         self.toks.append(decodes)
         if self.trace:
             self.schedule.append({"iteration": j, "start_s": t0, "seconds": d,
                                   "prefill": plan, "decodes": decodes, "cache": cache,
-                                  "free_blocks": self.free})
+                                  "free_blocks": self.free, "group_blocks": self._groups(j)})
         self.clock = end
         if self.pb and not self.prefix_ready and any(
                 s.done >= self.pb * bs for s in self.prefilling.values()):
             self.prefix_ready = True
         for s in self.finish_at.pop(j, {}).values():  # their last decode
-            self.free += self._own(s.L0 + j - s.j0 + 1)
+            L = s.L0 + j - s.j0
+            if simple:
+                self.free += self._own(L + 1)
+            else:
+                self.free += lay.own(L, L + 1)
+                self._leave(s, L)
             self.n_dec -= 1
             self.base -= s.L0 - s.j0
             self.cls[s.cls] -= 1
@@ -300,6 +358,9 @@ class Replica:
             self.n_dec += 1
             self.base += s.L0 - s.j0
             self.finish_at.setdefault(s.last_iter, {})[s.req.id] = s
+            if not simple:  # the window's blocks behind the prompt go before its first decode
+                self.free += s.blocks - lay.own(s.L0 - 1, s.L0)
+                self._join(s)
         self.it += 1
 
     def _end(self, s: Seq, t: float) -> None:

@@ -17,13 +17,18 @@ from typing import Any
 
 from ..inputs.hardware import GPU
 from ..inputs.numbers import parse_number
-from ..model.config import ModelConfig, ShapecalcError, Workload
+from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of
+from ..model.parallel import kv_elements_per_token, kv_groups, pp_layers, stage_group_layers
+from ..model.plan import layer_plan
 from ..plan.cases import closed_form_for
 from ..plan.fit import point
+from ..plan.memory import stage_state_bytes
 from ..plan.options import PlanOptions, require_peak
 from ..plan.perf import perf_params
+from .blocks import Layout, layout
 from .cost import IterationCost
-from .scheduler import Replica, SchedulerConfig, Seq
+from .decoders import Seq
+from .scheduler import Replica, SchedulerConfig
 from .workload import Request
 
 ROUTERS = ("round-robin", "least-loaded")
@@ -129,16 +134,57 @@ def engine(dep: Deployment) -> Engine:
         raise ShapecalcError("gpu", f"{dep.model.name} leaves no room for a KV cache on "
                              f"{dep.gpu.name} at tp={dep.wl.tp}, pp={dep.wl.pp}")
     cost = IterationCost(cf, dep.gpu, perf_params(dep.gpu, dep.opts.perf), dep.wl, peak)
-    cfg = SchedulerConfig(dep.max_num_seqs, mbt, dep.wl.block_size, blocks, dep.shared_prefix)
+    cfg = SchedulerConfig(dep.max_num_seqs, mbt, dep.wl.block_size, blocks, dep.shared_prefix,
+                          pool(dep, blocks))
     return Engine(cost, cfg)
+
+
+def pool(dep: Deployment, blocks: int) -> Layout:
+    """The replica's KV groups and states (blocks.py) on the pipeline stage that holds the most
+    KV bytes a token: `blocks` of fit's size (block_size token slots of every layer of the
+    stage, as fit's kv_tokens_fit divides its free memory) are its bytes."""
+    wl, m = dep.wl, dep.model
+    cf = closed_form_for(m, wl)
+    plan = layer_plan(m)
+    per = stage_group_layers(plan, wl.pp)
+    i = max(range(wl.pp), key=lambda x: (sum(per[x]), -x))
+    layer = bytes_of(kv_elements_per_token(m, wl.tp, layers=1, mla=cf.mla), DTYPE_BITS[wl.kv])
+    pre = cf.at(1, 1, "prefill", wl.tp, wl.pp, wl.dtype, wl.kv, wl.act)
+    state = stage_state_bytes(cf, wl.pp, pre)[i]
+    groups = [(r, n) for (r, _), n in zip(kv_groups(plan), per[i], strict=True)]
+    k = pp_layers(m.n_layers, wl.pp)[i]
+    return layout(wl.block_size, groups, layer, state, blocks * wl.block_size * k * layer,
+                  dep.shared_prefix // wl.block_size)
+
+
+def pool_doc(eng: Engine) -> dict[str, Any]:
+    """The pool's groups for --json: each group's window or chunk and the units its block takes,
+    the units one running sequence's states take, the pool's units and a unit's bytes."""
+    lay = eng.cfg.layout
+    assert lay is not None
+    return {"groups": [{"window": r if isinstance(r, int) else None,
+                        "chunk": None if r is None or isinstance(r, int) else r.size,
+                        "units_per_block": w} for r, w in zip(lay.reaches, lay.weights,
+                                                              strict=True)],
+            "state_units_per_sequence": lay.state, "units": lay.units, "unit_bytes": lay.unit}
 
 
 def check_requests(dep: Deployment, eng: Engine, reqs: list[Request]) -> None:
     """One line for a request no replica could ever serve."""
     cap = eng.cfg.num_blocks * eng.cfg.block_size
     limit = dep.model.max_positions if dep.model.positions == "learned" else None
+    lay, mbt = eng.cfg.layout, eng.cfg.max_batched_tokens
     for r in reqs:
-        if r.prompt + r.output > cap:
+        if lay is not None and not lay.simple:  # its largest step: the last chunk, or decode
+            n = r.prompt + r.output
+            room = lay.units - lay.pinned_units
+            most = max(lay.own(max(0, r.prompt - mbt), r.prompt), lay.own(n - 1, n))
+            if most > room:
+                raise ShapecalcError("prompt-tokens", f"request {r.id}: {r.prompt} prompt + "
+                                     f"{r.output} output tokens need {most:,} units of "
+                                     f"{lay.unit:,} bytes of a replica's KV cache, which holds "
+                                     f"{room:,}")
+        elif r.prompt + r.output > cap:
             raise ShapecalcError("prompt-tokens", f"request {r.id}: {r.prompt} prompt + "
                                  f"{r.output} output tokens exceed the KV cache of a replica "
                                  f"({cap:,} tokens: {eng.cfg.num_blocks:,} blocks of "
@@ -277,7 +323,11 @@ def saturated(eng: Engine, reqs: list[Request]) -> dict[str, Any]:
     pmin = min(r.prompt for r in reqs)
     pb = cfg.shared_prefix // cfg.block_size
     per = max(1, -(-(pmin + 1) // cfg.block_size) - pb)
-    b = max(1, min(cfg.max_num_seqs, (cfg.num_blocks - pb) // per))
+    room = cfg.num_blocks - pb
+    if cfg.layout is not None and not cfg.layout.simple:
+        lay = replace(cfg.layout, pinned=pb)
+        per, room = max(1, lay.own(pmin, pmin + 1)), lay.units - lay.pinned_units
+    b = max(1, min(cfg.max_num_seqs, room // per))
     step = eng.cost.decode(b, pmin)
     return {"max_decode_batch": b, "decode_step_s": step, "output_tokens_per_s": b / step}
 
@@ -291,7 +341,7 @@ def _buckets(reps: list[Replica], end: float) -> dict[str, list[float]]:
     wait = [0.0] * m
     run_ = [0.0] * m
     for rep in reps:
-        nb = rep.cfg.num_blocks
+        nb = rep.total
         for start, d, used, w, r in rep.log:
             s, e = start, start + d
             i = min(int(s / width), m - 1)
@@ -332,9 +382,9 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
     busy = sum(d * (w + r) for rep in reps for _, d, _, w, r in rep.log)
     sat = saturated(eng, reqs)
     iters = sum(len(rep.durs) for rep in reps)
-    kv_time = sum(d * used / rep.cfg.num_blocks for rep in reps for _, d, used, _, _ in rep.log)
+    kv_time = sum(d * used / rep.total for rep in reps for _, d, used, _, _ in rep.log)
     wait_time = sum(d * w for rep in reps for _, d, _, w, _ in rep.log)
-    kv_max = max((used / rep.cfg.num_blocks for rep in reps for _, _, used, _, _ in rep.log),
+    kv_max = max((used / rep.total for rep in reps for _, _, used, _, _ in rep.log),
                  default=0.0)
     wait_max = max((w for rep in reps for _, _, _, w, _ in rep.log), default=0)
     return {
