@@ -34,6 +34,7 @@ from ..model.parallel import (
     kv_groups,
     kv_heads_per_rank,
     paged_blocks,
+    residual_width,
     ring_allreduce_bytes,
     stage_params,
 )
@@ -355,8 +356,8 @@ class ClosedForm:
         out["largest_activation_bytes_per_rank"] = largest(rank, ("cache",))
         out["workspace_eager_bytes_per_rank"] = out["largest_activation_bytes_per_rank"]
         out["workspace_flash_bytes_per_rank"] = largest(rank, ("cache", "flash_skip"))
-        # pipeline: the residual stream [B, Tq, D] crosses each boundary
-        boundary = _nbytes(B * ev(full, "tq") * m.d_model, "act", bits)
+        # pipeline: the residual stream [B, Tq, D] (n_hc·D: hyper-connections) crosses each one
+        boundary = _nbytes(B * ev(full, "tq") * residual_width(m), "act", bits)
         out["pp"] = S
         out["boundary_bytes"] = boundary * (S > 1)
         out["boundary_bytes_total"] = boundary * (S - 1)

@@ -108,7 +108,8 @@ PP_LEDGER: tuple[Field, ...] = (
     Field("stages", "int", "s: pipeline stages"),
     Field("layers_per_stage", "list[int]", "layers of each stage, split as vLLM does"),
     Field("boundaries", "int", "s − 1 hand-offs"),
-    Field("boundary_bytes", "int", "B·T·D·bytes: the residual stream crossing one boundary",
+    Field("boundary_bytes", "int", "B·T·D·bytes (B·T·n_hc·D·bytes with hyper-connections): the "
+          "residual stream crossing one boundary",
           "boundary_bytes"),
     Field("boundary_bytes_total", "int", "bytes crossing all boundaries", "boundary_bytes_total"),
     Field("params_per_stage", "list[int]", "parameters of each stage"),

@@ -25,6 +25,7 @@ from ..model.parallel import (
     kv_replicated,
     paged_kv,
     pp_layers,
+    residual_width,
     ring_allreduce_bytes,
     stage_params,
     stage_sums,
@@ -86,6 +87,7 @@ def kind_breakdown(st: list[Stage], plan: LayerPlan) -> list[dict[str, Any]]:
             "ffn_per_layer": _per_layer(st, k, "params", _role_in(FFN_ROLES)),
             "norms_per_layer": _per_layer(st, k, "params", _role_in(NORM_ROLES)),
             "mixer_per_layer": _per_layer(st, k, "params", lambda s: is_mixer(s.role)),
+            "hyper_per_layer": _per_layer(st, k, "params", _is_hyper),
             "per_layer": per,
             "layers": per * count,
         })
@@ -114,6 +116,7 @@ def params_breakdown(st: list[Stage], plan: LayerPlan) -> dict[str, Any]:
         "total": _sum(st, "params"),
         "per_kind": kinds,
         "embedding_norm": _sum(st, "params", lambda s: s.role == "embed.norm"),
+        "hyper_head": _sum(st, "params", lambda s: s.group == "head" and _is_hyper(s)),
     }
 
 
@@ -125,7 +128,13 @@ def flops_breakdown(st: list[Stage]) -> dict[str, int]:
         "ffn": _sum(st, "flops", _role_in(FFN_ROLES)),
         "lm_head": _sum(st, "flops", lambda s: s.role == "head.lm"),
         "token_mixers": _sum(st, "flops", lambda s: is_mixer(s.role)),
+        "hyper_connections": _sum(st, "flops", _is_hyper),
     }
+
+
+def _is_hyper(s: Stage) -> bool:
+    """A hyper-connection stage (mHC: the streams' projections, weights, collapse and merge)."""
+    return s.role.startswith("hc.")
 
 
 def layer_plan_doc(plan: LayerPlan) -> dict[str, Any]:
@@ -284,8 +293,10 @@ def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage], w: Weights = No
               ) -> dict[str, Any]:
     s = wl.pp
     plan = layer_plan(model)
-    # the activation handed from one stage to the next: the residual stream [B,T,D]
-    boundary = nbytes(wl.batch * (wl.seq if wl.phase == "prefill" else 1) * model.d_model, wl.act)
+    # the activation handed from one stage to the next: the residual stream [B,T,D] (n_hc·D wide
+    # with hyper-connections)
+    boundary = nbytes(wl.batch * (wl.seq if wl.phase == "prefill" else 1)
+                      * residual_width(model), wl.act)
     kinds = range(len(plan.kinds))
     params = stage_params(
         plan, s, [_per_layer(st, k, "params") for k in kinds],

@@ -16,6 +16,7 @@ from ..model.forward import ACT, Sizes, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
 from . import symbolic_deltanet as deltanet
+from . import symbolic_hyper as hyper
 from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
 from .symbolic_base import ELEMENTWISE, Sym, SymbolicBase, _half, _total
@@ -92,7 +93,8 @@ class SymbolicOps(SymbolicBase):
         kind = kind or m.norm
         if kind == "l2norm":  # Llama 4's q/k norm: an RMS norm without γ
             return self._rec(role, name, kind, x, ew=ELEMENTWISE["rmsnorm"],
-                             note="RMS over each head's Dh, no weights")
+                             note="RMS over each head's Dh, no weights" if width is None or
+                             len(x.dims) == 4 else f"RMS over {width.symbol}, no weights")
         per = ELEMENTWISE[kind] + 1 + int(beta)
         p = _total((self.z.D if width is None else width) * (2 if beta else 1))
         over = "" if width is None else (
@@ -170,6 +172,10 @@ class SymbolicOps(SymbolicBase):
     # Mamba-2 (symbolic_mamba2.py)
     conv1d, ssd, gated_norm = mamba2.sym_conv1d, mamba2.sym_ssd, mamba2.sym_gated_norm
     delta_rule = deltanet.sym_delta_rule  # gated DeltaNet (symbolic_deltanet.py)
+    # hyper-connections (symbolic_hyper.py)
+    hc_expand, hc_flatten = hyper.sym_hc_expand, hyper.sym_hc_flatten
+    hc_weights, hc_collapse, hc_merge = hyper.sym_hc_weights, hyper.sym_hc_collapse, \
+        hyper.sym_hc_merge
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

@@ -169,6 +169,11 @@ class Weights:
         if role == "mtp.head":  # an MTP module's own head (the checkpoint's shared_head.head)
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
             return [Shard((layer, role), (self.vocab_rows, D), "vocab", p, D, vp)], None, 0, False
+        if role.startswith("hc.") and role.endswith(".proj"):  # mHC [n_hc·D → logits], replicated
+            n = m.hc_streams or 1
+            width = n if role == "hc.head.proj" else (n + 2) * n
+            return [Shard((layer, role), (n * D, width), "replicated", p, n * D, width)], None, 0, \
+                False
         if role == "mtp.proj":  # eh_proj [2D→D], replicated on every rank
             return [Shard((layer, role), (2 * D, D), "replicated", p, 2 * D, D)], None, 0, False
         if role == "attn.qkv":  # each rank's fused matrix is its q, k and v shards side by side

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import gemma
+from . import gemma, hyper
 from .config import ModelConfig, Workload
 from .expr import Dim
 from .gated_deltanet import gated_deltanet_mixer
@@ -51,6 +51,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     if m.positions in ("learned", "sinusoidal"):
         x = ops.positions(x, m.positions, m.max_positions)
     angles = gemma.rope_angles(ops, m, z.Tq, z.Dr if m.mla else _rotary(m, z))
+    if m.hc_streams:  # the residual becomes n_hc streams [B,T,n_hc,D]
+        x = hyper.expand(ops, m, z, x)
 
     plan = layer_plan(m)
     for layer, spec, _ in ops.layers(plan):
@@ -60,6 +62,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
         _mtp(ops, m, wl, z, plan, ids, x, angles)
 
     ops.group("head")
+    if m.hc_streams:
+        x = hyper.head(ops, m, z, x)
     if m.norm_position != "post":
         x = ops.norm(x, "head.norm", "final norm")
     if wl.logits == "last":
@@ -123,7 +127,8 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, True)
     if spec.norm_position != "post":  # pre, and sandwich/output (their branches normed too)
         pre = spec.norm_position != "output"  # OLMo 2: no pre-norms
-        h = ops.norm(x, "attn.norm", "attention norm") if pre else x
+        h, mix = hyper.open_half(ops, m, z, x, "attn") if m.hc_streams else (x, None)
+        h = ops.norm(h, "attn.norm", "attention norm") if pre else h
         attend = mla_attention if m.mla else _attention
         a = attend(ops, m, spec, wl, z, h, layer, angles)
         if m.parallel_block:  # x + attn(h) + ffn(h), one all-reduce
@@ -137,7 +142,8 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         if z.p > 1:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
         a = gemma.post_norm(ops, spec, a, "attn")
-        x = ops.add(x, _branch(ops, m, a), "residual", "residual")
+        x = hyper.close_half(ops, x, a, mix, "attn") if mix else ops.add(
+            x, _branch(ops, m, a), "residual", "residual")
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, pre)
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
     a = _attention(ops, m, spec, wl, z, x, layer, angles)
@@ -152,9 +158,12 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
 
 def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre: bool) -> Any:
     """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
-    h = ops.norm(x, "ffn.norm", "FFN norm") if pre else x
+    h, mix = hyper.open_half(ops, m, z, x, "ffn") if m.hc_streams else (x, None)
+    h = ops.norm(h, "ffn.norm", "FFN norm") if pre else h
     f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
     f = gemma.post_norm(ops, spec, f, "ffn")
+    if mix:  # hyper-connections: post ⊗ f + combᵀ·x
+        return hyper.close_half(ops, x, f, mix, "ffn")
     return ops.add(x, _branch(ops, m, f), "residual", "residual")
 
 

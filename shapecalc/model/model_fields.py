@@ -198,6 +198,11 @@ class ModelFields(Record):
                                 "in_proj_qkv, _z, _b, _a); changes the listing, not the numbers")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
+    # hyper-connections (mHC: DeepSeek-V4, Hunyuan 4): the residual is n_hc streams of D
+    hc_streams: Pos | None = _doc(None, "n_hc: residual streams of the manifold-constrained "
+                                  "hyper-connections (hc_mult); null: one plain residual")
+    hc_sinkhorn_iters: Pos = _doc(20, "t_max: Sinkhorn steps making comb doubly stochastic "
+                                  "(hc_sinkhorn_iters): 2·t_max − 1 normalisations")
 
     @property
     def kv_heads(self) -> int:

@@ -183,3 +183,26 @@ class Ops:
         chunked form, decode one step of the recurrence."""
         raise NotImplementedError
 
+
+    # -- hyper-connections (hyper.py) -----------------------------------------------------------
+    def hc_expand(self, x: Any, role: str, name: str, n: Dim) -> Any:
+        """[B,T,D] → [B,T,n_hc,D]: the same vector in each of n_hc residual streams."""
+        raise NotImplementedError
+
+    def hc_flatten(self, x: Any, role: str, name: str) -> Any:
+        """[B,T,n_hc,D] → [B,T,n_hc·D], a view."""
+        raise NotImplementedError
+
+    def hc_weights(self, w: Any, role: str, name: str, n: Dim, iters: int) -> tuple[Any, ...]:
+        """Mixing logits [B,T,(n_hc+2)·n_hc] → (pre, post, comb): σ(l·s+b)+ε, 2σ(l·s+b),
+        softmax(l·s+b)+ε then `iters` Sinkhorn steps; with iters 0 (the head), logits
+        [B,T,n_hc] → (pre,). Owns the biases b and the scales s."""
+        raise NotImplementedError
+
+    def hc_collapse(self, x: Any, pre: Any, role: str, name: str) -> Any:
+        """Σ_j pre_j·x_j: [B,T,n_hc,D] and [B,T,n_hc] → [B,T,D]."""
+        raise NotImplementedError
+
+    def hc_merge(self, x: Any, y: Any, post: Any, comb: Any, role: str, name: str) -> Any:
+        """post ⊗ y + combᵀ·x: streams [B,T,n_hc,D], output [B,T,D] → [B,T,n_hc,D]."""
+        raise NotImplementedError

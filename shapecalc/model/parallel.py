@@ -150,6 +150,12 @@ def distinct_experts(tokens: Any, model: ModelConfig) -> Any:
 # ── pipeline parallelism ────────────────────────────────────────────────────────────────────────
 
 
+def residual_width(model: ModelConfig) -> int:
+    """What one token's residual holds between blocks: D, or n_hc·D with hyper-connections
+    (n_hc streams): what crosses a pipeline boundary per token."""
+    return (model.hc_streams or 1) * model.d_model
+
+
 def pp_layers(n_layers: int, s: int) -> list[int]:
     """Layers per pipeline stage, as vLLM splits them: the remainder goes to the stages just
     before the last one (the last already holds the final norm and LM head)."""

@@ -176,3 +176,19 @@ def check_mixers(m: ModelFields) -> None:
     if m.attn_output_gate and m.mla:
         raise ShapecalcError("attn_output_gate", "is not modelled with Multi-head Latent "
                              "Attention")
+
+
+def check_hyper(m: ModelFields) -> None:
+    """Hyper-connections: n_hc streams in pre-norm sequential attention blocks."""
+    if m.hc_streams is None:
+        if m.hc_sinkhorn_iters != 20:
+            raise ShapecalcError("hc_sinkhorn_iters", "is a hyper-connection field, but "
+                                 "hc_streams is not set")
+        return
+    clashes = {"parallel_block": m.parallel_block, "norm_position": m.norm_position != "pre",
+               "mixer_types": set(m.mixers) != {"attention"}, "mtp_layers": m.mtp_layers > 0,
+               "residual_multiplier": m.residual_multiplier is not None}
+    for f, bad in clashes.items():
+        if bad:
+            raise ShapecalcError(f, "hyper-connections (hc_streams) are modelled in pre-norm "
+                                 "sequential attention blocks without it")

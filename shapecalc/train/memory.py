@@ -53,6 +53,9 @@ def check_trainable(model: ModelConfig) -> None:
     if stateful:
         raise ShapecalcError("model", f"its {', '.join(stateful)} layers have no backward rules "
                              "yet: train and verify --train take attention models")
+    if model.hc_streams is not None:  # no backward rules for the streams' mixing yet
+        raise ShapecalcError("hc_streams", "hyper-connections have no backward rules yet: train "
+                             "and verify --train take models with one plain residual")
 
 
 def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:
