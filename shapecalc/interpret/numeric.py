@@ -270,6 +270,10 @@ class NumericOps(NumericBase):
             s = s[..., :-1]
         return self._rec(role, name, "softmax", s, ew=ew, params=params)
 
+    def clamp(self, x: np.ndarray, role: str, name: str, lo: float | None, hi: float
+              ) -> np.ndarray:
+        return self._rec(role, name, "clamp", np.clip(x, lo, hi), ew=self._el(x))
+
     def merge_heads(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         t = self._rec(role, f"{name}: transpose", "transpose", x.transpose(0, 1, 3, 2, 4))
         R, B, T, H, dh = t.shape

@@ -12,7 +12,7 @@ from typing import Literal
 
 from ..model.config import ModelConfig, Workload
 from ..model.expr import Dim, formula, sum_formula
-from ..model.forward import ACT, Sizes, forward
+from ..model.forward import ACT, Sizes, clamped, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
 from . import symbolic_deltanet as deltanet
@@ -258,9 +258,17 @@ class SymbolicOps(SymbolicBase):
                          ew_extra=formula([ELEMENTWISE["softmax"], *rows, keys + 1]),
                          params=_total(sinks), note="over keys and the head's sink")
 
-    def route(self, logits: Sym, role: str, name: str, k: Dim) -> Sym:
+    def route(self, logits: Sym, role: str, name: str, k: Dim, by_id: bool = False) -> Sym:
         m, (*rows, E) = self.m, logits.dims
         scoring = m.router_scoring
+        if by_id:  # hash routing: the k experts looked up by token id, the scores weigh them
+            parts = [formula([ELEMENTWISE[scoring], *rows, E])]
+            if m.norm_topk_prob:
+                parts.append(formula([2, *rows, k]))
+            return self._rec(role, f"{name} ({scoring}, by token id)", "route",
+                             Sym((*rows, k), "fp32"), ew_extra=sum_formula(parts),
+                             note=f"{scoring} over E; the {k.value} experts of each token id "
+                             "(tid2eid, a buffer)")
         if scoring == "topk_sigmoid":  # Llama 4: top k of the logits, a sigmoid of those k
             parts = [formula([ELEMENTWISE["topk"], *rows, E]),
                      formula([ELEMENTWISE["sigmoid"], *rows, k])]
@@ -301,6 +309,8 @@ class SymbolicOps(SymbolicBase):
         if m.gated:
             g = mats("moe.experts.gate", "experts: gate", D, Dffe, "column")
             u = mats("moe.experts.up", "experts: up", D, Dffe, "column")
+            if m.swiglu_limit is not None:
+                g, u = clamped(self, m, "moe.experts", g, u)
             a = self._rec("moe.experts.act", f"experts: activation ({act})", act, g,
                           ew=ELEMENTWISE[act])
             u = self._rec("moe.experts.mul", "experts: gate ⊙ up", "mul", a,
@@ -317,6 +327,10 @@ class SymbolicOps(SymbolicBase):
         return self._rec("moe.combine", "combine (weighted sum)", "combine", self._act(*rows, D),
                          ew=0, ew_extra=formula([ELEMENTWISE["combine"], *pair, D]),
                          note="each token's k expert outputs × their routing weights")
+
+    def clamp(self, x: Sym, role: str, name: str, lo: float | None, hi: float) -> Sym:
+        to = f"[{lo:g}, {hi:g}]" if lo is not None else f"≤ {hi:g}"
+        return self._rec(role, name, "clamp", x, ew=ELEMENTWISE["clamp"], note=f"clamp {to}")
 
     def merge_heads(self, x: Sym, role: str, name: str) -> Sym:
         B, H, T, Dh = x.dims

@@ -160,7 +160,8 @@ def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre:
     """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
     h, mix = hyper.open_half(ops, m, z, x, "ffn") if m.hc_streams else (x, None)
     h = ops.norm(h, "ffn.norm", "FFN norm") if pre else h
-    f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
+    f = _moe(ops, m, z, h, z.p > 1, spec.hash_route) if spec.ffn == "moe" else _ffn(
+        ops, m, z, h, z.p > 1)
     f = gemma.post_norm(ops, spec, f, "ffn")
     if mix:  # hyper-connections: post ⊗ f + combᵀ·x
         return hyper.close_half(ops, x, f, mix, "ffn")
@@ -259,6 +260,8 @@ def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | 
     if m.gated:
         g = ops.linear(h, f"{role}.gate", f"{label} gate", z.D, w, m.ffn_bias, "column")
         u = ops.linear(h, f"{role}.up", f"{label} up", z.D, w, m.ffn_bias, "column")
+        if m.swiglu_limit is not None:
+            g, u = clamped(ops, m, role, g, u)
         u = ops.mul(ops.activation(g, f"{role}.act", "activation", act), u, f"{role}.mul",
                     "gate ⊙ up")
     else:
@@ -268,12 +271,24 @@ def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | 
     return ops.allreduce(y, "comm.allreduce", "FFN all-reduce") if reduce else y
 
 
-def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool) -> Any:
+def clamped(ops: Ops, m: ModelConfig, role: str, g: Any, u: Any) -> tuple[Any, Any]:
+    """Clamped SwiGLU (DeepSeek-V4): gate ≤ L, −L ≤ up ≤ L, before the activation (the dense
+    and shared FFNs here, the routed experts in each interpreter's experts())."""
+    L = m.swiglu_limit
+    assert L is not None
+    return (ops.clamp(g, f"{role}.clamp", "gate clamp", None, L),
+            ops.clamp(u, f"{role}.clamp", "up clamp", -L, L))
+
+
+def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, by_id: bool = False) -> Any:
     """Mixture-of-Experts: a router picks k of E experts per token; their outputs are combined
     by the routing weights; shared experts (if any) see every token. Under tensor parallelism
     each expert's Dff_e is split as a dense FFN's is, and the sum is all-reduced once."""
     logits = ops.linear(h, "moe.router", "router", z.D, z.E, m.router_bias, "replicated")
-    routing = ops.route(logits, "moe.route", "routing", z.k)
+    if m.router_softcap is not None:  # Laguna: c·tanh(logits/c) before the scoring
+        logits = ops.softcap(logits, "moe.router.softcap", "router logit softcap",
+                             m.router_softcap)
+    routing = ops.route(logits, "moe.route", "routing", z.k, by_id)
     y = ops.experts(h, routing, z.D, z.E, z.k, z.Dffe)
     if m.routed_scaling_factor is not None:
         y = ops.scale(y, "moe.scale", "routed scaling", m.routed_scaling_factor,

@@ -94,9 +94,9 @@ class ModelFields(Record):
         False, "a learned bias of E added to the scores for the choice only (AFMoE's expert_bias, "
         "a parameter; DeepSeek's correction bias is a buffer)")
     expert_bias: bool = _doc(False, "biases on the experts' matrices (gpt-oss)")
-    router_scoring: Literal["softmax", "sigmoid", "topk_sigmoid"] = _doc(
+    router_scoring: Literal["softmax", "sigmoid", "topk_sigmoid", "sqrtsoftplus"] = _doc(
         "softmax", "how router logits become scores (topk_sigmoid: the top k logits, then a "
-        "sigmoid of those k, as Llama 4)"
+        "sigmoid of those k, as Llama 4; sqrtsoftplus: √softplus, DeepSeek-V4)"
     )
     norm_topk_prob: bool = _doc(False, "the k chosen scores are renormalised to sum to 1")
     routed_scaling_factor: PosFloat | None = _doc(
@@ -198,6 +198,14 @@ class ModelFields(Record):
                                 "in_proj_qkv, _z, _b, _a); changes the listing, not the numbers")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
+    # routing and activation variants (DeepSeek-V4, Laguna)
+    router_softcap: PosFloat | None = _doc(None, "c: router logits ← c·tanh(logits/c) before "
+                                           "the scoring (moe_router_logit_softcapping)")
+    hash_moe_layers: NonNeg = _doc(0, "the first n MoE layers choose their k experts by the "
+                                   "token id (DeepSeek-V4's hash_moe: a frozen [N_vocab, k] "
+                                   "tid2eid table, a buffer); the scores still weigh them")
+    swiglu_limit: PosFloat | None = _doc(None, "L: clamped SwiGLU, gate ≤ L and −L ≤ up ≤ L "
+                                         "before the activation (DeepSeek-V4's swiglu_limit)")
     # hyper-connections (mHC: DeepSeek-V4, Hunyuan 4): the residual is n_hc streams of D
     hc_streams: Pos | None = _doc(None, "n_hc: residual streams of the manifold-constrained "
                                   "hyper-connections (hc_mult); null: one plain residual")

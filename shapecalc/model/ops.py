@@ -127,13 +127,19 @@ class Ops:
         (dropped from the output)."""
         raise NotImplementedError
 
-    def route(self, logits: Any, role: str, name: str, k: Dim) -> Any:
-        """Router logits [B,T,E] → the k chosen experts of each token and their weights."""
+    def route(self, logits: Any, role: str, name: str, k: Dim, by_id: bool = False) -> Any:
+        """Router logits [B,T,E] → the k chosen experts of each token and their weights;
+        `by_id`: the k experts are a function of the token id (hash routing), the scores
+        only weigh them."""
         raise NotImplementedError
 
     def experts(self, h: Any, routing: Any, D: Dim, E: Dim, k: Dim, Dffe: Dim) -> Any:
         """Each token through its k routed experts (a gated or plain FFN of width Dff_e each),
         and their outputs combined by the routing weights: [B,T,D]."""
+        raise NotImplementedError
+
+    def clamp(self, x: Any, role: str, name: str, lo: float | None, hi: float) -> Any:
+        """x clamped to [lo, hi] (no lower bound when lo is None): clamped SwiGLU."""
         raise NotImplementedError
 
     def merge_heads(self, x: Any, role: str, name: str) -> Any:

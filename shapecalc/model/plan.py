@@ -49,6 +49,7 @@ class LayerSpec(NamedTuple):
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
     mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, or none
+    hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
 
     @property
     def attends(self) -> bool:
@@ -66,7 +67,8 @@ class LayerSpec(NamedTuple):
         attn = f"sliding window W={self.window}" if self.attention == "sliding" else (
             f"chunked C={self.chunk}" if self.attention == "chunked" else "full attention")
         attn = MIXER_LABELS.get(self.mixer, attn)
-        ffn = {"moe": " · MoE", "none": " · no FFN"}.get(self.ffn, "")
+        ffn = {"moe": " · hash MoE" if self.hash_route else " · MoE",
+               "none": " · no FFN"}.get(self.ffn, "")
         if self.mixer == "none":  # a block of its channel mixer only
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
         return attn + (" · NoPE" if self.nope else "") + ffn
@@ -118,6 +120,10 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
                                             mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))
     ]
+    if model.hash_moe_layers:  # the first n MoE layers route by the token id
+        moe = [i for i, f in enumerate(ffns) if f == "moe"][: model.hash_moe_layers]
+        for i in moe:
+            specs[i] = specs[i]._replace(hash_route=True)
     runs: list[Run] = []
     for i, spec in enumerate(specs):
         if runs and runs[-1].spec == spec:

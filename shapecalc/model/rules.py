@@ -54,6 +54,8 @@ def check_classic(m: ModelFields) -> None:
     if m.residual_multiplier is not None and m.parallel_block:
         raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
                              "block; a parallel block with it is not modelled")
+    if m.swiglu_limit is not None and m.ffn != "swiglu":
+        raise ShapecalcError("swiglu_limit", f"clamps a SwiGLU's gate and up; ffn is {m.ffn}")
 
 def check_mla(m: ModelFields) -> None:
     mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -89,7 +91,8 @@ def check_moe(m: ModelFields) -> None:
     moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",
                   "router_bias", "expert_bias", "norm_topk_prob", "routed_scaling_factor")
     if m.n_experts is None:
-        given = [f for f in moe_fields if getattr(m, f) not in (None, False)]
+        given = [f for f in (*moe_fields, "router_softcap", "hash_moe_layers")
+                 if getattr(m, f) not in (None, False, 0)]
         given += ["n_shared_experts"] if m.n_shared_experts else []
         given += ["router_scoring"] if m.router_scoring != "softmax" else []
         if given:
@@ -115,6 +118,13 @@ def check_moe(m: ModelFields) -> None:
     if m.parallel_block:
         raise ShapecalcError("parallel_block", "a parallel block with Mixture-of-Experts "
                              "layers is not modelled")
+    moe_layers = (m.ffn_types or ("moe",) * m.n_layers).count("moe")
+    if m.hash_moe_layers > moe_layers:
+        raise ShapecalcError("hash_moe_layers", f"{m.hash_moe_layers} hash-routed layers, but "
+                             f"{moe_layers} MoE layers")
+    if m.hash_moe_layers and m.router_scoring == "topk_sigmoid":
+        raise ShapecalcError("hash_moe_layers", "hash routing scores every expert; "
+                             "topk_sigmoid scores only the top k")
 
 
 def check_gemma(m: ModelFields) -> None:
