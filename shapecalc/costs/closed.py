@@ -29,6 +29,7 @@ from ..model.config import (
 )
 from ..model.parallel import (
     active_params,
+    entry_elements,
     ep_rank_expert_params,
     kv_elements_per_token,
     kv_groups,
@@ -128,10 +129,15 @@ class ClosedForm:
         lo = max((c for c in cuts if c < t), default=0) + 1
         his = [c for c in cuts if c >= t]
         off = 0 if phase == "prefill" else -1
-        for C in chunks:  # the periodic cuts j·C + off, j ≥ 1
-            if (j := (t - 1 - off) // C) >= 1:
-                lo = max(lo, j * C + off + 1)
-            his.append(max(1, -(-(t - off) // C)) * C + off)
+        periods = [(C, off) for C in chunks]
+        if (r := self.model.compress_ratio_hca) is not None:  # ⌊(T + decode)/m′⌋ entries:
+            periods.append((r, off - 1))  # a cut at each j·m′ − 1 (prefill), j·m′ − 2 (decode)
+            if phase == "decode":  # and the one step that closes a window, T = j·m′ − 1
+                periods.append((r, off))
+        for C, o in periods:  # the periodic cuts j·C + o, j ≥ 1
+            if (j := (t - 1 - o) // C) >= 1:
+                lo = max(lo, j * C + o + 1)
+            his.append(max(1, -(-(t - o) // C)) * C + o)
         hi = min(his, default=None)
         limit = self.seq_limit(phase)
         return lo, (limit if hi is None else min(hi, limit)) if limit is not None else hi
@@ -140,6 +146,8 @@ class ClosedForm:
         """The regimes' ranges of T in order, up to the one holding `upto` (default: all; with
         chunked layers, which repeat without end, the first two periods past every other cut)."""
         cuts, chunks = self._cuts(phase)
+        if self.model.compress_ratio_hca is not None:  # periodic too (interval)
+            chunks = chunks | {self.model.compress_ratio_hca}
         if upto is None and chunks:
             upto = max(cuts, default=0) + 2 * max(chunks) + 1
         hi_limit = self.seq_limit(phase)
@@ -311,6 +319,9 @@ class ClosedForm:
                                 "kv", bits)
             paged = paged + b_g * self.block_size * per_token
         out["kv_cache_blocks"] = blocks
+        # DeepSeek-V4's compressed entries, contiguous beside the paged window
+        paged = paged + B * _nbytes(entry_elements(m, T, "decode" if full.decode else "prefill"),
+                                    "kv", bits)
         out["kv_cache_paged_bytes"] = paged
         out["largest_activation_bytes"] = largest(full, ("cache",))  # the cache is apart
         # tensor parallel (one rank)

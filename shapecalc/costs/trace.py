@@ -165,7 +165,8 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         if wl.tp > 1 else st
     params = _sum(st, "params")
     # the longest cache of any layer kind (the tokens of a full-attention layer)
-    kv_tokens = max((s.shape[-2] for s in st if _is_cache(s)), default=0)
+    kv_tokens = max((s.shape[-2] for s in st if _is_cache(s)
+                     and not s.role.startswith("kv.entries")), default=0)  # windows' tokens
     blocks, paged = paged_kv(model, wl.batch, wl.seq, wl.phase, wl.block_size, wl.kv,
                              mla=wl.mla)
     largest = max(_activations(st), key=lambda s: s.bytes)

@@ -24,7 +24,7 @@ from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, deltanet, elementwise, hyper, llama4, mamba2, mla, moe, rotary
+from . import alibi, compressed, deltanet, elementwise, hyper, llama4, mamba2, mla, moe, rotary
 from .caches import ContiguousKV, KVCache
 from .numeric_base import NumericBase
 from .storage import measure
@@ -218,6 +218,9 @@ class NumericOps(NumericBase):
     delta_rule = deltanet.delta_rule  # gated DeltaNet
     hc_expand, hc_flatten, hc_weights = hyper.hc_expand, hyper.hc_flatten, hyper.hc_weights
     hc_collapse, hc_merge = hyper.hc_collapse, hyper.hc_merge  # hyper-connections
+    shared_kv_cache, compress = compressed.shared_kv_cache, compressed.compress  # DeepSeek-V4
+    cat_keys, window_mask = compressed.cat_keys, compressed.window_mask
+    grouped_linear = compressed.grouped_linear
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:

@@ -15,6 +15,7 @@ from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, clamped, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
+from . import symbolic_compressed as compressed
 from . import symbolic_deltanet as deltanet
 from . import symbolic_hyper as hyper
 from . import symbolic_mamba2 as mamba2
@@ -176,6 +177,10 @@ class SymbolicOps(SymbolicBase):
     hc_expand, hc_flatten = hyper.sym_hc_expand, hyper.sym_hc_flatten
     hc_weights, hc_collapse, hc_merge = hyper.sym_hc_weights, hyper.sym_hc_collapse, \
         hyper.sym_hc_merge
+    # DeepSeek-V4's attention (symbolic_compressed.py)
+    shared_kv_cache, compress = compressed.sym_shared_kv_cache, compressed.sym_compress
+    cat_keys, window_mask = compressed.sym_cat_keys, compressed.sym_window_mask
+    grouped_linear = compressed.sym_grouped_linear
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

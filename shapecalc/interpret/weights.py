@@ -169,6 +169,14 @@ class Weights:
         if role == "mtp.head":  # an MTP module's own head (the checkpoint's shared_head.head)
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
             return [Shard((layer, role), (self.vocab_rows, D), "vocab", p, D, vp)], None, 0, False
+        if role in ("attn.q_a", "attn.q_b", "attn.kv", "attn.o_b", "attn.hca.kv",
+                    "attn.hca.gate") and m.shared_kv:  # DeepSeek-V4: replicated
+            dq, gd = m.q_lora_rank or 0, (m.o_groups or 0) * (m.o_lora_rank or 0)
+            d_in, width = {"attn.q_a": (D, dq), "attn.q_b": (dq, H * dh), "attn.kv": (D, dh),
+                           "attn.o_b": (gd, D), "attn.hca.kv": (D, dh),
+                           "attn.hca.gate": (D, dh)}[role]
+            return [Shard((layer, role), (d_in, width), "replicated", p, d_in, width)], None, \
+                0, False
         if role.startswith("hc.") and role.endswith(".proj"):  # mHC [n_hc·D → logits], replicated
             n = m.hc_streams or 1
             width = n if role == "hc.head.proj" else (n + 2) * n

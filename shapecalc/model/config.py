@@ -92,7 +92,7 @@ class ModelConfig(ModelFields):
                     "layer_types",
                     f"lists {len(self.layer_types)} layers, but N={self.n_layers}",
                 )
-            slides = "sliding" in self.layer_types
+            slides = bool({"sliding", "hca"} & set(self.layer_types))  # hca: window too
             if slides and self.sliding_window is None:
                 raise ShapecalcError("layer_types", "sliding layers need sliding_window (W)")
             if not slides and self.sliding_window is not None:
@@ -107,6 +107,7 @@ class ModelConfig(ModelFields):
         rules.check_gemma(self)
         rules.check_mixers(self)
         rules.check_hyper(self)
+        rules.check_shared_kv(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
@@ -179,6 +180,12 @@ class Workload(Record):
 def check(model: ModelConfig, wl: Workload) -> None:
     """Rules that need both the model and the workload."""
     p = wl.tp
+    if model.shared_kv:  # DeepSeek-V4's attention: as transformers runs it
+        for key, bad in (("tp", p > 1), ("attention_flops", wl.attention_flops == "causal"),
+                         ("padding_mask", wl.padding_mask)):
+            if bad:
+                raise ShapecalcError(key, "DeepSeek-V4's attention (shared_kv) is modelled "
+                                     "replicated, eager (all scores), without padding")
     if model.n_heads % p:
         raise ShapecalcError("tp", f"p={p} does not divide H={model.n_heads} query heads")
     if model.d_ff % p:

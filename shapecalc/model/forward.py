@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import gemma, hyper
+from .compressed import v4_attention
 from .config import ModelConfig, Workload
 from .expr import Dim
 from .gated_deltanet import gated_deltanet_mixer
@@ -129,7 +130,7 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         pre = spec.norm_position != "output"  # OLMo 2: no pre-norms
         h, mix = hyper.open_half(ops, m, z, x, "attn") if m.hc_streams else (x, None)
         h = ops.norm(h, "attn.norm", "attention norm") if pre else h
-        attend = mla_attention if m.mla else _attention
+        attend = mla_attention if m.mla else v4_attention if m.shared_kv else _attention
         a = attend(ops, m, spec, wl, z, h, layer, angles)
         if m.parallel_block:  # x + attn(h) + ffn(h), one all-reduce
             if m.parallel_norms == 2:  # GPT-NeoX, Falcon's new decoder: the FFN's own norm of x

@@ -9,7 +9,7 @@ from typing import Literal
 from .quantization import Quantization
 from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 
-AttentionKind = Literal["full", "sliding", "chunked"]
+AttentionKind = Literal["full", "sliding", "chunked", "hca", "csa"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
 MixerKind = Literal["attention", "mamba2", "gated_deltanet", "none"]
@@ -206,7 +206,18 @@ class ModelFields(Record):
                                    "tid2eid table, a buffer); the scores still weigh them")
     swiglu_limit: PosFloat | None = _doc(None, "L: clamped SwiGLU, gate ≤ L and −L ≤ up ≤ L "
                                          "before the activation (DeepSeek-V4's swiglu_limit)")
-    # hyper-connections (mHC: DeepSeek-V4, Hunyuan 4): the residual is n_hc streams of D
+    # DeepSeek-V4's attention: one K=V head over a window W, compressed entries beside it
+    shared_kv: bool = _doc(False, "DeepSeek-V4's attention: q through the latent D_q (q_a, its "
+                           "norm, q_b; each head RMS-normed without γ), one K=V head [D → Dh] "
+                           "(its norm γ), sinks, a window of W keys on every layer, the "
+                           "grouped low-rank output projection; hca layers add compressed "
+                           "entries")
+    o_groups: Pos | None = _doc(None, "g: head groups of the grouped output projection "
+                                "(shared_kv): each group's H·Dh/g → d_g, then g·d_g → D")
+    o_lora_rank: Pos | None = _doc(None, "d_g: each group's width in the grouped output "
+                                   "projection (o_lora_rank)")
+    compress_ratio_hca: Pos | None = _doc(None, "m′: an hca layer compresses each m′ tokens "
+                                          "into one K=V entry (heavily compressed attention)")
     hc_streams: Pos | None = _doc(None, "n_hc: residual streams of the manifold-constrained "
                                   "hyper-connections (hc_mult); null: one plain residual")
     hc_sinkhorn_iters: Pos = _doc(20, "t_max: Sinkhorn steps making comb doubly stochastic "

@@ -212,3 +212,32 @@ class Ops:
     def hc_merge(self, x: Any, y: Any, post: Any, comb: Any, role: str, name: str) -> Any:
         """post ⊗ y + combᵀ·x: streams [B,T,n_hc,D], output [B,T,D] → [B,T,n_hc,D]."""
         raise NotImplementedError
+
+    # -- DeepSeek-V4's attention (compressed.py) -----------------------------------------------
+    def shared_kv_cache(self, kv: Any, layer: int, Tk: Dim, Tc: Dim) -> Any:
+        """One K=V tensor [B,1,T,Dh] per layer, cached once (it is both key and value):
+        written in prefill, appended to and read whole (Tk tokens) in decode."""
+        raise NotImplementedError
+
+    def compress(self, kv: Any, gate: Any, layer: int, ratio: int) -> Any:
+        """DeepSeek-V4's compressor: kv, gate [B,T,Dh] → every compressed entry so far
+        [B,1,n,Dh]; each `ratio` tokens pooled by softmax(gate + position bias) over them, then
+        RMS-normed (γ) and turned by RoPE at the window's position. The tokens of an unfinished
+        window wait in its buffer (a state); the entries are cached like keys."""
+        raise NotImplementedError
+
+    def cat_keys(self, a: Any, b: Any, role: str, name: str) -> Any:
+        """[B,1,Ta,Dh] and [B,1,Tb,Dh] → [B,1,Ta+Tb,Dh] along the keys."""
+        raise NotImplementedError
+
+    def window_mask(self, s: Any, role: str, name: str, window: int | None,
+                    ratio: int | None) -> Any:
+        """Prefill scores [B,H,T,T+n]: query t reads keys t−W < j ≤ t and the entries e with
+        (e+1)·m′ ≤ t+1 (their whole window seen); one add per score (eager's additive mask)."""
+        raise NotImplementedError
+
+    def grouped_linear(self, x: Any, role: str, name: str, groups: Dim, d_in: Dim,
+                       d_out: Dim) -> Any:
+        """[B,T,d_in] as `groups` groups of d_in/groups, each through its own [d_in/groups,
+        d_out] block → [B,T,groups·d_out] (a batched matmul: 2·B·T·d_in·d_out)."""
+        raise NotImplementedError

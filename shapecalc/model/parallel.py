@@ -38,6 +38,8 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
     the same on every tensor-parallel rank (the latent is not split by heads); an expanded cache
     holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
     n = model.mixers.count("attention") if layers is None else layers
+    if model.shared_kv:  # DeepSeek-V4: one K=V tensor per layer (its entries: entry_bytes)
+        return n * model.dh
     if model.mla:
         if mla == "expanded":
             return n * (model.n_heads // p) * (model.dh + model.v_dim)
@@ -94,8 +96,31 @@ def kv_group_bytes(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 
 
 def kv_bytes_per_sequence(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1,
                           mla: str = MLA_DEFAULT) -> int:
-    """What one sequence's cache holds on one rank after the step: the groups' sum."""
-    return sum(g[3] for g in kv_group_bytes(model, dtype, T, phase, p, mla))
+    """What one sequence's cache holds on one rank after the step: the groups' sum, and any
+    compressed entries."""
+    return sum(g[3] for g in kv_group_bytes(model, dtype, T, phase, p, mla)) + entry_bytes(
+        model, dtype, T, phase)
+
+
+def entries(ratio: int, T: Any, phase: str) -> Any:
+    """Compressed entries an hca layer holds after the step: ⌊T/m′⌋ (⌊(T+1)/m′⌋ after a
+    decode), one per closed window of m′ tokens (ints, or NumPy arrays)."""
+    return (T + (1 if phase == "decode" else 0)) // ratio
+
+
+def entry_elements(model: ModelConfig, T: Any, phase: str) -> Any:
+    """One sequence's compressed entries over every hca layer (DeepSeek-V4): ⌊T/m′⌋·Dh each;
+    kept beside the paged window, contiguous."""
+    plan = layer_plan(model)
+    layers = sum(c for k, c in zip(plan.kinds, plan.counts, strict=True) if k.compress)
+    if not layers:
+        return 0
+    return entries(model.compress_ratio_hca or 1, T, phase) * layers * model.dh
+
+
+def entry_bytes(model: ModelConfig, dtype: str, T: Any, phase: str) -> Any:
+    """entry_elements in the KV dtype."""
+    return nbytes(entry_elements(model, T, phase), dtype)
 
 
 def paged_blocks(batch: Any, tokens: Any, block_size: int) -> Any:
@@ -112,7 +137,7 @@ def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int
         b = paged_blocks(batch, cached_tokens(window, T, phase), block_size)
         blocks += b
         total += b * block_size * kv_bytes_per_token(model, dtype, p, layers, mla)
-    return blocks, total
+    return blocks, total + batch * entry_bytes(model, dtype, T, phase)
 
 
 # ── Mixture-of-Experts and expert parallelism ───────────────────────────────────────────────────

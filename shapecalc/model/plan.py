@@ -50,6 +50,7 @@ class LayerSpec(NamedTuple):
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
     mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, or none
     hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
+    compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
 
     @property
     def attends(self) -> bool:
@@ -66,6 +67,8 @@ class LayerSpec(NamedTuple):
         `chunked C=8192`, `full attention · NoPE`."""
         attn = f"sliding window W={self.window}" if self.attention == "sliding" else (
             f"chunked C={self.chunk}" if self.attention == "chunked" else "full attention")
+        if self.compress is not None:
+            attn = f"compressed m′={self.compress} + window W={self.window}"
         attn = MIXER_LABELS.get(self.mixer, attn)
         ffn = {"moe": " · hash MoE" if self.hash_route else " · MoE",
                "none": " · no FFN"}.get(self.ffn, "")
@@ -113,9 +116,9 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     ffns = model.ffn_types or (("moe" if model.moe else "dense",) * model.n_layers)
     nope = set(model.nope_layers or ())
     specs = [
-        LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
+        LayerSpec(t, model.sliding_window if t in ("sliding", "hca") else None, f, model.norm,
                   model.norm_position, model.attention_chunk_size if t == "chunked" else None,
-                  i in nope, mx)
+                  i in nope, mx, compress=model.compress_ratio_hca if t == "hca" else None)
         if mx == "attention" else LayerSpec("full", None, f, model.norm, model.norm_position,
                                             mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))

@@ -60,7 +60,8 @@ def check_classic(m: ModelFields) -> None:
 def check_mla(m: ModelFields) -> None:
     mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
     if not m.mla:
-        given = [f for f in mla_fields if getattr(m, f) is not None]
+        given = [f for f in mla_fields if getattr(m, f) is not None
+                 and not (f == "q_lora_rank" and m.shared_kv)]  # DeepSeek-V4's q latent
         if given:
             raise ShapecalcError(given[0], "is a Multi-head Latent Attention field, but "
                                  "kv_lora_rank is not set")
@@ -202,3 +203,45 @@ def check_hyper(m: ModelFields) -> None:
         if bad:
             raise ShapecalcError(f, "hyper-connections (hc_streams) are modelled in pre-norm "
                                  "sequential attention blocks without it")
+
+
+V4_FIELDS = ("o_groups", "o_lora_rank", "compress_ratio_hca")
+
+
+def check_shared_kv(m: ModelFields) -> None:
+    """DeepSeek-V4's attention: its fields together, a window on every layer, m′ ≤ W."""
+    types = m.layer_types or ()
+    if "csa" in types:
+        raise ShapecalcError("layer_types", "csa layers (compressed sparse attention) need the "
+                             "lightning indexer over compressed keys: not modelled yet")
+    if not m.shared_kv:
+        given = [f for f in V4_FIELDS if getattr(m, f) is not None]
+        given += ["layer_types"] if "hca" in types else []
+        if given:
+            raise ShapecalcError(given[0], "is DeepSeek-V4 attention's, but shared_kv is not set")
+        return
+    need = ("o_groups", "o_lora_rank", "q_lora_rank", "sliding_window")
+    for f in need:
+        if getattr(m, f) is None:
+            raise ShapecalcError(f, "DeepSeek-V4's attention (shared_kv) needs it")
+    if "hca" in types and m.compress_ratio_hca is None:
+        raise ShapecalcError("compress_ratio_hca", "hca layers need m′")
+    if m.compress_ratio_hca is not None and "hca" not in types:
+        raise ShapecalcError("compress_ratio_hca", "is set, but no layer in layer_types is hca")
+    if m.compress_ratio_hca is not None and m.compress_ratio_hca > m.sliding_window:  # type: ignore[operator]
+        raise ShapecalcError("compress_ratio_hca", f"m′={m.compress_ratio_hca} exceeds the "
+                             f"window W={m.sliding_window}: an entry must close inside it")
+    if any(t not in ("sliding", "hca") for t in types) or not types:
+        raise ShapecalcError("layer_types", "DeepSeek-V4's layers are sliding or hca (each "
+                             "has the window W)")
+    if m.n_heads * m.dh % m.o_groups:  # type: ignore[operator]
+        raise ShapecalcError("o_groups", f"g={m.o_groups} does not divide H·Dh="
+                             f"{m.n_heads * m.dh}")
+    clashes = {"n_kv_heads": m.kv_heads != 1, "kv_lora_rank": m.mla, "fused_qkv": m.fused_qkv,
+               "qk_norm": m.qk_norm, "qkv_bias": m.qkv_bias, "attn_out_bias": m.attn_out_bias,
+               "positions": m.positions != "rope", "parallel_block": m.parallel_block,
+               "attn_output_gate": m.attn_output_gate, "mtp_layers": m.mtp_layers > 0}
+    for f, bad in clashes.items():
+        if bad:
+            raise ShapecalcError(f, "does not apply to DeepSeek-V4's attention (shared_kv: one "
+                                 "K=V head, RoPE, no biases)")

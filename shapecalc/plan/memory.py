@@ -23,7 +23,7 @@ from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs.hardware import GPU
-from ..model.config import bytes_of
+from ..model.config import ShapecalcError, bytes_of
 from ..model.parallel import (
     distinct_experts,
     ep_rank_expert_params,
@@ -111,6 +111,9 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
     memory() takes the fullest stage, compare its rows."""
     m = cf.model
     plan = layer_plan(m)
+    if any(k.compress for k in plan.kinds):
+        raise ShapecalcError("layer_types", "hca layers' compressed entries are not sized by the "
+                             "planners (fit, serve, compare's memory) yet")
     tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1, mla=cf.mla), kvbits)
     # paged token slots of the batch in each KV group (layers that share a window)
     slots = [pre[f"kv_cache_peak_blocks@{g}"] * cf.block_size

@@ -1,0 +1,63 @@
+"""DeepSeek-V4's attention (shared_kv), part of the one forward definition, as transformers 5.24's
+DeepseekV4Attention and DeepseekV4HCACompressor compute it (eager).
+
+Symbols: D_q the query latent, g head groups and d_g each group's width in the output
+projection, W the window every layer keeps, m′ an hca layer's compression ratio. The query goes
+through the latent (q_a, its RMSNorm, q_b), each head RMS-normed without γ; one K=V head [D → Dh]
+(its RMSNorm) is both key and value; RoPE turns the R = rotary_dim dims of each head. A sliding
+layer attends to the window's keys; an hca layer also to its compressed entries: each m′ tokens
+pooled (a softmax over the window of m′ of gate + position bias, weighting the kv) into one
+entry, RMS-normed and turned at its window's position. Eager attention scores every key against
+every query in prefill (T window keys + ⌊T/m′⌋ entries, masked); decode reads min(T+1, W) window
+keys and ⌊(T+1)/m′⌋ entries. Each head's sink joins the softmax; the output's RoPE is undone;
+the grouped output projection maps each group's H·Dh/g to d_g, then g·d_g to D.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import gemma
+from .config import ModelConfig, Workload
+from .expr import Dim
+from .ops import Ops
+from .plan import LayerSpec
+from .sizes import Sizes
+
+
+def v4_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
+                 layer: int, angles: Any) -> Any:
+    one, qw = Dim.const(1), z.H * z.Dh
+    g, dg = z.sym("g", m.o_groups or 1), z.sym("d_g", m.o_lora_rank or 1)
+    qr = ops.linear(h, "attn.q_a", "q_a projection", z.D, z.Dq, False, "replicated")  # [B,T,D_q]
+    qr = ops.norm(qr, "attn.q_a_norm", "q_a norm", z.Dq, "rmsnorm")  # [B,T,D_q]
+    q = ops.linear(qr, "attn.q_b", "q_b projection", z.Dq, qw, False, "replicated")  # [B,T,H·Dh]
+    q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)  # [B,H,T,Dh]
+    q = ops.norm(q, "attn.q_l2norm", "q norm (no γ)", z.Dh, "l2norm")  # [B,H,T,Dh]
+    q = ops.rope(q, "attn.rope", "RoPE q", angles)  # [B,H,T,Dh]
+    kv = ops.linear(h, "attn.kv", "K=V projection", z.D, z.Dh, False, "replicated")  # [B,T,Dh]
+    kv = ops.norm(kv, "attn.kv_norm", "K=V norm", z.Dh, "rmsnorm")  # [B,T,Dh]
+    kv = ops.split_heads(kv, "attn.k.heads", "K=V", one, z.Dh)  # [B,1,T,Dh]
+    kv = ops.rope(kv, "attn.rope", "RoPE K=V", angles)  # [B,1,T,Dh]
+    Tk, Tc = z.keys(spec)
+    kv = ops.shared_kv_cache(kv, layer, Tk, Tc)  # [B,1,Tk,Dh]: the window's keys
+    if spec.compress is not None:  # hca: the compressed entries beside the window
+        ckv = ops.linear(h, "attn.hca.kv", "compressor kv", z.D, z.Dh, False,  # [B,T,Dh]
+                         "replicated")
+        cg = ops.linear(h, "attn.hca.gate", "compressor gate", z.D, z.Dh, False,  # [B,T,Dh]
+                        "replicated")
+        c = ops.compress(ckv, cg, layer, spec.compress)  # [B,1,n,Dh]: every entry so far
+        kv = ops.cat_keys(kv, c, "attn.hca.cat", "window ‖ entries")  # [B,1,Tk+n,Dh]
+    k = ops.repeat_kv(kv, "attn.repeat_kv", "repeat K=V", z.H.value, z.H)  # [B,H,Tk+n,Dh]
+    kt = ops.transpose_last(k, "attn.kT", "kᵀ")  # [B,H,Dh,Tk+n]
+    s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=False, window=None)  # [B,H,T,Tk+n]
+    s = ops.scale(s, "attn.scale", "scale", *gemma.score_scale(m))
+    if wl.phase == "prefill":  # decode reads only what it may: the window and closed entries
+        s = ops.window_mask(s, "attn.mask", "window and entries mask", spec.window,
+                            spec.compress)
+    a = ops.softmax(s, "attn.softmax", "softmax", z.H)  # [B,H,T,Tk+n], each head's sink
+    o = ops.matmul(a, k, "attn.values", "A·V (V = K)", causal=False, window=None)  # [B,H,T,Dh]
+    o = ops.rope(o, "attn.rope_out", "RoPE undone on the output", angles)  # [B,H,T,Dh]
+    o = ops.merge_heads(o, "attn.merge", "merge heads")  # [B,T,H·Dh]
+    o = ops.grouped_linear(o, "attn.o_a", "grouped output o_a", g, qw, dg)  # [B,T,g·d_g]
+    return ops.linear(o, "attn.o_b", "output o_b", g * dg, z.D, False, "replicated")  # [B,T,D]

@@ -1,0 +1,183 @@
+"""DeepSeek-V4's attention (shared_kv: one K=V head, sinks, the grouped low-rank output
+projection, a window on every layer) and its heavily compressed layers (hca: an entry per m′
+tokens beside the window, the compressor's buffer a state). Counts equal FlopCounterMode on
+transformers' DeepseekV4ForCausalLM module by module (tests/data/compressed_reference.json,
+measured by tests/torch_reference/measure_compressed.py); verify runs the compressor for real;
+the closed form equals the stages; bad configs exit 2 naming the key."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from shapecalc.check.verify import verify
+from shapecalc.costs.trace import build_trace
+from shapecalc.interpret import symbolic
+from shapecalc.model.config import ModelConfig, Workload
+
+DATA = json.loads((Path(__file__).parent / "data" / "compressed_reference.json").read_text())
+RED = DATA["reduced"]["config"]
+
+
+def v4(hf: dict, layer_types: list[str], ratio: int = 128) -> ModelConfig:
+    """shapecalc's fields for a DeepseekV4Config dict (hash layers, routing, HC, attention)."""
+    hash_layers = (hf.get("mlp_layer_types") or ["hash_moe"] * 3).count("hash_moe")
+    return ModelConfig(
+        vocab_size=hf.get("vocab_size", 129280), d_model=hf.get("hidden_size", 4096),
+        n_layers=len(layer_types), n_heads=hf.get("num_attention_heads", 64), n_kv_heads=1,
+        head_dim=hf.get("head_dim", 512), d_ff=hf.get("moe_intermediate_size", 2048),
+        ffn="swiglu", norm="rmsnorm", positions="rope",
+        rotary_dim=int(hf.get("head_dim", 512) * hf.get("partial_rotary_factor", 0.125)),
+        attention_sinks=True, shared_kv=True, q_lora_rank=hf.get("q_lora_rank", 1024),
+        o_groups=hf.get("o_groups", 8), o_lora_rank=hf.get("o_lora_rank", 1024),
+        sliding_window=hf.get("sliding_window", 128), compress_ratio_hca=ratio,
+        layer_types=layer_types, n_experts=hf.get("n_routed_experts", 256),
+        experts_per_token=hf.get("num_experts_per_tok", 6),
+        d_ff_expert=hf.get("moe_intermediate_size", 2048), n_shared_experts=1,
+        router_scoring="sqrtsoftplus", norm_topk_prob=True, routed_scaling_factor=1.5,
+        hash_moe_layers=min(hash_layers, len(layer_types)), swiglu_limit=10.0,
+        hc_streams=hf.get("hc_mult", 4), hc_sinkhorn_iters=hf.get("hc_sinkhorn_iters", 20))
+
+
+# what each shapecalc role is in transformers' module tree (one layer's modules)
+MODULES = {
+    "self_attn.q_a_proj": ("attn.q_a",), "self_attn.q_b_proj": ("attn.q_b",),
+    "self_attn.kv_proj": ("attn.kv",), "self_attn.o_a_proj": ("attn.o_a",),
+    "self_attn.o_b_proj": ("attn.o_b",), "self_attn": ("attn.scores", "attn.values"),
+    "self_attn.compressor.kv_proj": ("attn.hca.kv",),
+    "self_attn.compressor.gate_proj": ("attn.hca.gate",), "mlp.gate": ("moe.router",),
+    "mlp.experts": ("moe.experts.gate", "moe.experts.up", "moe.experts.down"),
+    "mlp.shared_experts.gate_proj": ("moe.shared.gate",),
+    "mlp.shared_experts.up_proj": ("moe.shared.up",),
+    "mlp.shared_experts.down_proj": ("moe.shared.down",),
+    "attn_hc": ("hc.attn.proj",), "ffn_hc": ("hc.ffn.proj",), "": ("hc.attn.merge",
+                                                                     "hc.ffn.merge")}
+# the reduced reference's layers 0 (sliding) and 2 (hca); its CSA layers are not modelled
+LAYERS = {0: "sliding", 2: "hca"}
+
+
+def _kind_sums(st: list, kind: int, field: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in st:
+        if s.kind == kind:
+            out[s.role] = out.get(s.role, 0) + getattr(s, field)
+    return out
+
+
+@pytest.mark.parametrize("case", DATA["reduced"]["cases"], ids=lambda c: f"T{c['seq']}")
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_flops_equal_flopcountermode_module_by_module(case, phase):
+    m = v4(RED, ["sliding", "hca"])
+    st = symbolic.stages(m, Workload(batch=1, seq=case["seq"], phase=phase, dtype="fp32"))
+    ref = case[f"{phase}_modules"]
+    for layer, kind in LAYERS.items():
+        k = 0 if kind == "sliding" else 1
+        sums = _kind_sums(st, k, "flops")
+        for module, roles in MODULES.items():
+            if "compressor" in module and kind == "sliding":
+                continue
+            name = f"model.layers.{layer}" + (f".{module}" if module else "")
+            assert sum(sums.get(r, 0) for r in roles) == ref.get(name, 0), (name, phase)
+    head = {s.role: s.flops for s in st if s.group == "head"}
+    assert head["head.lm"] == ref["lm_head"] and head["hc.head.proj"] == ref["model.hc_head"]
+
+
+def test_params_equal_the_meta_count_module_by_module():
+    """At full size (DeepseekV4Config's defaults): an hca layer's modules, the embedding, the
+    head and the streams' head (the full total needs the CSA layers: not modelled)."""
+    full = DATA["full_size"]["class_defaults"]
+    ref = full["params_by_module"]
+    m = v4(full["config"], ["hca"])
+    st = symbolic.stages(m, Workload(batch=1, seq=1))
+    sums = _kind_sums(st, 0, "params")
+    attn = {"self_attn.q_a_proj": ("attn.q_a",), "self_attn.q_a_norm": ("attn.q_a_norm",),
+            "self_attn.kv_norm": ("attn.kv_norm",), "self_attn": ("attn.softmax",),
+            "self_attn.compressor": ("attn.hca.pool",),
+            "self_attn.compressor.kv_norm": ("attn.hca.norm",),
+            "input_layernorm": ("attn.norm",), "post_attention_layernorm": ("ffn.norm",),
+            "attn_hc": ("hc.attn.proj", "hc.attn.weights"),
+            "ffn_hc": ("hc.ffn.proj", "hc.ffn.weights")}
+    table = {**{k: v for k, v in MODULES.items() if k not in ("self_attn", "")}, **attn}
+    for module, roles in table.items():
+        assert sum(sums.get(r, 0) for r in roles) == ref[f"model.layers.2.{module}"], module
+    glob = {s.role: s.params for s in st if s.kind is None}
+    assert glob["embed"] == ref["model.embed_tokens"] and glob["head.lm"] == ref["lm_head"]
+    assert glob["head.norm"] == ref["model.norm"]
+    assert glob["hc.head.proj"] + glob["hc.head.weights"] == ref["model.hc_head"]
+
+
+@pytest.mark.parametrize("case", DATA["reduced"]["cases"], ids=lambda c: f"T{c['seq']}")
+def test_cache_bytes_tensor_by_tensor(case):
+    """The hca layer's entries and buffer equal transformers' tensors; its window holds
+    min(T, W) tokens where transformers' DynamicSlidingWindowLayer keeps W − 1 (the key the
+    next decode reads is kept: as vLLM); a sliding layer's K=V is one tensor, which transformers
+    stores twice (keys and values)."""
+    T = case["seq"]
+    m = v4(RED, ["sliding", "hca"])
+    st = symbolic.stages(m, Workload(batch=1, seq=T, dtype="bf16"))
+    ours = {(s.kind, s.name): s.bytes for s in st if s.op in ("kv_cache", "state_cache")}
+    ref = {i: {t["name"]: t["bytes"] for t in layer} for i, layer in
+           enumerate(case["cache_bf16"])}
+    W, dh = RED["sliding_window"], RED["head_dim"]
+    extra = 2 * dh if T >= W else 0  # the one token transformers drops
+    assert ours[(1, "KV cache write (entries)")] == ref[2]["compressed_kv.compressor"]
+    assert ours[(1, "compressor buffer (kv, gate)")] == (
+        ref[2]["buffer_kv.compressor"] + ref[2]["buffer_gate.compressor"])
+    assert ours[(1, "KV cache write")] == ref[2]["window"] + extra
+    assert ours[(0, "KV cache write")] == ref[0]["window"] + extra == ref[0]["values"] + extra
+
+
+@pytest.mark.parametrize("T", [1, 3, 8, 9, 21])
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_runs_the_compressor(T, phase):
+    m = v4({**RED, "sliding_window": 8, "vocab_size": 64}, ["sliding", "hca", "hca"], 4)
+    r = verify(m, Workload(batch=2, seq=T, phase=phase, dtype="fp32"), precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+
+
+def test_closed_form_equals_the_stages():
+    from shapecalc.costs.closed import ClosedForm
+    from tests.test_closed import assert_equal_at
+
+    m = v4({**RED, "sliding_window": 8, "vocab_size": 64}, ["sliding", "hca", "hca"], 4)
+    rng = random.Random(2)
+    points = [dict(batch=rng.randint(1, 5), seq=rng.randint(1, 40),
+                   phase=rng.choice(["prefill", "decode"]), tp=1, pp=rng.randint(1, 3),
+                   dtype="bf16", kv_dtype=rng.choice(["bf16", "fp8", "int4"]), act_dtype="fp32")
+              for _ in range(10)]
+    assert_equal_at(m, ClosedForm(m), points)
+
+
+def test_decode_reads_window_and_entries():
+    """Decode at T reads min(T+1, W) window keys and ⌊(T+1)/m′⌋ entries."""
+    m = v4(RED, ["sliding", "hca"])
+    for T in (5, 127, 4095, 131071):
+        st = symbolic.stages(m, Workload(batch=1, seq=T, phase="decode"))
+        qk = {s.kind: s.shape[-1] for s in st if s.role == "attn.scores"}
+        assert qk == {0: min(T + 1, 128), 1: min(T + 1, 128) + (T + 1) // 128}
+
+
+@pytest.mark.parametrize(("sets", "field"), [
+    (["layer_types=[\"csa\",\"csa\"]"], "layer_types"),
+    (["compress_ratio_hca=0"], "compress_ratio_hca"),
+    (["compress_ratio_hca=4"], "compress_ratio_hca"),  # without shared_kv
+])
+def test_bad_configs_exit_2_naming_the_key(cli, sets, field):
+    r = cli("trace", *[a for s in sets for a in ("--set", s)])
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+    assert field in r.err
+
+
+def test_ratio_larger_than_the_window_and_tp_are_refused(cli, tmp_path):
+    m = v4({**RED, "sliding_window": 8}, ["sliding", "hca"], 8)
+    cfg = tmp_path / "m.json"
+    cfg.write_text(json.dumps({**m.model_dump(), "compress_ratio_hca": 16}))
+    r = cli("trace", "--config", str(cfg))
+    assert r.code == 2 and "compress_ratio_hca" in r.err and "window" in r.err
+    cfg.write_text(json.dumps(m.model_dump()))
+    r = cli("trace", "--config", str(cfg), "--tp", "2")
+    assert r.code == 2 and "tp" in r.err
+    assert build_trace(m, Workload(batch=1, seq=9))["totals"]["kv_cache_bytes"] > 0
