@@ -22,6 +22,10 @@ DATA = json.loads((Path(__file__).parent / "data" / "compressed_reference.json")
 RED = DATA["reduced"]["config"]
 
 
+TYPES = {"sliding_attention": "sliding", "compressed_sparse_attention": "csa",
+         "heavily_compressed_attention": "hca"}
+
+
 def v4(hf: dict, layer_types: list[str], ratio: int = 128) -> ModelConfig:
     """shapecalc's fields for a DeepseekV4Config dict (hash layers, routing, HC, attention)."""
     hash_layers = (hf.get("mlp_layer_types") or ["hash_moe"] * 3).count("hash_moe")
@@ -34,7 +38,11 @@ def v4(hf: dict, layer_types: list[str], ratio: int = 128) -> ModelConfig:
         attention_sinks=True, shared_kv=True, q_lora_rank=hf.get("q_lora_rank", 1024),
         o_groups=hf.get("o_groups", 8), o_lora_rank=hf.get("o_lora_rank", 1024),
         sliding_window=hf.get("sliding_window", 128), compress_ratio_hca=ratio,
-        layer_types=layer_types, n_experts=hf.get("n_routed_experts", 256),
+        layer_types=layer_types, **(dict(
+            compress_ratio_csa=4, csa_index_heads=hf.get("index_n_heads", 64),
+            csa_index_head_dim=hf.get("index_head_dim", 128),
+            csa_index_topk=hf.get("index_topk", 512)) if "csa" in layer_types else {}),
+        n_experts=hf.get("n_routed_experts", 256),
         experts_per_token=hf.get("num_experts_per_tok", 6),
         d_ff_expert=hf.get("moe_intermediate_size", 2048), n_shared_experts=1,
         router_scoring="sqrtsoftplus", norm_topk_prob=True, routed_scaling_factor=1.5,
@@ -116,33 +124,70 @@ def test_cache_bytes_tensor_by_tensor(case):
     next decode reads is kept: as vLLM); a sliding layer's K=V is one tensor, which transformers
     stores twice (keys and values)."""
     T = case["seq"]
-    m = v4(RED, ["sliding", "hca"])
+    m = v4(RED, [TYPES[t] for t in RED["layer_types"]])  # kinds: sliding 0, csa 1, hca 2
     st = symbolic.stages(m, Workload(batch=1, seq=T, dtype="bf16"))
-    ours = {(s.kind, s.name): s.bytes for s in st if s.op in ("kv_cache", "state_cache")}
+    ours: dict = {}
+    for s in st:
+        if s.op in ("kv_cache", "state_cache"):
+            ours[(s.kind, s.name)] = ours.get((s.kind, s.name), 0) + s.bytes
     ref = {i: {t["name"]: t["bytes"] for t in layer} for i, layer in
            enumerate(case["cache_bf16"])}
     W, dh = RED["sliding_window"], RED["head_dim"]
     extra = 2 * dh if T >= W else 0  # the one token transformers drops
-    assert ours[(1, "KV cache write (entries)")] == ref[2]["compressed_kv.compressor"]
-    assert ours[(1, "compressor buffer (kv, gate)")] == (
-        ref[2]["buffer_kv.compressor"] + ref[2]["buffer_gate.compressor"])
-    assert ours[(1, "KV cache write")] == ref[2]["window"] + extra
+    for kind, layer, parts in ((2, 2, ("compressor",)), (1, 1, ("compressor", "indexer"))):
+        for part in parts:
+            name = "compressor" if part == "compressor" else "indexer compressor"
+            r = ref[layer]
+            assert ours[(kind, f"KV cache write ({name} entries)")] == r[f"compressed_kv.{part}"]
+            assert ours[(kind, f"{name} buffer (kv, gate)")] == (
+                r[f"buffer_kv.{part}"] + r[f"buffer_gate.{part}"])
+            if kind == 1:  # the overlap: kv in bf16, its biased gate in fp32
+                assert ours[(kind, f"{name} overlap kv")] == r[f"overlap_kv.{part}"]
+                assert ours[(kind, f"{name} overlap gate")] == r[f"overlap_gate.{part}"]
+        assert ours[(kind, "KV cache write")] == ref[layer]["window"] + extra
     assert ours[(0, "KV cache write")] == ref[0]["window"] + extra == ref[0]["values"] + extra
+    every = sum(t["bytes"] for layer in case["cache_bf16"] for t in layer)
+    total = build_trace(m, Workload(batch=1, seq=T, dtype="bf16"))["totals"]
+    ours_all = total["kv_cache_bytes"] + total["state_cache_bytes"]
+    assert ours_all == every - ref[0]["values"] + 4 * extra  # each layer's window
+
+
+def _small(topk: int = 3) -> ModelConfig:
+    m = v4({**RED, "sliding_window": 8, "vocab_size": 64, "index_topk": topk},
+           ["sliding", "csa", "hca"], 4)
+    return m.model_copy(update={"compress_ratio_csa": 2})
 
 
 @pytest.mark.parametrize("T", [1, 3, 8, 9, 21])
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
-def test_verify_runs_the_compressor(T, phase):
-    m = v4({**RED, "sliding_window": 8, "vocab_size": 64}, ["sliding", "hca", "hca"], 4)
-    r = verify(m, Workload(batch=2, seq=T, phase=phase, dtype="fp32"), precision="float64")
+def test_verify_runs_the_compressors_and_the_indexer(T, phase):
+    r = verify(_small(), Workload(batch=2, seq=T, phase=phase, dtype="fp32"),
+               precision="float64")
     assert not [c for c in r["checks"] if not c["ok"]]
 
 
+def test_the_selection_masks_what_it_does_not_pick():
+    """Past K_sel closed entries the indexer's choice changes the output; below it, not."""
+    import numpy as np
+
+    from shapecalc.interpret.numeric import step
+    from shapecalc.interpret.weights import Weights
+
+    def logits(topk: int, T: int) -> np.ndarray:
+        m = _small(topk)
+        ids = np.arange(T)[None] % 64
+        return step(m, Workload(batch=1, seq=T, dtype="fp32"), Weights(m, dtype=np.float64),
+                    ids).full
+    assert not np.allclose(logits(2, 21), logits(9, 21))  # 10 entries closed by the end
+    assert np.allclose(logits(9, 5), logits(12, 5))  # 2 entries: both picked either way
+
+
+@pytest.mark.slow
 def test_closed_form_equals_the_stages():
     from shapecalc.costs.closed import ClosedForm
     from tests.test_closed import assert_equal_at
 
-    m = v4({**RED, "sliding_window": 8, "vocab_size": 64}, ["sliding", "hca", "hca"], 4)
+    m = _small()
     rng = random.Random(2)
     points = [dict(batch=rng.randint(1, 5), seq=rng.randint(1, 40),
                    phase=rng.choice(["prefill", "decode"]), tp=1, pp=rng.randint(1, 3),
@@ -164,6 +209,7 @@ def test_decode_reads_window_and_entries():
     (["layer_types=[\"csa\",\"csa\"]"], "layer_types"),
     (["compress_ratio_hca=0"], "compress_ratio_hca"),
     (["compress_ratio_hca=4"], "compress_ratio_hca"),  # without shared_kv
+    (["csa_index_topk=0"], "csa_index_topk"),
 ])
 def test_bad_configs_exit_2_naming_the_key(cli, sets, field):
     r = cli("trace", *[a for s in sets for a in ("--set", s)])
@@ -177,7 +223,30 @@ def test_ratio_larger_than_the_window_and_tp_are_refused(cli, tmp_path):
     cfg.write_text(json.dumps({**m.model_dump(), "compress_ratio_hca": 16}))
     r = cli("trace", "--config", str(cfg))
     assert r.code == 2 and "compress_ratio_hca" in r.err and "window" in r.err
+    cfg.write_text(json.dumps({**_small().model_dump(), "compress_ratio_csa": 9}))
+    r = cli("trace", "--config", str(cfg))
+    assert r.code == 2 and "compress_ratio_csa" in r.err and "window" in r.err
+    cfg.write_text(json.dumps({**_small().model_dump(), "csa_index_heads": None}))
+    r = cli("trace", "--config", str(cfg))
+    assert r.code == 2 and "csa_index_heads" in r.err
     cfg.write_text(json.dumps(m.model_dump()))
     r = cli("trace", "--config", str(cfg), "--tp", "2")
     assert r.code == 2 and "tp" in r.err
     assert build_trace(m, Workload(batch=1, seq=9))["totals"]["kv_cache_bytes"] > 0
+
+
+@pytest.mark.parametrize("case", DATA["reduced"]["cases"], ids=lambda c: f"T{c['seq']}")
+def test_whole_model_equals_flopcountermode(case):
+    """The reduced model, every layer (sliding, csa, hca): params, prefill and decode FLOPs."""
+    m = v4(RED, [TYPES[t] for t in RED["layer_types"]])
+    for phase in ("prefill", "decode"):
+        doc = build_trace(m, Workload(batch=1, seq=case["seq"], phase=phase, dtype="fp32"))
+        assert doc["totals"]["flops"] == case[f"{phase}_flops"], phase
+    assert doc["totals"]["params"] == case["params"]
+
+
+@pytest.mark.parametrize("layout", ["class_defaults", "flash_layout"])
+def test_full_size_params_equal_the_meta_count(layout):
+    full = DATA["full_size"][layout]
+    m = v4(full["config"], [TYPES[t] for t in full["layer_types"]])
+    assert build_trace(m, Workload(batch=1, seq=1))["totals"]["params"] == full["params_meta"]

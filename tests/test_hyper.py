@@ -128,6 +128,7 @@ def test_live_remeasure_one_case():
         {k: case[k] for k in ("params", "prefill_flops", "decode_flops")}
 
 
+@pytest.mark.slow
 def test_closed_form_equals_the_stages():
     """The closed form (costs/closed.py) reads the streams' stages as polynomials in B and T,
     and the boundary as n_hc·D per token."""

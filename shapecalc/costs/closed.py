@@ -122,6 +122,11 @@ class ClosedForm:
             cuts.add(m.conv_kernel)  # type: ignore[arg-type]
         return cuts, chunks
 
+    def _ratios(self) -> set[int]:
+        """DeepSeek-V4's compression ratios (m′, m): entries close every m′ tokens."""
+        return {r for r in (self.model.compress_ratio_hca, self.model.compress_ratio_csa)
+                if r is not None}
+
     def interval(self, phase: str, t: int) -> tuple[int, int | None]:
         """The range [lo, hi] of T holding T = t within which the stage list keeps one structure
         (hi None: unbounded; a learned position table bounds it)."""
@@ -130,8 +135,8 @@ class ClosedForm:
         his = [c for c in cuts if c >= t]
         off = 0 if phase == "prefill" else -1
         periods = [(C, off) for C in chunks]
-        if (r := self.model.compress_ratio_hca) is not None:  # ⌊(T + decode)/m′⌋ entries:
-            periods.append((r, off - 1))  # a cut at each j·m′ − 1 (prefill), j·m′ − 2 (decode)
+        for r in self._ratios():  # ⌊(T + decode)/m′⌋ entries: a cut at each j·m′ − 1
+            periods.append((r, off - 1))  # (prefill), j·m′ − 2 (decode)
             if phase == "decode":  # and the one step that closes a window, T = j·m′ − 1
                 periods.append((r, off))
         for C, o in periods:  # the periodic cuts j·C + o, j ≥ 1
@@ -146,8 +151,7 @@ class ClosedForm:
         """The regimes' ranges of T in order, up to the one holding `upto` (default: all; with
         chunked layers, which repeat without end, the first two periods past every other cut)."""
         cuts, chunks = self._cuts(phase)
-        if self.model.compress_ratio_hca is not None:  # periodic too (interval)
-            chunks = chunks | {self.model.compress_ratio_hca}
+        chunks = chunks | self._ratios()  # periodic too (interval)
         if upto is None and chunks:
             upto = max(cuts, default=0) + 2 * max(chunks) + 1
         hi_limit = self.seq_limit(phase)

@@ -185,7 +185,8 @@ class NumericOps(NumericBase):
     def split_heads(self, x: np.ndarray, role: str, name: str, heads: Any, Dh: Any
                     ) -> np.ndarray:
         R, B, T, width = x.shape
-        dh = int(Dh.value) if self.m.mla else self.m.dh  # MLA: latents (one head), kv_b
+        # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I
+        dh = int(Dh.value) if self.m.mla or role == "attn.idx.heads" else self.m.dh
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":
             self._hq = width // dh
@@ -220,7 +221,7 @@ class NumericOps(NumericBase):
     hc_collapse, hc_merge = hyper.hc_collapse, hyper.hc_merge  # hyper-connections
     shared_kv_cache, compress = compressed.shared_kv_cache, compressed.compress  # DeepSeek-V4
     cat_keys, window_mask = compressed.cat_keys, compressed.window_mask
-    grouped_linear = compressed.grouped_linear
+    grouped_linear, index_select = compressed.grouped_linear, compressed.index_select
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:

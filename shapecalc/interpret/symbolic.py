@@ -180,7 +180,7 @@ class SymbolicOps(SymbolicBase):
     # DeepSeek-V4's attention (symbolic_compressed.py)
     shared_kv_cache, compress = compressed.sym_shared_kv_cache, compressed.sym_compress
     cat_keys, window_mask = compressed.sym_cat_keys, compressed.sym_window_mask
-    grouped_linear = compressed.sym_grouped_linear
+    grouped_linear, index_select = compressed.sym_grouped_linear, compressed.sym_index_select
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

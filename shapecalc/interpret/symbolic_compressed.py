@@ -8,7 +8,7 @@ Elementwise convention of the compressor, per element of the windows [B,n,m′,D
 
 from __future__ import annotations
 
-from ..model.expr import Dim, Expr, formula
+from ..model.expr import Dim, Expr, formula, sum_formula
 from .symbolic_base import ELEMENTWISE, Sym, SymbolicBase, _total
 
 POOL_EW = 8  # + position bias, softmax (5), × kv, + over the window
@@ -38,35 +38,65 @@ def sym_shared_kv_cache(self: SymbolicBase, kv: Sym, layer: int, Tk: Dim, Tc: Di
     return self._act(z.B, Dim.const(1), Tk, z.Dh)
 
 
-def sym_compress(self: SymbolicBase, kv: Sym, gate: Sym, layer: int, ratio: int) -> Sym:
+def sym_compress(self: SymbolicBase, kv: Sym, gate: Sym, layer: int, ratio: int,
+                 part: str = "hca") -> Sym:
     z, m = self.z, self.m
     before, after, buf = entries(z, ratio)
+    mark = "m′" if part == "hca" else "m"
     new = _count(self, "n_new", after - before)
-    n = _count(self, "⌊T/m′⌋" if not z.decode else "⌊T′/m′⌋", after)
-    b = _count(self, "T mod m′", buf, tokens_less=buf)
-    r = z.sym("m′", ratio)
-    one = Dim.const(1)
-    self._rec("attn.hca.pool", "compressor pool (softmax over m′)", "compress",
-              self._act(z.B, new, z.Dh), ew_extra=formula([POOL_EW, z.B, new, r, z.Dh]),
-              params=_total(r * z.Dh), note="position bias [m′,Dh]")
-    self._rec("attn.hca.norm", "compressor norm", "rmsnorm", self._act(z.B, new, z.Dh),
-              ew=ELEMENTWISE["rmsnorm"] + 1, params=_total(z.Dh), note="γ over Dh")
+    n = _count(self, f"⌊T/{mark}⌋" if not z.decode else f"⌊T′/{mark}⌋", after)
+    b = _count(self, f"T mod {mark}", buf, tokens_less=buf)
+    r = z.sym(mark, ratio)
+    overlap = part != "hca"
+    w = kv.dims[-1] if not overlap else (
+        z.sym("D_I", m.csa_index_head_dim or 0) if part == "idx" else z.Dh)
+    slots = r * 2 if overlap else r
+    name = {"hca": "compressor", "csa": "compressor", "idx": "indexer compressor"}[part]
+    self._rec(f"attn.{part}.pool", f"{name} pool (softmax over {'2m' if overlap else 'm′'})",
+              "compress", self._act(z.B, new, w),
+              ew_extra=formula([POOL_EW, z.B, new, slots, w]),
+              params=_total(r * kv.dims[-1]), note=f"position bias [{mark},{kv.dims[-1].symbol}]")
+    self._rec(f"attn.{part}.norm", f"{name} norm", "rmsnorm", self._act(z.B, new, w),
+              ew=ELEMENTWISE["rmsnorm"] + 1, params=_total(w), note=f"γ over {w.symbol}")
     R = z.sym("R", m.rot)
-    self._rec("attn.hca.rope", "RoPE entries", "rope", self._act(z.B, new, z.Dh),
+    self._rec(f"attn.{part}.rope", f"RoPE {name} entries", "rope", self._act(z.B, new, w),
               ew_extra=formula([ELEMENTWISE["rope"], z.B, new, R]),
               note="at each window's first position")
-    self._rec("state.hca", "compressor buffer (kv, gate)", "state_cache",
-              self._act(Dim.const(2), z.B, b, z.Dh), note="an unfinished window's tokens")
+    self._rec(f"state.{part}", f"{name} buffer (kv, gate)", "state_cache",
+              self._act(Dim.const(2), z.B, b, kv.dims[-1]), note="an unfinished window's tokens")
+    if overlap:  # the last window's first half, for the next window (its gate biased: fp32)
+        o = _count(self, mark, ratio if after else 0)
+        self._rec(f"state.{part}.overlap", f"{name} overlap kv", "state_cache",
+                  self._act(z.B, o, w), note="the last window's first half")
+        self._rec(f"state.{part}.overlap", f"{name} overlap gate", "state_cache",
+                  Sym((z.B, o, w), "fp32"), note="+ position bias: fp32")
     kvd = self.wl.kv
     if self.wl.phase == "prefill":
-        self._rec("kv.entries.write", "KV cache write (entries)", "kv_cache",
-                  Sym((z.B, n, z.Dh), kvd), note="compressed entries")
+        self._rec(f"kv.entries.{part}.write", f"KV cache write ({name} entries)", "kv_cache",
+                  Sym((z.B, n, w), kvd), note="compressed entries")
     else:
-        self._rec("kv.entries.append", "KV cache append (entries)", "kv_append",
-                  Sym((z.B, new, z.Dh), kvd), note="compressed entries")
-        self._rec("kv.entries.read", "KV cache read (entries)", "kv_cache",
-                  Sym((z.B, n, z.Dh), kvd), note="compressed entries")
-    return self._act(z.B, one, n, z.Dh)
+        self._rec(f"kv.entries.{part}.append", f"KV cache append ({name} entries)", "kv_append",
+                  Sym((z.B, new, w), kvd), note="compressed entries")
+        self._rec(f"kv.entries.{part}.read", f"KV cache read ({name} entries)", "kv_cache",
+                  Sym((z.B, n, w), kvd), note="compressed entries")
+    return self._act(z.B, Dim.const(1), n, w)
+
+
+def sym_index_select(self: SymbolicBase, q: Sym, k: Sym, w: Sym, ratio: int, topk: int) -> Sym:
+    B, HI, T, DI = q.dims
+    n = k.dims[-2]
+    scores = self._rec("attn.idx.scores", "indexer scores q·kᵀ", "matmul",
+                       Sym((B, T, HI, n), "fp32"), flops=formula([2, B, T, HI, n, DI]),
+                       operands=((B, T, HI, DI), (B, Dim.const(1), DI, n)))
+    self._rec("attn.idx.relu", "indexer ReLU, × 1/√D_I", "relu", scores, ew=2)
+    parts = [formula([2, B, T, HI, n]), formula([1, *w.dims])]
+    weighed = self._rec("attn.idx.weigh", "Σ_h w_h·scores", "combine", Sym((B, T, n), "fp32"),
+                        ew_extra=sum_formula(parts), note="w × 1/√H_I; × scores, summed")
+    self._rec("attn.idx.mask", "entries not yet closed masked", "mask", weighed, ew=1)
+    K = self.z.sym("K_sel", topk) if topk <= n.value else n
+    return self._rec("attn.idx.topk", f"top-{topk} entries", "topk", Sym((B, T, K), "int64"),
+                     ew_extra=formula([ELEMENTWISE["topk"], B, T, n]),
+                     note="one comparison per score")
 
 
 def sym_cat_keys(self: SymbolicBase, a: Sym, b: Sym, role: str, name: str) -> Sym:
@@ -75,9 +105,11 @@ def sym_cat_keys(self: SymbolicBase, a: Sym, b: Sym, role: str, name: str) -> Sy
 
 
 def sym_window_mask(self: SymbolicBase, s: Sym, role: str, name: str, window: int | None,
-                    ratio: int | None) -> Sym:
-    note = f"keys older than W={window}" + (f", entries not yet closed (m′={ratio})"
+                    ratio: int | None, selected: Sym | None = None) -> Sym:
+    note = f"keys older than W={window}" + (f", entries not yet closed ({ratio})"
                                             if ratio else "") + " masked"
+    if selected is not None:
+        note += ", entries not selected (top K_sel) masked"
     return self._rec(role, name, "mask", s, ew=ELEMENTWISE["mask"], note=note)
 
 

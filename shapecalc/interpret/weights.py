@@ -169,12 +169,15 @@ class Weights:
         if role == "mtp.head":  # an MTP module's own head (the checkpoint's shared_head.head)
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
             return [Shard((layer, role), (self.vocab_rows, D), "vocab", p, D, vp)], None, 0, False
-        if role in ("attn.q_a", "attn.q_b", "attn.kv", "attn.o_b", "attn.hca.kv",
-                    "attn.hca.gate") and m.shared_kv:  # DeepSeek-V4: replicated
+        if role in V4_ROLES and m.shared_kv:  # DeepSeek-V4: replicated
             dq, gd = m.q_lora_rank or 0, (m.o_groups or 0) * (m.o_lora_rank or 0)
+            hi, di = m.csa_index_heads or 0, m.csa_index_head_dim or 0
             d_in, width = {"attn.q_a": (D, dq), "attn.q_b": (dq, H * dh), "attn.kv": (D, dh),
                            "attn.o_b": (gd, D), "attn.hca.kv": (D, dh),
-                           "attn.hca.gate": (D, dh)}[role]
+                           "attn.hca.gate": (D, dh), "attn.csa.kv": (D, 2 * dh),
+                           "attn.csa.gate": (D, 2 * dh), "attn.idx.kv": (D, 2 * di),
+                           "attn.idx.gate": (D, 2 * di), "attn.idx.q": (dq, hi * di),
+                           "attn.idx.w": (D, hi)}[role]
             return [Shard((layer, role), (d_in, width), "replicated", p, d_in, width)], None, \
                 0, False
         if role.startswith("hc.") and role.endswith(".proj"):  # mHC [n_hc·D → logits], replicated
@@ -256,6 +259,10 @@ class Weights:
         return [Shard((layer, role), (d_in, width), how, p, d_in, width // p)], None, 0, False
 
 
+# DeepSeek-V4's projections, each replicated (weights._linear)
+V4_ROLES = ("attn.q_a", "attn.q_b", "attn.kv", "attn.o_b", "attn.hca.kv", "attn.hca.gate",
+            "attn.csa.kv", "attn.csa.gate", "attn.idx.kv", "attn.idx.gate", "attn.idx.q",
+            "attn.idx.w")
 # MLA's projections (weights._mla_linear)
 _MLA_ROLES = ("attn.q_a", "attn.q_b", "attn.kv_a", "attn.kv_b")
 # the stateful mixers' fused projections, as the parts each rank holds its heads of (vLLM's

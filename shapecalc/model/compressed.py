@@ -41,23 +41,48 @@ def v4_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Siz
     kv = ops.rope(kv, "attn.rope", "RoPE K=V", angles)  # [B,1,T,Dh]
     Tk, Tc = z.keys(spec)
     kv = ops.shared_kv_cache(kv, layer, Tk, Tc)  # [B,1,Tk,Dh]: the window's keys
-    if spec.compress is not None:  # hca: the compressed entries beside the window
-        ckv = ops.linear(h, "attn.hca.kv", "compressor kv", z.D, z.Dh, False,  # [B,T,Dh]
-                         "replicated")
-        cg = ops.linear(h, "attn.hca.gate", "compressor gate", z.D, z.Dh, False,  # [B,T,Dh]
-                        "replicated")
-        c = ops.compress(ckv, cg, layer, spec.compress)  # [B,1,n,Dh]: every entry so far
-        kv = ops.cat_keys(kv, c, "attn.hca.cat", "window ‖ entries")  # [B,1,Tk+n,Dh]
+    selected = None
+    if spec.compress is not None:  # hca, csa: the compressed entries beside the window
+        part = spec.attention
+        c = _compressor(ops, z, h, layer, spec.compress, part, z.Dh)  # [B,1,n,Dh]: every entry
+        if part == "csa":  # its indexer picks each query's K_sel entries
+            selected = _indexer(ops, m, z, h, qr, layer, spec.compress, angles)
+        kv = ops.cat_keys(kv, c, f"attn.{part}.cat", "window ‖ entries")  # [B,1,Tk+n,Dh]
     k = ops.repeat_kv(kv, "attn.repeat_kv", "repeat K=V", z.H.value, z.H)  # [B,H,Tk+n,Dh]
     kt = ops.transpose_last(k, "attn.kT", "kᵀ")  # [B,H,Dh,Tk+n]
     s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=False, window=None)  # [B,H,T,Tk+n]
     s = ops.scale(s, "attn.scale", "scale", *gemma.score_scale(m))
-    if wl.phase == "prefill":  # decode reads only what it may: the window and closed entries
+    if wl.phase == "prefill" or selected is not None:  # decode: the window, closed entries
         s = ops.window_mask(s, "attn.mask", "window and entries mask", spec.window,
-                            spec.compress)
+                            spec.compress, selected)
     a = ops.softmax(s, "attn.softmax", "softmax", z.H)  # [B,H,T,Tk+n], each head's sink
     o = ops.matmul(a, k, "attn.values", "A·V (V = K)", causal=False, window=None)  # [B,H,T,Dh]
     o = ops.rope(o, "attn.rope_out", "RoPE undone on the output", angles)  # [B,H,T,Dh]
     o = ops.merge_heads(o, "attn.merge", "merge heads")  # [B,T,H·Dh]
     o = ops.grouped_linear(o, "attn.o_a", "grouped output o_a", g, qw, dg)  # [B,T,g·d_g]
     return ops.linear(o, "attn.o_b", "output o_b", g * dg, z.D, False, "replicated")  # [B,T,D]
+
+
+def _compressor(ops: Ops, z: Sizes, h: Any, layer: int, ratio: int, part: str, w: Dim) -> Any:
+    """Every entry so far [B,1,n,w] of one compressor (hca; csa and its indexer's over
+    overlapping windows: kv and gate 2w wide, each window's first half the previous one's)."""
+    width = w if part == "hca" else w * 2
+    ckv = ops.linear(h, f"attn.{part}.kv", "compressor kv", z.D, width, False,  # [B,T,w|2w]
+                     "replicated")
+    cg = ops.linear(h, f"attn.{part}.gate", "compressor gate", z.D, width, False,  # [B,T,w|2w]
+                    "replicated")
+    return ops.compress(ckv, cg, layer, ratio, part)  # [B,1,n,w]
+
+
+def _indexer(ops: Ops, m: ModelConfig, z: Sizes, h: Any, qr: Any, layer: int, ratio: int,
+             angles: Any) -> Any:
+    """The csa indexer: its own compressor's keys [B,1,n,D_I], queries from the q latent,
+    Σ_h w_h·ReLU(q_h·k) over every entry, the top K_sel of the closed ones: [B,T,K]."""
+    HI, DI = z.sym("H_I", m.csa_index_heads or 1), z.sym("D_I", m.csa_index_head_dim or 1)
+    k = _compressor(ops, z, h, layer, ratio, "idx", DI)  # [B,1,n,D_I]
+    q = ops.linear(qr, "attn.idx.q", "indexer q", z.Dq, HI * DI, False, "replicated")
+    q = ops.split_heads(q, "attn.idx.heads", "indexer q", HI, DI)  # [B,H_I,T,D_I]
+    q = ops.rope(q, "attn.idx.rope", "RoPE indexer q", angles)  # [B,H_I,T,D_I]
+    w = ops.linear(h, "attn.idx.w", "indexer head weights", z.D, HI, False,  # [B,T,H_I]
+                   "replicated")
+    return ops.index_select(q, k, w, ratio, m.csa_index_topk or 1)  # [B,T,K]

@@ -92,7 +92,7 @@ class ModelConfig(ModelFields):
                     "layer_types",
                     f"lists {len(self.layer_types)} layers, but N={self.n_layers}",
                 )
-            slides = bool({"sliding", "hca"} & set(self.layer_types))  # hca: window too
+            slides = bool({"sliding", "hca", "csa"} & set(self.layer_types))  # a window too
             if slides and self.sliding_window is None:
                 raise ShapecalcError("layer_types", "sliding layers need sliding_window (W)")
             if not slides and self.sliding_window is not None:

@@ -218,6 +218,16 @@ class ModelFields(Record):
                                    "projection (o_lora_rank)")
     compress_ratio_hca: Pos | None = _doc(None, "m′: an hca layer compresses each m′ tokens "
                                           "into one K=V entry (heavily compressed attention)")
+    compress_ratio_csa: Pos | None = _doc(None, "m: a csa layer compresses each m tokens (over "
+                                          "overlapping windows of 2m) into one entry, and its "
+                                          "indexer picks K_sel of them (compressed sparse "
+                                          "attention)")
+    csa_index_heads: Pos | None = _doc(None, "H_I: the csa indexer's query heads "
+                                       "(index_n_heads)")
+    csa_index_head_dim: Pos | None = _doc(None, "D_I: the csa indexer's head width, its own "
+                                          "compressor's entries as wide (index_head_dim)")
+    csa_index_topk: Pos | None = _doc(None, "K_sel: compressed entries each query keeps "
+                                      "(index_topk)")
     hc_streams: Pos | None = _doc(None, "n_hc: residual streams of the manifold-constrained "
                                   "hyper-connections (hc_mult); null: one plain residual")
     hc_sinkhorn_iters: Pos = _doc(20, "t_max: Sinkhorn steps making comb doubly stochastic "

@@ -219,11 +219,19 @@ class Ops:
         written in prefill, appended to and read whole (Tk tokens) in decode."""
         raise NotImplementedError
 
-    def compress(self, kv: Any, gate: Any, layer: int, ratio: int) -> Any:
+    def compress(self, kv: Any, gate: Any, layer: int, ratio: int, part: str = "hca") -> Any:
         """DeepSeek-V4's compressor: kv, gate [B,T,Dh] → every compressed entry so far
         [B,1,n,Dh]; each `ratio` tokens pooled by softmax(gate + position bias) over them, then
         RMS-normed (γ) and turned by RoPE at the window's position. The tokens of an unfinished
-        window wait in its buffer (a state); the entries are cached like keys."""
+        window wait in its buffer (a state); the entries are cached like keys. `part` csa or
+        idx (its indexer): kv and gate are 2w wide, each window's pool over 2m slots, its first
+        m the previous window's first half (the last one kept as the overlap state)."""
+        raise NotImplementedError
+
+    def index_select(self, q: Any, k: Any, w: Any, ratio: int, topk: int) -> Any:
+        """The csa indexer's choice: scores Σ_h w_h·ReLU(q_h·kᵀ)/√D_I/√H_I [B,T,n] over every
+        entry, the entries not yet closed masked (prefill), the top min(K_sel, n): [B,T,K]
+        (−1 where fewer are closed)."""
         raise NotImplementedError
 
     def cat_keys(self, a: Any, b: Any, role: str, name: str) -> Any:
@@ -231,9 +239,10 @@ class Ops:
         raise NotImplementedError
 
     def window_mask(self, s: Any, role: str, name: str, window: int | None,
-                    ratio: int | None) -> Any:
+                    ratio: int | None, selected: Any = None) -> Any:
         """Prefill scores [B,H,T,T+n]: query t reads keys t−W < j ≤ t and the entries e with
-        (e+1)·m′ ≤ t+1 (their whole window seen); one add per score (eager's additive mask)."""
+        (e+1)·m′ ≤ t+1 (their whole window seen); with `selected` (csa: [B,T,K]) only those
+        entries, in decode too; one add per score (eager's additive mask)."""
         raise NotImplementedError
 
     def grouped_linear(self, x: Any, role: str, name: str, groups: Dim, d_in: Dim,

@@ -109,13 +109,16 @@ def entries(ratio: int, T: Any, phase: str) -> Any:
 
 
 def entry_elements(model: ModelConfig, T: Any, phase: str) -> Any:
-    """One sequence's compressed entries over every hca layer (DeepSeek-V4): ⌊T/m′⌋·Dh each;
+    """One sequence's compressed entries over every compressed layer (DeepSeek-V4): ⌊T/m′⌋·Dh
+    each in an hca layer, ⌊T/m⌋·(Dh + D_I) in a csa layer (its indexer's keys beside them);
     kept beside the paged window, contiguous."""
     plan = layer_plan(model)
-    layers = sum(c for k, c in zip(plan.kinds, plan.counts, strict=True) if k.compress)
-    if not layers:
-        return 0
-    return entries(model.compress_ratio_hca or 1, T, phase) * layers * model.dh
+    out: Any = 0
+    for k, c in zip(plan.kinds, plan.counts, strict=True):
+        if k.compress:
+            width = model.dh + (model.csa_index_head_dim or 0) * (k.attention == "csa")
+            out = out + entries(k.compress, T, phase) * c * width
+    return out
 
 
 def entry_bytes(model: ModelConfig, dtype: str, T: Any, phase: str) -> Any:

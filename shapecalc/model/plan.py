@@ -68,7 +68,8 @@ class LayerSpec(NamedTuple):
         attn = f"sliding window W={self.window}" if self.attention == "sliding" else (
             f"chunked C={self.chunk}" if self.attention == "chunked" else "full attention")
         if self.compress is not None:
-            attn = f"compressed m′={self.compress} + window W={self.window}"
+            attn = (f"compressed m′={self.compress}" if self.attention == "hca" else
+                    f"compressed sparse m={self.compress}") + f" + window W={self.window}"
         attn = MIXER_LABELS.get(self.mixer, attn)
         ffn = {"moe": " · hash MoE" if self.hash_route else " · MoE",
                "none": " · no FFN"}.get(self.ffn, "")
@@ -116,9 +117,11 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     ffns = model.ffn_types or (("moe" if model.moe else "dense",) * model.n_layers)
     nope = set(model.nope_layers or ())
     specs = [
-        LayerSpec(t, model.sliding_window if t in ("sliding", "hca") else None, f, model.norm,
-                  model.norm_position, model.attention_chunk_size if t == "chunked" else None,
-                  i in nope, mx, compress=model.compress_ratio_hca if t == "hca" else None)
+        LayerSpec(t, model.sliding_window if t in ("sliding", "hca", "csa") else None, f,
+                  model.norm, model.norm_position,
+                  model.attention_chunk_size if t == "chunked" else None, i in nope, mx,
+                  compress={"hca": model.compress_ratio_hca,
+                            "csa": model.compress_ratio_csa}.get(t))
         if mx == "attention" else LayerSpec("full", None, f, model.norm, model.norm_position,
                                             mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))

@@ -205,18 +205,17 @@ def check_hyper(m: ModelFields) -> None:
                                  "sequential attention blocks without it")
 
 
-V4_FIELDS = ("o_groups", "o_lora_rank", "compress_ratio_hca")
+V4_FIELDS = ("o_groups", "o_lora_rank", "compress_ratio_hca", "compress_ratio_csa",
+             "csa_index_heads", "csa_index_head_dim", "csa_index_topk")
+CSA_FIELDS = ("compress_ratio_csa", "csa_index_heads", "csa_index_head_dim", "csa_index_topk")
 
 
 def check_shared_kv(m: ModelFields) -> None:
     """DeepSeek-V4's attention: its fields together, a window on every layer, m′ ≤ W."""
     types = m.layer_types or ()
-    if "csa" in types:
-        raise ShapecalcError("layer_types", "csa layers (compressed sparse attention) need the "
-                             "lightning indexer over compressed keys: not modelled yet")
     if not m.shared_kv:
         given = [f for f in V4_FIELDS if getattr(m, f) is not None]
-        given += ["layer_types"] if "hca" in types else []
+        given += ["layer_types"] if {"hca", "csa"} & set(types) else []
         if given:
             raise ShapecalcError(given[0], "is DeepSeek-V4 attention's, but shared_kv is not set")
         return
@@ -228,12 +227,20 @@ def check_shared_kv(m: ModelFields) -> None:
         raise ShapecalcError("compress_ratio_hca", "hca layers need m′")
     if m.compress_ratio_hca is not None and "hca" not in types:
         raise ShapecalcError("compress_ratio_hca", "is set, but no layer in layer_types is hca")
-    if m.compress_ratio_hca is not None and m.compress_ratio_hca > m.sliding_window:  # type: ignore[operator]
-        raise ShapecalcError("compress_ratio_hca", f"m′={m.compress_ratio_hca} exceeds the "
-                             f"window W={m.sliding_window}: an entry must close inside it")
-    if any(t not in ("sliding", "hca") for t in types) or not types:
-        raise ShapecalcError("layer_types", "DeepSeek-V4's layers are sliding or hca (each "
-                             "has the window W)")
+    for f in CSA_FIELDS:
+        if ("csa" in types) != (getattr(m, f) is not None):
+            raise ShapecalcError(f, "csa layers need it" if "csa" in types else
+                                 "is a csa field, but no layer in layer_types is csa")
+    for f in ("compress_ratio_hca", "compress_ratio_csa"):
+        if (r := getattr(m, f)) is not None and r > m.sliding_window:  # type: ignore[operator]
+            raise ShapecalcError(f, f"{r} exceeds the window W={m.sliding_window}: an entry "
+                                 "must close inside it")
+    if m.csa_index_head_dim is not None and m.rot > m.csa_index_head_dim:
+        raise ShapecalcError("csa_index_head_dim", f"D_I={m.csa_index_head_dim} is narrower "
+                             f"than the R={m.rot} dims RoPE turns")
+    if any(t not in ("sliding", "hca", "csa") for t in types) or not types:
+        raise ShapecalcError("layer_types", "DeepSeek-V4's layers are sliding, hca or csa "
+                             "(each has the window W)")
     if m.n_heads * m.dh % m.o_groups:  # type: ignore[operator]
         raise ShapecalcError("o_groups", f"g={m.o_groups} does not divide H·Dh="
                              f"{m.n_heads * m.dh}")
