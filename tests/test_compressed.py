@@ -250,3 +250,54 @@ def test_full_size_params_equal_the_meta_count(layout):
     full = DATA["full_size"][layout]
     m = v4(full["config"], [TYPES[t] for t in full["layer_types"]])
     assert build_trace(m, Workload(batch=1, seq=1))["totals"]["params"] == full["params_meta"]
+
+
+def _read(tmp_path, cfg: dict) -> ModelConfig:
+    from shapecalc.inputs.hf import load_hf_config
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "deepseek_v4", **cfg}))
+    return load_hf_config(p)
+
+
+@pytest.mark.parametrize("case", DATA["reduced"]["cases"], ids=lambda c: f"T{c['seq']}")
+def test_the_reader_at_reduced_width_equals_flopcountermode(case, tmp_path):
+    m = _read(tmp_path, RED)
+    for phase in ("prefill", "decode"):
+        doc = build_trace(m, Workload(batch=1, seq=case["seq"], phase=phase, dtype="fp32"))
+        assert doc["totals"]["flops"] == case[f"{phase}_flops"], phase
+    assert doc["totals"]["params"] == case["params"]
+
+
+@pytest.mark.parametrize("layout", ["class_defaults", "flash_layout"])
+def test_the_reader_at_full_size_equals_the_meta_count(layout, tmp_path):
+    full = DATA["full_size"][layout]
+    m = _read(tmp_path, full["config"])
+    assert build_trace(m, Workload(batch=1, seq=1))["totals"]["params"] == full["params_meta"]
+
+
+def test_the_preset_is_its_config_json():
+    from shapecalc.inputs.hf import load_hf_config
+    from shapecalc.inputs.sources import load_preset
+
+    hf = load_hf_config(Path(__file__).parent / "data" / "hf" / "deepseek-v4-flash.json")
+    assert hf.model_dump(exclude={"name"}) == load_preset("deepseek-v4-flash").model_dump(
+        exclude={"name"})
+    flash = DATA["full_size"]["flash_layout"]
+    assert build_trace(hf, Workload(batch=1, seq=1))["totals"]["params"] == flash["params_meta"]
+
+
+@pytest.mark.parametrize(("cfg", "key"), [
+    ({"num_key_value_heads": 2}, "num_key_value_heads"),
+    ({"compress_ratios": [0, 8] + [4] * 41}, "compress_ratios"),
+    ({"mlp_layer_types": ["moe", "hash_moe"] + ["moe"] * 41}, "mlp_layer_types"),
+    ({"hc_mult": 0}, "hc_streams"),
+    ({"index_topk": 0}, "csa_index_topk"),
+    ({"compress_rates": {"compressed_sparse_attention": 4,
+                         "heavily_compressed_attention": 256}}, "compress_ratio_hca"),
+])
+def test_bad_config_json_exits_2_naming_the_key(cli, tmp_path, cfg, key):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "deepseek_v4", **cfg}))
+    r = cli("trace", "--hf-config", str(p))
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and key in r.err, r.err

@@ -56,7 +56,8 @@ def check_trainable(model: ModelConfig) -> None:
     if model.hc_streams is not None:  # no backward rules for the streams' mixing yet
         raise ShapecalcError("hc_streams", "hyper-connections have no backward rules yet: train "
                              "and verify --train take models with one plain residual")
-    variants = {"swiglu_limit": model.swiglu_limit is not None,
+    variants = {"shared_kv": model.shared_kv,  # DeepSeek-V4's attention and compressors
+                "swiglu_limit": model.swiglu_limit is not None,
                 "hash_moe_layers": model.hash_moe_layers > 0,
                 "router_softcap": model.router_softcap is not None,
                 "router_scoring": model.router_scoring == "sqrtsoftplus"}
