@@ -301,3 +301,32 @@ def test_bad_config_json_exits_2_naming_the_key(cli, tmp_path, cfg, key):
     p.write_text(json.dumps({"model_type": "deepseek_v4", **cfg}))
     r = cli("trace", "--hf-config", str(p))
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and key in r.err, r.err
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("T", [1, 3, 7, 8, 9, 16, 40])
+def test_the_sparse_kernel_convention_by_hand(phase, T):
+    """Each query t reads min(t+1, W) window keys, hca's ⌊(t+1)/m′⌋ closed entries, csa's
+    min(K_sel, ⌊(t+1)/m⌋): summed by hand over the queries, against the trace's
+    flops_sparse_kernel (eager flops with QKᵀ and A·V over exactly those keys)."""
+    from shapecalc.model.compressed import sparse_kernel_keys
+
+    m = _small(3)  # W = 8, m = 2, m′ = 4, K_sel = 3
+    queries = [T] if phase == "decode" else range(T)
+    win = sum(min(t + 1, 8) for t in queries)
+    want = {"sliding": win, "csa": win + sum(min(3, (t + 1) // 2) for t in queries),
+            "hca": win + sum((t + 1) // 4 for t in queries)}
+    assert sparse_kernel_keys(m, T, phase) == want
+    doc = build_trace(m, Workload(batch=2, seq=T, phase=phase))["totals"]
+    st = symbolic.stages(m, Workload(batch=2, seq=T, phase=phase))
+    eager = sum(s.flops * s.repeat for s in st if s.role in ("attn.scores", "attn.values"))
+    H, dh = m.n_heads, m.dh
+    assert doc["flops_sparse_kernel"] == doc["flops"] - eager + sum(
+        4 * 2 * H * want[t] * dh for t in m.layer_types)
+    assert build_trace(ModelConfig(**{**_small().model_dump(), "shared_kv": False,
+                                      **{k: None for k in ("o_groups", "o_lora_rank",
+                                         "compress_ratio_hca", "compress_ratio_csa",
+                                         "csa_index_heads", "csa_index_head_dim",
+                                         "csa_index_topk", "q_lora_rank")},
+                                      "layer_types": None, "sliding_window": None}),
+                       Workload(batch=1, seq=4))["totals"]["flops_sparse_kernel"] is None

@@ -58,6 +58,10 @@ TOTALS: tuple[Field, ...] = (
     Field("mtp_params", "int", "parameters of the multi-token-prediction modules as the "
           "checkpoint stores them (each its own embedding, norms, eh_proj, block and head): "
           "not in params, as the published counts leave them out"),
+    Field("flops_sparse_kernel", "int|null", "DeepSeek-V4 (shared_kv): matmul FLOPs with QKᵀ "
+          "and A·V over only the keys each query may read (a sparse kernel: min(t+1, W) window "
+          "keys, the closed hca entries, the top K_sel csa entries), beside flops (eager "
+          "transformers: every key scored, then masked); null otherwise"),
     Field("mtp_flops", "int|null", "matmul FLOPs of the MTP modules on the step (with --mtp; "
           "null: not traced): not in flops"),
     Field("mtp_kv_cache_bytes", "int|null", "bytes the MTP modules' own KV cache holds after "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
+from ..model.compressed import sparse_kernel_flops
 from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
 from ..model.deploy import widths
 from ..model.parallel import (
@@ -132,6 +133,14 @@ def flops_breakdown(st: list[Stage]) -> dict[str, int]:
     }
 
 
+def _sparse_kernel(model: ModelConfig, wl: Workload, st: list[Stage]) -> int | None:
+    """flops with DeepSeek-V4's attention matmuls as a sparse kernel runs them."""
+    if not model.shared_kv:
+        return None
+    eager = _sum(st, "flops", _role_in(ATTN_SCORE_ROLES))
+    return _sum(st, "flops") - eager + sparse_kernel_flops(model, wl.batch, wl.seq, wl.phase)
+
+
 def _is_hyper(s: Stage) -> bool:
     """A hyper-connection stage (mHC: the streams' projections, weights, collapse and merge)."""
     return s.role.startswith("hc.")
@@ -203,6 +212,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
             for w, n, tokens, b in kv_group_bytes(model, wl.kv, wl.seq, wl.phase, mla=wl.mla)
         ],
         "mtp_params": _sum(mtp, "params"),
+        "flops_sparse_kernel": _sparse_kernel(model, wl, st),
         "mtp_flops": _sum(mtp, "flops") if wl.mtp else None,
         "mtp_kv_cache_bytes": _sum(mtp, "bytes", _is_cache) if wl.mtp else None,
         "weight_format": wl.dtype if ws is None else ws[0].label,

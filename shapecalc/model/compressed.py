@@ -86,3 +86,37 @@ def _indexer(ops: Ops, m: ModelConfig, z: Sizes, h: Any, qr: Any, layer: int, ra
     w = ops.linear(h, "attn.idx.w", "indexer head weights", z.D, HI, False,  # [B,T,H_I]
                    "replicated")
     return ops.index_select(q, k, w, ratio, m.csa_index_topk or 1)  # [B,T,K]
+
+
+def _floors(T: int, m: int, cap: int | None = None) -> int:
+    """Σ_{t=1..T} min(⌊t/m⌋, cap): the closed entries the T queries of a prefill may read (at
+    most cap each: the csa indexer's K_sel)."""
+    def upto(n: int) -> int:  # Σ_{t=1..n} ⌊t/m⌋ = m·q(q−1)/2 + q·(r+1), n = q·m + r
+        q, r = divmod(n, m)
+        return m * q * (q - 1) // 2 + q * (r + 1)
+    if cap is None or T < cap * m:
+        return upto(T)
+    return upto(cap * m - 1) + (T - cap * m + 1) * cap
+
+
+def sparse_kernel_keys(m: ModelConfig, T: int, phase: str) -> dict[str, int]:
+    """Keys a sparse kernel's queries read (each only what it may), summed over the step's
+    queries, per layer type: the window's min(t+1, W), hca's closed entries ⌊(t+1)/m′⌋, csa's
+    min(K_sel, ⌊(t+1)/m⌋) selected entries. Eager attention scores all T (+ every entry)."""
+    W = m.sliding_window or 0
+    if phase == "decode":  # one query at position T
+        win, n = min(T + 1, W), T + 1
+        hca = n // m.compress_ratio_hca if m.compress_ratio_hca else 0
+        csa = min(m.csa_index_topk or 0, n // m.compress_ratio_csa) if m.compress_ratio_csa \
+            else 0
+    else:
+        win = W * (W + 1) // 2 + (T - W) * W if T > W else T * (T + 1) // 2
+        hca = _floors(T, m.compress_ratio_hca) if m.compress_ratio_hca else 0
+        csa = _floors(T, m.compress_ratio_csa, m.csa_index_topk) if m.compress_ratio_csa else 0
+    return {"sliding": win, "hca": win + hca, "csa": win + csa}
+
+
+def sparse_kernel_flops(m: ModelConfig, B: int, T: int, phase: str) -> int:
+    """QKᵀ and A·V over those keys, every layer: 2·2·B·H·keys·Dh each."""
+    keys = sparse_kernel_keys(m, T, phase)
+    return sum(4 * B * m.n_heads * keys[t] * m.dh for t in m.layer_types or ())

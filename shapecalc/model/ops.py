@@ -230,7 +230,7 @@ class Ops:
 
     def index_select(self, q: Any, k: Any, w: Any, ratio: int, topk: int) -> Any:
         """The csa indexer's choice: scores Σ_h w_h·ReLU(q_h·kᵀ)/√D_I/√H_I [B,T,n] over every
-        entry, the entries not yet closed masked (prefill), the top min(K_sel, n): [B,T,K]
+        entry, the entries not yet closed masked, the top min(K_sel, n): [B,T,K]
         (−1 where fewer are closed)."""
         raise NotImplementedError
 
