@@ -330,3 +330,20 @@ def test_the_sparse_kernel_convention_by_hand(phase, T):
                                          "csa_index_topk", "q_lora_rank")},
                                       "layer_types": None, "sliding_window": None}),
                        Workload(batch=1, seq=4))["totals"]["flops_sparse_kernel"] is None
+
+
+@pytest.mark.slow
+def test_fit_at_128k_sizes_the_window_and_the_entries_by_hand(cli):
+    """fit at T = 131,072 (B200, pp = 8): the fullest stage holds layers 20–25 (3 csa, 3 hca).
+    Each layer's window: ⌈128/16⌉ blocks of 16 tokens × Dh × 2 bytes; a csa layer's entries
+    ⌊T/4⌋·(Dh + D_I)·2, an hca layer's ⌊T/128⌋·Dh·2; the csa overlaps are states."""
+    r = cli("fit", "--preset", "deepseek-v4-flash", "--seq", "131072", "--gpu", "B200",
+            "--pp", "8", "--json")
+    doc = json.loads(r.out)
+    T, dh, di = 131072, 512, 128
+    window = 128 // 16 * 16 * dh * 2
+    csa, hca = T // 4 * (dh + di) * 2, T // 128 * dh * 2
+    assert doc["pp_stage"] == 4
+    assert doc["memory_per_rank"]["kv_cache"] == 6 * window + 3 * csa + 3 * hca == 129_761_280
+    overlap = 4 * dh * (2 + 4) + 4 * di * (2 + 4)  # kv in bf16, the biased gate in fp32
+    assert doc["memory_per_rank"]["state_cache"] == 3 * overlap

@@ -29,6 +29,7 @@ from ..model.config import (
 )
 from ..model.parallel import (
     active_params,
+    entries,
     entry_elements,
     ep_rank_expert_params,
     kv_elements_per_token,
@@ -360,8 +361,13 @@ class ClosedForm:
         out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
         out["state_cache_bytes_per_rank"] = byte_sum(rank, "state")
         # each layer kind's state (one rank): what a pipeline stage's layers hold (plan/memory)
-        for kind in range(len(layer_plan(m).kinds)):
+        phase = "decode" if full.decode else "prefill"
+        for kind, spec in enumerate(layer_plan(m).kinds):
             out[f"state_bytes@{kind}"] = byte_sum(rank, f"kind_state.{kind}")
+            if spec.compress:  # one layer's compressed entries of the batch (DeepSeek-V4)
+                width = m.dh + (m.csa_index_head_dim or 0) * (spec.attention == "csa")
+                out[f"entry_bytes@{kind}"] = B * _nbytes(
+                    entries(spec.compress, T, phase) * width, "kv", bits)
         out["flops_per_rank"] = ev(rank, "flops")
         # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
         for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):
