@@ -144,3 +144,41 @@ def test_closed_form_equals_the_stages():
                    pp=rng.randint(1, 3), dtype="bf16", kv_dtype="fp8", act_dtype="fp32")
               for _ in range(8)]
     assert_equal_at(m, ClosedForm(m), points)
+
+
+HY = {**TINY, "hc_mixing": "none"}
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_hunyuan_streams_without_comb(phase):
+    """hc_mixing none (Hunyuan 4's HYV4HyperConnection): fn [2·n_hc, n_hc·D], b [2·n_hc], s [2];
+    the merge post ⊗ y + x has no matmul; verify runs it."""
+    m = ModelConfig(**HY)
+    n, D, T = 3, 32, 5
+    st = symbolic.stages(m, Workload(batch=1, seq=T, phase=phase, dtype="fp32"))
+    q = 1 if phase == "decode" else T
+    assert _sum(st, "params", "hc.attn.proj", "hc.attn.weights", "hc.attn.norm") == \
+        2 * n * n * D + 2 * n + 2
+    assert _sum(st, "flops", "hc.attn.proj") == 2 * q * n * D * 2 * n
+    assert _sum(st, "flops", "hc.attn.merge", "hc.ffn.merge") == 0
+    assert not [s for s in st if s.role.endswith(".sinkhorn")]
+    r = verify(m, Workload(batch=2, seq=T, phase=phase, dtype="fp32", pp=2),
+               precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+
+
+@pytest.mark.slow
+def test_hunyuan_streams_are_transformers_own():
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers.models.hy_v4.configuration_hy_v4 import HYV4Config
+    from transformers.models.hy_v4.modeling_hy_v4 import HYV4HyperConnection
+
+    hc = HYV4HyperConnection(HYV4Config(hidden_size=32, hc_mult=3))
+    assert sum(p.numel() for p in hc.parameters()) == 2 * 3 * 3 * 32 + 2 * 3 + 2
+    fc = FlopCounterMode(display=False)
+    with fc:
+        hc(torch.randn(1, 5, 3, 32))
+    m = ModelConfig(**HY)
+    st = symbolic.stages(m, Workload(batch=1, seq=5, dtype="fp32"))
+    assert fc.get_total_flops() == _sum(st, "flops", "hc.attn.proj")

@@ -40,6 +40,16 @@ def hc_weights(self: NumericBase, w: np.ndarray, role: str, name: str, n: Any, i
         self._rec(role, f"{name} (pre: σ)", "hc_weights", pre, ew=WEIGHT_EW * self._el(pre),
                   params=b.size + s.size, dtype="fp32")
         return (pre,)
+    if self.m.hc_mixing == "none":  # Hunyuan 4: pre, post = 2σ(·) + ε; no comb
+        b = self.w.get((*key, "b"), (2 * hc,))
+        s = self.w.get((*key, "s"), (2,), base=1.0)
+        pre = _sigmoid(logits[..., :hc] * s[0] + b[:hc]) + EPS
+        post = 2 * _sigmoid(logits[..., hc:] * s[1] + b[hc:]) + EPS
+        self._rec(role, f"{name} (pre, post: σ)", "hc_weights",
+                  np.concatenate([pre, post], axis=-1),
+                  ew=WEIGHT_EW * self._el(pre) + (WEIGHT_EW + 1) * self._el(post),
+                  params=b.size + s.size, dtype="fp32")
+        return pre, post
     b = self.w.get((*key, "b"), ((hc + 2) * hc,))
     s = self.w.get((*key, "s"), (3,), base=1.0)
     pre = _sigmoid(logits[..., :hc] * s[0] + b[:hc]) + EPS
@@ -75,7 +85,10 @@ def hc_collapse(self: NumericBase, x: np.ndarray, pre: np.ndarray, role: str, na
 
 
 def hc_merge(self: NumericBase, x: np.ndarray, y: np.ndarray, post: np.ndarray,
-             comb: np.ndarray, role: str, name: str) -> np.ndarray:
-    mixed, flops = self._mm(np.swapaxes(comb, -1, -2).astype(self.dt), x)  # combᵀ·x
+             comb: np.ndarray | None, role: str, name: str) -> np.ndarray:
+    if comb is None:  # Hunyuan 4: post ⊗ y + x, the streams unmixed
+        mixed, flops = x.copy(), 0
+    else:
+        mixed, flops = self._mm(np.swapaxes(comb, -1, -2).astype(self.dt), x)  # combᵀ·x
     mixed += post.astype(self.dt)[..., None] * y[..., None, :]  # post ⊗ y, then the add
     return self._rec(role, name, "hc_merge", mixed, flops=flops, ew=2 * self._el(mixed))

@@ -37,6 +37,11 @@ def sym_hc_weights(self: SymbolicBase, w: Sym, role: str, name: str, n: Dim, ite
         pre = self._rec(role, f"{name} (pre: σ)", "hc_weights", Sym((*rows, n), "fp32"),
                         ew=WEIGHT_EW, params=_total(n + 1), note="b [n_hc], s [1]")
         return (pre,)
+    if self.m.hc_mixing == "none":  # Hunyuan 4: pre and post only; post = m·σ(·) + ε (8)
+        self._rec(role, f"{name} (pre, post: σ)", "hc_weights", Sym((*rows, n * 2), "fp32"),
+                  ew_extra=formula([2 * WEIGHT_EW + 1, *rows, n]), params=_total(n * 2 + 2),
+                  note="b [2·n_hc], s [2]; no comb")
+        return Sym((*rows, n), "fp32"), Sym((*rows, n), "fp32")
     parts = [formula([2 * WEIGHT_EW, *rows, n]), formula([COMB_EW, *rows, n, n])]
     self._rec(role, f"{name} (pre, post: σ; comb: softmax)", "hc_weights",
               Sym((*rows, (n + 2) * n), "fp32"), ew_extra=sum_formula(parts),
@@ -55,8 +60,11 @@ def sym_hc_collapse(self: SymbolicBase, x: Sym, pre: Sym, role: str, name: str) 
                      ew_extra=formula([2, *x.dims]), note="Σ_j pre_j·x_j")
 
 
-def sym_hc_merge(self: SymbolicBase, x: Sym, y: Sym, post: Sym, comb: Sym, role: str,
+def sym_hc_merge(self: SymbolicBase, x: Sym, y: Sym, post: Sym, comb: Sym | None, role: str,
                  name: str) -> Sym:
     *rows, n, D = x.dims
+    if comb is None:  # Hunyuan 4: the streams carried on unmixed
+        return self._rec(role, name, "hc_merge", x, ew_extra=formula([2, *x.dims]),
+                         note="post ⊗ y + x")
     return self._rec(role, name, "hc_merge", x, flops=formula([2, *rows, n, n, D]),
                      ew_extra=formula([2, *x.dims]), note="combᵀ·x a matmul; post ⊗ y, +")

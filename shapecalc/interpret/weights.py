@@ -182,7 +182,8 @@ class Weights:
                 0, False
         if role.startswith("hc.") and role.endswith(".proj"):  # mHC [n_hc·D → logits], replicated
             n = m.hc_streams or 1
-            width = n if role == "hc.head.proj" else (n + 2) * n
+            width = n if role == "hc.head.proj" else (
+                (n + 2) * n if m.hc_mixing == "sinkhorn" else 2 * n)
             return [Shard((layer, role), (n * D, width), "replicated", p, n * D, width)], None, 0, \
                 False
         if role == "mtp.proj":  # eh_proj [2D→D], replicated on every rank

@@ -27,18 +27,20 @@ def expand(ops: Ops, m: ModelConfig, z: Sizes, x: Any) -> Any:
 def open_half(ops: Ops, m: ModelConfig, z: Sizes, x: Any, half: str) -> tuple[Any, Any]:
     """(the block half's input [B,T,D], its post and comb weights) from the streams x."""
     n = _n(m, z)
+    sinkhorn = m.hc_mixing == "sinkhorn"
     f = ops.hc_flatten(x, f"hc.{half}.flat", "streams flattened")  # [B,T,n_hc·D]
     f = ops.norm(f, f"hc.{half}.norm", "mHC norm", n * z.D, "l2norm")  # [B,T,n_hc·D], no γ
     w = ops.linear(f, f"hc.{half}.proj", "mHC projection", n * z.D,  # [B,T,(n_hc+2)·n_hc]
-                   (n + 2) * n, False, "replicated")
-    pre, post, comb = ops.hc_weights(w, f"hc.{half}.weights", "mHC weights", n,  # [B,T,n_hc] ×2,
-                                     m.hc_sinkhorn_iters)  # [B,T,n_hc,n_hc]
-    h = ops.hc_collapse(x, pre, f"hc.{half}.collapse", "streams collapsed (pre)")  # [B,T,D]
-    return h, (post, comb)
+                   (n + 2) * n if sinkhorn else n * 2, False, "replicated")  # (or 2·n_hc)
+    ws = ops.hc_weights(w, f"hc.{half}.weights", "mHC weights", n,  # [B,T,n_hc] ×2,
+                        m.hc_sinkhorn_iters)  # and comb [B,T,n_hc,n_hc] (sinkhorn)
+    h = ops.hc_collapse(x, ws[0], f"hc.{half}.collapse", "streams collapsed (pre)")  # [B,T,D]
+    return h, (ws[1], ws[2] if sinkhorn else None)
 
 
 def close_half(ops: Ops, x: Any, y: Any, mix: Any, half: str) -> Any:
-    """x′ = post ⊗ y + combᵀ·x: the block half's output y [B,T,D] back into the streams."""
+    """x′ = post ⊗ y + combᵀ·x (+ x without comb): the block half's output y [B,T,D] back
+    into the streams."""
     post, comb = mix
     return ops.hc_merge(x, y, post, comb, f"hc.{half}.merge",  # [B,T,n_hc,D]
                         "streams mixed (post ⊗ y + combᵀ·x)")

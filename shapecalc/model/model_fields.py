@@ -232,6 +232,9 @@ class ModelFields(Record):
                                   "hyper-connections (hc_mult); null: one plain residual")
     hc_sinkhorn_iters: Pos = _doc(20, "t_max: Sinkhorn steps making comb doubly stochastic "
                                   "(hc_sinkhorn_iters): 2·t_max − 1 normalisations")
+    hc_mixing: Literal["sinkhorn", "none"] = _doc(
+        "sinkhorn", "sinkhorn: DeepSeek-V4's mHC (pre, post and comb, x′ = post ⊗ y + combᵀ·x); "
+        "none: Hunyuan 4's (pre and post only, x′ = post ⊗ y + x: no comb, no Sinkhorn)")
 
     @property
     def kv_heads(self) -> int:

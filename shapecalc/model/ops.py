@@ -201,8 +201,9 @@ class Ops:
 
     def hc_weights(self, w: Any, role: str, name: str, n: Dim, iters: int) -> tuple[Any, ...]:
         """Mixing logits [B,T,(n_hc+2)·n_hc] → (pre, post, comb): σ(l·s+b)+ε, 2σ(l·s+b),
-        softmax(l·s+b)+ε then `iters` Sinkhorn steps; with iters 0 (the head), logits
-        [B,T,n_hc] → (pre,). Owns the biases b and the scales s."""
+        softmax(l·s+b)+ε then `iters` Sinkhorn steps; logits [B,T,2·n_hc] (hc_mixing none) →
+        (pre, post): post = 2σ(l·s+b)+ε; with iters 0 (the head), logits [B,T,n_hc] → (pre,).
+        Owns the biases b and the scales s."""
         raise NotImplementedError
 
     def hc_collapse(self, x: Any, pre: Any, role: str, name: str) -> Any:
@@ -210,7 +211,8 @@ class Ops:
         raise NotImplementedError
 
     def hc_merge(self, x: Any, y: Any, post: Any, comb: Any, role: str, name: str) -> Any:
-        """post ⊗ y + combᵀ·x: streams [B,T,n_hc,D], output [B,T,D] → [B,T,n_hc,D]."""
+        """post ⊗ y + combᵀ·x (comb None: + x): streams [B,T,n_hc,D], output [B,T,D] →
+        [B,T,n_hc,D]."""
         raise NotImplementedError
 
     # -- DeepSeek-V4's attention (compressed.py) -----------------------------------------------

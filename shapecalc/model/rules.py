@@ -192,9 +192,10 @@ def check_mixers(m: ModelFields) -> None:
 def check_hyper(m: ModelFields) -> None:
     """Hyper-connections: n_hc streams in pre-norm sequential attention blocks."""
     if m.hc_streams is None:
-        if m.hc_sinkhorn_iters != 20:
-            raise ShapecalcError("hc_sinkhorn_iters", "is a hyper-connection field, but "
-                                 "hc_streams is not set")
+        for f, given in (("hc_sinkhorn_iters", m.hc_sinkhorn_iters != 20),
+                         ("hc_mixing", m.hc_mixing != "sinkhorn")):
+            if given:
+                raise ShapecalcError(f, "is a hyper-connection field, but hc_streams is not set")
         return
     clashes = {"parallel_block": m.parallel_block, "norm_position": m.norm_position != "pre",
                "mixer_types": set(m.mixers) != {"attention"}, "mtp_layers": m.mtp_layers > 0,
