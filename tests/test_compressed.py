@@ -166,6 +166,19 @@ def test_verify_runs_the_compressors_and_the_indexer(T, phase):
     assert not [c for c in r["checks"] if not c["ok"]]
 
 
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_tensor_parallel_splits_the_heads_and_the_output_groups(phase):
+    """tp = 2: q_b by columns (each rank its heads, their sinks), the K=V head, compressors and
+    indexer replicated, the output's g/p groups per rank and o_b by rows, then all-reduced;
+    the p ranks equal one rank (verify)."""
+    r = verify(_small(), Workload(batch=2, seq=11, phase=phase, dtype="fp32", tp=2, pp=2),
+               precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+    st = symbolic.stages(_small(), Workload(batch=1, seq=11, phase=phase, tp=2), p=2)
+    oa = next(s for s in st if s.role == "attn.o_a")
+    assert oa.params == 4 * 16 * 12 // 2 and oa.shape[-1] == 12  # g/p = 1 group of d_g
+
+
 def test_the_selection_masks_what_it_does_not_pick():
     """Past K_sel closed entries the indexer's choice changes the output; below it, not."""
     import numpy as np
@@ -190,7 +203,8 @@ def test_closed_form_equals_the_stages():
     m = _small()
     rng = random.Random(2)
     points = [dict(batch=rng.randint(1, 5), seq=rng.randint(1, 40),
-                   phase=rng.choice(["prefill", "decode"]), tp=1, pp=rng.randint(1, 3),
+                   phase=rng.choice(["prefill", "decode"]), tp=rng.choice([1, 2]),
+                   pp=rng.randint(1, 3),
                    dtype="bf16", kv_dtype=rng.choice(["bf16", "fp8", "int4"]), act_dtype="fp32")
               for _ in range(10)]
     assert_equal_at(m, ClosedForm(m), points)
@@ -229,9 +243,9 @@ def test_ratio_larger_than_the_window_and_tp_are_refused(cli, tmp_path):
     cfg.write_text(json.dumps({**_small().model_dump(), "csa_index_heads": None}))
     r = cli("trace", "--config", str(cfg))
     assert r.code == 2 and "csa_index_heads" in r.err
-    cfg.write_text(json.dumps(m.model_dump()))
-    r = cli("trace", "--config", str(cfg), "--tp", "2")
-    assert r.code == 2 and "tp" in r.err
+    cfg.write_text(json.dumps(m.model_dump()))  # H = 4 heads, g = 2 output groups
+    r = cli("trace", "--config", str(cfg), "--tp", "4")
+    assert r.code == 2 and "tp" in r.err and "output groups" in r.err
     assert build_trace(m, Workload(batch=1, seq=9))["totals"]["kv_cache_bytes"] > 0
 
 

@@ -146,10 +146,11 @@ def window_mask(self: NumericBase, s: np.ndarray, role: str, name: str, window: 
 
 def grouped_linear(self: NumericBase, x: np.ndarray, role: str, name: str, groups: Any,
                    d_in: Any, d_out: Any) -> np.ndarray:
-    g, dg = self.m.o_groups or 1, self.m.o_lora_rank or 1
-    R, B, T, width = x.shape
-    w = self.w.get((self._layer, role), (g, width // g, dg))
-    xg = x.reshape(R, B * T, g, width // g).transpose(0, 2, 1, 3)  # [R,g,BT,Dh·H/g]
-    y, flops = self._mm(xg, w[None])  # [R,g,BT,d_g]
-    y = y.transpose(0, 2, 1, 3).reshape(R, B, T, g * dg)
-    return self._rec(role, name, "linear", y, flops=flops, params=w.size)
+    g, dg, p = self.m.o_groups or 1, self.m.o_lora_rank or 1, self.p
+    R, B, T, width = x.shape  # width: one rank's H·Dh/p, its g/p groups
+    gp = g // p
+    w = self.w.get((self._layer, role), (g, width // gp, dg))
+    xg = x.reshape(R, B * T, gp, width // gp).transpose(0, 2, 1, 3)  # [R,g/p,BT,H·Dh/g]
+    y, flops = self._mm(xg, w.reshape(p, gp, width // gp, dg)[:R])  # rank r's groups
+    y = y.transpose(0, 2, 1, 3).reshape(R, B, T, gp * dg)
+    return self._rec(role, name, "linear", y, flops=flops, params=w.size // p)

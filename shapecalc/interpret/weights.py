@@ -178,6 +178,12 @@ class Weights:
                            "attn.csa.gate": (D, 2 * dh), "attn.idx.kv": (D, 2 * di),
                            "attn.idx.gate": (D, 2 * di), "attn.idx.q": (dq, hi * di),
                            "attn.idx.w": (D, hi)}[role]
+            if role == "attn.q_b":  # heads split by column, the rest replicated
+                return [Shard((layer, role), (d_in, width), "column", p, d_in, width // p)], \
+                    None, 0, False
+            if role == "attn.o_b":  # the output groups split by rows, then all-reduced
+                return [Shard((layer, role), (d_in, width), "row", p, d_in // p, width)], \
+                    None, 0, False
             return [Shard((layer, role), (d_in, width), "replicated", p, d_in, width)], None, \
                 0, False
         if role.startswith("hc.") and role.endswith(".proj"):  # mHC [n_hc·D → logits], replicated

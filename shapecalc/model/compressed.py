@@ -19,7 +19,7 @@ from typing import Any
 
 from . import gemma
 from .config import ModelConfig, Workload
-from .expr import Dim
+from .expr import Dim, Expr
 from .ops import Ops
 from .plan import LayerSpec
 from .sizes import Sizes
@@ -28,10 +28,13 @@ from .sizes import Sizes
 def v4_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
                  layer: int, angles: Any) -> Any:
     one, qw = Dim.const(1), z.H * z.Dh
-    g, dg = z.sym("g", m.o_groups or 1), z.sym("d_g", m.o_lora_rank or 1)
+    # the output groups split over the p ranks, as the heads are: g/p each
+    g, dg = z.sym("g", (m.o_groups or 1) // z.p), z.sym("d_g", m.o_lora_rank or 1)
+    if z.p > 1 and not z.poly:
+        g = Dim((m.o_groups or 1) // z.p, Expr.sym("g") * Expr([((("p", -1),), 1)]))
     qr = ops.linear(h, "attn.q_a", "q_a projection", z.D, z.Dq, False, "replicated")  # [B,T,D_q]
     qr = ops.norm(qr, "attn.q_a_norm", "q_a norm", z.Dq, "rmsnorm")  # [B,T,D_q]
-    q = ops.linear(qr, "attn.q_b", "q_b projection", z.Dq, qw, False, "replicated")  # [B,T,H·Dh]
+    q = ops.linear(qr, "attn.q_b", "q_b projection", z.Dq, qw, False, "column")  # [B,T,H·Dh]
     q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)  # [B,H,T,Dh]
     q = ops.norm(q, "attn.q_l2norm", "q norm (no γ)", z.Dh, "l2norm")  # [B,H,T,Dh]
     q = ops.rope(q, "attn.rope", "RoPE q", angles)  # [B,H,T,Dh]
@@ -60,7 +63,7 @@ def v4_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Siz
     o = ops.rope(o, "attn.rope_out", "RoPE undone on the output", angles)  # [B,H,T,Dh]
     o = ops.merge_heads(o, "attn.merge", "merge heads")  # [B,T,H·Dh]
     o = ops.grouped_linear(o, "attn.o_a", "grouped output o_a", g, qw, dg)  # [B,T,g·d_g]
-    return ops.linear(o, "attn.o_b", "output o_b", g * dg, z.D, False, "replicated")  # [B,T,D]
+    return ops.linear(o, "attn.o_b", "output o_b", g * dg, z.D, False, "row")  # [B,T,D]
 
 
 def _compressor(ops: Ops, z: Sizes, h: Any, layer: int, ratio: int, part: str, w: Dim) -> Any:

@@ -181,11 +181,13 @@ def check(model: ModelConfig, wl: Workload) -> None:
     """Rules that need both the model and the workload."""
     p = wl.tp
     if model.shared_kv:  # DeepSeek-V4's attention: as transformers runs it
-        for key, bad in (("tp", p > 1), ("attention_flops", wl.attention_flops == "causal"),
+        for key, bad in (("attention_flops", wl.attention_flops == "causal"),
                          ("padding_mask", wl.padding_mask)):
             if bad:
                 raise ShapecalcError(key, "DeepSeek-V4's attention (shared_kv) is modelled "
-                                     "replicated, eager (all scores), without padding")
+                                     "eager (all scores), without padding")
+        if (model.o_groups or 1) % p:  # its heads split, so are the output's groups
+            raise ShapecalcError("tp", f"p={p} does not divide g={model.o_groups} output groups")
     if model.n_heads % p:
         raise ShapecalcError("tp", f"p={p} does not divide H={model.n_heads} query heads")
     if model.d_ff % p:
