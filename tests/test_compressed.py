@@ -256,6 +256,9 @@ def test_whole_model_equals_flopcountermode(case):
     for phase in ("prefill", "decode"):
         doc = build_trace(m, Workload(batch=1, seq=case["seq"], phase=phase, dtype="fp32"))
         assert doc["totals"]["flops"] == case[f"{phase}_flops"], phase
+        # the breakdown's compressors: every module under a compressor (the indexer's too)
+        comp = sum(v for k, v in case[f"{phase}_modules"].items() if ".compressor" in k)
+        assert doc["totals"]["flops_breakdown"]["compressors"] == comp
     assert doc["totals"]["params"] == case["params"]
 
 

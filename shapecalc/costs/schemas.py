@@ -58,6 +58,7 @@ class KindParams(_Strict):
     norms_per_layer: int
     mixer_per_layer: int  # a stateful token mixer's (Mamba-2, gated DeltaNet) parameters
     hyper_per_layer: int  # the hyper-connections' (mHC) parameters of one layer
+    compressor_per_layer: int  # DeepSeek-V4's compressors and csa indexer, one layer
     per_layer: int
     layers: int
 
@@ -109,6 +110,7 @@ class FlopsBreakdown(_Strict):
     lm_head: int
     token_mixers: int  # the stateful token mixers' matmuls and convolutions
     hyper_connections: int  # the mHC projections and combᵀ·x (0 without hyper-connections)
+    compressors: int  # DeepSeek-V4's compressors' and csa indexer's matmuls (0 without them)
 
 
 class Activation(_Strict):

@@ -36,6 +36,7 @@ from ..model.quant import WeightSums, stage_weight_bytes, weight_format, weight_
 from ..model.stage import (
     ATTN_PROJ_ROLES,
     ATTN_SCORE_ROLES,
+    COMPRESSOR_PREFIXES,
     EXPERT_ROLES,
     FFN_ROLES,
     NORM_ROLES,
@@ -89,6 +90,7 @@ def kind_breakdown(st: list[Stage], plan: LayerPlan) -> list[dict[str, Any]]:
             "norms_per_layer": _per_layer(st, k, "params", _role_in(NORM_ROLES)),
             "mixer_per_layer": _per_layer(st, k, "params", lambda s: is_mixer(s.role)),
             "hyper_per_layer": _per_layer(st, k, "params", _is_hyper),
+            "compressor_per_layer": _per_layer(st, k, "params", _is_compressor),
             "per_layer": per,
             "layers": per * count,
         })
@@ -130,6 +132,7 @@ def flops_breakdown(st: list[Stage]) -> dict[str, int]:
         "lm_head": _sum(st, "flops", lambda s: s.role == "head.lm"),
         "token_mixers": _sum(st, "flops", lambda s: is_mixer(s.role)),
         "hyper_connections": _sum(st, "flops", _is_hyper),
+        "compressors": _sum(st, "flops", _is_compressor),
     }
 
 
@@ -139,6 +142,11 @@ def _sparse_kernel(model: ModelConfig, wl: Workload, st: list[Stage]) -> int | N
         return None
     eager = _sum(st, "flops", _role_in(ATTN_SCORE_ROLES))
     return _sum(st, "flops") - eager + sparse_kernel_flops(model, wl.batch, wl.seq, wl.phase)
+
+
+def _is_compressor(s: Stage) -> bool:
+    """DeepSeek-V4's compressors and csa indexer."""
+    return s.role.startswith(COMPRESSOR_PREFIXES)
 
 
 def _is_hyper(s: Stage) -> bool:

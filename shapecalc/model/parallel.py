@@ -85,21 +85,22 @@ def kv_group_bytes(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 
                    mla: str = MLA_DEFAULT) -> list[tuple[Reach, int, int, int]]:
     """(reach, layers, tokens, bytes) of each KV group for one sequence on one rank after the
     step: the tokens each of its layers holds (at most its window) × a token's bytes over them
-    (Gemma 2 at T=8192: 21 layers × 4096 tokens and 21 × 8192, not 42 × 8192)."""
+    (Gemma 2 at T=8192: 21 layers × 4096 tokens and 21 × 8192, not 42 × 8192), and the
+    compressed entries of its layers (DeepSeek-V4: beside the window, not in its tokens)."""
     out = []
     for window, layers in kv_groups(layer_plan(model)):
         tokens = cached_tokens(window, T, phase)
         out.append((window, layers, tokens,
-                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla)))
+                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla)
+                    + nbytes(entry_elements(model, T, phase, window), dtype)))
     return out
 
 
 def kv_bytes_per_sequence(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1,
                           mla: str = MLA_DEFAULT) -> int:
-    """What one sequence's cache holds on one rank after the step: the groups' sum, and any
-    compressed entries."""
-    return sum(g[3] for g in kv_group_bytes(model, dtype, T, phase, p, mla)) + entry_bytes(
-        model, dtype, T, phase)
+    """What one sequence's cache holds on one rank after the step: the groups' sum (compressed
+    entries included)."""
+    return sum(g[3] for g in kv_group_bytes(model, dtype, T, phase, p, mla))
 
 
 def entries(ratio: int, T: Any, phase: str) -> Any:
@@ -108,14 +109,14 @@ def entries(ratio: int, T: Any, phase: str) -> Any:
     return (T + (1 if phase == "decode" else 0)) // ratio
 
 
-def entry_elements(model: ModelConfig, T: Any, phase: str) -> Any:
+def entry_elements(model: ModelConfig, T: Any, phase: str, reach: Any = "every") -> Any:
     """One sequence's compressed entries over every compressed layer (DeepSeek-V4): ⌊T/m′⌋·Dh
     each in an hca layer, ⌊T/m⌋·(Dh + D_I) in a csa layer (its indexer's keys beside them);
-    kept beside the paged window, contiguous."""
+    kept beside the paged window, contiguous. `reach`: only the layers of that window's group."""
     plan = layer_plan(model)
     out: Any = 0
     for k, c in zip(plan.kinds, plan.counts, strict=True):
-        if k.compress:
+        if k.compress and (reach == "every" or k.reach == reach):
             width = model.dh + (model.csa_index_head_dim or 0) * (k.attention == "csa")
             out = out + entries(k.compress, T, phase) * c * width
     return out

@@ -170,7 +170,8 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
             f"attention {k['attention_per_layer']:,} · FFN {k['ffn_per_layer']:,} · "
             f"norms {k['norms_per_layer']:,}"
             + (f" · mixer {k['mixer_per_layer']:,}" if k.get("mixer_per_layer") else "")
-            + (f" · mHC {k['hyper_per_layer']:,}" if k.get("hyper_per_layer") else ""),
+            + (f" · mHC {k['hyper_per_layer']:,}" if k.get("hyper_per_layer") else "")
+            + (f" · compressors {c:,}" if (c := k.get("compressor_per_layer")) else ""),
         )
     t.add_row("  N layers", f"{pb['layers']:,}", "")
     t.add_row("  final norm", f"{pb['final_norm']:,}",
