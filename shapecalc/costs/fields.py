@@ -33,7 +33,8 @@ TOTALS: tuple[Field, ...] = (
     Field("kv_cache_tokens", "int", "tokens per sequence in the longest layer's cache",
           "kv_cache_tokens"),
     Field("kv_cache_bytes_per_token", "int", "2·N·H_kv·Dh·bytes: one token, every layer "
-          "(MLA: N·(D_c+D_r)·bytes latent, or N·H·(Dh+D_v)·bytes expanded)",
+          "(MLA: N·(D_c+D_r)·bytes latent, or N·H·(Dh+D_v)·bytes expanded; DeepSeek-V4: N·Dh·"
+          "bytes, its K=V once, the compressed entries apart)",
           "kv_cache_bytes_per_token"),
     Field("state_cache_bytes", "int", "bytes the stateful mixers hold after the step, all "
           "layers: each Mamba-2 or gated DeltaNet layer's conv state [D_conv, K_c] (activation "
