@@ -33,8 +33,28 @@ REAL = {
 }  # fmt: skip
 
 
+def _v4_params(m: ModelConfig) -> int:
+    """DeepSeek-V4, written out from DeepseekV4Attention, its compressors and indexer,
+    DeepseekV4SparseMoeBlock, DeepseekV4HyperConnection and DeepseekV4HyperHead.__init__."""
+    d, h, dh, v, dq = m.d_model, m.n_heads, m.dh, m.vocab_size, m.q_lora_rank
+    g, dg, n, e, w = m.o_groups, m.o_lora_rank, m.hc_streams, m.n_experts, m.dff_expert
+    attn = d * dq + dq + dq * h * dh + d * dh + dh + h * dh * dg + g * dg * d + h
+    hca = 2 * d * dh + m.compress_ratio_hca * dh + dh if m.compress_ratio_hca else 0
+    c, hi, r = m.csa_index_head_dim, m.csa_index_heads, m.compress_ratio_csa
+    csa = (2 * d * 2 * dh + r * 2 * dh + dh + 2 * d * 2 * c + r * 2 * c + c + dq * hi * c
+           + d * hi) if r else 0
+    moe = e * d + e * 3 * d * w + 3 * d * w
+    hc = 2 * ((n + 2) * n * n * d + (n + 2) * n + 3)
+    layer = attn + moe + hc + 2 * d
+    extra = {"sliding": 0, "hca": hca, "csa": csa}
+    total = sum(layer + extra[t] for t in m.layer_types)
+    return total + 2 * v * d + d + n * n * d + n + 1
+
+
 def params(m: ModelConfig) -> int:
     """Total parameters, tied embeddings counted once."""
+    if m.shared_kv:
+        return _v4_params(m)
     d, h, hkv, dh, dff, v = m.d_model, m.n_heads, m.kv_heads, m.dh, m.d_ff, m.vocab_size
     norm = d * (2 if m.has_norm_bias else 1)
     attn = d * h * dh + 2 * d * hkv * dh + h * dh * d

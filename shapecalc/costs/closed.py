@@ -30,11 +30,14 @@ from ..model.config import (
 from ..model.conventions import FUSED
 from ..model.parallel import (
     active_params,
+    entries,
+    entry_elements,
     ep_rank_expert_params,
     kv_elements_per_token,
     kv_groups,
     kv_heads_per_rank,
     paged_blocks,
+    residual_width,
     ring_allreduce_bytes,
     stage_params,
 )
@@ -136,6 +139,11 @@ class ClosedForm:
             cuts.add(m.conv_kernel)  # type: ignore[arg-type]
         return cuts, chunks
 
+    def _ratios(self) -> set[int]:
+        """DeepSeek-V4's compression ratios (m′, m): entries close every m′ tokens."""
+        return {r for r in (self.model.compress_ratio_hca, self.model.compress_ratio_csa)
+                if r is not None}
+
     def interval(self, phase: str, t: int) -> tuple[int, int | None]:
         """The range [lo, hi] of T holding T = t within which the stage list keeps one structure
         (hi None: unbounded; a learned position table bounds it)."""
@@ -143,10 +151,15 @@ class ClosedForm:
         lo = max((c for c in cuts if c < t), default=0) + 1
         his = [c for c in cuts if c >= t]
         off = 0 if phase == "prefill" else -1
-        for C in chunks:  # the periodic cuts j·C + off, j ≥ 1
-            if (j := (t - 1 - off) // C) >= 1:
-                lo = max(lo, j * C + off + 1)
-            his.append(max(1, -(-(t - off) // C)) * C + off)
+        periods = [(C, off) for C in chunks]
+        for r in self._ratios():  # ⌊(T + decode)/m′⌋ entries: a cut at each j·m′ − 1
+            periods.append((r, off - 1))  # (prefill), j·m′ − 2 (decode)
+            if phase == "decode":  # and the one step that closes a window, T = j·m′ − 1
+                periods.append((r, off))
+        for C, o in periods:  # the periodic cuts j·C + o, j ≥ 1
+            if (j := (t - 1 - o) // C) >= 1:
+                lo = max(lo, j * C + o + 1)
+            his.append(max(1, -(-(t - o) // C)) * C + o)
         hi = min(his, default=None)
         limit = self.seq_limit(phase)
         return lo, (limit if hi is None else min(hi, limit)) if limit is not None else hi
@@ -155,6 +168,7 @@ class ClosedForm:
         """The regimes' ranges of T in order, up to the one holding `upto` (default: all; with
         chunked layers, which repeat without end, the first two periods past every other cut)."""
         cuts, chunks = self._cuts(phase)
+        chunks = chunks | self._ratios()  # periodic too (interval)
         if upto is None and chunks:
             upto = max(cuts, default=0) + 2 * max(chunks) + 1
         hi_limit = self.seq_limit(phase)
@@ -326,6 +340,9 @@ class ClosedForm:
                                 "kv", bits)
             paged = paged + b_g * self.block_size * per_token
         out["kv_cache_blocks"] = blocks
+        # DeepSeek-V4's compressed entries, contiguous beside the paged window
+        paged = paged + B * _nbytes(entry_elements(m, T, "decode" if full.decode else "prefill"),
+                                    "kv", bits)
         out["kv_cache_paged_bytes"] = paged
         out["largest_activation_bytes"] = largest(full, ("cache",))  # the cache is apart
         # tensor parallel (one rank)
@@ -360,8 +377,13 @@ class ClosedForm:
         out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
         out["state_cache_bytes_per_rank"] = byte_sum(rank, "state")
         # each layer kind's state (one rank): what a pipeline stage's layers hold (plan/memory)
-        for kind in range(len(layer_plan(m).kinds)):
+        phase = "decode" if full.decode else "prefill"
+        for kind, spec in enumerate(layer_plan(m).kinds):
             out[f"state_bytes@{kind}"] = byte_sum(rank, f"kind_state.{kind}")
+            if spec.compress:  # one layer's compressed entries of the batch (DeepSeek-V4)
+                width = m.dh + (m.csa_index_head_dim or 0) * (spec.attention == "csa")
+                out[f"entry_bytes@{kind}"] = B * _nbytes(
+                    entries(spec.compress, T, phase) * width, "kv", bits)
         out["flops_per_rank"] = ev(rank, "flops")
         # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
         for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):
@@ -371,8 +393,8 @@ class ClosedForm:
         out["largest_activation_bytes_per_rank"] = largest(rank, ("cache",))
         out["workspace_eager_bytes_per_rank"] = out["largest_activation_bytes_per_rank"]
         out["workspace_flash_bytes_per_rank"] = largest(rank, ("cache", "flash_skip"))
-        # pipeline: the residual stream [B, Tq, D] crosses each boundary
-        boundary = _nbytes(B * ev(full, "tq") * m.d_model, "act", bits)
+        # pipeline: the residual stream [B, Tq, D] (n_hc·D: hyper-connections) crosses each one
+        boundary = _nbytes(B * ev(full, "tq") * residual_width(m), "act", bits)
         out["pp"] = S
         out["boundary_bytes"] = boundary * (S > 1)
         out["boundary_bytes_total"] = boundary * (S - 1)

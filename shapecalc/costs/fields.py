@@ -33,7 +33,8 @@ TOTALS: tuple[Field, ...] = (
     Field("kv_cache_tokens", "int", "tokens per sequence in the longest layer's cache",
           "kv_cache_tokens"),
     Field("kv_cache_bytes_per_token", "int", "2·N·H_kv·Dh·bytes: one token, every layer "
-          "(MLA: N·(D_c+D_r)·bytes latent, or N·H·(Dh+D_v)·bytes expanded)",
+          "(MLA: N·(D_c+D_r)·bytes latent, or N·H·(Dh+D_v)·bytes expanded; DeepSeek-V4: N·Dh·"
+          "bytes, its K=V once, the compressed entries apart)",
           "kv_cache_bytes_per_token"),
     Field("state_cache_bytes", "int", "bytes the stateful mixers hold after the step, all "
           "layers: each Mamba-2 or gated DeltaNet layer's conv state [D_conv, K_c] (activation "
@@ -63,6 +64,10 @@ TOTALS: tuple[Field, ...] = (
     Field("mtp_params", "int", "parameters of the multi-token-prediction modules as the "
           "checkpoint stores them (each its own embedding, norms, eh_proj, block and head): "
           "not in params, as the published counts leave them out"),
+    Field("flops_sparse_kernel", "int|null", "DeepSeek-V4 (shared_kv): matmul FLOPs with QKᵀ "
+          "and A·V over only the keys each query may read (a sparse kernel: min(t+1, W) window "
+          "keys, the closed hca entries, the top K_sel csa entries), beside flops (eager "
+          "transformers: every key scored, then masked); null otherwise"),
     Field("mtp_flops", "int|null", "matmul FLOPs of the MTP modules on the step (with --mtp; "
           "null: not traced): not in flops"),
     Field("mtp_kv_cache_bytes", "int|null", "bytes the MTP modules' own KV cache holds after "
@@ -119,7 +124,8 @@ PP_LEDGER: tuple[Field, ...] = (
     Field("stages", "int", "s: pipeline stages"),
     Field("layers_per_stage", "list[int]", "layers of each stage, split as vLLM does"),
     Field("boundaries", "int", "s − 1 hand-offs"),
-    Field("boundary_bytes", "int", "B·T·D·bytes: the residual stream crossing one boundary",
+    Field("boundary_bytes", "int", "B·T·D·bytes (B·T·n_hc·D·bytes with hyper-connections): the "
+          "residual stream crossing one boundary",
           "boundary_bytes"),
     Field("boundary_bytes_total", "int", "bytes crossing all boundaries", "boundary_bytes_total"),
     Field("params_per_stage", "list[int]", "parameters of each stage"),

@@ -176,11 +176,14 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     windows = list(dict.fromkeys(spec.reach for spec in plan.kinds))
     batch = st[ids].shape[0]
     for i in kv:
+        if st[i].role.startswith("kv.entries"):  # compressed entries: not a window's tokens
+            continue
         other = math.prod(st[i].shape) // (batch * st[i].shape[-2])
         g = windows.index(plan.kinds[st[i].kind].reach)  # type: ignore[index]
         num[f"group_tokens.{g}"] = elems[i].per_batch().divided(other)
     # the longest cache (within a regime, the same kind's at every point)
-    longest = max(kv, key=lambda i: st[i].shape[-2], default=None)
+    longest = max((i for i in kv if not st[i].role.startswith("kv.entries")),
+                  key=lambda i: st[i].shape[-2], default=None)
     num["kv_tokens"] = ZERO if longest is None else num[
         f"group_tokens.{windows.index(plan.kinds[st[longest].kind].reach)}"]  # type: ignore[index]
     ar = [i for i, s in enumerate(st)

@@ -57,6 +57,8 @@ class KindParams(_Strict):
     ffn_per_layer: int
     norms_per_layer: int
     mixer_per_layer: int  # a stateful token mixer's (Mamba-2, gated DeltaNet) parameters
+    hyper_per_layer: int  # the hyper-connections' (mHC) parameters of one layer
+    compressor_per_layer: int  # DeepSeek-V4's compressors and csa indexer, one layer
     per_layer: int
     layers: int
 
@@ -74,6 +76,7 @@ class ParamsBreakdown(_Strict):
     total: int
     per_kind: list[KindParams]
     embedding_norm: int  # BLOOM's norm after the embedding lookup (0 without one)
+    hyper_head: int  # the hyper-connections' head (mHC's last collapse; 0 without one)
 
 
 class LayerKind(_Strict):
@@ -106,6 +109,8 @@ class FlopsBreakdown(_Strict):
     ffn: int
     lm_head: int
     token_mixers: int  # the stateful token mixers' matmuls and convolutions
+    hyper_connections: int  # the mHC projections and combᵀ·x (0 without hyper-connections)
+    compressors: int  # DeepSeek-V4's compressors' and csa indexer's matmuls (0 without them)
 
 
 class Activation(_Strict):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
+from ..model.compressed import sparse_kernel_flops
 from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
 from ..model.conventions import has_convention, mixer_flops
 from ..model.deploy import widths
@@ -26,6 +27,7 @@ from ..model.parallel import (
     kv_replicated,
     paged_kv,
     pp_layers,
+    residual_width,
     ring_allreduce_bytes,
     stage_params,
     stage_sums,
@@ -35,6 +37,7 @@ from ..model.quant import WeightSums, stage_weight_bytes, weight_format, weight_
 from ..model.stage import (
     ATTN_PROJ_ROLES,
     ATTN_SCORE_ROLES,
+    COMPRESSOR_PREFIXES,
     EXPERT_ROLES,
     FFN_ROLES,
     NORM_ROLES,
@@ -87,6 +90,8 @@ def kind_breakdown(st: list[Stage], plan: LayerPlan) -> list[dict[str, Any]]:
             "ffn_per_layer": _per_layer(st, k, "params", _role_in(FFN_ROLES)),
             "norms_per_layer": _per_layer(st, k, "params", _role_in(NORM_ROLES)),
             "mixer_per_layer": _per_layer(st, k, "params", lambda s: is_mixer(s.role)),
+            "hyper_per_layer": _per_layer(st, k, "params", _is_hyper),
+            "compressor_per_layer": _per_layer(st, k, "params", _is_compressor),
             "per_layer": per,
             "layers": per * count,
         })
@@ -115,6 +120,7 @@ def params_breakdown(st: list[Stage], plan: LayerPlan) -> dict[str, Any]:
         "total": _sum(st, "params"),
         "per_kind": kinds,
         "embedding_norm": _sum(st, "params", lambda s: s.role == "embed.norm"),
+        "hyper_head": _sum(st, "params", lambda s: s.group == "head" and _is_hyper(s)),
     }
 
 
@@ -126,7 +132,27 @@ def flops_breakdown(st: list[Stage]) -> dict[str, int]:
         "ffn": _sum(st, "flops", _role_in(FFN_ROLES)),
         "lm_head": _sum(st, "flops", lambda s: s.role == "head.lm"),
         "token_mixers": _sum(st, "flops", lambda s: is_mixer(s.role)),
+        "hyper_connections": _sum(st, "flops", _is_hyper),
+        "compressors": _sum(st, "flops", _is_compressor),
     }
+
+
+def _sparse_kernel(model: ModelConfig, wl: Workload, st: list[Stage]) -> int | None:
+    """flops with DeepSeek-V4's attention matmuls as a sparse kernel runs them."""
+    if not model.shared_kv:
+        return None
+    eager = _sum(st, "flops", _role_in(ATTN_SCORE_ROLES))
+    return _sum(st, "flops") - eager + sparse_kernel_flops(model, wl.batch, wl.seq, wl.phase)
+
+
+def _is_compressor(s: Stage) -> bool:
+    """DeepSeek-V4's compressors and csa indexer."""
+    return s.role.startswith(COMPRESSOR_PREFIXES)
+
+
+def _is_hyper(s: Stage) -> bool:
+    """A hyper-connection stage (mHC: the streams' projections, weights, collapse and merge)."""
+    return s.role.startswith("hc.")
 
 
 def layer_plan_doc(plan: LayerPlan) -> dict[str, Any]:
@@ -157,7 +183,8 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         if wl.tp > 1 else st
     params = _sum(st, "params")
     # the longest cache of any layer kind (the tokens of a full-attention layer)
-    kv_tokens = max((s.shape[-2] for s in st if _is_cache(s)), default=0)
+    kv_tokens = max((s.shape[-2] for s in st if _is_cache(s)
+                     and not s.role.startswith("kv.entries")), default=0)  # windows' tokens
     blocks, paged = paged_kv(model, wl.batch, wl.seq, wl.phase, wl.block_size, wl.kv,
                              mla=wl.mla)
     largest = max(_activations(st), key=lambda s: s.bytes)
@@ -195,6 +222,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
             for w, n, tokens, b in kv_group_bytes(model, wl.kv, wl.seq, wl.phase, mla=wl.mla)
         ],
         "mtp_params": _sum(mtp, "params"),
+        "flops_sparse_kernel": _sparse_kernel(model, wl, st),
         "mtp_flops": _sum(mtp, "flops") if wl.mtp else None,
         "mtp_kv_cache_bytes": _sum(mtp, "bytes", _is_cache) if wl.mtp else None,
         "weight_format": wl.dtype if ws is None else ws[0].label,
@@ -287,8 +315,10 @@ def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage], w: Weights = No
               ) -> dict[str, Any]:
     s = wl.pp
     plan = layer_plan(model)
-    # the activation handed from one stage to the next: the residual stream [B,T,D]
-    boundary = nbytes(wl.batch * (wl.seq if wl.phase == "prefill" else 1) * model.d_model, wl.act)
+    # the activation handed from one stage to the next: the residual stream [B,T,D] (n_hc·D wide
+    # with hyper-connections)
+    boundary = nbytes(wl.batch * (wl.seq if wl.phase == "prefill" else 1)
+                      * residual_width(model), wl.act)
     kinds = range(len(plan.kinds))
     params = stage_params(
         plan, s, [_per_layer(st, k, "params") for k in kinds],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import hf_classic as classic
 from . import hf_deepseek as deepseek
+from . import hf_deepseek_v4 as deepseek_v4
 from . import hf_gemma as gemma
 from . import hf_llama as llama
 from . import hf_moe as moe
@@ -264,4 +265,24 @@ NEW: tuple[Family, ...] = (
                   sliding_window=1024, mup_enabled=False),
            fixed=dict(norm_position="sandwich", attn_output_gate=True, routing_bias=True,
                       router_scoring="sigmoid", norm_topk_prob=True)),
+    # DeepseekV4ForCausalLM: compressed attention (a window of 128 on every layer; csa layers
+    # ×4 with a lightning indexer keeping 512 entries, hca ×128), one K=V head, sinks, the
+    # grouped output projection; mHC (4 streams, 20 Sinkhorn steps); 256 experts, top 6 by
+    # sqrtsoftplus, the first 3 layers hash-routed, one shared expert, SwiGLU clamped at 10
+    Family("deepseek_v4", "DeepSeek-V4: compressed sparse + heavily compressed attention, mHC",
+           deepseek_v4.MECHANISMS,
+           dict(vocab_size=129280, hidden_size=4096, moe_intermediate_size=2048,
+                num_hidden_layers=43, num_attention_heads=64, num_key_value_heads=1,
+                head_dim=512, q_lora_rank=1024, num_experts_per_tok=6, n_routed_experts=256,
+                n_shared_experts=1, scoring_func="sqrtsoftplus", norm_topk_prob=True,
+                routed_scaling_factor=1.5, max_position_embeddings=1048576, layer_types=None,
+                compress_ratios=None, compress_rates=None, compress_rate_csa=None,
+                compress_rate_hca=None, hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6,
+                mlp_layer_types=None, num_hash_layers=None, swiglu_limit=10.0,
+                sliding_window=128, o_groups=8, o_lora_rank=1024, index_n_heads=64,
+                index_head_dim=128, index_topk=512, num_nextn_predict_layers=1,
+                hidden_act="silu", tie_word_embeddings=False, partial_rotary_factor=None,
+                qk_rope_head_dim=None, attention_bias=False, mlp_bias=False),
+           aliases={"n_routed_experts": ("num_local_experts",),
+                    "moe_intermediate_size": ("intermediate_size",)}),
 )

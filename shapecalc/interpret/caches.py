@@ -107,6 +107,9 @@ class KVCache:
     def layer_bytes(self, k: int) -> list[int]:
         """Bytes per layer of the first k: 0 where a layer's mixer keeps no K and V."""
         by = dict(zip(self.held_layers(), self.nbytes(), strict=True))
+        for (layer, part), codes in self.states.items():  # entries cached like keys
+            if part.startswith("kv."):  # (DeepSeek-V4's compressed entries)
+                by[layer] = by.get(layer, 0) + stored_nbytes(codes[0], self.kv)
         return [by.get(layer, 0) for layer in range(k)]
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..model.forward import ACT
+from ..model.forward import ACT, clamped
 from .storage import measure
 from .weights import Shard
 
@@ -23,11 +23,23 @@ class Routing(NamedTuple):
     ids: np.ndarray
 
 
-def route(self: NumericBase, logits: np.ndarray, role: str, name: str, k: Any) -> Routing:
+def route(self: NumericBase, logits: np.ndarray, role: str, name: str, k: Any,
+          by_id: bool = False) -> Routing:
     m = self.m
     kk = m.experts_per_token or 0
     z = logits[0]  # the router is replicated: every rank has the same logits
     n = z.size
+    if by_id:  # hash routing: a fixed table of k distinct experts per token id
+        ids = tid2eid(self.ids, kk, m.n_experts or 0)
+        scores, ew = _scores(m.router_scoring, z)
+        w = np.take_along_axis(scores, ids, axis=-1)
+        if m.norm_topk_prob:
+            w = w / w.sum(axis=-1, keepdims=True)
+            ew += 2 * w.size
+        self._rec(role, f"{name} ({m.router_scoring}, by token id)", "route", w[None], ew=ew,
+                  dtype="fp32")
+        self.routed.append(ids)
+        return Routing(w, ids)
     if m.router_scoring == "topk_sigmoid":  # Llama 4: top k of the logits, sigmoid of those k
         ids = np.argsort(-z, axis=-1, kind="stable")[..., :kk]
         w = 1 / (1 + np.exp(-np.take_along_axis(z, ids, axis=-1)))
@@ -35,11 +47,7 @@ def route(self: NumericBase, logits: np.ndarray, role: str, name: str, k: Any) -
                   dtype="fp32")
         self.routed.append(ids)
         return Routing(w, ids)
-    if m.router_scoring == "softmax":
-        e = np.exp(z - z.max(axis=-1, keepdims=True))
-        scores, ew = e / e.sum(axis=-1, keepdims=True), 5 * n
-    else:
-        scores, ew = 1 / (1 + np.exp(-z)), 4 * n
+    scores, ew = _scores(m.router_scoring, z)
     params = 0
     choice = scores
     if m.routing_bias:  # AFMoE: scores + a learned bias of E choose; the scores weigh
@@ -55,6 +63,22 @@ def route(self: NumericBase, logits: np.ndarray, role: str, name: str, k: Any) -
               dtype="fp32", params=params)
     self.routed.append(ids)
     return Routing(w, ids)
+
+def _scores(scoring: str, z: np.ndarray) -> tuple[np.ndarray, int]:
+    """The router's scores of logits z and their elementwise FLOPs (passes × elements)."""
+    if scoring == "softmax":
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True), 5 * z.size
+    if scoring == "sqrtsoftplus":  # DeepSeek-V4: √log(1 + eˣ)
+        return np.sqrt(np.logaddexp(0, z)), 4 * z.size
+    return 1 / (1 + np.exp(-z)), 4 * z.size
+
+
+def tid2eid(ids: np.ndarray, k: int, E: int) -> np.ndarray:
+    """[B,T] token ids → [B,T,k] distinct experts: the executor's stand-in for the checkpoint's
+    frozen table (any table of k distinct experts per id costs the same)."""
+    return (ids[..., None] * 7919 + np.arange(k)) % E
+
 
 def experts(self: NumericBase, h: np.ndarray, routing: Routing, D: Any, E: Any, k: Any, Dffe: Any
             ) -> np.ndarray:
@@ -111,6 +135,8 @@ def experts(self: NumericBase, h: np.ndarray, routing: Routing, D: Any, E: Any, 
     if gated:
         g = run("moe.experts.gate", "experts: gate", scaled, D_, m.dff_expert, False)
         u = run("moe.experts.up", "experts: up", scaled, D_, m.dff_expert, False)
+        if m.swiglu_limit is not None:
+            g, u = clamped(self, m, "moe.experts", g, u)
         u = self.mul(self.activation(g, "moe.experts.act", "experts: activation", act), u,
                      "moe.experts.mul", "experts: gate ⊙ up")
     else:

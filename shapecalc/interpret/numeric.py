@@ -24,7 +24,7 @@ from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, deltanet, dsa, elementwise, llama4, mamba2, mla, moe, rotary
+from . import alibi, compressed, deltanet, dsa, elementwise, hyper, llama4, mamba2, mla, moe, rotary
 from .caches import ContiguousKV, KVCache
 from .numeric_base import NumericBase
 from .storage import measure
@@ -185,7 +185,8 @@ class NumericOps(NumericBase):
     def split_heads(self, x: np.ndarray, role: str, name: str, heads: Any, Dh: Any
                     ) -> np.ndarray:
         R, B, T, width = x.shape
-        dh = int(Dh.value) if self.m.mla else self.m.dh  # MLA: latents (one head), kv_b
+        # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I
+        dh = int(Dh.value) if self.m.mla or role == "attn.idx.heads" else self.m.dh
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":
             self._hq = width // dh
@@ -219,6 +220,11 @@ class NumericOps(NumericBase):
     head_sum, topk, select_mask = dsa.head_sum, dsa.topk, dsa.select_mask  # DSA
     shared_selection = dsa.shared_selection
     gather, selected_matmul = dsa.gather, dsa.selected_matmul
+    hc_expand, hc_flatten, hc_weights = hyper.hc_expand, hyper.hc_flatten, hyper.hc_weights
+    hc_collapse, hc_merge = hyper.hc_collapse, hyper.hc_merge  # hyper-connections
+    shared_kv_cache, compress = compressed.shared_kv_cache, compressed.compress  # DeepSeek-V4
+    cat_keys, window_mask = compressed.cat_keys, compressed.window_mask
+    grouped_linear, index_select = compressed.grouped_linear, compressed.index_select
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:
@@ -270,6 +276,10 @@ class NumericOps(NumericBase):
         if sinks is not None:
             s = s[..., :-1]
         return self._rec(role, name, "softmax", s, ew=ew, params=params)
+
+    def clamp(self, x: np.ndarray, role: str, name: str, lo: float | None, hi: float
+              ) -> np.ndarray:
+        return self._rec(role, name, "clamp", np.clip(x, lo, hi), ew=self._el(x))
 
     def merge_heads(self, x: np.ndarray, role: str, name: str) -> np.ndarray:
         t = self._rec(role, f"{name}: transpose", "transpose", x.transpose(0, 1, 3, 2, 4))

@@ -12,11 +12,13 @@ from typing import Literal
 
 from ..model.config import ModelConfig, Workload
 from ..model.expr import Dim, formula, sum_formula
-from ..model.forward import ACT, Sizes, forward
+from ..model.forward import ACT, Sizes, clamped, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
+from . import symbolic_compressed as compressed
 from . import symbolic_deltanet as deltanet
 from . import symbolic_dsa as dsa
+from . import symbolic_hyper as hyper
 from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
 from .symbolic_base import ELEMENTWISE, Sym, SymbolicBase, _half, _total
@@ -95,7 +97,8 @@ class SymbolicOps(SymbolicBase):
         kind = "layernorm" if beta and kind else (kind or m.norm)  # layernorm_beta: γ and β
         if kind == "l2norm":  # Llama 4's q/k norm: an RMS norm without γ
             return self._rec(role, name, kind, x, ew=ELEMENTWISE["rmsnorm"],
-                             note="RMS over each head's Dh, no weights")
+                             note="RMS over each head's Dh, no weights" if width is None or
+                             len(x.dims) == 4 else f"RMS over {width.symbol}, no weights")
         per = ELEMENTWISE[kind] + 1 + int(beta)
         p = _total((self.z.D if width is None else width) * (2 if beta else 1))
         over = "" if width is None else (
@@ -177,6 +180,14 @@ class SymbolicOps(SymbolicBase):
     head_sum, topk, select_mask = dsa.sym_head_sum, dsa.sym_topk, dsa.sym_select_mask
     shared_selection = dsa.sym_shared_selection
     gather, selected_matmul = dsa.sym_gather, dsa.sym_selected_matmul
+    # hyper-connections (symbolic_hyper.py)
+    hc_expand, hc_flatten = hyper.sym_hc_expand, hyper.sym_hc_flatten
+    hc_weights, hc_collapse, hc_merge = hyper.sym_hc_weights, hyper.sym_hc_collapse, \
+        hyper.sym_hc_merge
+    # DeepSeek-V4's attention (symbolic_compressed.py)
+    shared_kv_cache, compress = compressed.sym_shared_kv_cache, compressed.sym_compress
+    cat_keys, window_mask = compressed.sym_cat_keys, compressed.sym_window_mask
+    grouped_linear, index_select = compressed.sym_grouped_linear, compressed.sym_index_select
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims
@@ -259,9 +270,17 @@ class SymbolicOps(SymbolicBase):
                          ew_extra=formula([ELEMENTWISE["softmax"], *rows, keys + 1]),
                          params=_total(sinks), note="over keys and the head's sink")
 
-    def route(self, logits: Sym, role: str, name: str, k: Dim) -> Sym:
+    def route(self, logits: Sym, role: str, name: str, k: Dim, by_id: bool = False) -> Sym:
         m, (*rows, E) = self.m, logits.dims
         scoring = m.router_scoring
+        if by_id:  # hash routing: the k experts looked up by token id, the scores weigh them
+            parts = [formula([ELEMENTWISE[scoring], *rows, E])]
+            if m.norm_topk_prob:
+                parts.append(formula([2, *rows, k]))
+            return self._rec(role, f"{name} ({scoring}, by token id)", "route",
+                             Sym((*rows, k), "fp32"), ew_extra=sum_formula(parts),
+                             note=f"{scoring} over E; the {k.value} experts of each token id "
+                             "(tid2eid, a buffer)")
         if scoring == "topk_sigmoid":  # Llama 4: top k of the logits, a sigmoid of those k
             parts = [formula([ELEMENTWISE["topk"], *rows, E]),
                      formula([ELEMENTWISE["sigmoid"], *rows, k])]
@@ -302,6 +321,8 @@ class SymbolicOps(SymbolicBase):
         if m.gated:
             g = mats("moe.experts.gate", "experts: gate", D, Dffe, "column")
             u = mats("moe.experts.up", "experts: up", D, Dffe, "column")
+            if m.swiglu_limit is not None:
+                g, u = clamped(self, m, "moe.experts", g, u)
             a = self._rec("moe.experts.act", f"experts: activation ({act})", act, g,
                           ew=ELEMENTWISE[act])
             u = self._rec("moe.experts.mul", "experts: gate ⊙ up", "mul", a,
@@ -318,6 +339,10 @@ class SymbolicOps(SymbolicBase):
         return self._rec("moe.combine", "combine (weighted sum)", "combine", self._act(*rows, D),
                          ew=0, ew_extra=formula([ELEMENTWISE["combine"], *pair, D]),
                          note="each token's k expert outputs × their routing weights")
+
+    def clamp(self, x: Sym, role: str, name: str, lo: float | None, hi: float) -> Sym:
+        to = f"[{lo:g}, {hi:g}]" if lo is not None else f"≤ {hi:g}"
+        return self._rec(role, name, "clamp", x, ew=ELEMENTWISE["clamp"], note=f"clamp {to}")
 
     def merge_heads(self, x: Sym, role: str, name: str) -> Sym:
         B, H, T, Dh = x.dims

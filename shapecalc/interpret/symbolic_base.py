@@ -34,6 +34,8 @@ ELEMENTWISE: dict[str, int] = {
     "combine": 2,  # each expert output × its weight, summed
     "temperature": 6,  # per position: +1, ÷8192, floor, log1p, ×0.1, +1 (Llama 4)
     "softcap": 3,  # divide by c, tanh, multiply by c
+    "sqrtsoftplus": 4,  # √softplus: exp, add 1, log, sqrt (DeepSeek-V4's router)
+    "clamp": 1,  # one comparison (clamped SwiGLU)
 }
 
 

@@ -169,6 +169,29 @@ class Weights:
         if role == "mtp.head":  # an MTP module's own head (the checkpoint's shared_head.head)
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
             return [Shard((layer, role), (self.vocab_rows, D), "vocab", p, D, vp)], None, 0, False
+        if role in V4_ROLES and m.shared_kv:  # DeepSeek-V4: replicated
+            dq, gd = m.q_lora_rank or 0, (m.o_groups or 0) * (m.o_lora_rank or 0)
+            hi, di = m.csa_index_heads or 0, m.csa_index_head_dim or 0
+            d_in, width = {"attn.q_a": (D, dq), "attn.q_b": (dq, H * dh), "attn.kv": (D, dh),
+                           "attn.o_b": (gd, D), "attn.hca.kv": (D, dh),
+                           "attn.hca.gate": (D, dh), "attn.csa.kv": (D, 2 * dh),
+                           "attn.csa.gate": (D, 2 * dh), "attn.idx.kv": (D, 2 * di),
+                           "attn.idx.gate": (D, 2 * di), "attn.idx.q": (dq, hi * di),
+                           "attn.idx.w": (D, hi)}[role]
+            if role == "attn.q_b":  # heads split by column, the rest replicated
+                return [Shard((layer, role), (d_in, width), "column", p, d_in, width // p)], \
+                    None, 0, False
+            if role == "attn.o_b":  # the output groups split by rows, then all-reduced
+                return [Shard((layer, role), (d_in, width), "row", p, d_in // p, width)], \
+                    None, 0, False
+            return [Shard((layer, role), (d_in, width), "replicated", p, d_in, width)], None, \
+                0, False
+        if role.startswith("hc.") and role.endswith(".proj"):  # mHC [n_hc·D → logits], replicated
+            n = m.hc_streams or 1
+            width = n if role == "hc.head.proj" else (
+                (n + 2) * n if m.hc_mixing == "sinkhorn" else 2 * n)
+            return [Shard((layer, role), (n * D, width), "replicated", p, n * D, width)], None, 0, \
+                False
         if role == "mtp.proj":  # eh_proj [2D→D], replicated on every rank
             return [Shard((layer, role), (2 * D, D), "replicated", p, 2 * D, D)], None, 0, False
         if role == "attn.qkv":  # each rank's fused matrix is its q, k and v shards side by side
@@ -255,6 +278,10 @@ class Weights:
         return [Shard((layer, role), (d_in, width), how, p, d_in, width // p)], None, 0, False
 
 
+# DeepSeek-V4's projections, each replicated (weights._linear)
+V4_ROLES = ("attn.q_a", "attn.q_b", "attn.kv", "attn.o_b", "attn.hca.kv", "attn.hca.gate",
+            "attn.csa.kv", "attn.csa.gate", "attn.idx.kv", "attn.idx.gate", "attn.idx.q",
+            "attn.idx.w")
 # MLA's projections (weights._mla_linear)
 _MLA_ROLES = ("attn.q_a", "attn.q_b", "attn.kv_a", "attn.kv_b", "attn.index_q", "attn.index_k",
               "attn.index_w")

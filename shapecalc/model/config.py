@@ -93,7 +93,7 @@ class ModelConfig(ModelFields):
                     "layer_types",
                     f"lists {len(self.layer_types)} layers, but N={self.n_layers}",
                 )
-            slides = "sliding" in self.layer_types
+            slides = bool({"sliding", "hca", "csa"} & set(self.layer_types))  # a window too
             if slides and self.sliding_window is None:
                 raise ShapecalcError("layer_types", "sliding layers need sliding_window (W)")
             if not slides and self.sliding_window is not None:
@@ -107,6 +107,8 @@ class ModelConfig(ModelFields):
         rules.check_mla(self)
         rules.check_gemma(self)
         rules.check_mixers(self)
+        rules.check_hyper(self)
+        rules.check_shared_kv(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
@@ -197,6 +199,14 @@ class Workload(Record):
 def check(model: ModelConfig, wl: Workload) -> None:
     """Rules that need both the model and the workload."""
     p = wl.tp
+    if model.shared_kv:  # DeepSeek-V4's attention: as transformers runs it
+        for key, bad in (("attention_flops", wl.attention_flops == "causal"),
+                         ("padding_mask", wl.padding_mask)):
+            if bad:
+                raise ShapecalcError(key, "DeepSeek-V4's attention (shared_kv) is modelled "
+                                     "eager (all scores), without padding")
+        if (model.o_groups or 1) % p:  # its heads split, so are the output's groups
+            raise ShapecalcError("tp", f"p={p} does not divide g={model.o_groups} output groups")
     if model.n_heads % p:
         raise ShapecalcError("tp", f"p={p} does not divide H={model.n_heads} query heads")
     if model.d_ff % p:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import gemma
+from . import gemma, hyper
+from .compressed import v4_attention
 from .config import ModelConfig, Workload
 from .expr import Dim
 from .gated_deltanet import gated_deltanet_mixer
@@ -53,6 +54,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     if m.positions in ("learned", "sinusoidal"):
         x = ops.positions(x, m.positions, m.max_positions)
     angles = gemma.rope_angles(ops, m, z.Tq, z.Dr if m.mla else _rotary(m, z))
+    if m.hc_streams:  # the residual becomes n_hc streams [B,T,n_hc,D]
+        x = hyper.expand(ops, m, z, x)
 
     plan = layer_plan(m)
     for layer, spec, _ in ops.layers(plan):
@@ -62,6 +65,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
         _mtp(ops, m, wl, z, plan, ids, x, angles)
 
     ops.group("head")
+    if m.hc_streams:
+        x = hyper.head(ops, m, z, x)
     if m.norm_position != "post":
         x = ops.norm(x, "head.norm", "final norm")
     if wl.logits == "last":
@@ -126,8 +131,9 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, True)
     if spec.norm_position != "post":  # pre, and sandwich/output (their branches normed too)
         pre = spec.norm_position != "output"  # OLMo 2: no pre-norms
-        h = ops.norm(x, "attn.norm", "attention norm") if pre else x
-        attend = mla_attention if m.mla else _attention
+        h, mix = hyper.open_half(ops, m, z, x, "attn") if m.hc_streams else (x, None)
+        h = ops.norm(h, "attn.norm", "attention norm") if pre else h
+        attend = mla_attention if m.mla else v4_attention if m.shared_kv else _attention
         a = attend(ops, m, spec, wl, z, h, layer, angles)
         if m.parallel_block:  # x + attn(h) + ffn(h), one all-reduce
             if m.parallel_norms == 2:  # GPT-NeoX, Falcon's new decoder: the FFN's own norm of x
@@ -140,7 +146,8 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         if z.p > 1:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
         a = gemma.post_norm(ops, spec, a, "attn")
-        x = ops.add(x, _branch(ops, m, a), "residual", "residual")
+        x = hyper.close_half(ops, x, a, mix, "attn") if mix else ops.add(
+            x, _branch(ops, m, a), "residual", "residual")
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, pre)
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
     a = _attention(ops, m, spec, wl, z, x, layer, angles)
@@ -155,9 +162,13 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
 
 def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre: bool) -> Any:
     """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
-    h = ops.norm(x, "ffn.norm", "FFN norm") if pre else x
-    f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
+    h, mix = hyper.open_half(ops, m, z, x, "ffn") if m.hc_streams else (x, None)
+    h = ops.norm(h, "ffn.norm", "FFN norm") if pre else h
+    f = _moe(ops, m, z, h, z.p > 1, spec.hash_route) if spec.ffn == "moe" else _ffn(
+        ops, m, z, h, z.p > 1)
     f = gemma.post_norm(ops, spec, f, "ffn")
+    if mix:  # hyper-connections: post ⊗ f + combᵀ·x
+        return hyper.close_half(ops, x, f, mix, "ffn")
     return ops.add(x, _branch(ops, m, f), "residual", "residual")
 
 
@@ -257,6 +268,8 @@ def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | 
     if m.gated:
         g = ops.linear(h, f"{role}.gate", f"{label} gate", z.D, w, m.ffn_bias, "column")
         u = ops.linear(h, f"{role}.up", f"{label} up", z.D, w, m.ffn_bias, "column")
+        if m.swiglu_limit is not None:
+            g, u = clamped(ops, m, role, g, u)
         u = ops.mul(ops.activation(g, f"{role}.act", "activation", act), u, f"{role}.mul",
                     "gate ⊙ up")
     else:
@@ -266,12 +279,24 @@ def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | 
     return ops.allreduce(y, "comm.allreduce", "FFN all-reduce") if reduce else y
 
 
-def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool) -> Any:
+def clamped(ops: Ops, m: ModelConfig, role: str, g: Any, u: Any) -> tuple[Any, Any]:
+    """Clamped SwiGLU (DeepSeek-V4): gate ≤ L, −L ≤ up ≤ L, before the activation (the dense
+    and shared FFNs here, the routed experts in each interpreter's experts())."""
+    L = m.swiglu_limit
+    assert L is not None
+    return (ops.clamp(g, f"{role}.clamp", "gate clamp", None, L),
+            ops.clamp(u, f"{role}.clamp", "up clamp", -L, L))
+
+
+def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, by_id: bool = False) -> Any:
     """Mixture-of-Experts: a router picks k of E experts per token; their outputs are combined
     by the routing weights; shared experts (if any) see every token. Under tensor parallelism
     each expert's Dff_e is split as a dense FFN's is, and the sum is all-reduced once."""
     logits = ops.linear(h, "moe.router", "router", z.D, z.E, m.router_bias, "replicated")
-    routing = ops.route(logits, "moe.route", "routing", z.k)
+    if m.router_softcap is not None:  # Laguna: c·tanh(logits/c) before the scoring
+        logits = ops.softcap(logits, "moe.router.softcap", "router logit softcap",
+                             m.router_softcap)
+    routing = ops.route(logits, "moe.route", "routing", z.k, by_id)
     y = ops.experts(h, routing, z.D, z.E, z.k, z.Dffe)
     if m.routed_scaling_factor is not None:
         y = ops.scale(y, "moe.scale", "routed scaling", m.routed_scaling_factor,

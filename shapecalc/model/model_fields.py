@@ -9,7 +9,7 @@ from typing import Literal
 from .quantization import Quantization
 from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 
-AttentionKind = Literal["full", "sliding", "chunked"]
+AttentionKind = Literal["full", "sliding", "chunked", "hca", "csa"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
 MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "none"]
@@ -94,9 +94,9 @@ class ModelFields(Record):
         False, "a learned bias of E added to the scores for the choice only (AFMoE's expert_bias, "
         "a parameter; DeepSeek's correction bias is a buffer)")
     expert_bias: bool = _doc(False, "biases on the experts' matrices (gpt-oss)")
-    router_scoring: Literal["softmax", "sigmoid", "topk_sigmoid"] = _doc(
+    router_scoring: Literal["softmax", "sigmoid", "topk_sigmoid", "sqrtsoftplus"] = _doc(
         "softmax", "how router logits become scores (topk_sigmoid: the top k logits, then a "
-        "sigmoid of those k, as Llama 4)"
+        "sigmoid of those k, as Llama 4; sqrtsoftplus: √softplus, DeepSeek-V4)"
     )
     norm_topk_prob: bool = _doc(False, "the k chosen scores are renormalised to sum to 1")
     routed_scaling_factor: PosFloat | None = _doc(
@@ -212,6 +212,43 @@ class ModelFields(Record):
                                   "(Qwen3-Next: q_proj's second half)")
     attn_head_gate: bool = _doc(False, "each head's attention output × sigmoid(x·W_g), W_g [D, H]: "
                                 "one gate a head (LFM3's g_proj)")
+    # routing and activation variants (DeepSeek-V4, Laguna)
+    router_softcap: PosFloat | None = _doc(None, "c: router logits ← c·tanh(logits/c) before "
+                                           "the scoring (moe_router_logit_softcapping)")
+    hash_moe_layers: NonNeg = _doc(0, "the first n MoE layers choose their k experts by the "
+                                   "token id (DeepSeek-V4's hash_moe: a frozen [N_vocab, k] "
+                                   "tid2eid table, a buffer); the scores still weigh them")
+    swiglu_limit: PosFloat | None = _doc(None, "L: clamped SwiGLU, gate ≤ L and −L ≤ up ≤ L "
+                                         "before the activation (DeepSeek-V4's swiglu_limit)")
+    # DeepSeek-V4's attention: one K=V head over a window W, compressed entries beside it
+    shared_kv: bool = _doc(False, "DeepSeek-V4's attention: q through the latent D_q (q_a, its "
+                           "norm, q_b; each head RMS-normed without γ), one K=V head [D → Dh] "
+                           "(its norm γ), sinks, a window of W keys on every layer, the "
+                           "grouped low-rank output projection; hca layers add compressed "
+                           "entries")
+    o_groups: Pos | None = _doc(None, "g: head groups of the grouped output projection "
+                                "(shared_kv): each group's H·Dh/g → d_g, then g·d_g → D")
+    o_lora_rank: Pos | None = _doc(None, "d_g: each group's width in the grouped output "
+                                   "projection (o_lora_rank)")
+    compress_ratio_hca: Pos | None = _doc(None, "m′: an hca layer compresses each m′ tokens "
+                                          "into one K=V entry (heavily compressed attention)")
+    compress_ratio_csa: Pos | None = _doc(None, "m: a csa layer compresses each m tokens (over "
+                                          "overlapping windows of 2m) into one entry, and its "
+                                          "indexer picks K_sel of them (compressed sparse "
+                                          "attention)")
+    csa_index_heads: Pos | None = _doc(None, "H_I: the csa indexer's query heads "
+                                       "(index_n_heads)")
+    csa_index_head_dim: Pos | None = _doc(None, "D_I: the csa indexer's head width, its own "
+                                          "compressor's entries as wide (index_head_dim)")
+    csa_index_topk: Pos | None = _doc(None, "K_sel: compressed entries each query keeps "
+                                      "(index_topk)")
+    hc_streams: Pos | None = _doc(None, "n_hc: residual streams of the manifold-constrained "
+                                  "hyper-connections (hc_mult); null: one plain residual")
+    hc_sinkhorn_iters: Pos = _doc(20, "t_max: Sinkhorn steps making comb doubly stochastic "
+                                  "(hc_sinkhorn_iters): 2·t_max − 1 normalisations")
+    hc_mixing: Literal["sinkhorn", "none"] = _doc(
+        "sinkhorn", "sinkhorn: DeepSeek-V4's mHC (pre, post and comb, x′ = post ⊗ y + combᵀ·x); "
+        "none: Hunyuan 4's (pre and post only, x′ = post ⊗ y + x: no comb, no Sinkhorn)")
 
     @property
     def kv_heads(self) -> int:

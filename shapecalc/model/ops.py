@@ -156,13 +156,19 @@ class Ops:
         (dropped from the output)."""
         raise NotImplementedError
 
-    def route(self, logits: Any, role: str, name: str, k: Dim) -> Any:
-        """Router logits [B,T,E] → the k chosen experts of each token and their weights."""
+    def route(self, logits: Any, role: str, name: str, k: Dim, by_id: bool = False) -> Any:
+        """Router logits [B,T,E] → the k chosen experts of each token and their weights;
+        `by_id`: the k experts are a function of the token id (hash routing), the scores
+        only weigh them."""
         raise NotImplementedError
 
     def experts(self, h: Any, routing: Any, D: Dim, E: Dim, k: Dim, Dffe: Dim) -> Any:
         """Each token through its k routed experts (a gated or plain FFN of width Dff_e each),
         and their outputs combined by the routing weights: [B,T,D]."""
+        raise NotImplementedError
+
+    def clamp(self, x: Any, role: str, name: str, lo: float | None, hi: float) -> Any:
+        """x clamped to [lo, hi] (no lower bound when lo is None): clamped SwiGLU."""
         raise NotImplementedError
 
     def merge_heads(self, x: Any, role: str, name: str) -> Any:
@@ -216,3 +222,66 @@ class Ops:
         chunked form, decode one step of the recurrence."""
         raise NotImplementedError
 
+
+    # -- hyper-connections (hyper.py) -----------------------------------------------------------
+    def hc_expand(self, x: Any, role: str, name: str, n: Dim) -> Any:
+        """[B,T,D] → [B,T,n_hc,D]: the same vector in each of n_hc residual streams."""
+        raise NotImplementedError
+
+    def hc_flatten(self, x: Any, role: str, name: str) -> Any:
+        """[B,T,n_hc,D] → [B,T,n_hc·D], a view."""
+        raise NotImplementedError
+
+    def hc_weights(self, w: Any, role: str, name: str, n: Dim, iters: int) -> tuple[Any, ...]:
+        """Mixing logits [B,T,(n_hc+2)·n_hc] → (pre, post, comb): σ(l·s+b)+ε, 2σ(l·s+b),
+        softmax(l·s+b)+ε then `iters` Sinkhorn steps; logits [B,T,2·n_hc] (hc_mixing none) →
+        (pre, post): post = 2σ(l·s+b)+ε; with iters 0 (the head), logits [B,T,n_hc] → (pre,).
+        Owns the biases b and the scales s."""
+        raise NotImplementedError
+
+    def hc_collapse(self, x: Any, pre: Any, role: str, name: str) -> Any:
+        """Σ_j pre_j·x_j: [B,T,n_hc,D] and [B,T,n_hc] → [B,T,D]."""
+        raise NotImplementedError
+
+    def hc_merge(self, x: Any, y: Any, post: Any, comb: Any, role: str, name: str) -> Any:
+        """post ⊗ y + combᵀ·x (comb None: + x): streams [B,T,n_hc,D], output [B,T,D] →
+        [B,T,n_hc,D]."""
+        raise NotImplementedError
+
+    # -- DeepSeek-V4's attention (compressed.py) -----------------------------------------------
+    def shared_kv_cache(self, kv: Any, layer: int, Tk: Dim, Tc: Dim) -> Any:
+        """One K=V tensor [B,1,T,Dh] per layer, cached once (it is both key and value):
+        written in prefill, appended to and read whole (Tk tokens) in decode."""
+        raise NotImplementedError
+
+    def compress(self, kv: Any, gate: Any, layer: int, ratio: int, part: str = "hca") -> Any:
+        """DeepSeek-V4's compressor: kv, gate [B,T,Dh] → every compressed entry so far
+        [B,1,n,Dh]; each `ratio` tokens pooled by softmax(gate + position bias) over them, then
+        RMS-normed (γ) and turned by RoPE at the window's position. The tokens of an unfinished
+        window wait in its buffer (a state); the entries are cached like keys. `part` csa or
+        idx (its indexer): kv and gate are 2w wide, each window's pool over 2m slots, its first
+        m the previous window's first half (the last one kept as the overlap state)."""
+        raise NotImplementedError
+
+    def index_select(self, q: Any, k: Any, w: Any, ratio: int, topk: int) -> Any:
+        """The csa indexer's choice: scores Σ_h w_h·ReLU(q_h·kᵀ)/√D_I/√H_I [B,T,n] over every
+        entry, the entries not yet closed masked, the top min(K_sel, n): [B,T,K]
+        (−1 where fewer are closed)."""
+        raise NotImplementedError
+
+    def cat_keys(self, a: Any, b: Any, role: str, name: str) -> Any:
+        """[B,1,Ta,Dh] and [B,1,Tb,Dh] → [B,1,Ta+Tb,Dh] along the keys."""
+        raise NotImplementedError
+
+    def window_mask(self, s: Any, role: str, name: str, window: int | None,
+                    ratio: int | None, selected: Any = None) -> Any:
+        """Prefill scores [B,H,T,T+n]: query t reads keys t−W < j ≤ t and the entries e with
+        (e+1)·m′ ≤ t+1 (their whole window seen); with `selected` (csa: [B,T,K]) only those
+        entries, in decode too; one add per score (eager's additive mask)."""
+        raise NotImplementedError
+
+    def grouped_linear(self, x: Any, role: str, name: str, groups: Dim, d_in: Dim,
+                       d_out: Dim) -> Any:
+        """[B,T,d_in] as `groups` groups of d_in/groups, each through its own [d_in/groups,
+        d_out] block → [B,T,groups·d_out] (a batched matmul: 2·B·T·d_in·d_out)."""
+        raise NotImplementedError

@@ -38,6 +38,8 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
     the same on every tensor-parallel rank (the latent is not split by heads); an expanded cache
     holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
     n = model.mixers.count("attention") if layers is None else layers
+    if model.shared_kv:  # DeepSeek-V4: one K=V tensor per layer (its entries: entry_bytes)
+        return n * model.dh
     if model.mla:
         if mla == "expanded":
             return n * (model.n_heads // p) * (model.dh + model.v_dim)
@@ -86,19 +88,46 @@ def kv_group_bytes(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 
                    mla: str = MLA_DEFAULT) -> list[tuple[Reach, int, int, int]]:
     """(reach, layers, tokens, bytes) of each KV group for one sequence on one rank after the
     step: the tokens each of its layers holds (at most its window) × a token's bytes over them
-    (Gemma 2 at T=8192: 21 layers × 4096 tokens and 21 × 8192, not 42 × 8192)."""
+    (Gemma 2 at T=8192: 21 layers × 4096 tokens and 21 × 8192, not 42 × 8192), and the
+    compressed entries of its layers (DeepSeek-V4: beside the window, not in its tokens)."""
     out = []
     for window, layers in kv_groups(layer_plan(model)):
         tokens = cached_tokens(window, T, phase)
         out.append((window, layers, tokens,
-                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla)))
+                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla)
+                    + nbytes(entry_elements(model, T, phase, window), dtype)))
     return out
 
 
 def kv_bytes_per_sequence(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 1,
                           mla: str = MLA_DEFAULT) -> int:
-    """What one sequence's cache holds on one rank after the step: the groups' sum."""
+    """What one sequence's cache holds on one rank after the step: the groups' sum (compressed
+    entries included)."""
     return sum(g[3] for g in kv_group_bytes(model, dtype, T, phase, p, mla))
+
+
+def entries(ratio: int, T: Any, phase: str) -> Any:
+    """Compressed entries an hca layer holds after the step: ⌊T/m′⌋ (⌊(T+1)/m′⌋ after a
+    decode), one per closed window of m′ tokens (ints, or NumPy arrays)."""
+    return (T + (1 if phase == "decode" else 0)) // ratio
+
+
+def entry_elements(model: ModelConfig, T: Any, phase: str, reach: Any = "every") -> Any:
+    """One sequence's compressed entries over every compressed layer (DeepSeek-V4): ⌊T/m′⌋·Dh
+    each in an hca layer, ⌊T/m⌋·(Dh + D_I) in a csa layer (its indexer's keys beside them);
+    kept beside the paged window, contiguous. `reach`: only the layers of that window's group."""
+    plan = layer_plan(model)
+    out: Any = 0
+    for k, c in zip(plan.kinds, plan.counts, strict=True):
+        if k.compress and (reach == "every" or k.reach == reach):
+            width = model.dh + (model.csa_index_head_dim or 0) * (k.attention == "csa")
+            out = out + entries(k.compress, T, phase) * c * width
+    return out
+
+
+def entry_bytes(model: ModelConfig, dtype: str, T: Any, phase: str) -> Any:
+    """entry_elements in the KV dtype."""
+    return nbytes(entry_elements(model, T, phase), dtype)
 
 
 def paged_blocks(batch: Any, tokens: Any, block_size: int) -> Any:
@@ -115,7 +144,7 @@ def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int
         b = paged_blocks(batch, cached_tokens(window, T, phase), block_size)
         blocks += b
         total += b * block_size * kv_bytes_per_token(model, dtype, p, layers, mla)
-    return blocks, total
+    return blocks, total + batch * entry_bytes(model, dtype, T, phase)
 
 
 # ── Mixture-of-Experts and expert parallelism ───────────────────────────────────────────────────
@@ -151,6 +180,12 @@ def distinct_experts(tokens: Any, model: ModelConfig) -> Any:
 
 
 # ── pipeline parallelism ────────────────────────────────────────────────────────────────────────
+
+
+def residual_width(model: ModelConfig) -> int:
+    """What one token's residual holds between blocks: D, or n_hc·D with hyper-connections
+    (n_hc streams): what crosses a pipeline boundary per token."""
+    return (model.hc_streams or 1) * model.d_model
 
 
 def pp_layers(n_layers: int, s: int) -> list[int]:

@@ -50,6 +50,8 @@ class LayerSpec(NamedTuple):
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
     mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, short_conv…
     shared_topk: bool = False  # DSA: reuses the previous indexer layer's selection (GLM-5)
+    hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
+    compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
 
     @property
     def attends(self) -> bool:
@@ -66,8 +68,12 @@ class LayerSpec(NamedTuple):
         `chunked C=8192`, `full attention · NoPE`."""
         attn = f"sliding window W={self.window}" if self.attention == "sliding" else (
             f"chunked C={self.chunk}" if self.attention == "chunked" else "full attention")
+        if self.compress is not None:
+            attn = (f"compressed m′={self.compress}" if self.attention == "hca" else
+                    f"compressed sparse m={self.compress}") + f" + window W={self.window}"
         attn = MIXER_LABELS.get(self.mixer, attn)
-        ffn = {"moe": " · MoE", "none": " · no FFN"}.get(self.ffn, "")
+        ffn = {"moe": " · hash MoE" if self.hash_route else " · MoE",
+               "none": " · no FFN"}.get(self.ffn, "")
         if self.mixer == "none":  # a block of its channel mixer only
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
         return attn + (" · NoPE" if self.nope else "") + (
@@ -115,13 +121,19 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     nope = set(model.nope_layers or ())
     shared = set(model.index_shared_layers or ())
     specs = [
-        LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
-                  model.norm_position, model.attention_chunk_size if t == "chunked" else None,
-                  i in nope, mx, i in shared)
+        LayerSpec(t, model.sliding_window if t in ("sliding", "hca", "csa") else None, f,
+                  model.norm, model.norm_position,
+                  model.attention_chunk_size if t == "chunked" else None, i in nope, mx,
+                  i in shared, compress={"hca": model.compress_ratio_hca,
+                                         "csa": model.compress_ratio_csa}.get(t))
         if mx == "attention" else LayerSpec("full", None, f, model.norm, model.norm_position,
                                             mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))
     ]
+    if model.hash_moe_layers:  # the first n MoE layers route by the token id
+        moe = [i for i, f in enumerate(ffns) if f == "moe"][: model.hash_moe_layers]
+        for i in moe:
+            specs[i] = specs[i]._replace(hash_route=True)
     runs: list[Run] = []
     for i, spec in enumerate(specs):
         if runs and runs[-1].spec == spec:

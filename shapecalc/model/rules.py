@@ -54,6 +54,8 @@ def check_classic(m: ModelFields) -> None:
     if m.residual_multiplier is not None and m.parallel_block:
         raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
                              "block; a parallel block with it is not modelled")
+    if m.swiglu_limit is not None and m.ffn != "swiglu":
+        raise ShapecalcError("swiglu_limit", f"clamps a SwiGLU's gate and up; ffn is {m.ffn}")
 
 
 DSA_FIELDS = ("index_topk", "index_heads", "index_head_dim")  # DeepSeek Sparse Attention's
@@ -62,7 +64,8 @@ DSA_FIELDS = ("index_topk", "index_heads", "index_head_dim")  # DeepSeek Sparse 
 def check_mla(m: ModelFields) -> None:
     mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
     if not m.mla:
-        given = [f for f in (*mla_fields, *DSA_FIELDS) if getattr(m, f) is not None]
+        given = [f for f in (*mla_fields, *DSA_FIELDS) if getattr(m, f) is not None
+                 and not (f == "q_lora_rank" and m.shared_kv)]  # DeepSeek-V4's q latent
         if given:
             raise ShapecalcError(given[0], "is a Multi-head Latent Attention field, but "
                                  "kv_lora_rank is not set")
@@ -115,7 +118,8 @@ def check_moe(m: ModelFields) -> None:
     moe_fields = ("experts_per_token", "d_ff_expert", "d_ff_shared", "shared_expert_gate",
                   "router_bias", "expert_bias", "norm_topk_prob", "routed_scaling_factor")
     if m.n_experts is None:
-        given = [f for f in moe_fields if getattr(m, f) not in (None, False)]
+        given = [f for f in (*moe_fields, "router_softcap", "hash_moe_layers")
+                 if getattr(m, f) not in (None, False, 0)]
         given += ["n_shared_experts"] if m.n_shared_experts else []
         given += ["router_scoring"] if m.router_scoring != "softmax" else []
         if given:
@@ -141,6 +145,13 @@ def check_moe(m: ModelFields) -> None:
     if m.parallel_block:
         raise ShapecalcError("parallel_block", "a parallel block with Mixture-of-Experts "
                              "layers is not modelled")
+    moe_layers = (m.ffn_types or ("moe",) * m.n_layers).count("moe")
+    if m.hash_moe_layers > moe_layers:
+        raise ShapecalcError("hash_moe_layers", f"{m.hash_moe_layers} hash-routed layers, but "
+                             f"{moe_layers} MoE layers")
+    if m.hash_moe_layers and m.router_scoring == "topk_sigmoid":
+        raise ShapecalcError("hash_moe_layers", "hash routing scores every expert; "
+                             "topk_sigmoid scores only the top k")
 
 
 def check_gemma(m: ModelFields) -> None:
@@ -208,3 +219,69 @@ def check_mixers(m: ModelFields) -> None:
     for f in ("attn_output_gate", "attn_head_gate"):
         if getattr(m, f) and m.mla:
             raise ShapecalcError(f, "is not modelled with Multi-head Latent Attention")
+
+
+def check_hyper(m: ModelFields) -> None:
+    """Hyper-connections: n_hc streams in pre-norm sequential attention blocks."""
+    if m.hc_streams is None:
+        for f, given in (("hc_sinkhorn_iters", m.hc_sinkhorn_iters != 20),
+                         ("hc_mixing", m.hc_mixing != "sinkhorn")):
+            if given:
+                raise ShapecalcError(f, "is a hyper-connection field, but hc_streams is not set")
+        return
+    clashes = {"parallel_block": m.parallel_block, "norm_position": m.norm_position != "pre",
+               "mixer_types": set(m.mixers) != {"attention"}, "mtp_layers": m.mtp_layers > 0,
+               "residual_multiplier": m.residual_multiplier is not None}
+    for f, bad in clashes.items():
+        if bad:
+            raise ShapecalcError(f, "hyper-connections (hc_streams) are modelled in pre-norm "
+                                 "sequential attention blocks without it")
+
+
+V4_FIELDS = ("o_groups", "o_lora_rank", "compress_ratio_hca", "compress_ratio_csa",
+             "csa_index_heads", "csa_index_head_dim", "csa_index_topk")
+CSA_FIELDS = ("compress_ratio_csa", "csa_index_heads", "csa_index_head_dim", "csa_index_topk")
+
+
+def check_shared_kv(m: ModelFields) -> None:
+    """DeepSeek-V4's attention: its fields together, a window on every layer, m′ ≤ W."""
+    types = m.layer_types or ()
+    if not m.shared_kv:
+        given = [f for f in V4_FIELDS if getattr(m, f) is not None]
+        given += ["layer_types"] if {"hca", "csa"} & set(types) else []
+        if given:
+            raise ShapecalcError(given[0], "is DeepSeek-V4 attention's, but shared_kv is not set")
+        return
+    need = ("o_groups", "o_lora_rank", "q_lora_rank", "sliding_window")
+    for f in need:
+        if getattr(m, f) is None:
+            raise ShapecalcError(f, "DeepSeek-V4's attention (shared_kv) needs it")
+    if "hca" in types and m.compress_ratio_hca is None:
+        raise ShapecalcError("compress_ratio_hca", "hca layers need m′")
+    if m.compress_ratio_hca is not None and "hca" not in types:
+        raise ShapecalcError("compress_ratio_hca", "is set, but no layer in layer_types is hca")
+    for f in CSA_FIELDS:
+        if ("csa" in types) != (getattr(m, f) is not None):
+            raise ShapecalcError(f, "csa layers need it" if "csa" in types else
+                                 "is a csa field, but no layer in layer_types is csa")
+    for f in ("compress_ratio_hca", "compress_ratio_csa"):
+        if (r := getattr(m, f)) is not None and r > m.sliding_window:  # type: ignore[operator]
+            raise ShapecalcError(f, f"{r} exceeds the window W={m.sliding_window}: an entry "
+                                 "must close inside it")
+    if m.csa_index_head_dim is not None and m.rot > m.csa_index_head_dim:
+        raise ShapecalcError("csa_index_head_dim", f"D_I={m.csa_index_head_dim} is narrower "
+                             f"than the R={m.rot} dims RoPE turns")
+    if any(t not in ("sliding", "hca", "csa") for t in types) or not types:
+        raise ShapecalcError("layer_types", "DeepSeek-V4's layers are sliding, hca or csa "
+                             "(each has the window W)")
+    if m.n_heads * m.dh % m.o_groups:  # type: ignore[operator]
+        raise ShapecalcError("o_groups", f"g={m.o_groups} does not divide H·Dh="
+                             f"{m.n_heads * m.dh}")
+    clashes = {"n_kv_heads": m.kv_heads != 1, "kv_lora_rank": m.mla, "fused_qkv": m.fused_qkv,
+               "qk_norm": m.qk_norm, "qkv_bias": m.qkv_bias, "attn_out_bias": m.attn_out_bias,
+               "positions": m.positions != "rope", "parallel_block": m.parallel_block,
+               "attn_output_gate": m.attn_output_gate, "mtp_layers": m.mtp_layers > 0}
+    for f, bad in clashes.items():
+        if bad:
+            raise ShapecalcError(f, "does not apply to DeepSeek-V4's attention (shared_kv: one "
+                                 "K=V head, RoPE, no biases)")

@@ -18,6 +18,7 @@ from ..model.parallel import (
     kv_bytes_per_token,
     kv_groups,
     pp_layers,
+    residual_width,
     stage_group_layers,
     stage_params,
 )
@@ -94,8 +95,10 @@ def compare(
                 model, wl.kv, wl.seq, "prefill", wl.tp, wl.mla),
             "kv_cache_bytes_per_rank": tp["kv_cache_bytes_per_rank"],
             "state_cache_bytes_per_rank": tp["state_cache_bytes_per_rank"],
-            # the residual stream [B,T,D] that crosses a pipeline boundary (whether or not pp>1)
-            "pp_boundary_bytes_per_crossing": nbytes(wl.batch * wl.seq * model.d_model, wl.act),
+            # the residual stream [B,T,D] (n_hc·D wide with hyper-connections) that crosses a
+            # pipeline boundary (whether or not pp>1)
+            "pp_boundary_bytes_per_crossing": nbytes(wl.batch * wl.seq * residual_width(model),
+                                                     wl.act),
             "prefill_flops": pre["totals"]["flops"],
             "prefill_flops_per_rank": tp["flops_per_rank"],
             "decode_flops": None,

@@ -64,6 +64,7 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     best: Any = None
     weights = kv = stage = tokens_fit = None
     states = stage_state_bytes(cf, s, pre)
+    entries = stage_entry_bytes(cf, s, pre)
     state: Any = None
     for i, (k, w_i, kv_i) in enumerate(stage_bytes(cf, p, s, pre, wbits, kvbits, ep)):
         st_i = states[i]
@@ -77,8 +78,9 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
             weights, kv = xp.where(more, w_i, weights), xp.where(more, kv_i, kv)
             state = xp.where(more, st_i, state)
             stage = xp.where(more, i, stage)
-        # the batch's states take their fixed slots first; the KV tokens fit in the rest
-        free = xp.maximum(usable - w_i - act - st_i, 0)
+        # the batch's states take their fixed slots first (and the compressed entries of the
+        # planned T); the KV tokens fit in the rest
+        free = xp.maximum(usable - w_i - act - st_i - entries[i], 0)
         t_i = free // (bs * k * tok_layer) * bs
         tokens_fit = t_i if tokens_fit is None else xp.minimum(tokens_fit, t_i)
     total = weights + kv + state + act + reserve  # type: ignore[operator]
@@ -104,6 +106,15 @@ def stage_state_bytes(cf: ClosedForm, s: int, pre: dict[str, Any]) -> list[Any]:
             for counts in stage_kind_counts(plan, s)]
 
 
+def stage_entry_bytes(cf: ClosedForm, s: int, pre: dict[str, Any]) -> list[Any]:
+    """DeepSeek-V4's compressed entries of the batch on each pipeline stage (its compressed
+    layers' `pre` entry_bytes@kind): they grow with T beside the paged window (0 elsewhere)."""
+    plan = layer_plan(cf.model)
+    return [sum((c * pre[f"entry_bytes@{k}"] for k, c in enumerate(counts)
+                 if c and plan.kinds[k].compress), 0)
+            for counts in stage_kind_counts(plan, s)]
+
+
 def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any, kvbits: Any,
                 ep: int = 1) -> list[tuple[int, Any, Any]]:
     """(layers, weight bytes, paged KV cache bytes) of one rank of each pipeline stage (`pre`:
@@ -119,9 +130,10 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
     weights = ([w + 0 * wbits for w in cf.stage_weight_bytes(p, s, ep)]  # shaped as wbits
                if cf.weights is not None else
                [bytes_of(params, wbits) for params in cf.stage_params(p, s, ep)])
-    return [(k, w, sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c))
-            for k, per_group, w in zip(
-                pp_layers(m.n_layers, s), stage_group_layers(plan, s), weights, strict=True)]
+    entries = stage_entry_bytes(cf, s, pre)
+    return [(k, w, sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c) + e)
+            for k, per_group, w, e in zip(pp_layers(m.n_layers, s), stage_group_layers(plan, s),
+                                          weights, entries, strict=True)]
 
 
 def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: Any) -> Any:

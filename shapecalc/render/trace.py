@@ -169,10 +169,13 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
             f"{k['per_layer']:,}",
             f"attention {k['attention_per_layer']:,} · FFN {k['ffn_per_layer']:,} · "
             f"norms {k['norms_per_layer']:,}"
-            + (f" · mixer {k['mixer_per_layer']:,}" if k.get("mixer_per_layer") else ""),
+            + (f" · mixer {k['mixer_per_layer']:,}" if k.get("mixer_per_layer") else "")
+            + (f" · mHC {k['hyper_per_layer']:,}" if k.get("hyper_per_layer") else "")
+            + (f" · compressors {c:,}" if (c := k.get("compressor_per_layer")) else ""),
         )
     t.add_row("  N layers", f"{pb['layers']:,}", "")
-    t.add_row("  final norm", f"{pb['final_norm']:,}", "")
+    t.add_row("  final norm", f"{pb['final_norm']:,}",
+              f"after the mHC head's {pb['hyper_head']:,}" if pb.get("hyper_head") else "")
     t.add_row("  LM head", f"{pb['lm_head']:,}",
               "tied: counted once" if doc["model"]["tie_embeddings"] else "")
     t.add_row(f"matmul FLOPs ({wl['phase']})", f"{tot['flops']:,}", human_flops(tot["flops"]))
@@ -264,15 +267,13 @@ def parallel_panel(doc: dict[str, Any], console: Console) -> Any:
                       "expected under uniform routing")
     t.add_row("pipeline stages s", str(pp["stages"]), "" if pp["stages"] > 1 else "all N layers")
     if pp["stages"] > 1:
-        t.add_row(
-            "  layers per stage",
-            " · ".join(str(x) for x in pp["layers_per_stage"]),
-            "remainder before the last stage, as vLLM",
-        )
+        t.add_row("  layers per stage", " · ".join(str(x) for x in pp["layers_per_stage"]),
+                  "remainder before the last stage, as vLLM")
         t.add_row(
             "  boundary activation",
             f"{pp['boundary_bytes']:,}",
-            f"{human_bytes(pp['boundary_bytes'])} = B·T·D·bytes, at each of "
+            f"{human_bytes(pp['boundary_bytes'])} = B·T·"
+            f"{'n_hc·' if doc['model'].get('hc_streams') else ''}D·bytes, at each of "
             f"{pp['boundaries']} boundar{'y' if pp['boundaries'] == 1 else 'ies'}",
         )
         t.add_row(
@@ -333,6 +334,8 @@ def breakdown_items(doc: dict[str, Any], memory: bool = True
         (f"attention × {n}", sum(k["attention_per_layer"] * k["count"] for k in kinds)),
         (f"FFN × {n}", sum(k["ffn_per_layer"] * k["count"] for k in kinds)),
         ("token mixers", sum(k.get("mixer_per_layer", 0) * k["count"] for k in kinds)),
+        ("hyper-connections", sum(k.get("hyper_per_layer", 0) * k["count"] for k in kinds)
+         + pb.get("hyper_head", 0)),
         ("norms", sum(k["norms_per_layer"] * k["count"] for k in kinds) + pb["final_norm"]
          + pb.get("embedding_norm", 0)),
         ("LM head", pb["lm_head"]),

@@ -62,6 +62,18 @@ def check_trainable(model: ModelConfig) -> None:
         raise ShapecalcError("model", "its DeepSeek Sparse Attention (index_topk) has no "
                              "backward rules yet: train and verify --train take attention "
                              "models without an indexer")
+    if model.hc_streams is not None:  # no backward rules for the streams' mixing yet
+        raise ShapecalcError("hc_streams", "hyper-connections have no backward rules yet: train "
+                             "and verify --train take models with one plain residual")
+    variants = {"shared_kv": model.shared_kv,  # DeepSeek-V4's attention and compressors
+                "swiglu_limit": model.swiglu_limit is not None,
+                "hash_moe_layers": model.hash_moe_layers > 0,
+                "router_softcap": model.router_softcap is not None,
+                "router_scoring": model.router_scoring == "sqrtsoftplus"}
+    for key, given in variants.items():  # DeepSeek-V4's routing and activation variants
+        if given:
+            raise ShapecalcError(key, "has no backward rule yet: train and verify --train do "
+                                 "not count it")
 
 
 def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:
