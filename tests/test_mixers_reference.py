@@ -83,7 +83,8 @@ def test_live():
     assert live == {k: case[k] for k in ("params_meta", "steps")}
 
 
-PRESETS = ("nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b")
+PRESETS = ("nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b",
+           "jamba-mini-1.5")
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -89,7 +89,13 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
         kd, vd = m.gdn_qk_heads * m.gdn_qk_dim, m.gdn_v_heads * m.gdn_v_dim
         gdn = (d * (2 * kd + 2 * vd) + d * 2 * m.gdn_v_heads + (2 * kd + vd) * kc
                + 2 * m.gdn_v_heads + m.gdn_v_dim + vd * d)
-    token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "none": -norm}
+    m1 = 0
+    if m.mamba_expand is not None:  # JambaMambaMixer: in, conv, x_proj, dt_proj, A_log, D, out
+        i, r, b = m.mamba_inner, m.mamba_dt_rank, m.mamba_proj_bias
+        m1 = (d * 2 * i + 2 * i * b + i * kc + i * m.conv_bias + i * (r + 2 * ns) + r * i + i
+              + i * ns + i + i * d + d * b + (r + 2 * ns) * m.mamba_bcdt_norm)
+    token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "none": -norm,
+             "mamba1": m1}
     sw = m.n_shared_experts * m.dff_shared
     moe = (d * (m.n_experts or 0) + (m.n_experts or 0) * 3 * d * m.dff_expert + 3 * d * sw
            + d * m.shared_expert_gate)

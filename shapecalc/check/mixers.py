@@ -1,5 +1,6 @@
 """verify's checks of the stateful token mixers: the state bytes, and each chunked scan equal to
-the plain step-by-step recurrence (both run in float64 by the executor, interpret/mamba2.py)."""
+the plain step-by-step recurrence (both run in float64 by the executor, interpret/mamba2.py), and
+Mamba-1's prefill scan equal to T single-token decode steps (interpret/mamba1.py)."""
 
 from __future__ import annotations
 
@@ -21,4 +22,9 @@ def state_checks(stages: list[Stage], traced: int, measured: Any) -> list[dict]:
         out.append({"name": f"chunked scan == step-by-step recurrence (float64, relative, "
                             f"{len(errs)} layer(s))", "symbolic": f"≤ {SCAN_TOL:g}",
                     "measured": f"{max(errs):.1e}", "ok": max(errs) <= SCAN_TOL})
+    steps = [s.extra["scan_steps_rel_err"] for s in stages if "scan_steps_rel_err" in s.extra]
+    if steps:  # Mamba-1's one form: the prefill's scan against T single-token decode steps
+        out.append({"name": f"prefill scan == T single-token decode steps (float64, relative, "
+                            f"{len(steps)} layer(s))", "symbolic": f"≤ {SCAN_TOL:g}",
+                    "measured": f"{max(steps):.1e}", "ok": max(steps) <= SCAN_TOL})
     return out

@@ -118,6 +118,8 @@ class ClosedForm:
             # ⌈T/L⌉ chunks; max(T, K_c) conv inputs
             chunks.add(m.scan_chunk)  # type: ignore[arg-type]
             cuts.add(m.conv_kernel)  # type: ignore[arg-type]
+        if "mamba1" in m.mixers and phase == "prefill":  # no chunk: max(T, K_c) conv inputs
+            cuts.add(m.conv_kernel)  # type: ignore[arg-type]
         return cuts, chunks
 
     def interval(self, phase: str, t: int) -> tuple[int, int | None]:

@@ -21,7 +21,7 @@ from .hf_base import Family, Refusal
 from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_families_2025 import NEW
 from .hf_llama4 import llama4
-from .hf_mamba import nemotron_h
+from .hf_mamba import jamba, nemotron_h
 
 SILU, BODY, _llama = llama.SILU, llama.BODY, llama.class_defaults
 
@@ -121,6 +121,22 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                               "time_step_min", "time_step_max", "time_step_floor",
                               "mamba_ssm_cache_dtype", "mamba_hidden_act",
                               "rescale_prenorm_residual", "num_logits_to_keep"})),
+    # JambaModel: Mamba-1 (selective scan, RMSNorms on Δ, B, C) and attention without RoPE 7:1,
+    # a Mixtral MoE (top-k of the softmax, not renormalised) on every other layer
+    Family("jamba", "Jamba: Mamba-1 and attention 7:1, MoE every other layer",
+           (*BODY, jamba),
+           _llama(8, 262144, vocab_size=65536, num_experts_per_tok=2, num_experts=16,
+                  expert_layer_period=2, expert_layer_offset=1, attn_layer_period=8,
+                  attn_layer_offset=4, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+                  mamba_dt_rank="auto", mamba_conv_bias=True, mamba_proj_bias=False),
+           aliases={"num_experts": ("num_local_experts",)},
+           # the conv's activation is hidden_act (the scan's gate is SiLU whatever it is)
+           refuse={"hidden_act": Refusal(("silu", "swish"), "{value!r}: Jamba's Mamba conv "
+                                         "takes hidden_act; only SiLU is modelled", "silu")},
+           # JambaAttention passes no window; the Hub's config.json carries these
+           ignored=frozenset({"sliding_window", "num_logits_to_keep", "use_mamba_kernels"}),
+           widths=dict(vocab_size=65536, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32)),
     Family("llama", "Llama 2/3: GQA, SwiGLU, RMSNorm, RoPE",
            (*BODY, llama.attention_bias, llama.mlp_bias), _llama(None, 2048)),
     # MistralAttention/MistralMLP use bias=False

@@ -62,3 +62,64 @@ def nemotron_h(h: HF, f: Fields) -> None:
         for k in ("ssm_heads", "ssm_head_dim", "ssm_state", "conv_kernel", "scan_chunk"):
             f[k] = None
         f["ssm_groups"] = 1
+
+
+def _period(h: HF, kind: str) -> tuple[int, int]:
+    """Jamba's every-period-th layer from offset (JambaConfig.validate_architecture: offset <
+    period)."""
+    period, offset = h.get(f"{kind}_layer_period"), h.get(f"{kind}_layer_offset")
+    if type(period) is not int or period < 1:
+        raise ShapecalcError(f"{kind}_layer_period", f"must be a positive integer, not {period!r}")
+    if type(offset) is not int or not 0 <= offset < period:
+        raise ShapecalcError(f"{kind}_layer_offset", f"{offset!r} must be a whole number below "
+                             f"{kind}_layer_period={period}")
+    return period, offset
+
+
+def _positive(h: HF, key: str, what: str) -> int:
+    v = h.get(key)
+    if type(v) is not int or v < 1:
+        raise ShapecalcError(key, f"{what} must be a positive integer, not {v!r}")
+    return v
+
+
+@mechanism("attn_layer_period", "attn_layer_offset", "expert_layer_period",
+           "expert_layer_offset", "num_experts", "num_experts_per_tok", "mamba_d_state",
+           "mamba_d_conv", "mamba_expand", "mamba_dt_rank", "mamba_conv_bias", "mamba_proj_bias",
+           "layers_block_type", "layer_types")
+def jamba(h: HF, f: Fields) -> None:
+    """JambaAttentionDecoderLayer / JambaMambaDecoderLayer: x + mixer(RMSNorm(x)), then x +
+    FFN(RMSNorm(x)); the mixer attention without RoPE on every attn_layer_period-th layer from
+    attn_layer_offset, else Mamba-1 (JambaMambaMixer: RMSNorms on Δ, B, C); the FFN a MoE of
+    num_experts (softmax top-k, not renormalised) on every expert_layer_period-th layer from
+    expert_layer_offset when num_experts > 1, else a SwiGLU MLP."""
+    for key in ("layers_block_type", "layer_types"):  # JambaConfig's properties: no setter
+        if h.get(key) is not None:
+            raise ShapecalcError(key, "JambaConfig computes it from attn_layer_period and "
+                                 "attn_layer_offset and cannot take it")
+    n = f["n_layers"]
+    ap, ao = _period(h, "attn")
+    ep, eo = _period(h, "expert")
+    experts = h.one_of("num_experts")  # or num_local_experts (attribute_map)
+    if type(experts) is not int or experts < 1:
+        raise ShapecalcError("num_experts", f"E must be a positive integer, not {experts!r}")
+    mixers = tuple("attention" if i % ap == ao else "mamba1" for i in range(n))
+    ffns = tuple("moe" if experts > 1 and i % ep == eo else "dense" for i in range(n))
+    f.update(positions="none", mixer_types=mixers if "mamba1" in mixers else None)
+    if "moe" in ffns:
+        k = _positive(h, "num_experts_per_tok", "k")
+        f.update(n_experts=experts, experts_per_token=k,
+                 ffn_types=ffns if "dense" in ffns else None)
+    if "mamba1" not in mixers:  # the Mamba-1 sizes belong to Mamba-1 layers
+        return
+    rank = h.get("mamba_dt_rank")
+    if rank == "auto":  # JambaConfig.__post_init__: ⌈D/16⌉
+        rank = -(-f["d_model"] // 16)
+    if type(rank) is not int or rank < 1:
+        raise ShapecalcError("mamba_dt_rank", f"R_dt must be a positive integer or 'auto', not "
+                             f"{rank!r}")
+    f.update(mamba_expand=_positive(h, "mamba_expand", "e"), mamba_dt_rank=rank,
+             ssm_state=_positive(h, "mamba_d_state", "N_s"),
+             conv_kernel=_positive(h, "mamba_d_conv", "K_c"),
+             conv_bias=bool(h.get("mamba_conv_bias")),
+             mamba_proj_bias=bool(h.get("mamba_proj_bias")), mamba_bcdt_norm=True)

@@ -67,8 +67,10 @@ def conv1d(self: NumericBase, x: np.ndarray, layer: int, role: str, name: str, c
 
 
 def _conv_parts(self: NumericBase, role: str) -> list[int]:
-    """The conv's channels by part: Mamba-2's x, B, C; gated DeltaNet's q, k, v."""
+    """The conv's channels by part: Mamba-2's x, B, C; gated DeltaNet's q, k, v; Mamba-1's x."""
     m = self.m
+    if role == "mamba.conv":  # Mamba-1: the D_i channels of x
+        return [m.mamba_inner]
     if role == "ssm.conv":
         gn = m.ssm_groups * (m.ssm_state or 0)
         return [m.ssm_inner, gn, gn]

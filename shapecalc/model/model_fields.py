@@ -12,7 +12,7 @@ from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
-MixerKind = Literal["attention", "mamba2", "gated_deltanet", "none"]
+MixerKind = Literal["attention", "mamba2", "gated_deltanet", "mamba1", "none"]
 
 
 
@@ -173,8 +173,8 @@ class ModelFields(Record):
 
     # Stateful token mixers: each layer's mixer, and Mamba-2's sizes (state-space duality)
     mixer_types: tuple[MixerKind, ...] | None = _doc(
-        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, or none (a "
-        "block of its channel mixer only); default: attention in every layer")
+        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, mamba1, or "
+        "none (a block of its channel mixer only); default: attention in every layer")
     ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
     ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
                                     "H_s·D_s (mamba_head_dim)")
@@ -196,6 +196,16 @@ class ModelFields(Record):
     gdn_fused_proj: bool = _doc(True, "gated DeltaNet's input projections fused in two, [D → "
                                 "q, k, v, z] and [D → b, a] (Qwen3-Next), or four (Qwen3.5: "
                                 "in_proj_qkv, _z, _b, _a); changes the listing, not the numbers")
+    # Mamba-1 (Jamba): the selective scan, a state N_s per channel of the inner width D_i = e·D
+    mamba_expand: Pos | None = _doc(None, "e: Mamba-1's expansion; its inner width D_i = e·D "
+                                    "(mamba_expand)")
+    mamba_dt_rank: Pos | None = _doc(None, "R_dt: the rank of Mamba-1's Δ projection, x_proj "
+                                     "[D_i → R_dt + 2·N_s] then dt_proj [R_dt → D_i] "
+                                     "(mamba_dt_rank)")
+    mamba_proj_bias: bool = _doc(False, "biases on Mamba-1's in_proj and out_proj "
+                                 "(mamba_proj_bias)")
+    mamba_bcdt_norm: bool = _doc(False, "RMSNorms on Mamba-1's Δ, B and C after x_proj "
+                                 "(Jamba's dt_layernorm, b_layernorm, c_layernorm)")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
 
@@ -228,6 +238,11 @@ class ModelFields(Record):
     def ssm_conv_dim(self) -> int:
         """D_conv = I + 2·G·N_s: the channels the convolution turns (x, B and C)."""
         return self.ssm_inner + 2 * self.ssm_groups * (self.ssm_state or 0)
+
+    @property
+    def mamba_inner(self) -> int:
+        """D_i = e·D: Mamba-1's inner width (x and the gate z each; its conv channels)."""
+        return (self.mamba_expand or 0) * self.d_model
 
     @property
     def gdn_conv_dim(self) -> int:

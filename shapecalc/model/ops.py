@@ -183,3 +183,8 @@ class Ops:
         chunked form, decode one step of the recurrence."""
         raise NotImplementedError
 
+    def selective_scan(self, x: Any, dt: Any, b: Any, c: Any, layer: int) -> Any:
+        """Mamba-1's selective scan: x and dt [B,T,D_i], b and c [B,T,N_s] → y [B,T,D_i] (with
+        the skip D·x); each channel's state [D_i, N_s] is kept. One form: the recurrence, T
+        steps in prefill, one in decode."""
+        raise NotImplementedError

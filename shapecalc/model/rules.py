@@ -129,6 +129,7 @@ def check_gemma(m: ModelFields) -> None:
 
 MAMBA2_FIELDS = ("ssm_heads", "ssm_head_dim", "ssm_state")
 GDN_FIELDS = ("gdn_qk_heads", "gdn_v_heads", "gdn_qk_dim", "gdn_v_dim")
+MAMBA1_FIELDS = ("mamba_expand", "mamba_dt_rank", "ssm_state")  # N_s: Mamba-2's too
 SCAN_FIELDS = ("conv_kernel", "scan_chunk")  # both stateful mixers' convolution and chunk
 
 
@@ -153,15 +154,21 @@ def check_mixers(m: ModelFields) -> None:
                              f"N={m.n_layers}")
     if m.ffn_types is not None and len(m.ffn_types) != m.n_layers:
         raise ShapecalcError("ffn_types", f"lists {len(m.ffn_types)} layers, but N={m.n_layers}")
-    _fields_of(m, "mamba2", MAMBA2_FIELDS, ["ssm_groups"] if m.ssm_groups != 1 else [])
+    mamba1 = "mamba1" in m.mixers
+    _fields_of(m, "mamba2", MAMBA2_FIELDS[:2] if mamba1 else MAMBA2_FIELDS,
+               ["ssm_groups"] if m.ssm_groups != 1 else [])
     _fields_of(m, "gated_deltanet", GDN_FIELDS, [])
-    stateful = {"mamba2", "gated_deltanet"} & set(m.mixers)
-    for f in SCAN_FIELDS:
-        if stateful and getattr(m, f) is None:
-            raise ShapecalcError(f, f"{min(stateful)} layers (mixer_types) need it")
-        if not stateful and getattr(m, f) is not None:
+    _fields_of(m, "mamba1", MAMBA1_FIELDS[:2] if "mamba2" in m.mixers else MAMBA1_FIELDS,
+               [f for f in ("mamba_proj_bias", "mamba_bcdt_norm") if getattr(m, f)])
+    stateful = {"mamba2", "gated_deltanet", "mamba1"} & set(m.mixers)
+    for f in SCAN_FIELDS:  # Mamba-1's scan has no chunk: only its conv needs K_c
+        users = stateful - {"mamba1"} if f == "scan_chunk" else stateful
+        if users and getattr(m, f) is None:
+            raise ShapecalcError(f, f"{min(users)} layers (mixer_types) need it")
+        if not users and getattr(m, f) is not None:
             raise ShapecalcError(f, "is a stateful mixer's field, but no layer in mixer_types "
-                                 "is mamba2 or gated_deltanet")
+                                 "is mamba2 or gated_deltanet" + (
+                                     "" if f == "scan_chunk" else " or mamba1"))
     if "mamba2" in m.mixers and m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
         raise ShapecalcError("ssm_groups", f"G={m.ssm_groups} does not divide H_s="
                              f"{m.ssm_heads}: each group's B and C serve whole heads")

@@ -42,6 +42,8 @@ class Sizes(NamedTuple):
     Dqk: Dim  # gated DeltaNet: a query/key head's width
     Hv: Dim  # gated DeltaNet: value heads
     Dhv: Dim  # gated DeltaNet: a value head's width
+    Di: Dim  # Mamba-1: the inner width e·D
+    Rdt: Dim  # Mamba-1: the rank of the Δ projection
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -137,6 +139,8 @@ class Sizes(NamedTuple):
             Dqk=of("D_qk", model.gdn_qk_dim or 0),
             Hv=shard("H_v", model.gdn_v_heads or 0),
             Dhv=of("D_hv", model.gdn_v_dim or 0),
+            Di=of("D_i", model.mamba_inner),
+            Rdt=of("R_dt", model.mamba_dt_rank or 0),
             p=p,
             kv_replicated=replicated,
             T=T,
