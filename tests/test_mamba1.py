@@ -155,3 +155,10 @@ def test_closed_form_equals_the_trace():
                                    (2, 4, "prefill", 3), (1, 57, "prefill", 1),
                                    (2, 1, "decode", 1), (4, 33, "decode", 2))]
     assert_equal_at(model, ClosedForm(model, logits="all"), points)
+
+
+def test_serve_refuses_mamba1_in_one_line(cli, tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(M1))
+    r = cli("serve", "--config", str(path), "--gpu", "h100-sxm")
+    assert r.code == 2 and "mamba1" in r.err and len(r.err.strip().splitlines()) == 1, r.err
