@@ -50,6 +50,8 @@ SWITCH_ON = {
     "smollm3": {"use_sliding_window": True, "sliding_window": 4096},
     # K-EXAONE's config gives layer_types (its "LLLG" pattern is read only without them)
     "exaone_moe": {"layer_types": None, "sliding_window_pattern": 4},
+    # Falcon-H1's inner width is mamba_expand·D only where mamba_d_ssm is null
+    "falcon_h1": {"mamba_d_ssm": None, "mamba_d_head": "auto"},
 }
 
 

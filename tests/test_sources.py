@@ -94,8 +94,9 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
         i, r, b = m.mamba_inner, m.mamba_dt_rank, m.mamba_proj_bias
         m1 = (d * 2 * i + 2 * i * b + i * kc + i * m.conv_bias + i * (r + 2 * ns) + r * i + i
               + i * ns + i + i * d + d * b + (r + 2 * ns) * m.mamba_bcdt_norm)
+    mamba -= 0 if m.ssm_gated_norm else (hs or 0) * (ds or 0)  # Falcon-H1: no gated norm
     token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "none": -norm,
-             "mamba1": m1}
+             "mamba1": m1, "parallel": attn + mamba}  # FalconH1DecoderLayer: both
     sw = m.n_shared_experts * m.dff_shared
     moe = (d * (m.n_experts or 0) + (m.n_experts or 0) * 3 * d * m.dff_expert + 3 * d * sw
            + d * m.shared_expert_gate)

@@ -175,8 +175,8 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "kv_cache_tokens": kv_tokens,
         "kv_cache_bytes_per_token": kv_bytes_per_token(model, wl.kv, mla=wl.mla),
         "state_cache_bytes": _sum(st, "bytes", lambda s: s.op == "state_cache"),
-        "mixer_flops_convention": MIXER_FLOPS if {"mamba2", "gated_deltanet", "mamba1"} & set(
-            model.mixers) else "none",
+        "mixer_flops_convention": MIXER_FLOPS if set(model.mixers) - {"attention", "none"}
+        else "none",
         "kv_cache_form": kv_cache_form(model, wl.mla),
         "kv_cache_blocks": blocks,
         "kv_cache_paged_bytes": paged,

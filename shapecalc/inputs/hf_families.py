@@ -21,7 +21,7 @@ from .hf_base import Family, Refusal
 from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_families_2025 import NEW
 from .hf_llama4 import llama4
-from .hf_mamba import jamba, nemotron_h
+from .hf_mamba import falcon_h1, jamba, nemotron_h
 
 SILU, BODY, _llama = llama.SILU, llama.BODY, llama.class_defaults
 
@@ -136,6 +136,29 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            # JambaAttention passes no window; the Hub's config.json carries these
            ignored=frozenset({"sliding_window", "num_logits_to_keep", "use_mamba_kernels"}),
            widths=dict(vocab_size=65536, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32)),
+    # FalconH1DecoderLayer: attention (RoPE, k × key_multiplier) and a Mamba-2 side by side in
+    # every layer, their outputs added; μP multipliers on every branch
+    Family("falcon_h1", "Falcon-H1: attention ∥ Mamba-2 in every layer, μP multipliers",
+           (*BODY, llama.attention_bias, llama.mlp_bias, falcon_h1),
+           _llama(8, 8192, vocab_size=128000, mamba_d_ssm=1024, mamba_n_heads=128,
+                  mamba_d_head="auto", mamba_n_groups=1, mamba_d_state=256, mamba_d_conv=4,
+                  mamba_expand=2, mamba_chunk_size=256, mamba_conv_bias=True,
+                  mamba_proj_bias=False, mamba_norm_before_gate=True, mamba_rms_norm=False,
+                  projectors_bias=False, lm_head_multiplier=1.0, embedding_multiplier=1.0,
+                  mlp_multipliers=None, key_multiplier=1.0, attention_out_multiplier=1.0,
+                  attention_in_multiplier=1.0, ssm_multipliers=None, ssm_in_multiplier=1.0,
+                  ssm_out_multiplier=1.0, attention_bias=False, mlp_bias=False),
+           refuse={"hidden_act": Refusal(("silu", "swish"), "{value!r}: Falcon-H1's Mamba conv "
+                                         "takes hidden_act; only SiLU is modelled", "silu"),
+                   "mamba_proj_bias": Refusal((False,), "{value!r}: a bias on in_proj is not "
+                                              "modelled", False),
+                   "projectors_bias": Refusal((False,), "{value!r}: a bias on the Mamba "
+                                              "out_proj is not modelled", False)},
+           # time_step_limit clamps Δ (elementwise); the Hub's config.json carries the others
+           ignored=frozenset({"time_step_limit", "num_logits_to_keep", "attn_layer_indices",
+                              "mamba_use_mlp"}),
+           widths=dict(vocab_size=128000, hidden_size=4096, intermediate_size=14336,
                        num_hidden_layers=32, num_attention_heads=32)),
     Family("llama", "Llama 2/3: GQA, SwiGLU, RMSNorm, RoPE",
            (*BODY, llama.attention_bias, llama.mlp_bias), _llama(None, 2048)),

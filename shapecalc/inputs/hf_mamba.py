@@ -123,3 +123,61 @@ def jamba(h: HF, f: Fields) -> None:
              conv_kernel=_positive(h, "mamba_d_conv", "K_c"),
              conv_bias=bool(h.get("mamba_conv_bias")),
              mamba_proj_bias=bool(h.get("mamba_proj_bias")), mamba_bcdt_norm=True)
+
+
+def _factors(h: HF, key: str, n: int) -> tuple[float, ...]:
+    """Falcon-H1's list of n multipliers (mlp_multipliers, ssm_multipliers)."""
+    v = h.get(key)
+    if v is None:  # FalconH1Config.__post_init__: all 1.0
+        return (1.0,) * n
+    if not isinstance(v, list) or len(v) != n or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        raise ShapecalcError(key, f"must be a list of {n} numbers, not {v!r}")
+    return tuple(float(x) for x in v)
+
+
+@mechanism("mamba_d_ssm", "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state",
+           "mamba_d_conv", "mamba_expand", "mamba_chunk_size", "mamba_conv_bias",
+           "mamba_rms_norm", "mamba_norm_before_gate", "lm_head_multiplier",
+           "embedding_multiplier", "mlp_multipliers", "key_multiplier",
+           "attention_out_multiplier", "attention_in_multiplier", "ssm_multipliers",
+           "ssm_in_multiplier", "ssm_out_multiplier", "layers_block_type", "layer_types")
+def falcon_h1(h: HF, f: Fields) -> None:
+    """FalconH1DecoderLayer: h = RMSNorm(x); x + Mamba-2(h)·ssm_out + Attn(h·attn_in)·attn_out
+    (FalconH1Mixer: its input × ssm_in, in_proj's parts × the μP vector, the gated RMSNorm only
+    with mamba_rms_norm, else y ⊙ silu(z); attention with k × key_multiplier); then x +
+    MLP(RMSNorm(x)), its gate × and its output × mlp_multipliers; the embeddings ×
+    embedding_multiplier, the logits × lm_head_multiplier. Every multiplier is applied, 1 or not."""
+    for key in ("layers_block_type", "layer_types"):  # a property: every layer is hybrid
+        if h.get(key) is not None:
+            raise ShapecalcError(key, "FalconH1Config makes every layer hybrid and cannot take it")
+    heads = _positive(h, "mamba_n_heads", "H_s")
+    inner = h.get("mamba_d_ssm")
+    if inner is None:  # FalconH1Mixer: mamba_expand·D
+        inner = _positive(h, "mamba_expand", "the expansion") * f["d_model"]
+    elif type(inner) is not int or inner < 1:
+        raise ShapecalcError("mamba_d_ssm", f"I must be a positive integer, not {inner!r}")
+    dh = h.get("mamba_d_head")
+    dh = inner // heads if dh == "auto" else dh
+    if type(dh) is not int or dh * heads != inner:
+        raise ShapecalcError("mamba_d_head", f"{dh!r} × mamba_n_heads={heads} must be the "
+                             f"inner width {inner} (FalconH1Config.validate_architecture)")
+    norm = bool(h.get("mamba_rms_norm"))
+    if norm and h.get("mamba_norm_before_gate"):
+        raise ShapecalcError("mamba_norm_before_gate", "true with mamba_rms_norm: RMSNorm(y)"
+                             " ⊙ silu(z) is not modelled (only RMSNorm(y ⊙ silu(z)))")
+    gate, down = _factors(h, "mlp_multipliers", 2)
+    f.update(mixer_types=("parallel",) * f["n_layers"], ssm_heads=heads, ssm_head_dim=dh,
+             ssm_groups=_positive(h, "mamba_n_groups", "G"),
+             ssm_state=_positive(h, "mamba_d_state", "N_s"),
+             conv_kernel=_positive(h, "mamba_d_conv", "K_c"),
+             scan_chunk=_positive(h, "mamba_chunk_size", "L"),
+             conv_bias=bool(h.get("mamba_conv_bias")), ssm_gated_norm=norm,
+             ssm_multipliers=_factors(h, "ssm_multipliers", 5), mlp_multipliers=(gate, down),
+             **{field: float(h.get(key)) for field, key in (
+                 ("embedding_multiplier", "embedding_multiplier"),
+                 ("logit_scale", "lm_head_multiplier"), ("key_multiplier", "key_multiplier"),
+                 ("attention_in_multiplier", "attention_in_multiplier"),
+                 ("attention_out_multiplier", "attention_out_multiplier"),
+                 ("ssm_in_multiplier", "ssm_in_multiplier"),
+                 ("ssm_out_multiplier", "ssm_out_multiplier"))})

@@ -12,7 +12,7 @@ from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
-MixerKind = Literal["attention", "mamba2", "gated_deltanet", "mamba1", "none"]
+MixerKind = Literal["attention", "mamba2", "gated_deltanet", "mamba1", "parallel", "none"]
 
 
 
@@ -173,7 +173,8 @@ class ModelFields(Record):
 
     # Stateful token mixers: each layer's mixer, and Mamba-2's sizes (state-space duality)
     mixer_types: tuple[MixerKind, ...] | None = _doc(
-        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, mamba1, or "
+        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, mamba1, "
+        "parallel (attention and a Mamba-2 side by side, their outputs added: Falcon-H1), or "
         "none (a block of its channel mixer only); default: attention in every layer")
     ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
     ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
@@ -206,6 +207,21 @@ class ModelFields(Record):
                                  "(mamba_proj_bias)")
     mamba_bcdt_norm: bool = _doc(False, "RMSNorms on Mamba-1's Δ, B and C after x_proj "
                                  "(Jamba's dt_layernorm, b_layernorm, c_layernorm)")
+    # Falcon-H1's parallel layers and its μP multipliers (each None: 1, no stage)
+    ssm_gated_norm: bool = _doc(True, "Mamba-2's gated RMSNorm(y ⊙ silu(z)); false: y ⊙ "
+                                "silu(z) alone (Falcon-H1's mamba_rms_norm)")
+    ssm_in_multiplier: PosFloat | None = _doc(None, "Mamba-2's input × this (Falcon-H1)")
+    ssm_out_multiplier: PosFloat | None = _doc(None, "a parallel layer's Mamba-2 output × this")
+    ssm_multipliers: tuple[PosFloat, PosFloat, PosFloat, PosFloat, PosFloat] | None = _doc(
+        None, "in_proj's parts z, x, B, C, dt × these (Falcon-H1's μP vector)")
+    attention_in_multiplier: PosFloat | None = _doc(None, "a parallel layer's attention input "
+                                                    "× this")
+    attention_out_multiplier: PosFloat | None = _doc(None, "a parallel layer's attention "
+                                                     "output × this")
+    key_multiplier: PosFloat | None = _doc(None, "k × this after its projection (Falcon-H1)")
+    mlp_multipliers: tuple[PosFloat, PosFloat] | None = _doc(
+        None, "the FFN's gate × the first before its activation, its output × the second "
+        "(Falcon-H1)")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
 

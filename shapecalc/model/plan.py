@@ -48,12 +48,13 @@ class LayerSpec(NamedTuple):
     norm_position: str  # pre | post
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
-    mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, mamba1, none
+    mixer: str = "attention"  # attention (of `attention`), mamba2, …, parallel, none
 
     @property
     def attends(self) -> bool:
-        """The layer's token mixer is attention: it has a KV cache."""
-        return self.mixer == "attention"
+        """The layer's token mixer is attention (or holds one, beside a Mamba-2: parallel): it
+        has a KV cache."""
+        return self.mixer in ("attention", "parallel")
 
     @property
     def reach(self) -> Reach:
@@ -65,7 +66,8 @@ class LayerSpec(NamedTuple):
         `chunked C=8192`, `full attention · NoPE`."""
         attn = f"sliding window W={self.window}" if self.attention == "sliding" else (
             f"chunked C={self.chunk}" if self.attention == "chunked" else "full attention")
-        attn = MIXER_LABELS.get(self.mixer, attn)
+        attn = MIXER_LABELS.get(self.mixer, attn) if self.mixer != "parallel" else (
+            attn + " ∥ Mamba-2")  # Falcon-H1: both, side by side
         ffn = {"moe": " · MoE", "none": " · no FFN"}.get(self.ffn, "")
         if self.mixer == "none":  # a block of its channel mixer only
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
@@ -114,8 +116,8 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
         LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
                   model.norm_position, model.attention_chunk_size if t == "chunked" else None,
                   i in nope, mx)
-        if mx == "attention" else LayerSpec("full", None, f, model.norm, model.norm_position,
-                                            mixer=mx)
+        if mx in ("attention", "parallel") else LayerSpec("full", None, f, model.norm,
+                                                          model.norm_position, mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))
     ]
     runs: list[Run] = []

@@ -135,7 +135,7 @@ SCAN_FIELDS = ("conv_kernel", "scan_chunk")  # both stateful mixers' convolution
 
 def _fields_of(m: ModelFields, kind: str, fields: tuple[str, ...], extra: list[str]) -> None:
     """A mixer's fields: all given when a layer has it, none otherwise."""
-    if kind not in m.mixers:
+    if kind not in m.mixers and not (kind == "mamba2" and "parallel" in m.mixers):
         given = [f for f in fields if getattr(m, f) is not None] + extra
         if given:
             raise ShapecalcError(given[0], f"is a {kind} field, but no layer in mixer_types "
@@ -154,13 +154,22 @@ def check_mixers(m: ModelFields) -> None:
                              f"N={m.n_layers}")
     if m.ffn_types is not None and len(m.ffn_types) != m.n_layers:
         raise ShapecalcError("ffn_types", f"lists {len(m.ffn_types)} layers, but N={m.n_layers}")
-    mamba1 = "mamba1" in m.mixers
+    mamba1, mamba2 = "mamba1" in m.mixers, bool({"mamba2", "parallel"} & set(m.mixers))
     _fields_of(m, "mamba2", MAMBA2_FIELDS[:2] if mamba1 else MAMBA2_FIELDS,
                ["ssm_groups"] if m.ssm_groups != 1 else [])
+    falcon = {"ssm_in_multiplier": mamba2, "ssm_multipliers": mamba2,
+              "ssm_gated_norm": mamba2, "ssm_out_multiplier": "parallel" in m.mixers,
+              "attention_in_multiplier": "parallel" in m.mixers,
+              "attention_out_multiplier": "parallel" in m.mixers}
+    for f, ok in falcon.items():  # Falcon-H1's: a Mamba-2's, or a parallel layer's
+        if not ok and getattr(m, f) not in (None, True):
+            raise ShapecalcError(f, "applies to Mamba-2" + (
+                "" if f.startswith("ssm_") and f != "ssm_out_multiplier" else " ∥ attention "
+                "(parallel)") + " layers, and mixer_types has none")
     _fields_of(m, "gated_deltanet", GDN_FIELDS, [])
-    _fields_of(m, "mamba1", MAMBA1_FIELDS[:2] if "mamba2" in m.mixers else MAMBA1_FIELDS,
+    _fields_of(m, "mamba1", MAMBA1_FIELDS[:2] if mamba2 else MAMBA1_FIELDS,
                [f for f in ("mamba_proj_bias", "mamba_bcdt_norm") if getattr(m, f)])
-    stateful = {"mamba2", "gated_deltanet", "mamba1"} & set(m.mixers)
+    stateful = {"mamba2", "gated_deltanet", "mamba1", "parallel"} & set(m.mixers)
     for f in SCAN_FIELDS:  # Mamba-1's scan has no chunk: only its conv needs K_c
         users = stateful - {"mamba1"} if f == "scan_chunk" else stateful
         if users and getattr(m, f) is None:
@@ -169,7 +178,7 @@ def check_mixers(m: ModelFields) -> None:
             raise ShapecalcError(f, "is a stateful mixer's field, but no layer in mixer_types "
                                  "is mamba2 or gated_deltanet" + (
                                      "" if f == "scan_chunk" else " or mamba1"))
-    if "mamba2" in m.mixers and m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
+    if mamba2 and m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
         raise ShapecalcError("ssm_groups", f"G={m.ssm_groups} does not divide H_s="
                              f"{m.ssm_heads}: each group's B and C serve whole heads")
     if "gated_deltanet" in m.mixers and m.gdn_v_heads % m.gdn_qk_heads:  # type: ignore[operator]

@@ -56,7 +56,7 @@ class IterationCost:
         self.ep = wl.ep
         self.wbits = DTYPE_BITS[wl.dtype]
         model = cf.model
-        if {"mamba2", "gated_deltanet", "mamba1"} & set(model.mixers):
+        if {"mamba2", "gated_deltanet", "mamba1", "parallel"} & set(model.mixers):
             raise ShapecalcError("model", f"{model.name}: serve does not simulate stateful "
                                  "token mixers (mamba2, gated_deltanet, mamba1) yet")
         if len(cf.intervals("prefill")) > 1 or len(cf.intervals("decode")) > 1:

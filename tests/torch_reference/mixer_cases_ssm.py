@@ -40,3 +40,26 @@ CASES = [
           mamba_d_state=6, attn_layer_period=3, attn_layer_offset=1, expert_layer_period=2,
           expert_layer_offset=0)),
 ]
+
+# Falcon-H1 at reduced width: every symbol a different number (I = H_s·D_s = 6·10, G = 2, N_s = 12)
+FSMALL = dict(vocab_size=320, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16, mamba_d_ssm=60,
+              mamba_n_heads=6, mamba_d_head=10, mamba_n_groups=2, mamba_d_state=12)
+# μP multipliers as Falcon-H1's checkpoints give them (none 1), and the gated RMSNorm
+MUP = dict(lm_head_multiplier=0.5, embedding_multiplier=2.0, mlp_multipliers=[1.5, 0.5],
+           key_multiplier=0.8, attention_out_multiplier=0.7, attention_in_multiplier=1.2,
+           ssm_multipliers=[0.9, 1.1, 0.8, 1.2, 1.3], ssm_in_multiplier=1.1,
+           ssm_out_multiplier=0.6)
+CASES += [
+    ("falcon-h1-7b", "the preset: Falcon-H1-7B's sizes as a public test quotes its config.json "
+     "(the rest FalconH1Config's defaults: mamba_rms_norm false, multipliers 1); reduced width, "
+     "chunk 128", hub("falcon-h1-7b"), {**hub("falcon-h1-7b"), **FSMALL}),
+    ("falcon_h1-class-defaults", "FalconH1Config's defaults (chunk 256, one group, no gated "
+     "norm); reduced width", dict(model_type="falcon_h1"),
+     dict(model_type="falcon_h1", **{**FSMALL, "mamba_n_groups": 1})),
+    ("falcon_h1-mup-gated-norm", "FalconH1Config with μP multipliers and mamba_rms_norm (the "
+     "gated RMSNorm over G groups, gate first); reduced width, chunk 64",
+     dict(model_type="falcon_h1", mamba_rms_norm=True, mamba_norm_before_gate=False, **MUP),
+     dict(model_type="falcon_h1", mamba_rms_norm=True, mamba_norm_before_gate=False,
+          mamba_chunk_size=64, **FSMALL, **MUP)),
+]
