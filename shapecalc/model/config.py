@@ -194,9 +194,12 @@ def check(model: ModelConfig, wl: Workload) -> None:
     # gated DeltaNet's q/k heads and their value heads)
     if "mamba2" in model.mixers and model.ssm_groups % p:
         raise ShapecalcError("tp", f"p={p} does not divide G={model.ssm_groups} Mamba-2 groups")
-    if p > 1 and {"mamba1", "parallel"} & set(model.mixers):  # Mamba-1: x_proj row-parallel
-        raise ShapecalcError("tp", f"p={p}: Mamba-1 and parallel layers are traced on one rank "
-                             "only so far; give --tp 1")
+    if p > 1 and "mamba1" in model.mixers:  # vLLM's x_proj is row-parallel: one more all-reduce
+        raise ShapecalcError("tp", f"p={p}: Mamba-1 layers are traced on one rank only so far; "
+                             "give --tp 1")
+    if p > 1 and "parallel" in model.mixers:
+        raise ShapecalcError("tp", f"p={p}: parallel (attention ∥ Mamba-2) layers are traced on "
+                             "one rank only so far; give --tp 1")
     if "gated_deltanet" in model.mixers and (model.gdn_qk_heads or 0) % p:
         raise ShapecalcError("tp", f"p={p} does not divide H_qk={model.gdn_qk_heads} gated "
                              "DeltaNet q/k heads")
