@@ -21,7 +21,7 @@ from .hf_base import Family, Refusal
 from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_families_2025 import NEW
 from .hf_llama4 import llama4
-from .hf_mamba import falcon_h1, jamba, nemotron_h
+from .hf_mamba import falcon_h1, granite_hybrid, jamba, nemotron_h
 
 SILU, BODY, _llama = llama.SILU, llama.BODY, llama.class_defaults
 
@@ -159,6 +159,32 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            ignored=frozenset({"time_step_limit", "num_logits_to_keep", "attn_layer_indices",
                               "mamba_use_mlp"}),
            widths=dict(vocab_size=128000, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32)),
+    # GraniteMoeHybridDecoderLayer: Mamba-2 (BambaMixer) or Granite's attention by layer_types,
+    # every layer a GraniteMoe MoE (top-k of the logits, softmaxed) plus a shared MLP
+    Family("granitemoehybrid", "Granite 4.0-H: Mamba-2 and attention, MoE + shared MLP",
+           (classic.granite, moe.experts("num_local_experts"), moe.granite_shared,
+            granite_hybrid),
+           dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
+                num_hidden_layers=32, num_attention_heads=32, attention_bias=False,
+                hidden_act="silu", max_position_embeddings=2048, tie_word_embeddings=False,
+                mlp_bias=False, num_key_value_heads=None, num_local_experts=8,
+                num_experts_per_tok=2, shared_intermediate_size=1024,
+                position_embedding_type=None, layer_types=None, mamba_n_heads=128,
+                mamba_n_groups=1, mamba_d_state=256, mamba_d_head="auto", mamba_d_conv=4,
+                mamba_expand=2, mamba_chunk_size=256, mamba_conv_bias=True,
+                mamba_proj_bias=False),
+           aliases={"num_local_experts": ("num_experts",),
+                    "layer_types": ("layers_block_type",)},
+           fixed=dict(norm_topk_prob=True),
+           refuse={"mamba_proj_bias": Refusal((False,), "{value!r}: biases on the Mamba-2 "
+                                              "projections are not modelled", False),
+                   "hidden_act": Refusal(("silu", "swish"), "{value!r}: the Mamba conv takes "
+                                         "hidden_act; only SiLU is modelled", "silu")},
+           # time_step_limit clamps Δ (elementwise); the Hub's config.json carries these
+           ignored=frozenset({"time_step_limit", "normalization_function", "rope_theta",
+                              "rope_scaling"}),
+           widths=dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
                        num_hidden_layers=32, num_attention_heads=32)),
     Family("llama", "Llama 2/3: GQA, SwiGLU, RMSNorm, RoPE",
            (*BODY, llama.attention_bias, llama.mlp_bias), _llama(None, 2048)),

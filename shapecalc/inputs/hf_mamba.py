@@ -181,3 +181,49 @@ def falcon_h1(h: HF, f: Fields) -> None:
                  ("attention_out_multiplier", "attention_out_multiplier"),
                  ("ssm_in_multiplier", "ssm_in_multiplier"),
                  ("ssm_out_multiplier", "ssm_out_multiplier"))})
+
+
+# GraniteMoeHybridConfig's layer_types, with the legacy names transformers remaps
+_GRANITE = {"mamba": "mamba2", "linear_attention": "mamba2", "attention": "attention",
+            "full_attention": "attention"}
+
+
+@mechanism("layer_types", "layers_block_type", "position_embedding_type", "mamba_n_heads",
+           "mamba_n_groups", "mamba_d_state", "mamba_d_head", "mamba_d_conv", "mamba_expand",
+           "mamba_chunk_size", "mamba_conv_bias")
+def granite_hybrid(h: HF, f: Fields) -> None:
+    """GraniteMoeHybridDecoderLayer: x + mixer(RMSNorm(x))·residual_multiplier, the mixer a
+    Mamba-2 (BambaMixer: the gated RMSNorm over G groups) on linear_attention layers, else
+    Granite's attention (RoPE only with position_embedding_type rope); then x + (MoE(h) +
+    shared MLP(h))·residual_multiplier."""
+    n = f["n_layers"]
+    types = h.one_of("layer_types")
+    if types is None:  # GraniteMoeHybridConfig.__post_init__: every layer Mamba-2
+        types = ["linear_attention"] * n
+    if not isinstance(types, list):
+        raise ShapecalcError("layer_types", f"must be a list of layer types, not {types!r}")
+    bad = next((t for t in types if t not in _GRANITE), None)
+    if bad is not None:
+        raise ShapecalcError("layer_types", f"{bad!r} is not one of {', '.join(_GRANITE)}")
+    if len(types) != n:
+        raise ShapecalcError("layer_types", f"lists {len(types)} layers, but "
+                             f"num_hidden_layers is {n}")
+    pos = h.get("position_embedding_type")
+    if pos not in (None, "rope", "nope"):
+        raise ShapecalcError("position_embedding_type", f"{pos!r} is not rope or none")
+    f.update(mixer_types=tuple(_GRANITE[t] for t in types),
+             positions="rope" if pos == "rope" else "none")
+    if "mamba2" not in f["mixer_types"]:
+        return
+    heads = _positive(h, "mamba_n_heads", "H_s")
+    inner = _positive(h, "mamba_expand", "the expansion") * f["d_model"]
+    dh = h.get("mamba_d_head")
+    dh = inner // heads if dh == "auto" else dh
+    if type(dh) is not int or dh * heads != inner:
+        raise ShapecalcError("mamba_d_head", f"{dh!r} × mamba_n_heads={heads} must be the "
+                             f"inner width mamba_expand·D = {inner}")
+    f.update(ssm_heads=heads, ssm_head_dim=dh, ssm_groups=_positive(h, "mamba_n_groups", "G"),
+             ssm_state=_positive(h, "mamba_d_state", "N_s"),
+             conv_kernel=_positive(h, "mamba_d_conv", "K_c"),
+             scan_chunk=_positive(h, "mamba_chunk_size", "L"),
+             conv_bias=bool(h.get("mamba_conv_bias")))
