@@ -35,7 +35,7 @@ REAL = {p.stem: _text_model(json.loads(p.read_text())) for p in sorted(HF.glob("
 CASES = {f"{ref}:{c['name']}": c["hf_config"]
          for ref in ("flop_reference", "moe_reference", "alibi_reference",
                      "llama4_reference", "classic_reference", "gemma_reference",
-                     "mixers_reference", "mixers_reference_conv")
+                     "mixers_reference", "mixers_reference_conv", "mixers_reference_ssm")
          for c in json.loads((DATA / f"{ref}.json").read_text())["cases"]}
 ALL = {**REAL, **CASES}
 # one real config per family, the base the probes change
@@ -50,6 +50,8 @@ SWITCH_ON = {
     "smollm3": {"use_sliding_window": True, "sliding_window": 4096},
     # K-EXAONE's config gives layer_types (its "LLLG" pattern is read only without them)
     "exaone_moe": {"layer_types": None, "sliding_window_pattern": 4},
+    # Falcon-H1's inner width is mamba_expand·D only where mamba_d_ssm is null
+    "falcon_h1": {"mamba_d_ssm": None, "mamba_d_head": "auto"},
 }
 
 

@@ -119,8 +119,14 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
     # Lfm2ShortConv: in_proj [D → 3D], the depthwise conv [D, K_c], out_proj, each biased or not
     conv = (3 * d * d + d * (kc or 0) + d * d + 5 * d * m.conv_bias) if "short_conv" in m.mixers \
         else 0
+    m1 = 0
+    if m.mamba_expand is not None:  # JambaMambaMixer: in, conv, x_proj, dt_proj, A_log, D, out
+        i, r, b = m.mamba_inner, m.mamba_dt_rank, m.mamba_proj_bias
+        m1 = (d * 2 * i + 2 * i * b + i * kc + i * m.conv_bias + i * (r + 2 * ns) + r * i + i
+              + i * ns + i + i * d + d * b + (r + 2 * ns) * m.mamba_bcdt_norm)
+    mamba -= 0 if m.ssm_gated_norm else (hs or 0) * (ds or 0)  # Falcon-H1: no gated norm
     token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "short_conv": conv,
-             "none": -norm}
+             "none": -norm, "mamba1": m1, "parallel": attn + mamba}  # FalconH1DecoderLayer
     sw = m.n_shared_experts * m.dff_shared
     moe = (d * (m.n_experts or 0) + (m.n_experts or 0) * 3 * d * m.dff_expert + 3 * d * sw
            + d * m.shared_expert_gate)

@@ -1,5 +1,6 @@
 """verify's checks of the stateful token mixers: the state bytes, and each chunked scan equal to
-the plain step-by-step recurrence (both run in float64 by the executor, interpret/mamba2.py)."""
+the plain step-by-step recurrence (both run in float64 by the executor, interpret/mamba2.py), and
+Mamba-1's prefill scan equal to T single-token decode steps (interpret/mamba1.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ def state_checks(stages: list[Stage], traced: int, measured: Any) -> list[dict]:
     steps = [s.extra["conv_steps_rel_err"] for s in stages if "conv_steps_rel_err" in s.extra]
     if steps:  # a convolution of one form (interpret/short_conv.py)
         out.append({"name": f"prefill conv == T single-token decode steps (float64, relative, "
+                            f"{len(steps)} layer(s))", "symbolic": f"≤ {SCAN_TOL:g}",
+                    "measured": f"{max(steps):.1e}", "ok": max(steps) <= SCAN_TOL})
+    steps = [s.extra["scan_steps_rel_err"] for s in stages if "scan_steps_rel_err" in s.extra]
+    if steps:  # Mamba-1's one form: the prefill's scan against T single-token decode steps
+        out.append({"name": f"prefill scan == T single-token decode steps (float64, relative, "
                             f"{len(steps)} layer(s))", "symbolic": f"≤ {SCAN_TOL:g}",
                     "measured": f"{max(steps):.1e}", "ok": max(steps) <= SCAN_TOL})
     return out

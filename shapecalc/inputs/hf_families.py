@@ -22,7 +22,7 @@ from .hf_conv import CONV
 from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_families_2025 import NEW
 from .hf_llama4 import llama4
-from .hf_mamba import nemotron_h
+from .hf_mamba import falcon_h1, granite_hybrid, jamba, nemotron_h
 
 SILU, BODY, _llama = llama.SILU, llama.BODY, llama.class_defaults
 
@@ -122,6 +122,71 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                               "time_step_min", "time_step_max", "time_step_floor",
                               "mamba_ssm_cache_dtype", "mamba_hidden_act",
                               "rescale_prenorm_residual", "num_logits_to_keep"})),
+    # JambaModel: Mamba-1 (selective scan, RMSNorms on Δ, B, C) and attention without RoPE 7:1,
+    # a Mixtral MoE (top-k of the softmax, not renormalised) on every other layer
+    Family("jamba", "Jamba: Mamba-1 and attention 7:1, MoE every other layer",
+           (*BODY, jamba),
+           _llama(8, 262144, vocab_size=65536, num_experts_per_tok=2, num_experts=16,
+                  expert_layer_period=2, expert_layer_offset=1, attn_layer_period=8,
+                  attn_layer_offset=4, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+                  mamba_dt_rank="auto", mamba_conv_bias=True, mamba_proj_bias=False),
+           aliases={"num_experts": ("num_local_experts",)},
+           # the conv's activation is hidden_act (the scan's gate is SiLU whatever it is)
+           refuse={"hidden_act": Refusal(("silu", "swish"), "{value!r}: Jamba's Mamba conv "
+                                         "takes hidden_act; only SiLU is modelled", "silu")},
+           # JambaAttention passes no window; the Hub's config.json carries these
+           ignored=frozenset({"sliding_window", "num_logits_to_keep", "use_mamba_kernels"}),
+           widths=dict(vocab_size=65536, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32)),
+    # FalconH1DecoderLayer: attention (RoPE, k × key_multiplier) and a Mamba-2 side by side in
+    # every layer, their outputs added; μP multipliers on every branch
+    Family("falcon_h1", "Falcon-H1: attention ∥ Mamba-2 in every layer, μP multipliers",
+           (*BODY, llama.attention_bias, llama.mlp_bias, falcon_h1),
+           _llama(8, 8192, vocab_size=128000, mamba_d_ssm=1024, mamba_n_heads=128,
+                  mamba_d_head="auto", mamba_n_groups=1, mamba_d_state=256, mamba_d_conv=4,
+                  mamba_expand=2, mamba_chunk_size=256, mamba_conv_bias=True,
+                  mamba_proj_bias=False, mamba_norm_before_gate=True, mamba_rms_norm=False,
+                  projectors_bias=False, lm_head_multiplier=1.0, embedding_multiplier=1.0,
+                  mlp_multipliers=None, key_multiplier=1.0, attention_out_multiplier=1.0,
+                  attention_in_multiplier=1.0, ssm_multipliers=None, ssm_in_multiplier=1.0,
+                  ssm_out_multiplier=1.0, attention_bias=False, mlp_bias=False),
+           refuse={"hidden_act": Refusal(("silu", "swish"), "{value!r}: Falcon-H1's Mamba conv "
+                                         "takes hidden_act; only SiLU is modelled", "silu"),
+                   "mamba_proj_bias": Refusal((False,), "{value!r}: a bias on in_proj is not "
+                                              "modelled", False),
+                   "projectors_bias": Refusal((False,), "{value!r}: a bias on the Mamba "
+                                              "out_proj is not modelled", False)},
+           # time_step_limit clamps Δ (elementwise); the Hub's config.json carries the others
+           ignored=frozenset({"time_step_limit", "num_logits_to_keep", "attn_layer_indices",
+                              "mamba_use_mlp"}),
+           widths=dict(vocab_size=128000, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32)),
+    # GraniteMoeHybridDecoderLayer: Mamba-2 (BambaMixer) or Granite's attention by layer_types,
+    # every layer a GraniteMoe MoE (top-k of the logits, softmaxed) plus a shared MLP
+    Family("granitemoehybrid", "Granite 4.0-H: Mamba-2 and attention, MoE + shared MLP",
+           (classic.granite, moe.experts("num_local_experts"), moe.granite_shared,
+            granite_hybrid),
+           dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
+                num_hidden_layers=32, num_attention_heads=32, attention_bias=False,
+                hidden_act="silu", max_position_embeddings=2048, tie_word_embeddings=False,
+                mlp_bias=False, num_key_value_heads=None, num_local_experts=8,
+                num_experts_per_tok=2, shared_intermediate_size=1024,
+                position_embedding_type=None, layer_types=None, mamba_n_heads=128,
+                mamba_n_groups=1, mamba_d_state=256, mamba_d_head="auto", mamba_d_conv=4,
+                mamba_expand=2, mamba_chunk_size=256, mamba_conv_bias=True,
+                mamba_proj_bias=False),
+           aliases={"num_local_experts": ("num_experts",),
+                    "layer_types": ("layers_block_type",)},
+           fixed=dict(norm_topk_prob=True),
+           refuse={"mamba_proj_bias": Refusal((False,), "{value!r}: biases on the Mamba-2 "
+                                              "projections are not modelled", False),
+                   "hidden_act": Refusal(("silu", "swish"), "{value!r}: the Mamba conv takes "
+                                         "hidden_act; only SiLU is modelled", "silu")},
+           # time_step_limit clamps Δ (elementwise); the Hub's config.json carries these
+           ignored=frozenset({"time_step_limit", "normalization_function", "rope_theta",
+                              "rope_scaling"}),
+           widths=dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
+                       num_hidden_layers=32, num_attention_heads=32)),
     Family("llama", "Llama 2/3: GQA, SwiGLU, RMSNorm, RoPE",
            (*BODY, llama.attention_bias, llama.mlp_bias), _llama(None, 2048)),
     # MistralAttention/MistralMLP use bias=False

@@ -86,10 +86,12 @@ def _prefill_span(x: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _conv_parts(self: NumericBase, role: str) -> list[int]:
     """The conv's channels by part: Mamba-2's x, B, C; gated DeltaNet's q, k, v; the short
-    conv's D."""
+    conv's D; Mamba-1's x."""
     m = self.m
     if role == "conv.conv":
         return [m.d_model]
+    if role == "mamba.conv":  # Mamba-1: the D_i channels of x
+        return [m.mamba_inner]
     if role == "ssm.conv":
         gn = m.ssm_groups * (m.ssm_state or 0)
         return [m.ssm_inner, gn, gn]

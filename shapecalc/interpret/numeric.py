@@ -24,7 +24,20 @@ from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, compressed, deltanet, dsa, elementwise, hyper, llama4, mamba2, mla, moe, rotary
+from . import (
+    alibi,
+    compressed,
+    deltanet,
+    dsa,
+    elementwise,
+    hyper,
+    llama4,
+    mamba1,
+    mamba2,
+    mla,
+    moe,
+    rotary,
+)
 from .caches import ContiguousKV, KVCache
 from .numeric_base import NumericBase
 from .storage import measure
@@ -225,6 +238,7 @@ class NumericOps(NumericBase):
     shared_kv_cache, compress = compressed.shared_kv_cache, compressed.compress  # DeepSeek-V4
     cat_keys, window_mask = compressed.cat_keys, compressed.window_mask
     grouped_linear, index_select = compressed.grouped_linear, compressed.index_select
+    selective_scan = mamba1.selective_scan  # Mamba-1
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:

@@ -204,6 +204,16 @@ class Weights:
             return [x[0][0] for x in subs], b, sum(x[2] for x in subs), False
         if role in _MLA_ROLES or (m.mla and role == "attn.q"):
             return self._mla_linear(layer, role, p)
+        if role.startswith("mamba."):  # Mamba-1, on one rank (config.check refuses p > 1)
+            d_in, width = {"mamba.in": (D, 2 * m.mamba_inner),
+                           "mamba.x": (m.mamba_inner, (m.mamba_dt_rank or 0)
+                                       + 2 * (m.ssm_state or 0)),
+                           "mamba.dt": (m.mamba_dt_rank or 0, m.mamba_inner),
+                           "mamba.out": (m.mamba_inner, D)}[role]
+            has = m.mamba_proj_bias and role in ("mamba.in", "mamba.out")
+            bm = self.get((layer, role, "bias"), (width,))[None, None] if has else None
+            return [Shard((layer, role), (d_in, width), "column", 1, d_in, width)], bm, \
+                width if has else 0, False
         shared = m.n_shared_experts * m.dff_shared
         kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
         vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)

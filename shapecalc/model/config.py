@@ -223,6 +223,12 @@ def check(model: ModelConfig, wl: Workload) -> None:
     # gated DeltaNet's q/k heads and their value heads)
     if "mamba2" in model.mixers and model.ssm_groups % p:
         raise ShapecalcError("tp", f"p={p} does not divide G={model.ssm_groups} Mamba-2 groups")
+    if p > 1 and "mamba1" in model.mixers:  # vLLM's x_proj is row-parallel: one more all-reduce
+        raise ShapecalcError("tp", f"p={p}: Mamba-1 layers are traced on one rank only so far; "
+                             "give --tp 1")
+    if p > 1 and "parallel" in model.mixers:
+        raise ShapecalcError("tp", f"p={p}: parallel (attention ∥ Mamba-2) layers are traced on "
+                             "one rank only so far; give --tp 1")
     if "gated_deltanet" in model.mixers and (model.gdn_qk_heads or 0) % p:
         raise ShapecalcError("tp", f"p={p} does not divide H_qk={model.gdn_qk_heads} gated "
                              "DeltaNet q/k heads")
@@ -254,8 +260,12 @@ def check(model: ModelConfig, wl: Workload) -> None:
     for name in ("mixer_flops", "state_cache"):
         if getattr(wl, name) is not None and not stateful:
             raise ShapecalcError(name, "applies to models with stateful token mixers ("
-                                 + ", ".join(sorted(conventions.CONVENTION_MIXERS))
+                                 + ", ".join(sorted(conventions.STATEFUL_MIXERS))
                                  + "); this one has none")
+    for name, other in (("mixer_flops", conventions.FUSED), ("state_cache", "vllm")):
+        if getattr(wl, name) == other and (left := conventions.unwired(model.mixers)):
+            raise ShapecalcError(name, f"{other}: the {', '.join(left)} layers' rules count "
+                                 "transformers' torch path and cache only (not yet this one)")
     if (wl.mixer_flops == conventions.FUSED and "gated_deltanet" in model.mixers
             and model.scan_chunk != conventions.FLA_CHUNK):
         raise ShapecalcError("mixer_flops", f"fused: flash-linear-attention's fused gated delta "

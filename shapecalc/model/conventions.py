@@ -33,14 +33,22 @@ FLA_CHUNK = 64  # chunk_gated_delta_rule_fwd_intra's fused kkt + solve path (BT 
 # stages gives `flops=pick(wl, <its torch formula>, <its kernel count from interpret/fused.py>)`
 # and its executor records the same pick from its arrays' sizes (verify compares the two); its
 # state records use conv_columns(wl, K_c) and recurrent_dtype(wl).
-CONVENTION_MIXERS = frozenset({"mamba2", "gated_deltanet", "short_conv"})
+CONVENTION_MIXERS = frozenset({"mamba2", "gated_deltanet", "short_conv", "parallel"})
+# every stateful mixer: its outputs name the default conventions; the ones not in
+# CONVENTION_MIXERS (Mamba-1) refuse `fused` and `vllm` until their rules pick them
+STATEFUL_MIXERS = CONVENTION_MIXERS | {"mamba1"}
 
 F = TypeVar("F")
 # (`wl` is a Workload: named Any so that config.py, which reads these names, is not imported back)
 
 
 def has_convention(mixers: tuple[str, ...] | list[str]) -> bool:
-    return bool(CONVENTION_MIXERS & set(mixers))
+    return bool(STATEFUL_MIXERS & set(mixers))
+
+
+def unwired(mixers: tuple[str, ...] | list[str]) -> list[str]:
+    """The stateful mixers whose rules do not pick the conventions yet."""
+    return sorted(set(mixers) & (STATEFUL_MIXERS - CONVENTION_MIXERS))
 
 
 def mixer_flops(wl: Any) -> str:

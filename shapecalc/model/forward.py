@@ -18,6 +18,7 @@ from .compressed import v4_attention
 from .config import ModelConfig, Workload
 from .expr import Dim
 from .gated_deltanet import gated_deltanet_mixer
+from .mamba1 import mamba1_mixer
 from .mamba2 import mamba2_mixer
 from .mla import mla_attention
 from .ops import Ops
@@ -32,7 +33,7 @@ __all__ = ["ACT", "Ops", "Sizes", "forward"]
 ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "swiglu": "silu"}
 # the token mixers other than attention: one function each, over Ops
 MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer,
-          "short_conv": short_conv_mixer}
+          "short_conv": short_conv_mixer, "mamba1": mamba1_mixer}
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
@@ -120,6 +121,16 @@ def _mtp(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, plan: Any, ids: Any, 
 
 def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x: Any,
            layer: int, angles: Any) -> Any:
+    if spec.mixer == "parallel":  # Falcon-H1: x + Mamba-2(h)·m_s + Attn(h·a_in)·a_out
+        h = ops.norm(x, "attn.norm", "input norm")
+        y = _times(ops, MIXERS["mamba2"](ops, m, z, h, layer), m.ssm_out_multiplier,
+                   "mixer.scale", "SSM out multiplier")
+        a = _attention(ops, m, spec, wl, z, _times(ops, h, m.attention_in_multiplier,
+                       "attn.in_scale", "attention in multiplier"), layer, angles)
+        a = _times(ops, a, m.attention_out_multiplier, "attn.out_scale",
+                   "attention out multiplier")
+        x = ops.add(x, ops.add(y, a, "mixer.sum", "Mamba-2 + attention"), "residual", "residual")
+        return _ffn_block(ops, m, spec, z, x, True)
     if not spec.attends:  # a state-space mixer or none, then the FFN (if any): pre-norm
         if spec.mixer != "none":
             h = ops.norm(x, "mixer.norm", "mixer norm")
@@ -180,6 +191,11 @@ def _branch(ops: Ops, m: ModelConfig, y: Any) -> Any:
                      f"{m.residual_multiplier:g}")
 
 
+def _times(ops: Ops, x: Any, factor: float | None, role: str, name: str) -> Any:
+    """x × a multiplier (Falcon-H1's μP factors); none given: x itself, no stage."""
+    return x if factor is None else ops.scale(x, role, name, factor, f"{factor:g}")
+
+
 def _rotary(m: ModelConfig, z: Sizes) -> Dim:
     """R: the width RoPE turns in each head, Dh unless partial rotary."""
     return z.Dh if m.rot == m.dh else z.sym("R", m.rot)
@@ -196,6 +212,7 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
         k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
         v = ops.linear(h, "attn.v", "v projection", z.D, kvw, m.qkv_bias, "column")
+    k = _times(ops, k, m.key_multiplier, "attn.k_scale", "key multiplier")  # Falcon-H1
     q, k = gemma.qk_norm_all(ops, m, q, k, qw, kvw)
     q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
     k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
@@ -265,8 +282,10 @@ def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | 
          role: str = "ffn", label: str = "FFN") -> Any:
     """A dense FFN of `width` (default Dff): gate and up split by column, down by row."""
     act, w = ACT[m.ffn], z.Dff if width is None else width
+    gm, dm = m.mlp_multipliers or (None, None)  # Falcon-H1: gate and output multipliers
     if m.gated:
         g = ops.linear(h, f"{role}.gate", f"{label} gate", z.D, w, m.ffn_bias, "column")
+        g = _times(ops, g, gm, f"{role}.gate_scale", "gate multiplier")
         u = ops.linear(h, f"{role}.up", f"{label} up", z.D, w, m.ffn_bias, "column")
         if m.swiglu_limit is not None:
             g, u = clamped(ops, m, role, g, u)
@@ -275,7 +294,8 @@ def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | 
     else:
         u = ops.linear(h, f"{role}.up", f"{label} up", z.D, w, m.ffn_bias, "column")
         u = ops.activation(u, f"{role}.act", "activation", act)
-    y = ops.linear(u, f"{role}.down", f"{label} down", w, z.D, m.ffn_bias, "row")
+    y = _times(ops, ops.linear(u, f"{role}.down", f"{label} down", w, z.D, m.ffn_bias, "row"),
+               dm, f"{role}.down_scale", "down multiplier")
     return ops.allreduce(y, "comm.allreduce", "FFN all-reduce") if reduce else y
 
 

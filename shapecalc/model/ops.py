@@ -284,4 +284,9 @@ class Ops:
                        d_out: Dim) -> Any:
         """[B,T,d_in] as `groups` groups of d_in/groups, each through its own [d_in/groups,
         d_out] block → [B,T,groups·d_out] (a batched matmul: 2·B·T·d_in·d_out)."""
+
+    def selective_scan(self, x: Any, dt: Any, b: Any, c: Any, layer: int) -> Any:
+        """Mamba-1's selective scan: x and dt [B,T,D_i], b and c [B,T,N_s] → y [B,T,D_i] (with
+        the skip D·x); each channel's state [D_i, N_s] is kept. One form: the recurrence, T
+        steps in prefill, one in decode."""
         raise NotImplementedError

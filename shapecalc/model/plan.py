@@ -48,15 +48,16 @@ class LayerSpec(NamedTuple):
     norm_position: str  # pre | post
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
-    mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, short_conv…
+    mixer: str = "attention"  # attention (of `attention`), mamba2, …, parallel, none
     shared_topk: bool = False  # DSA: reuses the previous indexer layer's selection (GLM-5)
     hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
     compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
 
     @property
     def attends(self) -> bool:
-        """The layer's token mixer is attention: it has a KV cache."""
-        return self.mixer == "attention"
+        """The layer's token mixer is attention (or holds one, beside a Mamba-2: parallel): it
+        has a KV cache."""
+        return self.mixer in ("attention", "parallel")
 
     @property
     def reach(self) -> Reach:
@@ -71,7 +72,8 @@ class LayerSpec(NamedTuple):
         if self.compress is not None:
             attn = (f"compressed m′={self.compress}" if self.attention == "hca" else
                     f"compressed sparse m={self.compress}") + f" + window W={self.window}"
-        attn = MIXER_LABELS.get(self.mixer, attn)
+        attn = MIXER_LABELS.get(self.mixer, attn) if self.mixer != "parallel" else (
+            attn + " ∥ Mamba-2")  # Falcon-H1: both, side by side
         ffn = {"moe": " · hash MoE" if self.hash_route else " · MoE",
                "none": " · no FFN"}.get(self.ffn, "")
         if self.mixer == "none":  # a block of its channel mixer only
@@ -82,7 +84,7 @@ class LayerSpec(NamedTuple):
 
 # the token mixers other than attention, as labels print
 MIXER_LABELS = {"mamba2": "Mamba-2", "gated_deltanet": "gated DeltaNet",
-                "short_conv": "short conv"}
+                "short_conv": "short conv", "mamba1": "Mamba-1"}
 
 
 class Run(NamedTuple):
@@ -126,8 +128,8 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
                   model.attention_chunk_size if t == "chunked" else None, i in nope, mx,
                   i in shared, compress={"hca": model.compress_ratio_hca,
                                          "csa": model.compress_ratio_csa}.get(t))
-        if mx == "attention" else LayerSpec("full", None, f, model.norm, model.norm_position,
-                                            mixer=mx)
+        if mx in ("attention", "parallel") else LayerSpec("full", None, f, model.norm,
+                                                          model.norm_position, mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))
     ]
     if model.hash_moe_layers:  # the first n MoE layers route by the token id

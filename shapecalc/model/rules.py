@@ -166,12 +166,13 @@ def check_gemma(m: ModelFields) -> None:
 
 MAMBA2_FIELDS = ("ssm_heads", "ssm_head_dim", "ssm_state")
 GDN_FIELDS = ("gdn_qk_heads", "gdn_v_heads", "gdn_qk_dim", "gdn_v_dim")
+MAMBA1_FIELDS = ("mamba_expand", "mamba_dt_rank", "ssm_state")  # N_s: Mamba-2's too
 SCAN_FIELDS = ("conv_kernel", "scan_chunk")  # both stateful mixers' convolution and chunk
 
 
 def _fields_of(m: ModelFields, kind: str, fields: tuple[str, ...], extra: list[str]) -> None:
     """A mixer's fields: all given when a layer has it, none otherwise."""
-    if kind not in m.mixers:
+    if kind not in m.mixers and not (kind == "mamba2" and "parallel" in m.mixers):
         given = [f for f in fields if getattr(m, f) is not None] + extra
         if given:
             raise ShapecalcError(given[0], f"is a {kind} field, but no layer in mixer_types "
@@ -190,20 +191,35 @@ def check_mixers(m: ModelFields) -> None:
                              f"N={m.n_layers}")
     if m.ffn_types is not None and len(m.ffn_types) != m.n_layers:
         raise ShapecalcError("ffn_types", f"lists {len(m.ffn_types)} layers, but N={m.n_layers}")
-    _fields_of(m, "mamba2", MAMBA2_FIELDS, ["ssm_groups"] if m.ssm_groups != 1 else [])
+    mamba1, mamba2 = "mamba1" in m.mixers, bool({"mamba2", "parallel"} & set(m.mixers))
+    _fields_of(m, "mamba2", MAMBA2_FIELDS[:2] if mamba1 else MAMBA2_FIELDS,
+               ["ssm_groups"] if m.ssm_groups != 1 else [])
+    falcon = {"ssm_in_multiplier": mamba2, "ssm_multipliers": mamba2,
+              "ssm_gated_norm": mamba2, "ssm_out_multiplier": "parallel" in m.mixers,
+              "attention_in_multiplier": "parallel" in m.mixers,
+              "attention_out_multiplier": "parallel" in m.mixers}
+    for f, ok in falcon.items():  # Falcon-H1's: a Mamba-2's, or a parallel layer's
+        if not ok and getattr(m, f) not in (None, True):
+            raise ShapecalcError(f, "applies to Mamba-2" + (
+                "" if f.startswith("ssm_") and f != "ssm_out_multiplier" else " ∥ attention "
+                "(parallel)") + " layers, and mixer_types has none")
     _fields_of(m, "gated_deltanet", GDN_FIELDS, [])
-    stateful = {"mamba2", "gated_deltanet"} & set(m.mixers)
+    _fields_of(m, "mamba1", MAMBA1_FIELDS[:2] if mamba2 else MAMBA1_FIELDS,
+               [f for f in ("mamba_proj_bias", "mamba_bcdt_norm") if getattr(m, f)])
+    stateful = {"mamba2", "gated_deltanet", "mamba1", "parallel"} & set(m.mixers)
     if "short_conv" in m.mixers and m.conv_kernel is None:  # one form: no chunk
         raise ShapecalcError("conv_kernel", "short_conv layers (mixer_types) need it")
-    for f in SCAN_FIELDS:
+    for f in SCAN_FIELDS:  # Mamba-1's scan and the short conv have no chunk
         if f == "conv_kernel" and "short_conv" in m.mixers:
             continue
-        if stateful and getattr(m, f) is None:
-            raise ShapecalcError(f, f"{min(stateful)} layers (mixer_types) need it")
-        if not stateful and getattr(m, f) is not None:
+        users = stateful - {"mamba1"} if f == "scan_chunk" else stateful
+        if users and getattr(m, f) is None:
+            raise ShapecalcError(f, f"{min(users)} layers (mixer_types) need it")
+        if not users and getattr(m, f) is not None:
             raise ShapecalcError(f, "is a stateful mixer's field, but no layer in mixer_types "
-                                 "is mamba2 or gated_deltanet")
-    if "mamba2" in m.mixers and m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
+                                 "is mamba2 or gated_deltanet" + (
+                                     "" if f == "scan_chunk" else " or mamba1"))
+    if mamba2 and m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
         raise ShapecalcError("ssm_groups", f"G={m.ssm_groups} does not divide H_s="
                              f"{m.ssm_heads}: each group's B and C serve whole heads")
     if "gated_deltanet" in m.mixers and m.gdn_v_heads % m.gdn_qk_heads:  # type: ignore[operator]
@@ -211,9 +227,9 @@ def check_mixers(m: ModelFields) -> None:
                              f"{m.gdn_v_heads}: each q/k head serves whole value heads")
     if stateful or "short_conv" in m.mixers:
         # LFM3 puts its short convs in sandwich blocks (each branch's output normed too)
-        ok = ("pre", "sandwich") if not stateful else ("pre",)
+        positions = ("pre", "sandwich") if not stateful else ("pre",)
         for f in ("parallel_block", "norm_position"):
-            if (m.parallel_block if f == "parallel_block" else m.norm_position not in ok):
+            if (m.parallel_block if f == "parallel_block" else m.norm_position not in positions):
                 raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
                                      "blocks")
     for f in ("attn_output_gate", "attn_head_gate"):

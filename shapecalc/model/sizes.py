@@ -46,6 +46,8 @@ class Sizes(NamedTuple):
     Ks: Dim  # DSA: keys each query selects (K_sel)
     HI: Dim  # DSA: the lightning indexer's heads
     DI: Dim  # DSA: an indexer head's width
+    Di: Dim  # Mamba-1: the inner width e·D
+    Rdt: Dim  # Mamba-1: the rank of the Δ projection
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -145,6 +147,8 @@ class Sizes(NamedTuple):
             Ks=of("K_sel", model.index_topk or 0),
             HI=of("H_I", model.index_heads or 0),
             DI=of("D_I", model.index_head_dim or 0),
+            Di=of("D_i", model.mamba_inner),
+            Rdt=of("R_dt", model.mamba_dt_rank or 0),
             p=p,
             kv_replicated=replicated,
             T=T,

@@ -17,11 +17,11 @@ ROOT = "(model)"  # the key of counts on the model object itself
 ATTENTION = ("self_attn", "attn", "attention", "self_attention", "mixer")  # Nemotron-H: mixer
 FFN = ("mlp", "feed_forward", "block_sparse_moe", "moe", "ffn", "mixer")
 # a stateful token mixer's module: Nemotron-H's Mamba-2, Qwen3-Next's gated DeltaNet, LFM2's conv
-MIXER = ("mixer", "linear_attn", "conv")
-MIXER_PREFIXES = ("ssm.", "gdn.", "conv.")
+MIXER = ("mixer", "linear_attn", "conv", "mamba")  # Jamba's Mamba-1: mamba
+MIXER_PREFIXES = ("ssm.", "gdn.", "conv.", "mamba.")
 # the convolutions transformers' torch path runs as F.conv1d on the module's weight (to pad for
 # its cache), not by calling the module: FlopCounterMode books their FLOPs on the mixer
-FLOPS_ON_PARENT = frozenset({"ssm.conv", "gdn.conv", "conv.conv"})
+FLOPS_ON_PARENT = frozenset({"ssm.conv", "gdn.conv", "conv.conv", "mamba.conv"})
 
 # role → candidate paths inside a layer, the first that exists wins: {a} is the layer's
 # attention module, {f} its FFN module (the layer itself where it has none, as OPT)
@@ -50,6 +50,14 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
     "gdn.conv": (f"{_M}.conv1d",),
     "gdn.norm": (f"{_M}.norm",),
     "gdn.out": (f"{_M}.out_proj",),
+    "mamba.in": (f"{_M}.in_proj",),
+    "mamba.conv": (f"{_M}.conv1d",),
+    "mamba.x": (f"{_M}.x_proj",),
+    "mamba.dt": (f"{_M}.dt_proj",),
+    "mamba.dt_norm": (f"{_M}.dt_layernorm",),
+    "mamba.b_norm": (f"{_M}.b_layernorm",),
+    "mamba.c_norm": (f"{_M}.c_layernorm",),
+    "mamba.out": (f"{_M}.out_proj",),
     "conv.in": (f"{_M}.in_proj",),
     "conv.conv": (f"{_M}.conv",),
     "conv.out": (f"{_M}.out_proj",),
