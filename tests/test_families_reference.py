@@ -35,7 +35,7 @@ PRESETS = {
     "solar-open-100b": "solar_open", "hunyuan-a13b": "hunyuan_v1_moe",
     "ernie-4.5-21b-a3b": "ernie4_5_moe", "ernie-4.5-300b-a47b": "ernie4_5_moe",
     "k-exaone": "exaone_moe", "granite-swa": "granite_swa", "granitemoe-swa": "granitemoe_swa",
-    "afmoe": "afmoe",
+    "afmoe": "afmoe", "apertus-8b": "apertus", "apertus-70b": "apertus",
 }
 
 

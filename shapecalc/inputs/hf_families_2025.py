@@ -192,6 +192,19 @@ NEW: tuple[Family, ...] = (
            fixed=dict(qk_norm=True, router_scoring="sigmoid"),
            refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' exaone_moe "
                                            "router always scores with sigmoid", "sigmoid")}),
+    # ApertusDecoderLayer: Llama's pre-norm block (attention_layernorm, feedforward_layernorm);
+    # LlamaAttention (attention_bias on q, k, v and o) with RMSNorm q/k norms over each head's
+    # Dh before RoPE; NemotronMLP ungated, up → xIELU (two learned scalars a layer) → down, its
+    # projections never biased
+    Family("apertus", "Apertus: Llama with per-head q/k norms and an ungated xIELU MLP",
+           (llama.llama, llama.plain("hidden_act"), llama.table, llama.qk_norm),
+           _llama(None, 65536, act="xielu", attention_bias=False),
+           refuse={"qk_norm": Refusal((True,), "{value!r}: ApertusAttention always builds its "
+                                      "q/k norms", True),
+                   "mlp_bias": Refusal((False,), "{value!r}: ApertusMLP's up and down have no "
+                                       "biases whatever mlp_bias says", False)},
+           widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32)),
     # GraniteSWAAttention: Granite's (four multipliers) with a learned sink logit per head on
     # every layer; every 4th layer full from layer 0, the others slide; a RoPE θ per layer
     # (layer_rope_theta, 0: NoPE)

@@ -59,6 +59,16 @@ def gated(key: str) -> Mechanism:
     return mechanism(key)(_act)
 
 
+def plain(key: str) -> Mechanism:
+    """An ungated MLP's activation, named by `key`: xIELU (Apertus), squared ReLU, ReLU, GELU."""
+    def _act(h: HF, f: Fields) -> None:
+        name = h.get(key)
+        own = {"xielu": "xielu", "relu2": "relu2"}.get(name) if isinstance(name, str) else None
+        f["ffn"] = own or h.act(key, gated=False)
+    _act.__name__ = f"plain_{key}"
+    return mechanism(key)(_act)
+
+
 @mechanism("max_position_embeddings", "tie_word_embeddings")
 def table(h: HF, f: Fields) -> None:
     # read after the activation, as transformers' classes list them

@@ -278,6 +278,11 @@ class NumericOps(NumericBase):
         return self._rec(role, name, "add", y, ew=self._el(y))
 
     def activation(self, x: np.ndarray, role: str, name: str, kind: str) -> np.ndarray:
+        if kind == "xielu":  # α_p, α_n: the layer's two learned scalars
+            a = self.w.get((self._layer, role, "α"), (2,))
+            y, passes = elementwise.xielu(x, a, self.dt)
+            return self._rec(role, f"{name} ({kind})", kind, y, ew=passes * self._el(y),
+                             params=a.size)
         y, passes = elementwise.activation(x, kind, self.dt)
         return self._rec(role, f"{name} ({kind})", kind, y, ew=passes * self._el(y))
 

@@ -322,6 +322,9 @@ class SymbolicOps(SymbolicBase):
         return self._rec(role, name, "add", a, ew=ELEMENTWISE["add"])
 
     def activation(self, x: Sym, role: str, name: str, kind: str) -> Sym:
+        if kind == "xielu":  # its two learned scalars α_p, α_n (replicated on every rank)
+            return self._rec(role, f"{name} ({kind})", kind, x, ew=ELEMENTWISE[kind],
+                             params=(2, "2"), note="α_p, α_n")
         return self._rec(role, f"{name} ({kind})", kind, x, ew=ELEMENTWISE[kind])
 
     def mul(self, a: Sym, b: Sym, role: str, name: str) -> Sym:

@@ -27,7 +27,8 @@ __all__ = ["ACT", "Ops", "Sizes", "forward"]
 
 
 # the activation each FFN kind applies (gated kinds to the gate)
-ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "swiglu": "silu"}
+ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "xielu": "xielu",
+       "swiglu": "silu"}
 # the token mixers other than attention: one function each, over Ops
 MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer}
 

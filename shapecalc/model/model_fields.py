@@ -27,8 +27,9 @@ class ModelFields(Record):
     n_kv_heads: Pos | None = _doc(None, "H_kv: key/value heads (default H; 1 = MQA; between = GQA)")
     head_dim: Pos | None = _doc(None, "Dh: head width (default D/H)")
     d_ff: Pos = _req("Dff: FFN hidden width")
-    ffn: Literal["gelu", "relu", "relu2", "swiglu", "geglu"] = _doc(
-        "gelu", "gelu/relu/relu2 (squared ReLU): up, down; swiglu/geglu: gate, up, down"
+    ffn: Literal["gelu", "relu", "relu2", "xielu", "swiglu", "geglu"] = _doc(
+        "gelu", "gelu/relu/relu2 (squared ReLU)/xielu (Apertus' xIELU, 2 parameters α_p, α_n "
+        "a layer): up, down; swiglu/geglu: gate, up, down"
     )
     norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
     norm_position: Literal["pre", "post", "sandwich", "output"] = _doc(

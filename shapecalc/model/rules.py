@@ -51,6 +51,9 @@ def check_classic(m: ModelFields) -> None:
     if m.qk_norm_per_head and m.qk_norm:
         raise ShapecalcError("qk_norm_per_head", "q and k take one norm: qk_norm or "
                              "qk_norm_per_head, not both")
+    if m.ffn == "xielu" and m.n_experts is not None:  # its α_p, α_n per expert: not modelled
+        raise ShapecalcError("ffn", "xielu is a dense FFN's activation; experts with it are "
+                             "not modelled")
     if m.residual_multiplier is not None and m.parallel_block:
         raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
                              "block; a parallel block with it is not modelled")

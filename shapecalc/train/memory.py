@@ -53,6 +53,9 @@ def check_trainable(model: ModelConfig) -> None:
     if stateful:
         raise ShapecalcError("model", f"its {', '.join(stateful)} layers have no backward rules "
                              "yet: train and verify --train take attention models")
+    if model.ffn == "xielu":  # its learned α_p, α_n have no backward rule
+        raise ShapecalcError("ffn", "xielu has no backward rule yet: train and verify --train "
+                             "take the other activations")
 
 
 def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:

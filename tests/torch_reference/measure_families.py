@@ -66,6 +66,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "granite_swa": ("granite-swa",),
     "granitemoe_swa": ("granitemoe-swa",),
     "afmoe": ("afmoe",),
+    "apertus": ("apertus-8b", "apertus-70b"),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)

@@ -1,0 +1,83 @@
+"""The last families of issue 21 (apertus, …): what their entries refuse, and the mechanisms
+they brought, checked by hand and by the executor (families_reference.json holds them against
+transformers)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shapecalc.check.verify import verify
+from shapecalc.inputs.hf import load_hf_config
+from shapecalc.interpret.elementwise import xielu
+from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
+from shapecalc.train.memory import check_trainable
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def _load(tmp_path, file: str, change: dict):
+    cfg = {**json.loads((HF / file).read_text()), **change}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return load_hf_config(p)
+
+
+def _small(tmp_path, file: str, **change):
+    widths = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  intermediate_size=96, vocab_size=128, num_hidden_layers=2)
+    return _load(tmp_path, file, {**widths, **change})
+
+
+@pytest.mark.parametrize("file,change,field", [
+    ("apertus-8b.json", {"qk_norm": False}, "qk_norm"),
+    ("apertus-8b.json", {"mlp_bias": True}, "mlp_bias"),
+    ("apertus-8b.json", {"hidden_act": "tanh"}, "hidden_act"),
+])
+def test_refuses_in_one_line_naming_the_key(tmp_path, file, change, field):
+    with pytest.raises(ShapecalcError) as err:
+        _load(tmp_path, file, change)
+    assert err.value.field == field
+
+
+def test_xielu_by_hand():
+    """α raw 0: α_p = ln 2, α_n = 0.5 + ln 2; x = 2: ln2·4 + 1; x = −2: (e⁻² − 1 + 2)·α_n − 1."""
+    x = np.array([2.0, -2.0, 0.0])
+    y, passes = xielu(x.copy(), np.zeros(2), np.float64)
+    ln2 = math.log(2)
+    assert passes == 12
+    assert y[0] == pytest.approx(4 * ln2 + 1)
+    assert y[1] == pytest.approx((math.expm1(-2) + 2) * (0.5 + ln2) - 1)
+    assert y[2] == pytest.approx((math.expm1(-1e-6) - 0) * (0.5 + ln2))
+
+
+def test_apertus_counts_two_xielu_scalars_a_layer(tmp_path):
+    m = _small(tmp_path, "apertus-8b.json")
+    assert m.ffn == "xielu" and m.qk_norm and not m.gated
+    plain = m.model_copy(update={"ffn": "relu"})
+    from shapecalc.costs.trace import build_trace
+    wl = Workload(batch=1, seq=4)
+    assert build_trace(m, wl)["totals"]["params"] == \
+        build_trace(plain, wl)["totals"]["params"] + 2 * m.n_layers
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_passes_on_a_small_apertus(tmp_path, phase):
+    m = _small(tmp_path, "apertus-8b.json")
+    r = verify(m, Workload(batch=2, seq=9, phase=phase, dtype="fp32"), precision="float64")
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+
+
+def test_xielu_is_refused_where_it_has_no_rule():
+    base = dict(vocab_size=64, d_model=32, n_layers=1, n_heads=2, d_ff=48, ffn="xielu",
+                norm="rmsnorm", positions="rope")
+    with pytest.raises(ShapecalcError) as err:
+        check_trainable(ModelConfig(**base))
+    assert err.value.field == "ffn"
+    with pytest.raises(ShapecalcError) as err:
+        ModelConfig(**base, n_experts=4, experts_per_token=2, d_ff_expert=16)
+    assert err.value.field == "ffn"
