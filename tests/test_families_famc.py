@@ -81,3 +81,74 @@ def test_xielu_is_refused_where_it_has_no_rule():
     with pytest.raises(ShapecalcError) as err:
         ModelConfig(**base, n_experts=4, experts_per_token=2, d_ff_expert=16)
     assert err.value.field == "ffn"
+
+
+def test_ministral3_reads_its_query_temperature(tmp_path):
+    m = _load(tmp_path, "ministral-3-8b.json", {})
+    assert (m.q_temperature_beta, m.q_temperature_floor) == (0.1, 16384)
+    rope = json.loads((HF / "ministral-3-8b.json").read_text())["rope_parameters"]
+    other = _load(tmp_path, "ministral-3-8b.json", {"rope_parameters": {
+        **rope, "llama_4_scaling_beta": 0.0, "original_max_position_embeddings": 4096}})
+    assert (other.q_temperature_beta, other.q_temperature_floor) == (0.0, 4096)
+    legacy = {k: v for k, v in json.loads((HF / "ministral-3-8b.json").read_text()).items()
+              if k != "rope_parameters"}
+    p = tmp_path / "legacy.json"  # the legacy rope_scaling, which transformers turns into it
+    p.write_text(json.dumps({**legacy, "rope_scaling": {**rope, "llama_4_scaling_beta": 0.2}}))
+    assert load_hf_config(p).q_temperature_beta == 0.2
+    for key, value in (("llama_4_scaling_beta", None), ("original_max_position_embeddings", 0)):
+        with pytest.raises(ShapecalcError) as err:
+            _load(tmp_path, "ministral-3-8b.json", {"rope_parameters": {**rope, key: value}})
+        assert err.value.field == f"rope_parameters.{key}"
+
+
+def test_the_query_temperature_by_hand():
+    """Ministral 3's get_llama_4_attn_scale: 1 + β·ln(1 + ⌊pos/S⌋), pos from 0; Llama 4's adds
+    1 to pos first."""
+    from shapecalc.interpret.llama4 import temperature_factors
+    f = temperature_factors(np.arange(10), 0.1, 4, 0)
+    want = [1 + 0.1 * math.log(1 + p // 4) for p in range(10)]
+    assert f.tolist() == pytest.approx(want)
+    assert temperature_factors(np.array([8190, 8191]))[1] == 1 + 0.1 * math.log(2)  # Llama 4
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_passes_past_the_temperature_step(tmp_path, phase):
+    """S = 4 at T = 9: the factor grows over the sequence, and each interpreter counts it."""
+    m = _small(tmp_path, "ministral-3-8b.json").model_copy(update={"q_temperature_floor": 4})
+    wl = Workload(batch=2, seq=9, phase=phase, dtype="fp32")
+    r = verify(m, wl, precision="float64")
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+    from shapecalc.costs.trace import build_trace
+    stages = [s for s in build_trace(m, wl)["stages"] if s["role"] == "attn.temperature"]
+    Tq = 9 if phase == "prefill" else 1
+    assert stages and stages[0]["elementwise_flops"] == 2 * 4 * Tq * 16 + 5 * Tq
+
+
+def test_nanochat_norms_have_no_weights(tmp_path):
+    """Every norm x/RMS(x): the embeddings', each block's two, the final one and the q/k norms
+    after RoPE, none with a parameter; the logits softcapped."""
+    from shapecalc.costs.trace import build_trace
+    m = _small(tmp_path, "nanochat-d32.json")
+    assert (m.norm_weights, m.embedding_norm, m.qk_l2_norm, m.ffn, m.final_softcap) == \
+        (False, True, True, "relu2", 15.0)
+    stages = build_trace(m, Workload(batch=1, seq=4))["stages"]
+    norms = [s for s in stages if s["op"] in ("rmsnorm", "layernorm", "l2norm")]
+    assert {s["op"] for s in norms} == {"l2norm"} and not any(s["params"] for s in norms)
+    assert [s["role"] for s in stages].count("embed.norm") == 1
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_passes_on_a_small_nanochat(tmp_path, phase):
+    m = _small(tmp_path, "nanochat-d32.json")
+    r = verify(m, Workload(batch=2, seq=9, phase=phase, dtype="fp32"), precision="float64")
+    assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+
+
+def test_norm_weights_false_needs_a_plain_rmsnorm():
+    base = dict(vocab_size=64, d_model=32, n_layers=1, n_heads=2, d_ff=48, positions="rope",
+                norm_weights=False)
+    assert ModelConfig(**base, norm="rmsnorm").norm_kind(None) == "l2norm"
+    for extra in ({"norm": "layernorm"}, {"norm": "rmsnorm", "norm_plus_one": True}):
+        with pytest.raises(ShapecalcError) as err:
+            ModelConfig(**base, **extra)
+        assert err.value.field == "norm_weights"

@@ -36,6 +36,7 @@ PRESETS = {
     "ernie-4.5-21b-a3b": "ernie4_5_moe", "ernie-4.5-300b-a47b": "ernie4_5_moe",
     "k-exaone": "exaone_moe", "granite-swa": "granite_swa", "granitemoe-swa": "granitemoe_swa",
     "afmoe": "afmoe", "apertus-8b": "apertus", "apertus-70b": "apertus",
+    "ministral-3-8b": "ministral3", "nanochat-d32": "nanochat",
 }
 
 

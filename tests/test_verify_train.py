@@ -26,7 +26,9 @@ from shapecalc.train.verify import narrow, train_verify
 # the stateful mixers' presets have no backward rules: refused (test_stateful_mixers_are_refused)
 STATEFUL = sorted(n for n in sources.list_presets()
                   if set(sources.load_preset(n).mixers) - {"attention", "none"})
-PRESETS = sorted(set(sources.list_presets()) - set(STATEFUL))
+# xIELU's learned scalars have no backward rule either: refused (test_xielu_is_refused_…)
+XIELU = sorted(n for n in sources.list_presets() if sources.load_preset(n).ffn == "xielu")
+PRESETS = sorted(set(sources.list_presets()) - set(STATEFUL) - set(XIELU))
 # many layers to cover every kind, or hundreds of experts: their finite differences take
 # seconds on a loaded machine (`pytest -m slow`); their shapes and FLOPs run by default
 HEAVY = {"deepseek-v3", "gemma3-1b", "gemma3-4b", "gemma3-27b", "llama4-maverick",
@@ -53,6 +55,14 @@ def test_stateful_mixers_are_refused(cli):
         assert info.value.field == "model" and "backward" in info.value.reason
     r = cli("train", "--preset", STATEFUL[0], "--gpu", "h100-sxm")
     assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1
+
+
+def test_xielu_presets_are_refused():
+    assert XIELU  # Apertus
+    for name in XIELU:
+        with pytest.raises(ShapecalcError) as info:
+            train_verify(narrow(sources.load_preset(name)), WL)
+        assert info.value.field == "ffn" and "backward" in info.value.reason
 
 
 @pytest.mark.slow

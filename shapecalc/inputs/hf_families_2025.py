@@ -205,6 +205,28 @@ NEW: tuple[Family, ...] = (
                                        "biases whatever mlp_bias says", False)},
            widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=14336,
                        num_hidden_layers=32, num_attention_heads=32)),
+    # Ministral3Attention: Mistral's (a sliding window when sliding_window is set), q scaled per
+    # position after RoPE by 1 + β·ln(1 + ⌊pos/S⌋) (Llama 4's temperature, on every layer);
+    # YaRN RoPE (frequencies and a cos/sin factor: no count)
+    Family("ministral3", "Ministral 3: Mistral with YaRN and Llama 4's query temperature",
+           (*BODY, llama.sliding, llama.query_temperature),
+           _llama(8, 262144, head_dim=128, sliding_window=None, rope_parameters=dict(
+               rope_type="yarn", rope_theta=1000000.0, factor=16.0,
+               original_max_position_embeddings=16384, beta_fast=32.0, beta_slow=1.0,
+               mscale_all_dim=1.0, mscale=1.0, llama_4_scaling_beta=0.1)),
+           widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=34, num_attention_heads=32)),
+    # NanoChat: every norm parameter-free (Llama4TextL2Norm: x/RMS(x)), the embeddings normed
+    # before the first layer; Qwen3Attention (attention_bias on q, k, v and o) with the q/k norms
+    # after RoPE; CLIPMLP ungated (fc1 → hidden_act → fc2, no biases); Gemma 2's head: the
+    # logits softcapped by final_logit_softcapping
+    Family("nanochat", "nanochat: relu², parameter-free norms, q/k norms after RoPE, softcap",
+           (llama.llama, llama.plain("hidden_act"), llama.table, llama.attention_bias,
+            gemma.final_softcap),
+           _llama(None, 2048, act="relu2", attention_bias=False, final_logit_softcapping=15.0),
+           fixed=dict(norm_weights=False, embedding_norm=True, qk_l2_norm=True, ffn_bias=False),
+           widths=dict(vocab_size=50304, hidden_size=768, intermediate_size=8192,
+                       num_hidden_layers=12, num_attention_heads=6)),
     # GraniteSWAAttention: Granite's (four multipliers) with a learned sink logit per head on
     # every layer; every 4th layer full from layer 0, the others slide; a RoPE θ per layer
     # (layer_rope_theta, 0: NoPE)

@@ -299,6 +299,32 @@ def rotary_dim_factor(h: HF, f: Fields) -> None:
     f.update(rotary_fields(h, dh, 1.0 if r is None else r / dh))
 
 
+_TEMPERATURE_KEYS = tuple(f"{outer}.{k}" for outer in ("rope_parameters", "rope_scaling")
+                          for k in ("llama_4_scaling_beta", "original_max_position_embeddings"))
+
+
+@mechanism(*_TEMPERATURE_KEYS)
+def query_temperature(h: HF, f: Fields) -> None:
+    # Ministral3Attention: after RoPE, q × (1 + β·ln(1 + ⌊pos/S⌋)) on every layer, β and S read
+    # from rope_parameters (or the legacy rope_scaling transformers turns into it; neither: the
+    # class's YaRN defaults; one without β fails in transformers' forward, so it is refused);
+    # YaRN itself changes RoPE's frequencies and its cos/sin factor, no count
+    outer = next((k for k in ("rope_parameters", "rope_scaling") if h.cfg.get(k) is not None),
+                 None)
+    rope = h.default("rope_parameters") if outer is None else h.cfg[outer]
+    h.read.update(_TEMPERATURE_KEYS)
+    if not isinstance(rope, dict):
+        raise ShapecalcError(str(outer), f"must be an object, not {rope!r}")
+    beta, floor = rope.get("llama_4_scaling_beta"), rope.get("original_max_position_embeddings")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or beta < 0:
+        raise ShapecalcError(f"{outer}.llama_4_scaling_beta", f"the query temperature's "
+                             f"β must be a number ≥ 0, not {beta!r}")
+    if type(floor) is not int or floor < 1:
+        raise ShapecalcError(f"{outer}.original_max_position_embeddings", "the query "
+                             f"temperature's S must be a positive integer, not {floor!r}")
+    f.update(q_temperature_beta=float(beta), q_temperature_floor=floor)
+
+
 SILU = gated("hidden_act")
 BODY = (llama, SILU, table)  # the Llama-like body, its activation, its tables
 

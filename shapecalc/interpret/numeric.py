@@ -130,7 +130,7 @@ class NumericOps(NumericBase):
         m, n, D = self.m, self._el(x), x.shape[-1]
         key = (self._layer, role)
         beta = m.has_norm_bias if kind is None else False
-        kind = kind or m.norm
+        kind = m.norm_kind(kind)
         plus_one = m.norm_plus_one and kind == "rmsnorm"  # Gemma: γ around 0, × (1+γ)
         g = (self.w.get((*key, "γ"), (D,), base=0.0 if plus_one else 1.0) if kind != "l2norm"
              else np.ones(1, self.dt))

@@ -89,10 +89,11 @@ class SymbolicOps(SymbolicBase):
              kind: str | None = None) -> Sym:
         m = self.m
         beta = m.has_norm_bias if kind is None else False
-        kind = kind or m.norm
-        if kind == "l2norm":  # Llama 4's q/k norm: an RMS norm without γ
+        kind = m.norm_kind(kind)
+        if kind == "l2norm":  # Llama 4's q/k norm, nanochat's every norm: RMS without γ
             return self._rec(role, name, kind, x, ew=ELEMENTWISE["rmsnorm"],
-                             note="RMS over each head's Dh, no weights")
+                             note="RMS over each head's Dh, no weights" if len(x.dims) == 4
+                             else "RMS, no weights")
         per = ELEMENTWISE[kind] + 1 + int(beta)
         p = _total((self.z.D if width is None else width) * (2 if beta else 1))
         over = "" if width is None else (
@@ -101,11 +102,15 @@ class SymbolicOps(SymbolicBase):
         note += " (× (1+γ))" if m.norm_plus_one and kind == "rmsnorm" else ""
         return self._rec(role, name, kind, x, ew=per, params=p, note=note)
 
-    def temperature(self, q: Sym, role: str, name: str) -> Sym:
-        # one factor per query position, then q × its position's factor
+    def temperature(self, q: Sym, role: str, name: str, beta: float = 0.1, floor: int = 8192,
+                    shift: int = 1) -> Sym:
+        # one factor per query position (without the shift's +1: one pass fewer), then q × its
+        # position's factor
+        pos = "pos+1" if shift else "pos"
         return self._rec(role, name, "scale", q, ew=ELEMENTWISE["mul"],
-                         ew_extra=formula([ELEMENTWISE["temperature"], self.z.Tq]),
-                         note="q × (1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋)) per position (NoPE)")
+                         ew_extra=formula([ELEMENTWISE["temperature"] - (not shift), self.z.Tq]),
+                         note=f"q × (1 + {beta:g}·ln(1 + ⌊({pos})/{floor}⌋)) per position"
+                         + (" (NoPE)" if shift else ""))
 
     def linear(self, x: Sym, role: str, name: str, d_in: Dim, d_out: Dim, bias: bool,
                split: Split) -> Sym:

@@ -241,6 +241,9 @@ def _llama4_qk(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, q: Any, k: A
         k = ops.norm(k, "attn.k_l2norm", "k L2 norm", z.Dh, "l2norm")
     if m.attn_temperature_tuning and spec.nope:
         q = ops.temperature(q, "attn.temperature", "attention temperature")
+    if m.q_temperature_beta is not None and m.q_temperature_floor is not None:  # Ministral 3
+        q = ops.temperature(q, "attn.temperature", "query temperature", m.q_temperature_beta,
+                            m.q_temperature_floor, 0)
     return q, k
 
 

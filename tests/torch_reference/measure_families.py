@@ -67,6 +67,8 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "granitemoe_swa": ("granitemoe-swa",),
     "afmoe": ("afmoe",),
     "apertus": ("apertus-8b", "apertus-70b"),
+    "ministral3": ("ministral-3-8b",),
+    "nanochat": ("nanochat-d32",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
