@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from shapecalc.check.verify import verify
+from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
 from shapecalc.interpret.elementwise import xielu
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
@@ -59,7 +60,6 @@ def test_apertus_counts_two_xielu_scalars_a_layer(tmp_path):
     m = _small(tmp_path, "apertus-8b.json")
     assert m.ffn == "xielu" and m.qk_norm and not m.gated
     plain = m.model_copy(update={"ffn": "relu"})
-    from shapecalc.costs.trace import build_trace
     wl = Workload(batch=1, seq=4)
     assert build_trace(m, wl)["totals"]["params"] == \
         build_trace(plain, wl)["totals"]["params"] + 2 * m.n_layers
@@ -118,7 +118,6 @@ def test_verify_passes_past_the_temperature_step(tmp_path, phase):
     wl = Workload(batch=2, seq=9, phase=phase, dtype="fp32")
     r = verify(m, wl, precision="float64")
     assert r["ok"], [c for c in r["checks"] if not c["ok"]]
-    from shapecalc.costs.trace import build_trace
     stages = [s for s in build_trace(m, wl)["stages"] if s["role"] == "attn.temperature"]
     Tq = 9 if phase == "prefill" else 1
     assert stages and stages[0]["elementwise_flops"] == 2 * 4 * Tq * 16 + 5 * Tq
@@ -127,7 +126,6 @@ def test_verify_passes_past_the_temperature_step(tmp_path, phase):
 def test_nanochat_norms_have_no_weights(tmp_path):
     """Every norm x/RMS(x): the embeddings', each block's two, the final one and the q/k norms
     after RoPE, none with a parameter; the logits softcapped."""
-    from shapecalc.costs.trace import build_trace
     m = _small(tmp_path, "nanochat-d32.json")
     assert (m.norm_weights, m.embedding_norm, m.qk_l2_norm, m.ffn, m.final_softcap) == \
         (False, True, True, "relu2", 15.0)
@@ -152,3 +150,74 @@ def test_norm_weights_false_needs_a_plain_rmsnorm():
         with pytest.raises(ShapecalcError) as err:
             ModelConfig(**base, **extra)
         assert err.value.field == "norm_weights"
+
+
+def _cohere2_moe_variant() -> dict:
+    """Command A+'s config with what its class defaults leave off: one dense prefix layer of
+    its own width (RoPE forced there), a shared MLP summed in, sigmoid routing renormalised,
+    RMSNorm."""
+    cfg = json.loads((HF / "command-a-plus.json").read_text())
+    for k in ("layer_types", "mlp_layer_types"):
+        cfg.pop(k)
+    return {**cfg, "first_k_dense_replace": 1, "prefix_dense_intermediate_size": 30000,
+            "num_shared_experts": 1, "shared_expert_combination_strategy": "sum",
+            "expert_selection_fn": "sigmoid", "norm_topk_prob": True, "rms_norm_eps": 1e-5}
+
+
+def test_cohere2_moe_reads_its_prefix_shared_mlp_and_router(tmp_path):
+    m = _load(tmp_path, "command-a-plus.json", {})
+    assert m.parallel_block and m.n_experts == 8 and m.ffn_types is None
+    assert m.nope_layers == tuple(range(3, 40, 4)) and m.layer_types[3] == "full"
+    p = tmp_path / "variant.json"
+    p.write_text(json.dumps(_cohere2_moe_variant()))
+    v = load_hf_config(p)
+    assert v.ffn_types == ("dense",) + ("moe",) * 39 and (v.d_ff, v.dff_expert) == (30000, 22528)
+    assert (v.n_shared_experts, v.dff_shared, v.router_scoring, v.norm) == \
+        (1, 22528, "sigmoid", "rmsnorm")
+    # layer 0 is the dense prefix: full attention (pattern 1) with RoPE forced
+    assert v.layer_types[:5] == ("full", "sliding", "sliding", "sliding", "full")
+    assert 0 not in v.nope_layers and 4 in v.nope_layers
+    for key, value in (("shared_expert_combination_strategy", "average"),
+                       ("expert_selection_fn", "relu"), ("first_k_dense_replace", -1)):
+        with pytest.raises(ShapecalcError) as err:
+            _load(tmp_path, "command-a-plus.json", {**_cohere2_moe_variant(), key: value})
+        assert err.value.field == key
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_passes_on_a_small_cohere2_moe_variant(tmp_path, phase):
+    cfg = {**_cohere2_moe_variant(), "prefix_dense_intermediate_size": 80,
+           "num_hidden_layers": 5, "sliding_window": 4, "num_experts": 4, "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "intermediate_size": 48, "vocab_size": 128}
+    p = tmp_path / "small.json"
+    p.write_text(json.dumps(cfg))
+    m = load_hf_config(p)
+    for tp in (1, 2):
+        r = verify(m, Workload(batch=2, seq=9, phase=phase, dtype="fp32", tp=tp),
+                   precision="float64")
+        assert r["ok"], [c for c in r["checks"] if not c["ok"]]
+
+
+@pytest.mark.slow
+def test_live_cohere2_moe_variant_equals_transformers(tmp_path):
+    """The variant's mechanisms against transformers (torch installed): params, FLOPs of
+    prefill and decode at T=16 and 300 at reduced width, and the cache."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent / "torch_reference"))
+    import measure_families
+    small = measure_families._small("cohere2_moe", _cohere2_moe_variant())
+    for seq in (16, 300):
+        live = measure_families.measure_case("variant", "cohere2_moe", small, seq)
+        p = tmp_path / "config.json"
+        p.write_text(json.dumps({"model_type": "cohere2_moe", **live["hf_config"]}))
+        m = load_hf_config(p)
+        wl = dict(batch=1, seq=seq, dtype="fp32")
+        pre = build_trace(m, Workload(**wl))["totals"]
+        assert pre["flops"] == live["prefill_flops"]
+        assert build_trace(m, Workload(**wl, phase="decode"))["totals"]["flops"] == \
+            live["decode_flops"]
+        assert pre["params"] == live["params"]
+        assert pre["kv_cache_bytes"] == live["kv_cache_bytes_window_W"]

@@ -37,6 +37,7 @@ PRESETS = {
     "k-exaone": "exaone_moe", "granite-swa": "granite_swa", "granitemoe-swa": "granitemoe_swa",
     "afmoe": "afmoe", "apertus-8b": "apertus", "apertus-70b": "apertus",
     "ministral-3-8b": "ministral3", "nanochat-d32": "nanochat",
+    "command-a-plus": "cohere2_moe",
 }
 
 

@@ -5,6 +5,7 @@ tests/torch_reference/measure_families.py. hf_families.py joins them to the tabl
 from __future__ import annotations
 
 from . import hf_classic as classic
+from . import hf_cohere2_moe as cohere2_moe
 from . import hf_deepseek as deepseek
 from . import hf_gemma as gemma
 from . import hf_llama as llama
@@ -227,6 +228,22 @@ NEW: tuple[Family, ...] = (
            fixed=dict(norm_weights=False, embedding_norm=True, qk_l2_norm=True, ffn_bias=False),
            widths=dict(vocab_size=50304, hidden_size=768, intermediate_size=8192,
                        num_hidden_layers=12, num_attention_heads=6)),
+    # Cohere2MoeDecoderLayer: Cohere 2's parallel block (x + attn(n(x)) + mlp(n(x)), interleaved
+    # RoPE, logit scale) with the MLP Mixtral's experts under a top-k router (softmax or
+    # sigmoid of the k logits) and an optional shared MLP, or a dense MLP on the prefix layers;
+    # 3 sliding : 1 full, RoPE on the sliding layers (hf_cohere2_moe.py)
+    Family("cohere2_moe", "Command A+: Cohere 2's parallel block with MoE, 3 sliding : 1 full",
+           (classic.cohere2, cohere2_moe.cohere2_moe),
+           dict(logit_scale=0.0625, attention_bias=False, hidden_act="silu", head_dim=128,
+                max_position_embeddings=8192, tie_word_embeddings=True, sliding_window=4096,
+                num_key_value_heads=None, num_experts=8, num_experts_per_tok=2,
+                num_shared_experts=0, shared_expert_combination_strategy="average",
+                expert_selection_fn="softmax", layer_types=None, mlp_layer_types=None,
+                prefix_dense_sliding_window_pattern=1, norm_topk_prob=True,
+                prefix_dense_intermediate_size=None, rms_norm_eps=None,
+                sliding_window_pattern=4, first_k_dense_replace=0),
+           widths=dict(vocab_size=256000, hidden_size=8192, intermediate_size=22528,
+                       num_hidden_layers=40, num_attention_heads=64)),
     # GraniteSWAAttention: Granite's (four multipliers) with a learned sink logit per head on
     # every layer; every 4th layer full from layer 0, the others slide; a RoPE θ per layer
     # (layer_rope_theta, 0: NoPE)

@@ -130,7 +130,8 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         if m.parallel_block:  # x + attn(h) + ffn(h), one all-reduce
             if m.parallel_norms == 2:  # GPT-NeoX, Falcon's new decoder: the FFN's own norm of x
                 h = ops.norm(x, "ffn.norm", "FFN norm")
-            f = _ffn(ops, m, z, h, reduce=False)
+            # the channel mixer of the layer: dense, or MoE (Cohere 2 MoE)
+            f = _moe(ops, m, z, h, False) if spec.ffn == "moe" else _ffn(ops, m, z, h, False)
             s = ops.add(a, f, "block.sum", "attention + FFN")
             if z.p > 1:
                 s = ops.allreduce(s, "comm.allreduce", "all-reduce")

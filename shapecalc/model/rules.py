@@ -125,9 +125,6 @@ def check_moe(m: ModelFields) -> None:
                                  f"N={m.n_layers}")
         if "moe" not in m.ffn_types:
             raise ShapecalcError("n_experts", "is set, but no layer in ffn_types is moe")
-    if m.parallel_block:
-        raise ShapecalcError("parallel_block", "a parallel block with Mixture-of-Experts "
-                             "layers is not modelled")
 
 
 def check_gemma(m: ModelFields) -> None:

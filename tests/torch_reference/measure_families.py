@@ -69,6 +69,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "apertus": ("apertus-8b", "apertus-70b"),
     "ministral3": ("ministral-3-8b",),
     "nanochat": ("nanochat-d32",),
+    "cohere2_moe": ("command-a-plus",),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
