@@ -221,3 +221,20 @@ def test_live_cohere2_moe_variant_equals_transformers(tmp_path):
             live["decode_flops"]
         assert pre["params"] == live["params"]
         assert pre["kv_cache_bytes"] == live["kv_cache_bytes_window_W"]
+
+
+def test_apertus1p5_text_is_apertus_with_a_whole_head(tmp_path):
+    """Apertus 1.5's text model at its class defaults is Apertus' decoder over 266,752 tokens;
+    the released checkpoints' LM head pruned to 131,072 rows is refused naming the key (a
+    multimodal config reads its text_config, the vision and audio tokenizers not counted)."""
+    file = "apertus1p5-text-class-defaults.json"
+    m = _load(tmp_path, file, {})
+    assert (m.vocab_size, m.ffn, m.qk_norm) == (266752, "xielu", True)
+    assert _load(tmp_path, file, {"output_vocab_size": 266752}) == m
+    with pytest.raises(ShapecalcError) as err:
+        _load(tmp_path, file, {"output_vocab_size": 131072})
+    assert err.value.field == "output_vocab_size"
+    text = json.loads((HF / file).read_text())
+    p = tmp_path / "multimodal.json"
+    p.write_text(json.dumps({"model_type": "apertus1p5", "text_config": text}))
+    assert load_hf_config(p).n_layers == 32

@@ -206,6 +206,18 @@ NEW: tuple[Family, ...] = (
                                        "biases whatever mlp_bias says", False)},
            widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=14336,
                        num_hidden_layers=32, num_attention_heads=32)),
+    # Apertus1p5TextForCausalLM: Apertus' text model (its decoder unchanged) whose LM head may be
+    # pruned to output_vocab_size rows, narrower than the embedding table: not modelled, refused
+    Family("apertus1p5_text", "Apertus 1.5's text model: Apertus with its own vocabulary",
+           (llama.llama, llama.plain("hidden_act"), llama.table, llama.qk_norm,
+            llama.unpruned_head),
+           _llama(None, 65536, act="xielu", attention_bias=False),
+           refuse={"qk_norm": Refusal((True,), "{value!r}: ApertusAttention always builds its "
+                                      "q/k norms", True),
+                   "mlp_bias": Refusal((False,), "{value!r}: ApertusMLP's up and down have no "
+                                       "biases whatever mlp_bias says", False)},
+           widths=dict(vocab_size=266752, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32)),
     # Ministral3Attention: Mistral's (a sliding window when sliding_window is set), q scaled per
     # position after RoPE by 1 + β·ln(1 + ⌊pos/S⌋) (Llama 4's temperature, on every layer);
     # YaRN RoPE (frequencies and a cos/sin factor: no count)

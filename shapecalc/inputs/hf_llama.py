@@ -69,6 +69,16 @@ def plain(key: str) -> Mechanism:
     return mechanism(key)(_act)
 
 
+@mechanism("output_vocab_size")
+def unpruned_head(h: HF, f: Fields) -> None:
+    # Apertus 1.5: output_vocab_size null or N_vocab keeps the LM head whole; fewer rows (the
+    # released checkpoints prune the multimodal tokens' rows) is a head shapecalc does not model
+    rows = h.get("output_vocab_size")
+    if rows is not None and rows != f["vocab_size"]:
+        raise ShapecalcError("output_vocab_size", f"{rows!r}: an LM head of other rows than the "
+                             f"embedding table's {f['vocab_size']} is not modelled")
+
+
 @mechanism("max_position_embeddings", "tie_word_embeddings")
 def table(h: HF, f: Fields) -> None:
     # read after the activation, as transformers' classes list them

@@ -70,6 +70,8 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "ministral3": ("ministral-3-8b",),
     "nanochat": ("nanochat-d32",),
     "cohere2_moe": ("command-a-plus",),
+    # its class defaults only: the released checkpoints prune the LM head (refused)
+    "apertus1p5_text": (),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
