@@ -107,7 +107,9 @@ def test_each_unread_shape_key_is_refused_naming_it(mt):
     assert len(unread) > 40  # the list is long for every family
     for key in unread:
         probe = _probe(key, hf_keys.SHAPE_KEYS[key])
-        cfg = {**base, **probe}
+        # a nested probe joins the base's own rope dict (Ministral 3 reads other keys of it)
+        cfg = {**base, **{k: {**base[k], **v} if isinstance(v, dict) and
+                          isinstance(base.get(k), dict) else v for k, v in probe.items()}}
         assert not hf_keys.SHAPE_KEYS[key].is_neutral(probe[key.split(".")[0]]
                                                       if "." in key else probe[key], cfg), key
         with pytest.raises(ShapecalcError) as info:
@@ -139,8 +141,9 @@ def test_neutral_values_are_accepted_and_change_nothing(mt):
            "layer_types": ["full_attention"] * 4, "no_rope_layers": [1, 1],
            "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 1.0}}
     # (a family that reads the nested factor takes it: transformers prefers it to rotary_pct)
+    # (…, and one that reads other keys of rope_parameters needs them: Ministral 3)
     off = {k: v for k, v in off.items()
-           if k not in reads and f"{k}.partial_rotary_factor" not in reads}
+           if k not in reads and not any(r.startswith(f"{k}.") for r in reads)}
     assert read_family(_HF({**base, **off}), mt) == want
 
 

@@ -56,7 +56,7 @@ def params(m: ModelConfig) -> int:
     if m.shared_kv:
         return _v4_params(m)
     d, h, hkv, dh, dff, v = m.d_model, m.n_heads, m.kv_heads, m.dh, m.d_ff, m.vocab_size
-    norm = d * (2 if m.has_norm_bias else 1)
+    norm = d * (2 if m.has_norm_bias else 1) * m.norm_weights  # nanochat's norms: none
     attn = d * h * dh + 2 * d * hkv * dh + h * dh * d
     attn += (h * dh + 2 * hkv * dh) * m.qkv_bias + d * m.attn_out_bias
     qk = 2 * dh if m.qk_norm_width == "head" else (h + hkv) * dh  # OLMo 2: the whole width
@@ -73,6 +73,7 @@ def params(m: ModelConfig) -> int:
     attn += d * h * m.attn_head_gate  # LFM3's g_proj [D → H], one gate a head
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
+    ffn += 2 * (m.ffn == "xielu")  # xIELU's α_p and α_n
     if m.mixer_types is not None:  # a token mixer and a channel mixer per layer, each normed
         return _mixer_params(m, attn, ffn, norm)
     norms = 4 if m.norm_position == "sandwich" else 2  # Gemma 2/3: + the post-norms; OLMo 2: 2

@@ -28,7 +28,9 @@ from shapecalc.train.verify import narrow, train_verify
 # (test_mixers_without_a_rule_are_refused); the mixers with one run as every preset does
 STATEFUL = sorted(n for n in sources.list_presets()
                   if set(sources.load_preset(n).mixers) - set(TRAINABLE))
-PRESETS = sorted(set(sources.list_presets()) - set(STATEFUL))
+# xIELU's learned scalars have no backward rule either: refused (test_xielu_is_refused_…)
+XIELU = sorted(n for n in sources.list_presets() if sources.load_preset(n).ffn == "xielu")
+PRESETS = sorted(set(sources.list_presets()) - set(STATEFUL) - set(XIELU))
 MIXER_PRESETS = sorted(n for n in PRESETS
                        if set(sources.load_preset(n).mixers) - {"attention", "none"})
 # many layers to cover every kind, or hundreds of experts: their finite differences take
@@ -69,6 +71,14 @@ def test_mixers_without_a_rule_are_refused(cli, monkeypatch):
         assert all(x in info.value.reason for x in set(m.mixers) - {"attention", "none"})
     r = cli("train", "--preset", MIXER_PRESETS[0], "--gpu", "h100-sxm")
     assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1
+
+
+def test_xielu_presets_are_refused():
+    assert XIELU  # Apertus
+    for name in XIELU:
+        with pytest.raises(ShapecalcError) as info:
+            train_verify(narrow(sources.load_preset(name)), WL)
+        assert info.value.field == "ffn" and "backward" in info.value.reason
 
 
 @pytest.mark.slow

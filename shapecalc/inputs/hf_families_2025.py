@@ -5,6 +5,7 @@ tests/torch_reference/measure_families.py. hf_families.py joins them to the tabl
 from __future__ import annotations
 
 from . import hf_classic as classic
+from . import hf_cohere2_moe as cohere2_moe
 from . import hf_deepseek as deepseek
 from . import hf_deepseek_v4 as deepseek_v4
 from . import hf_gemma as gemma
@@ -228,6 +229,69 @@ NEW: tuple[Family, ...] = (
            fixed=dict(qk_norm=True, router_scoring="sigmoid"),
            refuse={"scoring_func": Refusal(("sigmoid",), "{value!r}: transformers' exaone_moe "
                                            "router always scores with sigmoid", "sigmoid")}),
+    # ApertusDecoderLayer: Llama's pre-norm block (attention_layernorm, feedforward_layernorm);
+    # LlamaAttention (attention_bias on q, k, v and o) with RMSNorm q/k norms over each head's
+    # Dh before RoPE; NemotronMLP ungated, up → xIELU (two learned scalars a layer) → down, its
+    # projections never biased
+    Family("apertus", "Apertus: Llama with per-head q/k norms and an ungated xIELU MLP",
+           (llama.llama, llama.plain("hidden_act"), llama.table, llama.qk_norm),
+           _llama(None, 65536, act="xielu", attention_bias=False),
+           refuse={"qk_norm": Refusal((True,), "{value!r}: ApertusAttention always builds its "
+                                      "q/k norms", True),
+                   "mlp_bias": Refusal((False,), "{value!r}: ApertusMLP's up and down have no "
+                                       "biases whatever mlp_bias says", False)},
+           widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32)),
+    # Apertus1p5TextForCausalLM: Apertus' text model (its decoder unchanged) whose LM head may be
+    # pruned to output_vocab_size rows, narrower than the embedding table: not modelled, refused
+    Family("apertus1p5_text", "Apertus 1.5's text model: Apertus with its own vocabulary",
+           (llama.llama, llama.plain("hidden_act"), llama.table, llama.qk_norm,
+            llama.unpruned_head),
+           _llama(None, 65536, act="xielu", attention_bias=False),
+           refuse={"qk_norm": Refusal((True,), "{value!r}: ApertusAttention always builds its "
+                                      "q/k norms", True),
+                   "mlp_bias": Refusal((False,), "{value!r}: ApertusMLP's up and down have no "
+                                       "biases whatever mlp_bias says", False)},
+           widths=dict(vocab_size=266752, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32)),
+    # Ministral3Attention: Mistral's (a sliding window when sliding_window is set), q scaled per
+    # position after RoPE by 1 + β·ln(1 + ⌊pos/S⌋) (Llama 4's temperature, on every layer);
+    # YaRN RoPE (frequencies and a cos/sin factor: no count)
+    Family("ministral3", "Ministral 3: Mistral with YaRN and Llama 4's query temperature",
+           (*BODY, llama.sliding, llama.query_temperature),
+           _llama(8, 262144, head_dim=128, sliding_window=None, rope_parameters=dict(
+               rope_type="yarn", rope_theta=1000000.0, factor=16.0,
+               original_max_position_embeddings=16384, beta_fast=32.0, beta_slow=1.0,
+               mscale_all_dim=1.0, mscale=1.0, llama_4_scaling_beta=0.1)),
+           widths=dict(vocab_size=131072, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=34, num_attention_heads=32)),
+    # NanoChat: every norm parameter-free (Llama4TextL2Norm: x/RMS(x)), the embeddings normed
+    # before the first layer; Qwen3Attention (attention_bias on q, k, v and o) with the q/k norms
+    # after RoPE; CLIPMLP ungated (fc1 → hidden_act → fc2, no biases); Gemma 2's head: the
+    # logits softcapped by final_logit_softcapping
+    Family("nanochat", "nanochat: relu², parameter-free norms, q/k norms after RoPE, softcap",
+           (llama.llama, llama.plain("hidden_act"), llama.table, llama.attention_bias,
+            gemma.final_softcap),
+           _llama(None, 2048, act="relu2", attention_bias=False, final_logit_softcapping=15.0),
+           fixed=dict(norm_weights=False, embedding_norm=True, qk_l2_norm=True, ffn_bias=False),
+           widths=dict(vocab_size=50304, hidden_size=768, intermediate_size=8192,
+                       num_hidden_layers=12, num_attention_heads=6)),
+    # Cohere2MoeDecoderLayer: Cohere 2's parallel block (x + attn(n(x)) + mlp(n(x)), interleaved
+    # RoPE, logit scale) with the MLP Mixtral's experts under a top-k router (softmax or
+    # sigmoid of the k logits) and an optional shared MLP, or a dense MLP on the prefix layers;
+    # 3 sliding : 1 full, RoPE on the sliding layers (hf_cohere2_moe.py)
+    Family("cohere2_moe", "Command A+: Cohere 2's parallel block with MoE, 3 sliding : 1 full",
+           (classic.cohere2, cohere2_moe.cohere2_moe),
+           dict(logit_scale=0.0625, attention_bias=False, hidden_act="silu", head_dim=128,
+                max_position_embeddings=8192, tie_word_embeddings=True, sliding_window=4096,
+                num_key_value_heads=None, num_experts=8, num_experts_per_tok=2,
+                num_shared_experts=0, shared_expert_combination_strategy="average",
+                expert_selection_fn="softmax", layer_types=None, mlp_layer_types=None,
+                prefix_dense_sliding_window_pattern=1, norm_topk_prob=True,
+                prefix_dense_intermediate_size=None, rms_norm_eps=None,
+                sliding_window_pattern=4, first_k_dense_replace=0),
+           widths=dict(vocab_size=256000, hidden_size=8192, intermediate_size=22528,
+                       num_hidden_layers=40, num_attention_heads=64)),
     # GraniteSWAAttention: Granite's (four multipliers) with a learned sink logit per head on
     # every layer; every 4th layer full from layer 0, the others slide; a RoPE θ per layer
     # (layer_rope_theta, 0: NoPE)

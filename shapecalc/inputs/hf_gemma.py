@@ -55,6 +55,12 @@ def local_global(every: int | None) -> Mechanism:
     return mechanism(*keys)(_layers)
 
 
+@mechanism("final_logit_softcapping")
+def final_softcap(h: HF, f: Fields) -> None:
+    # Gemma 2's head on its own, the logits c·tanh(logits/c) (nanochat)
+    f["final_softcap"] = h.get("final_logit_softcapping")
+
+
 @mechanism("attn_logit_softcapping", "final_logit_softcapping")
 def softcaps(h: HF, f: Fields) -> None:
     # tanh caps on the scores and the logits (null: none)

@@ -59,6 +59,26 @@ def gated(key: str) -> Mechanism:
     return mechanism(key)(_act)
 
 
+def plain(key: str) -> Mechanism:
+    """An ungated MLP's activation, named by `key`: xIELU (Apertus), squared ReLU, ReLU, GELU."""
+    def _act(h: HF, f: Fields) -> None:
+        name = h.get(key)
+        own = {"xielu": "xielu", "relu2": "relu2"}.get(name) if isinstance(name, str) else None
+        f["ffn"] = own or h.act(key, gated=False)
+    _act.__name__ = f"plain_{key}"
+    return mechanism(key)(_act)
+
+
+@mechanism("output_vocab_size")
+def unpruned_head(h: HF, f: Fields) -> None:
+    # Apertus 1.5: output_vocab_size null or N_vocab keeps the LM head whole; fewer rows (the
+    # released checkpoints prune the multimodal tokens' rows) is a head shapecalc does not model
+    rows = h.get("output_vocab_size")
+    if rows is not None and rows != f["vocab_size"]:
+        raise ShapecalcError("output_vocab_size", f"{rows!r}: an LM head of other rows than the "
+                             f"embedding table's {f['vocab_size']} is not modelled")
+
+
 @mechanism("max_position_embeddings", "tie_word_embeddings")
 def table(h: HF, f: Fields) -> None:
     # read after the activation, as transformers' classes list them
@@ -287,6 +307,32 @@ def rotary_dim_factor(h: HF, f: Fields) -> None:
     if r is not None and (type(r) is not int or r < 1):
         raise ShapecalcError("rotary_dim", f"must be a positive integer, not {r!r}")
     f.update(rotary_fields(h, dh, 1.0 if r is None else r / dh))
+
+
+_TEMPERATURE_KEYS = tuple(f"{outer}.{k}" for outer in ("rope_parameters", "rope_scaling")
+                          for k in ("llama_4_scaling_beta", "original_max_position_embeddings"))
+
+
+@mechanism(*_TEMPERATURE_KEYS)
+def query_temperature(h: HF, f: Fields) -> None:
+    # Ministral3Attention: after RoPE, q × (1 + β·ln(1 + ⌊pos/S⌋)) on every layer, β and S read
+    # from rope_parameters (or the legacy rope_scaling transformers turns into it; neither: the
+    # class's YaRN defaults; one without β fails in transformers' forward, so it is refused);
+    # YaRN itself changes RoPE's frequencies and its cos/sin factor, no count
+    outer = next((k for k in ("rope_parameters", "rope_scaling") if h.cfg.get(k) is not None),
+                 None)
+    rope = h.default("rope_parameters") if outer is None else h.cfg[outer]
+    h.read.update(_TEMPERATURE_KEYS)
+    if not isinstance(rope, dict):
+        raise ShapecalcError(str(outer), f"must be an object, not {rope!r}")
+    beta, floor = rope.get("llama_4_scaling_beta"), rope.get("original_max_position_embeddings")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or beta < 0:
+        raise ShapecalcError(f"{outer}.llama_4_scaling_beta", f"the query temperature's "
+                             f"β must be a number ≥ 0, not {beta!r}")
+    if type(floor) is not int or floor < 1:
+        raise ShapecalcError(f"{outer}.original_max_position_embeddings", "the query "
+                             f"temperature's S must be a positive integer, not {floor!r}")
+    f.update(q_temperature_beta=float(beta), q_temperature_floor=floor)
 
 
 SILU = gated("hidden_act")

@@ -33,6 +33,17 @@ def activation(x: np.ndarray, kind: str, dt: Any) -> tuple[np.ndarray, int]:
     return u, 8
 
 
+def xielu(x: np.ndarray, alpha: np.ndarray, dt: Any) -> tuple[np.ndarray, int]:
+    """xIELU (Apertus; transformers' XIELUActivation, β 0.5, ε −1e-6): α_p = softplus(a₀),
+    α_n = β + softplus(a₁); x > 0: α_p·x² + β·x, else (expm1(min(x, ε)) − x)·α_n + β·x.
+    12 passes per element, as its Python form runs them."""
+    beta, eps = dt(0.5), dt(-1e-6)
+    ap, an = np.logaddexp(0, alpha[0]).astype(dt), beta + np.logaddexp(0, alpha[1]).astype(dt)
+    pos = ap * x * x + beta * x
+    neg = (np.expm1(np.minimum(x, eps)) - x) * an + beta * x
+    return np.where(x > 0, pos, neg).astype(dt, copy=False), 12
+
+
 def softcap(x: np.ndarray, cap: float, dt: Any) -> np.ndarray:
     """c·tanh(x/c) in place (the scores or logits are fresh and used once): 3 passes."""
     np.tanh(np.divide(x, dt(cap), out=x), out=x)

@@ -143,7 +143,7 @@ class NumericOps(NumericBase):
         m, n, D = self.m, self._el(x), x.shape[-1]
         key = (self._layer, role)
         beta = m.has_norm_bias if kind is None else kind == "layernorm_beta"
-        kind = "layernorm" if beta and kind else (kind or m.norm)  # layernorm_beta: γ and β
+        kind = "layernorm" if beta and kind else m.norm_kind(kind)  # layernorm_beta: γ and β
         plus_one = m.norm_plus_one and kind == "rmsnorm"  # Gemma: γ around 0, × (1+γ)
         g = (self.w.get((*key, "γ"), (D,), base=0.0 if plus_one else 1.0) if kind != "l2norm"
              else np.ones(1, self.dt))
@@ -305,6 +305,11 @@ class NumericOps(NumericBase):
         return self._rec(role, name, "add", y, ew=self._el(y))
 
     def activation(self, x: np.ndarray, role: str, name: str, kind: str) -> np.ndarray:
+        if kind == "xielu":  # α_p, α_n: the layer's two learned scalars
+            a = self.w.get((self._layer, role, "α"), (2,))
+            y, passes = elementwise.xielu(x, a, self.dt)
+            return self._rec(role, f"{name} ({kind})", kind, y, ew=passes * self._el(y),
+                             params=a.size)
         y, passes = elementwise.activation(x, kind, self.dt)
         return self._rec(role, f"{name} ({kind})", kind, y, ew=passes * self._el(y))
 

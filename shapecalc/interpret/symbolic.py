@@ -95,8 +95,8 @@ class SymbolicOps(SymbolicBase):
              kind: str | None = None) -> Sym:
         m = self.m
         beta = m.has_norm_bias if kind is None else kind == "layernorm_beta"
-        kind = "layernorm" if beta and kind else (kind or m.norm)  # layernorm_beta: γ and β
-        if kind == "l2norm":  # Llama 4's q/k norm: an RMS norm without γ
+        kind = "layernorm" if beta and kind else m.norm_kind(kind)  # layernorm_beta: γ and β
+        if kind == "l2norm":  # Llama 4's q/k norm, nanochat's every norm: RMS without γ
             return self._rec(role, name, kind, x, ew=ELEMENTWISE["rmsnorm"],
                              note="RMS over each head's Dh, no weights" if width is None or
                              len(x.dims) == 4 else f"RMS over {width.symbol}, no weights")
@@ -108,11 +108,15 @@ class SymbolicOps(SymbolicBase):
         note += " (× (1+γ))" if m.norm_plus_one and kind == "rmsnorm" else ""
         return self._rec(role, name, kind, x, ew=per, params=p, note=note)
 
-    def temperature(self, q: Sym, role: str, name: str) -> Sym:
-        # one factor per query position, then q × its position's factor
+    def temperature(self, q: Sym, role: str, name: str, beta: float = 0.1, floor: int = 8192,
+                    shift: int = 1) -> Sym:
+        # one factor per query position (without the shift's +1: one pass fewer), then q × its
+        # position's factor
+        pos = "pos+1" if shift else "pos"
         return self._rec(role, name, "scale", q, ew=ELEMENTWISE["mul"],
-                         ew_extra=formula([ELEMENTWISE["temperature"], self.z.Tq]),
-                         note="q × (1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋)) per position (NoPE)")
+                         ew_extra=formula([ELEMENTWISE["temperature"] - (not shift), self.z.Tq]),
+                         note=f"q × (1 + {beta:g}·ln(1 + ⌊({pos})/{floor}⌋)) per position"
+                         + (" (NoPE)" if shift else ""))
 
     def linear(self, x: Sym, role: str, name: str, d_in: Dim, d_out: Dim, bias: bool,
                split: Split) -> Sym:
@@ -356,6 +360,9 @@ class SymbolicOps(SymbolicBase):
         return self._rec(role, name, "add", a, ew=ELEMENTWISE["add"])
 
     def activation(self, x: Sym, role: str, name: str, kind: str) -> Sym:
+        if kind == "xielu":  # its two learned scalars α_p, α_n (replicated on every rank)
+            return self._rec(role, f"{name} ({kind})", kind, x, ew=ELEMENTWISE[kind],
+                             params=(2, "2"), note="α_p, α_n")
         return self._rec(role, f"{name} ({kind})", kind, x, ew=ELEMENTWISE[kind])
 
     def mul(self, a: Sym, b: Sym, role: str, name: str) -> Sym:

@@ -27,6 +27,9 @@ ELEMENTWISE: dict[str, int] = {
     "silu": 4,
     "relu": 1,
     "relu2": 2,  # squared ReLU: max(x, 0), then its square
+    # xIELU as transformers' Python form runs it: x > 0, α_p·x·x + β·x (4), (expm1(min(x, ε)) −
+    # x)·α_n + β·x (6), the select
+    "xielu": 12,
     "layernorm": 5,  # + 1 for γ, + 1 for β
     "rmsnorm": 3,  # + 1 for γ, + 1 for β
     "sigmoid": 4,  # negate, exp, add 1, divide

@@ -175,7 +175,7 @@ def scale(c: Ctx, dys: list[Any]) -> list[Any]:
 
 @rule("temperature")
 def temperature(c: Ctx, dys: list[Any]) -> list[Any]:
-    return [dys[0] * c.s["f"][:, None]]
+    return [dys[0] * c.s["f"]]  # the factors, shaped like q
 
 
 @rule("softcap")
@@ -352,7 +352,7 @@ def _act_grad(x: np.ndarray, kind: str, dy: np.ndarray) -> np.ndarray:
     """dy × the activation's derivative at x."""
     if kind == "relu":
         return dy * (x > 0)
-    if kind == "relu2":  # max(x, 0)²
+    if kind == "relu2":  # max(x, 0)²: 2·max(x, 0)
         return dy * 2 * np.maximum(x, 0)
     sg = 1 / (1 + np.exp(-x))
     if kind == "sigmoid":

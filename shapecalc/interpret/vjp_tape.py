@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model.plan import layer_plan
 from . import mixer_rules, vjp_moe  # noqa: F401  (register MoE's and the mixers' rules)
+from .llama4 import query_factors
 from .moe import Routing
 from .tape_base import Entry, TapeBase
 from .vjp import INPUTS, RULES, Ctx, Grads
@@ -105,7 +106,7 @@ def _wrap(op: str) -> Callable[..., Any]:
         if op == "norm":
             self._norm_info = _norm_info(self, *args, **kw)
         if op == "temperature":
-            self._temp = _temperature(self, args[0])
+            self._temp = _temperature(self, *args, **kw)
         first = len(self.stages)
         self._depth += 1
         try:
@@ -128,7 +129,7 @@ def _norm_info(ops: TapeOps, x: np.ndarray, role: str, name: str, width: Any = N
                kind: str | None = None) -> dict[str, Any]:
     m = ops.m
     beta = m.has_norm_bias if kind is None else False
-    kind = kind or m.norm
+    kind = m.norm_kind(kind)
     plus_one = m.norm_plus_one and kind == "rmsnorm"
     key = (ops._layer, role)
     g = (ops.w.get((*key, "γ"), (x.shape[-1],), base=0.0 if plus_one else 1.0)
@@ -136,10 +137,8 @@ def _norm_info(ops: TapeOps, x: np.ndarray, role: str, name: str, width: Any = N
     return {"key": key, "kind": kind, "beta": beta, "plus_one": plus_one, "g": g}
 
 
-def _temperature(ops: TapeOps, q: np.ndarray) -> np.ndarray:
-    tq = q.shape[-2]  # llama4.temperature's factor per query position
-    pos = np.arange(ops.cache.total - tq, ops.cache.total, dtype=np.float64)
-    return (np.log1p(np.floor((pos + 1.0) / 8192)) * 0.1 + 1.0).astype(ops.dt)
+def _temperature(ops: TapeOps, q: np.ndarray, role: str, name: str, *factor: Any) -> np.ndarray:
+    return query_factors(ops, q.shape[-2], *factor)  # llama4.temperature's, shaped like q
 
 
 for _op in RULES:

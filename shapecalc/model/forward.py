@@ -30,7 +30,8 @@ __all__ = ["ACT", "Ops", "Sizes", "forward"]
 
 
 # the activation each FFN kind applies (gated kinds to the gate)
-ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "swiglu": "silu"}
+ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "xielu": "xielu",
+       "swiglu": "silu"}
 # the token mixers other than attention: one function each, over Ops
 MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer,
           "short_conv": short_conv_mixer, "mamba1": mamba1_mixer}
@@ -149,7 +150,8 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         if m.parallel_block:  # x + attn(h) + ffn(h), one all-reduce
             if m.parallel_norms == 2:  # GPT-NeoX, Falcon's new decoder: the FFN's own norm of x
                 h = ops.norm(x, "ffn.norm", "FFN norm")
-            f = _ffn(ops, m, z, h, reduce=False)
+            # the channel mixer of the layer: dense, or MoE (Cohere 2 MoE)
+            f = _moe(ops, m, z, h, False) if spec.ffn == "moe" else _ffn(ops, m, z, h, False)
             s = ops.add(a, f, "block.sum", "attention + FFN")
             if z.p > 1:
                 s = ops.allreduce(s, "comm.allreduce", "all-reduce")
@@ -275,6 +277,9 @@ def _llama4_qk(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, q: Any, k: A
         k = ops.norm(k, "attn.k_l2norm", "k L2 norm", z.Dh, "l2norm")
     if m.attn_temperature_tuning and spec.nope:
         q = ops.temperature(q, "attn.temperature", "attention temperature")
+    if m.q_temperature_beta is not None and m.q_temperature_floor is not None:  # Ministral 3
+        q = ops.temperature(q, "attn.temperature", "query temperature", m.q_temperature_beta,
+                            m.q_temperature_floor, 0)
     return q, k
 
 

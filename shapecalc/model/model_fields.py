@@ -28,10 +28,13 @@ class ModelFields(Record):
     n_kv_heads: Pos | None = _doc(None, "H_kv: key/value heads (default H; 1 = MQA; between = GQA)")
     head_dim: Pos | None = _doc(None, "Dh: head width (default D/H)")
     d_ff: Pos = _req("Dff: FFN hidden width")
-    ffn: Literal["gelu", "relu", "relu2", "swiglu", "geglu"] = _doc(
-        "gelu", "gelu/relu/relu2 (squared ReLU): up, down; swiglu/geglu: gate, up, down"
+    ffn: Literal["gelu", "relu", "relu2", "xielu", "swiglu", "geglu"] = _doc(
+        "gelu", "gelu/relu/relu2 (squared ReLU)/xielu (Apertus' xIELU, 2 parameters α_p, α_n "
+        "a layer): up, down; swiglu/geglu: gate, up, down"
     )
     norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
+    norm_weights: bool = _doc(True, "false: every norm of the model's is x/RMS(x) with no γ "
+                              "(nanochat's parameter-free RMSNorm; needs rmsnorm)")
     norm_position: Literal["pre", "post", "sandwich", "output"] = _doc(
         "pre", "pre: x + f(Norm(x)); post: Norm(x + f(x)); sandwich (Gemma 2/3): "
         "x + Norm(f(Norm(x))); output (OLMo 2): x + Norm(f(x))")
@@ -123,6 +126,14 @@ class ModelFields(Record):
     attn_temperature_tuning: bool = _doc(
         False, "on NoPE layers q is scaled per position by 1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋) "
         "(Llama 4)",
+    )
+    q_temperature_beta: float | None = _doc(
+        None, "β: on every layer q is scaled per position by 1 + β·ln(1 + ⌊pos/S⌋) after RoPE "
+        "(Ministral 3's llama_4_scaling_beta; S is q_temperature_floor)",
+    )
+    q_temperature_floor: Pos | None = _doc(
+        None, "S of q_temperature_beta: positions per step of the temperature (Ministral 3's "
+        "original_max_position_embeddings)",
     )
     routing_on_input: bool = _doc(
         False, "each routing weight scales the token's input to its expert, not the expert's "
@@ -354,6 +365,11 @@ class ModelFields(Record):
     @property
     def has_norm_bias(self) -> bool:
         return self.norm_bias if self.norm_bias is not None else self.norm == "layernorm"
+
+    def norm_kind(self, kind: str | None) -> str:
+        """The kind a norm stage runs: `kind` where forward names one, else the model's norm
+        (without norm_weights: x/RMS(x), an l2norm without γ)."""
+        return kind or (self.norm if self.norm_weights else "l2norm")
 
     @property
     def rot(self) -> int:

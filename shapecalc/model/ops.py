@@ -141,9 +141,10 @@ class Ops:
         """`window`: W of a window mask, C of a chunk mask."""
         raise NotImplementedError
 
-    def temperature(self, q: Any, role: str, name: str) -> Any:
-        """Llama 4's attention temperature on NoPE layers: q × (1 + 0.1·ln(1 + ⌊(pos+1)/8192⌋)),
-        one factor per query position."""
+    def temperature(self, q: Any, role: str, name: str, beta: float = 0.1, floor: int = 8192,
+                    shift: int = 1) -> Any:
+        """A query temperature: q × (1 + β·ln(1 + ⌊(pos+shift)/S⌋)), one factor per query
+        position (Llama 4's on NoPE layers: β 0.1, S 8192, shift 1; Ministral 3's: shift 0)."""
         raise NotImplementedError
 
     def alibi(self, s: Any, role: str, name: str) -> Any:

@@ -33,6 +33,13 @@ def check_llama4(m: ModelFields) -> None:
                                  f"(N={m.n_layers})")
         if len(set(m.nope_layers)) != len(m.nope_layers):
             raise ShapecalcError("nope_layers", "lists a layer twice")
+    beta, floor = m.q_temperature_beta, m.q_temperature_floor
+    if (beta is None) != (floor is None):
+        raise ShapecalcError("q_temperature_beta" if beta is None else "q_temperature_floor",
+                             "the query temperature needs both q_temperature_beta and "
+                             "q_temperature_floor")
+    if beta is not None and (beta < 0 or m.positions != "rope" or m.mla):
+        raise ShapecalcError("q_temperature_beta", "must be ≥ 0, on a RoPE model without MLA")
     if m.routing_on_input and m.n_experts is None:
         raise ShapecalcError("routing_on_input", "is a Mixture-of-Experts field, but "
                              "n_experts is not set")
@@ -51,6 +58,12 @@ def check_classic(m: ModelFields) -> None:
     if m.qk_norm_per_head and m.qk_norm:
         raise ShapecalcError("qk_norm_per_head", "q and k take one norm: qk_norm or "
                              "qk_norm_per_head, not both")
+    if not m.norm_weights and (m.norm != "rmsnorm" or m.has_norm_bias or m.norm_plus_one):
+        raise ShapecalcError("norm_weights", "false makes every norm a parameter-free RMSNorm: "
+                             "it needs norm rmsnorm, without norm_bias or norm_plus_one")
+    if m.ffn == "xielu" and m.n_experts is not None:  # its α_p, α_n per expert: not modelled
+        raise ShapecalcError("ffn", "xielu is a dense FFN's activation; experts with it are "
+                             "not modelled")
     if m.residual_multiplier is not None and m.parallel_block:
         raise ShapecalcError("residual_multiplier", "scales each branch of a sequential "
                              "block; a parallel block with it is not modelled")
@@ -142,9 +155,6 @@ def check_moe(m: ModelFields) -> None:
                                  f"N={m.n_layers}")
         if "moe" not in m.ffn_types:
             raise ShapecalcError("n_experts", "is set, but no layer in ffn_types is moe")
-    if m.parallel_block:
-        raise ShapecalcError("parallel_block", "a parallel block with Mixture-of-Experts "
-                             "layers is not modelled")
     moe_layers = (m.ffn_types or ("moe",) * m.n_layers).count("moe")
     if m.hash_moe_layers > moe_layers:
         raise ShapecalcError("hash_moe_layers", f"{m.hash_moe_layers} hash-routed layers, but "

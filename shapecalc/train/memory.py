@@ -74,6 +74,9 @@ def check_trainable(model: ModelConfig) -> None:
         if given:
             raise ShapecalcError(key, "has no backward rule yet: train and verify --train do "
                                  "not count it")
+    if model.ffn == "xielu":  # its learned α_p, α_n have no backward rule
+        raise ShapecalcError("ffn", "xielu has no backward rule yet: train and verify --train "
+                             "take the other activations")
 
 
 def check_training(model: ModelConfig, precision: str, zero: int, dp: int, ep: int) -> None:

@@ -66,6 +66,12 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "granite_swa": ("granite-swa",),
     "granitemoe_swa": ("granitemoe-swa",),
     "afmoe": ("afmoe",),
+    "apertus": ("apertus-8b", "apertus-70b"),
+    "ministral3": ("ministral-3-8b",),
+    "nanochat": ("nanochat-d32",),
+    "cohere2_moe": ("command-a-plus",),
+    # its class defaults only: the released checkpoints prune the LM head (refused)
+    "apertus1p5_text": (),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
