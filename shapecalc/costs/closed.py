@@ -114,7 +114,7 @@ class ClosedForm:
                 if w is not None and (w > 1 or phase == "prefill")}
         chunks = {k.chunk for k in kinds if k.chunk is not None}
         m = self.model
-        if {"mamba2", "gated_deltanet"} & set(m.mixers) and phase == "prefill":
+        if {"mamba2", "gated_deltanet", "kda"} & set(m.mixers) and phase == "prefill":
             # ⌈T/L⌉ chunks; max(T, K_c) conv inputs
             chunks.add(m.scan_chunk)  # type: ignore[arg-type]
             cuts.add(m.conv_kernel)  # type: ignore[arg-type]

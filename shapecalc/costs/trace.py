@@ -175,7 +175,7 @@ def build_trace(model: ModelConfig, wl: Workload, per_rank: bool = False) -> dic
         "kv_cache_tokens": kv_tokens,
         "kv_cache_bytes_per_token": kv_bytes_per_token(model, wl.kv, mla=wl.mla),
         "state_cache_bytes": _sum(st, "bytes", lambda s: s.op == "state_cache"),
-        "mixer_flops_convention": MIXER_FLOPS if {"mamba2", "gated_deltanet"} & set(
+        "mixer_flops_convention": MIXER_FLOPS if {"mamba2", "gated_deltanet", "kda"} & set(
             model.mixers) else "none",
         "kv_cache_form": kv_cache_form(model, wl.mla),
         "kv_cache_blocks": blocks,

@@ -25,6 +25,7 @@ from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
 from . import alibi, deltanet, elementwise, llama4, mamba2, mla, moe, rotary
+from . import kda as kda_rule
 from .caches import ContiguousKV, KVCache
 from .numeric_base import NumericBase
 from .storage import measure
@@ -185,7 +186,8 @@ class NumericOps(NumericBase):
     def split_heads(self, x: np.ndarray, role: str, name: str, heads: Any, Dh: Any
                     ) -> np.ndarray:
         R, B, T, width = x.shape
-        dh = int(Dh.value) if self.m.mla else self.m.dh  # MLA: latents (one head), kv_b
+        # MLA: latents (one head), kv_b; KDA: its own heads of D_k
+        dh = int(Dh.value) if self.m.mla or role.startswith("kda.") else self.m.dh
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":
             self._hq = width // dh
@@ -216,6 +218,7 @@ class NumericOps(NumericBase):
     route, experts, alibi, temperature = moe.route, moe.experts, alibi.add_bias, llama4.temperature
     conv1d, ssd, gated_norm = mamba2.conv1d, mamba2.ssd, mamba2.gated_norm  # Mamba-2
     delta_rule = deltanet.delta_rule  # gated DeltaNet
+    kda = kda_rule.kda  # Kimi Delta Attention
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:

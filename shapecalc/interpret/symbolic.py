@@ -16,6 +16,7 @@ from ..model.forward import ACT, Sizes, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
 from . import symbolic_deltanet as deltanet
+from . import symbolic_kda
 from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
 from .symbolic_base import ELEMENTWISE, Sym, SymbolicBase, _half, _total
@@ -170,6 +171,7 @@ class SymbolicOps(SymbolicBase):
     # Mamba-2 (symbolic_mamba2.py)
     conv1d, ssd, gated_norm = mamba2.sym_conv1d, mamba2.sym_ssd, mamba2.sym_gated_norm
     delta_rule = deltanet.sym_delta_rule  # gated DeltaNet (symbolic_deltanet.py)
+    kda = symbolic_kda.sym_kda  # Kimi Delta Attention (symbolic_kda.py)
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

@@ -194,7 +194,7 @@ def check(model: ModelConfig, wl: Workload) -> None:
     # gated DeltaNet's q/k heads and their value heads)
     if "mamba2" in model.mixers and model.ssm_groups % p:
         raise ShapecalcError("tp", f"p={p} does not divide G={model.ssm_groups} Mamba-2 groups")
-    if "gated_deltanet" in model.mixers and (model.gdn_qk_heads or 0) % p:
+    if {"gated_deltanet", "kda"} & set(model.mixers) and (model.gdn_qk_heads or 0) % p:
         raise ShapecalcError("tp", f"p={p} does not divide H_qk={model.gdn_qk_heads} gated "
                              "DeltaNet q/k heads")
     if model.moe:

@@ -17,6 +17,7 @@ from . import gemma
 from .config import ModelConfig, Workload
 from .expr import Dim
 from .gated_deltanet import gated_deltanet_mixer
+from .kda import kda_mixer
 from .mamba2 import mamba2_mixer
 from .mla import mla_attention
 from .ops import Ops
@@ -29,7 +30,7 @@ __all__ = ["ACT", "Ops", "Sizes", "forward"]
 # the activation each FFN kind applies (gated kinds to the gate)
 ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "swiglu": "silu"}
 # the token mixers other than attention: one function each, over Ops
-MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer}
+MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer, "kda": kda_mixer}
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:

@@ -12,7 +12,7 @@ from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
-MixerKind = Literal["attention", "mamba2", "gated_deltanet", "none"]
+MixerKind = Literal["attention", "mamba2", "gated_deltanet", "kda", "none"]
 
 
 
@@ -173,7 +173,8 @@ class ModelFields(Record):
 
     # Stateful token mixers: each layer's mixer, and Mamba-2's sizes (state-space duality)
     mixer_types: tuple[MixerKind, ...] | None = _doc(
-        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, or none (a "
+        None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, kda (Kimi "
+        "Delta Attention: gated DeltaNet's fields with H_qk = H_v, D_qk = D_hv), or none (a "
         "block of its channel mixer only); default: attention in every layer")
     ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
     ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "

@@ -183,3 +183,8 @@ class Ops:
         chunked form, decode one step of the recurrence."""
         raise NotImplementedError
 
+    def kda(self, q: Any, k: Any, v: Any, f: Any, b: Any, layer: Any) -> Any:
+        """Kimi Delta Attention's rule: q, k, v and the forget gate's f [B,T,H·D_k], b [B,T,H]
+        → o [B,T,H·D_k]; each head's state [D_k, D_k] is kept. Prefill runs the chunked form,
+        decode one step of the recurrence."""
+        raise NotImplementedError

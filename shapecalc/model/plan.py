@@ -48,7 +48,7 @@ class LayerSpec(NamedTuple):
     norm_position: str  # pre | post
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
-    mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, or none
+    mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, kda, or none
 
     @property
     def attends(self) -> bool:
@@ -73,7 +73,7 @@ class LayerSpec(NamedTuple):
 
 
 # the token mixers other than attention, as labels print
-MIXER_LABELS = {"mamba2": "Mamba-2", "gated_deltanet": "gated DeltaNet"}
+MIXER_LABELS = {"mamba2": "Mamba-2", "gated_deltanet": "gated DeltaNet", "kda": "KDA"}
 
 
 class Run(NamedTuple):

@@ -154,20 +154,27 @@ def check_mixers(m: ModelFields) -> None:
     if m.ffn_types is not None and len(m.ffn_types) != m.n_layers:
         raise ShapecalcError("ffn_types", f"lists {len(m.ffn_types)} layers, but N={m.n_layers}")
     _fields_of(m, "mamba2", MAMBA2_FIELDS, ["ssm_groups"] if m.ssm_groups != 1 else [])
-    _fields_of(m, "gated_deltanet", GDN_FIELDS, [])
-    stateful = {"mamba2", "gated_deltanet"} & set(m.mixers)
+    # KDA (Kimi Delta Attention) reads gated DeltaNet's fields
+    _fields_of(m, "kda" if "kda" in m.mixers else "gated_deltanet", GDN_FIELDS, [])
+    stateful = {"mamba2", "gated_deltanet", "kda"} & set(m.mixers)
     for f in SCAN_FIELDS:
         if stateful and getattr(m, f) is None:
             raise ShapecalcError(f, f"{min(stateful)} layers (mixer_types) need it")
         if not stateful and getattr(m, f) is not None:
             raise ShapecalcError(f, "is a stateful mixer's field, but no layer in mixer_types "
-                                 "is mamba2 or gated_deltanet")
+                                 "is mamba2, gated_deltanet or kda")
     if "mamba2" in m.mixers and m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
         raise ShapecalcError("ssm_groups", f"G={m.ssm_groups} does not divide H_s="
                              f"{m.ssm_heads}: each group's B and C serve whole heads")
     if "gated_deltanet" in m.mixers and m.gdn_v_heads % m.gdn_qk_heads:  # type: ignore[operator]
         raise ShapecalcError("gdn_v_heads", f"H_qk={m.gdn_qk_heads} does not divide H_v="
                              f"{m.gdn_v_heads}: each q/k head serves whole value heads")
+    if "kda" in m.mixers:  # KDA's value heads are its q/k heads, as wide
+        for f, a, b in (("gdn_v_heads", m.gdn_v_heads, m.gdn_qk_heads),
+                        ("gdn_v_dim", m.gdn_v_dim, m.gdn_qk_dim)):
+            if a != b:
+                raise ShapecalcError(f, f"{a} differs from {b}: KDA's q, k and v heads are "
+                                     "the same heads of the same width")
     if stateful:
         for f in ("parallel_block", "norm_position"):
             if (m.parallel_block if f == "parallel_block" else m.norm_position != "pre"):

@@ -23,7 +23,7 @@ FFN_ROLES = ("ffn.gate", "ffn.up", "ffn.down", "moe.router", "moe.route", *EXPER
 NORM_ROLES = ("attn.norm", "ffn.norm", "head.norm", "attn.q_norm", "attn.k_norm",
               "attn.q_l2norm", "attn.k_l2norm", "attn.post_norm", "ffn.post_norm", "mixer.norm")
 # the stateful token mixers' stages (Mamba-2, gated DeltaNet): role prefixes
-MIXER_PREFIXES = ("ssm.", "gdn.")
+MIXER_PREFIXES = ("ssm.", "gdn.", "kda.")
 
 
 def is_mixer(role: str) -> bool:

@@ -56,9 +56,9 @@ class IterationCost:
         self.ep = wl.ep
         self.wbits = DTYPE_BITS[wl.dtype]
         model = cf.model
-        if {"mamba2", "gated_deltanet"} & set(model.mixers):
+        if {"mamba2", "gated_deltanet", "kda"} & set(model.mixers):
             raise ShapecalcError("model", f"{model.name}: serve does not simulate stateful "
-                                 "token mixers (mamba2, gated_deltanet) yet")
+                                 "token mixers (mamba2, gated_deltanet, kda) yet")
         if len(cf.intervals("prefill")) > 1 or len(cf.intervals("decode")) > 1:
             raise ShapecalcError("model", f"{model.name}: serve simulates models whose attention "
                                  "has one regime; sliding-window or chunked attention layers are "

@@ -1,0 +1,95 @@
+"""Kimi Delta Attention (KDA, model/kda.py): the executor's chunked form (as transformers 5.24's
+chunk_kimi_delta_attention computes it) equals the step-by-step recurrence and every other
+verify check passes, under TP too; a perturbed chunk formula is caught; its counts by hand; bad
+configs exit 2 naming the key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shapecalc.check.verify import verify
+from shapecalc.costs.trace import build_trace
+from shapecalc.interpret import kda as numeric_kda
+from shapecalc.model.config import ModelConfig, Workload
+
+# KDA, then attention without RoPE; H = 2 heads of D_k = 6 (gated DeltaNet's fields, equal)
+KDA = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=40,
+           ffn="swiglu", norm="rmsnorm", positions="none", mixer_types=["kda", "attention"],
+           gdn_qk_heads=2, gdn_v_heads=2, gdn_qk_dim=6, gdn_v_dim=6, conv_kernel=4, scan_chunk=8)
+
+
+def _scan_check(r: dict) -> dict:
+    return next(c for c in r["checks"] if c["name"].startswith("chunked scan =="))
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("T", [3, 19])  # within one chunk (and under K_c); past two chunks
+def test_verify_passes(phase, T):
+    r = verify(ModelConfig(**KDA), Workload(batch=2, seq=T, phase=phase, dtype="fp32"),
+               precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+    if phase == "prefill":
+        assert float(_scan_check(r)["measured"]) <= 1e-12
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_passes_under_tensor_parallelism(phase):
+    """p = 2 ranks, each its heads: the gates' down-projections replicated, their
+    up-projections, q, k, v, the conv channels and the per-channel b_dt split by heads."""
+    r = verify(ModelConfig(**KDA), Workload(batch=2, seq=19, phase=phase, dtype="fp32", tp=2),
+               precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+    assert any(c["name"].startswith("TP p=2 == unsharded") for c in r["checks"])
+
+
+def test_the_kda_check_catches_a_perturbed_chunk_formula(monkeypatch):
+    model, wl = ModelConfig(**KDA), Workload(batch=1, seq=19, dtype="fp32")
+    assert _scan_check(verify(model, wl, precision="float64"))["ok"]
+    decay = numeric_kda._pairwise_decay
+    monkeypatch.setattr(numeric_kda, "_pairwise_decay", lambda G: decay(G * 1.0001))
+    c = _scan_check(verify(model, wl, precision="float64"))
+    assert not c["ok"] and float(c["measured"]) > 1e-6
+
+
+def test_counts_by_hand():
+    """One KDA layer's parameters, its prefill matmul FLOPs (T padded to whole chunks of L) and
+    its state, written out from modeling_kimi_linear.py."""
+    D, H, Dk, K, L, T = 32, 2, 6, 4, 8, 19
+    kd = H * Dk
+    params = (3 * D * kd + 2 * (D * Dk + Dk * kd) + D * H + kd * D  # q, k, v, f_a/b, g_a/b, b, o
+              + 3 * kd * K + kd + H + Dk)  # conv, b_dt, A_log, the output norm's γ
+    m = ModelConfig(**KDA)
+    doc = build_trace(m, Workload(batch=1, seq=T))
+    mixer = [s for s in doc["stages"] if s["role"].startswith("kda.")]
+    assert sum(s["params"] for s in mixer) == params
+    TL = L * -(-T // L)
+    linears = 2 * T * (3 * D * kd + 2 * (D * Dk + Dk * kd) + D * H + kd * D)
+    conv = 2 * 3 * kd * K * (T + K - 1)
+    rule = 2 * H * TL * (2 * L * Dk + L * Dk + 3 * Dk * Dk)  # A·v_β, A·k_β, A_qk·v; 3 reads of S
+    assert sum(s["flops"] for s in mixer) == linears + conv + rule
+    assert doc["totals"]["state_cache_bytes"] == 3 * kd * K * 2 + H * Dk * Dk * 4
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("gdn_v_dim", 4),  # KDA's v heads are as wide as q and k
+    ("gdn_v_heads", 4),  # and as many
+    ("gdn_qk_dim", None),  # KDA layers need it
+    ("scan_chunk", None),
+])
+def test_bad_configs_exit_2_naming_the_key(cli, tmp_path, field, value):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({k: v for k, v in {**KDA, field: value}.items()
+                                if v is not None}))
+    r = cli("trace", "--config", str(path))
+    assert r.code == 2, (r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in r.err, r.err
+
+
+def test_train_refuses_kda(cli, tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(KDA))
+    r = cli("train", "--config", str(path))
+    assert r.code == 2 and "kda" in r.err and len(r.err.strip().splitlines()) == 1, r.err
