@@ -80,7 +80,7 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
     __init__: in_proj, conv1d, dt_bias, A_log (and Mamba-2's D), the gated norm, out_proj."""
     d, v = m.d_model, m.vocab_size
     hs, ds, g, ns, kc = m.ssm_heads, m.ssm_head_dim, m.ssm_groups, m.ssm_state, m.conv_kernel
-    mamba = gdn = 0
+    mamba = gdn = kda = 0
     if hs is not None:
         inner, conv = hs * ds, hs * ds + 2 * g * ns
         mamba = (d * (inner + conv + hs) + conv * kc + conv * m.conv_bias + 3 * hs + inner
@@ -89,7 +89,14 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
         kd, vd = m.gdn_qk_heads * m.gdn_qk_dim, m.gdn_v_heads * m.gdn_v_dim
         gdn = (d * (2 * kd + 2 * vd) + d * 2 * m.gdn_v_heads + (2 * kd + vd) * kc
                + 2 * m.gdn_v_heads + m.gdn_v_dim + vd * d)
-    token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "none": -norm}
+    if m.gdn_qk_heads is not None:  # KimiLinearDeltaAttention: q, k, v, the low-rank forget and
+        # output gates (D → D_k → H·D_k), b_proj, o_proj; conv1d, dt_bias (per channel), A_log,
+        # o_norm's γ of D_k
+        h, dk = m.gdn_qk_heads, m.gdn_qk_dim
+        kd = h * dk
+        kda = (3 * d * kd + 2 * (d * dk + dk * kd) + d * h + kd * d + 3 * kd * kc + kd + h + dk)
+    token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "kda": kda,
+             "none": -norm}
     sw = m.n_shared_experts * m.dff_shared
     moe = (d * (m.n_experts or 0) + (m.n_experts or 0) * 3 * d * m.dff_expert + 3 * d * sw
            + d * m.shared_expert_gate)

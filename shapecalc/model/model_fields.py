@@ -197,6 +197,9 @@ class ModelFields(Record):
     gdn_fused_proj: bool = _doc(True, "gated DeltaNet's input projections fused in two, [D → "
                                 "q, k, v, z] and [D → b, a] (Qwen3-Next), or four (Qwen3.5: "
                                 "in_proj_qkv, _z, _b, _a); changes the listing, not the numbers")
+    gdn_neg_eigval: bool = _doc(False, "β = 2·σ(b) ∈ (0, 2): the delta rule's state transition "
+                                "may have negative eigenvalues (OLMo-Hybrid's "
+                                "linear_allow_neg_eigval)")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
 

@@ -114,8 +114,8 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
         LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
                   model.norm_position, model.attention_chunk_size if t == "chunked" else None,
                   i in nope, mx)
-        if mx == "attention" else LayerSpec("full", None, f, model.norm, model.norm_position,
-                                            mixer=mx)
+        # a stateful mixer's block is pre-norm (OLMo-Hybrid: beside output-normed attention)
+        if mx == "attention" else LayerSpec("full", None, f, model.norm, "pre", mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))
     ]
     runs: list[Run] = []

@@ -177,7 +177,9 @@ def check_mixers(m: ModelFields) -> None:
                                      "the same heads of the same width")
     if stateful:
         for f in ("parallel_block", "norm_position"):
-            if (m.parallel_block if f == "parallel_block" else m.norm_position != "pre"):
+            # output: the attention layers' (OLMo-Hybrid); the mixers' blocks stay pre-norm
+            if (m.parallel_block if f == "parallel_block" else
+                    m.norm_position not in ("pre", "output")):
                 raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
                                      "blocks")
     if m.attn_output_gate and m.mla:
