@@ -17,6 +17,7 @@ from shapecalc.model.config import Workload
 ROOT = Path(__file__).parent.parent
 HF = ROOT / "tests" / "data" / "hf"
 KIMI = json.loads((HF / "kimi-linear-48b-a3b.json").read_text())
+LING = json.loads((HF / "ling-3.0-flash.json").read_text())
 OLMO = {"model_type": "olmo_hybrid", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
         "num_hidden_layers": 4, "num_attention_heads": 4, "linear_num_key_heads": 2,
         "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 6}
@@ -41,6 +42,17 @@ def test_kimi_linear_reads_its_one_based_layer_lists():
 def test_kimi_linear_class_defaults_put_mla_on_every_fourth_layer_from_the_fifth(tmp_path):
     m = _load(tmp_path, {"model_type": "kimi_linear"})
     assert [i for i, mx in enumerate(m.mixers) if mx == "attention"] == [4, 8, 12, 16, 20, 24]
+
+
+def test_bailing_hybrid_reads_its_layout(tmp_path):
+    m = load_hf_config(HF / "ling-3.0-flash.json")
+    assert [i + 1 for i, mx in enumerate(m.mixers) if mx == "attention"] == list(range(6, 43, 6))
+    assert m.ffn_types is not None and m.ffn_types[:3] == ("dense", "dense", "moe")
+    assert (m.gdn_qk_heads, m.gdn_qk_dim, m.kda_low_rank, m.kda_gate_bound, m.attn_head_gate,
+            m.positions, m.rope_base) == (32, 128, False, -5.0, True, "rope", 6e6)
+    unsafe = _load(tmp_path, {**LING, "kda_safe_gate": False, "layer_types": None,
+                              "layer_group_size": 3})
+    assert unsafe.kda_gate_bound is None and unsafe.mixers[:3] == ("kda", "kda", "attention")
 
 
 def test_olmo_hybrid_reads_its_layout(tmp_path):
@@ -68,6 +80,11 @@ def test_olmo_hybrid_reads_its_layout(tmp_path):
     (KIMI, {"moe_router_activation_func": "softmax"}, "moe_router_activation_func"),
     (KIMI, {"moe_layer_freq": 2}, "moe_layer_freq"),
     (KIMI, {"num_key_value_heads": 4}, "num_key_value_heads"),  # MLA makes K, V for every head
+    (LING, {"layer_types": None, "layer_group_size": 0}, "layer_group_size"),
+    (LING, {"kda_lower_bound": 2.0}, "kda_lower_bound"),  # the log-decay must stay below 0
+    (LING, {"num_expert_group": 3}, "num_expert_group"),  # 512 experts in 3 groups
+    (LING, {"head_dim": None}, "head_dim"),  # KDA's head width
+    (LING, {"mlp_layer_types": ["dense"] * 41}, "mlp_layer_types"),  # 41 layers, N = 42
     (OLMO, {"layer_types": ["linear_attention"] * 4}, "layer_types"),  # no attention layer
     (OLMO, {"layer_types": ["linear_attention"] * 3}, "layer_types"),  # 3 layers, N = 4
     (OLMO, {"layer_types": ["linear_attention"] * 3 + ["sliding_attention"]}, "layer_types"),
@@ -96,3 +113,21 @@ def test_verify_passes_at_the_reference_widths(tmp_path, name, phase):
     m = _load(tmp_path, _cases()[name])
     r = verify(m, Workload(batch=1, seq=70, phase=phase, dtype="fp32"), precision="float64")
     assert not [c for c in r["checks"] if not c["ok"]]
+
+
+@pytest.mark.slow
+def test_live():
+    """With torch installed, one case measured again equals its stored numbers (KDA with the
+    bounded gate, MLA with the head-wise gate)."""
+    import importlib.util
+    if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers")):
+        pytest.skip("torch and transformers are not installed")
+    path = ROOT / "tests" / "torch_reference" / "measure_mixers.py"
+    spec = importlib.util.spec_from_file_location("measure_mixers", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    doc = json.loads((ROOT / "tests" / "data" / "mixers_reference_delta.json").read_text())
+    case = next(c for c in doc["cases"] if c["name"] == "bailing_hybrid-variant")
+    live = mod.measure(case["full_config"], case["hf_config"])
+    assert live == {k: case[k] for k in ("params_meta", "steps")}

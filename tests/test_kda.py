@@ -20,6 +20,12 @@ KDA = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_
            gdn_qk_heads=2, gdn_v_heads=2, gdn_qk_dim=6, gdn_v_dim=6, conv_kernel=4, scan_chunk=8)
 
 
+# Ling 3.0's form: full-rank gates, the bounded forget gate; MLA with RoPE and a head-wise gate
+LING = dict(KDA, n_kv_heads=None, head_dim=None, positions="rope", kda_low_rank=False,
+            kda_gate_bound=-5.0, attn_head_gate=True, kv_lora_rank=12, qk_nope_head_dim=6,
+            qk_rope_head_dim=4, v_head_dim=8)
+
+
 def _scan_check(r: dict) -> dict:
     return next(c for c in r["checks"] if c["name"].startswith("chunked scan =="))
 
@@ -32,6 +38,26 @@ def test_verify_passes(phase, T):
     assert not [c for c in r["checks"] if not c["ok"]]
     if phase == "prefill":
         assert float(_scan_check(r)["measured"]) <= 1e-12
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("form", ["absorbed", "latent"])
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_verify_passes_in_ling_form(phase, form, tp):
+    r = verify(ModelConfig(**LING), Workload(batch=2, seq=19, phase=phase, dtype="fp32", tp=tp,
+                                             mla_form=form), precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+
+
+def test_ling_form_counts_by_hand():
+    """Full-rank gates: f_proj and g_proj [D → H·D_k]; the head-wise gate [D → H]."""
+    D, H, Dk = 32, 2, 6
+    low, full = (build_trace(ModelConfig(**f), Workload(seq=5))["totals"]["params"]
+                 for f in ({**LING, "kda_low_rank": True}, LING))
+    assert full - low == 2 * (D * H * Dk - (D * Dk + Dk * H * Dk))
+    gated = [s for s in build_trace(ModelConfig(**LING), Workload(seq=5))["stages"]
+             if s["role"] == "attn.head_gate"]
+    assert [s["params"] for s in gated] == [D * 4] and gated[0]["flops"] == 2 * 5 * D * 4
 
 
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
@@ -77,6 +103,7 @@ def test_counts_by_hand():
     ("gdn_v_heads", 4),  # and as many
     ("gdn_qk_dim", None),  # KDA layers need it
     ("scan_chunk", None),
+    ("kda_gate_bound", 1.0),  # the log-decay must stay below 0
 ])
 def test_bad_configs_exit_2_naming_the_key(cli, tmp_path, field, value):
     path = tmp_path / "m.json"

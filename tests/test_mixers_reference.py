@@ -86,7 +86,7 @@ def test_live():
 
 
 PRESETS = ("nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b",
-           "kimi-linear-48b-a3b", "olmo-hybrid-7b")
+           "kimi-linear-48b-a3b", "olmo-hybrid-7b", "ling-3.0-flash", "qwen3.5-27b")
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -50,6 +50,7 @@ def params(m: ModelConfig) -> int:
         attn += ((dq or 0) + dc + dr) * m.qkv_bias + d * m.attn_out_bias
     # the output gate [D, H·Dh] (+ q's bias: Qwen3-Next's is q_proj's second half; AFMoE's has none)
     attn += (d * h * dh + h * dh * m.qkv_bias) * m.attn_output_gate
+    attn += d * h * m.attn_head_gate  # Ling 3.0's MLA: g_proj [D → H]
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
     if m.mixer_types is not None:  # a token mixer and a channel mixer per layer, each normed
@@ -90,11 +91,12 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
         gdn = (d * (2 * kd + 2 * vd) + d * 2 * m.gdn_v_heads + (2 * kd + vd) * kc
                + 2 * m.gdn_v_heads + m.gdn_v_dim + vd * d)
     if m.gdn_qk_heads is not None:  # KimiLinearDeltaAttention: q, k, v, the low-rank forget and
-        # output gates (D → D_k → H·D_k), b_proj, o_proj; conv1d, dt_bias (per channel), A_log,
-        # o_norm's γ of D_k
+        # output gates (D → D_k → H·D_k; Ling 3.0's one [D → H·D_k] each), b_proj, o_proj;
+        # conv1d, dt_bias (per channel), A_log, o_norm's γ of D_k
         h, dk = m.gdn_qk_heads, m.gdn_qk_dim
         kd = h * dk
-        kda = (3 * d * kd + 2 * (d * dk + dk * kd) + d * h + kd * d + 3 * kd * kc + kd + h + dk)
+        gates = 2 * ((d * dk + dk * kd) if m.kda_low_rank else d * kd)
+        kda = (3 * d * kd + gates + d * h + kd * d + 3 * kd * kc + kd + h + dk)
     token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "kda": kda,
              "none": -norm}
     sw = m.n_shared_experts * m.dff_shared

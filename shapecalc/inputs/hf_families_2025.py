@@ -45,6 +45,28 @@ NEW: tuple[Family, ...] = (
            ignored=frozenset({"num_nextn_predict_layers", "model_max_length"}),
            widths=dict(vocab_size=163840, hidden_size=2304, intermediate_size=9216,
                        num_hidden_layers=27, num_attention_heads=32)),
+    # BailingHybridDecoderLayer (Kimi-Linear's): KDA with full-rank gates (bounded with
+    # kda_safe_gate) or MLA with RoPE and a head-wise output gate, the last of each
+    # layer_group_size layers; DeepSeek-V3's MoE (512 experts, 8 groups); its MTP layers are
+    # skipped when loading (transformers builds none)
+    Family("bailing_hybrid", "Ling 3.0: KDA and gated MLA 5:1, grouped routing of 512 experts",
+           (*BODY, kda.kimi_moe, kda.bailing_hybrid),
+           _llama(32, 262144, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+                  qk_nope_head_dim=128, v_head_dim=128, attention_bias=False, head_dim=128,
+                  num_local_experts=512, num_experts_per_tok=8, n_shared_experts=1,
+                  moe_intermediate_size=768, routed_scaling_factor=2.5, n_group=8,
+                  topk_group=4, norm_topk_prob=True, first_k_dense_replace=2,
+                  mlp_layer_types=None, layer_types=None, layer_group_size=6,
+                  short_conv_kernel_size=4, kda_safe_gate=True, kda_lower_bound=-5.0,
+                  rope_parameters=None, rope_theta=6000000.0),
+           aliases={"num_local_experts": ("num_experts",),
+                    "num_experts_per_tok": ("num_experts_per_token",),
+                    "n_shared_experts": ("num_shared_experts",),
+                    "norm_topk_prob": ("moe_renormalize",), "n_group": ("num_expert_group",)},
+           ignored=frozenset({"num_mtp_layers", "num_nextn_predict_layers",
+                              "model_max_length"}),
+           widths=dict(vocab_size=157184, hidden_size=2560, intermediate_size=6144,
+                       num_hidden_layers=42, num_attention_heads=32)),
     # OlmoHybridModel: gated DeltaNet layers in Llama's pre-norm block, attention layers in
     # OLMo 3's (whole-width q/k RMSNorms, the attention's and the MLP's output normed before
     # each residual, no pre-norms)

@@ -1,6 +1,6 @@
-"""The mechanisms of the KDA hybrids: Kimi-Linear's layer types (Kimi Delta Attention or MLA
-without RoPE), the KDA sizes, each layer's MLP (dense or sparse), and its DeepSeek-V3 MoE under
-the names KimiLinearConfig's attribute map gives them."""
+"""The mechanisms of the KDA hybrids: Kimi-Linear's and Ling 3.0's layer types (Kimi Delta
+Attention or MLA), the KDA sizes, each layer's MLP (dense or sparse), and their DeepSeek-V3 MoE
+under the names their config's attribute map gives them."""
 
 from __future__ import annotations
 
@@ -65,27 +65,68 @@ def kimi_linear(h: HF, f: Fields) -> None:
         types = (_one_based(lac, n) if "full_attn_layers" in lac and "kda_layers" in lac else
                  ["full_attention" if i and i % 4 == 0 else "linear_attention"
                   for i in range(n)])
+    h.get("head_dim")  # DeepseekV3Config.__post_init__ overwrites it with qk_rope_head_dim
+    _layers(h, f, types, heads, head, kernel)
+    f["positions"] = "none"
+
+
+def _layers(h: HF, f: Fields, types: Any, heads: Any, head: Any, kernel: Any) -> None:
+    """Each layer's mixer (`types`, checked), its MLP (mlp_layer_types, else dense on the first
+    first_k_dense_replace layers), MLA's fields and KDA's sizes (H heads of D_k)."""
+    n = f["n_layers"]
     types = _types("layer_types", types, n, tuple(MIXERS))
-    mlp = h.get("mlp_layer_types")
-    if mlp is None:  # read from the kwargs in __post_init__ (default 1), not a field
-        first = h.get("first_k_dense_replace")
+    mlp, first = h.get("mlp_layer_types"), h.get("first_k_dense_replace")  # the list wins
+    if mlp is None:
         if not isinstance(first, int) or isinstance(first, bool) or first < 0:
             raise ShapecalcError("first_k_dense_replace", f"must be a whole number ≥ 0, not "
                                  f"{first!r}")
         mlp = ["dense" if i < first else "sparse" for i in range(n)]
     mlp = _types("mlp_layer_types", mlp, n, ("dense", "sparse"))
-    h.get("head_dim")  # DeepseekV3Config.__post_init__ overwrites it with qk_rope_head_dim
     _latent(h, f)
     kinds = tuple("moe" if t == "sparse" else "dense" for t in mlp)
-    f.update(head_dim=None, positions="none", mixer_types=tuple(MIXERS[t] for t in types),
+    f.update(head_dim=None, mixer_types=tuple(MIXERS[t] for t in types),
              ffn_types=kinds if "dense" in kinds else None)
     if "sparse" not in mlp:  # a dense model: the MoE's fields go
         for k in ("n_experts", "experts_per_token", "d_ff_expert", "routed_scaling_factor"):
             f.pop(k, None)
         f.update(n_shared_experts=0, ffn_types=None)
     if "kda" in f["mixer_types"]:
+        if not isinstance(head, int) or isinstance(head, bool) or head < 1:
+            raise ShapecalcError("head_dim", f"KDA's head width must be a positive integer, "
+                                 f"not {head!r}")
         f.update(gdn_qk_heads=heads, gdn_v_heads=heads, gdn_qk_dim=head, gdn_v_dim=head,
                  conv_kernel=kernel, scan_chunk=CHUNK)
+
+
+@mechanism("layer_types", "layer_group_size", "mlp_layer_types", "first_k_dense_replace",
+           "head_dim", "short_conv_kernel_size", "kda_safe_gate", "kda_lower_bound",
+           "rope_parameters", "rope_theta",
+           *("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+             "attention_bias"))
+def bailing_hybrid(h: HF, f: Fields) -> None:
+    """BailingHybridDecoderLayer (Kimi-Linear's): KDA with full-rank gates (f_proj, g_proj
+    [D → H·D_k]) and, with kda_safe_gate, the bounded forget gate g = kda_lower_bound·
+    σ(e^{A_log}·(f + b_dt)); or MLA with RoPE on k_rope and q_rope and a head-wise output gate
+    [D → H]. The last layer of each group of layer_group_size attends; H KDA heads of head_dim
+    (read before __post_init__ sets head_dim to qk_rope_head_dim)."""
+    n = f["n_layers"]
+    types, g = h.get("layer_types"), h.get("layer_group_size")  # the list wins
+    if types is None:
+        if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+            raise ShapecalcError("layer_group_size", f"must be a positive integer, not {g!r}")
+        types = ["full_attention" if (i + 1) % g == 0 else "linear_attention" for i in range(n)]
+    _layers(h, f, types, f["n_heads"], h.get("head_dim"), h.get("short_conv_kernel_size"))
+    safe, bound = h.get("kda_safe_gate"), h.get("kda_lower_bound")
+    if safe and not (isinstance(bound, (int, float)) and bound < 0):
+        raise ShapecalcError("kda_lower_bound", f"must be a negative number (the forget gate's "
+                             f"log-decay lies in (bound, 0)), not {bound!r}")
+    rp, flat = h.get("rope_parameters"), h.get("rope_theta")
+    theta = rp.get("rope_theta") if isinstance(rp, dict) and rp.get("rope_theta") else flat
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or theta <= 0:
+        raise ShapecalcError("rope_theta", f"must be a positive number (the MLA layers' RoPE "
+                             f"base), not {theta!r}")
+    f.update(positions="rope", rope_base=float(theta), attn_head_gate=True, kda_low_rank=False,
+             kda_gate_bound=float(bound) if safe and "kda" in f["mixer_types"] else None)
 
 
 @mechanism("num_local_experts", "num_experts", "num_experts_per_tok", "num_experts_per_token",

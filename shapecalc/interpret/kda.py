@@ -15,7 +15,7 @@ import numpy as np
 
 from .deltanet import _l2
 from .mamba2 import per_rank
-from .symbolic_kda import KDA_EW
+from .symbolic_kda import _GATE, KDA_EW
 
 if TYPE_CHECKING:
     from .numeric_base import NumericBase
@@ -127,10 +127,16 @@ def kda(self: NumericBase, q: np.ndarray, k: np.ndarray, v: np.ndarray, f: np.nd
 
     bb: np.ndarray = b.reshape(RB, T, H).astype(fl)
     beta = 1 / (1 + np.exp(-bb))
-    g = -np.exp(A_log.astype(fl)) * np.logaddexp(0, f.reshape(RB, T, H * D).astype(fl) + dt_bias)
+    x = f.reshape(RB, T, H * D).astype(fl) + dt_bias
+    bound = m.kda_gate_bound
+    if bound is None:  # Kimi-Linear: −e^{A_log}·softplus
+        g = -np.exp(A_log.astype(fl)) * np.logaddexp(0, x)
+    else:  # Ling 3.0's safe gate: log-decays in (bound, 0)
+        g = fl(bound) / (1 + np.exp(-np.exp(A_log.astype(fl)) * x))
     g = g.reshape(RB, T, H, D)
-    rec("kda.gates", "g = −e^{A_log}·softplus(f + b_dt), β = σ(b)", "softplus", g,
-        ew=KDA_EW["gate"] * g.size + KDA_EW["beta"] * beta.size, params=H * D + H)
+    rec("kda.gates", _GATE[bound is not None], "softplus" if bound is None else "sigmoid", g,
+        ew=KDA_EW["gate" if bound is None else "bounded"] * g.size + KDA_EW["beta"] * beta.size,
+        params=H * D + H)
 
     def heads(x: np.ndarray) -> np.ndarray:  # [R,B,T,H·D] → [R·B,H,T,D]
         return x.reshape(RB, T, H, D).transpose(0, 2, 1, 3)

@@ -19,6 +19,7 @@ from .symbolic_mamba2 import _chunks
 # elementwise FLOPs per element (a documented convention; FlopCounterMode counts none)
 KDA_EW = {
     "gate": 6,  # f + b_dt, softplus (exp, +1, log), × −e^{A_log}
+    "bounded": 7,  # f + b_dt, × e^{A_log}, sigmoid (4), × bound
     "beta": 4,  # β = sigmoid(b)
     "qk_norm": 4,  # q and k: L2 norm (square, sum, rsqrt, multiply); q × 1/√D_k
     "decay": 3,  # cumulative sum, pairwise difference, exp (per channel)
@@ -28,11 +29,16 @@ KDA_EW = {
 }
 
 
+_GATE = {False: "g = −e^{A_log}·softplus(f + b_dt), β = σ(b)",
+         True: "g = bound·σ(e^{A_log}·(f + b_dt)), β = σ(b)"}
+
+
 def sym_kda(self: SymbolicBase, q: Sym, k: Sym, v: Sym, f: Sym, b: Sym, layer: int) -> Sym:
     z, act = self.z, self.wl.act
     B, Tq, H, Dk, L = z.B, z.Tq, z.Hv, z.Dqk, z.L
-    self._rec("kda.gates", "g = −e^{A_log}·softplus(f + b_dt), β = σ(b)", "softplus",
-              Sym((B, Tq, H, Dk), "fp32"), ew=KDA_EW["gate"],
+    bound = self.m.kda_gate_bound
+    self._rec("kda.gates", _GATE[bound is not None], "softplus" if bound is None else "sigmoid",
+              Sym((B, Tq, H, Dk), "fp32"), ew=KDA_EW["gate" if bound is None else "bounded"],
               ew_extra=formula([KDA_EW["beta"], B, Tq, H]), params=formula([H * Dk + H]),
               note="b_dt: one per channel (H·D_k); A_log: one per head")
     self._rec("kda.qk_norm", "q, k: L2 norm (q × 1/√D_k)", "l2norm", Sym((B, H, Tq, Dk), "fp32"),

@@ -202,16 +202,17 @@ class Weights:
                  "gdn.q": kd, "gdn.k": kd, "gdn.v": vd, "gdn.z": vd,
                  "gdn.b": m.gdn_v_heads or 0, "gdn.a": m.gdn_v_heads or 0,
                  "gdn.out": (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
-                 # KDA: q, k, v [D → H·D_k] each, β [D → H], out [H·D_k → D]
+                 # KDA: q, k, v [D → H·D_k] each, β [D → H], full-rank gates, out [H·D_k → D];
+                 # MLA's head-wise gate [D → H]
                  "kda.q": kd, "kda.k": kd, "kda.v": kd, "kda.b": m.gdn_qk_heads or 0,
-                 "kda.out": kd,
+                 "kda.f": kd, "kda.g": kd, "kda.out": kd, "attn.head_gate": H,
                  "attn.gate": H * dh}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
                  "moe.router": m.router_bias, "moe.shared_gate": False, "ssm.in": False,
-                 "ssm.out": False}.get(role, not role.startswith(("gdn.", "ssm.", "kda."))
-                                       and m.qkv_bias)
+                 "ssm.out": False, "attn.head_gate": False}.get(
+                     role, not role.startswith(("gdn.", "ssm.", "kda.")) and m.qkv_bias)
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)
             bf = self.get((layer, role, "bias"), (width,)) if has_b else None
             sh = Shard((layer, role), (D, width), "replicated", p, D, width)

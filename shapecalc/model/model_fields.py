@@ -202,6 +202,13 @@ class ModelFields(Record):
                                 "linear_allow_neg_eigval)")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
+    attn_head_gate: bool = _doc(False, "MLA's head-wise output gate: each head's output × "
+                                "sigmoid(x·W_g), W_g [D, H] (Ling 3.0's g_proj)")
+    kda_low_rank: bool = _doc(True, "KDA's forget and output gates through D_k, D → D_k → H·D_k "
+                              "(Kimi-Linear), or one [D → H·D_k] matrix each (Ling 3.0)")
+    kda_gate_bound: float | None = _doc(None, "KDA's bounded forget gate: g = bound·σ(e^{A_log}·"
+                                        "(f + b_dt)) (Ling 3.0's kda_safe_gate, kda_lower_bound); "
+                                        "null: g = −e^{A_log}·softplus(f + b_dt)")
 
     @property
     def kv_heads(self) -> int:

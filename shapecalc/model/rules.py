@@ -182,6 +182,12 @@ def check_mixers(m: ModelFields) -> None:
                     m.norm_position not in ("pre", "output")):
                 raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
                                      "blocks")
+    if m.attn_head_gate and not m.mla:
+        raise ShapecalcError("attn_head_gate", "is modelled with Multi-head Latent Attention "
+                             "only")
+    if m.kda_gate_bound is not None and m.kda_gate_bound >= 0:
+        raise ShapecalcError("kda_gate_bound", f"{m.kda_gate_bound} must be negative: the "
+                             "forget gate's log-decay lies in (bound, 0)")
     if m.attn_output_gate and m.mla:
         raise ShapecalcError("attn_output_gate", "is not modelled with Multi-head Latent "
                              "Attention")

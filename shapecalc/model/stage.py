@@ -14,7 +14,8 @@ SPLIT_NOTE = {"column": "column-parallel", "row": "row-parallel", "vocab": "voca
 
 # Stage roles: what a stage IS, whatever its printed name. Breakdowns, FlashAttention's skips,
 # verify's matching and the ledgers key on roles; names are display text only.
-ATTN_PROJ_ROLES = ("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.out", "attn.gate")
+ATTN_PROJ_ROLES = ("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.out", "attn.gate",
+                   "attn.head_gate")
 ATTN_SCORE_ROLES = ("attn.scores", "attn.values")  # QKᵀ and A·V
 EXPERT_ROLES = ("moe.experts.gate", "moe.experts.up", "moe.experts.down")  # E experts' matrices
 FFN_ROLES = ("ffn.gate", "ffn.up", "ffn.down", "moe.router", "moe.route", *EXPERT_ROLES,

@@ -56,3 +56,36 @@ CASES += [
      "false and 6 layers of its own pattern; reduced width",
      {"model_type": "olmo_hybrid", **OLMO_VARIANT}, {**OLMO_SMALL, **OLMO_VARIANT}),
 ]
+# Ling 3.0 (bailing_hybrid): BailingHybridConfig's defaults are the preset (no Hub config.json
+# was found; the class names inclusionAI/Ling-3.0-Flash); the second case the unbounded
+# forget gate, a q_lora_rank, groups of 3 and its own MLP pattern
+LING = hub("ling-3.0-flash")
+LING_SMALL = dict(model_type="bailing_hybrid", vocab_size=320, hidden_size=48,
+                  intermediate_size=80, moe_intermediate_size=20, num_attention_heads=4,
+                  num_key_value_heads=4, kv_lora_rank=16, qk_rope_head_dim=6,
+                  qk_nope_head_dim=10, v_head_dim=12, head_dim=8, num_experts=8,
+                  num_experts_per_token=2, num_expert_group=4, topk_group=2, **IDS)
+LING_VARIANT = dict(kda_safe_gate=False, q_lora_rank=24, layer_group_size=3,
+                    num_hidden_layers=6, rope_parameters={"rope_type": "default",
+                                                          "rope_theta": 10000.0},
+                    mlp_layer_types=["dense", "sparse", "sparse", "dense", "sparse", "sparse"])
+CASES += [
+    ("ling-3.0-flash", "the preset: BailingHybridConfig's defaults (the class's reference "
+     "checkpoint); reduced width, 12 layers (two groups of 6), 8 experts in 4 groups",
+     LING, {**LING_SMALL, "num_hidden_layers": 12}),
+    ("bailing_hybrid-variant", "BailingHybridConfig with kda_safe_gate false, q_lora_rank, "
+     "layer_group_size 3, 6 layers, its own mlp_layer_types; reduced width",
+     {"model_type": "bailing_hybrid", **LING_VARIANT, "q_lora_rank": 1536},
+     {**LING_SMALL, **LING_VARIANT}),
+]
+# Qwen3.5-27B: the text model of its config.json (as public fixtures quote it); reduced width with
+# its 3 value heads per q/k head, head_dim given (D/H is not whole at full size)
+Q27 = hub("qwen3.5-27b")["text_config"]
+CASES += [
+    ("qwen3.5-27b", "the preset's text_config (qwen3_5_text, dense); reduced width, 8 layers, 2 "
+     "q/k heads serving 6 value heads", Q27,
+     dict(model_type="qwen3_5_text", vocab_size=320, hidden_size=48, intermediate_size=80,
+          num_hidden_layers=8, num_attention_heads=3, num_key_value_heads=1, head_dim=20,
+          linear_num_key_heads=2, linear_num_value_heads=6, linear_key_head_dim=8,
+          linear_value_head_dim=10, **IDS)),
+]
