@@ -40,8 +40,10 @@ def test_verify_passes(phase, T):
         assert float(_scan_check(r)["measured"]) <= 1e-12
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-@pytest.mark.parametrize("form", ["absorbed", "latent"])
+@pytest.mark.parametrize(("form", "tp"), [("absorbed", 1),
+                                          pytest.param("latent", 1, marks=pytest.mark.slow),
+                                          pytest.param("absorbed", 2, marks=pytest.mark.slow),
+                                          pytest.param("latent", 2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
 def test_verify_passes_in_ling_form(phase, form, tp):
     r = verify(ModelConfig(**LING), Workload(batch=2, seq=19, phase=phase, dtype="fp32", tp=tp,
@@ -120,3 +122,35 @@ def test_train_refuses_kda(cli, tmp_path):
     path.write_text(json.dumps(KDA))
     r = cli("train", "--config", str(path))
     assert r.code == 2 and "kda" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+# OLMo-Hybrid's form: gated DeltaNet with β ∈ (0, 2) beside output-normed attention
+OLMO = dict(vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=40,
+            ffn="swiglu", norm="rmsnorm", norm_position="output", positions="rope",
+            qk_norm=True, qk_norm_width="all", mixer_types=["gated_deltanet", "attention",
+                                                          "gated_deltanet"],
+            gdn_qk_heads=2, gdn_v_heads=4, gdn_qk_dim=8, gdn_v_dim=6, gdn_fused_proj=False,
+            gdn_neg_eigval=True, conv_kernel=4, scan_chunk=8)
+
+
+@pytest.mark.parametrize("fields", [KDA, LING, OLMO], ids=["kda", "ling", "olmo"])
+def test_closed_form_equals_the_stages(fields):
+    """The closed form (sweep, fit, compare) equals each traced point: the state constant in
+    T, the rules linear in T_L."""
+    from test_closed import assert_equal_at  # tests/ is on sys.path (rootdir-less)
+
+    from shapecalc.costs.closed import ClosedForm
+    model = ModelConfig(**fields)
+    whole = model.qk_norm_width == "all"  # OLMo's whole-width q/k norms: tp 1 only
+    at = ((1, 1, "prefill", 1), (3, 19, "prefill", 2), (2, 64, "decode", 1), (1, 70, "decode", 2))
+    points = [dict(batch=b, seq=t, phase=ph, tp=1 if whole else p, pp=1, dtype="bf16",
+                   kv_dtype="bf16", act_dtype="bf16") for b, t, ph, p in at]
+    assert_equal_at(model, ClosedForm(model), points)
+
+
+def test_olmo_form_verifies():
+    """β ∈ (0, 2) and the blocks' mixed norm placement, prefill past two chunks and decode."""
+    for phase in ("prefill", "decode"):
+        r = verify(ModelConfig(**OLMO), Workload(batch=2, seq=19, phase=phase, dtype="fp32"),
+                   precision="float64")
+        assert not [c for c in r["checks"] if not c["ok"]]
