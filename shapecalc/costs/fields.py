@@ -36,9 +36,9 @@ TOTALS: tuple[Field, ...] = (
           "(MLA: N·(D_c+D_r)·bytes latent, or N·H·(Dh+D_v)·bytes expanded)",
           "kv_cache_bytes_per_token"),
     Field("state_cache_bytes", "int", "bytes the stateful mixers hold after the step, all "
-          "layers: each Mamba-2 or gated DeltaNet layer's conv state [D_conv, K_c] (activation "
-          "dtype) and recurrent state (fp32: [H_s, D_s, N_s], or [H_v, D_qk, D_hv]) per "
-          "sequence, whatever T is",
+          "layers: each Mamba-2, gated DeltaNet or KDA layer's conv state [D_conv, K_c] "
+          "(activation dtype) and recurrent state (fp32: [H_s, D_s, N_s], or [H_v, D_qk, "
+          "D_hv]) per sequence, whatever T is",
           "state_cache_bytes"),
     Field("mixer_flops_convention", "str", "how the stateful mixers' FLOPs are counted: "
           "transformers-torch (FlopCounterMode on transformers 5.24's own torch path: T padded "
