@@ -70,7 +70,7 @@ def params(m: ModelConfig) -> int:
         attn += ((dq or 0) + dc + dr) * m.qkv_bias + d * m.attn_out_bias
     # the output gate [D, H·Dh] (+ q's bias: Qwen3-Next's is q_proj's second half; AFMoE's has none)
     attn += (d * h * dh + h * dh * m.qkv_bias) * m.attn_output_gate
-    attn += d * h * m.attn_head_gate  # LFM3's g_proj [D → H], one gate a head
+    attn += d * h * m.attn_head_gate  # g_proj [D → H], one gate a head (LFM3; Ling 3.0's MLA)
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
     ffn += 2 * (m.ffn == "xielu")  # xIELU's α_p and α_n
@@ -108,7 +108,7 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
     __init__: in_proj, conv1d, dt_bias, A_log (and Mamba-2's D), the gated norm, out_proj."""
     d, v = m.d_model, m.vocab_size
     hs, ds, g, ns, kc = m.ssm_heads, m.ssm_head_dim, m.ssm_groups, m.ssm_state, m.conv_kernel
-    mamba = gdn = 0
+    mamba = gdn = kda = 0
     if hs is not None:
         inner, conv = hs * ds, hs * ds + 2 * g * ns
         mamba = (d * (inner + conv + hs) + conv * kc + conv * m.conv_bias + 3 * hs + inner
@@ -117,6 +117,13 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
         kd, vd = m.gdn_qk_heads * m.gdn_qk_dim, m.gdn_v_heads * m.gdn_v_dim
         gdn = (d * (2 * kd + 2 * vd) + d * 2 * m.gdn_v_heads + (2 * kd + vd) * kc
                + 2 * m.gdn_v_heads + m.gdn_v_dim + vd * d)
+    if m.gdn_qk_heads is not None:  # KimiLinearDeltaAttention: q, k, v, the low-rank forget and
+        # output gates (D → D_k → H·D_k; Ling 3.0's one [D → H·D_k] each), b_proj, o_proj;
+        # conv1d, dt_bias (per channel), A_log, o_norm's γ of D_k
+        h, dk = m.gdn_qk_heads, m.gdn_qk_dim
+        kd = h * dk
+        gates = 2 * ((d * dk + dk * kd) if m.kda_low_rank else d * kd)
+        kda = (3 * d * kd + gates + d * h + kd * d + 3 * kd * kc + kd + h + dk)
     # Lfm2ShortConv: in_proj [D → 3D], the depthwise conv [D, K_c], out_proj, each biased or not
     conv = (3 * d * d + d * (kc or 0) + d * d + 5 * d * m.conv_bias) if "short_conv" in m.mixers \
         else 0
@@ -127,7 +134,8 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
               + i * ns + i + i * d + d * b + (r + 2 * ns) * m.mamba_bcdt_norm)
     mamba -= 0 if m.ssm_gated_norm else (hs or 0) * (ds or 0)  # Falcon-H1: no gated norm
     token = {"attention": attn, "mamba2": mamba, "gated_deltanet": gdn, "short_conv": conv,
-             "none": -norm, "mamba1": m1, "parallel": attn + mamba}  # FalconH1DecoderLayer
+             "none": -norm, "mamba1": m1, "parallel": attn + mamba,  # FalconH1DecoderLayer: both
+             "kda": kda}
     sw = m.n_shared_experts * m.dff_shared
     moe = (d * (m.n_experts or 0) + (m.n_experts or 0) * 3 * d * m.dff_expert + 3 * d * sw
            + d * m.shared_expert_gate)

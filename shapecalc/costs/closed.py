@@ -131,7 +131,7 @@ class ClosedForm:
         m = self.model
         if m.index_topk is not None:  # DSA: min(K_sel, keys) selected, a window's cut
             cuts.add(m.index_topk if phase == "prefill" else m.index_topk - 1)
-        if {"mamba2", "gated_deltanet", "parallel"} & set(m.mixers) and phase == "prefill":
+        if {"mamba2", "gated_deltanet", "parallel", "kda"} & set(m.mixers) and phase == "prefill":
             # ⌈T/L⌉ chunks; max(T, K_c) conv inputs
             chunks.add(m.scan_chunk)  # type: ignore[arg-type]
             cuts.add(m.conv_kernel)  # type: ignore[arg-type]

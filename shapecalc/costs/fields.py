@@ -37,9 +37,10 @@ TOTALS: tuple[Field, ...] = (
           "bytes, its K=V once, the compressed entries apart)",
           "kv_cache_bytes_per_token"),
     Field("state_cache_bytes", "int", "bytes the stateful mixers hold after the step, all "
-          "layers: each Mamba-2 or gated DeltaNet layer's conv state [D_conv, K_c] (activation "
-          "dtype; vLLM's: K_c − 1 columns) and recurrent state (fp32: [H_s, D_s, N_s], or "
-          "[H_v, D_qk, D_hv]) per sequence, whatever T is, as state_cache_convention says",
+          "layers: each Mamba-2, gated DeltaNet or KDA layer's conv state [D_conv, K_c] "
+          "(activation dtype; vLLM's: K_c − 1 columns) and recurrent state (fp32: [H_s, D_s, "
+          "N_s], or [H_v, D_qk, D_hv]) per sequence, whatever T is, as state_cache_convention "
+          "says",
           "state_cache_bytes"),
     Field("mixer_flops_convention", "str", "how the stateful mixers' FLOPs are counted: "
           "transformers-torch (FlopCounterMode on transformers 5.24's own torch path: T padded "

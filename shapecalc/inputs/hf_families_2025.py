@@ -9,13 +9,79 @@ from . import hf_cohere2_moe as cohere2_moe
 from . import hf_deepseek as deepseek
 from . import hf_deepseek_v4 as deepseek_v4
 from . import hf_gemma as gemma
+from . import hf_kda as kda
 from . import hf_llama as llama
 from . import hf_moe as moe
 from .hf_base import Family, Refusal
+from .hf_deltanet import olmo_hybrid
 from .hf_llama import BODY, SILU
 from .hf_llama import class_defaults as _llama
 
 NEW: tuple[Family, ...] = (
+    # KimiLinearDecoderLayer: KDA (linear_attention) or MLA without RoPE (full_attention), the
+    # layers from linear_attn_config (1-based); a dense MLP on the first first_k_dense_replace
+    # layers, then DeepSeek-V3's MoE; its config's attribute map renames the MoE keys
+    Family("kimi_linear", "Kimi-Linear: KDA and MLA without RoPE 3:1, DeepSeek-V3 MoE",
+           (*BODY, kda.kimi_moe, kda.kimi_linear),
+           _llama(32, 1048576, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+                  qk_nope_head_dim=128, v_head_dim=128, attention_bias=False, head_dim=None,
+                  num_local_experts=256, num_experts_per_tok=8, n_shared_experts=1,
+                  moe_intermediate_size=1024, routed_scaling_factor=2.446, n_group=1,
+                  topk_group=1, norm_topk_prob=True, first_k_dense_replace=1,
+                  mlp_layer_types=None, layer_types=None, linear_attn_config=None,
+                  linear_head_dim=128, linear_num_heads=32, linear_conv_kernel_dim=4),
+           aliases={"num_local_experts": ("num_experts",),
+                    "num_experts_per_tok": ("num_experts_per_token",),
+                    "n_shared_experts": ("num_shared_experts",),
+                    "norm_topk_prob": ("moe_renormalize",), "n_group": ("num_expert_group",)},
+           refuse={"moe_layer_freq": Refusal((1,), "{value}: MoE on every k-th layer only is "
+                                             "read by Kimi's remote code, not by transformers",
+                                             1),
+                   "mla_use_nope": Refusal((True,), "{value!r}: transformers' Kimi-Linear MLA "
+                                           "never applies RoPE", True),
+                   "moe_router_activation_func": Refusal(("sigmoid",), "{value!r}: "
+                                                         "transformers' Kimi-Linear router "
+                                                         "always scores with sigmoid",
+                                                         "sigmoid")},
+           # KimiLinearConfig drops num_mtp_layers: transformers builds no MTP module
+           ignored=frozenset({"num_nextn_predict_layers", "model_max_length"}),
+           widths=dict(vocab_size=163840, hidden_size=2304, intermediate_size=9216,
+                       num_hidden_layers=27, num_attention_heads=32)),
+    # BailingHybridDecoderLayer (Kimi-Linear's): KDA with full-rank gates (bounded with
+    # kda_safe_gate) or MLA with RoPE and a head-wise output gate, the last of each
+    # layer_group_size layers; DeepSeek-V3's MoE (512 experts, 8 groups); its MTP layers are
+    # skipped when loading (transformers builds none)
+    Family("bailing_hybrid", "Ling 3.0: KDA and gated MLA 5:1, grouped routing of 512 experts",
+           (*BODY, kda.kimi_moe, kda.bailing_hybrid),
+           _llama(32, 262144, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+                  qk_nope_head_dim=128, v_head_dim=128, attention_bias=False, head_dim=128,
+                  num_local_experts=512, num_experts_per_tok=8, n_shared_experts=1,
+                  moe_intermediate_size=768, routed_scaling_factor=2.5, n_group=8,
+                  topk_group=4, norm_topk_prob=True, first_k_dense_replace=2,
+                  mlp_layer_types=None, layer_types=None, layer_group_size=6,
+                  short_conv_kernel_size=4, kda_safe_gate=True, kda_lower_bound=-5.0,
+                  rope_parameters=None, rope_theta=6000000.0),
+           aliases={"num_local_experts": ("num_experts",),
+                    "num_experts_per_tok": ("num_experts_per_token",),
+                    "n_shared_experts": ("num_shared_experts",),
+                    "norm_topk_prob": ("moe_renormalize",), "n_group": ("num_expert_group",)},
+           ignored=frozenset({"num_mtp_layers", "num_nextn_predict_layers",
+                              "model_max_length"}),
+           widths=dict(vocab_size=157184, hidden_size=2560, intermediate_size=6144,
+                       num_hidden_layers=42, num_attention_heads=32)),
+    # OlmoHybridModel: gated DeltaNet layers in Llama's pre-norm block, attention layers in
+    # OLMo 3's (whole-width q/k RMSNorms, the attention's and the MLP's output normed before
+    # each residual, no pre-norms)
+    Family("olmo_hybrid", "OLMo-Hybrid: gated DeltaNet (β ∈ (0, 2)) and OLMo 3 attention 3:1",
+           (*BODY, llama.attention_bias, olmo_hybrid),
+           _llama(None, 65536, attention_bias=False, layer_types=None, linear_num_key_heads=None,
+                  linear_num_value_heads=None, linear_key_head_dim=None,
+                  linear_value_head_dim=None, linear_conv_kernel_dim=4,
+                  linear_allow_neg_eigval=True, rope_parameters=None, rope_theta=None),
+           fixed=dict(norm_position="output", qk_norm=True, qk_norm_width="all",
+                      gdn_fused_proj=False),
+           widths=dict(vocab_size=100352, hidden_size=3840, intermediate_size=11008,
+                       num_hidden_layers=32, num_attention_heads=30)),
     Family("smollm3", "SmolLM3: Llama with every 4th layer NoPE, tied",
            (*BODY, llama.attention_bias, llama.mlp_bias, llama.nope_every),
            _llama(4, 32768, True, use_sliding_window=False, sliding_window=None,

@@ -117,10 +117,10 @@ def delta_rule(self: NumericBase, q: np.ndarray, k: np.ndarray, v: np.ndarray, b
         self._rec(role, name, op, x.reshape(R, B, *x.shape[1:]).astype(f), dtype="fp32", **kw)
 
     bb: np.ndarray = b.reshape(RB, T, H).astype(f)
-    beta = 1 / (1 + np.exp(-bb))
+    beta = 1 / (1 + np.exp(-bb)) * (2 if m.gdn_neg_eigval else 1)  # OLMo-Hybrid: β ∈ (0, 2)
     g = -np.exp(A_log.astype(f)) * np.logaddexp(0, a.reshape(RB, T, H).astype(f) + dt_bias)
     rec("gdn.gates", "β = σ(b), g = −e^{A_log}·softplus(a + b_dt)", "sigmoid", g,
-        ew=GDN_EW["gates"] * g.size, params=2 * H)
+        ew=(GDN_EW["gates"] + int(m.gdn_neg_eigval)) * g.size, params=2 * H)
 
     def heads(x: np.ndarray, n: int, d: int) -> np.ndarray:  # [R,B,T,n·d] → [R·B,H,T,d]
         # each q/k head serves H_v/H_qk value heads (transformers' repeat_interleave)

@@ -38,6 +38,7 @@ from . import (
     moe,
     rotary,
 )
+from . import kda as kda_rule
 from .caches import ContiguousKV, KVCache
 from .numeric_base import NumericBase
 from .storage import measure
@@ -198,8 +199,9 @@ class NumericOps(NumericBase):
     def split_heads(self, x: np.ndarray, role: str, name: str, heads: Any, Dh: Any
                     ) -> np.ndarray:
         R, B, T, width = x.shape
-        # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I
-        dh = int(Dh.value) if self.m.mla or role == "attn.idx.heads" else self.m.dh
+        # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I; KDA: its heads of D_k
+        dh = int(Dh.value) if (self.m.mla or role == "attn.idx.heads"
+                               or role.startswith("kda.")) else self.m.dh
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":
             self._hq = width // dh
@@ -239,6 +241,7 @@ class NumericOps(NumericBase):
     cat_keys, window_mask = compressed.cat_keys, compressed.window_mask
     grouped_linear, index_select = compressed.grouped_linear, compressed.index_select
     selective_scan = mamba1.selective_scan  # Mamba-1
+    kda = kda_rule.kda  # Kimi Delta Attention
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:

@@ -19,6 +19,7 @@ from . import symbolic_compressed as compressed
 from . import symbolic_deltanet as deltanet
 from . import symbolic_dsa as dsa
 from . import symbolic_hyper as hyper
+from . import symbolic_kda
 from . import symbolic_mamba1 as mamba1
 from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
@@ -194,6 +195,7 @@ class SymbolicOps(SymbolicBase):
     cat_keys, window_mask = compressed.sym_cat_keys, compressed.sym_window_mask
     grouped_linear, index_select = compressed.sym_grouped_linear, compressed.sym_index_select
     selective_scan = mamba1.sym_selective_scan  # Mamba-1 (symbolic_mamba1.py)
+    kda = symbolic_kda.sym_kda  # Kimi Delta Attention (symbolic_kda.py)
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

@@ -33,8 +33,9 @@ def sym_delta_rule(self: SymbolicBase, q: Sym, k: Sym, v: Sym, b: Sym, a: Sym,
     z, act = self.z, self.wl.act
     B, Tq, H, Dk, Dv, L = z.B, z.Tq, z.Hv, z.Dqk, z.Dhv, z.L
     self._rec("gdn.gates", "β = σ(b), g = −e^{A_log}·softplus(a + b_dt)", "sigmoid",
-              Sym((B, Tq, H), "fp32"), ew=GDN_EW["gates"], params=formula([2, H]),
-              note="A_log and b_dt: one each per value head")
+              Sym((B, Tq, H), "fp32"), ew=GDN_EW["gates"] + int(self.m.gdn_neg_eigval),
+              params=formula([2, H]), note="A_log and b_dt: one each per value head" + (
+                  "; β × 2 (negative eigenvalues)" if self.m.gdn_neg_eigval else ""))
     self._rec("gdn.qk_norm", "q, k: L2 norm (q × 1/√D_qk)", "l2norm",
               Sym((B, H, Tq, Dk), "fp32"), ew=GDN_EW["qk_norm"] * 2,
               note=f"q and k repeated to the H_v={H.value} value heads")

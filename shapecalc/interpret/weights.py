@@ -214,6 +214,11 @@ class Weights:
             bm = self.get((layer, role, "bias"), (width,))[None, None] if has else None
             return [Shard((layer, role), (d_in, width), "column", 1, d_in, width)], bm, \
                 width if has else 0, False
+        if role in _KDA_LOW_RANK:  # KDA's gates: D → D_k replicated, D_k → H·D_k by heads
+            dk, kd = m.gdn_qk_dim or 0, (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
+            if role.endswith("_a"):
+                return [Shard((layer, role), (D, dk), "replicated", p, D, dk)], None, 0, False
+            return [Shard((layer, role), (dk, kd), "column", p, dk, kd // p)], None, 0, False
         shared = m.n_shared_experts * m.dff_shared
         kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
         vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)
@@ -234,20 +239,24 @@ class Weights:
                  "attn.gate": H * dh,
                  # the short conv: in [D → B, C, x], out [D → D]
                  "conv.in.B": D, "conv.in.C": D, "conv.in.x": D, "conv.out": D,
-                 "attn.head_gate": H}[role]
+                 # KDA: q, k, v [D → H·D_k] each, β [D → H], full-rank gates, out [H·D_k → D];
+                 # the head-wise gate [D → H] (LFM3's, Ling 3.0's MLA's)
+                 "kda.q": kd, "kda.k": kd, "kda.v": kd, "kda.b": m.gdn_qk_heads or 0,
+                 "kda.f": kd, "kda.g": kd, "kda.out": kd, "attn.head_gate": H}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
                  "moe.router": m.router_bias, "moe.shared_gate": False, "ssm.in": False,
                  "attn.head_gate": False,
                  "ssm.out": False}.get(role, m.conv_bias if role.startswith("conv.") else (
-                     not role.startswith(("gdn.", "ssm.")) and m.qkv_bias))
+                     not role.startswith(("gdn.", "ssm.", "kda.")) and m.qkv_bias))
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)
             bf = self.get((layer, role, "bias"), (width,)) if has_b else None
             sh = Shard((layer, role), (D, width), "replicated", p, D, width)
             return [sh], (bf[None, None] if bf is not None else None), \
                 width if has_b else 0, False
-        if role in ("attn.out", "ffn.down", "moe.shared.down", "ssm.out", "gdn.out", "conv.out"):
+        if role in ("attn.out", "ffn.down", "moe.shared.down", "ssm.out", "gdn.out", "conv.out",
+                    "kda.out"):
             # row-parallel: rank r holds rows r·n/p …; the bias is added once
             b = self.get((layer, role, "bias"), (D,)) if has_b else None
             return [Shard((layer, role), (width, D), "row", p, width // p, D)], b, \
@@ -303,4 +312,6 @@ MIXER_PARTS = {
     "gdn.ba": ("gdn.b", "gdn.a"),
     "gdn.qkv": ("gdn.q", "gdn.k", "gdn.v"),
     "conv.in": ("conv.in.B", "conv.in.C", "conv.in.x"),
+    "kda.qkv": ("kda.q", "kda.k", "kda.v"),
 }
+_KDA_LOW_RANK = ("kda.f_a", "kda.f_b", "kda.g_a", "kda.g_b")  # the gates' two factors

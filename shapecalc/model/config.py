@@ -229,7 +229,7 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if p > 1 and "parallel" in model.mixers:
         raise ShapecalcError("tp", f"p={p}: parallel (attention ∥ Mamba-2) layers are traced on "
                              "one rank only so far; give --tp 1")
-    if "gated_deltanet" in model.mixers and (model.gdn_qk_heads or 0) % p:
+    if {"gated_deltanet", "kda"} & set(model.mixers) and (model.gdn_qk_heads or 0) % p:
         raise ShapecalcError("tp", f"p={p} does not divide H_qk={model.gdn_qk_heads} gated "
                              "DeltaNet q/k heads")
     if "short_conv" in model.mixers and model.d_model % p:

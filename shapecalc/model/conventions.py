@@ -35,8 +35,8 @@ FLA_CHUNK = 64  # chunk_gated_delta_rule_fwd_intra's fused kkt + solve path (BT 
 # state records use conv_columns(wl, K_c) and recurrent_dtype(wl).
 CONVENTION_MIXERS = frozenset({"mamba2", "gated_deltanet", "short_conv", "parallel"})
 # every stateful mixer: its outputs name the default conventions; the ones not in
-# CONVENTION_MIXERS (Mamba-1) refuse `fused` and `vllm` until their rules pick them
-STATEFUL_MIXERS = CONVENTION_MIXERS | {"mamba1"}
+# CONVENTION_MIXERS (Mamba-1, KDA) refuse `fused` and `vllm` until their rules pick them
+STATEFUL_MIXERS = CONVENTION_MIXERS | {"mamba1", "kda"}
 
 F = TypeVar("F")
 # (`wl` is a Workload: named Any so that config.py, which reads these names, is not imported back)

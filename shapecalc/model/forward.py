@@ -18,6 +18,7 @@ from .compressed import v4_attention
 from .config import ModelConfig, Workload
 from .expr import Dim
 from .gated_deltanet import gated_deltanet_mixer
+from .kda import kda_mixer
 from .mamba1 import mamba1_mixer
 from .mamba2 import mamba2_mixer
 from .mla import mla_attention
@@ -34,7 +35,7 @@ ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "xielu
        "swiglu": "silu"}
 # the token mixers other than attention: one function each, over Ops
 MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer,
-          "short_conv": short_conv_mixer, "mamba1": mamba1_mixer}
+          "short_conv": short_conv_mixer, "mamba1": mamba1_mixer, "kda": kda_mixer}
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:

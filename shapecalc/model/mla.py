@@ -82,7 +82,7 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
         if sel is not None and wl.selection == "sparse":
             return dsa.sparse_attention(ops, m, z, q_nope, q_rope, lat, sel)
         if form == "absorbed" and decode:
-            return _mla_absorbed(ops, m, wl, z, q_nope, q_rope, lat, c_all, sel)
+            return _mla_absorbed(ops, m, wl, z, q_nope, q_rope, lat, c_all, h, sel)
         k, v = expand(c_all, r_all)
     q = ops.concat([q_nope, q_rope], "attn.q.concat", "q = [q_nope, q_rope]")
     kt = ops.transpose_last(k, "attn.kT", "kᵀ")
@@ -96,13 +96,24 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
         s = ops.select_mask(s, sel, "attn.mask", "index mask (unselected keys)")
     a = ops.softmax(s, "attn.softmax", "softmax")
     o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=spec.window)
-    o = ops.merge_heads(o, "attn.merge", "merge heads")
+    o = ops.merge_heads(_head_gate(ops, m, z, h, o), "attn.merge", "merge heads")
     return ops.linear(o, "attn.out", "output projection WO", z.H * z.Dv, z.D, m.attn_out_bias,
                       "row")
 
 
+def _head_gate(ops: Ops, m: ModelConfig, z: Sizes, h: Any, o: Any) -> Any:
+    """Ling 3.0: each head's output o [B,H,T,D_v] × sigmoid(x·W_g), one gate per head."""
+    if not m.attn_head_gate:
+        return o
+    g = ops.linear(h, "attn.head_gate", "head-wise output gate", z.D, z.H, False,  # [B,T,H]
+                   "column")
+    g = ops.activation(g, "attn.head_gate.act", "head gate", "sigmoid")  # [B,T,H]
+    g = ops.split_heads(g, "attn.head_gate.heads", "gate", z.H, Dim.const(1))  # [B,H,T,1]
+    return ops.mul(o, g, "attn.head_gate.mul", "o ⊙ gate (per head)")  # [B,H,T,D_v]
+
+
 def _mla_absorbed(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, q_nope: Any, q_rope: Any,
-                  lat: Any, c_all: Any, sel: Any = None) -> Any:
+                  lat: Any, c_all: Any, h: Any, sel: Any = None) -> Any:
     """MLA decode in the latent space: q_nope·W_UKᵀ puts each head's query beside the cached
     latents, so scores read [c_KV, k_rope] (D_c + D_r) directly, A·c_KV gives each head a
     latent output, and W_UV lifts it to D_v. kv_b_proj's two halves are used as W_UK and W_UV,
@@ -124,6 +135,6 @@ def _mla_absorbed(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, q_nope: Any,
     o = ops.matmul(a, c_h, "attn.values", "A·c_KV", causal=True, window=None)
     o = ops.head_linear(o, "attn.v_up", "v up-projection (·W_UV)", z.Dc, z.Dv, "attn.kv_b",
                         "v")
-    o = ops.merge_heads(o, "attn.merge", "merge heads")
+    o = ops.merge_heads(_head_gate(ops, m, z, h, o), "attn.merge", "merge heads")
     return ops.linear(o, "attn.out", "output projection WO", z.H * z.Dv, z.D, m.attn_out_bias,
                       "row")

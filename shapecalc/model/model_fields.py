@@ -13,7 +13,7 @@ AttentionKind = Literal["full", "sliding", "chunked", "hca", "csa"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
 MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "mamba1", "parallel",
-                    "none"]
+                    "kda", "none"]
 
 
 
@@ -197,7 +197,8 @@ class ModelFields(Record):
     mixer_types: tuple[MixerKind, ...] | None = _doc(
         None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, short_conv "
         "(LFM2's gated convolution), mamba1, parallel (attention and a Mamba-2 side by side, "
-        "their outputs added: Falcon-H1), or none (a block of its channel mixer only); default: "
+        "their outputs added: Falcon-H1), kda (Kimi Delta Attention: gated DeltaNet's fields "
+        "with H_qk = H_v, D_qk = D_hv), or none (a block of its channel mixer only); default: "
         "attention in every layer")
     ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
     ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
@@ -249,7 +250,7 @@ class ModelFields(Record):
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
     attn_head_gate: bool = _doc(False, "each head's attention output × sigmoid(x·W_g), W_g [D, H]: "
-                                "one gate a head (LFM3's g_proj)")
+                                "one gate a head (LFM3's g_proj; Ling 3.0's MLA g_proj)")
     # routing and activation variants (DeepSeek-V4, Laguna)
     router_softcap: PosFloat | None = _doc(None, "c: router logits ← c·tanh(logits/c) before "
                                            "the scoring (moe_router_logit_softcapping)")
@@ -287,6 +288,14 @@ class ModelFields(Record):
     hc_mixing: Literal["sinkhorn", "none"] = _doc(
         "sinkhorn", "sinkhorn: DeepSeek-V4's mHC (pre, post and comb, x′ = post ⊗ y + combᵀ·x); "
         "none: Hunyuan 4's (pre and post only, x′ = post ⊗ y + x: no comb, no Sinkhorn)")
+    gdn_neg_eigval: bool = _doc(False, "β = 2·σ(b) ∈ (0, 2): the delta rule's state transition "
+                                "may have negative eigenvalues (OLMo-Hybrid's "
+                                "linear_allow_neg_eigval)")
+    kda_low_rank: bool = _doc(True, "KDA's forget and output gates through D_k, D → D_k → H·D_k "
+                              "(Kimi-Linear), or one [D → H·D_k] matrix each (Ling 3.0)")
+    kda_gate_bound: float | None = _doc(None, "KDA's bounded forget gate: g = bound·σ(e^{A_log}·"
+                                        "(f + b_dt)) (Ling 3.0's kda_safe_gate, kda_lower_bound); "
+                                        "null: g = −e^{A_log}·softplus(f + b_dt)")
 
     @property
     def kv_heads(self) -> int:

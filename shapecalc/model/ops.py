@@ -290,4 +290,9 @@ class Ops:
         """Mamba-1's selective scan: x and dt [B,T,D_i], b and c [B,T,N_s] → y [B,T,D_i] (with
         the skip D·x); each channel's state [D_i, N_s] is kept. One form: the recurrence, T
         steps in prefill, one in decode."""
+
+    def kda(self, q: Any, k: Any, v: Any, f: Any, b: Any, layer: Any) -> Any:
+        """Kimi Delta Attention's rule: q, k, v and the forget gate's f [B,T,H·D_k], b [B,T,H]
+        → o [B,T,H·D_k]; each head's state [D_k, D_k] is kept. Prefill runs the chunked form,
+        decode one step of the recurrence."""
         raise NotImplementedError

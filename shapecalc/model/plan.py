@@ -48,7 +48,7 @@ class LayerSpec(NamedTuple):
     norm_position: str  # pre | post
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
-    mixer: str = "attention"  # attention (of `attention`), mamba2, …, parallel, none
+    mixer: str = "attention"  # attention (of `attention`), mamba2, …, parallel, kda, none
     shared_topk: bool = False  # DSA: reuses the previous indexer layer's selection (GLM-5)
     hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
     compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
@@ -84,7 +84,7 @@ class LayerSpec(NamedTuple):
 
 # the token mixers other than attention, as labels print
 MIXER_LABELS = {"mamba2": "Mamba-2", "gated_deltanet": "gated DeltaNet",
-                "short_conv": "short conv", "mamba1": "Mamba-1"}
+                "short_conv": "short conv", "mamba1": "Mamba-1", "kda": "KDA"}
 
 
 class Run(NamedTuple):
@@ -128,8 +128,11 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
                   model.attention_chunk_size if t == "chunked" else None, i in nope, mx,
                   i in shared, compress={"hca": model.compress_ratio_hca,
                                          "csa": model.compress_ratio_csa}.get(t))
-        if mx in ("attention", "parallel") else LayerSpec("full", None, f, model.norm,
-                                                          model.norm_position, mixer=mx)
+        if mx in ("attention", "parallel") else
+        # a stateful mixer's block is pre-norm (OLMo-Hybrid: beside output-normed attention), or
+        # sandwiched as LFM3 sandwiches every branch
+        LayerSpec("full", None, f, model.norm,
+                  "sandwich" if model.norm_position == "sandwich" else "pre", mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))
     ]
     if model.hash_moe_layers:  # the first n MoE layers route by the token id

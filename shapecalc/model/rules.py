@@ -213,10 +213,11 @@ def check_mixers(m: ModelFields) -> None:
             raise ShapecalcError(f, "applies to Mamba-2" + (
                 "" if f.startswith("ssm_") and f != "ssm_out_multiplier" else " ∥ attention "
                 "(parallel)") + " layers, and mixer_types has none")
-    _fields_of(m, "gated_deltanet", GDN_FIELDS, [])
+    # KDA (Kimi Delta Attention) reads gated DeltaNet's fields
+    _fields_of(m, "kda" if "kda" in m.mixers else "gated_deltanet", GDN_FIELDS, [])
     _fields_of(m, "mamba1", MAMBA1_FIELDS[:2] if mamba2 else MAMBA1_FIELDS,
                [f for f in ("mamba_proj_bias", "mamba_bcdt_norm") if getattr(m, f)])
-    stateful = {"mamba2", "gated_deltanet", "mamba1", "parallel"} & set(m.mixers)
+    stateful = {"mamba2", "gated_deltanet", "mamba1", "parallel", "kda"} & set(m.mixers)
     if "short_conv" in m.mixers and m.conv_kernel is None:  # one form: no chunk
         raise ShapecalcError("conv_kernel", "short_conv layers (mixer_types) need it")
     for f in SCAN_FIELDS:  # Mamba-1's scan and the short conv have no chunk
@@ -227,7 +228,7 @@ def check_mixers(m: ModelFields) -> None:
             raise ShapecalcError(f, f"{min(users)} layers (mixer_types) need it")
         if not users and getattr(m, f) is not None:
             raise ShapecalcError(f, "is a stateful mixer's field, but no layer in mixer_types "
-                                 "is mamba2 or gated_deltanet" + (
+                                 "is mamba2, gated_deltanet or kda" + (
                                      "" if f == "scan_chunk" else " or mamba1"))
     if mamba2 and m.ssm_heads % m.ssm_groups:  # type: ignore[operator]
         raise ShapecalcError("ssm_groups", f"G={m.ssm_groups} does not divide H_s="
@@ -235,16 +236,26 @@ def check_mixers(m: ModelFields) -> None:
     if "gated_deltanet" in m.mixers and m.gdn_v_heads % m.gdn_qk_heads:  # type: ignore[operator]
         raise ShapecalcError("gdn_v_heads", f"H_qk={m.gdn_qk_heads} does not divide H_v="
                              f"{m.gdn_v_heads}: each q/k head serves whole value heads")
+    if "kda" in m.mixers:  # KDA's value heads are its q/k heads, as wide
+        for f, a, b in (("gdn_v_heads", m.gdn_v_heads, m.gdn_qk_heads),
+                        ("gdn_v_dim", m.gdn_v_dim, m.gdn_qk_dim)):
+            if a != b:
+                raise ShapecalcError(f, f"{a} differs from {b}: KDA's q, k and v heads are "
+                                     "the same heads of the same width")
     if stateful or "short_conv" in m.mixers:
-        # LFM3 puts its short convs in sandwich blocks (each branch's output normed too)
-        positions = ("pre", "sandwich") if not stateful else ("pre",)
+        # output: the attention layers' (OLMo-Hybrid), the mixers' blocks stay pre-norm; LFM3
+        # sandwiches its short convs (each branch's output normed too)
+        positions = ("pre", "output", "sandwich") if not stateful else ("pre", "output")
         for f in ("parallel_block", "norm_position"):
             if (m.parallel_block if f == "parallel_block" else m.norm_position not in positions):
                 raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
                                      "blocks")
-    for f in ("attn_output_gate", "attn_head_gate"):
-        if getattr(m, f) and m.mla:
-            raise ShapecalcError(f, "is not modelled with Multi-head Latent Attention")
+    if m.kda_gate_bound is not None and m.kda_gate_bound >= 0:
+        raise ShapecalcError("kda_gate_bound", f"{m.kda_gate_bound} must be negative: the "
+                             "forget gate's log-decay lies in (bound, 0)")
+    if m.attn_output_gate and m.mla:
+        raise ShapecalcError("attn_output_gate", "is not modelled with Multi-head Latent "
+                             "Attention")
 
 
 def check_hyper(m: ModelFields) -> None:
