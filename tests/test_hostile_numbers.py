@@ -108,7 +108,7 @@ def test_sweep_with_a_gpu_stays_exact_where_batch_times_seq_passes_int64(cli):
     row now equals fit's scalar (Python int) answer."""
     B, T = str(2**40), str(2**30)
     r = cli("sweep", "llama3-8b", "--gpu", "H100-SXM", "--batch", B, "--seq", T)
-    assert r.code == 0, r.err
+    assert r.code == 1, r.err  # its one row does not fit (README: Exit status)
     row = _strict_json(r.out)
     f = cli("fit", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--batch", B, "--seq", T,
             "--json")
@@ -118,7 +118,7 @@ def test_sweep_with_a_gpu_stays_exact_where_batch_times_seq_passes_int64(cli):
     assert row["mem_kv_cache"] == doc["memory_per_rank"]["kv_cache"] == 2**40 * 2**30 * 131072
     assert row["prefill_s"] == doc["times"]["prefill_s"]
     top = cli("sweep", "llama3-8b", "--gpu", "H100-SXM", "--batch", TOP, "--seq", TOP)
-    assert top.code == 0 and _strict_json(top.out)["batch"] == 2**63 - 1
+    assert top.code == 1 and _strict_json(top.out)["batch"] == 2**63 - 1
 
 
 @pytest.mark.parametrize("cmd", [
