@@ -24,7 +24,7 @@ from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, deltanet, elementwise, llama4, mamba2, mla, moe, rotary
+from . import alibi, cca, deltanet, elementwise, llama4, mamba2, mla, moe, rotary
 from .caches import ContiguousKV, KVCache
 from .numeric_base import NumericBase
 from .storage import measure
@@ -216,6 +216,8 @@ class NumericOps(NumericBase):
     route, experts, alibi, temperature = moe.route, moe.experts, alibi.add_bias, llama4.temperature
     conv1d, ssd, gated_norm = mamba2.conv1d, mamba2.ssd, mamba2.gated_norm  # Mamba-2
     delta_rule = deltanet.delta_rule  # gated DeltaNet
+    cca_residual, cca_conv, delay, head_scale = (cca.cca_residual, cca.cca_conv, cca.delay,
+                                                 cca.head_scale)  # CCA (cca.py)
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:

@@ -15,6 +15,7 @@ from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
+from . import symbolic_cca as cca
 from . import symbolic_deltanet as deltanet
 from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
@@ -170,6 +171,8 @@ class SymbolicOps(SymbolicBase):
     # Mamba-2 (symbolic_mamba2.py)
     conv1d, ssd, gated_norm = mamba2.sym_conv1d, mamba2.sym_ssd, mamba2.sym_gated_norm
     delta_rule = deltanet.sym_delta_rule  # gated DeltaNet (symbolic_deltanet.py)
+    cca_residual, cca_conv = cca.sym_cca_residual, cca.sym_cca_conv  # CCA (symbolic_cca.py)
+    delay, head_scale = cca.sym_delay, cca.sym_head_scale
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

@@ -201,7 +201,9 @@ class Weights:
                  "attn.gate": H * dh,
                  # the short conv: in [D → B, C, x], out [D → D]
                  "conv.in.B": D, "conv.in.C": D, "conv.in.x": D, "conv.out": D,
-                 "attn.head_gate": H}[role]
+                 "attn.head_gate": H,
+                 # CCA: each half of the value, this token's and the delayed one
+                 "cca.v_now": Hkv * dh // 2, "cca.v_delayed": Hkv * dh // 2}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,

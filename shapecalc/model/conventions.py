@@ -33,7 +33,7 @@ FLA_CHUNK = 64  # chunk_gated_delta_rule_fwd_intra's fused kkt + solve path (BT 
 # stages gives `flops=pick(wl, <its torch formula>, <its kernel count from interpret/fused.py>)`
 # and its executor records the same pick from its arrays' sizes (verify compares the two); its
 # state records use conv_columns(wl, K_c) and recurrent_dtype(wl).
-CONVENTION_MIXERS = frozenset({"mamba2", "gated_deltanet", "short_conv"})
+CONVENTION_MIXERS = frozenset({"mamba2", "gated_deltanet", "short_conv", "cca"})
 
 F = TypeVar("F")
 # (`wl` is a Workload: named Any so that config.py, which reads these names, is not imported back)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import gemma
+from .cca import cca_qkv
 from .config import ModelConfig, Workload
 from .expr import Dim
 from .gated_deltanet import gated_deltanet_mixer
@@ -176,25 +177,9 @@ def _rotary(m: ModelConfig, z: Sizes) -> Dim:
 
 def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
                layer: int, angles: Any) -> Any:
-    qw, kvw = z.H * z.Dh, z.Hkv * z.Dh
-    if m.fused_qkv:
-        qkv = ops.linear(h, "attn.qkv", "qkv projection (fused)", z.D, qw + kvw * 2, m.qkv_bias,
-                         "column")
-        q, k, v = ops.split(qkv, [qw, kvw, kvw])
-    else:
-        q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
-        k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
-        v = ops.linear(h, "attn.v", "v projection", z.D, kvw, m.qkv_bias, "column")
-    q, k = gemma.qk_norm_all(ops, m, q, k, qw, kvw)
-    q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
-    k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
-    v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dh)
-    if m.qk_norm and m.qk_norm_width == "head":  # Qwen3: over each head's Dh, before RoPE
-        q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
-        k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")
-    if m.qk_norm_per_head:  # StableLM, Cohere: LayerNorm over Dh, γ per head
-        q = ops.head_norm(q, "attn.q_norm", "q norm (per head)", z.H)
-        k = ops.head_norm(k, "attn.k_norm", "k norm (per head)", z.Hkv)
+    qw = z.H * z.Dh
+    q, k, v = (cca_qkv(ops, m, z, h, layer) if spec.mixer == "cca"  # ZAYA (cca.py)
+               else _qkv(ops, m, z, h))
     if angles is not None and not spec.nope:
         q = ops.rope(q, "attn.rope", "RoPE q", angles)
         k = ops.rope(k, "attn.rope", "RoPE k", angles)
@@ -235,6 +220,30 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         o = ops.head_gate(o, ops.activation(g, "attn.head_gate.act", "head gate", "sigmoid"),
                           "attn.head_gate.mul", "o ⊙ gate (per head)")
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
+
+
+def _qkv(ops: Ops, m: ModelConfig, z: Sizes, h: Any) -> tuple[Any, Any, Any]:
+    """q [B,H,T,Dh], k and v [B,H_kv,T,Dh]: the projections and the q/k norms."""
+    qw, kvw = z.H * z.Dh, z.Hkv * z.Dh
+    if m.fused_qkv:
+        qkv = ops.linear(h, "attn.qkv", "qkv projection (fused)", z.D, qw + kvw * 2, m.qkv_bias,
+                         "column")
+        q, k, v = ops.split(qkv, [qw, kvw, kvw])
+    else:
+        q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
+        k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
+        v = ops.linear(h, "attn.v", "v projection", z.D, kvw, m.qkv_bias, "column")
+    q, k = gemma.qk_norm_all(ops, m, q, k, qw, kvw)
+    q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
+    k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
+    v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dh)
+    if m.qk_norm and m.qk_norm_width == "head":  # Qwen3: over each head's Dh, before RoPE
+        q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
+        k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")
+    if m.qk_norm_per_head:  # StableLM, Cohere: LayerNorm over Dh, γ per head
+        q = ops.head_norm(q, "attn.q_norm", "q norm (per head)", z.H)
+        k = ops.head_norm(k, "attn.k_norm", "k norm (per head)", z.Hkv)
+    return q, k, v
 
 
 def _llama4_qk(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, q: Any, k: Any

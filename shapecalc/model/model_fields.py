@@ -12,7 +12,7 @@ from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
 AttentionKind = Literal["full", "sliding", "chunked"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
-MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "none"]
+MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "cca", "none"]
 
 
 
@@ -174,8 +174,9 @@ class ModelFields(Record):
     # Stateful token mixers: each layer's mixer, and Mamba-2's sizes (state-space duality)
     mixer_types: tuple[MixerKind, ...] | None = _doc(
         None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, short_conv "
-        "(LFM2's gated convolution), or none (a block of its channel mixer only); default: "
-        "attention in every layer")
+        "(LFM2's gated convolution), cca (ZAYA's compressed convolutional attention: attention "
+        "whose q/k pass two convs, its value half delayed a token), or none (a block of its "
+        "channel mixer only); default: attention in every layer")
     ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
     ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
                                     "H_s·D_s (mamba_head_dim)")
@@ -200,6 +201,12 @@ class ModelFields(Record):
                                 "in_proj_qkv, _z, _b, _a); changes the listing, not the numbers")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
+    # CCA (ZAYA): q and k through a depthwise then a per-head grouped causal conv, values
+    # half this token's, half the previous token's (cca.py)
+    cca_time0: Pos | None = _doc(None, "K_d: the kernel of CCA's depthwise q/k conv (cca_time0)")
+    cca_time1: Pos | None = _doc(None, "K_g: the kernel of CCA's grouped q/k conv, each head's "
+                                 "Dh channels mixed (cca_time1); the conv window keeps K_q = "
+                                 "K_d + K_g − 2 tokens")
     attn_head_gate: bool = _doc(False, "each head's attention output × sigmoid(x·W_g), W_g [D, H]: "
                                 "one gate a head (LFM3's g_proj)")
 

@@ -187,3 +187,25 @@ class Ops:
         chunked form, decode one step of the recurrence."""
         raise NotImplementedError
 
+
+    # -- CCA (cca.py) ---------------------------------------------------------------------------
+    def cca_residual(self, q: Any, k: Any, role: str, name: str) -> tuple[Any, Any]:
+        """q [B,T,H·Dh], k [B,T,H_kv·Dh] → (q_r, k_r): q_r = (q + each head's KV head's k)/2,
+        k_r = the mean of q_r over each KV head's group of query heads."""
+        raise NotImplementedError
+
+    def cca_conv(self, x: Any, layer: int, role: str, name: str, channels: Dim) -> Any:
+        """CCA's two causal convs over x [B,T,channels] padded by K_q tokens: depthwise of K_d,
+        then grouped by head (Dh channels a group) of K_g, each with a bias; the last K_q inputs
+        are the layer's conv state."""
+        raise NotImplementedError
+
+    def delay(self, x: Any, layer: int, role: str, name: str) -> Any:
+        """x [B,T,w] one token late: position t gets x[t−1], the first the state (the last
+        token's x of the previous step; in a prefill, the projection of a zero token). The
+        last x is kept as the layer's recurrent state."""
+        raise NotImplementedError
+
+    def head_scale(self, x: Any, role: str, name: str, heads: Dim) -> Any:
+        """x [B,heads,T,Dh] × a learned scalar per head ([heads] params)."""
+        raise NotImplementedError

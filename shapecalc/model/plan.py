@@ -53,7 +53,7 @@ class LayerSpec(NamedTuple):
     @property
     def attends(self) -> bool:
         """The layer's token mixer is attention: it has a KV cache."""
-        return self.mixer == "attention"
+        return self.mixer in ("attention", "cca")  # CCA: attention with CCA's q/k/v
 
     @property
     def reach(self) -> Reach:
@@ -65,7 +65,7 @@ class LayerSpec(NamedTuple):
         `chunked C=8192`, `full attention · NoPE`."""
         attn = f"sliding window W={self.window}" if self.attention == "sliding" else (
             f"chunked C={self.chunk}" if self.attention == "chunked" else "full attention")
-        attn = MIXER_LABELS.get(self.mixer, attn)
+        attn = MIXER_LABELS.get(self.mixer, attn) if self.mixer != "cca" else f"CCA {attn}"
         ffn = {"moe": " · MoE", "none": " · no FFN"}.get(self.ffn, "")
         if self.mixer == "none":  # a block of its channel mixer only
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
@@ -115,8 +115,8 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
         LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
                   model.norm_position, model.attention_chunk_size if t == "chunked" else None,
                   i in nope, mx)
-        if mx == "attention" else LayerSpec("full", None, f, model.norm, model.norm_position,
-                                            mixer=mx)
+        if mx in ("attention", "cca")  # CCA layers: attention's spec
+        else LayerSpec("full", None, f, model.norm, model.norm_position, mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))
     ]
     runs: list[Run] = []

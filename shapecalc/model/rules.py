@@ -129,6 +129,7 @@ def check_gemma(m: ModelFields) -> None:
 
 MAMBA2_FIELDS = ("ssm_heads", "ssm_head_dim", "ssm_state")
 GDN_FIELDS = ("gdn_qk_heads", "gdn_v_heads", "gdn_qk_dim", "gdn_v_dim")
+CCA_FIELDS = ("cca_time0", "cca_time1")
 SCAN_FIELDS = ("conv_kernel", "scan_chunk")  # both stateful mixers' convolution and chunk
 
 
@@ -179,6 +180,27 @@ def check_mixers(m: ModelFields) -> None:
             if (m.parallel_block if f == "parallel_block" else m.norm_position not in ok):
                 raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
                                      "blocks")
+    _fields_of(m, "cca", CCA_FIELDS, [])
+    if "cca" in m.mixers:
+        check_cca(m)
     for f in ("attn_output_gate", "attn_head_gate"):
         if getattr(m, f) and m.mla:
             raise ShapecalcError(f, "is not modelled with Multi-head Latent Attention")
+
+
+def check_cca(m: ModelFields) -> None:
+    """CCA's layers: attention whose q/k come from its own convs and norms, so the other q/k
+    variants do not apply; its value halves need an even H_kv·Dh; a window of K_q ≥ 1 tokens."""
+    if m.cca_time0 + m.cca_time1 < 3:  # type: ignore[operator]
+        raise ShapecalcError("cca_time1", "K_d = K_g = 1: the conv keeps no past token "
+                             "(K_q = K_d + K_g − 2 = 0), not modelled")
+    if (m.kv_heads * m.dh) % 2:
+        raise ShapecalcError("head_dim", f"CCA splits each value into two halves: H_kv·Dh = "
+                             f"{m.kv_heads * m.dh} must be even")
+    for f in ("kv_lora_rank", "qk_norm", "qk_norm_per_head", "qk_l2_norm", "fused_qkv",
+              "attn_output_gate", "attn_head_gate", "parallel_block", "attention_sinks"):
+        if getattr(m, f) not in (None, False):
+            raise ShapecalcError(f, "does not apply to cca layers (their q/k come from CCA's "
+                                 "convs and L2 norms)")
+    if m.norm_position != "pre":
+        raise ShapecalcError("norm_position", "cca layers are modelled in pre-norm blocks")

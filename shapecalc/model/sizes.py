@@ -43,6 +43,9 @@ class Sizes(NamedTuple):
     Hv: Dim  # gated DeltaNet: value heads
     Dhv: Dim  # gated DeltaNet: a value head's width
     Dsc: Dim  # short conv: the channels one rank convolves (D, or D/p)
+    Kd: Dim  # CCA: the depthwise q/k conv's kernel
+    Kg: Dim  # CCA: the grouped (per-head) q/k conv's kernel
+    Kq: Dim  # CCA: the tokens its conv window keeps, K_d + K_g − 2
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -139,6 +142,9 @@ class Sizes(NamedTuple):
             Hv=shard("H_v", model.gdn_v_heads or 0),
             Dhv=of("D_hv", model.gdn_v_dim or 0),
             Dsc=shard("D", model.d_model),
+            Kd=of("K_d", model.cca_time0 or 0),
+            Kg=of("K_g", model.cca_time1 or 0),
+            Kq=of("K_q", (model.cca_time0 or 0) + (model.cca_time1 or 0) - 2),
             p=p,
             kv_replicated=replicated,
             T=T,

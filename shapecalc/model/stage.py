@@ -25,7 +25,7 @@ NORM_ROLES = ("attn.norm", "ffn.norm", "head.norm", "attn.q_norm", "attn.k_norm"
               "attn.q_l2norm", "attn.k_l2norm", "attn.post_norm", "ffn.post_norm", "mixer.norm",
               "mixer.post_norm")
 # the stateful token mixers' stages (Mamba-2, gated DeltaNet): role prefixes
-MIXER_PREFIXES = ("ssm.", "gdn.", "conv.")
+MIXER_PREFIXES = ("ssm.", "gdn.", "conv.", "cca.")
 
 
 def is_mixer(role: str) -> bool:
