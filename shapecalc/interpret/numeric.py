@@ -24,7 +24,7 @@ from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
 from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
-from . import alibi, cca, deltanet, elementwise, llama4, mamba2, mla, moe, rotary
+from . import alibi, cca, deltanet, elementwise, llama4, mamba2, mla, moe, rotary, zaya
 from .caches import ContiguousKV, KVCache
 from .numeric_base import NumericBase
 from .storage import measure
@@ -218,6 +218,7 @@ class NumericOps(NumericBase):
     delta_rule = deltanet.delta_rule  # gated DeltaNet
     cca_residual, cca_conv, delay, head_scale = (cca.cca_residual, cca.cca_conv, cca.delay,
                                                  cca.head_scale)  # CCA (cca.py)
+    affine, scaled_residual, depth_carry = zaya.affine, zaya.scaled_residual, zaya.depth_carry
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:

@@ -181,6 +181,14 @@ class Weights:
             return [x[0][0] for x in subs], b, sum(x[2] for x in subs), False
         if role in _MLA_ROLES or (m.mla and role == "attn.q"):
             return self._mla_linear(layer, role, p)
+        if role.startswith("moe.router") and m.router_hidden is not None:  # ZAYA's router
+            rh = m.router_hidden
+            d_in, width = (m.d_model, rh) if role == "moe.router.down" else (
+                rh, (m.n_experts or 0) + 1 if role == "moe.router" else rh)
+            bf = self.get((layer, role, "bias"), (width,)) if role != "moe.router" else None
+            sh = Shard((layer, role), (d_in, width), "replicated", p, d_in, width)
+            return [sh], (bf[None, None] if bf is not None else None), \
+                width if bf is not None else 0, False
         shared = m.n_shared_experts * m.dff_shared
         kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
         vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)

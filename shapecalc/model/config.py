@@ -107,6 +107,7 @@ class ModelConfig(ModelFields):
         rules.check_mla(self)
         rules.check_gemma(self)
         rules.check_mixers(self)
+        rules.check_zaya(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"

@@ -24,6 +24,7 @@ from .ops import Ops
 from .plan import LayerSpec, layer_plan
 from .short_conv import short_conv_mixer
 from .sizes import Sizes
+from .zaya import residual, zaya_router
 
 __all__ = ["ACT", "Ops", "Sizes", "forward"]
 
@@ -48,6 +49,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
         x = ops.scale(x, "embed.scale", "embedding scale", m.d_model**0.5, "√D")
     if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
         x = ops.norm(x, "embed.norm", "embedding norm")
+    if m.embedding_affine:  # ZAYA: (x + b)·s
+        x = ops.affine(x, "embed.affine", "input scale and bias")
     if m.embedding_multiplier is not None:  # Granite
         x = ops.scale(x, "embed.scale", "embedding multiplier", m.embedding_multiplier,
                       f"{m.embedding_multiplier:g}")
@@ -141,7 +144,7 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         if z.p > 1:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
         a = gemma.post_norm(ops, spec, a, "attn")
-        x = ops.add(x, _branch(ops, m, a), "residual", "residual")
+        x = residual(ops, m, x, _branch(ops, m, a))
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, pre)
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
     a = _attention(ops, m, spec, wl, z, x, layer, angles)
@@ -157,9 +160,9 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
 def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre: bool) -> Any:
     """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
     h = ops.norm(x, "ffn.norm", "FFN norm") if pre else x
-    f = _moe(ops, m, z, h, z.p > 1) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
+    f = _moe(ops, m, z, h, z.p > 1, spec) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
     f = gemma.post_norm(ops, spec, f, "ffn")
-    return ops.add(x, _branch(ops, m, f), "residual", "residual")
+    return residual(ops, m, x, _branch(ops, m, f))
 
 
 def _branch(ops: Ops, m: ModelConfig, y: Any) -> Any:
@@ -275,11 +278,12 @@ def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | 
     return ops.allreduce(y, "comm.allreduce", "FFN all-reduce") if reduce else y
 
 
-def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool) -> Any:
+def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, spec: LayerSpec) -> Any:
     """Mixture-of-Experts: a router picks k of E experts per token; their outputs are combined
     by the routing weights; shared experts (if any) see every token. Under tensor parallelism
     each expert's Dff_e is split as a dense FFN's is, and the sum is all-reduced once."""
-    logits = ops.linear(h, "moe.router", "router", z.D, z.E, m.router_bias, "replicated")
+    logits = (zaya_router(ops, m, spec, z, h) if m.router_hidden is not None  # ZAYA (zaya.py)
+              else ops.linear(h, "moe.router", "router", z.D, z.E, m.router_bias, "replicated"))
     routing = ops.route(logits, "moe.route", "routing", z.k)
     y = ops.experts(h, routing, z.D, z.E, z.k, z.Dffe)
     if m.routed_scaling_factor is not None:

@@ -207,6 +207,15 @@ class ModelFields(Record):
     cca_time1: Pos | None = _doc(None, "K_g: the kernel of CCA's grouped q/k conv, each head's "
                                  "Dh channels mixed (cca_time1); the conv window keeps K_q = "
                                  "K_d + K_g − 2 tokens")
+    # ZAYA's other mechanisms (zaya.py): its router, residual scaling and input scaling
+    router_hidden: Pos | None = _doc(None, "D_rt: ZAYA's router: D → D_rt (bias), + the previous "
+                                     "layer's (× a learned scale, from layer 1 on), RMSNorm, two "
+                                     "GELU layers D_rt → D_rt (biases), → E + 1 scores, the last "
+                                     "a skip expert that computes nothing (router_hidden_size)")
+    residual_scaling: bool = _doc(False, "each residual add is (y + b_y)·s_y + (x + b_x)·s_x, "
+                                  "4 learned vectors of D (ZAYA's ZayaResidualScaling)")
+    embedding_affine: bool = _doc(False, "the embeddings → (x + b)·s, b and s learned vectors "
+                                  "of D (ZAYA's input_hidden_states_bias and _scale)")
     attn_head_gate: bool = _doc(False, "each head's attention output × sigmoid(x·W_g), W_g [D, H]: "
                                 "one gate a head (LFM3's g_proj)")
 

@@ -209,3 +209,17 @@ class Ops:
     def head_scale(self, x: Any, role: str, name: str, heads: Dim) -> Any:
         """x [B,heads,T,Dh] × a learned scalar per head ([heads] params)."""
         raise NotImplementedError
+
+    # -- ZAYA (zaya.py) -------------------------------------------------------------------------
+    def affine(self, x: Any, role: str, name: str) -> Any:
+        """x [B,T,D] → (x + b)·s, b and s learned vectors of D."""
+        raise NotImplementedError
+
+    def scaled_residual(self, x: Any, y: Any, role: str, name: str) -> Any:
+        """The residual add (y + b_y)·s_y + (x + b_x)·s_x: four learned vectors of D."""
+        raise NotImplementedError
+
+    def depth_carry(self, r: Any, role: str, name: str, add: bool) -> Any:
+        """ZAYA's router state passed down the layers: with `add`, r + the previous layer's
+        state × a learned scale (r's width of params); the result is the next layer's state."""
+        raise NotImplementedError

@@ -49,6 +49,7 @@ class LayerSpec(NamedTuple):
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
     mixer: str = "attention"  # attention (of `attention`), mamba2, gated_deltanet, short_conv…
+    router_eda: bool = False  # ZAYA: its router adds the previous layer's state (layers ≥ 1)
 
     @property
     def attends(self) -> bool:
@@ -114,7 +115,7 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     specs = [
         LayerSpec(t, model.sliding_window if t == "sliding" else None, f, model.norm,
                   model.norm_position, model.attention_chunk_size if t == "chunked" else None,
-                  i in nope, mx)
+                  i in nope, mx, model.router_hidden is not None and i > 0)
         if mx in ("attention", "cca")  # CCA layers: attention's spec
         else LayerSpec("full", None, f, model.norm, model.norm_position, mixer=mx)
         for i, (t, f, mx) in enumerate(zip(types, ffns, model.mixers, strict=True))

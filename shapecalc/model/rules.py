@@ -204,3 +204,24 @@ def check_cca(m: ModelFields) -> None:
                                  "convs and L2 norms)")
     if m.norm_position != "pre":
         raise ShapecalcError("norm_position", "cca layers are modelled in pre-norm blocks")
+
+
+def check_zaya(m: ModelFields) -> None:
+    """ZAYA's router is a Mixture-of-Experts router of its own; its residual scaling is modelled
+    in pre-norm sequential blocks of attention (or CCA)."""
+    if m.router_hidden is not None:
+        if m.n_experts is None:
+            raise ShapecalcError("router_hidden", "is ZAYA's MoE router, but n_experts is not "
+                                 "set")
+        for f in ("router_bias", "routing_bias", "n_shared_experts", "routing_on_input"):
+            if getattr(m, f):
+                raise ShapecalcError(f, "does not apply with ZAYA's router (router_hidden)")
+        if m.router_scoring != "softmax":
+            raise ShapecalcError("router_scoring", "ZAYA's router scores by softmax")
+    if m.residual_scaling:
+        if m.norm_position != "pre" or m.parallel_block:
+            raise ShapecalcError("residual_scaling", "is modelled in pre-norm sequential blocks")
+        other = set(m.mixers) - {"attention", "cca"}
+        if other:
+            raise ShapecalcError("residual_scaling", f"is modelled with attention and cca "
+                                 f"layers, not {min(other)}")

@@ -46,6 +46,7 @@ class Sizes(NamedTuple):
     Kd: Dim  # CCA: the depthwise q/k conv's kernel
     Kg: Dim  # CCA: the grouped (per-head) q/k conv's kernel
     Kq: Dim  # CCA: the tokens its conv window keeps, K_d + K_g − 2
+    Drt: Dim  # ZAYA's router: its hidden width
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -145,6 +146,7 @@ class Sizes(NamedTuple):
             Kd=of("K_d", model.cca_time0 or 0),
             Kg=of("K_g", model.cca_time1 or 0),
             Kq=of("K_q", (model.cca_time0 or 0) + (model.cca_time1 or 0) - 2),
+            Drt=of("D_rt", model.router_hidden or 0),
             p=p,
             kv_replicated=replicated,
             T=T,
