@@ -65,3 +65,23 @@ def test_bad_zaya_configs_exit_2_naming_the_key(cli, tmp_path, change, key):
     assert r.code == 2, (r.out, r.err)
     lines = r.err.strip().splitlines()
     assert len(lines) == 1 and key in lines[0] and "Traceback" not in r.err, r.err
+
+
+@pytest.mark.slow
+def test_live_remeasures_a_zaya_case():
+    """With torch and transformers installed, one case of tests/data/mixers_reference_zaya.json
+    measured again (tests/torch_reference/measure_mixers.py) gives the stored numbers."""
+    import importlib.util
+    from pathlib import Path
+    if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers")):
+        pytest.skip("torch and transformers are not installed")
+    root = Path(__file__).parent
+    spec = importlib.util.spec_from_file_location(
+        "measure_mixers", root / "torch_reference" / "measure_mixers.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ref = json.loads((root / "data" / "mixers_reference_zaya.json").read_text())
+    case = next(c for c in ref["cases"] if c["name"] == "zaya-sliding-bias")
+    live = mod.measure(case["full_config"], case["hf_config"])
+    assert live == {k: case[k] for k in ("params_meta", "steps")}

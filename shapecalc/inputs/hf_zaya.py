@@ -121,5 +121,5 @@ ZAYA: tuple[Family, ...] = (
                    "hidden_act": Refusal(("silu",), "ZayaExperts' gate is modelled as SwiGLU "
                                          "(silu), not {value!r}")},
            widths=dict(vocab_size=262272, hidden_size=2048, num_hidden_layers=40,
-                       num_attention_heads=8)),
+                       num_attention_heads=8, moe_intermediate_size=2048, num_experts=16)),
 )
