@@ -56,9 +56,9 @@ class IterationCost:
         self.ep = wl.ep
         self.wbits = DTYPE_BITS[wl.dtype]
         model = cf.model
-        if {"mamba2", "gated_deltanet", "short_conv"} & set(model.mixers):
+        if {"mamba2", "gated_deltanet", "short_conv", "cca"} & set(model.mixers):
             raise ShapecalcError("model", f"{model.name}: serve does not simulate stateful "
-                                 "token mixers (mamba2, gated_deltanet, short_conv) yet")
+                                 "token mixers (mamba2, gated_deltanet, short_conv, cca) yet")
         if len(cf.intervals("prefill")) > 1 or len(cf.intervals("decode")) > 1:
             raise ShapecalcError("model", f"{model.name}: serve simulates models whose attention "
                                  "has one regime; sliding-window or chunked attention layers are "
