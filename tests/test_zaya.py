@@ -34,6 +34,18 @@ def test_verify_passes_at_reduced_width(tmp_path, phase):
     assert not [c for c in r["checks"] if not c["ok"]]
 
 
+def test_verify_passes_with_biases_and_pipeline_stages(tmp_path):
+    """Attention and LM-head biases, untied, two pipeline stages; the padding check is skipped
+    (transformers zeroes the pads' hidden states, so their projections' biases reach the convs
+    and the real tokens: a padded batch differs from the unpadded runs there too)."""
+    cfg = {**ZAYA, "attention_bias": True, "lm_head_bias": True, "tie_word_embeddings": False}
+    r = verify(_load(tmp_path, cfg), Workload(batch=2, seq=7, dtype="fp32", pp=2),
+               precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+    pad = next(c for c in r["checks"] if c["name"].startswith("padding mask"))
+    assert "biases" in str(pad)
+
+
 def test_the_router_state_passes_down_the_layers(tmp_path):
     m = _load(tmp_path, ZAYA)
     plan = layer_plan(m)
