@@ -74,6 +74,8 @@ def params(m: ModelConfig) -> int:
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
     ffn += 2 * (m.ffn == "xielu")  # xIELU's α_p and α_n
+    if "cca" in m.mixers:
+        return _zaya_params(m)
     if m.mixer_types is not None:  # a token mixer and a channel mixer per layer, each normed
         return _mixer_params(m, attn, ffn, norm)
     norms = 4 if m.norm_position == "sandwich" else 2  # Gemma 2/3: + the post-norms; OLMo 2: 2
@@ -146,6 +148,22 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
         total += token[mixer] + norm + post + {"dense": ffn + norm + post, "moe": moe + norm,
                                                "none": 0}[kind]
     return total
+
+
+def _zaya_params(m: ModelConfig) -> int:
+    """Written from ZayaModel's __init__: per layer ZayaCCAProjection (q_proj, k_proj, the two
+    value halves, conv_qk_depthwise and conv_qk_grouped with their biases), ZayaQKNorm's temp,
+    o_proj, two RMSNorms, two ZayaResidualScalings, ZayaRouter (down_proj, router_states_scale
+    from layer 1, ZayaRouterMLP: norm, fc1, fc2, out_proj to E + 1) and ZayaExperts; the
+    embeddings' scale and bias, the final norm."""
+    d, h, hkv, dh, v, e = m.d_model, m.n_heads, m.kv_heads, m.dh, m.vocab_size, m.n_experts
+    c, r, b = (h + hkv) * dh, m.router_hidden, m.qkv_bias
+    attn = (d * h * dh + 2 * d * hkv * dh + h * dh * d + (h * dh + 2 * hkv * dh + d) * b
+            + c * m.cca_time0 + c + c * dh * m.cca_time1 + c + hkv)
+    router = d * r + r + r + 2 * (r * r + r) + r * (e + 1)
+    layer = attn + 2 * d + 8 * d + router + e * 3 * d * m.dff_expert
+    return (v * d + 2 * d + d + m.n_layers * layer + r * (m.n_layers - 1)
+            + (0 if m.tie_embeddings else v * d) + v * m.lm_head_bias)
 
 
 def raises(field: str, fn, *args) -> ShapecalcError:

@@ -23,6 +23,7 @@ from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_families_2025 import NEW
 from .hf_llama4 import llama4
 from .hf_mamba import falcon_h1, granite_hybrid, jamba, nemotron_h
+from .hf_zaya import ZAYA
 
 SILU, BODY, _llama = llama.SILU, llama.BODY, llama.class_defaults
 
@@ -373,6 +374,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                                        "mlp_type says")}),
     *NEW,
     *CONV,
+    *ZAYA,
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -53,6 +53,9 @@ def route(self: NumericBase, logits: np.ndarray, role: str, name: str, k: Any,
     if m.routing_bias:  # AFMoE: scores + a learned bias of E choose; the scores weigh
         bias = self.w.get((self._layer, role, "bias"), (z.shape[-1],))
         choice, ew, params = scores + bias, ew + n, bias.size
+    if m.router_hidden is not None:  # ZAYA's balancing biases (a buffer): −1 on the skip
+        choice = scores + np.eye(z.shape[-1])[-1] * -1.0
+        ew += n
     ids = np.argsort(-choice, axis=-1, kind="stable")[..., :kk]  # top-k: one pass a score
     w = np.take_along_axis(scores, ids, axis=-1)
     ew += n

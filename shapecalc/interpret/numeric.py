@@ -26,6 +26,7 @@ from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
 from . import (
     alibi,
+    cca,
     compressed,
     deltanet,
     dsa,
@@ -37,6 +38,7 @@ from . import (
     mla,
     moe,
     rotary,
+    zaya,
 )
 from . import kda as kda_rule
 from .caches import ContiguousKV, KVCache
@@ -242,6 +244,9 @@ class NumericOps(NumericBase):
     grouped_linear, index_select = compressed.grouped_linear, compressed.index_select
     selective_scan = mamba1.selective_scan  # Mamba-1
     kda = kda_rule.kda  # Kimi Delta Attention
+    cca_residual, cca_conv, delay, head_scale = (cca.cca_residual, cca.cca_conv, cca.delay,
+                                                 cca.head_scale)  # CCA (cca.py)
+    affine, scaled_residual, depth_carry = zaya.affine, zaya.scaled_residual, zaya.depth_carry
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:

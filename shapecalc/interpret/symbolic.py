@@ -15,6 +15,7 @@ from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, clamped, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
+from . import symbolic_cca as cca
 from . import symbolic_compressed as compressed
 from . import symbolic_deltanet as deltanet
 from . import symbolic_dsa as dsa
@@ -23,6 +24,7 @@ from . import symbolic_kda
 from . import symbolic_mamba1 as mamba1
 from . import symbolic_mamba2 as mamba2
 from . import symbolic_mla as mla
+from . import symbolic_zaya as zaya
 from .symbolic_base import ELEMENTWISE, Sym, SymbolicBase, _half, _total
 
 QK_ROLES = ("attn.scores", "attn.index_scores")  # the score matmuls: queries × keys
@@ -196,6 +198,10 @@ class SymbolicOps(SymbolicBase):
     grouped_linear, index_select = compressed.sym_grouped_linear, compressed.sym_index_select
     selective_scan = mamba1.sym_selective_scan  # Mamba-1 (symbolic_mamba1.py)
     kda = symbolic_kda.sym_kda  # Kimi Delta Attention (symbolic_kda.py)
+    cca_residual, cca_conv = cca.sym_cca_residual, cca.sym_cca_conv  # CCA (symbolic_cca.py)
+    delay, head_scale = cca.sym_delay, cca.sym_head_scale
+    affine, scaled_residual = zaya.sym_affine, zaya.sym_scaled_residual  # ZAYA
+    depth_carry = zaya.sym_depth_carry
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims
@@ -296,7 +302,8 @@ class SymbolicOps(SymbolicBase):
                              ew_extra=sum_formula(parts),
                              note=f"top-{k.value} of the logits, sigmoid of those {k.value}")
         bias = int(m.routing_bias)  # AFMoE: scores + a bias of E choose (a pass, E parameters)
-        parts = [formula([ELEMENTWISE[scoring] + bias, *rows, E]),
+        buf = int(m.router_hidden is not None)  # ZAYA: + its balancing biases (a buffer)
+        parts = [formula([ELEMENTWISE[scoring] + bias + buf, *rows, E]),
                  formula([ELEMENTWISE["topk"], *rows, E])]
         if m.norm_topk_prob:  # the k weights summed, then divided
             parts.append(formula([2, *rows, k]))

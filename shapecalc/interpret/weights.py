@@ -219,6 +219,14 @@ class Weights:
             if role.endswith("_a"):
                 return [Shard((layer, role), (D, dk), "replicated", p, D, dk)], None, 0, False
             return [Shard((layer, role), (dk, kd), "column", p, dk, kd // p)], None, 0, False
+        if role.startswith("moe.router") and m.router_hidden is not None:  # ZAYA's router
+            rh = m.router_hidden
+            d_in, width = (m.d_model, rh) if role == "moe.router.down" else (
+                rh, (m.n_experts or 0) + 1 if role == "moe.router" else rh)
+            bf = self.get((layer, role, "bias"), (width,)) if role != "moe.router" else None
+            sh = Shard((layer, role), (d_in, width), "replicated", p, d_in, width)
+            return [sh], (bf[None, None] if bf is not None else None), \
+                width if bf is not None else 0, False
         shared = m.n_shared_experts * m.dff_shared
         kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
         vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)
@@ -242,7 +250,9 @@ class Weights:
                  # KDA: q, k, v [D → H·D_k] each, β [D → H], full-rank gates, out [H·D_k → D];
                  # the head-wise gate [D → H] (LFM3's, Ling 3.0's MLA's)
                  "kda.q": kd, "kda.k": kd, "kda.v": kd, "kda.b": m.gdn_qk_heads or 0,
-                 "kda.f": kd, "kda.g": kd, "kda.out": kd, "attn.head_gate": H}[role]
+                 "kda.f": kd, "kda.g": kd, "kda.out": kd, "attn.head_gate": H,
+                 # CCA: each half of the value, this token's and the delayed one
+                 "cca.v_now": Hkv * dh // 2, "cca.v_delayed": Hkv * dh // 2}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,

@@ -109,6 +109,7 @@ class ModelConfig(ModelFields):
         rules.check_mixers(self)
         rules.check_hyper(self)
         rules.check_shared_kv(self)
+        rules.check_zaya(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
@@ -235,6 +236,12 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if "short_conv" in model.mixers and model.d_model % p:
         raise ShapecalcError("tp", f"p={p} does not divide the D={model.d_model} short-conv "
                              "channels")
+    if "cca" in model.mixers and p > 1:  # its value halves interleave the KV heads' channels
+        raise ShapecalcError("tp", "CCA layers under tensor parallelism are not modelled (the "
+                             "value's two halves do not split by KV head)")
+    if "cca" in model.mixers and wl.state_cache == "vllm":
+        raise ShapecalcError("state_cache", "vllm: no vLLM layout of CCA's state is modelled "
+                             "(transformers' conv window and delayed value only)")
     if model.moe:
         if model.dff_expert % p:
             raise ShapecalcError("tp", f"p={p} does not divide Dff_e={model.dff_expert}")

@@ -33,7 +33,7 @@ FLA_CHUNK = 64  # chunk_gated_delta_rule_fwd_intra's fused kkt + solve path (BT 
 # stages gives `flops=pick(wl, <its torch formula>, <its kernel count from interpret/fused.py>)`
 # and its executor records the same pick from its arrays' sizes (verify compares the two); its
 # state records use conv_columns(wl, K_c) and recurrent_dtype(wl).
-CONVENTION_MIXERS = frozenset({"mamba2", "gated_deltanet", "short_conv", "parallel"})
+CONVENTION_MIXERS = frozenset({"mamba2", "gated_deltanet", "short_conv", "parallel", "cca"})
 # every stateful mixer: its outputs name the default conventions; the ones not in
 # CONVENTION_MIXERS (Mamba-1, KDA) refuse `fused` and `vllm` until their rules pick them
 STATEFUL_MIXERS = CONVENTION_MIXERS | {"mamba1", "kda"}

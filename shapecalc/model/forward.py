@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import gemma, hyper
+from .cca import cca_qkv
 from .compressed import v4_attention
 from .config import ModelConfig, Workload
 from .expr import Dim
@@ -26,6 +27,7 @@ from .ops import Ops
 from .plan import LayerSpec, layer_plan
 from .short_conv import short_conv_mixer
 from .sizes import Sizes
+from .zaya import residual, zaya_router
 
 __all__ = ["ACT", "Ops", "Sizes", "forward"]
 
@@ -51,6 +53,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
         x = ops.scale(x, "embed.scale", "embedding scale", m.d_model**0.5, "√D")
     if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
         x = ops.norm(x, "embed.norm", "embedding norm")
+    if m.embedding_affine:  # ZAYA: (x + b)·s
+        x = ops.affine(x, "embed.affine", "input scale and bias")
     if m.embedding_multiplier is not None:  # Granite
         x = ops.scale(x, "embed.scale", "embedding multiplier", m.embedding_multiplier,
                       f"{m.embedding_multiplier:g}")
@@ -152,7 +156,7 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
             if m.parallel_norms == 2:  # GPT-NeoX, Falcon's new decoder: the FFN's own norm of x
                 h = ops.norm(x, "ffn.norm", "FFN norm")
             # the channel mixer of the layer: dense, or MoE (Cohere 2 MoE)
-            f = _moe(ops, m, z, h, False) if spec.ffn == "moe" else _ffn(ops, m, z, h, False)
+            f = _moe(ops, m, z, h, False, spec) if spec.ffn == "moe" else _ffn(ops, m, z, h, False)
             s = ops.add(a, f, "block.sum", "attention + FFN")
             if z.p > 1:
                 s = ops.allreduce(s, "comm.allreduce", "all-reduce")
@@ -160,8 +164,8 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         if z.p > 1:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
         a = gemma.post_norm(ops, spec, a, "attn")
-        x = hyper.close_half(ops, x, a, mix, "attn") if mix else ops.add(
-            x, _branch(ops, m, a), "residual", "residual")
+        x = hyper.close_half(ops, x, a, mix, "attn") if mix else residual(
+            ops, m, x, _branch(ops, m, a))
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, pre)
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
     a = _attention(ops, m, spec, wl, z, x, layer, angles)
@@ -178,12 +182,11 @@ def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre:
     """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
     h, mix = hyper.open_half(ops, m, z, x, "ffn") if m.hc_streams else (x, None)
     h = ops.norm(h, "ffn.norm", "FFN norm") if pre else h
-    f = _moe(ops, m, z, h, z.p > 1, spec.hash_route) if spec.ffn == "moe" else _ffn(
-        ops, m, z, h, z.p > 1)
+    f = _moe(ops, m, z, h, z.p > 1, spec) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
     f = gemma.post_norm(ops, spec, f, "ffn")
     if mix:  # hyper-connections: post ⊗ f + combᵀ·x
         return hyper.close_half(ops, x, f, mix, "ffn")
-    return ops.add(x, _branch(ops, m, f), "residual", "residual")
+    return residual(ops, m, x, _branch(ops, m, f))
 
 
 def _branch(ops: Ops, m: ModelConfig, y: Any) -> Any:
@@ -206,26 +209,9 @@ def _rotary(m: ModelConfig, z: Sizes) -> Dim:
 
 def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
                layer: int, angles: Any) -> Any:
-    qw, kvw = z.H * z.Dh, z.Hkv * z.Dh
-    if m.fused_qkv:
-        qkv = ops.linear(h, "attn.qkv", "qkv projection (fused)", z.D, qw + kvw * 2, m.qkv_bias,
-                         "column")
-        q, k, v = ops.split(qkv, [qw, kvw, kvw])
-    else:
-        q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
-        k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
-        v = ops.linear(h, "attn.v", "v projection", z.D, kvw, m.qkv_bias, "column")
-    k = _times(ops, k, m.key_multiplier, "attn.k_scale", "key multiplier")  # Falcon-H1
-    q, k = gemma.qk_norm_all(ops, m, q, k, qw, kvw)
-    q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
-    k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
-    v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dh)
-    if m.qk_norm and m.qk_norm_width == "head":  # Qwen3: over each head's Dh, before RoPE
-        q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
-        k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")
-    if m.qk_norm_per_head:  # StableLM, Cohere: LayerNorm over Dh, γ per head
-        q = ops.head_norm(q, "attn.q_norm", "q norm (per head)", z.H)
-        k = ops.head_norm(k, "attn.k_norm", "k norm (per head)", z.Hkv)
+    qw = z.H * z.Dh
+    q, k, v = (cca_qkv(ops, m, z, h, layer) if spec.mixer == "cca"  # ZAYA (cca.py)
+               else _qkv(ops, m, z, h))
     if angles is not None and not spec.nope:
         q = ops.rope(q, "attn.rope", "RoPE q", angles)
         k = ops.rope(k, "attn.rope", "RoPE k", angles)
@@ -266,6 +252,31 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         o = ops.head_gate(o, ops.activation(g, "attn.head_gate.act", "head gate", "sigmoid"),
                           "attn.head_gate.mul", "o ⊙ gate (per head)")
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
+
+
+def _qkv(ops: Ops, m: ModelConfig, z: Sizes, h: Any) -> tuple[Any, Any, Any]:
+    """q [B,H,T,Dh], k and v [B,H_kv,T,Dh]: the projections and the q/k norms."""
+    qw, kvw = z.H * z.Dh, z.Hkv * z.Dh
+    if m.fused_qkv:
+        qkv = ops.linear(h, "attn.qkv", "qkv projection (fused)", z.D, qw + kvw * 2, m.qkv_bias,
+                         "column")
+        q, k, v = ops.split(qkv, [qw, kvw, kvw])
+    else:
+        q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
+        k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
+        v = ops.linear(h, "attn.v", "v projection", z.D, kvw, m.qkv_bias, "column")
+    k = _times(ops, k, m.key_multiplier, "attn.k_scale", "key multiplier")  # Falcon-H1
+    q, k = gemma.qk_norm_all(ops, m, q, k, qw, kvw)
+    q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
+    k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
+    v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dh)
+    if m.qk_norm and m.qk_norm_width == "head":  # Qwen3: over each head's Dh, before RoPE
+        q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
+        k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")
+    if m.qk_norm_per_head:  # StableLM, Cohere: LayerNorm over Dh, γ per head
+        q = ops.head_norm(q, "attn.q_norm", "q norm (per head)", z.H)
+        k = ops.head_norm(k, "attn.k_norm", "k norm (per head)", z.Hkv)
+    return q, k, v
 
 
 def _llama4_qk(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, q: Any, k: Any
@@ -314,15 +325,16 @@ def clamped(ops: Ops, m: ModelConfig, role: str, g: Any, u: Any) -> tuple[Any, A
             ops.clamp(u, f"{role}.clamp", "up clamp", -L, L))
 
 
-def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, by_id: bool = False) -> Any:
+def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, spec: LayerSpec) -> Any:
     """Mixture-of-Experts: a router picks k of E experts per token; their outputs are combined
     by the routing weights; shared experts (if any) see every token. Under tensor parallelism
     each expert's Dff_e is split as a dense FFN's is, and the sum is all-reduced once."""
-    logits = ops.linear(h, "moe.router", "router", z.D, z.E, m.router_bias, "replicated")
+    logits = (zaya_router(ops, m, spec, z, h) if m.router_hidden is not None  # ZAYA (zaya.py)
+              else ops.linear(h, "moe.router", "router", z.D, z.E, m.router_bias, "replicated"))
     if m.router_softcap is not None:  # Laguna: c·tanh(logits/c) before the scoring
         logits = ops.softcap(logits, "moe.router.softcap", "router logit softcap",
                              m.router_softcap)
-    routing = ops.route(logits, "moe.route", "routing", z.k, by_id)
+    routing = ops.route(logits, "moe.route", "routing", z.k, spec.hash_route)
     y = ops.experts(h, routing, z.D, z.E, z.k, z.Dffe)
     if m.routed_scaling_factor is not None:
         y = ops.scale(y, "moe.scale", "routed scaling", m.routed_scaling_factor,

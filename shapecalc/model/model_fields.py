@@ -13,7 +13,7 @@ AttentionKind = Literal["full", "sliding", "chunked", "hca", "csa"]
 FfnKind = Literal["dense", "moe", "none"]
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
 MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "mamba1", "parallel",
-                    "kda", "none"]
+                    "kda", "cca", "none"]
 
 
 
@@ -198,8 +198,9 @@ class ModelFields(Record):
         None, "each layer's token mixer, in order: attention, mamba2, gated_deltanet, short_conv "
         "(LFM2's gated convolution), mamba1, parallel (attention and a Mamba-2 side by side, "
         "their outputs added: Falcon-H1), kda (Kimi Delta Attention: gated DeltaNet's fields "
-        "with H_qk = H_v, D_qk = D_hv), or none (a block of its channel mixer only); default: "
-        "attention in every layer")
+        "with H_qk = H_v, D_qk = D_hv), cca (ZAYA's compressed convolutional attention: "
+        "attention whose q/k pass two convs, its value half delayed a token), or none (a block "
+        "of its channel mixer only); default: attention in every layer")
     ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
     ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
                                     "H_s·D_s (mamba_head_dim)")
@@ -249,6 +250,21 @@ class ModelFields(Record):
         "(Falcon-H1)")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
                                   "(Qwen3-Next: q_proj's second half)")
+    # CCA (ZAYA): q and k through a depthwise then a per-head grouped causal conv, values
+    # half this token's, half the previous token's (cca.py)
+    cca_time0: Pos | None = _doc(None, "K_d: the kernel of CCA's depthwise q/k conv (cca_time0)")
+    cca_time1: Pos | None = _doc(None, "K_g: the kernel of CCA's grouped q/k conv, each head's "
+                                 "Dh channels mixed (cca_time1); the conv window keeps K_q = "
+                                 "K_d + K_g − 2 tokens")
+    # ZAYA's other mechanisms (zaya.py): its router, residual scaling and input scaling
+    router_hidden: Pos | None = _doc(None, "D_rt: ZAYA's router: D → D_rt (bias), + the previous "
+                                     "layer's (× a learned scale, from layer 1 on), RMSNorm, two "
+                                     "GELU layers D_rt → D_rt (biases), → E + 1 scores, the last "
+                                     "a skip expert that computes nothing (router_hidden_size)")
+    residual_scaling: bool = _doc(False, "each residual add is (y + b_y)·s_y + (x + b_x)·s_x, "
+                                  "4 learned vectors of D (ZAYA's ZayaResidualScaling)")
+    embedding_affine: bool = _doc(False, "the embeddings → (x + b)·s, b and s learned vectors "
+                                  "of D (ZAYA's input_hidden_states_bias and _scale)")
     attn_head_gate: bool = _doc(False, "each head's attention output × sigmoid(x·W_g), W_g [D, H]: "
                                 "one gate a head (LFM3's g_proj; Ling 3.0's MLA g_proj)")
     # routing and activation variants (DeepSeek-V4, Laguna)

@@ -295,4 +295,39 @@ class Ops:
         """Kimi Delta Attention's rule: q, k, v and the forget gate's f [B,T,H·D_k], b [B,T,H]
         → o [B,T,H·D_k]; each head's state [D_k, D_k] is kept. Prefill runs the chunked form,
         decode one step of the recurrence."""
+
+    # -- CCA (cca.py) ---------------------------------------------------------------------------
+    def cca_residual(self, q: Any, k: Any, role: str, name: str) -> tuple[Any, Any]:
+        """q [B,T,H·Dh], k [B,T,H_kv·Dh] → (q_r, k_r): q_r = (q + each head's KV head's k)/2,
+        k_r = the mean of q_r over each KV head's group of query heads."""
+        raise NotImplementedError
+
+    def cca_conv(self, x: Any, layer: int, role: str, name: str, channels: Dim) -> Any:
+        """CCA's two causal convs over x [B,T,channels] padded by K_q tokens: depthwise of K_d,
+        then grouped by head (Dh channels a group) of K_g, each with a bias; the last K_q inputs
+        are the layer's conv state."""
+        raise NotImplementedError
+
+    def delay(self, x: Any, layer: int, role: str, name: str) -> Any:
+        """x [B,T,w] one token late: position t gets x[t−1], the first the state (the last
+        token's x of the previous step; in a prefill, the projection of a zero token). The
+        last x is kept as the layer's recurrent state."""
+        raise NotImplementedError
+
+    def head_scale(self, x: Any, role: str, name: str, heads: Dim) -> Any:
+        """x [B,heads,T,Dh] × a learned scalar per head ([heads] params)."""
+        raise NotImplementedError
+
+    # -- ZAYA (zaya.py) -------------------------------------------------------------------------
+    def affine(self, x: Any, role: str, name: str) -> Any:
+        """x [B,T,D] → (x + b)·s, b and s learned vectors of D."""
+        raise NotImplementedError
+
+    def scaled_residual(self, x: Any, y: Any, role: str, name: str) -> Any:
+        """The residual add (y + b_y)·s_y + (x + b_x)·s_x: four learned vectors of D."""
+        raise NotImplementedError
+
+    def depth_carry(self, r: Any, role: str, name: str, add: bool) -> Any:
+        """ZAYA's router state passed down the layers: with `add`, r + the previous layer's
+        state × a learned scale (r's width of params); the result is the next layer's state."""
         raise NotImplementedError

@@ -48,16 +48,17 @@ class LayerSpec(NamedTuple):
     norm_position: str  # pre | post
     chunk: int | None = None  # C, for chunked attention (Llama 4)
     nope: bool = False  # the layer applies no RoPE although the model has it (Llama 4)
-    mixer: str = "attention"  # attention (of `attention`), mamba2, …, parallel, kda, none
+    mixer: str = "attention"  # attention (of `attention`), mamba2, …, parallel, kda, cca, none
     shared_topk: bool = False  # DSA: reuses the previous indexer layer's selection (GLM-5)
     hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
     compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
+    router_eda: bool = False  # ZAYA: its router adds the previous layer's state (layers ≥ 1)
 
     @property
     def attends(self) -> bool:
-        """The layer's token mixer is attention (or holds one, beside a Mamba-2: parallel): it
-        has a KV cache."""
-        return self.mixer in ("attention", "parallel")
+        """The layer's token mixer is attention (or holds one: parallel, beside a Mamba-2; cca,
+        attention with CCA's q/k/v): it has a KV cache."""
+        return self.mixer in ("attention", "parallel", "cca")
 
     @property
     def reach(self) -> Reach:
@@ -72,8 +73,8 @@ class LayerSpec(NamedTuple):
         if self.compress is not None:
             attn = (f"compressed m′={self.compress}" if self.attention == "hca" else
                     f"compressed sparse m={self.compress}") + f" + window W={self.window}"
-        attn = MIXER_LABELS.get(self.mixer, attn) if self.mixer != "parallel" else (
-            attn + " ∥ Mamba-2")  # Falcon-H1: both, side by side
+        attn = (attn + " ∥ Mamba-2" if self.mixer == "parallel"  # Falcon-H1: side by side
+                else f"CCA {attn}" if self.mixer == "cca" else MIXER_LABELS.get(self.mixer, attn))
         ffn = {"moe": " · hash MoE" if self.hash_route else " · MoE",
                "none": " · no FFN"}.get(self.ffn, "")
         if self.mixer == "none":  # a block of its channel mixer only
@@ -127,8 +128,9 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
                   model.norm, model.norm_position,
                   model.attention_chunk_size if t == "chunked" else None, i in nope, mx,
                   i in shared, compress={"hca": model.compress_ratio_hca,
-                                         "csa": model.compress_ratio_csa}.get(t))
-        if mx in ("attention", "parallel") else
+                                         "csa": model.compress_ratio_csa}.get(t),
+                  router_eda=model.router_hidden is not None and i > 0)
+        if mx in ("attention", "parallel", "cca") else
         # a stateful mixer's block is pre-norm (OLMo-Hybrid: beside output-normed attention), or
         # sandwiched as LFM3 sandwiches every branch
         LayerSpec("full", None, f, model.norm,

@@ -177,6 +177,7 @@ def check_gemma(m: ModelFields) -> None:
 MAMBA2_FIELDS = ("ssm_heads", "ssm_head_dim", "ssm_state")
 GDN_FIELDS = ("gdn_qk_heads", "gdn_v_heads", "gdn_qk_dim", "gdn_v_dim")
 MAMBA1_FIELDS = ("mamba_expand", "mamba_dt_rank", "ssm_state")  # N_s: Mamba-2's too
+CCA_FIELDS = ("cca_time0", "cca_time1")
 SCAN_FIELDS = ("conv_kernel", "scan_chunk")  # both stateful mixers' convolution and chunk
 
 
@@ -250,12 +251,54 @@ def check_mixers(m: ModelFields) -> None:
             if (m.parallel_block if f == "parallel_block" else m.norm_position not in positions):
                 raise ShapecalcError(f, "stateful mixers are modelled in pre-norm sequential "
                                      "blocks")
+    _fields_of(m, "cca", CCA_FIELDS, [])
+    if "cca" in m.mixers:
+        check_cca(m)
     if m.kda_gate_bound is not None and m.kda_gate_bound >= 0:
         raise ShapecalcError("kda_gate_bound", f"{m.kda_gate_bound} must be negative: the "
                              "forget gate's log-decay lies in (bound, 0)")
     if m.attn_output_gate and m.mla:
         raise ShapecalcError("attn_output_gate", "is not modelled with Multi-head Latent "
                              "Attention")
+
+
+def check_cca(m: ModelFields) -> None:
+    """CCA's layers: attention whose q/k come from its own convs and norms, so the other q/k
+    variants do not apply; its value halves need an even H_kv·Dh; a window of K_q ≥ 1 tokens."""
+    if m.cca_time0 + m.cca_time1 < 3:  # type: ignore[operator]
+        raise ShapecalcError("cca_time1", "K_d = K_g = 1: the conv keeps no past token "
+                             "(K_q = K_d + K_g − 2 = 0), not modelled")
+    if (m.kv_heads * m.dh) % 2:
+        raise ShapecalcError("head_dim", f"CCA splits each value into two halves: H_kv·Dh = "
+                             f"{m.kv_heads * m.dh} must be even")
+    for f in ("kv_lora_rank", "qk_norm", "qk_norm_per_head", "qk_l2_norm", "fused_qkv",
+              "attn_output_gate", "attn_head_gate", "parallel_block", "attention_sinks"):
+        if getattr(m, f) not in (None, False):
+            raise ShapecalcError(f, "does not apply to cca layers (their q/k come from CCA's "
+                                 "convs and L2 norms)")
+    if m.norm_position != "pre":
+        raise ShapecalcError("norm_position", "cca layers are modelled in pre-norm blocks")
+
+
+def check_zaya(m: ModelFields) -> None:
+    """ZAYA's router is a Mixture-of-Experts router of its own; its residual scaling is modelled
+    in pre-norm sequential blocks of attention (or CCA)."""
+    if m.router_hidden is not None:
+        if m.n_experts is None:
+            raise ShapecalcError("router_hidden", "is ZAYA's MoE router, but n_experts is not "
+                                 "set")
+        for f in ("router_bias", "routing_bias", "n_shared_experts", "routing_on_input"):
+            if getattr(m, f):
+                raise ShapecalcError(f, "does not apply with ZAYA's router (router_hidden)")
+        if m.router_scoring != "softmax":
+            raise ShapecalcError("router_scoring", "ZAYA's router scores by softmax")
+    if m.residual_scaling:
+        if m.norm_position != "pre" or m.parallel_block:
+            raise ShapecalcError("residual_scaling", "is modelled in pre-norm sequential blocks")
+        other = set(m.mixers) - {"attention", "cca"}
+        if other:
+            raise ShapecalcError("residual_scaling", f"is modelled with attention and cca "
+                                 f"layers, not {min(other)}")
 
 
 def check_hyper(m: ModelFields) -> None:

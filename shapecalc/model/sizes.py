@@ -48,6 +48,10 @@ class Sizes(NamedTuple):
     DI: Dim  # DSA: an indexer head's width
     Di: Dim  # Mamba-1: the inner width e·D
     Rdt: Dim  # Mamba-1: the rank of the Δ projection
+    Kd: Dim  # CCA: the depthwise q/k conv's kernel
+    Kg: Dim  # CCA: the grouped (per-head) q/k conv's kernel
+    Kq: Dim  # CCA: the tokens its conv window keeps, K_d + K_g − 2
+    Drt: Dim  # ZAYA's router: its hidden width
     p: int
     kv_replicated: bool
     T: int  # the workload's T
@@ -149,6 +153,10 @@ class Sizes(NamedTuple):
             DI=of("D_I", model.index_head_dim or 0),
             Di=of("D_i", model.mamba_inner),
             Rdt=of("R_dt", model.mamba_dt_rank or 0),
+            Kd=of("K_d", model.cca_time0 or 0),
+            Kg=of("K_g", model.cca_time1 or 0),
+            Kq=of("K_q", (model.cca_time0 or 0) + (model.cca_time1 or 0) - 2),
+            Drt=of("D_rt", model.router_hidden or 0),
             p=p,
             kv_replicated=replicated,
             T=T,

@@ -26,8 +26,8 @@ FFN_ROLES = ("ffn.gate", "ffn.up", "ffn.down", "moe.router", "moe.route", *EXPER
 NORM_ROLES = ("attn.norm", "ffn.norm", "head.norm", "attn.q_norm", "attn.k_norm",
               "attn.q_l2norm", "attn.k_l2norm", "attn.post_norm", "ffn.post_norm", "mixer.norm",
               "mixer.post_norm")
-# the stateful token mixers' stages (Mamba-2, gated DeltaNet, short conv, Mamba-1, KDA)
-MIXER_PREFIXES = ("ssm.", "gdn.", "conv.", "mamba.", "kda.")
+# the stateful token mixers' stages (Mamba-2, gated DeltaNet, short conv, Mamba-1, KDA, CCA)
+MIXER_PREFIXES = ("ssm.", "gdn.", "conv.", "mamba.", "kda.", "cca.")
 
 
 def is_mixer(role: str) -> bool:

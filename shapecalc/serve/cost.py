@@ -38,7 +38,7 @@ from .basis import Basis, points, solve, value
 # the totals of a step that depend on its tokens (the rest are per-rank constants)
 VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
            "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total", "boundary_bytes_total")
-STATEFUL = ("mamba2", "gated_deltanet", "short_conv", "mamba1", "parallel", "kda")
+STATEFUL = ("mamba2", "gated_deltanet", "short_conv", "mamba1", "parallel", "kda", "cca")
 NONE: tuple[int, ...] = ()
 CONSTANT = ("params_per_rank", "embed_params_per_rank", "tp", "allreduce_per_layer",
             "expert_params_per_rank", "expert_params", "params", "weight_bytes_per_rank",
