@@ -21,7 +21,8 @@ MIXER = ("mixer", "linear_attn", "conv", "mamba")  # Jamba's Mamba-1: mamba
 MIXER_PREFIXES = ("ssm.", "gdn.", "conv.", "mamba.")
 # the convolutions transformers' torch path runs as F.conv1d on the module's weight (to pad for
 # its cache), not by calling the module: FlopCounterMode books their FLOPs on the mixer
-FLOPS_ON_PARENT = frozenset({"ssm.conv", "gdn.conv", "conv.conv", "mamba.conv"})
+FLOPS_ON_PARENT = frozenset({"ssm.conv", "gdn.conv", "conv.conv", "mamba.conv",
+                             "mamba.dt"})  # Jamba: dt_proj's weight, applied in the scan
 
 # role → candidate paths inside a layer, the first that exists wins: {a} is the layer's
 # attention module, {f} its FFN module (the layer itself where it has none, as OPT)
@@ -32,7 +33,7 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
                   "operator_norm", "norm"),
     "ffn.norm": ("pre_feedforward_layernorm", "pre_mlp_layernorm", "post_attention_layernorm",
                  "ln_2", "ln_mlp",
-                 "final_layer_norm", "norm_2", "ffn_norm", "norm"),
+                 "final_layer_norm", "norm_2", "ffn_norm", "pre_ff_layernorm", "norm"),
     "attn.post_norm": ("post_attention_layernorm", "post_operator_norm"),
     "ffn.post_norm": ("post_feedforward_layernorm", "post_mlp_layernorm", "post_ffn_norm"),
     "mixer.norm": ("norm", "input_layernorm", "operator_norm"),
