@@ -80,3 +80,13 @@ def test_price_not_above_zero_exits_2_naming_it(cli, cmd, price):
     r = cli(*cmd, "--price", price)
     assert r.code == 2
     assert r.err.count("\n") == 1 and "--price" in r.err and "Traceback" not in r.err
+
+
+def test_find_gpus_rows_carry_their_cost_per_hour(cli):
+    r = cli("serve", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--rate", "5",
+            "--prompt-tokens", "512", "--output-tokens", "64", "--requests", "100",
+            "--slo", "ttft=1s,itl=50ms", "--find-gpus", "--price", "2.5", "--json")
+    fg = r.json()["find_gpus"]
+    assert fg["frontier"] and all(row["cost_per_hour"] == 2.5 * row["gpus"]
+                                  for row in fg["frontier"])
+    assert fg["plan_simulated"]["cost_per_hour"] == 2.5 * fg["plan"]["gpus"]

@@ -61,3 +61,17 @@ def test_pp2_on_8_gpus_gives_at_least_1_5x_tp4_at_saturation():
     # its token's residual (D = 8192 values in bf16) over the link
     cross = 8192 * 2 / (H100.link_bandwidth * e2.cost.pp.link_efficiency)
     assert e2.cost.decode(1, 2048) == pytest.approx(e1.cost.decode(1, 2048) + cross, rel=1e-12)
+
+
+def test_fast_forward_equals_stepping_with_a_pipeline():
+    """A pure-decode stretch is affine in the growing cache at pp > 1 too: the fast-forward's
+    iterations and times equal stepping one at a time."""
+    wl = Workload(seq=1, tp=4, pp=2, logits="last")
+    dep = sim.Deployment(load_preset("llama3-70b"), wl, H100, PlanOptions())
+    reqs = W.generate(150, 3.0, W.Lengths("fixed", 1500), W.Lengths("fixed", 300), 0)
+    runs = []
+    for stepped in (False, True):
+        reps, seqs = sim.run(dep, reqs, eng=sim.engine(dep), trace=stepped)
+        runs.append(([d for r in reps for d in r.durs], [s.finish for s in seqs]))
+    assert len(runs[0][0]) == len(runs[1][0])
+    assert runs[0][1] == pytest.approx(runs[1][1], rel=1e-12)

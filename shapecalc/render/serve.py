@@ -178,4 +178,6 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         else:
             _say(console, "plan: ", (plural(p["gpus"], "GPU"), "bold"),
                  f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']} (TTFT p99 "
-                 f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})")
+                 f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})"
+                 + ("" if p.get("cost_per_hour") is None else f", ${p['cost_per_hour']:,.2f} an "
+                    "hour"))
