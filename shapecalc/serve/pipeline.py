@@ -2,8 +2,10 @@
 
 vLLM V1's engine core (vllm/v1/engine/core.py) sizes a batch queue to the executor's
 `max_concurrent_batches` (the pipeline size) and, in `step_with_batch_queue`, schedules a new
-batch whenever the queue is not full before it waits for the oldest one; the scheduler does not
-schedule a request again while its batch is in flight. So in steady state the running sequences
+batch whenever the queue is not full before it waits for the oldest one; the scheduler
+(vllm/v1/core/sched/scheduler.py: `scheduled_req_ids`, "the requests that have been scheduled
+and are being executed by the executor") does not schedule a request again while its batch is
+in flight. So in steady state the running sequences
 ride in m = min(s, sequences) micro-batches, stage i works on one while stage i + 1 works on the
 one before, and a sequence gets its next token once its micro-batch has left the last stage.
 
