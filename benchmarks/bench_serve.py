@@ -10,6 +10,8 @@ per-iteration trace (the symbolic interpreter run for each iteration's mix), in 
 - the naive per-iteration trace: `build_trace` (the symbolic interpreter) for a decode step of
   each of a sample of the run's iterations (B = its decodes, T = their mean cache), its
   iterations/s and the time the whole run would take at that rate;
+- pipeline parallelism (tp=4 pp=2: two micro-batches in flight, serve/pipeline.py) on the
+  same workload: its CPU time beside the run's with every feature off (issue 22: ≤ 2×);
 - a `--find-gpus` search (llama3-70b, 20 requests/s, 2048/256, SLO ttft=1s,itl=50ms, 2000
   requests; target: under a minute).
 
@@ -51,6 +53,18 @@ def simulate(dep: sim.Deployment, reqs: list[W.Request], fast: bool
     return time.perf_counter() - t0, m, cpu
 
 
+def pipelined(dep: sim.Deployment, base: dict[float | None, float]) -> None:
+    """tp=4 pp=2 on the speed case's workload: CPU seconds against the run with no feature."""
+    pdep = sim.Deployment(dep.model, dep.wl.model_copy(update={"pp": 2}), dep.gpu, dep.opts)
+    for label, rate in (("max load", None), ("3 req/s", 3.0)):
+        reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT), 0)
+        wall, m, cpu = simulate(pdep, reqs, True)
+        it = m["iterations"]
+        print(f"{'tp=4 pp=2, ' + label:<34}{wall:>9.2f}{it:>12,}{it / wall:>12,.0f}"
+              f"{N / wall:>10,.0f}{cpu:>9.3f}   (× {cpu / base[rate]:.2f} of pp=1's CPU; "
+              f"{m['throughput']['output_tokens_per_s']:,.0f} output tokens/s)")
+
+
 def main() -> None:
     sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     model = load_preset(MODEL)
@@ -59,9 +73,11 @@ def main() -> None:
     print(f"{MODEL} tp={TP} on {GPU}, {N:,} requests of {PROMPT}-in/{OUTPUT}-out, one replica")
     print(f"{'case':<34}{'wall s':>9}{'iterations':>12}{'iter/s':>12}{'req/s':>10}"
           f"{'CPU s':>9}")
+    base = {}
     for label, rate in (("max load (all at t=0)", None), ("3 requests/s", 3.0)):
         reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT), 0)
         wall, m, cpu = simulate(dep, reqs, True)
+        base[rate] = cpu
         it = m["iterations"]
         print(f"{'closed form, ' + label:<34}{wall:>9.2f}{it:>12,}{it / wall:>12,.0f}"
               f"{N / wall:>10,.0f}{cpu:>9.3f}")
@@ -92,6 +108,7 @@ def main() -> None:
             it = m["iterations"]
             print(f"{name + ' tp=' + str(tp) + ', ' + label:<34}{wall:>9.2f}{it:>12,}"
                   f"{it / wall:>12,.0f}{N / wall:>10,.0f}{cpu:>9.3f}")
+    pipelined(dep, base)
     reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
     t0 = time.perf_counter()
     out = search.find_gpus(dep, reqs_rate, 2000, W.Lengths("fixed", PROMPT),

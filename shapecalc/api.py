@@ -28,6 +28,7 @@ from .plan import compare as plan_compare
 from .plan import fit as plan_fit
 from .plan import options as plan_options
 from .plan import sweep as sweeping
+from .plan.price import with_default_price
 from .plan.schemas import CompareItem, FitOut, SweepRow
 
 TraceResult = TraceOut  # `trace --json`
@@ -124,7 +125,7 @@ def fit(
         raise ShapecalcError("gpu", "fit needs a GPU (a name from `shapecalc hardware`)")
     m = _model(model, presets_dir)
     wl = _workload(m, workload, wfields, {"logits": "last"}, decode=True)
-    return FitResult.model_validate(plan_fit.fit(m.config, wl, hw, opts))
+    return FitResult.model_validate(plan_fit.fit(m.config, wl, hw, with_default_price(opts, hw)))
 
 
 def compare(
@@ -145,7 +146,8 @@ def compare(
     axes = _axes(wfields)
     base = {k: v for k, v in wfields.items() if v is not None}
     columns = plan_compare.expand_cases(parsed, base, axes)
-    items = plan_compare.compare(columns, hw, opts, logits_set="logits" in base)
+    items = plan_compare.compare(columns, hw, with_default_price(opts, hw),
+                                 logits_set="logits" in base)
     return [CompareResult.model_validate(item) for item in items]
 
 

@@ -439,7 +439,11 @@ def test_fit_json_contract_and_formats(cli, tmp_path):
     for key in ("prefill_s", "decode_s_per_token", "ttft_s", "tokens_per_s", "prefill_bound",
                 "decode_bound"):
         assert key in doc["times"]
-    assert "cost_per_million_tokens" not in doc
+    # no --price: the profile's cited default, and the output says so (issue 22 item 9)
+    assert doc["price_per_gpu_hour"] == 1.40
+    assert doc["price_source"].startswith("L40S profile default: deploybase.ai")
+    r = cli("fit", "--preset", "qwen2.5-7b", "--gpu", "A100-40GB", "--seq", "4096", "--json")
+    assert "cost_per_million_tokens" not in r.json()  # a profile with no cited price: none
     assert all(isinstance(v, int) for v in doc["memory_per_rank"].values())
     r = cli("fit", "qwen2.5-7b", "--gpu", "L40S", "--format", "csv")
     pairs = dict(csv.reader(io.StringIO(r.out)))

@@ -173,7 +173,10 @@ def compare(
         from .chart import prepare
 
         y = prepare(chart, chart_y, plot, fmt, output, hw is not None)
-        items = plan_compare(columns, hw, opts, logits_set=logits is not None)
+        from ..plan.price import with_default_price
+
+        items = plan_compare(columns, hw, with_default_price(opts, hw),
+                             logits_set=logits is not None)
         note = None if seq is not None or any("seq" in c.workload for c in parsed) else (
             "T: default min(2048, max_positions) of each model")
         drawn = None
@@ -281,7 +284,9 @@ def fit(
         wbase = {"logits": "last", **wbase}
         # a case's @ fields win over the mode's widths, as a flag does
         wl = resolve_workload(wbase, mode, model, decode=True, **{**flags, **at})
-        doc = plan_fit(model, wl, hw, opts)
+        from ..plan.price import with_default_price
+
+        doc = plan_fit(model, wl, hw, with_default_price(opts, hw))
         check_outputs(output=output, svg=svg, html=html)
         from .plan_emit import emit_fit
 

@@ -39,6 +39,7 @@ from .plan_options import (
     HardwareDir,
     MaxBatched,
     PerfSets,
+    Price,
     SetGpu,
     Utilization,
 )
@@ -62,6 +63,7 @@ def serve(
     mode: Mode = None,
     block_size: BlockSize = None,
     utilization: Utilization = 0.9,
+    price: Price = None,
     compute_dtype: ComputeDtype = None,
     perf: PerfSets = None,
     max_batched_tokens: MaxBatched = 8192,
@@ -157,9 +159,12 @@ def serve(
             raise ShapecalcError("trace", "--find-rate and --find-gpus draw their own workload "
                                  "(--prompt-tokens, --output-tokens); a trace fixes the "
                                  "arrivals")
-        opts = plan_opts(utilization, 1.0, 1.0, 1.0, None, compute_dtype,
+        from ..plan.price import with_default_price
+
+        opts = plan_opts(utilization, 1.0, 1.0, 1.0, price, compute_dtype,
                          "flash", max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
+        opts = with_default_price(opts, hw)
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         wbase = {k: v for k, v in wbase.items() if k not in ("batch", "seq", "phase")}
         wl = resolve_workload({"logits": "last", **wbase}, mode, dtype=dtype, kv_dtype=kv_dtype,

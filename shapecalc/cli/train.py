@@ -5,7 +5,7 @@ Loaded when invoked (lazy.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,7 +29,7 @@ from .options import (
     resolve_model,
     resolve_workload,
 )
-from .plan_options import Gpu, HardwareDir, SetGpu, gpu_option
+from .plan_options import Gpu, HardwareDir, Price, SetGpu, gpu_option
 
 
 def train(
@@ -82,6 +82,7 @@ def train(
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
+    price: Price = None,
     as_json: JsonOut = False,
     fmt: Format = "table",
     output: Output = None,
@@ -115,6 +116,7 @@ def train(
                           virtual=virtual_stages, attention=attention, gpu=card,
                           perf=perf_for(card, perf) if card else None,
                           train_tokens=n_tokens)
+        _cost(doc, card, price)
         from ..render.train import print_train
 
         emit(doc, fmt, output, svg, html, f"train: {model.name}", print_train)
@@ -122,6 +124,22 @@ def train(
         fail(e)
     if doc["memory"].get("fits") is False:  # a negative verdict exits 1 (README: Exit status)
         raise typer.Exit(1)
+
+
+def _cost(doc: dict[str, Any], card: Any, price: float | None) -> None:
+    """time.cost from --price or the GPU's default (plan/price.py); --price needs --gpu."""
+    from ..model.config import ShapecalcError
+    from ..plan.options import PlanOptions
+    from ..plan.price import training_cost, with_default_price
+
+    opts = with_default_price(PlanOptions(price=price), card)
+    if card is None:
+        if price is not None:
+            raise ShapecalcError("price", "--price needs --gpu: the cost comes from the step time")
+        return
+    if opts.price is not None and doc.get("time"):
+        doc["time"]["cost"] = training_cost(opts.price, opts.price_source or "--price",
+                                            doc["training"]["gpus"], doc["time"])
 
 
 def _tokens(text: str | None, gpu: bool) -> int | None:

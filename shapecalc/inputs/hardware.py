@@ -68,6 +68,9 @@ class GPU(Record):
     link_bandwidth: PosFloat = _req("intra-node link, bytes/s per direction")
     peak_flops: PeakFlops = _req("dense peak FLOP/s per dtype")
     perf: PerfTerms | None = _doc(None, "the expected-time model's terms (plan/perf.py)")
+    price_per_gpu_hour: PosFloat | None = _doc(
+        None, "default on-demand $ per GPU-hour (--price overrides; absent: none)")
+    price_source: str = _doc("", "the public price page price_per_gpu_hour is from, dated")
 
     def peak(self, dtype: str) -> float | None:
         return getattr(self.peak_flops, dtype, None)
@@ -134,7 +137,7 @@ def _override(data: dict[str, Any], item: str) -> None:
         raise ShapecalcError(
             "set-gpu", "set one value: peak_flops.bf16=989e12, perf.layer_overhead_s=4e-6")
     value: Any = text
-    if parts[0] not in ("name", "vendor", "source", "memory", "link"):
+    if parts[0] not in ("name", "vendor", "source", "memory", "link", "price_source"):
         value = parse_quantity(text, "set-gpu")
         if parts[0] == "memory_bytes":
             if value != int(value):

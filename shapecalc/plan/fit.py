@@ -242,6 +242,7 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
     if opts.price is not None:
         doc["cost_per_million_tokens"] = one("cost_per_million_tokens")
         doc["price_per_gpu_hour"] = opts.price
+        doc["price_source"] = opts.price_source or "--price"
     doc["assumptions"] = {
         "lower_bound": True,
         "expected": "max(compute, memory) + communication + overhead with the perf_terms "

@@ -31,15 +31,16 @@ class PlanOptions:
     attention: str = "flash"  # flash | eager: which tensors the workspace estimate counts
     max_batched_tokens: int | None = 8192  # a prefill step's tokens (vLLM); None: all B·T
     perf: tuple[str, ...] = ()  # NAME=VALUE overrides of the expected-time terms (plan/perf.py)
+    price_source: str | None = None  # "--price", or the profile it defaulted from (price.py)
 
     def __post_init__(self) -> None:
         for name in ("utilization", "compute_efficiency", "memory_efficiency", "link_efficiency"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0 < v <= 1 and math.isfinite(v)):
                 raise ShapecalcError(name.replace("_", "-"), f"must be in (0, 1], got {v}")
-        if self.price is not None and not (self.price >= 0 and math.isfinite(self.price)):
+        if self.price is not None and not (self.price > 0 and math.isfinite(self.price)):
             raise ShapecalcError(
-                "price", f"must be a non-negative price per GPU-hour, got {self.price}"
+                "price", f"--price must be a price per GPU-hour > 0, got {self.price:g}"
             )
         if self.compute_dtype is not None and self.compute_dtype not in PEAK_DTYPES:
             raise ShapecalcError(

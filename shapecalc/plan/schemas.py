@@ -157,8 +157,9 @@ class FitOut(_WithWorkload):
     lower_bound: EstimateOut
     at_max_batch: AtBatchOut | None
     perf_terms: PerfTermsOut
-    cost_per_million_tokens: float | None = None  # present when --price is given
+    cost_per_million_tokens: float | None = None  # present with a price (--price or the GPU's)
     price_per_gpu_hour: float | None = None
+    price_source: str | None = None  # "--price", or "<GPU> profile default: <its page>"
     assumptions: Assumptions
     notes: list[str]
 

@@ -120,8 +120,8 @@ def print_fit(doc: dict[str, Any], console: Any, seq_note: str | None = None) ->
                    str(tm[f"{ph}_bound"] or "—"))
     rates = estimate_table(doc)
     if "cost_per_million_tokens" in doc:
-        rates.add_row(f"cost per 1M tokens ≥ (at ${doc['price_per_gpu_hour']:g}/GPU-h)",
-                      money(doc["cost_per_million_tokens"]))
+        rates.add_row(Text(f"cost per 1M tokens ≥ (at ${doc['price_per_gpu_hour']:g}/GPU-h, "
+                           f"{price_from(doc)})"), money(doc["cost_per_million_tokens"]))
     eff = (f"{a['compute_dtype']} peak {a['peak_flops']:.4g} FLOP/s × {a['compute_efficiency']:g}, "
            f"memory {a['hbm_bandwidth']:.4g} B/s × {a['memory_efficiency']:g}, "
            f"link {a['link_bandwidth']:.4g} B/s per direction × {a['link_efficiency']:g}")
@@ -284,9 +284,17 @@ def compare_rows(items: list[dict[str, Any]]) -> list[Row]:
                 None),
         ]
         if "cost_per_million_tokens" in items[0]["fit"]:
-            rows.append(Row("cost / 1M tokens ≥", lambda it: it["fit"]["cost_per_million_tokens"],
-                            "money", "low"))
+            fit0 = items[0]["fit"]
+            rows.append(Row(f"cost / 1M tokens ≥ (${fit0['price_per_gpu_hour']:g}/GPU-h, "
+                            f"{price_from(fit0)})",
+                            lambda it: it["fit"]["cost_per_million_tokens"], "money", "low"))
     return rows
+
+
+def price_from(doc: dict[str, Any]) -> str:
+    """Where the price came from, short: --price, or the profile's default."""
+    src = doc.get("price_source") or "--price"
+    return src if src == "--price" else src.split(":")[0].replace(" profile", "")
 
 
 def _best(row: Row, values: list[Any]) -> set[int]:

@@ -67,6 +67,21 @@ def print_chart(doc: dict[str, Any], console: Any) -> None:
                           markup=False, crop=False)
 
 
+def _print_cost(c: dict[str, Any], console: Any) -> None:
+    """The deployment's $/hour and what it serves for it (plan/price.py)."""
+    from .layout import split_table
+    from .units import money as m
+
+    src = c["price_source"] if c["price_source"] == "--price" else c["price_source"].split(":")[0]
+    rows = [["deployment, per hour", m(c["per_hour"])],
+            ["per 1M input tokens (all of the cost)", m(c["per_million_input_tokens"])],
+            ["per 1M output tokens (all of the cost)", m(c["per_million_output_tokens"])],
+            ["per request", m(c["per_request"])],
+            ["per request within the SLO", m(c["per_request_at_slo"])]]
+    split_table(console, ["", "$"], rows, 1, f"cost (${c['price_per_gpu_hour']:g}/GPU-hour × "
+                f"{plural(c['gpus'], 'GPU')}, {src})", wrap=[True, False])
+
+
 def print_metrics(doc: dict[str, Any], console: Any) -> None:
     from .layout import split_table
 
@@ -89,6 +104,9 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
     split_table(console, ["", "total", "per GPU"], rows, 1,
                 f"throughput ({plural(doc['deployment']['gpus'], 'GPU')}, {_t(doc['duration_s'])} "
                 "simulated)", wrap=[True, False, False])
+    cost = doc.get("cost")
+    if cost is not None:
+        _print_cost(cost, console)
     sat = doc["saturated_per_replica"]
     _say(console,
          f"preemptions: {doc['preemptions']:,}   iterations: {doc['iterations']:,}   KV cache: "
@@ -160,4 +178,6 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         else:
             _say(console, "plan: ", (plural(p["gpus"], "GPU"), "bold"),
                  f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']} (TTFT p99 "
-                 f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})")
+                 f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})"
+                 + ("" if p.get("cost_per_hour") is None else f", ${p['cost_per_hour']:,.2f} an "
+                    "hour"))

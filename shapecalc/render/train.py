@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .units import human_bytes, human_flops
+from .units import human_bytes, human_flops, money
 
 
 def _n(x: int) -> str:
@@ -185,6 +185,13 @@ def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
     if ti["days"] is not None:
         add(f"  {ti['train_tokens']:.4g} tokens: {ti['steps']:,d} steps, {ti['days']:,.1f} days, "
             f"{ti['gpu_hours']:,.0f} GPU-hours")
+    c = ti.get("cost")
+    if c is not None:
+        src = c["price_source"] if c["price_source"] == "--price" else \
+            c["price_source"].split(":")[0]
+        add(f"  cost at ${c['price_per_gpu_hour']:g}/GPU-hour ({src}): {money(c['per_hour'])} an "
+            f"hour, {money(c['per_step'])} a step, {money(c['per_million_tokens'])} per 1M tokens"
+            + ("" if c["total"] is None else f", {money(c['total'])} in all"))
     add("  left out: the optimizer step, data loading, failures and restarts, checkpoint saving")
     return out
 

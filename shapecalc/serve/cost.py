@@ -30,10 +30,11 @@ from ..costs.closed import ClosedForm
 from ..costs.scalar import SCALARS
 from ..inputs.hardware import GPU
 from ..model.config import DTYPE_BITS, ShapecalcError, Workload
-from ..model.parallel import kv_groups
+from ..model.parallel import kv_groups, pp_layers
 from ..model.plan import Chunk, layer_plan
 from ..plan.perf import PerfParams, step_seconds, step_terms
 from .basis import Basis, points, solve, value
+from .pipeline import round_terms
 
 # the totals of a step that depend on its tokens (the rest are per-rank constants)
 VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
@@ -65,6 +66,10 @@ class IterationCost:
     def __init__(self, cf: ClosedForm, gpu: GPU, pp: PerfParams, wl: Workload, peak: float):
         self.cf, self.gpu, self.pp, self.peak = cf, gpu, pp, peak
         self.ep = wl.ep
+        # pipeline (pipeline.py): the stages, the fullest one's share of the layers, the link
+        self.stages = wl.pp
+        self.share = max(pp_layers(cf.model.n_layers, wl.pp)) / cf.model.n_layers
+        self.link = gpu.link_bandwidth * pp.link_efficiency
         self.wbits = DTYPE_BITS[wl.dtype]
         model = cf.model
         stateful = bool(set(STATEFUL) & set(model.mixers))
@@ -147,8 +152,17 @@ class IterationCost:
               rex: tuple[int, ...] = NONE) -> tuple[float, float, float, float]:
         """perf.step_terms of the step: (compute, memory, communication, overhead)."""
         tot = self.totals(chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
-        t = step_terms(self.cf, self.gpu, self.pp, tot, self.peak, n + decodes, self.wbits,
+        tokens: Any = n + decodes
+        m = min(self.stages, chunks + decodes)
+        if m > 1:  # a round of m micro-batches in flight: one average micro-batch's totals
+            for k in self.varying:
+                step = self.coeffs[k].step
+                tot[k] = step + (tot[k] - step) / m
+            tokens = tokens / m
+        t = step_terms(self.cf, self.gpu, self.pp, tot, self.peak, tokens, self.wbits,
                        SCALARS, self.ep, decode=chunks == 0)
+        if self.stages > 1:
+            t = round_terms(t, tot["boundary_bytes_total"] / self.link, max(m, 1), self.share)
         return float(t[0]), float(t[1]), float(t[2]), float(t[3])
 
     def seconds(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,

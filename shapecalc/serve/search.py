@@ -181,4 +181,5 @@ def _row(d: sim.Deployment, m: dict[str, Any], share: int = 1) -> dict[str, Any]
             "itl_p99_s": m["itl_s"]["p99"],
             "goodput_requests_per_s": m["goodput"]["requests_per_s"] * share,
             "output_tokens_per_s_per_gpu": m["throughput"]["output_tokens_per_s_per_gpu"],
-            "preemptions": m["preemptions"]}
+            "preemptions": m["preemptions"],
+            "cost_per_hour": None if d.opts.price is None else d.opts.price * d.gpus}

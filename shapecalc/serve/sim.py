@@ -25,6 +25,7 @@ from ..plan.fit import point
 from ..plan.memory import stage_state_bytes
 from ..plan.options import PlanOptions, require_peak
 from ..plan.perf import perf_params
+from ..plan.price import serving_cost
 from .blocks import Layout, layout
 from .cost import IterationCost
 from .decoders import Seq
@@ -387,6 +388,14 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
     kv_max = max((used / rep.total for rep in reps for _, _, used, _, _ in rep.log),
                  default=0.0)
     wait_max = max((w for rep in reps for _, _, _, w, _ in rep.log), default=0)
+    throughput = {
+        "requests_per_s": n / span,
+        "input_tokens_per_s": inp / span,
+        "output_tokens_per_s": outp / span,
+        "requests_per_s_per_gpu": n / span / gpus,
+        "input_tokens_per_s_per_gpu": inp / span / gpus,
+        "output_tokens_per_s_per_gpu": outp / span / gpus,
+    }
     return {
         "requests": n,
         "duration_s": span,
@@ -395,14 +404,7 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
         "itl_s": itl_sum,
         "tpot_s": summary(tpot),
         "e2e_s": summary(e2e),
-        "throughput": {
-            "requests_per_s": n / span,
-            "input_tokens_per_s": inp / span,
-            "output_tokens_per_s": outp / span,
-            "requests_per_s_per_gpu": n / span / gpus,
-            "input_tokens_per_s_per_gpu": inp / span / gpus,
-            "output_tokens_per_s_per_gpu": outp / span / gpus,
-        },
+        "throughput": throughput,
         "goodput": {
             "slo": {"ttft_s": slo.ttft_s, "itl_s": slo.itl_s},
             "requests_per_s": good / span,
@@ -419,4 +421,7 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
                         else rate * sum(e2e) / n},
         "saturated_per_replica": sat,
         "timeline": _buckets(reps, end),
+        **({} if dep.opts.price is None else {"cost": serving_cost(
+            dep.opts.price, dep.opts.price_source or "--price", gpus, throughput,
+            good / span if slo.ttft_s is not None or slo.itl_s is not None else None)}),
     }
