@@ -1,0 +1,117 @@
+"""Issue 25 item 4: every command's --json has a schema, and every key of the real output is in
+it with a description; the schema validates the output (extra keys forbidden).
+
+The walk follows the JSON Schema that `shapecalc schema NAME` prints: each key of a document must
+be a property with a non-empty description; a dict of data keys (additionalProperties: a dtype
+per role, bytes per layer kind) is described once, by the key that holds it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+GPU = "H100-SXM"
+SERVE = ["--gpu", GPU, "--prompt-tokens", "512", "--output-tokens", "32", "--requests", "30",
+         "--slo", "ttft=1s,itl=50ms"]
+# (schema, argv): a stateful-mixer preset, a DSA one, a MoE one with every optional section
+CASES = [
+    ("serve", ["serve", "--preset", "llama3-8b", "--rate", "2", *SERVE, "--json"]),
+    ("serve", ["serve", "--preset", "nemotron-nano-9b-v2", "--rate", "2", *SERVE, "--json"]),
+    ("serve_find_rate", ["serve", "--preset", "llama3-8b", *SERVE, "--max-batched-tokens",
+                         "1024", "--find-rate", "--json"]),
+    ("serve_find_gpus", ["serve", "--preset", "llama3-8b", "--rate", "2", *SERVE,
+                         "--max-batched-tokens", "1024", "--find-gpus", "--json"]),
+]
+
+
+def _resolve(schema: dict, root: dict) -> dict:
+    while "$ref" in schema:
+        ref = schema["$ref"].rpartition("/")[2]
+        schema = {**root["$defs"][ref], **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def _branch(schema: dict, root: dict, doc: object) -> dict:
+    """The anyOf branch a value takes (an object, an array or a scalar)."""
+    schema = _resolve(schema, root)
+    for alt in schema.get("anyOf", ()):
+        alt = _resolve(alt, root)
+        t = alt.get("type")
+        if (isinstance(doc, dict) and t == "object") or (isinstance(doc, list) and t == "array"):
+            return alt
+    return schema
+
+
+def undescribed(doc: object, schema: dict, root: dict, path: str = "") -> list[str]:
+    """Paths of the keys of doc that its schema does not name or does not describe."""
+    schema = _branch(schema, root, doc)
+    bad: list[str] = []
+    if isinstance(doc, dict):
+        props = schema.get("properties")
+        if props is None:  # a dict of data keys: its values follow additionalProperties
+            extra = schema.get("additionalProperties")
+            if not isinstance(extra, dict):
+                return [f"{path} (no properties)"] if doc else []
+            for k, v in doc.items():
+                bad += undescribed(v, extra, root, f"{path}.{k}")
+            return bad
+        for k, v in doc.items():
+            p = f"{path}.{k}" if path else k
+            if k not in props:
+                bad.append(f"{p} (not in the schema)")
+                continue
+            sub = props[k]
+            if not str(_resolve(sub, root).get("description", "")).strip() \
+                    and not str(sub.get("description", "")).strip():
+                bad.append(f"{p} (no description)")
+            bad += undescribed(v, sub, root, p)
+    elif isinstance(doc, list):
+        items = schema.get("items")
+        if isinstance(items, dict):
+            for v in doc:
+                bad += undescribed(v, items, root, f"{path}[]")
+    return bad
+
+
+def _run(argv: list[str]) -> list[object]:
+    import contextlib
+    import io
+    import sys
+
+    from shapecalc.cli import main
+
+    buf, old = io.StringIO(), sys.argv
+    sys.argv = ["shapecalc", *argv]
+    try:
+        with contextlib.redirect_stdout(buf):
+            try:
+                main()
+            except SystemExit as e:
+                assert e.code in (0, None, 1), (argv, e.code)  # 1: a negative verdict
+    finally:
+        sys.argv = old
+    text = buf.getvalue()
+    return [json.loads(x) for x in text.splitlines() if x.strip()] if argv[0] == "sweep" \
+        else [json.loads(text)]
+
+
+@pytest.mark.parametrize("name, argv", CASES, ids=[" ".join(a[:3]) for _, a in CASES])
+def test_every_key_is_in_the_schema_and_described(name, argv):
+    from shapecalc.cli.schemas import models, schemas
+
+    schema = schemas()[name]
+    for doc in _run(argv):
+        models()[name].model_validate(doc)
+        assert undescribed(doc, schema, schema) == [], name
+
+
+def test_the_walk_finds_an_undescribed_or_unknown_key():
+    from shapecalc.cli.schemas import schemas
+
+    schema = schemas()["serve"]
+    assert undescribed({"nope": 1}, schema, schema) == ["nope (not in the schema)"]
+    bare = json.loads(json.dumps(schema))
+    del bare["$defs"]["ServeSlo"]["properties"]["itl_s"]["description"]
+    assert undescribed({"slo": {"itl_s": 1.0}}, bare, bare) == ["slo.itl_s (no description)"]
