@@ -21,6 +21,7 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "serve": ("serve --json (a simulated run)", "serve.schemas:ServeOut"),
     "serve_find_rate": ("serve --find-rate --json", "serve.schemas:ServeFindRateOut"),
     "serve_find_gpus": ("serve --find-gpus --json", "serve.schemas:ServeFindGpusOut"),
+    "train": ("train --json", "train.schemas:TrainOut"),
 }
 
 
@@ -45,6 +46,10 @@ def schema(name: str) -> dict[str, Any]:
         return trace_schema()
     if name in ("fit", "compare", "sweep_row"):
         return plan_schemas()[name]
+    if name == "train":
+        from ..train.schemas import schema as train_schema
+
+        return train_schema()
     return models()[name].model_json_schema()  # type: ignore[no-any-return]
 
 

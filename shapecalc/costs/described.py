@@ -35,3 +35,14 @@ def d(text: str, *default: Any) -> Any:
 def many(model: Any) -> Any:
     """list[model] for a model `described` made (a value to mypy, not a type)."""
     return list.__class_getitem__(model)
+
+
+def inline(schema: dict[str, Any], key: str, model: Any, where: str | None = None) -> None:
+    """Put model's whole schema at property `key` (of the root, or of the definition `where`):
+    a dict the output carries, such as the model's fields; its description kept and its
+    definitions moved to the root."""
+    sub = dict(model.model_json_schema())
+    schema.setdefault("$defs", {}).update(sub.pop("$defs", {}))
+    props = (schema if where is None else schema["$defs"][where])["properties"]
+    desc = props[key].get("description")
+    props[key] = {**sub, **({"description": desc} if desc else {})}

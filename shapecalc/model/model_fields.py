@@ -19,7 +19,7 @@ MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "none
 class ModelFields(Record):
     """ModelConfig's fields and what they imply (config.py adds the rules between them)."""
 
-    name: str = _doc("custom")
+    name: str = _doc("custom", "the model's name (a preset's, or custom)")
     vocab_size: Pos = _req("N_vocab: vocabulary size")
     d_model: Pos = _req("D: model width")
     n_layers: Pos = _req("N: number of Transformer blocks")
@@ -30,7 +30,7 @@ class ModelFields(Record):
     ffn: Literal["gelu", "relu", "relu2", "swiglu", "geglu"] = _doc(
         "gelu", "gelu/relu/relu2 (squared ReLU): up, down; swiglu/geglu: gate, up, down"
     )
-    norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
+    norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm", "the norms' kind")
     norm_position: Literal["pre", "post", "sandwich", "output"] = _doc(
         "pre", "pre: x + f(Norm(x)); post: Norm(x + f(x)); sandwich (Gemma 2/3): "
         "x + Norm(f(Norm(x))); output (OLMo 2): x + Norm(f(x))")
@@ -47,7 +47,7 @@ class ModelFields(Record):
     norm_bias: bool | None = _doc(
         None, "β in the norms (default: yes for layernorm, no for rmsnorm)"
     )
-    lm_head_bias: bool = _doc(False)
+    lm_head_bias: bool = _doc(False, "a bias on the LM head")
     fused_qkv: bool = _doc(
         False, "one [D,(H+2·H_kv)·Dh] matrix; changes the listing, not the numbers"
     )

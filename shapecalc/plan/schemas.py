@@ -19,8 +19,8 @@ from pydantic import (
     field_validator,
 )
 
-from ..costs.described import d
-from ..costs.fields import SWEEP_COLUMNS
+from ..costs.described import d, inline
+from ..costs.fields import EP_LEDGER, PP_LEDGER, SWEEP_COLUMNS, TOTALS, TP_LEDGER
 from ..costs.schemas import ParallelOut, Totals
 from ..model.config import ModelConfig, Workload
 from .columns import FIT_COLUMNS, PRICE_COLUMNS
@@ -245,18 +245,48 @@ _TYPES: dict[str, Any] = {"int": StrictInt, "bool": StrictBool, "float": float, 
 # One line of `sweep` (JSON Lines; CSV has the same columns): the point, the trace's numbers
 # (SWEEP_COLUMNS, declared in costs/fields.py), then with --gpu the fit and time keys (the cost
 # with --price).
+def _fit_docs() -> dict[str, str]:
+    """The fit and time columns' descriptions, read off the fit schema's keys they flatten."""
+    def of(model: Any, key: str) -> str:
+        return str(model.model_fields[key].description)
+
+    out = {"fits": of(FitOut, "fits"), "kv_tokens_fit": of(FitOut, "kv_tokens_fit"),
+           "cost_per_million_tokens": of(FitOut, "cost_per_million_tokens")}
+    for k in MemoryOut.model_fields:
+        out[f"mem_{k}"] = f"memory_per_rank.{k}: {of(MemoryOut, k)}"
+    for k in TimesOut.model_fields:
+        out[k] = f"the roofline lower bound: {of(TimesOut, k)}"
+    for k in EstimateOut.model_fields:
+        out[f"expected_{k}"] = f"the calibrated expectation: {of(EstimateOut, k)}"
+    return out
+
+
+_COLUMN_DOCS = {f.column: f.doc for f in (*TOTALS, *TP_LEDGER, *PP_LEDGER, *EP_LEDGER)
+                if f.column is not None}
+_FIT_DOCS = _fit_docs()
+# One line of `sweep` (JSON Lines; CSV has the same columns): the point, the trace's numbers
+# (SWEEP_COLUMNS, declared in costs/fields.py), then with --gpu the fit and time keys (the cost
+# with --price).
 SweepRow = create_model(  # type: ignore[call-overload]
     "SweepRow", __base__=_Strict,
-    case=(str, ...), model=(str, ...), batch=(StrictInt, ...), seq=(StrictInt, ...),
-    phase=(Literal["prefill", "decode"], ...), tp=(StrictInt, ...), pp=(StrictInt, ...),
-    dtype=(Dtype, ...), kv_dtype=(Dtype, ...), act_dtype=(Dtype, ...),
-    **{k: (StrictInt, ...) for k in SWEEP_COLUMNS},
-    **{k: (_TYPES[t] | None, None) for k, t in (*FIT_COLUMNS, *PRICE_COLUMNS)},
+    case=(str, d("the case as given")), model=(str, d("the model's name")),
+    batch=(StrictInt, d("B: sequences in the batch")),
+    seq=(StrictInt, d("T: prompt tokens (prefill) or tokens already cached (decode)")),
+    phase=(Literal["prefill", "decode"], d("prefill or decode")),
+    tp=(StrictInt, d("tensor-parallel degree p")), pp=(StrictInt, d("pipeline stages s")),
+    dtype=(Dtype, d("weight dtype")), kv_dtype=(Dtype, d("KV-cache dtype")),
+    act_dtype=(Dtype, d("activation dtype")),
+    **{k: (StrictInt, d(_COLUMN_DOCS[k])) for k in SWEEP_COLUMNS},
+    **{k: (_TYPES[t] | None, d(f"{_FIT_DOCS[k]} (with --gpu)", None))
+       for k, t in (*FIT_COLUMNS, *PRICE_COLUMNS)},
 )
 
 
 def schemas() -> dict[str, dict[str, Any]]:
     compare = CompareOut.model_json_schema()
+    inline(compare, "model", ModelConfig, "CompareItem")
+    for holder in ("CompareItem", "FitOut"):
+        inline(compare, "workload", Workload, holder)
     fit = FitOut.model_json_schema()
-    fit["properties"]["workload"] = Workload.model_json_schema()
+    inline(fit, "workload", Workload)
     return {"compare": compare, "sweep_row": SweepRow.model_json_schema(), "fit": fit}
