@@ -37,6 +37,13 @@ CASES = [
                GPU, "--json"]),
     ("train", ["train", "--preset", "nemotron-nano-9b-v2", "--seq", "64", "--zero", "1",
                "--json"]),
+    ("verify", ["verify", "--json"]),
+    ("verify", ["verify", "--config", "{MAMBA}", "--json"]),
+    ("verify_train", ["verify", "--train", "--json"]),
+    ("verify_train", ["verify", "--train", "--config", "{MAMBA}", "--json"]),
+    ("explain", ["explain", "--json"]),
+    ("explain", ["explain", "--scan", "--json"]),
+    ("explain", ["explain", "--example", "topk", "--json"]),
     ("serve", ["serve", "--preset", "llama3-8b", "--rate", "2", *SERVE, "--json"]),
     ("serve", ["serve", "--preset", "nemotron-nano-9b-v2", "--rate", "2", *SERVE, "--json"]),
     ("serve_find_rate", ["serve", "--preset", "llama3-8b", *SERVE, "--max-batched-tokens",
@@ -79,6 +86,12 @@ def undescribed(doc: object, schema: dict, root: dict, path: str = "") -> list[s
             return bad
         for k, v in doc.items():
             p = f"{path}.{k}" if path else k
+            extra = schema.get("additionalProperties")
+            if k not in props and isinstance(extra, dict):  # keys named by the data (explain)
+                if not str(extra.get("description", "")).strip():
+                    bad.append(f"{p} (no description)")
+                bad += undescribed(v, extra, root, p)
+                continue
             if k not in props:
                 bad.append(f"{p} (not in the schema)")
                 continue
@@ -117,14 +130,47 @@ def _run(argv: list[str]) -> list[object]:
         else [json.loads(text)]
 
 
-@pytest.mark.parametrize("name, argv", CASES, ids=[" ".join(a[:3]) for _, a in CASES])
-def test_every_key_is_in_the_schema_and_described(name, argv):
-    from shapecalc.cli.schemas import models, schemas
+# a tiny Mamba-2 hybrid (tests/test_mixers.py's), small enough for verify to run whole
+MAMBA = dict(name="tiny-mamba", vocab_size=64, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2,
+             head_dim=8, d_ff=48, ffn="relu2", norm="rmsnorm", positions="none",
+             mixer_types=["mamba2", "attention", "none"], ffn_types=["none", "none", "dense"],
+             ssm_heads=4, ssm_head_dim=8, ssm_groups=2, ssm_state=6, conv_kernel=4,
+             scan_chunk=8)
 
-    schema = schemas()[name]
-    for doc in _run(argv):
-        models()[name].model_validate(doc)
-        assert undescribed(doc, schema, schema) == [], name
+
+def _check(name: str, doc: object) -> None:
+    from shapecalc.cli.schemas import models, schema
+
+    models()[name].model_validate(doc)
+    whole = schema(name)
+    assert undescribed(doc, whole, whole) == [], name
+
+
+@pytest.mark.parametrize("name, argv", CASES, ids=[" ".join(a[:3]) for _, a in CASES])
+def test_every_key_is_in_the_schema_and_described(name, argv, tmp_path):
+    config = tmp_path / "mamba.json"
+    config.write_text(json.dumps(MAMBA))
+    docs = _run([str(config) if a == "{MAMBA}" else a for a in argv])
+    for doc in docs:
+        _check(name, doc)
+        if name == "explain":  # each matrix's key is a step the rules explain
+            steps = set(doc) - {"example", "shapes", "rules"}
+            assert steps and all(doc["rules"].get(k) for k in steps)
+            assert set(doc["shapes"]) == steps
+
+
+def test_verify_against_transformers_is_in_its_schema():
+    """From a stored meta-device record, one check failing (first_difference, detail filled)."""
+    from tests.test_ux_readme_keys import _against
+
+    _check("verify_against", _against())
+
+
+def test_every_output_has_a_schema():
+    from shapecalc.cli.schemas import SCHEMAS
+
+    covered = {name for name, _ in CASES} | {"verify_against", "config", "workload"}
+    assert covered == set(SCHEMAS)
 
 
 def test_the_walk_finds_an_undescribed_or_unknown_key():

@@ -22,6 +22,10 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "serve_find_rate": ("serve --find-rate --json", "serve.schemas:ServeFindRateOut"),
     "serve_find_gpus": ("serve --find-gpus --json", "serve.schemas:ServeFindGpusOut"),
     "train": ("train --json", "train.schemas:TrainOut"),
+    "verify": ("verify --json", "check.schemas:VerifyOut"),
+    "verify_train": ("verify --train --json", "check.schemas:VerifyTrainOut"),
+    "verify_against": ("verify --against transformers --json", "check.schemas:AgainstOut"),
+    "explain": ("explain --json (also --scan, --example topk)", "check.schemas:ExplainOut"),
 }
 
 
@@ -50,6 +54,10 @@ def schema(name: str) -> dict[str, Any]:
         from ..train.schemas import schema as train_schema
 
         return train_schema()
+    if name.startswith(("verify", "explain")):
+        from ..check.schemas import schemas as check_schemas
+
+        return check_schemas()[name]
     return models()[name].model_json_schema()  # type: ignore[no-any-return]
 
 
