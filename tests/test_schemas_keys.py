@@ -181,3 +181,17 @@ def test_the_walk_finds_an_undescribed_or_unknown_key():
     bare = json.loads(json.dumps(schema))
     del bare["$defs"]["ServeSlo"]["properties"]["itl_s"]["description"]
     assert undescribed({"slo": {"itl_s": 1.0}}, bare, bare) == ["slo.itl_s (no description)"]
+
+
+def test_schema_lists_and_prints(cli):
+    from shapecalc.cli.schemas import SCHEMAS
+
+    r = cli("schema")
+    assert r.code == 0 and [line.split()[0] for line in r.out.splitlines()[:len(SCHEMAS)]] \
+        == list(SCHEMAS)
+    assert set(cli("schema", "--json").json()) == set(SCHEMAS)
+    assert set(cli("schema", "--all").json()) == set(SCHEMAS)
+    one = cli("schema", "train").json()
+    assert one["title"] == "TrainOut" and one["properties"]["time"]["description"]
+    r = cli("schema", "serve_find")
+    assert r.code == 2 and "serve_find_rate" in r.err and r.out == ""
