@@ -32,7 +32,7 @@ Deployment = described(
     ("pp", StrictInt, "pipeline stages s of each replica"),
     ("ep", StrictInt, "expert-parallel degree of each replica"),
     ("replicas", StrictInt, "replicas behind the router"),
-    ("gpus", StrictInt, "GPUs of the deployment: replicas × tp × pp"),
+    ("gpus", StrictInt, "GPUs of the deployment: replicas × max(tp, ep) × pp"),
     ("router", str, "how requests go to replicas: round-robin | least-loaded"),
     ("dtype", str, "weight dtype"), ("kv_dtype", str, "KV-cache dtype"),
     ("act_dtype", str, "activation dtype"),
@@ -45,7 +45,8 @@ Deployment = described(
 
 ServeWorkload = described(
     "ServeWorkload", "The requests as given on the command line",
-    ("requests", StrictInt, "requests simulated (--requests; a trace's own count with --trace)"),
+    ("requests", StrictInt, "--requests as given (with --trace the file's rows are run: the "
+     "run's own count is the top-level requests)"),
     ("rate", F, "arrivals per second (--rate); null: all at t=0, a closed loop or a trace"),
     ("arrivals", str, "the gaps between arrivals: poisson | gamma:CV"),
     ("concurrency", StrictInt | None, "users of a closed loop (--concurrency); null: open loop"),
@@ -161,7 +162,7 @@ PlanRow = described(
     "ServePlanRow", "One deployment find-gpus simulated",
     ("tp", StrictInt, "tensor-parallel degree"), ("pp", StrictInt, "pipeline stages"),
     ("ep", StrictInt, "expert-parallel degree"), ("replicas", StrictInt, "replicas"),
-    ("gpus", StrictInt, "GPUs: replicas × tp × pp"),
+    ("gpus", StrictInt, "GPUs: replicas × max(tp, ep) × pp"),
     ("slo_met", StrictBool, "the SLO is met"),
     ("ttft_p99_s", F, "99th percentile TTFT, s"), ("itl_p99_s", F, "99th percentile ITL, s"),
     ("goodput_requests_per_s", float, "requests per second that met the SLO, all replicas"),

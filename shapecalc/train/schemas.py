@@ -239,7 +239,8 @@ TpLedger = described(
     "of one rank of the peak stage",
     ("degree", I, "tensor-parallel degree"),
     ("sequence_parallel", StrictBool, "sequence parallelism is on (tp > 1)"),
-    ("collective_bytes", I, "bytes one rank sends in one collective of [B,T,D]"),
+    ("collective_bytes", I, "bytes one rank sends in one all-gather or reduce-scatter of "
+     "[B,T,D]"),
     ("forward_bytes_per_layer", I, "a layer's forward bytes"),
     ("backward_bytes_per_layer", I, "a layer's backward bytes"),
     ("embedding_forward_bytes", I, "the vocab-parallel embedding's forward (first stage)"),
