@@ -458,7 +458,7 @@ def test_fit_json_contract_and_formats(cli, tmp_path):
 
 
 def test_schema_command_includes_planning(cli):
-    r = cli("schema")
+    r = cli("schema", "--all")
     assert {"compare", "sweep_row", "fit"} <= set(r.json())
     assert set(schemas()) == {"compare", "sweep_row", "fit"}
     assert cli("schema", "fit").json()["properties"]["memory_per_rank"]

@@ -122,7 +122,7 @@ def test_presets_commands(cli):
 
 
 def test_schema_command(cli):
-    r = cli("schema")
+    r = cli("schema", "--all")
     assert {"config", "workload", "trace"} <= set(r.json())
     assert cli("schema", "nope").code == 2
 

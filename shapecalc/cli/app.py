@@ -247,25 +247,29 @@ def _params(model: Any) -> int:
     return int(build_trace(model, wl)["totals"]["params"])
 
 
-@app.command(help="Print the JSON Schemas of the model config, the workload and the outputs.")
+@app.command(help="Print the JSON Schema of one output (`shapecalc schema fit`), or list them.")
 def schema(
     which: Annotated[
-        str | None, typer.Argument(help="one of: config, workload, trace, … (default all)")
+        str | None, typer.Argument(help="a schema's name (shapecalc schema lists them)")
     ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="every schema in one JSON object")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="the list as JSON")] = False,
 ) -> None:
-    from ..costs.schemas import trace_schema
-    from ..model.config import ModelConfig, Workload
-    from ..plan.schemas import schemas as plan_schemas
+    from .schemas import SCHEMAS, schemas
+    from .schemas import schema as one
 
-    schemas = {"config": ModelConfig.model_json_schema(),
-               "workload": Workload.model_json_schema(),
-               "trace": trace_schema(), **plan_schemas()}
     if which is not None:
-        if which not in schemas:
-            fail(ShapecalcError("schema", f"unknown schema {which!r}; known: {', '.join(schemas)}"))
-        emit_json(schemas[which])
-        return
-    emit_json(schemas)
+        if which not in SCHEMAS:
+            fail(ShapecalcError("schema", f"unknown schema {which!r}; known: {', '.join(SCHEMAS)}"))
+        emit_json(one(which))
+    elif all_:
+        emit_json(schemas())
+    elif json_:
+        emit_json({name: what for name, (what, _) in SCHEMAS.items()})
+    else:
+        width = max(map(len, SCHEMAS))
+        print("\n".join(f"{name:<{width}}  {what}" for name, (what, _) in SCHEMAS.items()))
+        print("\nshapecalc schema NAME prints one; --all prints every one.")
 
 
 # Commands in their own modules, loaded when used.

@@ -41,7 +41,7 @@ SHOWN_DEFAULTS = {
     "fit --gpu": "none: required", "serve --gpu": "none: required",
     "fit --seq": "min(2048, max_positions; under a learned table, max_positions − 1)",
     "fit case": "none: --preset, --config or --hf-config", "hardware name": "all profiles",
-    "schema which": "all", "presets words": "none: list every preset",
+    "schema which": "none: list the schemas", "presets words": "none: list every preset",
     "hardware words": "none: list every profile",
 }
 

@@ -125,7 +125,8 @@ class Workload(Record):
         "T: prefill: prompt tokens; decode: tokens already in the KV cache "
         "(the new token reads T′ = T+1 keys)",
     )
-    phase: Literal["prefill", "decode"] = _doc("prefill")
+    phase: Literal["prefill", "decode"] = _doc(
+        "prefill", "prefill: the T prompt tokens at once; decode: one token after T cached")
     dtype: Dtype = _doc("bf16", "weights; activations too when 16 or 32 bits wide")
     act_dtype: Dtype | None = _doc(
         None, "activations and all-reduce buffers (default: dtype when 16 or 32 bits wide, else "

@@ -20,7 +20,7 @@ MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "mamb
 class ModelFields(Record):
     """ModelConfig's fields and what they imply (config.py adds the rules between them)."""
 
-    name: str = _doc("custom")
+    name: str = _doc("custom", "the model's name (a preset's, or custom)")
     vocab_size: Pos = _req("N_vocab: vocabulary size")
     d_model: Pos = _req("D: model width")
     n_layers: Pos = _req("N: number of Transformer blocks")
@@ -32,7 +32,7 @@ class ModelFields(Record):
         "gelu", "gelu/relu/relu2 (squared ReLU)/xielu (Apertus' xIELU, 2 parameters α_p, α_n "
         "a layer): up, down; swiglu/geglu: gate, up, down"
     )
-    norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm")
+    norm: Literal["layernorm", "rmsnorm"] = _doc("layernorm", "the norms' kind")
     norm_weights: bool = _doc(True, "false: every norm of the model's is x/RMS(x) with no γ "
                               "(nanochat's parameter-free RMSNorm; needs rmsnorm)")
     norm_position: Literal["pre", "post", "sandwich", "output"] = _doc(
@@ -51,7 +51,7 @@ class ModelFields(Record):
     norm_bias: bool | None = _doc(
         None, "β in the norms (default: yes for layernorm, no for rmsnorm)"
     )
-    lm_head_bias: bool = _doc(False)
+    lm_head_bias: bool = _doc(False, "a bias on the LM head")
     fused_qkv: bool = _doc(
         False, "one [D,(H+2·H_kv)·Dh] matrix; changes the listing, not the numbers"
     )

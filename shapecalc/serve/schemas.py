@@ -1,0 +1,228 @@
+"""The JSON Schemas of `serve --json` (`shapecalc schema serve`): the three forms, simulate,
+find-rate and find-gpus, share a head; each key is described where it is declared.
+
+The rows mirror the dicts cli/serve.py, serve/sim.py (metrics, pool_doc) and serve/search.py
+build; tests validate real output against them with extra keys forbidden.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import StrictBool, StrictInt
+
+from ..costs.described import described, many
+from ..plan.schemas import PerfTermsOut
+
+F = float | None
+
+
+def _summary(name: str, what: str) -> Any:
+    return described(
+        f"ServeSummary{name}", f"{what}: nearest-rank percentiles, mean and maximum, in "
+        "seconds (null when no request has one)",
+        ("p50", F, f"median {what}, s"), ("p90", F, f"90th percentile {what}, s"),
+        ("p99", F, f"99th percentile {what}, s"), ("mean", F, f"mean {what}, s"),
+        ("max", F, f"largest {what}, s"))
+
+
+Deployment = described(
+    "ServeDeployment", "The deployment simulated (find-gpus: the plan found, when one is)",
+    ("tp", StrictInt, "tensor-parallel degree p of each replica"),
+    ("pp", StrictInt, "pipeline stages s of each replica"),
+    ("ep", StrictInt, "expert-parallel degree of each replica"),
+    ("replicas", StrictInt, "replicas behind the router"),
+    ("gpus", StrictInt, "GPUs of the deployment: replicas × max(tp, ep) × pp"),
+    ("router", str, "how requests go to replicas: round-robin | least-loaded"),
+    ("dtype", str, "weight dtype"), ("kv_dtype", str, "KV-cache dtype"),
+    ("act_dtype", str, "activation dtype"),
+    ("block_size", StrictInt, "tokens per paged KV block"),
+    ("max_num_seqs", StrictInt, "most sequences a replica runs at once (vLLM's max_num_seqs)"),
+    ("max_batched_tokens", StrictInt | None, "most tokens one iteration schedules (vLLM's "
+     "max_num_batched_tokens; chunked prefill)"),
+    ("shared_prefix", StrictInt, "tokens of a system prompt every request starts with, cached "
+     "once (prefix caching); 0: none"))
+
+ServeWorkload = described(
+    "ServeWorkload", "The requests as given on the command line",
+    ("requests", StrictInt, "--requests as given (with --trace the file's rows are run: the "
+     "run's own count is the top-level requests)"),
+    ("rate", F, "arrivals per second (--rate); null: all at t=0, a closed loop or a trace"),
+    ("arrivals", str, "the gaps between arrivals: poisson | gamma:CV"),
+    ("concurrency", StrictInt | None, "users of a closed loop (--concurrency); null: open loop"),
+    ("prompt", str, "prompt tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA"),
+    ("output", str, "output tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA"),
+    ("trace", str | None, "the trace file read (--trace); null: generated requests"),
+    ("seed", StrictInt, "seed of the generated arrivals and lengths"))
+
+SloOut = described(
+    "ServeSlo", "The service-level objective (--slo); null times: no target",
+    ("ttft_s", F, "time-to-first-token target, s"),
+    ("itl_s", F, "inter-token-latency target, s"),
+    ("percentile", StrictInt, "the percentile of TTFT and ITL that must meet the targets"))
+
+KvGroupOut = described(
+    "ServeKvGroup", "One KV cache group of the pool (vLLM V1's hybrid KV cache manager)",
+    ("window", StrictInt | None, "W of a sliding-window group; null otherwise"),
+    ("chunk", StrictInt | None, "C of a chunked-attention group; null otherwise"),
+    ("units_per_block", StrictInt, "pool units one block of this group takes"))
+
+KvPool = described(
+    "ServeKvPool", "One replica's KV pool on its fullest pipeline stage, in units of unit_bytes",
+    ("groups", many(KvGroupOut), "the KV groups: full attention, each window, each chunk"),
+    ("state_units_per_sequence", StrictInt, "units one running sequence's mixer states take "
+     "(0: no stateful mixer)"),
+    ("units", StrictInt, "units of the pool"), ("unit_bytes", StrictInt, "bytes of one unit"))
+
+Throughput = described(
+    "ServeThroughput", "Rates over the run: first arrival to last finish",
+    ("requests_per_s", float, "requests finished per second"),
+    ("input_tokens_per_s", float, "prompt tokens per second"),
+    ("output_tokens_per_s", float, "output tokens per second"),
+    ("requests_per_s_per_gpu", float, "requests_per_s over the deployment's GPUs"),
+    ("input_tokens_per_s_per_gpu", float, "input_tokens_per_s over the deployment's GPUs"),
+    ("output_tokens_per_s_per_gpu", float, "output_tokens_per_s over the deployment's GPUs"))
+
+GoodSlo = described("ServeGoodputSlo", "The targets a good request meets",
+                    ("ttft_s", F, "its TTFT at most this, s (null: any)"),
+                    ("itl_s", F, "its mean time per output token at most this, s (null: any)"))
+
+Goodput = described(
+    "ServeGoodput", "Requests that met the SLO, each on its own",
+    ("slo", GoodSlo, "the targets each request is held to"),
+    ("requests_per_s", float, "good requests per second over the run"),
+    ("fraction", float, "good requests over all requests"))
+
+MeanMax = described("ServeKvUtilization", "Fraction of the KV pool in use, time-weighted",
+                    ("mean", float, "mean over the run and the replicas"),
+                    ("max", float, "largest of any replica at any iteration"))
+
+Queue = described("ServeQueue", "Requests waiting (arrived, not yet running), all replicas",
+                  ("mean", float, "time-weighted mean"), ("max", StrictInt, "most at once"))
+
+Littles = described(
+    "ServeLittlesLaw", "Little's law as a check of the simulation: L = λ·W",
+    ("mean_in_flight", float, "L: time-weighted mean of requests waiting or running"),
+    ("arrival_rate_x_mean_latency", F, "λ·W: --rate × mean end-to-end latency (null without "
+     "a rate)"))
+
+Saturated = described(
+    "ServeSaturated", "One replica's decode-only ceiling: the most sequences decoding at once "
+    "at the shortest prompt (no run exceeds it)",
+    ("max_decode_batch", StrictInt, "sequences decoding at once (max_num_seqs or the blocks)"),
+    ("decode_step_s", float, "seconds of one decode iteration at that batch"),
+    ("output_tokens_per_s", float, "max_decode_batch / decode_step_s"))
+
+Timeline = described(
+    "ServeTimeline", "The run in equal spans of [0, last finish], time-weighted",
+    ("t_s", list[float], "the middle of each span, s"),
+    ("kv_utilization", list[float], "fraction of the KV pool in use (mean over replicas)"),
+    ("waiting", list[float], "requests waiting, all replicas"),
+    ("running", list[float], "requests running, all replicas"))
+
+ServeCost = described(
+    "ServeCost", "What the deployment costs at a price per GPU-hour (plan/price.py): it costs "
+    "GPUs × price an hour, busy or not; each rate divides that by what the run served",
+    ("price_per_gpu_hour", float, "dollars per GPU-hour: --price, or the profile's default"),
+    ("price_source", str, "\"--price\", or \"<GPU> profile default: <its page>\""),
+    ("gpus", StrictInt, "GPUs of the deployment"),
+    ("per_hour", float, "dollars an hour: gpus × price_per_gpu_hour"),
+    ("per_million_input_tokens", F, "dollars per million input tokens, the whole cost charged "
+     "to them"),
+    ("per_million_output_tokens", F, "dollars per million output tokens, the whole cost "
+     "charged to them"),
+    ("per_request", F, "dollars per finished request"),
+    ("per_request_at_slo", F, "dollars per request that met the SLO (goodput)"))
+
+_RUN = (
+    ("requests", StrictInt, "requests simulated"),
+    ("duration_s", float, "seconds from the first arrival to the last finish"),
+    ("iterations", StrictInt, "scheduler iterations (engine steps), all replicas"),
+    ("ttft_s", _summary("Ttft", "time to first token"), "time to first token: arrival to "
+     "first token"),
+    ("itl_s", _summary("Itl", "inter-token latency"), "inter-token latency: the gap before each "
+     "output token after the first (a preemption's gap included)"),
+    ("tpot_s", _summary("Tpot", "time per output token"), "time per output token of each request: "
+     "(finish − first token) / (output − 1)"),
+    ("e2e_s", _summary("E2e", "end-to-end latency"), "end-to-end latency: arrival to last token"),
+    ("throughput", Throughput, "what the deployment delivered"),
+    ("goodput", Goodput, "the requests that met the SLO"),
+    ("slo_met", StrictBool, "the SLO's percentile of TTFT and of ITL meet their targets"),
+    ("slo_percentile", StrictInt, "the percentile slo_met reads"),
+    ("preemptions", StrictInt, "sequences preempted (their KV blocks freed, recomputed later)"),
+    ("kv_utilization", MeanMax, "fraction of the KV pool in use"),
+    ("queue", Queue, "requests waiting"),
+    ("littles_law", Littles, "Little's law, a check of the simulation"),
+    ("saturated_per_replica", Saturated, "one replica's decode-only ceiling"),
+    ("timeline", Timeline, "the run over time"),
+    ("cost", ServeCost | None, "what it costs (with a price: --price or the profile's)", None))
+
+RunOut = described("ServeRun", "One simulated run's metrics", *_RUN)
+
+Probe = described(
+    "ServeProbe", "One rate find-rate simulated",
+    ("rate", float, "arrivals per second"), ("slo_met", StrictBool, "the SLO is met there"),
+    ("ttft_p99_s", F, "99th percentile TTFT, s"), ("itl_p99_s", F, "99th percentile ITL, s"),
+    ("goodput_requests_per_s", float, "requests per second that met the SLO"))
+
+FindRate = described(
+    "ServeFindRate", "The highest arrival rate that meets the SLO (bisection over simulations)",
+    ("rate", F, "the highest rate found to meet the SLO, requests/s; null: none does"),
+    ("reason", str, "how the search ended"),
+    ("ceiling_requests_per_s", float, "the decode-only ceiling, the search's upper end"),
+    ("probes", many(Probe), "every rate simulated, in order"),
+    ("at_rate", RunOut | None, "the run at the rate found (or the best probe)"))
+
+PlanRow = described(
+    "ServePlanRow", "One deployment find-gpus simulated",
+    ("tp", StrictInt, "tensor-parallel degree"), ("pp", StrictInt, "pipeline stages"),
+    ("ep", StrictInt, "expert-parallel degree"), ("replicas", StrictInt, "replicas"),
+    ("gpus", StrictInt, "GPUs: replicas × max(tp, ep) × pp"),
+    ("slo_met", StrictBool, "the SLO is met"),
+    ("ttft_p99_s", F, "99th percentile TTFT, s"), ("itl_p99_s", F, "99th percentile ITL, s"),
+    ("goodput_requests_per_s", float, "requests per second that met the SLO, all replicas"),
+    ("output_tokens_per_s_per_gpu", float, "output tokens per second per GPU"),
+    ("preemptions", StrictInt, "sequences preempted"),
+    ("cost_per_hour", F, "dollars an hour: gpus × the price (null: no price)", None))
+
+FindGpus = described(
+    "ServeFindGpus", "The fewest GPUs that meet the SLO at --rate: for each (tp, pp) the "
+    "fewest replicas, each simulated on its share of the traffic",
+    ("rate", float, "the arrival rate to serve, requests/s"),
+    ("plan", PlanRow | None, "the deployment with the fewest GPUs that meets the SLO; null: none"),
+    ("plan_simulated", PlanRow | None, "that plan simulated whole: all replicas behind the "
+     "router"),
+    ("frontier", many(PlanRow), "every deployment simulated"),
+    ("notes", list[str], "why a (tp, pp) was left out or stopped"))
+
+_HEAD = (
+    ("model", str, "the model's name"), ("gpu", str, "the GPU profile"),
+    ("deployment_is", str, "what `deployment` holds: as given, or the plan --find-gpus found"),
+    ("deployment", Deployment, "the deployment"), ("workload", ServeWorkload, "the requests"),
+    ("slo", SloOut, "the service-level objective"))
+
+ServeOut = described(
+    "ServeOut", "`serve --json`: a simulated run",
+    *_HEAD, ("command", Literal["simulate"], "which form of serve wrote this: simulate"),
+    ("kv_blocks_per_replica", StrictInt, "paged KV blocks of one replica (--kv-blocks or what "
+     "fit's memory model leaves)"),
+    ("kv_tokens_per_replica", StrictInt, "token slots of those blocks: blocks × block_size"),
+    ("kv_pool", KvPool, "the replica's KV pool: groups and mixer states"),
+    ("perf_terms", PerfTermsOut, "the performance model's terms the step times use"),
+    *_RUN)
+
+ServeFindRateOut = described(
+    "ServeFindRateOut", "`serve --find-rate --json`",
+    *_HEAD, ("command", Literal["find-rate"], "which form of serve wrote this: find-rate"),
+    ("find_rate", FindRate, "the search and its result"))
+
+ServeFindGpusOut = described(
+    "ServeFindGpusOut", "`serve --find-gpus --json`",
+    *_HEAD, ("command", Literal["find-gpus"], "which form of serve wrote this: find-gpus"),
+    ("find_gpus", FindGpus, "the search and its result"))
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    return {"serve": ServeOut.model_json_schema(),
+            "serve_find_rate": ServeFindRateOut.model_json_schema(),
+            "serve_find_gpus": ServeFindGpusOut.model_json_schema()}
