@@ -124,9 +124,19 @@ def test_bad_configs_exit_2_naming_the_key(cli, tmp_path, fields, key):
     assert len(lines) == 1 and key in lines[0] and "Traceback" not in r.err, r.err
 
 
-@pytest.mark.parametrize("command", [["trace", "--tp", "2"], ["serve", "--gpu", "h100-sxm"]])
-def test_tensor_parallelism_and_serve_refuse_it_in_one_line(cli, tmp_path, command):
+def test_tensor_parallelism_is_refused_in_one_line(cli, tmp_path):
     path = tmp_path / "m.json"
     path.write_text(json.dumps(PAR))
-    r = cli(command[0], "--config", str(path), *command[1:])
+    r = cli("trace", "--config", str(path), "--tp", "2")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_serve_holds_its_keys_and_a_state_slot(cli, tmp_path):
+    """serve's hybrid KV cache manager: a parallel layer's KV blocks and its Mamba-2 state."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(PAR))
+    r = cli("serve", "--config", str(path), "--gpu", "h100-sxm", "--rate", "2", "--requests",
+            "20", "--prompt-tokens", "64", "--output-tokens", "8", "--json")
+    assert r.code == 0, r.err
+    pool = json.loads(r.out)["kv_pool"]
+    assert pool["state_units_per_sequence"] > 0 and pool["groups"]
