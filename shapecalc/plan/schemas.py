@@ -28,6 +28,13 @@ from .columns import FIT_COLUMNS, PRICE_COLUMNS
 Bound = Literal["compute", "memory", "communication"]
 
 
+# the head of every cost document (serve's `cost`, train's `time.cost`: plan/price.py)
+PRICE_ROWS = (
+    ("price_per_gpu_hour", float, "dollars per GPU-hour: --price, or the profile's default"),
+    ("price_source", str, "\"--price\", or \"<GPU> profile default: <its page>\""),
+    ("gpus", StrictInt, "GPUs the price is paid for"),
+    ("per_hour", float, "dollars an hour: gpus × price_per_gpu_hour"))
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import StrictBool, StrictInt
 
 from ..costs.described import described, many
-from ..plan.schemas import PerfTermsOut
+from ..plan.schemas import PRICE_ROWS, PerfTermsOut
 
 F = float | None
 
@@ -123,10 +123,7 @@ Timeline = described(
 ServeCost = described(
     "ServeCost", "What the deployment costs at a price per GPU-hour (plan/price.py): it costs "
     "GPUs × price an hour, busy or not; each rate divides that by what the run served",
-    ("price_per_gpu_hour", float, "dollars per GPU-hour: --price, or the profile's default"),
-    ("price_source", str, "\"--price\", or \"<GPU> profile default: <its page>\""),
-    ("gpus", StrictInt, "GPUs of the deployment"),
-    ("per_hour", float, "dollars an hour: gpus × price_per_gpu_hour"),
+    *PRICE_ROWS,
     ("per_million_input_tokens", F, "dollars per million input tokens, the whole cost charged "
      "to them"),
     ("per_million_output_tokens", F, "dollars per million output tokens, the whole cost "

@@ -12,6 +12,7 @@ from pydantic import StrictBool, StrictInt, field_validator
 
 from ..costs.described import Strict, described, inline, many
 from ..model.config import ModelConfig, Workload
+from ..plan.schemas import PRICE_ROWS
 
 I, IN, F, FN = StrictInt, StrictInt | None, float, float | None
 
@@ -305,19 +306,7 @@ TrainPerfOut = described(
     ("net_bandwidth", F, "bytes/s per GPU per direction between nodes"))
 
 TrainCost = described(
-    "TrainCost", "What the job costs at a price per GPU-hour (plan/price.py)",
-    ("price_per_gpu_hour", float, "dollars per GPU-hour: --price, or the profile's default"),
-    ("price_source", str, "\"--price\", or \"<GPU> profile default: <its page>\""),
-    ("gpus", I, "GPUs of the job"), ("per_hour", float, "dollars an hour: gpus × price"),
-    ("per_step", FN, "dollars per training step"),
-    ("per_million_tokens", FN, "dollars per million trained tokens"),
-    ("total", FN, "the whole run (with --train-tokens): its GPU-hours × price"))
-
-TrainCost = described(
-    "TrainCost", "What the job costs at a price per GPU-hour (plan/price.py)",
-    ("price_per_gpu_hour", float, "dollars per GPU-hour: --price, or the profile's default"),
-    ("price_source", str, "\"--price\", or \"<GPU> profile default: <its page>\""),
-    ("gpus", I, "GPUs of the job"), ("per_hour", float, "dollars an hour: gpus × price"),
+    "TrainCost", "What the job costs at a price per GPU-hour (plan/price.py)", *PRICE_ROWS,
     ("per_step", FN, "dollars per training step"),
     ("per_million_tokens", FN, "dollars per million trained tokens"),
     ("total", FN, "the whole run (with --train-tokens): its GPU-hours × price"))
