@@ -20,6 +20,7 @@ from ..model.config import ShapecalcError, first_error
 from ..model.record import Pos, PosFloat, Record, _doc, _req
 from ..model.suggest import did_you_mean
 from . import files
+from .numbers import parse_number
 from .sources import list_hardware
 
 # dtypes a profile can give a peak for; a matmul runs in the activation dtype unless told otherwise
@@ -55,6 +56,27 @@ class PerfTerms(Record):
     link_efficiency: PosFloat | None = _doc(None, "fraction of link bandwidth reached")
 
 
+# the range a term may take (README, Expected times): efficiencies are fractions; a GEMM reaches
+# half its efficiency at a step of at most a million tokens; a fixed cost is at most a second
+# (the calibrated ones are tens of µs). Beyond, a value is a typo, not a GPU.
+LIMITS = {"gemm_half_tokens": (0.0, 1e6, "tokens"), "layer_overhead_s": (0.0, 1.0, "s"),
+          "prefill_layer_overhead_s": (0.0, 1.0, "s"), "allreduce_latency_s": (0.0, 1.0, "s")}
+
+
+def check_term(name: str, v: Any) -> None:
+    """A term's value: a finite number in its range (LIMITS; efficiencies in (0, 1])."""
+    if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v)):
+        raise ShapecalcError(f"perf.{name}", f"must be a finite number, got {v}")
+    if name.endswith("efficiency"):
+        if not 0 < v <= 1:
+            raise ShapecalcError(f"perf.{name}", f"must be in (0, 1], got {v}")
+        return
+    lo, hi, unit = LIMITS[name]
+    if not lo <= v <= hi:
+        raise ShapecalcError(f"perf.{name}", f"must be in [{lo:g}, {hi:g}] {unit}, got {v:g}")
+
+
+
 class GPU(Record):
     """A GPU profile: datasheet values (see presets/hardware/)."""
 
@@ -73,6 +95,11 @@ class GPU(Record):
         return getattr(self.peak_flops, dtype, None)
 
     def _check(self) -> None:
+        if not self.name.strip():
+            raise ShapecalcError("gpu.name", "is empty: a profile needs a name")
+        for term, v in (self.perf.model_dump() if self.perf else {}).items():
+            if v is not None:  # at load, whether or not a command uses the term
+                check_term(term, v)
         # rates below one unit a second make times overflow to inf (JSON has no inf), and no
         # GPU is that slow: 1e-300 B/s is a typo
         rates = {"hbm_bandwidth": self.hbm_bandwidth, "link_bandwidth": self.link_bandwidth,
@@ -134,8 +161,11 @@ def _override(data: dict[str, Any], item: str) -> None:
         raise ShapecalcError(
             "set-gpu", "set one value: peak_flops.bf16=989e12, perf.layer_overhead_s=4e-6")
     value: Any = text
-    if parts[0] not in ("name", "vendor", "source", "memory", "link"):
-        value = parse_quantity(text, "set-gpu")
+    if parts[0] == "perf":  # a plain number in the term's range (seconds, fractions, tokens)
+        value = parse_number(text, "set-gpu")
+        check_term(parts[1], value)
+    elif parts[0] not in ("name", "vendor", "source", "memory", "link"):
+        value = parse_quantity(text, "set-gpu", FIELD_UNITS[parts[0]], key)
         if parts[0] == "memory_bytes":
             if value != int(value):
                 raise ShapecalcError("set-gpu", f"memory_bytes must be whole bytes, got {text!r}")
@@ -156,11 +186,23 @@ _QTY = re.compile(
 )
 
 
-def parse_quantity(text: str, field: str) -> float:
-    """'3.35e12', '3.35T', '3.35TB/s', '80GiB', '989.5 TFLOP/s' → a float (binary Ki/Mi/Gi)."""
+# the units each field may be written in (a number alone is in that unit): memory_bytes=80GiB/s
+# is a bandwidth given for a size, refused
+FIELD_UNITS = {"memory_bytes": ("B",), "hbm_bandwidth": ("B/s", "/s"),
+               "link_bandwidth": ("B/s", "/s"),
+               "peak_flops": ("FLOP/s", "FLOPS", "OP/s", "OPS", "/s")}
+
+
+def parse_quantity(text: str, field: str, units: tuple[str, ...] | None = None,
+                   key: str = "this field") -> float:
+    """'3.35e12', '3.35T', '3.35TB/s', '80GiB', '989.5 TFLOP/s' → a float (binary Ki/Mi/Gi);
+    `units`: the unit suffixes the field accepts (None: any)."""
     m = _QTY.match(text)
     if not m:
         raise ShapecalcError(field, f"{text!r} is not a number (e.g. 3.35e12, 3.35TB/s, 80GiB)")
+    if units is not None and m.group(3) and m.group(3) not in units:
+        raise ShapecalcError(field, f"{text!r}: {m.group(3)} is not a unit of {key} "
+                             f"(give {' or '.join(units)}, or a plain number)")
     value = float(m.group(1)) * _UNITS[m.group(2) or ""]
     if not math.isfinite(value):
         raise ShapecalcError(field, f"{text!r} is too large for a number")

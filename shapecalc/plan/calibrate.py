@@ -28,13 +28,13 @@ from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs import files
-from ..inputs.hardware import GPU, load_gpu
+from ..inputs.hardware import GPU, LIMITS, load_gpu
 from ..inputs.sources import list_hardware, list_presets, load_preset
 from ..model.config import DTYPE_BITS, ShapecalcError, Workload
 from .cases import closed_form_for
 from .memory import phase_terms
 from .options import PlanOptions
-from .perf import LIMITS, NAMES, PerfParams, step_seconds, step_terms
+from .perf import NAMES, PerfParams, step_seconds, step_terms
 
 # assumed where a record leaves the lengths out (ExLlamaV2's quick tests: see its notes)
 DEFAULT_INPUT, DEFAULT_OUTPUT = 16, 128
@@ -217,7 +217,7 @@ def _to_x(p: PerfParams) -> list[float]:
 
 def _from_x(x: list[float]) -> PerfParams:
     vals = {n: math.exp(v) for n, v in zip(NAMES, x, strict=True)}
-    for n in NAMES:  # within each term's range (efficiencies ≤ 1, perf.LIMITS)
+    for n in NAMES:  # within each term's range (efficiencies ≤ 1, hardware.LIMITS)
         vals[n] = min(vals[n], 1.0 if n.endswith("efficiency") else LIMITS[n][1])
     return PerfParams(**vals)
 
