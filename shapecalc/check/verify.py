@@ -187,9 +187,6 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     """Every check of one model and workload (see the module doc). `weights`: auto (resident
     when they fit the budget, else streamed), resident, or streamed."""
     check(model, wl)
-    if model.vocab_size < 2:  # the causal check changes later tokens to other token ids
-        raise ShapecalcError("vocab_size", f"verify needs at least 2 token ids, got "
-                             f"{model.vocab_size}")
     if wl.ep > 1 and wl.tp > 1:
         raise ShapecalcError("ep", "verify simulates expert parallelism with tp=1 (attention in "
                              "ep data-parallel replicas); give --tp 1, or check tp and ep apart")
