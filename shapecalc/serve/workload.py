@@ -140,7 +140,7 @@ def _tokens(v: object, key: str, where: str) -> int:
         v = int(v.strip())
     if isinstance(v, bool) or not isinstance(v, int):
         raise ShapecalcError("trace", f"{where}: {key} must be an integer, got {v!r}")
-    return int(bounded_int(v, "trace", 1, INT_MAX, f"tokens ({where}: {key})"))
+    return bounded_int(v, "trace", 1, INT_MAX, "tokens", key=f"{where}: {key}")
 
 
 def read_trace(path: Path) -> list[Request]:
