@@ -133,7 +133,7 @@ def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None 
                 f"{', '.join(sorted(known)) or '(none)'}"
             )
         data = _read(match)
-    data.setdefault("name", path.stem)
+    data.setdefault("name", files.escape_controls(path.stem))
     for item in sets or []:
         _override(data, item)
     try:

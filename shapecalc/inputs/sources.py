@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..model.config import ModelConfig, ShapecalcError, first_error
+from ..model.config import ModelConfig, ShapecalcError, Workload, first_error
 from ..model.suggest import did_you_mean
 from . import files
 
@@ -54,7 +54,13 @@ def _list(dirs: list[Path], field: str) -> dict[str, Path]:
                 continue
             what = "not a directory" if os.path.lexists(d) else "folder not found"
             raise ShapecalcError(field, f"{what}: {files.shown(d)}")
+        here: dict[str, Path] = {}
         for f in sorted(d.glob("*.toml")) + sorted(d.glob("*.json")):
+            if f.stem in here:  # one would silently win over the other
+                raise ShapecalcError(field, f"{files.shown(here[f.stem])} and "
+                                     f"{files.shown(f)} name the same preset "
+                                     f"{files.shown(f.stem)!r}; keep one")
+            here[f.stem] = f
             found.setdefault(f.stem, f)  # earlier folders shadow later ones
     return found
 
@@ -128,6 +134,10 @@ def _split(data: dict[str, Any]) -> tuple[dict, dict, dict]:
             raise ShapecalcError(f"published.{key}", "must be a string")
     if not isinstance(wl, dict):
         raise ShapecalcError("workload", "must be a table of workload fields")
+    unknown = sorted(set(wl) - set(Workload.field_info()))
+    if unknown:  # a typo would leave the default in silently
+        raise ShapecalcError(f"workload.{files.escape_controls(unknown[0])}",
+                             f"unknown field{did_you_mean(unknown[0], Workload.field_info())}")
     return data, pub, wl
 
 
