@@ -33,10 +33,11 @@ def test_train_batches_are_bounded(cli, flag, field, value):
     _refused(cli, "train", "--preset", "seed-tiny", flag, value, field=field)
 
 
-@pytest.mark.parametrize("seq", ["1000000000000", "100000"])
-def test_verify_train_refuses_on_its_budget(cli, seq):
-    """10¹² was a NumPy allocation traceback (14.6 TiB of token ids)."""
-    _refused(cli, "verify", "--train", "--preset", "seed-tiny", "--seq", seq, field="seq",
+@pytest.mark.parametrize("args", [("--seq", "1000000000000"), ("--seq", "100000"),
+                                  ("--batch", "1000000000000")])
+def test_verify_train_refuses_on_its_budget(cli, args):
+    """--seq 10¹² was a NumPy allocation traceback (14.6 TiB of token ids)."""
+    _refused(cli, "verify", "--train", "--preset", "seed-tiny", *args, field="memory",
              word="budget")
 
 

@@ -161,12 +161,12 @@ def budget_refusal(model: ModelConfig, wl: Workload, K: int) -> None:
     estimate counts K times."""
     need = estimate(model, wl, K, "float64") * max(K, 1)
     if need > default_budget():
-        raise ShapecalcError("seq", f"verify --train needs about {need / GiB:,.1f} GiB at batch "
+        raise ShapecalcError("memory", f"verify --train needs about {need / GiB:,.1f} GiB at batch "
                              f"{wl.batch}, seq {wl.seq} ({K} layers), more than the "
                              f"{default_budget() / GiB:.0f} GiB budget; lower --seq or --batch")
     secs = work_seconds(model, wl, K)
     if secs > WORK_BUDGET_S:
-        raise ShapecalcError("seq", f"verify --train would take about {secs:,.0f} s at batch "
+        raise ShapecalcError("memory", f"verify --train would take about {secs:,.0f} s at batch "
                              f"{wl.batch}, seq {wl.seq}, more than the {WORK_BUDGET_S:.0f} s "
                              "budget; lower --seq or --batch")
 
