@@ -119,10 +119,10 @@ def generate(n: int, rate: float | None, prompt: Lengths, output: Lengths, seed:
     return out
 
 
-def _arrival(v: object, where: str) -> Fraction:
-    """arrival_s exactly (an int of epoch nanoseconds keeps its last digit): a JSON number or a
-    CSV cell; a bool (`true`) is not 1 s."""
-    if isinstance(v, str):
+def _arrival(v: object, where: str, cell: bool) -> Fraction:
+    """arrival_s exactly (an int of epoch nanoseconds keeps its last digit): a JSON number or
+    (`cell`) a CSV cell; a bool (`true`) is not 1 s, a JSON string not a number."""
+    if isinstance(v, str) and cell:
         parse_number(v, "trace")  # ASCII, a number at all
         try:
             return Fraction(v.strip())
@@ -135,8 +135,8 @@ def _arrival(v: object, where: str) -> Fraction:
     raise ShapecalcError("trace", f"{where}: arrival_s must be a finite number ≥ 0, got {v!r}")
 
 
-def _tokens(v: object, key: str, where: str) -> int:
-    if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
+def _tokens(v: object, key: str, where: str, cell: bool) -> int:
+    if cell and isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
         v = int(v.strip())
     if isinstance(v, bool) or not isinstance(v, int):
         raise ShapecalcError("trace", f"{where}: {key} must be an integer, got {v!r}")
@@ -148,9 +148,9 @@ def read_trace(path: Path) -> list[Request]:
     shared safe reader (inputs/files.py), in any order of arrival (sorted here; ties keep the
     file's order). Times are made relative to the first arrival, exactly, before they become
     floats: epoch nanoseconds keep their resolution."""
-    p = shown(path)
+    p, cell = shown(path), path.suffix.lower() == ".csv"
     rows: list[tuple[str, object]] = []
-    if path.suffix.lower() == ".csv":
+    if cell:
         rows = [(f"{p}: request {i}", r) for i, r in enumerate(read_csv(path, "trace"), 1)]
     else:
         rows = [(f"{p}:{i}", r) for i, r in read_jsonl(path, "trace")]
@@ -169,11 +169,11 @@ def read_trace(path: Path) -> list[Request]:
         if extra:
             raise ShapecalcError("trace", f"{where}: unknown column {escape_controls(extra[0])!r} "
                                  f"(columns: {', '.join(TRACE_COLUMNS)})")
-        a = _arrival(r["arrival_s"], where)
+        a = _arrival(r["arrival_s"], where, cell)
         if a < 0:
             raise ShapecalcError("trace", f"{where}: arrival_s must be ≥ 0, got {float(a)}")
-        reqs.append((a, i, _tokens(r["prompt_tokens"], "prompt_tokens", where),
-                     _tokens(r["output_tokens"], "output_tokens", where)))
+        reqs.append((a, i, _tokens(r["prompt_tokens"], "prompt_tokens", where, cell),
+                     _tokens(r["output_tokens"], "output_tokens", where, cell)))
     reqs.sort()
     t0 = reqs[0][0]
     if reqs[-1][0] - t0 > MAX_SPAN_S:
