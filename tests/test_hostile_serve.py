@@ -87,6 +87,8 @@ def test_epoch_nanosecond_arrivals_give_the_same_ttft(cli, tmp_path):
     (("--rate", "1", "--arrivals", "gamma:nan"), "arrivals"),
     (("--rate", "1e-308", "--requests", "3"), "rate"),  # gaps of 1e308 s: inf, an assertion
     (("--rate", "inf"), "rate"),
+    (("--slo", ""), "slo"),  # given but empty: was taken as no SLO
+    (("--slo", " "), "slo"),
     (("--kv-blocks", "0"), "kv-blocks"),  # blamed the GPU
     (("--kv-blocks", "-5"), "kv-blocks"),
 ])

@@ -48,8 +48,10 @@ class SLO:
 def parse_slo(text: str | None) -> SLO:
     """`ttft=1s,itl=50ms`: each time with its unit (s, ms or us). A bare number is refused:
     `itl=50` could be 50 s or 50 ms, and a planner reading `slo_met` would not know which."""
-    if not text:
+    if text is None:
         return SLO()
+    if not text.strip():  # given, but empty: not the same as no --slo
+        raise ShapecalcError("slo", "is empty; give ttft=TIME,itl=TIME (e.g. ttft=1s,itl=50ms)")
     vals: dict[str, float] = {}
     for item in (x.strip() for x in text.split(",")):
         key, eq, v = item.partition("=")
