@@ -133,7 +133,7 @@ def trace_rows(draw: st.DrawFn) -> list[dict[str, object]]:
     return [cols, *rows]
 
 
-@settings(max_examples=int(os.environ.get("FUZZ_N", "60")), deadline=None,
+@settings(max_examples=int(os.environ.get("FUZZ_N", "30")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(table=trace_rows(), csv_file=st.booleans())
 def test_fuzz_serve_trace(cli, table, csv_file):
@@ -155,4 +155,34 @@ def test_fuzz_serve_trace(cli, table, csv_file):
         if r.code == 2:
             lines = r.err.strip().splitlines()
             assert len(lines) == 1 and lines[0].startswith("error: trace"), r.err
+            assert r.out == ""
+
+
+# -- calibrate: a record's values of any kind -----------------------------------------------------
+_MEASURED = Path(__file__).parent / "data" / "serving-measurements.json"
+_KEYS = ["tp", "pp", "batch", "input_len", "output_len", "n_gpus", "value", "unit", "dtype",
+         "metric_type", "model", "gpu", "preset", "gpu_profile", "id", "typo_key"]
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_N", "20")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.lists(st.tuples(st.sampled_from(_KEYS), st.one_of(_VALUES, st.just("drop"))),
+                        min_size=1, max_size=3), which=st.integers(0, 14))
+def test_fuzz_calibrate_records(cli, changes, which):
+    doc = json.loads(_MEASURED.read_text(encoding="utf-8"))
+    rec = doc["records"][which]
+    for k, v in changes:
+        if v == "drop":
+            rec.pop(k, None)
+        else:
+            rec[k] = v
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "m.json"
+        p.write_text(json.dumps(doc))
+        r = cli("calibrate", str(p), "--check", "--json")
+        assert "Traceback" not in r.err
+        assert r.code in (0, 2), (r.code, r.err)
+        if r.code == 2:
+            lines = r.err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: "), r.err
             assert r.out == ""
