@@ -55,3 +55,31 @@ def test_a_control_character_in_a_name_is_escaped(cli, tmp_path):
     r = cli("presets", "--presets-dir", str(tmp_path))
     assert r.code == 0, r.err
     assert "\x1b" not in r.out and "e\\x1b[31mx" in r.out
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda t: t.replace("n_layers = 1", 'n_layers = "1"'), "n_layers"),  # read as 1
+    (lambda t: t + '\n[workload]\nseq = "64"\n', "workload.seq"),
+])
+def test_a_quoted_number_in_a_file(cli, tmp_path, edit, field):
+    """Lax validation read a string "1" in a file as the number 1, silently."""
+    text = TINY.read_text()
+    assert "n_layers = 1" in text
+    (tmp_path / "q.toml").write_text(edit(text))
+    for args in (("--config", str(tmp_path / "q.toml")),
+                 ("--preset", "q", "--presets-dir", str(tmp_path))):
+        line = _one_clean_line(cli("trace", *args))
+        assert line.startswith(f"error: {field}") and "string" in line, line
+
+
+@pytest.mark.parametrize(("old", "new", "field"), [
+    ("hbm_bandwidth = ", 'hbm_bandwidth = "3.35e12" #', "gpu.hbm_bandwidth"),
+    ("[peak_flops]", '[perf]\nlayer_overhead_s = "5e-6"\n[peak_flops]',
+     "gpu.perf.layer_overhead_s"),
+])
+def test_a_quoted_number_in_a_profile(cli, tmp_path, old, new, field):
+    gpu = (ROOT / "presets" / "hardware" / "H100-SXM.toml").read_text()
+    assert old in gpu
+    (tmp_path / "g.toml").write_text(gpu.replace(old, new, 1))
+    line = _one_clean_line(cli("hardware", str(tmp_path / "g.toml")))
+    assert line.startswith(f"error: {field}"), line

@@ -133,6 +133,9 @@ def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None 
                 f"{', '.join(sorted(known)) or '(none)'}"
             )
         data = _read(match)
+    quoted = GPU.quoted_number(data)
+    if quoted:  # a file's number is written as one: lax validation would read "3e12" as 3e12
+        raise ShapecalcError(f"gpu.{quoted}", "must be a number, not a string")
     data.setdefault("name", files.escape_controls(path.stem))
     for item in sets or []:
         _override(data, item)

@@ -150,6 +150,11 @@ def load_config_file(path: str | Path) -> tuple[ModelConfig, dict]:
             "config", f"{files.shown(path)}: looks like a Hugging Face config.json; use --hf-config"
         )
     fields, _, wl = _split(data)
+    for cls, table, at in ((ModelConfig, fields, ""), (Workload, wl, "workload.")):
+        quoted = cls.quoted_number(table)
+        if quoted:  # lax validation would read "32" as 32
+            raise ShapecalcError(f"{at}{quoted}", f"{files.shown(path)}: must be a number, not a "
+                                 "string")
     fields.setdefault("name", files.escape_controls(path.stem))
     try:
         return ModelConfig.model_validate(fields), wl
