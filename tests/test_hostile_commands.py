@@ -83,3 +83,17 @@ def test_an_empty_name_is_refused(cli, tmp_path):
     p.write_text(GPU.replace('name = "X"', 'name = "  "'))
     _refused(cli, "hardware", str(p), field="gpu.name")
     _refused(cli, "hardware", "H100-SXM", "--set-gpu", "name=", field="gpu.name")
+
+
+@pytest.mark.parametrize("args", [
+    ("hardware", "H100-SXM", "--set-gpu", "hbm_bandwidth=1e12", "--set-gpu",
+     "hbm_bandwidth=2e12"),
+    ("fit", "--preset", "seed-tiny", "--gpu", "H100-SXM", "--perf", "layer_overhead_s=1e-5",
+     "--perf", "layer_overhead_s=2e-5"),
+    ("train", "--preset", "seed-tiny", "--gpu", "H100-SXM", "--perf", "gemm_efficiency=0.5",
+     "--perf", "gemm_efficiency=0.6"),
+    ("trace", "--preset", "seed-tiny", "--set", "n_layers=2", "--set", "n_layers=3"),
+])
+def test_a_key_given_twice(cli, args):
+    """The first value was silently dropped for the last (numbers.each_once)."""
+    assert "given twice" in _one_clean_line(cli(*args))

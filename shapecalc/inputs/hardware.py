@@ -20,7 +20,7 @@ from ..model.config import ShapecalcError, first_error
 from ..model.record import Pos, PosFloat, Record, _doc, _req
 from ..model.suggest import did_you_mean
 from . import files
-from .numbers import parse_number
+from .numbers import each_once, parse_number
 from .sources import list_hardware
 
 # dtypes a profile can give a peak for; a matmul runs in the activation dtype unless told otherwise
@@ -137,6 +137,7 @@ def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None 
     if quoted:  # a file's number is written as one: lax validation would read "3e12" as 3e12
         raise ShapecalcError(f"gpu.{quoted}", "must be a number, not a string")
     data.setdefault("name", files.escape_controls(path.stem))
+    each_once(sets, "set-gpu")
     for item in sets or []:
         _override(data, item)
     try:

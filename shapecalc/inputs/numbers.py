@@ -58,3 +58,15 @@ def bounded_int(v: object, field: str, lo: int, hi: int, what: str = "", key: st
     if not (lo <= v <= hi):
         raise ShapecalcError(field, f"{name}must be in [{lo:,}, {hi:,}]{unit}, got {v:,}")
     return v
+
+
+def each_once(items: list[str] | tuple[str, ...] | None, field: str) -> None:
+    """Repeatable `KEY=VALUE` flags (--set, --set-gpu, --perf): a key given twice is refused,
+    not the first value silently dropped for the last."""
+    seen: dict[str, str] = {}
+    for item in items or ():
+        key = item.partition("=")[0].strip()
+        if key in seen:
+            raise ShapecalcError(field, f"{key} is given twice ({seen[key]!r}, {item!r}): give "
+                                 "each once")
+        seen[key] = item

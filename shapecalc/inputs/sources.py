@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from ..model.config import ModelConfig, ShapecalcError, Workload, first_error
 from ..model.suggest import did_you_mean
 from . import files
+from .numbers import each_once
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -177,6 +178,7 @@ def published(name_or_path: str | Path) -> dict:
 def apply_overrides(model: ModelConfig, items: list[str]) -> ModelConfig:
     """Apply repeatable `--set field=value` (value read as JSON when it parses, else a string)."""
     changes: dict[str, Any] = {}
+    each_once(items, "set")
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()

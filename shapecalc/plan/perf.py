@@ -26,7 +26,7 @@ from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs.hardware import GPU, check_term
-from ..inputs.numbers import parse_number
+from ..inputs.numbers import each_once, parse_number
 from ..model.config import ShapecalcError
 from .memory import step_bytes, step_flops
 from .perf_defaults import PARAMS
@@ -56,6 +56,7 @@ class PerfParams:
 NAMES = tuple(f.name for f in fields(PerfParams))
 def perf_overrides(sets: list[str] | None) -> tuple[str, ...]:
     """`NAME=VALUE` items, checked (a known name, a number in its range); kept as given."""
+    each_once(sets, "perf")
     for item in sets or []:
         key, sep, text = item.partition("=")
         if not sep or key.strip() not in NAMES:
