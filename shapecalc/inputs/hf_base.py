@@ -95,8 +95,10 @@ class Family:
 COUNT_KEYS = frozenset((
     "max_position_embeddings", "n_positions", "max_seq_len", "num_hidden_layers", "hidden_size",
     "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "head_dim",
-    "sliding_window", "num_experts", "num_local_experts", "n_routed_experts",
-    "num_experts_per_tok", "ffn_dim", "n_embd", "n_layer", "n_head", "n_inner", "rotary_dim"))
+    "ffn_dim", "n_embd", "n_layer", "n_head", "n_inner", "rotary_dim"))
+# counts where 0 says "none" (num_experts 0: a dense model; a sliding_window of 0 is off)
+ZERO_KEYS = frozenset(("sliding_window", "num_experts", "num_local_experts", "n_routed_experts",
+                       "num_experts_per_tok"))
 LIST_KEYS = frozenset(("layer_types",))
 
 
@@ -106,6 +108,8 @@ def check_kind(key: str, value: Any) -> None:
         return
     if key in COUNT_KEYS and (type(value) is not int or value < 1):
         raise ShapecalcError(key, f"must be a positive integer, not {value!r}")
+    if key in ZERO_KEYS and (type(value) is not int or value < 0):
+        raise ShapecalcError(key, f"must be an integer ≥ 0, not {value!r}")
     if key in LIST_KEYS and not isinstance(value, list):
         raise ShapecalcError(key, f"must be a list, not {value!r}")
 
