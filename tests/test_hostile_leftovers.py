@@ -43,6 +43,10 @@ def test_a_key_of_the_wrong_kind(cli, tmp_path, base, key, value):
     ("fit", "--preset", "seed-tiny", "--gpu", "H100-SXM", "--json", "--svg", "/dev/full"),
     ("serve", "--preset", "seed-tiny", "--gpu", "H100-SXM", "--requests", "5", "--svg",
      "/dev/full"),
+    ("sweep", "seed-tiny", "--batch", "1,2", "--seq", "16", "--svg", "/dev/full"),  # streamed
+    ("sweep", "seed-tiny", "--batch", "1,2", "--seq", "16", "--format", "csv", "--html",
+     "/dev/full"),
+    ("compare", "seed-tiny", "seed-tiny@n_layers=2", "--json", "--html", "/dev/full"),
 ])
 def test_a_failing_export_prints_nothing(cli, args):
     """The table was printed to stdout, then --svg failed (exit 2 after a partial output)."""
