@@ -169,7 +169,7 @@ def _override(data: dict[str, Any], item: str) -> None:
         value = parse_number(text, "set-gpu")
         check_term(parts[1], value)
     elif parts[0] not in ("name", "vendor", "source", "memory", "link"):
-        value = parse_quantity(text, "set-gpu", FIELD_UNITS[parts[0]], key)
+        value = parse_quantity(text, "set-gpu", FIELD_UNITS.get(parts[0], ()), key)
         if parts[0] == "memory_bytes":
             if value != int(value):
                 raise ShapecalcError("set-gpu", f"memory_bytes must be whole bytes, got {text!r}")
@@ -191,7 +191,7 @@ _QTY = re.compile(
 
 
 # the units each field may be written in (a number alone is in that unit): memory_bytes=80GiB/s
-# is a bandwidth given for a size, refused
+# is a bandwidth given for a size, refused; a field not listed takes a plain number
 FIELD_UNITS = {"memory_bytes": ("B",), "hbm_bandwidth": ("B/s", "/s"),
                "link_bandwidth": ("B/s", "/s"),
                "peak_flops": ("FLOP/s", "FLOPS", "OP/s", "OPS", "/s")}
@@ -206,7 +206,7 @@ def parse_quantity(text: str, field: str, units: tuple[str, ...] | None = None,
         raise ShapecalcError(field, f"{text!r} is not a number (e.g. 3.35e12, 3.35TB/s, 80GiB)")
     if units is not None and m.group(3) and m.group(3) not in units:
         raise ShapecalcError(field, f"{text!r}: {m.group(3)} is not a unit of {key} "
-                             f"(give {' or '.join(units)}, or a plain number)")
+                             f"(give {' or '.join(units) + ', or ' if units else ''}a plain number)")
     value = float(m.group(1)) * _UNITS[m.group(2) or ""]
     if not math.isfinite(value):
         raise ShapecalcError(field, f"{text!r} is too large for a number")
