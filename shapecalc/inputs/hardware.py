@@ -205,8 +205,9 @@ def parse_quantity(text: str, field: str, units: tuple[str, ...] | None = None,
     if not m:
         raise ShapecalcError(field, f"{text!r} is not a number (e.g. 3.35e12, 3.35TB/s, 80GiB)")
     if units is not None and m.group(3) and m.group(3) not in units:
+        give = " or ".join(units) + ", or " if units else ""
         raise ShapecalcError(field, f"{text!r}: {m.group(3)} is not a unit of {key} "
-                             f"(give {' or '.join(units) + ', or ' if units else ''}a plain number)")
+                             f"(give {give}a plain number)")
     value = float(m.group(1)) * _UNITS[m.group(2) or ""]
     if not math.isfinite(value):
         raise ShapecalcError(field, f"{text!r} is too large for a number")
