@@ -110,3 +110,79 @@ def test_fuzz_files(cli, data, path_kind, suffix, reader, output, fmt):
             changed = {k for k in after if before.get(k) != after[k]}
             assert changed <= {Path(out).name} if out else not changed
         assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]
+
+
+# -- serve --trace: rows of any kind, through the same reader -------------------------------------
+_VALUES = st.one_of(st.integers(-3, 10**20), st.floats(allow_nan=True, allow_infinity=True),
+                    st.booleans(), st.none(), st.text(max_size=6), st.lists(st.integers(0, 9),
+                                                                         max_size=2))
+_COLUMNS = ["arrival_s", "prompt_tokens", "output_tokens"]
+
+
+@st.composite
+def trace_rows(draw: st.DrawFn) -> list[dict[str, object]]:
+    cols = draw(st.lists(st.sampled_from([*_COLUMNS] * 3 + ["extra"]), min_size=2, max_size=5))
+    if draw(st.booleans()):
+        cols = [*_COLUMNS, *cols[:1]]  # often a full header, sometimes one column twice
+    good = {"arrival_s": st.floats(0, 1e3), "prompt_tokens": st.integers(1, 64),
+            "output_tokens": st.integers(1, 8)}
+    rows = []
+    for _ in range(draw(st.integers(0, 4))):
+        rows.append([draw(good[c] if c in good and draw(st.booleans()) else _VALUES)
+                     for c in cols])
+    return [cols, *rows]
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_N", "30")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(table=trace_rows(), csv_file=st.booleans())
+def test_fuzz_serve_trace(cli, table, csv_file):
+    """Any header and any values: exit 0 or 2, one line, no traceback, nothing on stdout."""
+    head, *rows = table
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / ("t.csv" if csv_file else "t.jsonl")
+        if csv_file:
+            p.write_text("\n".join(",".join(str(v) for v in r) for r in table) + "\n")
+        else:
+            text = "\n".join("{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}"
+                                             for k, v in zip(head, r, strict=True)) + "}"
+                             for r in rows)
+            p.write_text(text + "\n")
+        r = cli("serve", "--preset", "seed-tiny", "--gpu", "H100-SXM", "--trace", str(p),
+                "--json")
+        assert "Traceback" not in r.err
+        assert r.code in (0, 2), (r.code, r.err)
+        if r.code == 2:
+            lines = r.err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: trace"), r.err
+            assert r.out == ""
+
+
+# -- calibrate: a record's values of any kind -----------------------------------------------------
+_MEASURED = Path(__file__).parent / "data" / "serving-measurements.json"
+_KEYS = ["tp", "pp", "batch", "input_len", "output_len", "n_gpus", "value", "unit", "dtype",
+         "metric_type", "model", "gpu", "preset", "gpu_profile", "id", "typo_key"]
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_N", "20")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.lists(st.tuples(st.sampled_from(_KEYS), st.one_of(_VALUES, st.just("drop"))),
+                        min_size=1, max_size=3), which=st.integers(0, 14))
+def test_fuzz_calibrate_records(cli, changes, which):
+    doc = json.loads(_MEASURED.read_text(encoding="utf-8"))
+    rec = doc["records"][which]
+    for k, v in changes:
+        if v == "drop":
+            rec.pop(k, None)
+        else:
+            rec[k] = v
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "m.json"
+        p.write_text(json.dumps(doc))
+        r = cli("calibrate", str(p), "--check", "--json")
+        assert "Traceback" not in r.err
+        assert r.code in (0, 2), (r.code, r.err)
+        if r.code == 2:
+            lines = r.err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: "), r.err
+            assert r.out == ""

@@ -280,6 +280,6 @@ def test_workload_lengths_and_trace(tmp_path):
                  '{"arrival_s": 0.5, "prompt_tokens": 20, "output_tokens": 4}\n')
     c = tmp_path / "t.csv"
     c.write_text("prompt_tokens,arrival_s,output_tokens\n10,1.5,3\n20,0.5,4\n")
-    for path in (p, c):
+    for path in (p, c):  # sorted, and relative to the first arrival
         assert [(r.arrival, r.prompt, r.output) for r in W.read_trace(path)] == [
-            (0.5, 20, 4), (1.5, 10, 3)]
+            (0.0, 20, 4), (1.0, 10, 3)]

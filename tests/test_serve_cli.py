@@ -122,7 +122,7 @@ BAD = [
     (("--find-rate",), "slo"),
     (("--find-gpus", "--slo", "ttft=1s"), "rate"),
     (("--shared-prefix", "4096", "--prompt-tokens", "100"), "shared-prefix"),
-    (("--kv-blocks", "0"), "gpu"),
+    (("--kv-blocks", "0"), "kv-blocks"),
     (("--trace", "/nonexistent/trace.jsonl"), "trace"),
     (("--arrivals", "gamma:2"), "arrivals"),
     (("--arrivals", "gamma:2", "--concurrency", "4"), "arrivals"),

@@ -142,6 +142,9 @@ def plan_layers(model: ModelConfig, wl: Workload, layers: int | None, precision:
     keeps the run within WORK_BUDGET_S, or the run is refused."""
     N = model.n_layers
     check_layers(model, layers)
+    if model.vocab_size < 2:  # the causal check changes later tokens to other token ids
+        raise ShapecalcError("vocab_size", f"verify needs at least 2 token ids, got "
+                             f"{model.vocab_size}")
     K = layers
     if K is None:
         fixed = estimate(model, wl, 0, precision)

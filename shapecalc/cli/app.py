@@ -166,6 +166,10 @@ def trace(
             state_dtype=state_dtype,
         )
         doc = build_trace(model, wl, per_rank=per_rank)
+        if hf_config is not None:  # keys of its config.json that no reader reads
+            from ..inputs.hf import notes
+
+            doc.update({"notes": notes(model)} if notes(model) else {})
         note = seq_note(model, wl, seq, wbase)
         fmt = check_format("json" if as_json else fmt)
         check_outputs(output=output, svg=svg, html=html)
@@ -173,7 +177,7 @@ def trace(
             emit_json(doc)  # the planners' hot path: no rich, no file
             return
         from ..render import output as out
-        from ..render.console import render_table
+        from ..render.console import render_table, write_with_exports
         from ..render.trace import print_trace, trace_csv, trace_markdown
 
         def draw(console: Any) -> None:
@@ -192,9 +196,7 @@ def trace(
             "csv": lambda: trace_csv(doc),
             "markdown": lambda: trace_markdown(doc),
         }[fmt]()
-        out.write_text(text, output)
-        if svg or html:
-            render_table(draw, None, False, svg, html, page)
+        write_with_exports(text, output, draw, svg, html, page)
     except ShapecalcError as e:
         fail(e)
 

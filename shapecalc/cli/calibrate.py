@@ -40,6 +40,9 @@ def calibrate(
         from ..plan.perf import PerfParams
         from ..plan.perf_defaults import PARAMS
 
+        if check and (write is not None or write_defaults):  # they write a fit; --check has none
+            raise ShapecalcError("write" if write is not None else "write-defaults",
+                                 "writes the fitted terms; --check does not fit (leave one out)")
         cases = cal.load_cases(file, hardware_dir)
         pp: PerfParams | Callable[[Any], PerfParams]
         if check:

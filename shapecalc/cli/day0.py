@@ -71,12 +71,10 @@ def measured(path: Path, batch: int, seq: int, dtype: str, logits: str,
 def emit(doc: Any, draw: Any, fmt: str, output: str | None, svg: str | None) -> None:
     """JSON, or the table (to the terminal or --output, and --svg)."""
     from ..render import output as out
-    from ..render.console import render_table
+    from ..render.console import render_table, write_with_exports
 
     if fmt == "json":
-        out.write_text(out.json_text(doc), output)
-        if svg:
-            render_table(draw, None, False, svg)
+        write_with_exports(out.json_text(doc), output, draw, svg)
         return
     if fmt != "table":
         raise ShapecalcError("format", f"{fmt!r}: a day-0 measurement prints a table or JSON")

@@ -15,7 +15,7 @@ def emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
         io_.write_text(io_.json_text(items), output)
         return
     from ..render import plan as pr
-    from ..render.console import render_table
+    from ..render.console import render_table, write_with_exports
 
     def draw(console: Any) -> None:
         pr.print_compare(items, console, ratio, seq_note)
@@ -30,9 +30,7 @@ def emit_compare(items: list[dict[str, Any]], fmt: str, output: str | None,
         return
     text = {"json": lambda: io_.json_text(items), "csv": lambda: pr.compare_csv(items),
             "markdown": lambda: pr.compare_markdown(items, ratio)}[fmt]()
-    io_.write_text(text, output)
-    if svg or html:
-        render_table(draw, None, False, svg, html, page)
+    write_with_exports(text, output, draw, svg, html, page)
 
 
 def emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
@@ -43,7 +41,7 @@ def emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
         io_.write_text(io_.json_text(doc), output)
         return
     from ..render import plan as pr
-    from ..render.console import render_table
+    from ..render.console import render_table, write_with_exports
 
     def draw(console: Any) -> None:
         from ..costs.trace import build_trace
@@ -65,6 +63,4 @@ def emit_fit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
         return
     text = {"json": lambda: io_.json_text(doc), "csv": lambda: pr.fit_csv(doc),
             "markdown": lambda: pr.fit_markdown(doc)}[fmt]()
-    io_.write_text(text, output)
-    if svg or html:
-        render_table(draw, None, False, svg, html, page)
+    write_with_exports(text, output, draw, svg, html, page)

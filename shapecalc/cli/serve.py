@@ -278,7 +278,7 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
         emit_json(doc)
         return
     from ..render import output as out
-    from ..render.console import render_table
+    from ..render.console import render_table, write_with_exports
     from ..render.flat import flat_csv, flat_markdown
 
     def draw(console: Any) -> None:
@@ -293,9 +293,7 @@ def emit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
         render_table(draw, output, True, svg, html, page)
         return
     text = {"json": out.json_text, "csv": flat_csv, "markdown": flat_markdown}[fmt](doc)
-    out.write_text(text, output)
-    if svg or html:
-        render_table(draw, None, False, svg, html, page)
+    write_with_exports(text, output, draw, svg, html, page)
 
 
 class _progress:

@@ -84,6 +84,8 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
     if fmt == "table":
         render_table(draw, output, True, svg, html, page)
         return
+    if svg or html:  # the exports first: one that fails leaves stdout empty (render_table)
+        render_table(draw, None, False, svg, html, page)
     out, close = io_.open_output(output)
     try:
         if fmt == "markdown":
@@ -103,8 +105,6 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
     finally:
         if close:
             out.close()
-    if svg or html:
-        render_table(draw, None, False, svg, html, page)
 
 
 def byte_writer(out: IO[str]) -> Callable[[bytes | bytearray], Any]:

@@ -235,6 +235,8 @@ class TraceOut(_Strict):
     parallel: ParallelOut = d("the TP, PP and EP ledgers")
     rank_stages: list[StageOut] | None = d("the stages of one rank (with --per-rank and p > 1)",
                                            None)
+    notes: list[str] | None = d("how the config was read: keys of its config.json no reader "
+                                "reads (present only when there are any)", None)
 
     @field_validator("model")
     @classmethod

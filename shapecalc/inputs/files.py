@@ -179,3 +179,42 @@ def _depth(data: Any) -> int:
 def read_json(path: str | Path, field: str) -> Any:
     """A JSON file, through every check above."""
     return loads(read_text(path, field), "JSON", path, field)
+
+
+def read_jsonl(path: str | Path, field: str) -> list[tuple[int, Any]]:
+    """A JSON Lines file through every check above, each line a value: (line number, value)."""
+    text, p, out = read_text(path, field), shown(path), []
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                out.append((i, loads(line, "JSON", f"{p}:{i}", field)))
+            except SyntaxRefusal:
+                raise ShapecalcError(field, f"{p}:{i}: not valid JSON") from None
+    return out
+
+
+def read_csv(path: str | Path, field: str) -> list[dict[str, str]]:
+    """A CSV file with a header line, through the reading checks above: a header naming a
+    column twice (the last would silently win), a row with more or fewer cells than the header,
+    or a quoted field left open is refused, naming the line."""
+    import csv
+
+    text, p = read_text(path, field), shown(path)
+    try:
+        rows = list(csv.reader(text.splitlines()))
+    except csv.Error as e:
+        raise ShapecalcError(field, f"{p} is not valid CSV: {_one_line(e)}") from None
+    rows = [r for r in rows if any(c.strip() for c in r)]
+    if not rows:
+        raise ShapecalcError(field, f"{p} is empty")
+    head = [c.strip() for c in rows[0]]
+    for c in head:
+        if head.count(c) > 1:
+            raise ShapecalcError(field, f"{p}: duplicate column {escape_controls(repr(c))}")
+    out = []
+    for i, r in enumerate(rows[1:], 2):
+        if len(r) != len(head):
+            raise ShapecalcError(field, f"{p}: row {i} has {len(r)} cells, the header "
+                                 f"{len(head)}")
+        out.append(dict(zip(head, r, strict=True)))
+    return out

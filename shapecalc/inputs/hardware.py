@@ -20,6 +20,7 @@ from ..model.config import ShapecalcError, first_error
 from ..model.record import Pos, PosFloat, Record, _doc, _req
 from ..model.suggest import did_you_mean
 from . import files
+from .numbers import each_once, parse_number
 from .sources import list_hardware
 
 # dtypes a profile can give a peak for; a matmul runs in the activation dtype unless told otherwise
@@ -55,6 +56,27 @@ class PerfTerms(Record):
     link_efficiency: PosFloat | None = _doc(None, "fraction of link bandwidth reached")
 
 
+# the range a term may take (README, Expected times): efficiencies are fractions; a GEMM reaches
+# half its efficiency at a step of at most a million tokens; a fixed cost is at most a second
+# (the calibrated ones are tens of µs). Beyond, a value is a typo, not a GPU.
+LIMITS = {"gemm_half_tokens": (0.0, 1e6, "tokens"), "layer_overhead_s": (0.0, 1.0, "s"),
+          "prefill_layer_overhead_s": (0.0, 1.0, "s"), "allreduce_latency_s": (0.0, 1.0, "s")}
+
+
+def check_term(name: str, v: Any) -> None:
+    """A term's value: a finite number in its range (LIMITS; efficiencies in (0, 1])."""
+    if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v)):
+        raise ShapecalcError(f"perf.{name}", f"must be a finite number, got {v}")
+    if name.endswith("efficiency"):
+        if not 0 < v <= 1:
+            raise ShapecalcError(f"perf.{name}", f"must be in (0, 1], got {v}")
+        return
+    lo, hi, unit = LIMITS[name]
+    if not lo <= v <= hi:
+        raise ShapecalcError(f"perf.{name}", f"must be in [{lo:g}, {hi:g}] {unit}, got {v:g}")
+
+
+
 class GPU(Record):
     """A GPU profile: datasheet values (see presets/hardware/)."""
 
@@ -76,6 +98,11 @@ class GPU(Record):
         return getattr(self.peak_flops, dtype, None)
 
     def _check(self) -> None:
+        if not self.name.strip():
+            raise ShapecalcError("gpu.name", "is empty: a profile needs a name")
+        for term, v in (self.perf.model_dump() if self.perf else {}).items():
+            if v is not None:  # at load, whether or not a command uses the term
+                check_term(term, v)
         # rates below one unit a second make times overflow to inf (JSON has no inf), and no
         # GPU is that slow: 1e-300 B/s is a typo
         rates = {"hbm_bandwidth": self.hbm_bandwidth, "link_bandwidth": self.link_bandwidth,
@@ -109,7 +136,11 @@ def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None 
                 f"{', '.join(sorted(known)) or '(none)'}"
             )
         data = _read(match)
-    data.setdefault("name", path.stem)
+    quoted = GPU.quoted_number(data)
+    if quoted:  # a file's number is written as one: lax validation would read "3e12" as 3e12
+        raise ShapecalcError(f"gpu.{quoted}", "must be a number, not a string")
+    data.setdefault("name", files.escape_controls(path.stem))
+    each_once(sets, "set-gpu")
     for item in sets or []:
         _override(data, item)
     try:
@@ -137,8 +168,12 @@ def _override(data: dict[str, Any], item: str) -> None:
         raise ShapecalcError(
             "set-gpu", "set one value: peak_flops.bf16=989e12, perf.layer_overhead_s=4e-6")
     value: Any = text
-    if parts[0] not in ("name", "vendor", "source", "memory", "link", "price_source"):
-        value = parse_quantity(text, "set-gpu")
+    if parts[0] == "perf":  # a plain number in the term's range (seconds, fractions, tokens)
+        value = parse_number(text, "set-gpu")
+        check_term(parts[1], value)
+    elif parts[0] not in ("name", "vendor", "source", "memory", "link",
+                              "price_source"):
+        value = parse_quantity(text, "set-gpu", FIELD_UNITS.get(parts[0], ()), key)
         if parts[0] == "memory_bytes":
             if value != int(value):
                 raise ShapecalcError("set-gpu", f"memory_bytes must be whole bytes, got {text!r}")
@@ -159,11 +194,24 @@ _QTY = re.compile(
 )
 
 
-def parse_quantity(text: str, field: str) -> float:
-    """'3.35e12', '3.35T', '3.35TB/s', '80GiB', '989.5 TFLOP/s' → a float (binary Ki/Mi/Gi)."""
+# the units each field may be written in (a number alone is in that unit): memory_bytes=80GiB/s
+# is a bandwidth given for a size, refused; a field not listed takes a plain number
+FIELD_UNITS = {"memory_bytes": ("B",), "hbm_bandwidth": ("B/s", "/s"),
+               "link_bandwidth": ("B/s", "/s"),
+               "peak_flops": ("FLOP/s", "FLOPS", "OP/s", "OPS", "/s")}
+
+
+def parse_quantity(text: str, field: str, units: tuple[str, ...] | None = None,
+                   key: str = "this field") -> float:
+    """'3.35e12', '3.35T', '3.35TB/s', '80GiB', '989.5 TFLOP/s' → a float (binary Ki/Mi/Gi);
+    `units`: the unit suffixes the field accepts (None: any)."""
     m = _QTY.match(text)
     if not m:
         raise ShapecalcError(field, f"{text!r} is not a number (e.g. 3.35e12, 3.35TB/s, 80GiB)")
+    if units is not None and m.group(3) and m.group(3) not in units:
+        give = " or ".join(units) + ", or " if units else ""
+        raise ShapecalcError(field, f"{text!r}: {m.group(3)} is not a unit of {key} "
+                             f"(give {give}a plain number)")
     value = float(m.group(1)) * _UNITS[m.group(2) or ""]
     if not math.isfinite(value):
         raise ShapecalcError(field, f"{text!r} is too large for a number")

@@ -15,6 +15,8 @@ from .hf_families import FAMILIES, SUPPORTED
 from .sources import _parse
 
 __all__ = ["SUPPORTED", "_HF", "Unsupported", "load_hf_config", "read_family"]
+# the keys of each config.json read (by model name) that no family reads: trace's notes
+UNREAD: dict[str, list[str]] = {}
 # families that need what shapecalc does not model yet: the one line each is refused with
 REFUSED: dict[str, str] = {}
 
@@ -72,6 +74,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     else:  # a text model's own config: a text_config beside it must agree (hf_render.py)
         hf_render.check_text_config(cfg, mt)
     fields = read_family(_HF(cfg), mt)
+    unread = hf_keys.unread(cfg, _known())
     fields["quantization"] = hf_quant.read(_parse(path, "hf-config"))  # the top's config
     # Say only what differs from the defaults, so a loaded config reads like a preset.
     heads, d = fields["n_heads"], fields["d_model"]
@@ -84,8 +87,27 @@ def load_hf_config(path: str | Path) -> ModelConfig:
     fields["name"] = files.escape_controls(stem) or "custom"
     if multimodal:  # the line that says what was read
         fields["name"] += " (text_config of a multimodal config; the vision tower is not counted)"
+    if unread:
+        UNREAD[fields["name"]] = unread
     try:
         return ModelConfig.model_validate(fields)
     except ValidationError as err:
         e = first_error(err)
         raise ShapecalcError(e.field, f"{e.reason} (read from {files.shown(path)})") from None
+
+
+def _known() -> frozenset[str]:
+    """Every key some family reads, ignores, defaults or aliases."""
+    keys: set[str] = set()
+    for f in FAMILIES.values():
+        keys |= f.reads | f.ignored | set(f.defaults) | set(f.widths)
+        keys |= set(f.aliases) | {a for v in f.aliases.values() for a in v}
+    return frozenset(keys)
+
+
+def notes(model: ModelConfig) -> list[str]:
+    """What a report should say about how `model` was read: keys its config.json gave that no
+    reader reads (assumed to change no shape)."""
+    keys = UNREAD.get(model.name)
+    shown = ", ".join(files.escape_controls(k) for k in keys or ())
+    return [f"keys not read (assumed to change no shape): {shown}"] if keys else []

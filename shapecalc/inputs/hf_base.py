@@ -89,6 +89,31 @@ class Family:
         return frozenset(keys)
 
 
+# keys whose kind is the same in every family that has them: a count (a positive integer; `true`
+# is not 1, "2048" is not a number) or a list; checked wherever they are read, so no reader
+# computes with a list or a string (OPT's max_position_embeddings + 2)
+COUNT_KEYS = frozenset((
+    "max_position_embeddings", "n_positions", "max_seq_len", "num_hidden_layers", "hidden_size",
+    "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "head_dim",
+    "ffn_dim", "n_embd", "n_layer", "n_head", "n_inner", "rotary_dim"))
+# counts where 0 says "none" (num_experts 0: a dense model; a sliding_window of 0 is off)
+ZERO_KEYS = frozenset(("sliding_window", "num_experts", "num_local_experts", "n_routed_experts",
+                       "num_experts_per_tok"))
+LIST_KEYS = frozenset(("layer_types",))
+
+
+def check_kind(key: str, value: Any) -> None:
+    """One line for a value of the wrong kind under a key of fixed kind (None: not given)."""
+    if value is None:
+        return
+    if key in COUNT_KEYS and (type(value) is not int or value < 1):
+        raise ShapecalcError(key, f"must be a positive integer, not {value!r}")
+    if key in ZERO_KEYS and (type(value) is not int or value < 0):
+        raise ShapecalcError(key, f"must be an integer ≥ 0, not {value!r}")
+    if key in LIST_KEYS and not isinstance(value, list):
+        raise ShapecalcError(key, f"must be a list, not {value!r}")
+
+
 class HF:
     """Reads keys of one config.json for one family; absent keys take the family's class
     default. Every key looked at is recorded in `read`."""
@@ -134,6 +159,7 @@ class HF:
         if number and value is not None and (
                 isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ShapecalcError(key, f"must be a number, not {value!r}")
+        check_kind(key, value)
         return value
 
     def one_of(self, key: str, fallback: Any = _NO_DEFAULT) -> Any:

@@ -184,3 +184,23 @@ def audit(cfg: Cfg, model_type: str, reads: frozenset[str]) -> None:
         raise ShapecalcError(key, f"{given[key]!r} sets {spec.what}, which shapecalc does not "
                              f"read for model_type {model_type!r}; refused rather than ignored "
                              "(another family's config needs its own model_type)")
+
+
+# keys no reader needs because they change no shape or count: token ids, dropouts, norm
+# epsilons, initialisation, training and serving switches, provenance (PretrainedConfig's own)
+_NEUTRAL = ("architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
+            "_name_or_path", "auto_map", "use_cache", "task_specific_params", "text_config",
+            "vision_config", "quantization_config", "tokenizer_class", "cache_implementation",
+            "gradient_checkpointing", "output_router_logits", "router_aux_loss_coef",
+            "aux_loss_alpha", "seq_aux", "model_max_length", "verbose", "output_past",
+            "prefix", "layerdrop", "initializer_range", "rope_scaling", "rope_parameters")
+_NEUTRAL_PARTS = ("_token_id", "_token_index", "dropout", "pdrop", "_eps", "eps", "epsilon",
+                  "init_", "_init", "summary_", "_jitter_noise", "_fusion", "softmax_in_fp32")
+
+
+def unread(cfg: Cfg, known: frozenset[str]) -> list[str]:
+    """The keys of `cfg` that no family reads or knows to ignore (`known`: every family's reads,
+    ignored keys, defaults and aliases) and that are not plainly neutral: said in a note
+    ("keys not read"), since shapecalc cannot tell what a new key (my_new_gating) changes."""
+    return sorted(k for k in cfg if k not in known and k not in SHAPE_KEYS
+                  and k not in _NEUTRAL and not any(p in k for p in _NEUTRAL_PARTS))

@@ -35,3 +35,38 @@ def pos_int(s: str, field: str, whole: str) -> int:
     if v > INT_MAX:
         raise ShapecalcError(field, f"{v} in {whole!r} must be at most 2⁶³−1 = {INT_MAX}")
     return v
+
+
+def bounded(v: float, field: str, lo: float, hi: float, what: str = "", key: str = "") -> float:
+    """A value already read (a flag, a file's field) within [lo, hi]: the one range check, so
+    no count allocates or loops without bound and no rate or ratio divides into inf/0. A bool
+    (JSON `true`) is not a number; NaN and ±inf are outside every range."""
+    unit, name = f" {what}" if what else "", f"{key}: " if key else ""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ShapecalcError(field, f"{name}{v!r} is not a number")
+    if not (lo <= v <= hi):  # False for NaN
+        raise ShapecalcError(field, f"{name}must be in [{lo:g}, {hi:g}]{unit}, got {v!r}")
+    return v
+
+
+def bounded_int(v: object, field: str, lo: int, hi: int, what: str = "", key: str = "") -> int:
+    """An integer within [lo, hi]; a bool or a float (2.7, 2.0) is refused, not truncated.
+    `key`: what the value is inside the field (a file's record and key), said first."""
+    unit, name = f" {what}" if what else "", f"{key}: " if key else ""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ShapecalcError(field, f"{name}{v!r} is not an integer")
+    if not (lo <= v <= hi):
+        raise ShapecalcError(field, f"{name}must be in [{lo:,}, {hi:,}]{unit}, got {v:,}")
+    return v
+
+
+def each_once(items: list[str] | tuple[str, ...] | None, field: str) -> None:
+    """Repeatable `KEY=VALUE` flags (--set, --set-gpu, --perf): a key given twice is refused,
+    not the first value silently dropped for the last."""
+    seen: dict[str, str] = {}
+    for item in items or ():
+        key = item.partition("=")[0].strip()
+        if key in seen:
+            raise ShapecalcError(field, f"{key} is given twice ({seen[key]!r}, {item!r}): give "
+                                 "each once")
+        seen[key] = item

@@ -13,9 +13,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..model.config import ModelConfig, ShapecalcError, first_error
+from ..model.config import ModelConfig, ShapecalcError, Workload, first_error
 from ..model.suggest import did_you_mean
 from . import files
+from .numbers import each_once
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,13 @@ def _list(dirs: list[Path], field: str) -> dict[str, Path]:
                 continue
             what = "not a directory" if os.path.lexists(d) else "folder not found"
             raise ShapecalcError(field, f"{what}: {files.shown(d)}")
+        here: dict[str, Path] = {}
         for f in sorted(d.glob("*.toml")) + sorted(d.glob("*.json")):
+            if f.stem in here:  # one would silently win over the other
+                raise ShapecalcError(field, f"{files.shown(here[f.stem])} and "
+                                     f"{files.shown(f)} name the same preset "
+                                     f"{files.shown(f.stem)!r}; keep one")
+            here[f.stem] = f
             found.setdefault(f.stem, f)  # earlier folders shadow later ones
     return found
 
@@ -128,6 +135,10 @@ def _split(data: dict[str, Any]) -> tuple[dict, dict, dict]:
             raise ShapecalcError(f"published.{key}", "must be a string")
     if not isinstance(wl, dict):
         raise ShapecalcError("workload", "must be a table of workload fields")
+    unknown = sorted(set(wl) - set(Workload.field_info()))
+    if unknown:  # a typo would leave the default in silently
+        raise ShapecalcError(f"workload.{files.escape_controls(unknown[0])}",
+                             f"unknown field{did_you_mean(unknown[0], Workload.field_info())}")
     return data, pub, wl
 
 
@@ -140,6 +151,11 @@ def load_config_file(path: str | Path) -> tuple[ModelConfig, dict]:
             "config", f"{files.shown(path)}: looks like a Hugging Face config.json; use --hf-config"
         )
     fields, _, wl = _split(data)
+    for cls, table, at in ((ModelConfig, fields, ""), (Workload, wl, "workload.")):
+        quoted = cls.quoted_number(table)
+        if quoted:  # lax validation would read "32" as 32
+            raise ShapecalcError(f"{at}{quoted}", f"{files.shown(path)}: must be a number, not a "
+                                 "string")
     fields.setdefault("name", files.escape_controls(path.stem))
     try:
         return ModelConfig.model_validate(fields), wl
@@ -162,6 +178,7 @@ def published(name_or_path: str | Path) -> dict:
 def apply_overrides(model: ModelConfig, items: list[str]) -> ModelConfig:
     """Apply repeatable `--set field=value` (value read as JSON when it parses, else a string)."""
     changes: dict[str, Any] = {}
+    each_once(items, "set")
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()

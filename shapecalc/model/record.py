@@ -237,3 +237,35 @@ class Record:
         }
 
 
+
+    @classmethod
+    def quoted_number(cls, data: Any, prefix: str = "") -> str | None:
+        """The first field (dotted, nested records included) whose value in `data` is a
+        string where the field is a number: lax validation would read `n_layers = "32"` as 32.
+        Files are checked with it (a file's number is written as one); flags, `--set` and case
+        fields are text and keep the lax reading."""
+        if not isinstance(data, dict):
+            return None
+        for k, v in data.items():
+            info = cls.field_info().get(k)
+            if info is None:
+                continue
+            tp = _unwrap(info.annotation)
+            if isinstance(tp, type) and issubclass(tp, Record):
+                hit = tp.quoted_number(v, f"{prefix}{k}.")
+                if hit:
+                    return hit
+            elif tp in (int, float) and isinstance(v, str):
+                return f"{prefix}{k}"
+        return None
+
+
+def _unwrap(tp: Any) -> Any:
+    """The type under Annotated[...] and Optional[...]."""
+    while True:
+        if get_origin(tp) is Annotated:
+            tp = get_args(tp)[0]
+        elif get_origin(tp) in (Union, UnionType):
+            tp = next(a for a in get_args(tp) if a is not type(None))
+        else:
+            return tp

@@ -28,13 +28,16 @@ from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs import files
-from ..inputs.hardware import GPU, load_gpu
+from ..inputs.hardware import GPU, LIMITS, load_gpu
+from ..inputs.numbers import bounded, bounded_int
 from ..inputs.sources import list_hardware, list_presets, load_preset
 from ..model.config import DTYPE_BITS, ShapecalcError, Workload
+from ..model.record import INT_MAX
+from ..model.suggest import did_you_mean
 from .cases import closed_form_for
 from .memory import phase_terms
 from .options import PlanOptions
-from .perf import LIMITS, NAMES, PerfParams, step_seconds, step_terms
+from .perf import NAMES, PerfParams, step_seconds, step_terms
 
 # assumed where a record leaves the lengths out (ExLlamaV2's quick tests: see its notes)
 DEFAULT_INPUT, DEFAULT_OUTPUT = 16, 128
@@ -149,12 +152,56 @@ def dtypes_for(text: str) -> tuple[str, str, str, str]:
     return base, base, base, base
 
 
-def resolve(rec: dict[str, Any], extra: list[Path] | None = None) -> Case:
-    rid = rec.get("id", "?")
+# a record's keys: read by the fit, or documentation (kept, not read)
+COUNTS = ("tp", "pp", "batch", "input_len", "output_len", "n_gpus")
+TEXTS = ("id", "model", "gpu", "preset", "gpu_profile", "dtype", "unit", "metric_type")
+NOTES = ("source", "date", "quote", "notes", "metric", "concurrency")
+# the units a metric is in: a latency in s/ms/us; a tpot also as tokens/s (its inverse); the
+# throughputs are per GPU (tokens/s/GPU: the rate is divided by tp × pp)
+UNITS = {"ttft": ("ms", "s", "us"), "tpot": ("ms", "s", "us", "tokens/s"),
+         "throughput_fixed_batch": ("tokens/s/GPU",),
+         "throughput_max_concurrency": ("tokens/s/GPU",)}
+
+
+def check_record(rec: Any, i: int) -> None:
+    """Every key a record holds, as one line naming the record and the key: no KeyError or
+    TypeError, no tp 0 read as 1, `true` as 1 or 2.7 as 2, no NaN fitted, no unit ignored."""
+    if not isinstance(rec, dict):
+        raise ShapecalcError("calibrate", f"record {i}: not a JSON object")
+    rid = rec.get("id", i)
+    where = f"record {files.escape_controls(str(rid))}"
+    for k in rec:
+        if k not in (*COUNTS, *TEXTS, *NOTES, "value"):
+            raise ShapecalcError("calibrate", f"{where}: unknown key {files.escape_controls(k)!r}"
+                                 f"{did_you_mean(k, (*COUNTS, *TEXTS, *NOTES, 'value'))}")
+    for k in TEXTS:
+        if rec.get(k) is not None and not isinstance(rec[k], str):
+            raise ShapecalcError("calibrate", f"{where}: {k} must be a string, got {rec[k]!r}")
+    for k in COUNTS:
+        if rec.get(k) is not None:
+            bounded_int(rec[k], "calibrate", 1, INT_MAX, key=f"{where}: {k}")
     kind = rec.get("metric_type")
     if kind not in TYPES:
-        raise ShapecalcError("calibrate", f"record {rid}: metric_type {kind!r} is not one of "
+        raise ShapecalcError("calibrate", f"{where}: metric_type {kind!r} is not one of "
                              f"{', '.join(TYPES)}")
+    for k, alt in (("model", "preset"), ("gpu", "gpu_profile")):
+        if not rec.get(k) and not rec.get(alt):
+            raise ShapecalcError("calibrate", f"{where}: needs {k!r} (or {alt!r})")
+    if "value" not in rec:
+        raise ShapecalcError("calibrate", f"{where}: needs 'value'")
+    bounded(rec["value"], "calibrate", 1e-300, 1e300, key=f"{where}: value")
+    if rec.get("unit") not in UNITS[kind]:
+        raise ShapecalcError("calibrate", f"{where}: unit {rec.get('unit')!r} is not one of "
+                             f"{kind}'s: {', '.join(UNITS[kind])}")
+    gpus = (rec.get("tp") or 1) * (rec.get("pp") or 1)
+    if rec.get("n_gpus") is not None and rec["n_gpus"] != gpus:
+        raise ShapecalcError("calibrate", f"{where}: n_gpus {rec['n_gpus']} is not tp × pp = "
+                             f"{gpus}")
+
+
+def resolve(rec: dict[str, Any], extra: list[Path] | None = None) -> Case:
+    rid = rec.get("id", "?")
+    kind = rec["metric_type"]
     model = load_preset(rec.get("preset") or preset_for(rec["model"]))
     gpu = load_gpu(rec.get("gpu_profile") or gpu_for(rec["gpu"], extra), extra)
     w, act, kv, comp = dtypes_for(rec.get("dtype") or "bf16")
@@ -206,8 +253,15 @@ def resolve(rec: dict[str, Any], extra: list[Path] | None = None) -> Case:
 def load_cases(path: Path, extra: list[Path] | None = None) -> list[Case]:
     doc = files.read_json(path, "calibrate")
     recs = doc.get("records") if isinstance(doc, dict) else None
-    if not recs:
-        raise ShapecalcError("calibrate", f"{path} has no \"records\"")
+    if not recs or not isinstance(recs, list):
+        raise ShapecalcError("calibrate", f"{files.shown(path)} has no \"records\" (a list)")
+    ids = [r.get("id") for r in recs if isinstance(r, dict) and r.get("id") is not None]
+    for i, r in enumerate(recs):
+        check_record(r, i)
+    dup = next((x for x in ids if ids.count(x) > 1), None)
+    if dup is not None:
+        raise ShapecalcError("calibrate", f"record id {files.escape_controls(str(dup))!r} "
+                             "appears twice")
     return [resolve(r, extra) for r in recs]
 
 
@@ -217,7 +271,7 @@ def _to_x(p: PerfParams) -> list[float]:
 
 def _from_x(x: list[float]) -> PerfParams:
     vals = {n: math.exp(v) for n, v in zip(NAMES, x, strict=True)}
-    for n in NAMES:  # within each term's range (efficiencies ≤ 1, perf.LIMITS)
+    for n in NAMES:  # within each term's range (efficiencies ≤ 1, hardware.LIMITS)
         vals[n] = min(vals[n], 1.0 if n.endswith("efficiency") else LIMITS[n][1])
     return PerfParams(**vals)
 

@@ -21,13 +21,12 @@ Plain Python or NumPy (`xp`, as memory.py): no imports beyond the planners'.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..costs.closed import ClosedForm
-from ..inputs.hardware import GPU
-from ..inputs.numbers import parse_number
+from ..inputs.hardware import GPU, check_term
+from ..inputs.numbers import each_once, parse_number
 from ..model.config import ShapecalcError
 from .memory import step_bytes, step_flops
 from .perf_defaults import PARAMS
@@ -55,28 +54,9 @@ class PerfParams:
 
 
 NAMES = tuple(f.name for f in fields(PerfParams))
-# the range a term may take (README, Expected times): efficiencies are fractions; a GEMM reaches
-# half its efficiency at a step of at most a million tokens; a fixed cost is at most a second
-# (the calibrated ones are tens of µs). Beyond, a value is a typo, not a GPU.
-LIMITS = {"gemm_half_tokens": (0.0, 1e6, "tokens"), "layer_overhead_s": (0.0, 1.0, "s"),
-          "prefill_layer_overhead_s": (0.0, 1.0, "s"), "allreduce_latency_s": (0.0, 1.0, "s")}
-
-
-def check_term(name: str, v: Any) -> None:
-    """A term's value: a finite number in its range (LIMITS; efficiencies in (0, 1])."""
-    if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v)):
-        raise ShapecalcError(f"perf.{name}", f"must be a finite number, got {v}")
-    if name.endswith("efficiency"):
-        if not 0 < v <= 1:
-            raise ShapecalcError(f"perf.{name}", f"must be in (0, 1], got {v}")
-        return
-    lo, hi, unit = LIMITS[name]
-    if not lo <= v <= hi:
-        raise ShapecalcError(f"perf.{name}", f"must be in [{lo:g}, {hi:g}] {unit}, got {v:g}")
-
-
 def perf_overrides(sets: list[str] | None) -> tuple[str, ...]:
     """`NAME=VALUE` items, checked (a known name, a number in its range); kept as given."""
+    each_once(sets, "perf")
     for item in sets or []:
         key, sep, text = item.partition("=")
         if not sep or key.strip() not in NAMES:

@@ -101,6 +101,14 @@ def render_table(
     an SVG picture (svg_text) and the report `page()` as HTML (html.py) when asked. With
     show=False it is drawn for the exports only. The paths were checked before (check_outputs),
     and the files are committed when the command succeeds (output.py)."""
+    # the exports first: one that fails (/dev/full, a full disk) fails the command before
+    # anything reaches stdout, not after the table was printed
+    if svg:
+        write_text(svg_text(draw), svg, "svg")
+    if html:
+        if page is None:  # every command that draws a table has its report
+            raise ValueError("render_table: --html without a page")
+        write_text(page(), html, "html")
     if show and output in (None, "-"):  # stdout: its own width
         draw(make_console())
     elif show:
@@ -110,12 +118,16 @@ def render_table(
         finally:
             if close:
                 out.close()
-    if svg:
-        write_text(svg_text(draw), svg, "svg")
-    if html:
-        if page is None:  # every command that draws a table has its report
-            raise ValueError("render_table: --html without a page")
-        write_text(page(), html, "html")
+
+
+def write_with_exports(text: str, output: str | None, draw: Callable[[Any], None],
+                       svg: str | None = None, html: str | None = None,
+                       page: Callable[[], str] | None = None) -> None:
+    """A report as text (JSON, CSV, Markdown) to stdout or --output, after its --svg/--html
+    exports (render_table's order: nothing printed before a failing export)."""
+    if svg or html:
+        render_table(draw, None, False, svg, html, page)
+    write_text(text, output)
 
 
 SVG_WIDTH = 240  # the console a picture is drawn on, then cut to its content's width

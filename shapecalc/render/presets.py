@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from ..inputs.files import escape_controls
 from ..model.config import ModelConfig
 from .console import make_console
 from .units import human_count
@@ -15,7 +16,8 @@ def print_presets(rows: list[tuple[str, ModelConfig, int]], console: Console | N
 
     header = ["preset", "N", "D", "H", "H_kv", "Dh", "Dff", "FFN", "N_vocab", "positions",
               "params"]
-    cells = [[name, str(m.n_layers), str(m.d_model), str(m.n_heads), str(m.kv_heads), str(m.dh),
+    cells = [[escape_controls(name), str(m.n_layers), str(m.d_model), str(m.n_heads),
+              str(m.kv_heads), str(m.dh),
               str(m.d_ff), m.ffn, str(m.vocab_size), m.positions, f"{params:,}"]
              for name, m, params in rows]
     split_table(console or make_console(), header, cells, 1,

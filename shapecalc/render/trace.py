@@ -307,6 +307,8 @@ def print_trace(
 
     show(console, totals_panel(doc, console), parallel_panel(doc, console),
          breakdown_chart(doc, console=console))
+    for n in doc.get("notes", ()):  # how the config was read (inputs/hf.py: notes)
+        console.print(Text(f"note: {n}", style="yellow"))
 
 
 # -- where FLOPs, parameters and memory go --------------------------------------------------------

@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..inputs.hardware import GPU
-from ..inputs.numbers import parse_number
-from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of
+from ..inputs.numbers import bounded_int, parse_number
+from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
 from ..model.parallel import kv_elements_per_token, kv_groups, pp_layers, stage_group_layers
 from ..model.plan import layer_plan
+from ..model.record import INT_MAX
 from ..plan.cases import closed_form_for
 from ..plan.fit import point
 from ..plan.memory import stage_state_bytes
@@ -33,6 +34,7 @@ from .scheduler import Replica, SchedulerConfig
 from .workload import Request
 
 ROUTERS = ("round-robin", "least-loaded")
+MAX_REPLICAS = 4096  # each is simulated (its own scheduler and logs)
 PERCENTILES = (50, 90, 99)
 TIMELINE_POINTS = 100
 
@@ -47,8 +49,10 @@ class SLO:
 def parse_slo(text: str | None) -> SLO:
     """`ttft=1s,itl=50ms`: each time with its unit (s, ms or us). A bare number is refused:
     `itl=50` could be 50 s or 50 ms, and a planner reading `slo_met` would not know which."""
-    if not text:
+    if text is None:
         return SLO()
+    if not text.strip():  # given, but empty: not the same as no --slo
+        raise ShapecalcError("slo", "is empty; give ttft=TIME,itl=TIME (e.g. ttft=1s,itl=50ms)")
     vals: dict[str, float] = {}
     for item in (x.strip() for x in text.split(",")):
         key, eq, v = item.partition("=")
@@ -117,8 +121,10 @@ def kv_blocks(dep: Deployment, peak: float) -> int:
 def engine(dep: Deployment) -> Engine:
     if dep.router not in ROUTERS:
         raise ShapecalcError("router", f"{dep.router!r} is not one of {', '.join(ROUTERS)}")
-    if dep.replicas < 1:
-        raise ShapecalcError("replicas", f"must be ≥ 1, got {dep.replicas}")
+    bounded_int(dep.replicas, "replicas", 1, MAX_REPLICAS)
+    if dep.kv_blocks is not None:
+        bounded_int(dep.kv_blocks, "kv-blocks", 1, INT_MAX, "blocks per replica")
+    check(dep.model, dep.wl)  # as trace and fit: tp, ep, pp against the model
     mbt = dep.opts.max_batched_tokens
     if mbt is None:
         raise ShapecalcError("max-batched-tokens", "serve needs a token budget per iteration "
@@ -204,6 +210,10 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
     """Simulate; returns the replicas (their logs) and each request's sequence, by id."""
     eng = eng or engine(dep)
     check_requests(dep, eng, reqs)
+    if reqs and concurrency is None:  # times relative to the first arrival (absolute: lost ulps)
+        t0 = min(r.arrival for r in reqs)
+        if t0:
+            reqs = [replace(r, arrival=r.arrival - t0) for r in reqs]
     n = len(reqs)
     seqs: list[Seq | None] = [None] * n
     pending: list[tuple[float, int]] = []

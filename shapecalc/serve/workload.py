@@ -13,17 +13,26 @@ requests on every platform.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import random
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
-from ..inputs.numbers import parse_number, pos_int
+from ..inputs.files import escape_controls, read_csv, read_jsonl, shown
+from ..inputs.numbers import bounded, bounded_int, parse_number, pos_int
 from ..model.config import ShapecalcError
+from ..model.record import INT_MAX
 
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+# bounds that keep a simulation finite: each request is simulated (~10⁵ a second), a rate's gaps
+# must stay finite floats and a gamma's shape 1/CV² must not overflow
+# (times are float seconds from the first arrival: at most MAX_SPAN_S, whose float spacing,
+# 1.2e-7 s, stays far below an iteration's)
+MAX_REQUESTS = 10**6
+MAX_SPAN_S = 1e9
+RATE = (1e-3, 1e9)
+CV = (1e-3, 100.0)
 
 
 @dataclass(frozen=True)
@@ -84,22 +93,18 @@ def parse_arrivals(text: str) -> float | None:
     if t == "poisson":
         return None
     kind, _, cv = t.partition(":")
-    try:
-        v = float(cv)
-        if kind == "gamma" and 0 < v <= 100:
-            return v
-    except ValueError:
-        pass
-    raise ShapecalcError("arrivals", f"expected poisson or gamma:CV (0 < CV ≤ 100), got {text!r}")
+    if kind == "gamma" and cv:
+        return bounded(parse_number(cv, "arrivals"), "arrivals", *CV, "(gamma:CV's CV)")
+    raise ShapecalcError("arrivals", f"expected poisson or gamma:CV ({CV[0]:g} ≤ CV ≤ {CV[1]:g}), "
+                         f"got {text!r}")
 
 
 def generate(n: int, rate: float | None, prompt: Lengths, output: Lengths, seed: int,
              cv: float | None = None) -> list[Request]:
     """n requests; rate None: all arrive at 0 (a closed loop sets arrivals as it runs)."""
-    if n < 1:
-        raise ShapecalcError("requests", f"must be ≥ 1, got {n}")
-    if rate is not None and not (rate > 0 and math.isfinite(rate)):
-        raise ShapecalcError("rate", f"must be a finite number > 0 requests/s, got {rate}")
+    bounded_int(n, "requests", 1, MAX_REQUESTS)
+    if rate is not None:
+        bounded(rate, "rate", *RATE, "requests/s")
     rng = random.Random(seed)
     out: list[Request] = []
     t = 0.0
@@ -114,43 +119,64 @@ def generate(n: int, rate: float | None, prompt: Lengths, output: Lengths, seed:
     return out
 
 
-def read_trace(path: Path) -> list[Request]:
-    """A JSONL (one object a line) or CSV (a header line) file of TRACE_COLUMNS, in any order
-    of arrival (sorted here; ties keep the file's order)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ShapecalcError("trace", f"cannot read {path}: {e}") from None
-    rows: list[dict[str, object]] = []
-    if path.suffix.lower() == ".csv":
-        rows = list(csv.DictReader(text.splitlines()))
-    else:
-        for i, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    raise ShapecalcError("trace", f"{path}:{i}: not a JSON object") from None
-                if not isinstance(obj, dict):
-                    raise ShapecalcError("trace", f"{path}:{i}: not a JSON object")
-                rows.append(obj)
-    if not rows:
-        raise ShapecalcError("trace", f"{path} has no requests")
-    reqs = []
-    for i, r in enumerate(rows):
+def _arrival(v: object, where: str, cell: bool) -> Fraction:
+    """arrival_s exactly (an int of epoch nanoseconds keeps its last digit): a JSON number or
+    (`cell`) a CSV cell; a bool (`true`) is not 1 s, a JSON string not a number."""
+    if isinstance(v, str) and cell:
+        parse_number(v, "trace")  # ASCII, a number at all
         try:
-            a = float(r["arrival_s"])  # type: ignore[arg-type]
-            p = int(str(r["prompt_tokens"]))
-            o = int(str(r["output_tokens"]))
-        except KeyError as e:
-            raise ShapecalcError("trace", f"{path}: request {i + 1} has no {e.args[0]!r} "
-                                 f"(columns: {', '.join(TRACE_COLUMNS)})") from None
-        except (TypeError, ValueError):
-            raise ShapecalcError("trace", f"{path}: request {i + 1}: arrival_s must be a number, "
-                                 "prompt_tokens and output_tokens integers") from None
-        if not (math.isfinite(a) and a >= 0 and p >= 1 and o >= 1):
-            raise ShapecalcError("trace", f"{path}: request {i + 1}: needs arrival_s ≥ 0, "
-                                 "prompt_tokens ≥ 1, output_tokens ≥ 1")
-        reqs.append((a, i, p, o))
+            return Fraction(v.strip())
+        except ValueError:
+            pass
+    elif isinstance(v, int) and not isinstance(v, bool):
+        return Fraction(v)
+    elif isinstance(v, float) and math.isfinite(v):
+        return Fraction(v)
+    raise ShapecalcError("trace", f"{where}: arrival_s must be a finite number ≥ 0, got {v!r}")
+
+
+def _tokens(v: object, key: str, where: str, cell: bool) -> int:
+    if cell and isinstance(v, str) and v.strip().isascii() and v.strip().isdigit():
+        v = int(v.strip())
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ShapecalcError("trace", f"{where}: {key} must be an integer, got {v!r}")
+    return bounded_int(v, "trace", 1, INT_MAX, "tokens", key=f"{where}: {key}")
+
+
+def read_trace(path: Path) -> list[Request]:
+    """A JSONL (one object a line) or CSV (a header line) file of TRACE_COLUMNS, read by the
+    shared safe reader (inputs/files.py), in any order of arrival (sorted here; ties keep the
+    file's order). Times are made relative to the first arrival, exactly, before they become
+    floats: epoch nanoseconds keep their resolution."""
+    p, cell = shown(path), path.suffix.lower() == ".csv"
+    rows: list[tuple[str, object]] = []
+    if cell:
+        rows = [(f"{p}: request {i}", r) for i, r in enumerate(read_csv(path, "trace"), 1)]
+    else:
+        rows = [(f"{p}:{i}", r) for i, r in read_jsonl(path, "trace")]
+    if not rows:
+        raise ShapecalcError("trace", f"{p} has no requests")
+    bounded_int(len(rows), "trace", 1, MAX_REQUESTS, f"requests ({p})")
+    reqs = []
+    for i, (where, r) in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ShapecalcError("trace", f"{where}: not a JSON object")
+        missing = [k for k in TRACE_COLUMNS if k not in r]
+        if missing:
+            raise ShapecalcError("trace", f"{where} has no {missing[0]!r} "
+                                 f"(columns: {', '.join(TRACE_COLUMNS)})")
+        extra = sorted(set(r) - set(TRACE_COLUMNS))
+        if extra:
+            raise ShapecalcError("trace", f"{where}: unknown column {escape_controls(extra[0])!r} "
+                                 f"(columns: {', '.join(TRACE_COLUMNS)})")
+        a = _arrival(r["arrival_s"], where, cell)
+        if a < 0:
+            raise ShapecalcError("trace", f"{where}: arrival_s must be ≥ 0, got {float(a)}")
+        reqs.append((a, i, _tokens(r["prompt_tokens"], "prompt_tokens", where, cell),
+                     _tokens(r["output_tokens"], "output_tokens", where, cell)))
     reqs.sort()
-    return [Request(k, a, p, o) for k, (a, _, p, o) in enumerate(reqs)]
+    t0 = reqs[0][0]
+    if reqs[-1][0] - t0 > MAX_SPAN_S:
+        raise ShapecalcError("trace", f"{p}: arrivals span {float(reqs[-1][0] - t0):g} s, more "
+                             f"than the {MAX_SPAN_S:g} s a simulation keeps exact")
+    return [Request(k, float(a - t0), pr, o) for k, (a, _, pr, o) in enumerate(reqs)]

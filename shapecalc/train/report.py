@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..inputs.numbers import bounded_int
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, check, nbytes
 from ..model.parallel import pp_layers
+from ..model.record import INT_MAX
 from ..plan.fit import largest_ok
 from .activations import (
     CP_RULE,
@@ -35,6 +37,10 @@ ACT_DTYPE = {"mixed": "bf16", "fp32": "fp32", "adam8bit": "bf16"}
 def batches(micro: int, accum: int | None, global_batch: int | None, dp: int
             ) -> tuple[int, int]:
     """(grad_accum, global_batch) with global = micro × grad_accum × dp, checked."""
+    if accum is not None:
+        bounded_int(accum, "grad-accum", 1, INT_MAX)
+    if global_batch is not None:
+        bounded_int(global_batch, "global-batch", 1, INT_MAX, "sequences")
     if accum is None:
         if global_batch is None:
             return 1, micro * dp

@@ -45,7 +45,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..inputs.hardware import GPU
-from ..inputs.numbers import parse_number
+from ..inputs.numbers import each_once, parse_number
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.parallel import stage_kind_counts
@@ -104,6 +104,7 @@ def perf_for(gpu: GPU, sets: list[str] | None = None) -> TrainPerf:
     if gpu.name in FITTED:
         g, a = FITTED[gpu.name]
         out = replace(out, gemm_efficiency=g, attention_efficiency=a)
+    each_once(sets, "perf")
     for item in sets or []:
         key, sep, text = item.partition("=")
         key = key.strip()

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..check.budget import check_layers
+from ..check.budget import WORK_BUDGET_S, GiB, check_layers, default_budget, estimate, work_seconds
 from ..check.verify import _check, _close, _exact, _expand, _kind_total, compare_stages
 from ..interpret import symbolic
 from ..interpret.caches import ContiguousKV
@@ -150,8 +150,25 @@ def train_verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     check_layers(model, layers)
     plan = layer_plan(model)
     K = plan.covering() if layers is None else layers
+    budget_refusal(model, wl, K)
     with one_blas_thread():
         return _train_verify(model, wl, K, plan, seed, fd, recompute)
+
+
+def budget_refusal(model: ModelConfig, wl: Workload, K: int) -> None:
+    """verify's memory and time budgets, estimated before any array is made (a seq of 10¹² was
+    a NumPy allocation traceback): the tape keeps every layer's activations, so the forward's
+    estimate counts K times."""
+    need = estimate(model, wl, K, "float64") * max(K, 1)
+    if need > default_budget():
+        raise ShapecalcError("memory", f"verify --train needs about {need / GiB:,.1f} GiB at batch "
+                             f"{wl.batch}, seq {wl.seq} ({K} layers), more than the "
+                             f"{default_budget() / GiB:.0f} GiB budget; lower --seq or --batch")
+    secs = work_seconds(model, wl, K)
+    if secs > WORK_BUDGET_S:
+        raise ShapecalcError("memory", f"verify --train would take about {secs:,.0f} s at batch "
+                             f"{wl.batch}, seq {wl.seq}, more than the {WORK_BUDGET_S:.0f} s "
+                             "budget; lower --seq or --batch")
 
 
 def _train_verify(model: ModelConfig, wl: Workload, K: int, plan: Any, seed: int, fd: bool,
