@@ -111,7 +111,7 @@ def valid_tps(model: ModelConfig) -> list[int]:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(model=models(), data=st.data())
 def test_closed_form_equals_pipeline_on_random_configs(model, data):
     cf = ClosedForm(
@@ -313,7 +313,7 @@ def mixer_models(draw):
         conv_bias=draw(st.booleans()), **mamba, **gdn)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(model=mixer_models(), data=st.data())
 def test_closed_form_equals_pipeline_on_random_mixer_configs(model, data):
     cf = ClosedForm(model, logits=data.draw(st.sampled_from(["all", "last"])))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import signal
 import sys
 
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 
 from shapecalc.cli import main
 
-FUZZ_EXAMPLES = 120
+FUZZ_EXAMPLES = int(os.environ.get("FUZZ_N", "60"))  # FUZZ_N=2000: a longer hunt
 STEP_TIMEOUT_S = 30  # one draw; a hang fails the test instead of stalling the suite
 
 INTS = ["0", "-1", "1", "2", "3", "4", "8", "16", "1000000000000000000000000000000",

@@ -31,8 +31,10 @@ def test_contains_finds_changes():
 
 
 ORIGINAL = cases.original_presets(GOLDEN)
-KEYS = [pytest.param(k, marks=[] if k.split()[1] in ORIGINAL or (k.startswith("trace ")
-                     and k.endswith(" prefill")) else [pytest.mark.slow]) for k in sorted(GOLDEN)]
+# the presets newer than the first 52 run under -m slow (each is measured against transformers by
+# default: tests/test_families_reference.py, test_mixers_reference.py and their kin)
+KEYS = [pytest.param(k, marks=[] if k.split()[1] in ORIGINAL else [pytest.mark.slow])
+        for k in sorted(GOLDEN)]
 
 
 def _code(argv: list[str], want: dict) -> int:

@@ -342,7 +342,7 @@ def chunked_models(draw):
     ))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(model=chunked_models(), data=st.data())
 def test_closed_form_equals_the_stage_list_on_random_chunked_models(model, data):
     model = ModelConfig.model_validate(model.model_dump())

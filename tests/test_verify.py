@@ -76,7 +76,7 @@ def failing(doc):
     return [c for c in doc["checks"] if not c["ok"]]
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_every_number_checks_out_on_random_configs(case):
     model, wl, layers, precision, weights = case
