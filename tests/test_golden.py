@@ -31,10 +31,18 @@ def test_contains_finds_changes():
 
 
 ORIGINAL = cases.original_presets(GOLDEN)
-# the presets newer than the first 52 run under -m slow (each is measured against transformers by
-# default: tests/test_families_reference.py, test_mixers_reference.py and their kin)
-KEYS = [pytest.param(k, marks=[] if k.split()[1] in ORIGINAL else [pytest.mark.slow])
-        for k in sorted(GOLDEN)]
+
+
+def _default(key: str) -> bool:
+    """The default run: every trace and sweep case of the first 52 presets, and their fit and
+    compare at the plain prefill (the other two workloads of fit and compare run under -m slow,
+    as do the presets newer than the first 52: each of those is measured against transformers by
+    default, tests/test_families_reference.py, test_mixers_reference.py and their kin)."""
+    command, preset, *rest = key.split()
+    return preset in ORIGINAL and (command in ("trace", "sweep") or rest == ["prefill"])
+
+
+KEYS = [pytest.param(k, marks=[] if _default(k) else [pytest.mark.slow]) for k in sorted(GOLDEN)]
 
 
 def _code(argv: list[str], want: dict) -> int:
