@@ -6,6 +6,7 @@ inside the commands that print tables or run arrays.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Annotated, Any
 
@@ -240,6 +241,7 @@ def presets(
         print_model(model, _params(model))
 
 
+@functools.lru_cache(maxsize=512)  # a model record is hashable; `presets` lists them all
 def _params(model: Any) -> int:
     from ..costs.trace import build_trace
     from ..model.config import Workload
