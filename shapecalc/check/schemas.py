@@ -11,20 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, StrictBool, StrictInt, field_validator
+from pydantic import ConfigDict, StrictBool, StrictInt
 
-from ..costs.described import Strict, d, described, inline, many
+from ..costs.described import Strict, WorkloadChecked, d, described, inline, many
 from ..model.config import Workload
 
 Num = StrictInt | float | str | None  # str: a bound in words ("≤ 1e-06")
-
-
-class _Checked(Strict):
-    @field_validator("workload", check_fields=False)
-    @classmethod
-    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
-        Workload.model_validate(v)
-        return v
 
 
 Check = described(
@@ -51,7 +43,7 @@ VerifyOut = described(
     ("memory_budget_bytes", StrictInt, "the memory the run may use"),
     ("weights", str, "resident (all made at once) or streamed (layer by layer)"),
     ("ok", StrictBool, "every check passed"),
-    ("checks", many(Check), "each check"), base=_Checked)
+    ("checks", many(Check), "each check"), base=WorkloadChecked)
 
 Sizes = described(
     "VerifyTrainSizes", "The widths the backward ran at",
@@ -88,7 +80,7 @@ VerifyTrainOut = described(
     ("loss", float, "the cross-entropy loss of the seeded batch"),
     ("checks", many(Check), "each check"),
     ("finite_differences", FiniteDiffs | None, "the finite-difference check (null: not run)"),
-    ("ok", StrictBool, "every check passed"), base=_Checked)
+    ("ok", StrictBool, "every check passed"), base=WorkloadChecked)
 
 Versions = described("AgainstVersions", "Library versions",
                      ("torch", str, "torch's version"),

@@ -8,12 +8,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, create_model, field_validator
 from pydantic import Field as PydField
+
+from ..model.config import ModelConfig, Workload
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class WorkloadChecked(Strict):
+    """An output whose `workload` dict must be a valid Workload (its own schema)."""
+
+    @field_validator("workload", check_fields=False)
+    @classmethod
+    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
+        Workload.model_validate(v)
+        return v
+
+
+class RecordsChecked(WorkloadChecked):
+    """An output whose `model` dict must be a valid ModelConfig too."""
+
+    @field_validator("model", check_fields=False)
+    @classmethod
+    def _model(cls, v: dict[str, Any]) -> dict[str, Any]:
+        ModelConfig.model_validate(v)
+        return v
 
 
 def described(name: str, doc: str, *rows: tuple[Any, ...],

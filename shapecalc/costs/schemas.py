@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, create_model, field_validator
+from pydantic import BaseModel, create_model
 from pydantic import Field as PydField
 
 from ..model.config import ModelConfig, Workload
-from .described import d, inline
+from .described import RecordsChecked, d, inline
+from .described import Strict as _Strict
 from .fields import EP_LEDGER, PP_LEDGER, TOTALS, TP_LEDGER, Field
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class StageOut(_Strict):
@@ -225,7 +222,7 @@ class ParallelOut(_Strict):
     ep: EPOut = d("expert parallelism: experts per rank and all-to-alls")  # type: ignore[valid-type]
 
 
-class TraceOut(_Strict):
+class TraceOut(RecordsChecked):
     model: dict[str, Any] = d("the model's fields (shapecalc schema config)")
     workload: dict[str, Any] = d("the workload (shapecalc schema workload)")
     widths: dict[str, str] = d("weights, activations, all_reduce, kv_cache → dtype")
@@ -237,18 +234,6 @@ class TraceOut(_Strict):
                                            None)
     notes: list[str] | None = d("how the config was read: keys of its config.json no reader "
                                 "reads (present only when there are any)", None)
-
-    @field_validator("model")
-    @classmethod
-    def _model(cls, v: dict[str, Any]) -> dict[str, Any]:
-        ModelConfig.model_validate(v)
-        return v
-
-    @field_validator("workload")
-    @classmethod
-    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
-        Workload.model_validate(v)
-        return v
 
 
 def trace_schema() -> dict[str, Any]:

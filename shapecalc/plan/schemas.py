@@ -10,16 +10,14 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     RootModel,
     StrictBool,
     StrictInt,
     create_model,
-    field_validator,
 )
 
-from ..costs.described import d, inline
+from ..costs.described import RecordsChecked, WorkloadChecked, d, inline
+from ..costs.described import Strict as _Strict
 from ..costs.fields import EP_LEDGER, PP_LEDGER, SWEEP_COLUMNS, TOTALS, TP_LEDGER
 from ..costs.schemas import ParallelOut, Totals
 from ..model.config import ModelConfig, Workload
@@ -34,18 +32,6 @@ PRICE_ROWS = (
     ("price_source", str, "\"--price\", or \"<GPU> profile default: <its page>\""),
     ("gpus", StrictInt, "GPUs the price is paid for"),
     ("per_hour", float, "dollars an hour: gpus × price_per_gpu_hour"))
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class _WithWorkload(_Strict):
-    @field_validator("workload", check_fields=False)
-    @classmethod
-    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
-        Workload.model_validate(v)
-        return v
-
 
 class MemoryOut(_Strict):
     """Bytes per rank (of the fullest pipeline stage)."""
@@ -151,7 +137,7 @@ class Assumptions(_Strict):
     kv_cache: str = d("how KV-cache memory is counted (paged blocks)")
 
 
-class FitOut(_WithWorkload):
+class FitOut(WorkloadChecked):
     """`fit --json`: does the workload fit on the GPU, and how fast."""
 
     model: str = d("the model's name")
@@ -224,7 +210,7 @@ class Derived(_Strict):
     stage_prefill_flops_per_rank: StrictInt = d("that stage's prefill FLOPs on one rank")
 
 
-class CompareItem(_WithWorkload):
+class CompareItem(RecordsChecked):
     """One column: the trace's totals and parallel sections at the column's workload."""
 
     case: str = d("the column's label: the case as given")
@@ -235,12 +221,6 @@ class CompareItem(_WithWorkload):
     parallel: ParallelOut = d("the trace's TP, PP and EP ledgers")
     derived: Derived = d("rows derived from a prefill and a decode trace")
     fit: FitOut | None = d("fit at the column's workload (with --gpu)", None)
-
-    @field_validator("model")
-    @classmethod
-    def _model(cls, v: dict[str, Any]) -> dict[str, Any]:
-        ModelConfig.model_validate(v)
-        return v
 
 
 class CompareOut(RootModel[list[CompareItem]]):

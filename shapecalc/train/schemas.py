@@ -8,27 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import StrictBool, StrictInt, field_validator
+from pydantic import StrictBool, StrictInt
 
-from ..costs.described import Strict, described, inline, many
+from ..costs.described import RecordsChecked, described, inline, many
 from ..model.config import ModelConfig, Workload
 from ..plan.schemas import PRICE_ROWS
 
 I, IN, F, FN = StrictInt, StrictInt | None, float, float | None
-
-
-class _Checked(Strict):
-    @field_validator("model", check_fields=False)
-    @classmethod
-    def _model(cls, v: dict[str, Any]) -> dict[str, Any]:
-        ModelConfig.model_validate(v)
-        return v
-
-    @field_validator("workload", check_fields=False)
-    @classmethod
-    def _workload(cls, v: dict[str, Any]) -> dict[str, Any]:
-        Workload.model_validate(v)
-        return v
 
 
 BytesPerParam = described(
@@ -347,7 +333,7 @@ TrainOut = described(
     ("memory", Memory, "bytes per rank"),
     ("communication", Communication, "bytes per step per rank"),
     ("time", Time | None, "the expected step time (with --gpu)", None),
-    base=_Checked)
+    base=RecordsChecked)
 
 
 def schema() -> dict[str, Any]:
