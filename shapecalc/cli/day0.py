@@ -33,15 +33,14 @@ def refuse_others(given: dict[str, Any]) -> None:
                                  f"{TAKES} only")
 
 
-def workload(path: Path, batch: int | None, seq: int | None, dtype: str | None,
+def workload(raw: dict[str, Any], batch: int | None, seq: int | None, dtype: str | None,
              logits: str | None, default_logits: str = "all") -> tuple[int, int, str, str]:
     """B (1), T (2048, or the model's positions when fewer), the dtype (bf16), the logits."""
-    from ..inputs.sources import _parse
     from ..model.defaults import DEFAULT_SEQ
     from ..model.suggest import canonical_dtype
     from ..reference.day0 import DTYPES, default_seq
 
-    T = seq or default_seq(_parse(path, "hf-config"), DEFAULT_SEQ)
+    T = seq or default_seq(raw, DEFAULT_SEQ)
     return (batch or 1, T, canonical_dtype(dtype, DTYPES) if dtype else "bf16",
             logits or default_logits)
 
@@ -53,16 +52,14 @@ def name_of(path: Path) -> str:
     return files.escape_controls(stem) or "custom"
 
 
-def measured(path: Path, batch: int, seq: int, dtype: str, logits: str,
+def measured(err: Unsupported, batch: int, seq: int, dtype: str, logits: str,
              phase: str = "prefill") -> dict[str, Any]:
     from ..inputs import files
-    from ..inputs.sources import _parse
     from ..reference.day0 import measure
 
     if phase not in ("prefill", "decode"):
         raise ShapecalcError("phase", f"{phase!r} is not one of prefill, decode")
-    raw = _parse(path, "hf-config")
-    doc = measure(raw, name_of(path), files.shown(path), batch, seq, dtype, logits)
+    doc = measure(err.raw, name_of(err.path), files.shown(err.path), batch, seq, dtype, logits)
     doc["workload"]["phase"] = phase
     doc["totals"]["flops"] = doc["totals"][f"{phase}_flops"]  # trace's key: the phase's step
     return doc
@@ -108,9 +105,9 @@ def trace(err: Unsupported, flags: dict[str, Any], others: dict[str, Any], fmt: 
     refuse_others(others)
     fmt = check_format(fmt)
     check_outputs(output=output, svg=svg)
-    batch, seq, dtype, logits = workload(err.path, flags["batch"], flags["seq"],
+    batch, seq, dtype, logits = workload(err.raw, flags["batch"], flags["seq"],
                                          flags["dtype"], flags["logits"])
-    doc = measured(err.path, batch, seq, dtype, logits, flags["phase"] or "prefill")
+    doc = measured(err, batch, seq, dtype, logits, flags["phase"] or "prefill")
     emit(doc, lambda console: r.print_trace(doc, console), fmt, output, svg)
 
 
@@ -125,9 +122,9 @@ def fit(err: Unsupported, flags: dict[str, Any], others: dict[str, Any], hw: Any
     available(err)
     refuse_others(others)
     check_outputs(output=output, svg=svg)
-    batch, seq, dtype, logits = workload(err.path, flags["batch"], flags["seq"],
+    batch, seq, dtype, logits = workload(err.raw, flags["batch"], flags["seq"],
                                          flags["dtype"], flags["logits"], "last")
-    doc = measured(err.path, batch, seq, dtype, logits)
+    doc = measured(err, batch, seq, dtype, logits)
     doc["gpu"] = hw.name
     doc["fit"] = day0_fit(doc, hw.memory_bytes, utilization, hw.peak(dtype), hw.hbm_bandwidth)
     emit(doc, lambda console: r.print_fit(doc, console), fmt, output, svg)
@@ -186,7 +183,7 @@ def compare(cases: list[str], presets_dir: Any, flags: dict[str, Any], others: d
         for B, T, dt in itertools.product(axes.get("batch", [None]), axes.get("seq", [None]),
                                           axes.get("dtype", [None])):
             if case is None:
-                docs.append(measured(err.path, *workload(err.path, B, T, dt, flags["logits"]),
+                docs.append(measured(err, *workload(err.raw, B, T, dt, flags["logits"]),
                                      phase))
                 continue
             seq = T or default_seq(case.model, [phase, "decode"], DEFAULT_SEQ)

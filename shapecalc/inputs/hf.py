@@ -25,11 +25,11 @@ class Unsupported(ShapecalcError):
     """A model_type not in the table: trace, fit and compare measure it with transformers instead
     (day-0, cli/day0.py) when the reference extra is installed."""
 
-    def __init__(self, path: Path, where: str, known: str):
+    def __init__(self, path: Path, where: str, known: str, raw: dict[str, Any]):
         super().__init__("model_type", f"{where} is not supported; supported: "
                          f"{known}. trace, fit and compare measure it with transformers (day-0, "
                          "no stage formulas) once `pip install 'shapecalc[reference]'` is done")
-        self.path = path
+        self.path, self.raw = path, raw  # the config.json read, for the day-0 path
 
 
 def read_family(h: _HF, mt: str) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         tied = {k: cfg[k] for k in ("tie_word_embeddings",) if k in cfg}
         cfg, mt = {**tied, **text}, inner
     elif mt not in SUPPORTED:
-        raise Unsupported(path, where, known)
+        raise Unsupported(path, where, known, cfg)
     else:  # a text model's own config: a text_config beside it must agree (hf_render.py)
         hf_render.check_text_config(cfg, mt)
     fields = read_family(_HF(cfg), mt)
