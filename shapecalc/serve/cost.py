@@ -30,6 +30,7 @@ from ..costs.closed import ClosedForm
 from ..costs.scalar import SCALARS
 from ..inputs.hardware import GPU
 from ..model.config import DTYPE_BITS, ShapecalcError, Workload
+from ..model.conventions import has_convention
 from ..model.parallel import kv_groups, pp_layers
 from ..model.plan import Chunk, layer_plan
 from ..plan.perf import PerfParams, step_seconds, step_terms
@@ -39,7 +40,6 @@ from .pipeline import round_terms
 # the totals of a step that depend on its tokens (the rest are per-rank constants)
 VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
            "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total", "boundary_bytes_total")
-STATEFUL = ("mamba2", "gated_deltanet", "short_conv", "mamba1", "parallel", "kda", "cca")
 NONE: tuple[int, ...] = ()
 CONSTANT = ("params_per_rank", "embed_params_per_rank", "tp", "allreduce_per_layer",
             "expert_params_per_rank", "expert_params", "params", "weight_bytes_per_rank",
@@ -72,7 +72,7 @@ class IterationCost:
         self.link = gpu.link_bandwidth * pp.link_efficiency
         self.wbits = DTYPE_BITS[wl.dtype]
         model = cf.model
-        stateful = bool(set(STATEFUL) & set(model.mixers))
+        stateful = has_convention(model.mixers)  # a stateful mixer: a state slot a sequence
         self.pbasis, self.dbasis = bases(cf)
         # the first 4 prompt lengths past a short convolution's kernel (T < K pads the conv)
         t0 = 1 + max((c for c in cf._cuts("prefill")[0] if c <= 8), default=0)
