@@ -102,7 +102,7 @@ def test_live():
 PRESETS = ("nemotron-nano-9b-v2", "qwen3-next-80b-a3b", "qwen3.5-9b", "qwen3.5-35b-a3b",
            "lfm2-1.2b", "lfm3-1.7b", "lfm2-8b-a1b", "jamba-mini-1.5", "falcon-h1-7b",
            "kimi-linear-48b-a3b", "olmo-hybrid-7b", "ling-3.0-flash", "qwen3.5-27b",
-           "zaya1-8b")
+           "zaya1-8b", "granite-4.0-h-small")
 
 
 @pytest.mark.parametrize("name", PRESETS)

@@ -163,6 +163,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--cases", help="a .py file whose CASES list is measured instead")
+    ap.add_argument("--only", help="comma-separated case names to measure again; the others are "
+                    "kept from --out as they are (and cases no longer listed are dropped)")
     a = ap.parse_args()
     cases = CASES
     if a.cases:
@@ -175,7 +177,17 @@ def main() -> None:
     import transformers
     doc = {"how": __doc__.split("Per case")[1].strip(), "torch": torch.__version__,
            "transformers": transformers.__version__, "B": 1, "T": list(TS), "cases": []}
+    only = set(a.only.split(",")) if a.only else None
+    kept = {}
+    if only is not None:
+        with open(a.out) as f:
+            kept = {c["name"]: c for c in json.load(f)["cases"]}
+        unknown = only - {c[0] for c in cases}
+        assert not unknown, f"--only names no case: {sorted(unknown)}"
     for name, what, full, small in cases:
+        if only is not None and name not in only:
+            doc["cases"].append(kept[name])
+            continue
         doc["cases"].append({"name": name, "what": what, "full_config": full,
                              "hf_config": small, **measure(full, small)})
     with open(a.out, "w") as f:

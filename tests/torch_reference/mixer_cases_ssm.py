@@ -64,15 +64,8 @@ CASES += [
           mamba_chunk_size=64, **FSMALL, **MUP)),
 ]
 
-# Granite 4.0-H (granitemoehybrid). Granite-4.0-H-Small's sizes as a public write-up quotes its
-# config.json (layer_types, mamba_n_heads and the multipliers are not quoted: absent here, they
-# are GraniteMoeHybridConfig's defaults, every layer Mamba-2: not the checkpoint's 36:4 layout)
-GRANITE_H_SMALL_SIZES = dict(model_type="granitemoehybrid", hidden_size=4096,
-                             num_hidden_layers=40, num_attention_heads=32, num_key_value_heads=8,
-                             num_local_experts=72, num_experts_per_tok=10,
-                             shared_intermediate_size=1536, intermediate_size=768,
-                             mamba_d_state=128, mamba_d_conv=4, mamba_expand=2,
-                             tie_word_embeddings=True, vocab_size=100352)
+# Granite 4.0-H (granitemoehybrid): granite-4.0-h-small's config.json as stored (its preset header says
+# where each key comes from)
 GSMALL = dict(model_type="granitemoehybrid", vocab_size=320, hidden_size=48, intermediate_size=20,
               num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
               num_local_experts=6, num_experts_per_tok=2, shared_intermediate_size=24,
@@ -85,10 +78,10 @@ CASES += [
      "(transformers' decode cannot run on Mamba-2 layers alone: get_seq_length needs one)",
      dict(model_type="granitemoehybrid"),
      {**GSMALL, "layer_types": ["mamba", "mamba", "mamba", "attention"]}),
-    ("granite-4.0-h-small-sizes", "Granite-4.0-H-Small's quoted sizes, the unquoted keys the "
-     "class defaults (all-Mamba-2 layers: not the checkpoint); reduced width: its layout as "
-     "Granite 4.0-H's tiny configs write it (mamba, attention by layer_types, NoPE, the four "
-     "multipliers)", GRANITE_H_SMALL_SIZES,
+    ("granite-4.0-h-small", "Granite-4.0-H-Small (tests/data/hf/granite-4.0-h-small.json); reduced "
+     "width with its layout: Mamba-2 and attention by layer_types, NoPE, tied embeddings, the "
+     "multipliers Granite 4.0-H's tiny configs write (they change no count)",
+     hub("granite-4.0-h-small"),
      {**GSMALL, **GLAYOUT, "position_embedding_type": "nope", "tie_word_embeddings": True}),
     ("granitemoehybrid-rope", "GraniteMoeHybridConfig with position_embedding_type rope and "
      "layer_types (attention first); reduced width",
