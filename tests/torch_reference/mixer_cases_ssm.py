@@ -64,8 +64,8 @@ CASES += [
           mamba_chunk_size=64, **FSMALL, **MUP)),
 ]
 
-# Granite 4.0-H (granitemoehybrid): granite-4.0-h-small's config.json as stored (its preset header says
-# where each key comes from)
+# Granite 4.0-H (granitemoehybrid): granite-4.0-h-small's config.json as stored (its preset header
+# says where each key comes from)
 GSMALL = dict(model_type="granitemoehybrid", vocab_size=320, hidden_size=48, intermediate_size=20,
               num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
               num_local_experts=6, num_experts_per_tok=2, shared_intermediate_size=24,
