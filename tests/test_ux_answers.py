@@ -139,3 +139,39 @@ def test_presets_and_hardware_filter_by_substring_or_glob(cli):
     _one_line(cli("presets", "zzz"), "preset")  # nothing picked: the unknown name, as before
     # an override changes one named profile: listing them all with one is refused, not ignored
     _one_line(cli("hardware", "--set-gpu", "memory_bytes=1"), "set-gpu")
+
+
+def test_shell_completion_script_and_answers(cli, monkeypatch):
+    r = cli("completion", "bash")
+    assert r.code == 0 and "_SHAPECALC_COMPLETE=complete_bash" in r.out
+    assert "complete -o default -F" in r.out
+    _one_line(cli("completion", "tcsh"), "shell")
+
+    def complete(words: str) -> list[str]:
+        monkeypatch.setenv("_SHAPECALC_COMPLETE", "complete_bash")
+        monkeypatch.setenv("COMP_WORDS", words)
+        cword = len(words.split()) - (0 if words.endswith(" ") else 1)
+        monkeypatch.setenv("COMP_CWORD", str(cword))
+        try:
+            return cli().out.split()
+        finally:
+            monkeypatch.delenv("_SHAPECALC_COMPLETE")
+
+    assert complete("shapecalc tr") == ["trace", "train"]
+    # a lazy command's own options, and the names its values take
+    assert complete("shapecalc fit --gp") == ["--gpu"]
+    assert complete("shapecalc fit --gpu H1") == ["H100-PCIe", "H100-SXM"]
+    assert complete("shapecalc trace --preset llama3.2") == ["llama3.2-1b", "llama3.2-3b"]
+
+
+def test_help_says_what_each_flag_does(cli):
+    """train's --seq is a training sequence; --dtype says which widths follow it (issue 25)."""
+    train = " ".join(cli("train", "--help").out.split())
+    assert "T: tokens in each training sequence" in train and "prompt tokens" not in train
+    trace = " ".join(cli("trace", "--help").out.split())
+    assert "8- and 4-bit ones keep them bf16" in trace
+
+
+def test_ew_is_explained_under_the_stage_list(cli):
+    out = cli("trace", "--preset", "gpt2", "--seq", "8").out
+    assert " ew" in out and "ew: elementwise FLOPs" in out

@@ -73,4 +73,6 @@ def test_the_bar_shows_step_k_of_n():
         report("prefill, p=4", 3, 24)
         bar.refresh()
     assert "prefill, p=4" in out.getvalue() and re.search(r"step +3/24", out.getvalue())
+    # issue 25: a long step (a real-width layer) must still show time passing
+    assert re.search(r"3/24 +\d+:\d\d:\d\d", out.getvalue())
     assert _progress(False) == (None, None)

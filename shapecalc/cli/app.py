@@ -7,6 +7,7 @@ inside the commands that print tables or run arrays.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Annotated, Any
 
@@ -276,8 +277,39 @@ def schema(
         print("\nshapecalc schema NAME prints one; --all prints every one.")
 
 
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+COMPLETE_VAR = "_SHAPECALC_COMPLETE"  # set by the completion script when the shell asks
+
+
+@app.command(help="Print the shell completion script for bash, zsh, fish or PowerShell: "
+             "`eval \"$(shapecalc completion bash)\"` in ~/.bashrc (zsh alike); fish: "
+             "`shapecalc completion fish > ~/.config/fish/completions/shapecalc.fish`. It "
+             "completes commands, options and preset names.")
+def completion(
+    shell: Annotated[str, typer.Argument(help=" | ".join(SHELLS))],
+) -> None:
+    if shell not in SHELLS:
+        fail(ShapecalcError("shell", f"unknown shell {shell!r}; known: {', '.join(SHELLS)}"))
+    from typer.completion import completion_init, get_completion_script
+
+    completion_init()
+    print(get_completion_script(prog_name="shapecalc", complete_var=COMPLETE_VAR, shell=shell))
+
+
 # Commands in their own modules, loaded when used.
 lazy.register(app)
+
+
+def _complete() -> None:
+    """Answer the shell's completion request: the lazy commands' real options are loaded here, so
+    that `shapecalc fit --g<TAB>` completes as `shapecalc trace --s<TAB>` does."""
+    from typer.completion import completion_init
+
+    completion_init()
+    group = helptext.escape_tree(typer.main.get_command(app))
+    for name in lazy.COMMANDS:
+        group.commands[name] = lazy.command(name)  # type: ignore[attr-defined]
+    group.main(prog_name="shapecalc", complete_var=COMPLETE_VAR)
 
 
 def main() -> None:
@@ -286,6 +318,8 @@ def main() -> None:
 
     from .streams import error_line, guarded
 
+    if COMPLETE_VAR in os.environ:
+        _complete()
     if len(sys.argv) == 1:  # bare `shapecalc`: the commands, as --help lists them
         sys.argv.append("--help")
     try:

@@ -15,7 +15,16 @@ import typer
 
 from ..model.config import ModelConfig, ShapecalcError, Workload, make_workload
 
-Preset = Annotated[str | None, typer.Option("--preset", help="a preset name (shapecalc presets)")]
+
+def complete_presets(incomplete: str) -> list[str]:
+    """Shell completion: the preset names that start with what is typed."""
+    from ..inputs.sources import list_presets
+
+    return [n for n in sorted(list_presets()) if n.startswith(incomplete)]
+
+
+Preset = Annotated[str | None, typer.Option("--preset", help="a preset name (shapecalc presets)",
+                                            autocompletion=complete_presets)]
 ConfigFile = Annotated[
     Path | None, typer.Option("--config", help="a TOML or JSON file with the model fields")
 ]
@@ -34,12 +43,18 @@ Seq = Annotated[
         "--seq", "-t", help="T: prompt tokens (prefill) or tokens already cached (decode)"
     ),
 ]
+# train reads T as the length of each training sequence, not a prompt
+TrainSeq = Annotated[
+    int | None, typer.Option("--seq", "-t", help="T: tokens in each training sequence")
+]
 Phase = Annotated[str | None, typer.Option("--phase", help="prefill | decode")]
 DtypeOpt = Annotated[
     str | None, typer.Option("--dtype", help="fp32 | bf16 | fp16 | fp8 | int8 | int4 | mxfp4 | "
                              "nvfp4 | nf4: the weights (mxfp4, nvfp4, nf4 with their block "
-                             "scales; a quantized checkpoint sets its own), and activations and "
-                             "KV cache unless given apart")
+                             "scales; a quantized checkpoint sets its own). 16- and 32-bit "
+                             "weights set the activations and KV cache too; 8- and 4-bit ones "
+                             "keep them bf16, as engines run them (--act-dtype, --kv-dtype "
+                             "override)")
 ]
 Mode = Annotated[str | None, typer.Option(
     "--mode", help="deployment widths: bf16 | fp8 (W8A8: fp8 weights and GEMMs, bf16 "

@@ -17,7 +17,15 @@ Cases = Annotated[
         show_default=False,
     ),
 ]
-Gpu = Annotated[str | None, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)")]
+def complete_gpus(incomplete: str) -> list[str]:
+    """Shell completion: the hardware profiles whose name starts with what is typed (any case)."""
+    from ..inputs.hardware import list_gpus
+
+    return [n for n in sorted(list_gpus()) if n.lower().startswith(incomplete.lower())]
+
+
+Gpu = Annotated[str | None, typer.Option("--gpu", help="a hardware profile (shapecalc hardware)",
+                                         autocompletion=complete_gpus)]
 HardwareDir = Annotated[
     list[Path] | None,
     typer.Option("--hardware-dir",

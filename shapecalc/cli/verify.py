@@ -117,17 +117,24 @@ def print_verify(doc: dict[str, Any], seq_note: str | None = None) -> None:
 
 def _progress(enabled: bool, console: Any = None) -> Any:
     """One rich progress bar on stderr when it is a terminal: step k of n of the whole run (each
-    forward run's layers and head: check.verify.Steps), and what runs now."""
+    forward run's layers and head: check.verify.Steps), what runs now and the time elapsed."""
     if not enabled:
         return None, None
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     console = console or Console(stderr=True)
     if not console.is_terminal:
         return None, None
     bar = Progress(TextColumn("verify: {task.description}"), BarColumn(),
-                   TextColumn("step"), MofNCompleteColumn(), console=console, transient=True)
+                   TextColumn("step"), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=True)  # a long step still shows time passing
     task = bar.add_task("starting", total=None)
 
     def report(label: str, done: int, total: int) -> None:

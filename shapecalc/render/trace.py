@@ -120,9 +120,19 @@ def _stage_table(cells: list[dict[str, Any] | Text], title: str, layout: str,
 def print_stages(console: Console, stages: list[dict[str, Any]], title: str,
                  kinds: list[dict[str, Any]] | None = None) -> None:
     """The stage list in the widest layout the console holds, else one record per stage."""
+    _print_stage_layout(console, _stage_cells(stages, kinds), title)
+    if any(not s["flops"] and s["elementwise_flops"] for s in stages):
+        console.print(Text(EW_LEGEND, style="dim"))
+
+
+# the suffix a stage with no matmul shows on its FLOPs, explained under the list
+EW_LEGEND = ("ew: elementwise FLOPs (norms, softmax, activations, RoPE, residuals), shown where a "
+             "stage has no matmul; totalled apart from the matmul FLOPs")
+
+
+def _print_stage_layout(console: Console, cells: list[dict[str, Any] | Text], title: str) -> None:
     from .layout import fits, records
 
-    cells = _stage_cells(stages, kinds)
     one = _stage_table(cells, title, "one-line", notes=False)
     if width_of(console, one) + NOTE_ROOM <= console.width:
         console.print(_stage_table(cells, title, "one-line"))
