@@ -48,6 +48,7 @@ def test_find_gpus_reports_the_plan_it_found(cli):
                 "--find-gpus", "--slo", "ttft=1s,itl=50ms", "--max-batched-tokens", "2048")
     head = " ".join(table.out.splitlines()[:2])
     assert f"(tp={plan['tp']}, pp={plan['pp']}) = {plan['gpus']} GPUs" in head
+    assert "1 replicas" not in table.out and "1 replica" in table.out  # its notes agree too
 
 
 def test_one_gpu_and_one_replica_are_singular(cli):

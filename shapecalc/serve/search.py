@@ -139,8 +139,8 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
                                                         (best - 1) // base.gpus_per_replica)
             r = max(1, math.ceil(rate / per))
             if r > cap:
-                notes.append(f"tp={p} pp={s}: {r} replicas (the decode-only ceiling's count) "
-                             f"need as many GPUs as the best plan so far, or more")
+                notes.append(f"tp={p} pp={s}: {_replicas(r)} (the decode-only ceiling's count) "
+                             f"would use as many GPUs as the best plan so far, or more")
                 continue
             bad = 0
             while not meets(r):
@@ -149,7 +149,7 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
                     break
                 r = min(2 * r, cap)
             if not seen[r]:
-                notes.append(f"tp={p} pp={s}: the SLO is missed with {bad} replicas"
+                notes.append(f"tp={p} pp={s}: the SLO is missed with {_replicas(bad)}"
                              + ("" if cap == MAX_REPLICAS else
                                 " (more would need as many GPUs as the best plan so far)"))
                 continue
@@ -183,3 +183,8 @@ def _row(d: sim.Deployment, m: dict[str, Any], share: int = 1) -> dict[str, Any]
             "output_tokens_per_s_per_gpu": m["throughput"]["output_tokens_per_s_per_gpu"],
             "preemptions": m["preemptions"],
             "cost_per_hour": None if d.opts.price is None else d.opts.price * d.gpus}
+
+
+def _replicas(n: int) -> str:
+    # serve sits below render (render.units.plural): the one noun its notes count
+    return f"{n:,} replica" + ("" if n == 1 else "s")
