@@ -1,51 +1,80 @@
-"""Start-up cost of the planners' JSON commands against the floor of their stack.
+"""Start-up cost of the planners' commands against the floor of their stack (issue 25).
 
-The floor is `python -c "import typer, pydantic"`. The commands run interleaved with it, many
-times, in one process tree, so machine noise hits all alike; the script prints each one's ratio of
-medians to the floor. Targets: `trace --preset llama2-70b --json` at most about 1.3× (the ratio
-before the foundation refactor: 1.25–1.30×); `fit --preset llama3-70b --gpu h100-sxm --tp 4
---json` at most 2×.
+The floor is `python -c "import typer, pydantic"`. Each command runs interleaved with it, many
+times, so machine noise hits all alike; the script prints each one's ratio of medians to the
+floor, in wall time and in CPU time (user + sys of the child: steadier on a loaded machine).
+Targets: trace ≤ 1.2×; fit, serve (a 100-request run) and train ≤ 1.5×. `--cold` runs the
+commands without their bytecode cached (each run compiles shapecalc again), for the record.
+
+    python benchmarks/bench_startup.py [RUNS] [--cold]
 """
 
 from __future__ import annotations
 
 import compileall
+import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-FLOOR = [sys.executable, "-c", "import typer, pydantic"]
-TRACE = [sys.executable, "-m", "shapecalc", "trace", "--preset", "llama2-70b", "--json"]
-FIT = [sys.executable, "-m", "shapecalc", "fit", "--preset", "llama3-70b", "--gpu", "h100-sxm",
-       "--tp", "4", "--json"]
+PY = sys.executable
+COMMANDS = {
+    "floor": ([PY, "-c", "import typer, pydantic"], None),
+    "trace": ([PY, "-m", "shapecalc", "trace", "--preset", "llama2-70b", "--json"], 1.2),
+    "fit": ([PY, "-m", "shapecalc", "fit", "--preset", "llama3-70b", "--gpu", "h100-sxm",
+             "--tp", "4", "--json"], 1.5),
+    "serve": ([PY, "-m", "shapecalc", "serve", "--preset", "llama3-8b", "--gpu", "h100-sxm",
+               "--rate", "2", "--requests", "100", "--json"], 1.5),
+    "train": ([PY, "-m", "shapecalc", "train", "--preset", "llama3-8b", "--json"], 1.5),
+}
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def once(cmd: list[str]) -> float:
+def once(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: the child's user + sys)."""
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd[2:])} failed")
+    return wall, usage.ru_utime + usage.ru_stime
 
 
-def main(runs: int = 30) -> None:
-    # typer and pydantic run from compiled bytecode, as pip installs them; an editable checkout
-    # under PYTHONDONTWRITEBYTECODE would recompile shapecalc on every call, so compile it once.
-    compileall.compile_dir(Path(__file__).resolve().parent.parent / "shapecalc", quiet=1)
-    once(FLOOR), once(TRACE), once(FIT)  # warm the file cache
-    floor, trace, fit = [], [], []
+def main(runs: int = 30, cold: bool = False) -> None:
+    env = dict(os.environ)
+    cache = None
+    if cold:  # shapecalc's bytecode in a folder emptied before every run
+        cache = tempfile.mkdtemp()
+        env["PYTHONPYCACHEPREFIX"] = cache
+    else:  # typer and pydantic run from compiled bytecode, as pip installs them: so does shapecalc
+        compileall.compile_dir(ROOT / "shapecalc", quiet=1)
+    for cmd, _ in COMMANDS.values():  # warm the file cache
+        once(cmd, env)
+    wall: dict[str, list[float]] = {k: [] for k in COMMANDS}
+    cpu: dict[str, list[float]] = {k: [] for k in COMMANDS}
     for _ in range(runs):
-        floor.append(once(FLOOR))
-        trace.append(once(TRACE))
-        fit.append(once(FIT))
-    f, t, g = statistics.median(floor), statistics.median(trace), statistics.median(fit)
-    print(f"floor  (import typer, pydantic):                    {f * 1000:7.1f} ms  "
-          f"(median of {runs})")
-    print(f"trace --preset llama2-70b --json:                   {t * 1000:7.1f} ms  "
-          f"ratio {t / f:.2f}×  (target ≤ 1.3×)")
-    print(f"fit --preset llama3-70b --gpu h100-sxm --tp 4 --json: {g * 1000:7.1f} ms  "
-          f"ratio {g / f:.2f}×  (target ≤ 2×)")
+        for name, (cmd, _) in COMMANDS.items():
+            if cache and name != "floor":
+                shutil.rmtree(cache, ignore_errors=True)
+            w, c = once(cmd, env)
+            wall[name].append(w)
+            cpu[name].append(c)
+    fw, fc = statistics.median(wall["floor"]), statistics.median(cpu["floor"])
+    print(f"floor (import typer, pydantic): {fw * 1000:.0f} ms wall, {fc * 1000:.0f} ms CPU "
+          f"(median of {runs}{', bytecode not cached' if cold else ''})")
+    for name, (cmd, target) in COMMANDS.items():
+        if target is None:
+            continue
+        w, c = statistics.median(wall[name]), statistics.median(cpu[name])
+        print(f"{name:6} {' '.join(cmd[3:])}\n       wall {w / fw:.2f}×  CPU {c / fc:.2f}×  "
+              f"(target ≤ {target}×{'' if c / fc <= target else ': MISSED'})")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 30)
+    args = [a for a in sys.argv[1:] if a != "--cold"]
+    main(int(args[0]) if args else 30, "--cold" in sys.argv[1:])

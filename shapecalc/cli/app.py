@@ -125,7 +125,7 @@ def trace(
     html: Html = None,
 ) -> None:
     from ..costs.trace import build_trace
-    from ..inputs.hf import Unsupported
+    from ..inputs.unsupported import Unsupported
     from ..render.output import check_format, check_outputs
 
     try:
@@ -312,6 +312,21 @@ def _complete() -> None:
     group.main(prog_name="shapecalc", complete_var=COMPLETE_VAR)
 
 
+def _one_command(name: str) -> Any:
+    """The click command `name` alone, or None when argv names none (the root's --help, its
+    --version, a typo): typer would otherwise turn every command's signature into options on
+    each start, a cost that `trace --json` in a loop pays every time."""
+    if name in lazy.COMMANDS:
+        return lazy.command(name)
+    for info in app.registered_commands:
+        if info.callback is not None and (info.name or info.callback.__name__) == name:
+            sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                              context_settings=helptext.HELP_OPTIONS)
+            sub.registered_commands = [info]
+            return helptext.escape_tree(typer.main.get_command(sub))
+    return None
+
+
 def main() -> None:
     """Entry point: usage errors become one line on stderr and exit code 2."""
     from typer.core import _click  # typer vendors click; its errors are click's
@@ -322,10 +337,15 @@ def main() -> None:
         _complete()
     if len(sys.argv) == 1:  # bare `shapecalc`: the commands, as --help lists them
         sys.argv.append("--help")
+    one = _one_command(sys.argv[1])
     try:
         # help texts escaped once (cli/helptext.py), so rich markup cannot eat `[m,k]`
-        code = guarded(lambda: helptext.escape_tree(typer.main.get_command(app))(
-            standalone_mode=False))
+        if one is None:
+            code = guarded(lambda: helptext.escape_tree(typer.main.get_command(app))(
+                standalone_mode=False))
+        else:
+            code = guarded(lambda: one.main(args=sys.argv[2:], prog_name=f"shapecalc {sys.argv[1]}",
+                                            standalone_mode=False))
     except _click.exceptions.ClickException as e:
         error_line(e.format_message().replace("\n", " "))
         sys.exit(2)

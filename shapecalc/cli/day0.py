@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..inputs.hf import Unsupported
+from ..inputs.unsupported import Unsupported
 from ..model.config import ShapecalcError
 
 TAKES = "--batch, --seq, --dtype, --logits (and trace's and compare's --phase)"
@@ -159,7 +159,7 @@ def compare(cases: list[str], presets_dir: Any, flags: dict[str, Any], others: d
     each column saying which. --batch, --seq and --dtype may be lists, as in compare."""
     import itertools
 
-    from ..inputs.hf import Unsupported as Unknown
+    from ..inputs.unsupported import Unsupported as Unknown
     from ..model.config import make_workload
     from ..model.defaults import DEFAULT_SEQ, default_seq
     from ..plan.cases import parse_axes, parse_case

@@ -141,7 +141,7 @@ def compare(
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                          compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
-        from ..inputs.hf import Unsupported
+        from ..inputs.unsupported import Unsupported
 
         try:
             parsed = [parse_case(c, presets_dir) for c in cases]
@@ -264,7 +264,7 @@ def fit(
                      logits=logits, tp=tp, pp=pp, ep=ep, mla_form=mla_form,
                      block_size=block_size, attention_flops=attention_flops,
                      mixer_flops=mixer_flops, state_cache=state_cache, state_dtype=state_dtype)
-        from ..inputs.hf import Unsupported
+        from ..inputs.unsupported import Unsupported
 
         try:
             model, wbase, at = fit_model(case, preset, config, hf_config, set_, presets_dir)

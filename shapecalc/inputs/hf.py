@@ -13,23 +13,13 @@ from . import files, hf_keys, hf_quant, hf_render
 from .hf_base import HF as _HF
 from .hf_families import FAMILIES, SUPPORTED
 from .sources import _parse
+from .unsupported import Unsupported
 
 __all__ = ["SUPPORTED", "_HF", "Unsupported", "load_hf_config", "read_family"]
 # the keys of each config.json read (by model name) that no family reads: trace's notes
 UNREAD: dict[str, list[str]] = {}
 # families that need what shapecalc does not model yet: the one line each is refused with
 REFUSED: dict[str, str] = {}
-
-
-class Unsupported(ShapecalcError):
-    """A model_type not in the table: trace, fit and compare measure it with transformers instead
-    (day-0, cli/day0.py) when the reference extra is installed."""
-
-    def __init__(self, path: Path, where: str, known: str, raw: dict[str, Any]):
-        super().__init__("model_type", f"{where} is not supported; supported: "
-                         f"{known}. trace, fit and compare measure it with transformers (day-0, "
-                         "no stage formulas) once `pip install 'shapecalc[reference]'` is done")
-        self.path, self.raw = path, raw  # the config.json read, for the day-0 path
 
 
 def read_family(h: _HF, mt: str) -> dict[str, Any]:

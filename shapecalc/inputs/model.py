@@ -10,7 +10,6 @@ from typing import Any
 from ..model.config import ModelConfig, ShapecalcError
 from ..model.quant import source_fields
 from . import sources
-from .hf import load_hf_config
 
 # the first seed's §13 example (one set of sizes through the whole pass), traced when no model is
 # given: seed-tiny at B=2, T=4
@@ -36,6 +35,8 @@ def load_model(
     if config is not None:
         model, workload = sources.load_config_file(config)
     elif hf_config is not None:
+        from .hf import load_hf_config  # the readers load only for a config.json
+
         model = load_hf_config(hf_config)
     else:
         model = sources.load_preset(DEFAULT[0] if preset is None else preset, presets_dir)

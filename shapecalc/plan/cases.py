@@ -11,7 +11,6 @@ from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs import files, sources
-from ..inputs.hf import load_hf_config
 from ..inputs.numbers import pos_int
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
 from ..model.quant import source_fields, weight_format
@@ -113,6 +112,8 @@ def parse_case(text: str, presets_dir: list[Path] | None = None) -> Case:
         if not files.path_is(path.exists):
             raise ShapecalcError("case", f"{text!r}: file not found: {src}")
         if _is_hf(path):
+            from ..inputs.hf import load_hf_config  # the readers load only for a config.json
+
             model = load_hf_config(path)
         else:
             model, workload = sources.load_config_file(path)
