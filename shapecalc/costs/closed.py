@@ -13,7 +13,7 @@ coefficients at the largest B and T of the grid), else with object arrays of Pyt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
@@ -60,6 +60,28 @@ class Regime:
     polys: dict[str, Poly]
     tags: dict[str, Any]
     decode: bool = False
+    # the tag scans compute makes at every point, done once a regime (byte_sum, largest)
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def tagged(self, prefix: str) -> list[tuple[str, Any, Any]]:
+        """(key, class, repeat) of the tags under `prefix.`, in order."""
+        if (prefix, None) not in self.memo:
+            self.memo[prefix, None] = [(k, *tg) for k, tg in self.tags.items()
+                                       if k.startswith(prefix + ".")]
+        return self.memo[prefix, None]
+
+    def activations(self, skip: tuple[str, ...]) -> list[tuple[str, Any]]:
+        """(key, class) of the activations, those of a kind in `skip` left out, each distinct
+        (polynomial, class) once."""
+        if ("act", skip) not in self.memo:
+            seen, out = set(), []
+            for k, (cls, kind) in ((k, tg) for k, tg in self.tags.items() if k.startswith("act.")):
+                sig = (self.polys[k], cls)
+                if kind not in skip and sig not in seen:
+                    seen.add(sig)
+                    out.append((k, cls))
+            self.memo["act", skip] = out
+        return self.memo["act", skip]
 
     def majorant(self) -> Regime:
         return Regime(self.lo, self.hi, {k: v.majorant() for k, v in self.polys.items()},
@@ -285,23 +307,13 @@ class ClosedForm:
 
         def byte_sum(r: Regime, prefix: str) -> Any:
             total = xp.zeros(n, dtype=dtype)
-            for k, tg in r.tags.items():
-                if k.startswith(prefix + "."):
-                    cls, rep = tg
-                    total = total + rep * _nbytes(ev(r, k), cls, bits)
+            for k, cls, rep in r.tagged(prefix):
+                total = total + rep * _nbytes(ev(r, k), cls, bits)
             return total
 
         def largest(r: Regime, skip: tuple[str, ...] = ()) -> Any:
             best = xp.zeros(n, dtype=dtype)
-            seen = set()
-            for k, tg in r.tags.items():
-                if not k.startswith("act."):
-                    continue
-                cls, kind = tg
-                sig = (r.polys[k], cls)
-                if kind in skip or sig in seen:
-                    continue
-                seen.add(sig)
+            for k, cls in r.activations(skip):
                 best = xp.maximum(best, _nbytes(ev(r, k), cls, bits))
             return best
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic_core import ValidationError  # pydantic itself is not loaded to read a file
 
 from ..model.config import ModelConfig, ShapecalcError, Workload, first_error
 from ..model.suggest import did_you_mean

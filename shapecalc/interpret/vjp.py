@@ -19,29 +19,14 @@ prefill) and the cache reads of decode; `train/verify.py` refuses decode.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .rotary import EPS, head_gammas
 from .tape_base import Entry, TapeBase
+from .vjp_rules import INPUTS, RULES, Rule, rule  # noqa: F401  (the registry, re-exported)
 from .weights import Shard, Weights
-
-Rule = Callable[["Ctx", list[Any]], list[Any]]
-RULES: dict[str, Rule] = {}
-# ops whose first n arguments are their tensor inputs, kept as copies (`saved["ins"]`): a token
-# mixer's operations (vjp_mamba2.py, vjp_deltanet.py) name theirs so
-INPUTS: dict[str, int] = {}
-
-
-def rule(op: str, inputs: int | None = None) -> Callable[[Rule], Rule]:
-    def register(f: Rule) -> Rule:
-        RULES[op] = f
-        if inputs is not None:
-            INPUTS[op] = inputs
-        return f
-    return register
 
 
 def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

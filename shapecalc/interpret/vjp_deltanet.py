@@ -15,17 +15,18 @@ Backward FLOPs (FlopCounterMode over `loss.backward()`), per value head and chun
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..model.expr import Dim, formula
 from ..model.stage import Stage
 from .backward_counts import Counts, Keep, Saves, combine, dim, dims_of
-from .deltanet import _l2, _pairwise_decay
-from .mamba2 import per_rank
-from .vjp import Ctx, rule
 from .vjp_mamba2 import rank_grad
+from .vjp_rules import rule
+
+if TYPE_CHECKING:  # the VJPs load NumPy and the executor's helpers when they run
+    import numpy as np
+
+    from .vjp import Ctx
 
 MIXER = "gated_deltanet"
 
@@ -145,6 +146,8 @@ def backward_counts(s: Stage, st: list[Stage], i: int) -> Counts | None:
 # -- the executor's vector-Jacobian product (interpret/deltanet.py's delta_rule) ------------------
 def _mm(c: Ctx, role: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b over [R·B, …] rows, booked as one rank's dX FLOPs of the stage `role`."""
+    import numpy as np
+
     y = np.matmul(a, b)
     c.dx[c.stage(role)] += 2 * y.size * a.shape[-1] // c.p
     return y
@@ -152,6 +155,8 @@ def _mm(c: Ctx, role: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _l2_grad(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """Through y = x / √(Σx² + 1e-6)."""
+    import numpy as np
+
     r = 1 / np.sqrt((x * x).sum(axis=-1, keepdims=True) + 1e-6)
     return r * dy - x * r**3 * (dy * x).sum(axis=-1, keepdims=True)
 
@@ -160,6 +165,10 @@ def _chunked_grad(c: Ctx, q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.
                   g: np.ndarray, L: int, do: np.ndarray) -> list[np.ndarray]:
     """deltanet.chunked's reverse (its names), matmul by matmul as autograd runs it: the gradients
     of q, k, v, β and g from the output's."""
+    import numpy as np
+
+    from .deltanet import _pairwise_decay
+
     B, H, T, Dk = k.shape
     pad = (L - T % L) % L
 
@@ -241,6 +250,11 @@ def _chunked_grad(c: Ctx, q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.
 @rule("delta_rule", inputs=5)
 def delta_rule(c: Ctx, dys: list[Any]) -> list[Any]:
     """The gates, the q/k norms and heads, then the chunked rule's reverse (_chunked_grad)."""
+    import numpy as np
+
+    from .deltanet import _l2
+    from .mamba2 import per_rank
+
     q, k, v, b, a = c.s["ins"]
     m, layer = c.m, c.e.layer
     Dk, Dv, L = m.gdn_qk_dim or 0, m.gdn_v_dim or 0, int(m.scan_chunk or 0)

@@ -15,14 +15,16 @@ planner's time leaves it out. The convolution is gated DeltaNet's too (vjp_delta
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..model.stage import Stage
 from .backward_counts import Counts, Keep, Saves, dim, dims_of, times
-from .mamba2 import EPS, _conv_width, _rank_channels, _segsum, per_rank
-from .vjp import Ctx, rule
+from .vjp_rules import rule
+
+if TYPE_CHECKING:  # the VJPs load NumPy and the executor's helpers when they run
+    import numpy as np
+
+    from .vjp import Ctx
 
 MIXER = "mamba2"
 
@@ -131,6 +133,8 @@ def saved(s: Stage, st: list[Stage], i: int, act: str) -> Saves | None:
 def book(c: Ctx, role: str, spec: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """einsum(spec, a, b) over [R·B, …] rows, booked as one rank's dX FLOPs of the stage `role`
     (2 × its output × the contracted sizes, as the forward's einsum is counted)."""
+    import numpy as np
+
     y = np.einsum(spec, a, b)
     ins, out = spec.split("->")
     size = {ch: n for part, arr in zip(ins.split(","), (a, b), strict=True)
@@ -150,6 +154,10 @@ def rank_grad(c: Ctx, key: tuple, g: np.ndarray) -> None:
 def conv1d(c: Ctx, dys: list[Any]) -> list[Any]:
     """y_t = Σ_k w_k·x_{t+k−K_c+1} (+ b), zero before the sequence: the input's gradient is the
     same correlation with the kernel reversed, the kernel's the windows × dY."""
+    import numpy as np
+
+    from .mamba2 import _conv_width, _rank_channels
+
     (x,) = c.s["ins"]
     layer, role, dy = c.e.layer, c.e.args[2], dys[0]
     K = int(c.m.conv_kernel or 0)
@@ -181,11 +189,17 @@ def conv1d(c: Ctx, dys: list[Any]) -> list[Any]:
 
 
 def _silu_grad(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     sg = 1 / (1 + np.exp(-g))
     return g * sg, sg * (1 + g * (1 - sg))
 
 
 def _rms_grad(dn: np.ndarray, n: np.ndarray, h: np.ndarray) -> np.ndarray:
+    import numpy as np
+
+    from .mamba2 import EPS
+
     r = 1 / np.sqrt((h * h).mean(axis=-1, keepdims=True) + EPS)
     return r * (dn - n * (dn * n).mean(axis=-1, keepdims=True))
 
@@ -194,6 +208,10 @@ def _rms_grad(dn: np.ndarray, n: np.ndarray, h: np.ndarray) -> np.ndarray:
 def gated_norm(c: Ctx, dys: list[Any]) -> list[Any]:
     """Mamba-2's RMSNorm(y ⊙ silu(z)) per group × γ, or gated DeltaNet's RMSNorm(y) per value
     head × γ ⊙ silu(z) (interpret/mamba2.gated_norm)."""
+    import numpy as np
+
+    from .mamba2 import EPS
+
     y, gate = c.s["ins"]
     first, dout, m = c.e.args[6], dys[0], c.m
     key = (c.e.layer, c.e.args[2], "γ")
@@ -217,6 +235,8 @@ def gated_norm(c: Ctx, dys: list[Any]) -> list[Any]:
 def segsum_grad(d: np.ndarray) -> np.ndarray:
     """[..., n, n] → [..., n]: the gradient through _segsum (s_ij = Σ_{j<k≤i} a_k, i ≥ j):
     a_k gathers d_ij over i ≥ k > j."""
+    import numpy as np
+
     n = d.shape[-1]
     d = np.where(np.tril(np.ones((n, n), bool)), d, 0.0)
     left = np.cumsum(d, axis=-1) - d  # Σ_{j<k} d_ij, as [.., i, k]
@@ -228,6 +248,10 @@ def ssd(c: Ctx, dys: list[Any]) -> list[Any]:
     """The chunked scan's reverse, einsum by einsum as autograd runs it over torch_forward
     (mamba2.chunked), each product's two gradients booked to its stage; then Δ = softplus(dt +
     b_dt), A = −e^{A_log}, the groups' B and C, and D·x."""
+    import numpy as np
+
+    from .mamba2 import _segsum, per_rank
+
     x, dt, b, cc = c.s["ins"]
     m, layer = c.m, c.e.layer
     P, N, L = m.ssm_head_dim or 0, m.ssm_state or 0, int(m.scan_chunk or 0)

@@ -196,7 +196,13 @@ class Record:
         return type(other) is type(self) and self.model_dump() == other.model_dump()  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:
-        return hash(tuple(getattr(self, k) for k in self.field_info()))
+        # kept: a frozen record's hash never changes, and the caches keyed on a model record
+        # (layer_plan, the closed forms) hash it on every call
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, k) for k in self.field_info()))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.model_dump().items())

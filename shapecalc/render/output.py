@@ -4,7 +4,6 @@ the JSON paths import this and nothing heavier (tables and their SVG/HTML export
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -299,6 +298,8 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def csv_text(header: list[str], rows: list[list[Any]]) -> str:
     buf = io.StringIO()
+    import csv  # only --format csv writes it
+
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
     for r in rows:

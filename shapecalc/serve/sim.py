@@ -300,10 +300,23 @@ def summary(values: list[float] | list[tuple[float, int]]) -> dict[str, float | 
     return out
 
 
+SMALL_RUN = 50_000  # steps: the one rule (nearest rank) either way, NumPy's sort past it
+
+
 def _itl(reps: list[Replica]) -> dict[str, float | None]:
     """Inter-token gaps: each iteration's seconds, once for every decode token it emitted (the
     previous token of a running sequence came at the end of the step before), and the gaps
-    across a preemption; nearest-rank percentiles, with NumPy (millions of steps)."""
+    across a preemption; nearest-rank percentiles, with NumPy past SMALL_RUN steps (millions
+    of steps; below it, loading NumPy would cost a short run more than the sort)."""
+    if sum(len(rep.durs) + len(rep.gaps) for rep in reps) <= SMALL_RUN:
+        pairs = sorted((d, w) for rep in reps
+                       for d, w in zip(rep.durs + rep.gaps, rep.toks + [1] * len(rep.gaps),
+                                       strict=True) if w > 0)
+        if not pairs:
+            return {**{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
+        total = sum(w for _, w in pairs)
+        return {**{f"p{q}": percentile(pairs, q) for q in PERCENTILES},
+                "mean": math.fsum(d * w for d, w in pairs) / total, "max": pairs[-1][0]}
     import numpy as np
 
     d = np.concatenate([np.asarray(rep.durs + rep.gaps, dtype=float) for rep in reps])
@@ -320,7 +333,7 @@ def _itl(reps: list[Replica]) -> dict[str, float | None]:
     for q in PERCENTILES:
         i = int(np.searchsorted(cum, q / 100.0 * total, side="left"))
         out[f"p{q}"] = float(d[min(i, d.size - 1)])
-    out["mean"] = float(np.dot(d, w[order]) / total)
+    out["mean"] = math.fsum((d * w[order]).tolist()) / total  # exact: the same either way
     out["max"] = float(d[-1])
     return out
 
