@@ -202,7 +202,7 @@ class NumericOps(NumericBase):
                     ) -> np.ndarray:
         R, B, T, width = x.shape
         # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I; KDA: its heads of D_k
-        dh = int(Dh.value) if (self.m.mla or role == "attn.idx.heads"
+        dh = int(Dh.value) if (self.m.mla or role in ("attn.idx.heads", "attn.v.heads")
                                or role.startswith("kda.")) else self.m.dh
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":
@@ -226,6 +226,11 @@ class NumericOps(NumericBase):
 
     def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int, Tk: Any, Tc: Any
                  ) -> tuple[np.ndarray, np.ndarray]:
+        dh = k.shape[-1]
+        if v.shape[-1] != dh:  # values of their own width (MiMo-V2-Flash): one entry of Dh + D_v
+            kv = self.cache_step(layer, (np.concatenate([k, v], axis=-1),),
+                                 lambda c: c[:, 0])[:, 0]
+            return kv[..., :dh], kv[..., dh:]
         back = self.cache_step(layer, (k, v))
         return back[:, 0], back[:, 1]
 

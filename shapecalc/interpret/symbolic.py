@@ -13,7 +13,7 @@ from typing import Literal
 from ..model.config import ModelConfig, Workload
 from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, clamped, forward
-from ..model.plan import LayerPlan, LayerSpec
+from ..model.plan import LayerPlan, LayerSpec, layer_kv_heads
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
 from . import symbolic_cca as cca
 from . import symbolic_compressed as compressed
@@ -172,12 +172,16 @@ class SymbolicOps(SymbolicBase):
 
     def kv_cache(self, k: Sym, v: Sym, layer: int, Tk: Dim, Tc: Dim) -> tuple[Sym, Sym]:
         z = self.z
-        note = "K and V; replicated KV head" if z.kv_replicated else "K and V"
-        self.cache_stages((Dim.const(2), z.B, z.Hkv), z.Dh, Tk, Tc, note)
+        B, hkv, _, dh = k.dims  # the layer's own KV heads (MiMo-V2-Flash's sliding layers)
+        dv = v.dims[-1]
+        note = "K and V; replicated KV head" if z.p > layer_kv_heads(self.m, layer) else "K and V"
+        if dv == dh:
+            self.cache_stages((Dim.const(2), B, hkv), dh, Tk, Tc, note)
+        else:  # values of their own width: one entry of Dh + D_v a head
+            self.cache_stages((B, hkv), dh + dv, Tk, Tc, note)
         if self.wl.phase == "prefill":
             return k, v
-        full = self._act(z.B, z.Hkv, Tk, z.Dh)
-        return full, full
+        return self._act(B, hkv, Tk, dh), self._act(B, hkv, Tk, dv)
 
     # Multi-head Latent Attention (interpret/mla.py, beside the executor's)
     mla_cache, concat, head_linear = mla.sym_cache, mla.sym_concat, mla.sym_head_linear

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..model.config import ModelConfig, ceil_div
+from ..model.plan import layer_kv_heads
 from .storage import alloc
 
 STD = 0.02  # small weights keep float16 activations finite
@@ -230,7 +231,8 @@ class Weights:
         shared = m.n_shared_experts * m.dff_shared
         kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
         vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)
-        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh,
+        Hkv = layer_kv_heads(m, layer) if role in ("attn.k", "attn.v") else Hkv
+        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * m.v_dim,
                  "attn.out": H * m.v_dim,
                  "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
@@ -274,8 +276,9 @@ class Weights:
         bf = self.get((layer, role, "bias"), (width,)) if has_b else None
         if role in ("attn.k", "attn.v") and Hkv < p:
             # vLLM: rank r holds (a copy of) KV head r // (p/H_kv)
-            sh = Shard((layer, role), (D, width), "kvrep", p, D, dh, dh, p // Hkv)
-            b = bf.reshape(Hkv, 1, dh)[np.arange(p) // (p // Hkv)] if bf is not None else None
+            hd = width // Hkv  # a head's width: Dh, or the value's D_v
+            sh = Shard((layer, role), (D, width), "kvrep", p, D, hd, hd, p // Hkv)
+            b = bf.reshape(Hkv, 1, hd)[np.arange(p) // (p // Hkv)] if bf is not None else None
         else:
             sh = Shard((layer, role), (D, width), "column", p, D, width // p)
             b = bf.reshape(p, 1, width // p) if bf is not None else None

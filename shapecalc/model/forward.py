@@ -209,7 +209,8 @@ def _rotary(m: ModelConfig, z: Sizes) -> Dim:
 
 def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
                layer: int, angles: Any) -> Any:
-    qw = z.H * z.Dh
+    z = z.at(m, spec)  # a sliding layer's own KV heads (MiMo-V2-Flash)
+    qw = z.H * z.Dv  # the heads' outputs: H·Dh, or H·D_v with values of their own width
     q, k, v = (cca_qkv(ops, m, z, h, layer) if spec.mixer == "cca"  # ZAYA (cca.py)
                else _qkv(ops, m, z, h))
     if angles is not None and not spec.nope:
@@ -240,7 +241,8 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         s = ops.mask(s, "attn.mask", "chunk mask", "chunk", C)
     if wl.padding_mask:
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
-    a = ops.softmax(s, "attn.softmax", "softmax", z.H if m.attention_sinks else None)
+    sinks = m.attention_sinks and (spec.attention == "sliding" or not m.sinks_sliding_only)
+    a = ops.softmax(s, "attn.softmax", "softmax", z.H if sinks else None)
     o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W, chunk=C)
     o = ops.merge_heads(o, "attn.merge", "merge heads")
     if m.attn_output_gate:  # Qwen3-Next: o ⊙ sigmoid(h·W_g), W_g q_proj's second half
@@ -264,12 +266,13 @@ def _qkv(ops: Ops, m: ModelConfig, z: Sizes, h: Any) -> tuple[Any, Any, Any]:
     else:
         q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
         k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
-        v = ops.linear(h, "attn.v", "v projection", z.D, kvw, m.qkv_bias, "column")
+        v = ops.linear(h, "attn.v", "v projection", z.D, z.Hkv * z.Dv, m.qkv_bias, "column")
     k = _times(ops, k, m.key_multiplier, "attn.k_scale", "key multiplier")  # Falcon-H1
+    v = _times(ops, v, m.value_multiplier, "attn.v_scale", "value scale")  # MiMo-V2-Flash
     q, k = gemma.qk_norm_all(ops, m, q, k, qw, kvw)
     q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
     k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
-    v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dh)
+    v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dv)
     if m.qk_norm and m.qk_norm_width == "head":  # Qwen3: over each head's Dh, before RoPE
         q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
         k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")

@@ -151,3 +151,10 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     kind_of = tuple(kinds.index(s) for s in specs)
     counts = tuple(kind_of.count(k) for k in range(len(kinds)))
     return LayerPlan(tuple(runs), kinds, counts, kind_of)
+
+
+def layer_kv_heads(model: ModelConfig, layer: int) -> int:
+    """The KV heads of layer `layer` (a sliding layer's own, MiMo-V2-Flash; an MTP layer past
+    the last is of the last layer's kind)."""
+    plan = layer_plan(model)
+    return model.kv_heads_of(plan.kinds[plan.kind_of[min(layer, model.n_layers - 1)]].attention)
