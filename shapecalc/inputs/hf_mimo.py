@@ -10,6 +10,7 @@ from typing import Any
 
 from ..model.config import ShapecalcError
 from .hf_base import HF, Fields, mechanism
+from .hf_deepseek import mtp_count
 from .hf_llama import rotary_of, windows
 
 # MiMoV2FlashConfig's rope_parameters: one entry per layer type
@@ -97,3 +98,18 @@ def mimo_router(h: HF, f: Fields) -> None:
                              f"not {top!r}")
     scale = h.get("routed_scaling_factor")
     f["routed_scaling_factor"] = 1.0 if scale is None else scale
+
+
+@mechanism("num_nextn_predict_layers")
+def mimo_mtp(h: HF, f: Fields) -> None:
+    # the checkpoint's MTP layers (model.mtp.layers.*, which transformers skips; vLLM and SGLang
+    # build num_nextn_predict_layers of them): enorm, hnorm, eh_proj [2D → D], a sliding block
+    # (2·H_kv, sinks) with a dense MLP of intermediate_size, a final norm; the model's embedding
+    # and LM head. Counted apart (totals.mtp_params), 0.33 B each at the preset's widths
+    n = mtp_count(h)
+    f["mtp_layers"] = n
+    if n:
+        if f.get("sliding_window") is None:
+            raise ShapecalcError("num_nextn_predict_layers", "MiMo's MTP blocks slide; the "
+                                 "model has no sliding layer to take the window from")
+        f.update(mtp_block="sliding_dense", mtp_shared_head=True)

@@ -126,11 +126,14 @@ class SymbolicOps(SymbolicBase):
         rows = x.dims[:-1]
         out = self._act(*rows, d_out)
         tied = role == "head.lm" and self.m.tie_embeddings
-        w = Dim.const(0) if tied else d_in * d_out
+        shared = role == "mtp.head" and self.m.mtp_shared_head  # the model's LM head
+        w = Dim.const(0) if tied or shared else d_in * d_out
         params = _total(w + (d_out if bias else 0))
         note = SPLIT_NOTE[split] if self.wl.tp > 1 else ""
         if tied:
             note = (note + ", " if note else "") + "tied: weights counted at the embedding"
+        if shared:
+            note = (note + ", " if note else "") + "the model's LM head: counted there"
         if bias and split == "row" and self.z.p > 1:
             note += ", bias added once after the all-reduce"
         return self._rec(

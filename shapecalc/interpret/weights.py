@@ -155,11 +155,20 @@ class Weights:
             self.shards[k] = (shards, b, bparams, row_bias, W)
         return self.shards[k]
 
+    def lm_key(self) -> tuple:
+        """The LM head's matrix: the embedding table when tied."""
+        return ("embedding",) if self.m.tie_embeddings else ("lm head",)
+
+    def borrowed(self, role: str, key: tuple) -> bool:
+        """A matrix another stage owns and counts: the tied LM head's (the embedding's), an MTP
+        module's head that is the model's (MiMo-V2-Flash)."""
+        return key == ("embedding",) or (role == "mtp.head" and key == ("lm head",))
+
     def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
         m = self.m
         D, dh, H, Hkv = m.d_model, m.dh, m.n_heads, m.kv_heads
         if role == "head.lm":
-            key = ("embedding",) if m.tie_embeddings else ("lm head",)
+            key = self.lm_key()
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
             b = None
             if m.lm_head_bias:
@@ -169,7 +178,8 @@ class Weights:
             return [sh], b, b[0].size if b is not None else 0, False
         if role == "mtp.head":  # an MTP module's own head (the checkpoint's shared_head.head)
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
-            return [Shard((layer, role), (self.vocab_rows, D), "vocab", p, D, vp)], None, 0, False
+            own = self.lm_key() if m.mtp_shared_head else (layer, role)  # MiMo: the model's
+            return [Shard(own, (self.vocab_rows, D), "vocab", p, D, vp)], None, 0, False
         if role in V4_ROLES and m.shared_kv:  # DeepSeek-V4: replicated
             dq, gd = m.q_lora_rank or 0, (m.o_groups or 0) * (m.o_lora_rank or 0)
             hi, di = m.csa_index_heads or 0, m.csa_index_head_dim or 0

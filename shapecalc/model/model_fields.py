@@ -198,6 +198,11 @@ class ModelFields(Record):
     )
     mtp_layers: NonNeg = _doc(0, "multi-token-prediction modules after the model (DeepSeek-V3's "
                               "num_nextn_predict_layers): totals.mtp_params, not in params")
+    mtp_block: Literal["last", "sliding_dense"] = _doc(
+        "last", "each MTP module's block: of the last layer's kind (DeepSeek-V3), or a sliding "
+        "layer (window W) with a dense FFN of Dff (MiMo-V2-Flash)")
+    mtp_shared_head: bool = _doc(False, "the MTP modules read the model's embedding lookup and "
+                                 "its LM head, no copies of their own (MiMo-V2-Flash)")
     quantization: Quantization | None = _doc(None, "how the checkpoint stores its weights "
                                             "(quantization_config): their dtype and bytes")
 

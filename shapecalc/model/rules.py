@@ -373,7 +373,8 @@ def check_sliding_heads(m: ModelFields) -> None:
     KV heads and sinks, a value scale; in plain attention layers (not MLA, CCA or DeepSeek-V4)."""
     own = {"v_head_dim": m.v_head_dim is not None and not m.mla,
            "kv_heads_sliding": m.kv_heads_sliding is not None,
-           "sinks_sliding_only": m.sinks_sliding_only,
+           "sinks_sliding_only": m.sinks_sliding_only, "mtp_block": m.mtp_block != "last",
+           "mtp_shared_head": m.mtp_shared_head,
            "value_multiplier": m.value_multiplier is not None}
     given = [f for f, on in own.items() if on]
     if not given:
@@ -384,6 +385,8 @@ def check_sliding_heads(m: ModelFields) -> None:
     for f, bad in clashes.items():
         if bad:
             raise ShapecalcError(given[0], f"is modelled in plain attention layers, not with {f}")
+    if m.mtp_block == "sliding_dense" and m.sliding_window is None:
+        raise ShapecalcError("mtp_block", "sliding_dense needs a window (sliding_window)")
     if m.sinks_sliding_only and not m.attention_sinks:
         raise ShapecalcError("sinks_sliding_only", "needs attention_sinks")
     hs = m.kv_heads_sliding
