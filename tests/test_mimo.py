@@ -154,3 +154,23 @@ def test_the_fields_rules(update, field):
     with pytest.raises(ShapecalcError) as e:
         type(m).model_validate({**m.model_dump(), **update})
     assert e.value.field == field
+
+
+@pytest.mark.slow  # a dozen traces of the full model
+def test_the_closed_form_equals_the_pipeline():
+    """Sweep's closed form (each KV group at its own heads) equals build_trace at random
+    points: phases, tp 1–8 (the full layers' 4 heads replicate past 4, the sliding 8 past 8),
+    pp 1–4, dtypes."""
+    import random
+
+    from test_closed import DTYPES, assert_equal_at
+
+    from shapecalc.costs.closed import ClosedForm
+    m = load_preset("mimo-v2-flash")
+    cf, rng = ClosedForm(m), random.Random(7)
+    points = [dict(batch=rng.randint(1, 64), seq=rng.choice([16, 128, 129, 130, 300, 5000]),
+                   phase=rng.choice(["prefill", "decode"]), tp=rng.choice([1, 2, 4, 8]),
+                   pp=rng.randint(1, 4), dtype=rng.choice(DTYPES),
+                   kv_dtype=rng.choice(DTYPES), act_dtype=rng.choice(DTYPES))
+              for _ in range(12)]
+    assert_equal_at(m, cf, points)
