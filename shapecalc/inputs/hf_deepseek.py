@@ -96,11 +96,17 @@ def deepseek_moe(h: HF, f: Fields) -> None:
     # num_nextn_predict_layers: DeepSeek-V3's multi-token-prediction modules (14 B on the Hub), a
     # training / speculative-decoding head that transformers does not build: counted apart
     # (totals.mtp_params), left out of params as the published 671 B leaves it out
+    f["mtp_layers"] = mtp_count(h)
+
+
+def mtp_count(h: HF) -> int:
+    """num_nextn_predict_layers: the multi-token-prediction modules, a whole number (absent or
+    null: none)."""
     mtp = h.first("num_nextn_predict_layers")
     if mtp is not None and (type(mtp) is not int or mtp < 0):
         raise ShapecalcError("num_nextn_predict_layers", f"must be a whole number ≥ 0 of "
                              f"multi-token-prediction modules, not {mtp!r}")
-    f["mtp_layers"] = mtp or 0
+    return mtp or 0
 
 
 @mechanism(*_MLA_KEYS, "qk_head_dim")

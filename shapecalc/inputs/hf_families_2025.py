@@ -16,6 +16,7 @@ from .hf_base import Family, Refusal
 from .hf_deltanet import olmo_hybrid
 from .hf_llama import BODY, SILU
 from .hf_llama import class_defaults as _llama
+from .hf_mimo import MIMO_ROPE, mimo_attention, mimo_mtp, mimo_router
 
 NEW: tuple[Family, ...] = (
     # KimiLinearDecoderLayer: KDA (linear_attention) or MLA without RoPE (full_attention), the
@@ -415,4 +416,22 @@ NEW: tuple[Family, ...] = (
                 qk_rope_head_dim=None, attention_bias=False, mlp_bias=False),
            aliases={"n_routed_experts": ("num_local_experts",),
                     "moe_intermediate_size": ("intermediate_size",)}),
+    # MiMoV2FlashDecoderLayer (Llama's pre-norm block) over hf_mimo.py's attention (sliding
+    # layers: 2·H_kv, sinks) and DeepSeek-V3's router without a shared expert; the checkpoint's
+    # MTP layers, which transformers skips, counted apart (num_nextn_predict_layers)
+    Family("mimo_v2_flash", "MiMo-V2-Flash: 5 sliding (2·H_kv, sinks) : 1 full, D_v < Dh, MoE",
+           (*BODY, llama.attention_bias, mimo_attention, moe.mlp_layer_types(False),
+            moe.experts("n_routed_experts", "moe_intermediate_size"), moe.norm_topk,
+            mimo_router, mimo_mtp),
+           _llama(4, 131072, head_dim=192, v_head_dim=128, sliding_window=129,
+                  attention_bias=False, layer_types=None, mlp_layer_types=None,
+                  rope_parameters=MIMO_ROPE, attention_value_scale=0.707,
+                  moe_intermediate_size=2048,
+                  num_experts_per_tok=8, n_routed_experts=256, routed_scaling_factor=1.0,
+                  n_group=1, topk_group=1, norm_topk_prob=True),
+           aliases={"n_routed_experts": ("num_local_experts",)},
+           fixed=dict(router_scoring="sigmoid"),
+           ignored=frozenset({"num_mtp_layers"}),
+           widths=dict(vocab_size=152576, hidden_size=4096, intermediate_size=16384,
+                       num_hidden_layers=48, num_attention_heads=64)),
 )

@@ -281,7 +281,12 @@ def rotary_factor(h: HF, default: float, *legacy: str) -> float:
 def rotary_fields(h: HF, dh: int, default: float, *legacy: str) -> Fields:
     """rotary_dim R as the rotary embedding computes it: int(Dh · partial_rotary_factor)
     frequencies' worth, one per pair, so an odd int(...) turns one more dim (arange(0, r, 2))."""
-    r = int(dh * rotary_factor(h, default, *legacy))
+    return rotary_of(dh, rotary_factor(h, default, *legacy))
+
+
+def rotary_of(dh: int, factor: float) -> Fields:
+    """rotary_fields of one factor (MiMo-V2-Flash gives one per layer type)."""
+    r = int(dh * factor)
     r += r % 2
     if r <= 0 or r > dh:
         raise ShapecalcError("partial_rotary_factor", f"gives R={r} rotated dims of Dh={dh}; "

@@ -110,7 +110,7 @@ def experts(self: NumericBase, h: np.ndarray, routing: Routing, D: Any, E: Any, 
             if self.w.resident:
                 y, f = self._mm(xin, self.w.stacked(sh))
             else:  # made chunk by chunk, never whole
-                y, f, _ = self._streamed(xin, [sh])
+                y, f, _ = self._streamed(xin, [sh], False)
             flops += f
             if bias:
                 full = self.w.get((self._layer, role, e, "bias"), (d_out,))

@@ -22,7 +22,7 @@ import numpy as np
 from ..model.config import ModelConfig, Workload
 from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
-from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
+from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan, mtp_spec
 from ..model.stage import Stage
 from . import (
     alibi,
@@ -169,9 +169,9 @@ class NumericOps(NumericBase):
         x2 = x.reshape(x.shape[0], -1, x.shape[-1])
         if W is not None:
             y, flops = self._mm(x2, W)
-            params += W[0].size if shards[0].key != ("embedding",) else 0  # tied: no new array
+            params += 0 if self.w.borrowed(role, shards[0].key) else W[0].size  # tied: no new array
         else:
-            y, flops, wparams = self._streamed(x2, shards)
+            y, flops, wparams = self._streamed(x2, shards, self.w.borrowed(role, shards[0].key))
             params += wparams
         ew = 0
         if b is not None:
@@ -204,6 +204,8 @@ class NumericOps(NumericBase):
         # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I; KDA: its heads of D_k
         dh = int(Dh.value) if (self.m.mla or role == "attn.idx.heads"
                                or role.startswith("kda.")) else self.m.dh
+        if role == "attn.v.heads" and not self.m.mla:  # values of their own width (MiMo)
+            dh = self.m.v_dim
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":
             self._hq = width // dh
@@ -226,6 +228,11 @@ class NumericOps(NumericBase):
 
     def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int, Tk: Any, Tc: Any
                  ) -> tuple[np.ndarray, np.ndarray]:
+        dh = k.shape[-1]
+        if v.shape[-1] != dh:  # values of their own width (MiMo-V2-Flash): one entry of Dh + D_v
+            kv = self.cache_step(layer, (np.concatenate([k, v], axis=-1),),
+                                 lambda c: c[:, 0])[:, 0]
+            return kv[..., :dh], kv[..., dh:]
         back = self.cache_step(layer, (k, v))
         return back[:, 0], back[:, 1]
 
@@ -382,6 +389,6 @@ def step(model: ModelConfig, wl: Workload, weights: Weights, ids: np.ndarray, *,
 def windows(model: ModelConfig) -> list[Reach]:
     """Each layer's KV reach (None: full; W: a window; Chunk(C): chunked), for the caches."""
     plan = layer_plan(model)
-    # the MTP modules' blocks (layers N, N+1, …) are of the last layer's kind
-    kinds = [*plan.kind_of, *[plan.kind_of[-1]] * model.mtp_layers]
-    return [plan.kinds[k].reach for k in kinds]
+    # the MTP modules' blocks (layers N, N+1, …): the last layer's kind, or their own (MiMo)
+    return [*(plan.kinds[k].reach for k in plan.kind_of), *[mtp_spec(model).reach] *
+            model.mtp_layers]

@@ -88,7 +88,8 @@ class NumericBase(Ops):
         self.gemms.append((a, b) if self.keep_operands else (a.shape, b.shape))
         return out, 2 * self._el(out) * a.shape[-1]  # each output element: k multiply-adds
 
-    def _streamed(self, x: np.ndarray, shards: list[Any]) -> tuple[np.ndarray, int, int]:
+    def _streamed(self, x: np.ndarray, shards: list[Any], tied: bool
+                  ) -> tuple[np.ndarray, int, int]:
         """x @ W with W made chunk by chunk (streamed weights); FLOPs and params of rank 0's
         chunks, each from the chunk really made."""
         ranks = max(x.shape[0], self.p) if self.p > 1 else 1
@@ -96,7 +97,6 @@ class NumericBase(Ops):
         y = np.empty((ranks, x.shape[1], width), dtype=self.dt)
         step = max(1, self.w.chunk_bytes // (shards[0].d_in * y.itemsize))
         flops = params = 0
-        tied = shards[0].key == ("embedding",)
         for r in range(ranks):  # ranks and chunks: a handful of big GEMMs each
             xr = x[r if x.shape[0] > 1 else 0]
             start = 0

@@ -13,7 +13,7 @@ from typing import Literal
 from ..model.config import ModelConfig, Workload
 from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, clamped, forward
-from ..model.plan import LayerPlan, LayerSpec
+from ..model.plan import LayerPlan, LayerSpec, layer_kv_heads
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
 from . import symbolic_cca as cca
 from . import symbolic_compressed as compressed
@@ -126,11 +126,14 @@ class SymbolicOps(SymbolicBase):
         rows = x.dims[:-1]
         out = self._act(*rows, d_out)
         tied = role == "head.lm" and self.m.tie_embeddings
-        w = Dim.const(0) if tied else d_in * d_out
+        shared = role == "mtp.head" and self.m.mtp_shared_head  # the model's LM head
+        w = Dim.const(0) if tied or shared else d_in * d_out
         params = _total(w + (d_out if bias else 0))
         note = SPLIT_NOTE[split] if self.wl.tp > 1 else ""
         if tied:
             note = (note + ", " if note else "") + "tied: weights counted at the embedding"
+        if shared:
+            note = (note + ", " if note else "") + "the model's LM head: counted there"
         if bias and split == "row" and self.z.p > 1:
             note += ", bias added once after the all-reduce"
         return self._rec(
@@ -172,12 +175,16 @@ class SymbolicOps(SymbolicBase):
 
     def kv_cache(self, k: Sym, v: Sym, layer: int, Tk: Dim, Tc: Dim) -> tuple[Sym, Sym]:
         z = self.z
-        note = "K and V; replicated KV head" if z.kv_replicated else "K and V"
-        self.cache_stages((Dim.const(2), z.B, z.Hkv), z.Dh, Tk, Tc, note)
+        B, hkv, _, dh = k.dims  # the layer's own KV heads (MiMo-V2-Flash's sliding layers)
+        dv = v.dims[-1]
+        note = "K and V; replicated KV head" if z.p > layer_kv_heads(self.m, layer) else "K and V"
+        if dv == dh:
+            self.cache_stages((Dim.const(2), B, hkv), dh, Tk, Tc, note)
+        else:  # values of their own width: one entry of Dh + D_v a head
+            self.cache_stages((B, hkv), dh + dv, Tk, Tc, note)
         if self.wl.phase == "prefill":
             return k, v
-        full = self._act(z.B, z.Hkv, Tk, z.Dh)
-        return full, full
+        return self._act(B, hkv, Tk, dh), self._act(B, hkv, Tk, dv)
 
     # Multi-head Latent Attention (interpret/mla.py, beside the executor's)
     mla_cache, concat, head_linear = mla.sym_cache, mla.sym_concat, mla.sym_head_linear

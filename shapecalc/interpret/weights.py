@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..model.config import ModelConfig, ceil_div
+from ..model.plan import layer_kv_heads
 from .storage import alloc
 
 STD = 0.02  # small weights keep float16 activations finite
@@ -154,11 +155,20 @@ class Weights:
             self.shards[k] = (shards, b, bparams, row_bias, W)
         return self.shards[k]
 
+    def lm_key(self) -> tuple:
+        """The LM head's matrix: the embedding table when tied."""
+        return ("embedding",) if self.m.tie_embeddings else ("lm head",)
+
+    def borrowed(self, role: str, key: tuple) -> bool:
+        """A matrix another stage owns and counts: the tied LM head's (the embedding's), an MTP
+        module's head that is the model's (MiMo-V2-Flash)."""
+        return key == ("embedding",) or (role == "mtp.head" and key == ("lm head",))
+
     def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
         m = self.m
         D, dh, H, Hkv = m.d_model, m.dh, m.n_heads, m.kv_heads
         if role == "head.lm":
-            key = ("embedding",) if m.tie_embeddings else ("lm head",)
+            key = self.lm_key()
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
             b = None
             if m.lm_head_bias:
@@ -168,7 +178,8 @@ class Weights:
             return [sh], b, b[0].size if b is not None else 0, False
         if role == "mtp.head":  # an MTP module's own head (the checkpoint's shared_head.head)
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
-            return [Shard((layer, role), (self.vocab_rows, D), "vocab", p, D, vp)], None, 0, False
+            own = self.lm_key() if m.mtp_shared_head else (layer, role)  # MiMo: the model's
+            return [Shard(own, (self.vocab_rows, D), "vocab", p, D, vp)], None, 0, False
         if role in V4_ROLES and m.shared_kv:  # DeepSeek-V4: replicated
             dq, gd = m.q_lora_rank or 0, (m.o_groups or 0) * (m.o_lora_rank or 0)
             hi, di = m.csa_index_heads or 0, m.csa_index_head_dim or 0
@@ -230,7 +241,8 @@ class Weights:
         shared = m.n_shared_experts * m.dff_shared
         kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
         vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)
-        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh,
+        Hkv = layer_kv_heads(m, layer) if role in ("attn.k", "attn.v") else Hkv
+        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * m.v_dim,
                  "attn.out": H * m.v_dim,
                  "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
@@ -274,8 +286,9 @@ class Weights:
         bf = self.get((layer, role, "bias"), (width,)) if has_b else None
         if role in ("attn.k", "attn.v") and Hkv < p:
             # vLLM: rank r holds (a copy of) KV head r // (p/H_kv)
-            sh = Shard((layer, role), (D, width), "kvrep", p, D, dh, dh, p // Hkv)
-            b = bf.reshape(Hkv, 1, dh)[np.arange(p) // (p // Hkv)] if bf is not None else None
+            hd = width // Hkv  # a head's width: Dh, or the value's D_v
+            sh = Shard((layer, role), (D, width), "kvrep", p, D, hd, hd, p // Hkv)
+            b = bf.reshape(Hkv, 1, hd)[np.arange(p) // (p // Hkv)] if bf is not None else None
         else:
             sh = Shard((layer, role), (D, width), "column", p, D, width // p)
             b = bf.reshape(p, 1, width // p) if bf is not None else None

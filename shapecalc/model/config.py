@@ -110,6 +110,7 @@ class ModelConfig(ModelFields):
         rules.check_hyper(self)
         rules.check_shared_kv(self)
         rules.check_zaya(self)
+        rules.check_sliding_heads(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"

@@ -24,7 +24,7 @@ from .mamba1 import mamba1_mixer
 from .mamba2 import mamba2_mixer
 from .mla import mla_attention
 from .ops import Ops
-from .plan import LayerSpec, layer_plan
+from .plan import LayerSpec, layer_plan, mtp_spec
 from .short_conv import short_conv_mixer
 from .sizes import Sizes
 from .zaya import residual, zaya_router
@@ -49,6 +49,7 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     x = ops.embed(ids, z.V, z.D, "vocab" if tp else "replicated")
     if tp:  # each rank looked up only its slice of the vocabulary
         x = ops.allreduce(x, "comm.allreduce", "embedding all-reduce")
+    embedded = x  # what MTP modules sharing the model's embedding read (MiMo-V2-Flash)
     if m.embedding_scale:
         x = ops.scale(x, "embed.scale", "embedding scale", m.d_model**0.5, "√D")
     if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
@@ -69,7 +70,7 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
         ops.group("block")
         x = _block(ops, m, spec, wl, z, x, layer, angles[spec.attention == "sliding"])
     if wl.mtp:
-        _mtp(ops, m, wl, z, plan, ids, x, angles)
+        _mtp(ops, m, wl, z, plan, ids, x, angles, embedded)
 
     ops.group("head")
     if m.hc_streams:
@@ -94,26 +95,30 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
 
 
 def _mtp(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, plan: Any, ids: Any, h: Any,
-         angles: Any) -> None:
+         angles: Any, embedded: Any) -> None:
     """The multi-token-prediction modules (DeepSeek-V3 §2.2, as its checkpoint stores them:
     embed_tokens, enorm, hnorm, eh_proj, one decoder layer, shared_head.norm and .head each): the
     main model's last hidden states h [B,T,D] and the next tokens' embeddings, each RMS-normed,
     concatenated [B,T,2D] and projected to D, then one block of the last layer's kind and the
     module's own head. Module j+1 reads module j's hidden states; they chain, as in training
-    and in speculative drafting."""
+    and in speculative drafting. MiMo-V2-Flash's (mtp_block sliding_dense, mtp_shared_head): a
+    sliding block with a dense FFN, the model's embedding lookup and LM head, a final norm."""
     tp = z.p > 1
     kind = plan.kind_of[-1]
+    spec = mtp_spec(m)
     for layer in ops.extra_layers(plan, kind, m.mtp_layers):
         ops.group("mtp")
-        e = ops.embed(ids, z.V, z.D, "vocab" if tp else "replicated")  # its own copy
-        if tp:
-            e = ops.allreduce(e, "comm.allreduce", "MTP embedding all-reduce")
+        if m.mtp_shared_head:  # the model's own lookup (the same table)
+            e = embedded
+        else:
+            e = ops.embed(ids, z.V, z.D, "vocab" if tp else "replicated")  # its own copy
+            if tp:
+                e = ops.allreduce(e, "comm.allreduce", "MTP embedding all-reduce")
         e = ops.norm(e, "mtp.enorm", "MTP embedding norm")
         hn = ops.norm(h, "mtp.hnorm", "MTP hidden norm")
         c = ops.concat([e, hn], "mtp.concat", "MTP [embedding; hidden]")
         # eh_proj [2D→D] is replicated: each rank projects the whole concatenation
         h = ops.linear(c, "mtp.proj", "MTP eh_proj", z.D + z.D, z.D, False, "replicated")
-        spec = plan.kinds[kind]
         h = _block(ops, m, spec, wl, z, h, layer, angles[spec.attention == "sliding"])
         y = ops.norm(h, "mtp.norm", "MTP head norm")
         if wl.logits == "last":
@@ -209,7 +214,8 @@ def _rotary(m: ModelConfig, z: Sizes) -> Dim:
 
 def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
                layer: int, angles: Any) -> Any:
-    qw = z.H * z.Dh
+    z = z.at(m, spec)  # a sliding layer's own KV heads (MiMo-V2-Flash)
+    qw = z.H * z.Dv  # the heads' outputs: H·Dh, or H·D_v with values of their own width
     q, k, v = (cca_qkv(ops, m, z, h, layer) if spec.mixer == "cca"  # ZAYA (cca.py)
                else _qkv(ops, m, z, h))
     if angles is not None and not spec.nope:
@@ -240,7 +246,8 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         s = ops.mask(s, "attn.mask", "chunk mask", "chunk", C)
     if wl.padding_mask:
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
-    a = ops.softmax(s, "attn.softmax", "softmax", z.H if m.attention_sinks else None)
+    sinks = m.attention_sinks and (spec.attention == "sliding" or not m.sinks_sliding_only)
+    a = ops.softmax(s, "attn.softmax", "softmax", z.H if sinks else None)
     o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W, chunk=C)
     o = ops.merge_heads(o, "attn.merge", "merge heads")
     if m.attn_output_gate:  # Qwen3-Next: o ⊙ sigmoid(h·W_g), W_g q_proj's second half
@@ -264,12 +271,13 @@ def _qkv(ops: Ops, m: ModelConfig, z: Sizes, h: Any) -> tuple[Any, Any, Any]:
     else:
         q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
         k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
-        v = ops.linear(h, "attn.v", "v projection", z.D, kvw, m.qkv_bias, "column")
+        v = ops.linear(h, "attn.v", "v projection", z.D, z.Hkv * z.Dv, m.qkv_bias, "column")
     k = _times(ops, k, m.key_multiplier, "attn.k_scale", "key multiplier")  # Falcon-H1
+    v = _times(ops, v, m.value_multiplier, "attn.v_scale", "value scale")  # MiMo-V2-Flash
     q, k = gemma.qk_norm_all(ops, m, q, k, qw, kvw)
     q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
     k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
-    v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dh)
+    v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dv)
     if m.qk_norm and m.qk_norm_width == "head":  # Qwen3: over each head's Dh, before RoPE
         q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
         k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")

@@ -71,6 +71,13 @@ class ModelFields(Record):
     attention_sinks: bool = _doc(
         False, "a learned logit per head joins each softmax as one more column (gpt-oss)"
     )
+    # MiMo-V2-Flash: its sliding layers' own KV heads and sinks, a value scale
+    sinks_sliding_only: bool = _doc(False, "attention_sinks on the sliding layers only, none on "
+                                    "the full ones (MiMo-V2-Flash)")
+    kv_heads_sliding: Pos | None = _doc(None, "H_kv,s: the sliding layers' KV heads, if other "
+                                        "than H_kv (MiMo-V2-Flash: 2·H_kv)")
+    value_multiplier: PosFloat | None = _doc(None, "v × this after its projection "
+                                             "(MiMo-V2-Flash's attention_value_scale)")
     # ALiBi models (BLOOM, MPT): the embedding norm
     embedding_norm: bool = _doc(
         False, "a norm (γ, β as the model's norms) right after the embedding lookup (BLOOM)"
@@ -150,7 +157,8 @@ class ModelFields(Record):
     qk_rope_head_dim: Pos | None = _doc(
         None, "D_r: the decoupled RoPE width, one k_rope shared by all heads"
     )
-    v_head_dim: Pos | None = _doc(None, "D_v: each head's value width")
+    v_head_dim: Pos | None = _doc(None, "D_v: each head's value width (MLA's; or attention's "
+                                  "value heads of their own width, MiMo-V2-Flash)")
     # DeepSeek Sparse Attention (DSA): a lightning indexer picks each query's K_sel keys
     index_topk: Pos | None = _doc(
         None, "K_sel: keys each query attends to, picked by the lightning indexer (index_topk); "
@@ -190,6 +198,11 @@ class ModelFields(Record):
     )
     mtp_layers: NonNeg = _doc(0, "multi-token-prediction modules after the model (DeepSeek-V3's "
                               "num_nextn_predict_layers): totals.mtp_params, not in params")
+    mtp_block: Literal["last", "sliding_dense"] = _doc(
+        "last", "each MTP module's block: of the last layer's kind (DeepSeek-V3), or a sliding "
+        "layer (window W) with a dense FFN of Dff (MiMo-V2-Flash)")
+    mtp_shared_head: bool = _doc(False, "the MTP modules read the model's embedding lookup and "
+                                 "its LM head, no copies of their own (MiMo-V2-Flash)")
     quantization: Quantization | None = _doc(None, "how the checkpoint stores its weights "
                                             "(quantization_config): their dtype and bytes")
 
@@ -324,6 +337,12 @@ class ModelFields(Record):
             return self.qk_nope_head_dim + self.qk_rope_head_dim  # type: ignore[operator]
         return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
+    def kv_heads_of(self, attention: str) -> int:
+        """The KV heads of a layer of that attention kind (MiMo-V2-Flash's sliding layers)."""
+        if attention == "sliding" and self.kv_heads_sliding is not None:
+            return self.kv_heads_sliding
+        return self.kv_heads
+
     @property
     def gated(self) -> bool:
         return self.ffn in ("swiglu", "geglu")
@@ -384,8 +403,8 @@ class ModelFields(Record):
 
     @property
     def v_dim(self) -> int:
-        """Each head's value width: Dh, or MLA's D_v."""
-        return self.v_head_dim if self.mla else self.dh  # type: ignore[return-value]
+        """Each head's value width: Dh, or D_v (MLA's; MiMo-V2-Flash's narrower values)."""
+        return self.v_head_dim if self.v_head_dim is not None else self.dh
 
     @property
     def has_norm_bias(self) -> bool:

@@ -13,9 +13,10 @@ from .plan import LayerPlan, Reach, held, layer_plan
 # ── tensor parallelism ──────────────────────────────────────────────────────────────────────────
 
 
-def kv_heads_per_rank(model: ModelConfig, p: int) -> int:
-    """KV heads one rank holds: H_kv/p, or one replicated head when H_kv < p (as vLLM does)."""
-    return max(1, model.kv_heads // p)
+def kv_heads_per_rank(model: ModelConfig, p: int, attention: str = "full") -> int:
+    """KV heads one rank holds: H_kv/p, or one replicated head when H_kv < p (as vLLM does);
+    of a layer of that attention kind (MiMo-V2-Flash's sliding layers: H_sw/p)."""
+    return max(1, model.kv_heads_of(attention) // p)
 
 
 def kv_replicated(model: ModelConfig, p: int) -> bool:
@@ -32,11 +33,13 @@ def ring_allreduce_bytes(nbytes: Any, p: int) -> Any:
 
 
 def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None,
-                          mla: str = MLA_DEFAULT) -> int:
+                          mla: str = MLA_DEFAULT, reach: Reach = None) -> int:
     """Elements one token adds to one rank's cache over `layers` layers (default N):
-    2·layers·H_kv·Dh (H_kv per rank). MLA (form `mla`): a latent cache holds layers·(D_c + D_r),
-    the same on every tensor-parallel rank (the latent is not split by heads); an expanded cache
-    holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
+    2·layers·H_kv·Dh (H_kv per rank), layers·H_kv·(Dh + D_v) with values of their own width, a
+    sliding group's (`reach` a window) of its own H_sw, every layer its own by default. MLA
+    (form `mla`): a latent cache holds layers·(D_c + D_r), the same on every tensor-parallel rank
+    (the latent is not split by heads); an expanded cache holds layers·(H/p)·((D_n + D_r) + D_v):
+    each head's K and V."""
     n = model.mixers.count("attention") if layers is None else layers
     if model.shared_kv:  # DeepSeek-V4: one K=V tensor per layer (its entries: entry_bytes)
         return n * model.dh
@@ -47,7 +50,20 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
         # (of a part of the layers: as many as it can hold, an upper bound)
         idx = model.indexer_layers if layers is None else min(layers, model.indexer_layers)
         return n * (model.kv_lora_rank + model.rot) + idx * (model.index_head_dim or 0)  # type: ignore
-    return 2 * n * kv_heads_per_rank(model, p) * model.dh
+    if layers is None and model.kv_heads_sliding is not None:  # each layer its own KV heads
+        return sum(kv_elements_per_token(model, p, c, mla, kind.reach)
+                   for kind, c in zip(*_attending(model), strict=True))
+    heads = kv_heads_per_rank(model, p, "sliding" if isinstance(reach, int) else "full")
+    if model.v_dim != model.dh:
+        return n * heads * (model.dh + model.v_dim)
+    return 2 * n * heads * model.dh
+
+
+def _attending(model: ModelConfig) -> tuple[list[Any], list[int]]:
+    """The attending layer kinds and their counts."""
+    plan = layer_plan(model)
+    pairs = [(k, c) for k, c in zip(plan.kinds, plan.counts, strict=True) if k.attends]
+    return [k for k, _ in pairs], [c for _, c in pairs]
 
 
 def kv_cache_form(model: ModelConfig, mla: str = MLA_DEFAULT) -> str:
@@ -62,10 +78,11 @@ def kv_cache_replicated(model: ModelConfig, p: int, mla: str = MLA_DEFAULT) -> b
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
-                       layers: int | None = None, mla: str = MLA_DEFAULT) -> int:
+                       layers: int | None = None, mla: str = MLA_DEFAULT,
+                       reach: Reach = None) -> int:
     """2·N·H_kv·Dh·bytes (MLA: see kv_elements_per_token): what one token adds to the cache of
     every layer (of one rank)."""
-    return nbytes(kv_elements_per_token(model, p, layers, mla), dtype)
+    return nbytes(kv_elements_per_token(model, p, layers, mla, reach), dtype)
 
 
 def cached_tokens(window: Reach, T: int, phase: str) -> int:
@@ -94,7 +111,7 @@ def kv_group_bytes(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 
     for window, layers in kv_groups(layer_plan(model)):
         tokens = cached_tokens(window, T, phase)
         out.append((window, layers, tokens,
-                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla)
+                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla, window)
                     + nbytes(entry_elements(model, T, phase, window), dtype)))
     return out
 
@@ -143,7 +160,7 @@ def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int
     for window, layers in kv_groups(layer_plan(model)):
         b = paged_blocks(batch, cached_tokens(window, T, phase), block_size)
         blocks += b
-        total += b * block_size * kv_bytes_per_token(model, dtype, p, layers, mla)
+        total += b * block_size * kv_bytes_per_token(model, dtype, p, layers, mla, window)
     return blocks, total + batch * entry_bytes(model, dtype, T, phase)
 
 

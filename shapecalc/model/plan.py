@@ -151,3 +151,20 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     kind_of = tuple(kinds.index(s) for s in specs)
     counts = tuple(kind_of.count(k) for k in range(len(kinds)))
     return LayerPlan(tuple(runs), kinds, counts, kind_of)
+
+
+def mtp_spec(model: ModelConfig) -> LayerSpec:
+    """The block of each MTP module: the last layer's kind (DeepSeek-V3), or a sliding layer
+    with a dense FFN (MiMo-V2-Flash's mtp_block)."""
+    plan = layer_plan(model)
+    if model.mtp_block == "sliding_dense":
+        return LayerSpec("sliding", model.sliding_window, "dense", model.norm, model.norm_position)
+    return plan.kinds[plan.kind_of[-1]]
+
+
+def layer_kv_heads(model: ModelConfig, layer: int) -> int:
+    """The KV heads of layer `layer` (a sliding layer's own, MiMo-V2-Flash; an MTP layer's past
+    the last)."""
+    plan = layer_plan(model)
+    spec = mtp_spec(model) if layer >= model.n_layers else plan.kinds[plan.kind_of[layer]]
+    return model.kv_heads_of(spec.attention)

@@ -78,7 +78,8 @@ def check_mla(m: ModelFields) -> None:
     mla_fields = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
     if not m.mla:
         given = [f for f in (*mla_fields, *DSA_FIELDS) if getattr(m, f) is not None
-                 and not (f == "q_lora_rank" and m.shared_kv)]  # DeepSeek-V4's q latent
+                 and not (f == "q_lora_rank" and m.shared_kv)  # DeepSeek-V4's q latent
+                 and f != "v_head_dim"]  # attention's own value width (check_sliding_heads)
         if given:
             raise ShapecalcError(given[0], "is a Multi-head Latent Attention field, but "
                                  "kv_lora_rank is not set")
@@ -365,3 +366,33 @@ def check_shared_kv(m: ModelFields) -> None:
         if bad:
             raise ShapecalcError(f, "does not apply to DeepSeek-V4's attention (shared_kv: one "
                                  "K=V head, RoPE, no biases)")
+
+
+def check_sliding_heads(m: ModelFields) -> None:
+    """MiMo-V2-Flash's attention: value heads of their own width D_v, the sliding layers' own
+    KV heads and sinks, a value scale; in plain attention layers (not MLA, CCA or DeepSeek-V4)."""
+    own = {"v_head_dim": m.v_head_dim is not None and not m.mla,
+           "kv_heads_sliding": m.kv_heads_sliding is not None,
+           "sinks_sliding_only": m.sinks_sliding_only, "mtp_block": m.mtp_block != "last",
+           "mtp_shared_head": m.mtp_shared_head,
+           "value_multiplier": m.value_multiplier is not None}
+    given = [f for f, on in own.items() if on]
+    if not given:
+        return
+    clashes = {"kv_lora_rank": m.mla, "shared_kv": m.shared_kv, "fused_qkv": m.fused_qkv,
+               "mixer_types": set(m.mixers) != {"attention"}, "hc_streams": m.hc_streams
+               is not None, "parallel_block": m.parallel_block}
+    for f, bad in clashes.items():
+        if bad:
+            raise ShapecalcError(given[0], f"is modelled in plain attention layers, not with {f}")
+    if m.mtp_block == "sliding_dense" and m.sliding_window is None:
+        raise ShapecalcError("mtp_block", "sliding_dense needs a window (sliding_window)")
+    if m.sinks_sliding_only and not m.attention_sinks:
+        raise ShapecalcError("sinks_sliding_only", "needs attention_sinks")
+    hs = m.kv_heads_sliding
+    if hs is not None:
+        if "sliding" not in (m.layer_types or ("sliding",) * (m.sliding_window is not None)):
+            raise ShapecalcError("kv_heads_sliding", "is set, but no layer is sliding")
+        if m.n_heads % hs:
+            raise ShapecalcError("kv_heads_sliding", f"H={m.n_heads} is not divisible by "
+                                 f"H_kv,s={hs}")

@@ -10,6 +10,15 @@ from .expr import Dim, Expr
 from .plan import Chunk, LayerSpec, held
 
 
+def shard_dim(sym: str, value: int, p: int, poly: bool) -> Dim:
+    """A size split over p ranks: `sym/p` (a plain number in poly mode)."""
+    if poly:
+        return Dim.const(ceil_div(value, p))
+    if p == 1:
+        return Dim.of(sym, value)
+    return Dim(ceil_div(value, p), Expr.sym(sym) * Expr([((("p", -1),), 1)]))
+
+
 class Sizes(NamedTuple):
     """The dims one rank works with, each carrying its symbol (`H/p`, `T′`, …)."""
 
@@ -77,6 +86,17 @@ class Sizes(NamedTuple):
                 "T′", self.T + 1)
         return tk, tk
 
+    def at(self, model: ModelConfig, spec: LayerSpec) -> Sizes:
+        """The sizes of one layer kind: a sliding layer's own H_sw KV heads (MiMo-V2-Flash:
+        2·H_kv), split over p as H_kv is, one replicated head below one a rank."""
+        hs = model.kv_heads_sliding
+        if spec.attention != "sliding" or hs is None:
+            return self
+        rep = self.p > hs
+        return self._replace(Hkv=Dim.const(1) if rep else shard_dim("H_sw", hs, self.p,
+                                                                      self.poly),
+                             kv_replicated=rep)
+
     def _chunk_keys(self, C: int) -> tuple[Dim, Dim]:
         """A chunked layer (Llama 4): its last query reads the keys of its own chunk, T_c =
         ((n−1) mod C) + 1 of the n tokens after the step, and the cache keeps just those. Prefill
@@ -99,11 +119,7 @@ class Sizes(NamedTuple):
             return Dim.const(value) if poly else Dim.of(sym, value)
 
         def shard(sym: str, value: int) -> Dim:
-            if poly:
-                return Dim.const(ceil_div(value, p))
-            if p == 1:
-                return Dim.of(sym, value)
-            return Dim(ceil_div(value, p), Expr.sym(sym) * Expr([((("p", -1),), 1)]))
+            return shard_dim(sym, value, p, poly)
 
         def shard_n(n_sym: str, n: int, sym: str, value: int) -> Dim:  # n·value, split over p
             d = Dim.of(n_sym, n) * Dim.of(sym, value)
@@ -136,7 +152,8 @@ class Sizes(NamedTuple):
             Dq=of("D_q", model.q_lora_rank or 0),
             Dn=of("D_n", model.qk_nope_head_dim or 0),
             Dr=of("D_r", model.rot) if model.mla else of("Dh", model.dh),
-            Dv=of("D_v", model.v_dim) if model.mla else of("Dh", model.dh),
+            Dv=of("D_v", model.v_dim) if model.mla or model.v_dim != model.dh
+            else of("Dh", model.dh),
             Hs=shard("H_s", model.ssm_heads or 0),
             Ds=of("D_s", model.ssm_head_dim or 0),
             G=shard("G", model.ssm_groups),

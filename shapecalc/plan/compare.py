@@ -146,7 +146,7 @@ def stage_rows(model: Any, wl: Workload, rank_stages: list[dict[str, Any]]) -> d
     plan = layer_plan(model)
     per_group = stage_group_layers(plan, wl.pp)[i]
     seq = sum(cached_tokens(w, wl.seq, "prefill")
-              * kv_bytes_per_token(model, wl.kv, wl.tp, c, wl.mla)
+              * kv_bytes_per_token(model, wl.kv, wl.tp, c, wl.mla, w)
               for (w, _), c in zip(kv_groups(plan), per_group, strict=True) if c)
     return {
         "pp_stage": i,

@@ -59,8 +59,11 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     cap = gpu.memory_bytes
     reserve = opts.reserve(cap)
     usable = cap - reserve
-    # one token, one layer
+    # one token, one layer; each KV group's own (MiMo-V2-Flash's sliding layers: their H_sw)
     tok_layer = bytes_of(kv_elements_per_token(cf.model, p, layers=1, mla=cf.mla), kvbits)
+    extra = [sum(c * (t - tok_layer) for c, t in zip(per, group_token_bytes(cf, p, kvbits),
+                                                      strict=True))
+             for per in stage_group_layers(layer_plan(cf.model), s)]
     best: Any = None
     weights = kv = stage = tokens_fit = None
     states = stage_state_bytes(cf, s, pre)
@@ -81,7 +84,7 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
         # the batch's states take their fixed slots first (and the compressed entries of the
         # planned T); the KV tokens fit in the rest
         free = xp.maximum(usable - w_i - act - st_i - entries[i], 0)
-        t_i = free // (bs * k * tok_layer) * bs
+        t_i = free // (bs * (k * tok_layer + extra[i])) * bs
         tokens_fit = t_i if tokens_fit is None else xp.minimum(tokens_fit, t_i)
     total = weights + kv + state + act + reserve  # type: ignore[operator]
     return {
@@ -122,7 +125,7 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
     memory() takes the fullest stage, compare its rows."""
     m = cf.model
     plan = layer_plan(m)
-    tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1, mla=cf.mla), kvbits)
+    tok = group_token_bytes(cf, p, kvbits)
     # paged token slots of the batch in each KV group (layers that share a window)
     slots = [pre[f"kv_cache_peak_blocks@{g}"] * cf.block_size
              for g in range(len(kv_groups(plan)))]
@@ -131,9 +134,16 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
                if cf.weights is not None else
                [bytes_of(params, wbits) for params in cf.stage_params(p, s, ep)])
     entries = stage_entry_bytes(cf, s, pre)
-    return [(k, w, sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c) + e)
+    return [(k, w, sum(slots[g] * c * tok[g] for g, c in enumerate(per_group) if c) + e)
             for k, per_group, w, e in zip(pp_layers(m.n_layers, s), stage_group_layers(plan, s),
                                           weights, entries, strict=True)]
+
+
+def group_token_bytes(cf: ClosedForm, p: int, kvbits: Any) -> list[Any]:
+    """One token's bytes in one layer of each KV group on one rank (a sliding group's own KV
+    heads: MiMo-V2-Flash)."""
+    return [bytes_of(kv_elements_per_token(cf.model, p, 1, cf.mla, reach), kvbits)
+            for reach, _ in kv_groups(layer_plan(cf.model))]
 
 
 def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: Any) -> Any:

@@ -87,11 +87,12 @@ class Layout:
         return self.pinned * self.per_block
 
 
-def layout(block_size: int, groups: list[tuple[Reach, int]], layer_bytes: int, state: int,
+def layout(block_size: int, groups: list[tuple[Reach, int]], layer_bytes: list[int], state: int,
            pool_bytes: int, pinned: int) -> Layout:
-    """`groups`: (reach, layers on the stage); `layer_bytes`: one token of one layer on a
-    rank; `state`: one sequence's state bytes on the stage; `pool_bytes`: the KV memory."""
-    sizes = [block_size * layers * layer_bytes for _, layers in groups]
+    """`groups`: (reach, layers on the stage); `layer_bytes`: one token of one layer of each
+    group on a rank; `state`: one sequence's state bytes on the stage; `pool_bytes`: the KV
+    memory."""
+    sizes = [block_size * layers * b for (_, layers), b in zip(groups, layer_bytes, strict=True)]
     unit = math.gcd(*sizes, state) or 1
     return Layout(block_size, tuple(r for r, _ in groups), tuple(s // unit for s in sizes),
                   -(-state // unit), pool_bytes // unit, unit, pinned)

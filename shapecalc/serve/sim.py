@@ -23,7 +23,7 @@ from ..model.plan import layer_plan
 from ..model.record import INT_MAX
 from ..plan.cases import closed_form_for
 from ..plan.fit import point
-from ..plan.memory import stage_state_bytes
+from ..plan.memory import group_token_bytes, stage_state_bytes
 from ..plan.options import PlanOptions, require_peak
 from ..plan.perf import perf_params
 from ..plan.price import serving_cost
@@ -156,12 +156,14 @@ def pool(dep: Deployment, blocks: int) -> Layout:
     per = stage_group_layers(plan, wl.pp)
     i = max(range(wl.pp), key=lambda x: (sum(per[x]), -x))
     layer = bytes_of(kv_elements_per_token(m, wl.tp, layers=1, mla=cf.mla), DTYPE_BITS[wl.kv])
+    tok = group_token_bytes(cf, wl.tp, DTYPE_BITS[wl.kv])  # each group's own (MiMo: H_sw)
     pre = cf.at(1, 1, "prefill", wl.tp, wl.pp, wl.dtype, wl.kv, wl.act)
     state = stage_state_bytes(cf, wl.pp, pre)[i]
     groups = [(r, n) for (r, _), n in zip(kv_groups(plan), per[i], strict=True)]
     k = pp_layers(m.n_layers, wl.pp)[i]
-    return layout(wl.block_size, groups, layer, state, blocks * wl.block_size * k * layer,
-                  dep.shared_prefix // wl.block_size)
+    extra = sum(n * (t - layer) for (_, n), t in zip(groups, tok, strict=True))
+    return layout(wl.block_size, groups, tok, state,
+                  blocks * wl.block_size * (k * layer + extra), dep.shared_prefix // wl.block_size)
 
 
 def pool_doc(eng: Engine) -> dict[str, Any]:

@@ -69,7 +69,11 @@ def check_trainable(model: ModelConfig) -> None:
                 "swiglu_limit": model.swiglu_limit is not None,
                 "hash_moe_layers": model.hash_moe_layers > 0,
                 "router_softcap": model.router_softcap is not None,
-                "router_scoring": model.router_scoring == "sqrtsoftplus"}
+                "router_scoring": model.router_scoring == "sqrtsoftplus",
+                # MiMo-V2-Flash's attention: its per-layer KV heads and narrower values
+                "kv_heads_sliding": model.kv_heads_sliding is not None,
+                "v_head_dim": model.v_head_dim is not None and not model.mla,
+                "value_multiplier": model.value_multiplier is not None}
     for key, given in variants.items():  # DeepSeek-V4's routing and activation variants
         if given:
             raise ShapecalcError(key, "has no backward rule yet: train and verify --train do "

@@ -70,6 +70,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "ministral3": ("ministral-3-8b",),
     "nanochat": ("nanochat-d32",),
     "cohere2_moe": ("command-a-plus",),
+    "mimo_v2_flash": ("mimo-v2-flash",),
     # its class defaults only: the released checkpoints prune the LM head (refused)
     "apertus1p5_text": (),
 }
@@ -118,6 +119,8 @@ def _small(model_type: str, cfg: dict) -> dict:
             out["rope_parameters"] = {**rope, "partial_rotary_factor": rot / (nope + rot)}
     if isinstance(out.get("mlp_layer_types"), list):
         out["mlp_layer_types"] = out["mlp_layer_types"][:LAYERS]
+    if cfg.get("v_head_dim") and "kv_lora_rank" not in cfg:  # MiMo: a value head narrower
+        out["v_head_dim"] = SMALL["head_dim"] // 2
     if out.get("sliding_window"):
         out["sliding_window"] = WINDOW
     if isinstance(out.get("no_rope_layers"), list):
