@@ -30,12 +30,12 @@ from ..plan.price import serving_cost
 from .blocks import Layout, layout
 from .cost import IterationCost
 from .decoders import Seq
+from .percentiles import itl_summary, summary
 from .scheduler import Replica, SchedulerConfig
 from .workload import Request
 
 ROUTERS = ("round-robin", "least-loaded")
 MAX_REPLICAS = 4096  # each is simulated (its own scheduler and logs)
-PERCENTILES = (50, 90, 99)
 TIMELINE_POINTS = 100
 
 
@@ -278,68 +278,6 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
 # -- metrics --------------------------------------------------------------------------------------
 
 
-def percentile(pairs: list[tuple[float, int]], q: float) -> float | None:
-    """Nearest rank over (value, weight) pairs sorted by value: the smallest value whose
-    cumulative weight reaches q% of the total."""
-    total = sum(w for _, w in pairs)
-    if total == 0:
-        return None
-    goal = q / 100.0 * total
-    acc = 0
-    for v, w in pairs:
-        acc += w
-        if acc >= goal:
-            return v
-    return pairs[-1][0]
-
-
-def summary(values: list[float] | list[tuple[float, int]]) -> dict[str, float | None]:
-    pairs = sorted(v if isinstance(v, tuple) else (v, 1) for v in values)
-    total = sum(w for _, w in pairs)
-    out: dict[str, float | None] = {f"p{q}": percentile(pairs, q) for q in PERCENTILES}
-    out["mean"] = sum(v * w for v, w in pairs) / total if total else None
-    out["max"] = pairs[-1][0] if pairs else None
-    return out
-
-
-SMALL_RUN = 50_000  # steps: the one rule (nearest rank) either way, NumPy's sort past it
-
-
-def _itl(reps: list[Replica]) -> dict[str, float | None]:
-    """Inter-token gaps: each iteration's seconds, once for every decode token it emitted (the
-    previous token of a running sequence came at the end of the step before), and the gaps
-    across a preemption; nearest-rank percentiles, with NumPy past SMALL_RUN steps (millions
-    of steps; below it, loading NumPy would cost a short run more than the sort)."""
-    if sum(len(rep.durs) + len(rep.gaps) for rep in reps) <= SMALL_RUN:
-        pairs = sorted((d, w) for rep in reps
-                       for d, w in zip(rep.durs + rep.gaps, rep.toks + [1] * len(rep.gaps),
-                                       strict=True) if w > 0)
-        if not pairs:
-            return {**{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
-        total = sum(w for _, w in pairs)
-        return {**{f"p{q}": percentile(pairs, q) for q in PERCENTILES},
-                "mean": math.fsum(d * w for d, w in pairs) / total, "max": pairs[-1][0]}
-    import numpy as np
-
-    d = np.concatenate([np.asarray(rep.durs + rep.gaps, dtype=float) for rep in reps])
-    w = np.concatenate([np.asarray(rep.toks + [1] * len(rep.gaps), dtype=np.int64)
-                        for rep in reps])
-    keep = w > 0
-    d, w = d[keep], w[keep]
-    if not d.size:
-        return {**{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
-    order = np.argsort(d, kind="stable")
-    d, cum = d[order], np.cumsum(w[order])
-    total = int(cum[-1])
-    out: dict[str, float | None] = {}
-    for q in PERCENTILES:
-        i = int(np.searchsorted(cum, q / 100.0 * total, side="left"))
-        out[f"p{q}"] = float(d[min(i, d.size - 1)])
-    out["mean"] = math.fsum((d * w[order]).tolist()) / total  # exact: the same either way
-    out["max"] = float(d[-1])
-    return out
-
-
 def saturated(eng: Engine, reqs: list[Request]) -> dict[str, Any]:
     """The decode-only ceiling of one replica: the most sequences that can decode at once (max
     num_seqs, or the blocks of the shortest prompt plus a token each) at the shortest context.
@@ -391,7 +329,7 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
     ttft = [s.first - s.req.arrival for s in seqs]
     e2e = [s.finish - s.req.arrival for s in seqs]
     tpot = [(s.finish - s.first) / (s.req.output - 1) for s in seqs if s.req.output > 1]
-    itl = _itl(reps)
+    itl = itl_summary(reps)
     n = len(seqs)
     inp = sum(s.req.prompt for s in seqs)
     outp = sum(s.req.output for s in seqs)
