@@ -11,6 +11,7 @@ from . import hf_deepseek_v4 as deepseek_v4
 from . import hf_gemma as gemma
 from . import hf_kda as kda
 from . import hf_llama as llama
+from . import hf_minimax as minimax
 from . import hf_moe as moe
 from .hf_base import Family, Refusal
 from .hf_deltanet import olmo_hybrid
@@ -415,4 +416,5 @@ NEW: tuple[Family, ...] = (
                 qk_rope_head_dim=None, attention_bias=False, mlp_bias=False),
            aliases={"n_routed_experts": ("num_local_experts",),
                     "moe_intermediate_size": ("intermediate_size",)}),
+    minimax.MINIMAX_M3,  # MiniMax-M3's text model: block-sparse attention (hf_minimax.py)
 )

@@ -26,6 +26,7 @@ from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan
 from ..model.stage import Stage
 from . import (
     alibi,
+    block_sparse,
     cca,
     compressed,
     deltanet,
@@ -237,6 +238,8 @@ class NumericOps(NumericBase):
     head_sum, topk, select_mask = dsa.head_sum, dsa.topk, dsa.select_mask  # DSA
     shared_selection = dsa.shared_selection
     gather, selected_matmul = dsa.gather, dsa.selected_matmul
+    block_cache, block_topk = block_sparse.block_cache, block_sparse.block_topk  # block-sparse
+    block_mask, block_matmul = block_sparse.block_mask, block_sparse.block_matmul
     hc_expand, hc_flatten, hc_weights = hyper.hc_expand, hyper.hc_flatten, hyper.hc_weights
     hc_collapse, hc_merge = hyper.hc_collapse, hyper.hc_merge  # hyper-connections
     shared_kv_cache, compress = compressed.shared_kv_cache, compressed.compress  # DeepSeek-V4

@@ -15,6 +15,7 @@ from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, clamped, forward
 from ..model.plan import LayerPlan, LayerSpec
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
+from . import symbolic_block_sparse as block
 from . import symbolic_cca as cca
 from . import symbolic_compressed as compressed
 from . import symbolic_deltanet as deltanet
@@ -188,6 +189,8 @@ class SymbolicOps(SymbolicBase):
     head_sum, topk, select_mask = dsa.sym_head_sum, dsa.sym_topk, dsa.sym_select_mask
     shared_selection = dsa.sym_shared_selection
     gather, selected_matmul = dsa.sym_gather, dsa.sym_selected_matmul
+    block_cache, block_topk = block.sym_block_cache, block.sym_block_topk  # block-sparse
+    block_mask, block_matmul = block.sym_block_mask, block.sym_block_matmul
     # hyper-connections (symbolic_hyper.py)
     hc_expand, hc_flatten = hyper.sym_hc_expand, hyper.sym_hc_flatten
     hc_weights, hc_collapse, hc_merge = hyper.sym_hc_weights, hyper.sym_hc_collapse, \

@@ -47,7 +47,10 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
         # (of a part of the layers: as many as it can hold, an upper bound)
         idx = model.indexer_layers if layers is None else min(layers, model.indexer_layers)
         return n * (model.kv_lora_rank + model.rot) + idx * (model.index_head_dim or 0)  # type: ignore
-    return 2 * n * kv_heads_per_rank(model, p) * model.dh
+    # block-sparse attention: the block indexer's one key of D_I per token, on its layers
+    blk = len(model.block_indexer_layers)
+    blk = blk if layers is None else min(layers, blk)
+    return 2 * n * kv_heads_per_rank(model, p) * model.dh + blk * (model.block_index_head_dim or 0)
 
 
 def kv_cache_form(model: ModelConfig, mla: str = MLA_DEFAULT) -> str:
