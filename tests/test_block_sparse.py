@@ -239,3 +239,22 @@ def test_live(tmp_path):
     got = mod._steps(small, scfg.vocab_size, 40, False)
     want = r["steps"][-1]
     assert (got["prefill"], got["decode"]) == (want["prefill"], want["decode"])
+
+
+@pytest.mark.slow
+def test_closed_form_across_the_block_cuts():
+    """The sweep's closed form cuts at every multiple of S_blk (⌈T′/S_blk⌉ blocks, a query's
+    place in its block) and at K_blk·S_blk, as at a chunk C and a window W: equal to the
+    pipeline on both sides, in both conventions."""
+    from shapecalc.costs.closed import ClosedForm
+    from tests.test_closed import assert_equal_at
+    m = _tiny(n_layers=3, index_topk_blocks=3, index_block_size=4, block_sparse_layers=(1, 2),
+              n_experts=4, experts_per_token=2, ffn_types=("dense", "moe", "moe"))
+    points = [dict(batch=b, seq=t, phase=ph, tp=1, pp=pp, dtype="bf16", kv_dtype="bf16",
+                   act_dtype="bf16")
+              for ph in ("prefill", "decode") for t in (1, 3, 4, 5, 11, 12, 13, 14, 17, 30)
+              for b in (1, 3) for pp in (1, 3)]
+    for selection in ("eager", "sparse"):
+        for flops in ("full", "causal"):
+            cf = ClosedForm(m, selection=selection, attention_flops=flops)
+            assert_equal_at(m, cf, points)
