@@ -215,10 +215,36 @@ def test_cli_exits_2_naming_the_key(tmp_path):
 
 
 def test_workload_refusals():
-    with pytest.raises(ShapecalcError, match="tp"):
-        build_trace(_tiny(), Workload(seq=8, tp=2))
     with pytest.raises(ShapecalcError, match="padding_mask"):
         build_trace(_tiny(), Workload(seq=8, padding_mask=True))
+
+
+def test_tensor_parallel_cache_and_counts():
+    """Under tensor parallelism the indexer is replicated (transformers' tp_plan leaves it out):
+    each rank caches its KV heads and the whole indexer key, scores all H_I heads, and its H/p
+    query heads read their groups' selected blocks."""
+    from shapecalc.model.parallel import kv_bytes_per_token
+    m = _tiny()  # H = 4, H_kv = 2, Dh = 8, D_I = 8, H_I = 2
+    for p in (1, 2, 4):  # H_kv = 2 < p = 4: each rank holds one KV head (vLLM's replication)
+        assert kv_bytes_per_token(m, "bf16", p) == (2 * max(1, 2 // p) * 8 + 8) * 2
+        wl = Workload(seq=8, selection="sparse", tp=p)
+        per_rank = sum(s.flops * s.repeat for s in symbolic_stages(m, wl, p)
+                       if s.role == "attn.scores")
+        assert per_rank == 2 * (4 // p) * 24 * 8
+        idx = sum(s.flops * s.repeat for s in symbolic_stages(m, wl, p)
+                  if s.role == "attn.index_scores")
+        assert idx == 2 * 2 * 8 * 8 * 8
+
+
+@pytest.mark.slow
+def test_verify_passes_under_tensor_and_pipeline_parallelism():
+    from shapecalc.check.verify import verify
+    m = _tiny(n_layers=2, block_sparse_layers=(1,), block_index_heads=1)
+    for sel in ("eager", "sparse"):
+        for tp, pp in ((2, 1), (4, 2)):
+            wl = Workload(batch=2, seq=9, selection=sel, dtype="fp32", tp=tp, pp=pp)
+            doc = verify(m, wl)
+            assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]
 
 
 @pytest.mark.slow
@@ -250,10 +276,10 @@ def test_closed_form_across_the_block_cuts():
     from tests.test_closed import assert_equal_at
     m = _tiny(n_layers=3, index_topk_blocks=3, index_block_size=4, block_sparse_layers=(1, 2),
               n_experts=4, experts_per_token=2, ffn_types=("dense", "moe", "moe"))
-    points = [dict(batch=b, seq=t, phase=ph, tp=1, pp=pp, dtype="bf16", kv_dtype="bf16",
+    points = [dict(batch=b, seq=t, phase=ph, tp=tp, pp=pp, dtype="bf16", kv_dtype="bf16",
                    act_dtype="bf16")
               for ph in ("prefill", "decode") for t in (1, 3, 4, 5, 11, 12, 13, 14, 17, 30)
-              for b in (1, 3) for pp in (1, 3)]
+              for b in (1, 3) for tp, pp in ((1, 1), (2, 3))]
     for selection in ("eager", "sparse"):
         for flops in ("full", "causal"):
             cf = ClosedForm(m, selection=selection, attention_flops=flops)

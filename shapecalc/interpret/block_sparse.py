@@ -61,8 +61,8 @@ def block_topk(self: NumericBase, s: np.ndarray, role: str, name: str, size: int
 
 def _allowed(self: NumericBase, sel: Any, heads: int, Tq: int, Tk: int, size: int
              ) -> np.ndarray:
-    """[R,B,H,Tq,Tk]: the keys of each query's valid selected blocks it may read (each indexer
-    head's selection repeated over its H/H_I query heads)."""
+    """[R,B,H/p,Tq,Tk]: the keys of each query's valid selected blocks it may read (each indexer
+    head's selection repeated over its H/H_I query heads; each rank its own heads')."""
     idx, valid = sel
     R, B, HI = idx.shape[:3]
     nb = -(-Tk // size)
@@ -70,7 +70,12 @@ def _allowed(self: NumericBase, sel: Any, heads: int, Tq: int, Tk: int, size: in
     np.put_along_axis(chosen, np.where(valid, idx, nb), True, axis=-1)
     keys = chosen[..., np.arange(Tk) // size]  # [R,B,H_I,Tq,Tk]
     keys &= np.arange(Tk)[None, :] <= _positions(Tq, Tk)[:, None]
-    return np.repeat(keys, heads // HI, axis=2)
+    every = np.repeat(keys, self.m.n_heads // HI, axis=2)  # [R,B,H,Tq,Tk]: all query heads
+    if heads == self.m.n_heads:
+        return every
+    # tensor parallel: rank r holds query heads r·H/p … (r+1)·H/p − 1 (the indexer is replicated)
+    return np.stack([every[min(r, R - 1), :, r * heads:(r + 1) * heads]
+                     for r in range(self.m.n_heads // heads)])
 
 
 def block_mask(self: NumericBase, s: np.ndarray, sel: Any, role: str, name: str) -> np.ndarray:

@@ -286,9 +286,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if wl.selection == "sparse" and not (model.dsa or model.block_sparse):
         raise ShapecalcError("selection", "applies to DeepSeek Sparse Attention models only "
                              "(index_topk set) and block-sparse ones (index_topk_blocks)")
-    if model.block_sparse and (p > 1 or wl.padding_mask):  # not modelled: one rank, no padding
-        raise ShapecalcError("tp" if p > 1 else "padding_mask", "block-sparse attention is "
-                             "modelled on one tensor-parallel rank, without padding")
+    if model.block_sparse and wl.padding_mask:  # blocks sit at key slots: padding moves them
+        raise ShapecalcError("padding_mask", "block-sparse attention is modelled without "
+                             "padding (transformers anchors its blocks to key slots)")
     if model.dsa and wl.mla == "expanded":
         raise ShapecalcError("mla_form", "expanded: the indexer's keys are cached beside the "
                              "latent, which DeepSeek Sparse Attention reads; use absorbed or "
