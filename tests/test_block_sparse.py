@@ -284,3 +284,19 @@ def test_closed_form_across_the_block_cuts():
         for flops in ("full", "causal"):
             cf = ClosedForm(m, selection=selection, attention_flops=flops)
             assert_equal_at(m, cf, points)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("selection", ["eager", "sparse"])
+def test_verify_passes_on_the_preset_at_reduced_width(selection):
+    """The minimax-m3 preset at reduced width (tests/test_presets_verify.reduced: every width
+    divided by 16, heads and layers kept), its first 4 layers (dense, then block-sparse with
+    MoE), blocks of 2 and the top 2 so that T = 9 reaches past them, at tp 2."""
+    from shapecalc.check.verify import verify
+    from shapecalc.model.plan import layer_plan
+    from tests.test_presets_verify import reduced
+    m = reduced(load_preset("minimax-m3")).model_copy(
+        update={"index_block_size": 2, "index_topk_blocks": 2})
+    wl = Workload(batch=1, seq=9, tp=2, selection=selection)
+    doc = verify(m, wl, layers=layer_plan(m).covering())
+    assert doc["ok"], [c["name"] for c in doc["checks"] if not c["ok"]]
