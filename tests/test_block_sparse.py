@@ -163,9 +163,13 @@ def test_conventions_give_the_same_logits(local):
 
 
 @pytest.mark.slow
-def test_verify_passes_at_reduced_width():
+@pytest.mark.parametrize("kw", [dict(rotary_dim=4, block_sparse_layers=(1,)),
+                                # D_I wider than Dh (RoPE turns R of it), blocks of 3, 2 kept
+                                dict(block_index_head_dim=16, block_index_heads=4,
+                                     index_block_size=3, index_local_blocks=2)])
+def test_verify_passes_at_reduced_width(kw):
     from shapecalc.check.verify import verify
-    m = _tiny(n_layers=2, rotary_dim=4, block_sparse_layers=(1,))
+    m = _tiny(n_layers=2, **kw)
     for sel in ("eager", "sparse"):
         for phase in ("prefill", "decode"):
             doc = verify(m, Workload(batch=2, seq=9, selection=sel, phase=phase, dtype="fp32"))

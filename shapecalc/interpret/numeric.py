@@ -203,7 +203,7 @@ class NumericOps(NumericBase):
                     ) -> np.ndarray:
         R, B, T, width = x.shape
         # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I; KDA: its heads of D_k
-        dh = int(Dh.value) if (self.m.mla or role == "attn.idx.heads"
+        dh = int(Dh.value) if (self.m.mla or role in ("attn.idx.heads", "attn.bidx.q.heads")
                                or role.startswith("kda.")) else self.m.dh
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":

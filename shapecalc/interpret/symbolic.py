@@ -159,7 +159,7 @@ class SymbolicOps(SymbolicBase):
 
     def rope(self, x: Sym, role: str, name: str, angles: Sym) -> Sym:
         m = self.m
-        if m.rot == m.dh:
+        if m.rot == m.dh and x.dims[-1].value <= m.rot:  # (a wider block indexer: R of D_I)
             return self._rec(role, name, "rope", x, ew=ELEMENTWISE["rope"])
         # partial rotary: only the first R of Dh turn; the rest pass through
         R = self.z.sym("R", m.rot)
