@@ -144,7 +144,7 @@ def test_dense_below_the_selected_blocks_selected_above():
         assert _role(m, wl, "attn.scores") == 2 * 4 * want * 8
 
 
-@pytest.mark.parametrize("local", [1, 2])
+@pytest.mark.parametrize("local", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_conventions_give_the_same_logits(local):
     """The executor runs the indexer, the block pooling and the top-K_blk for real: eager (the
     block mask on the dense scores) and sparse (the kernel's selected keys only) compute the
@@ -207,6 +207,7 @@ def test_bad_flat_keys_name_the_key(tmp_path, key, value):
         _load(tmp_path, cfg)
 
 
+@pytest.mark.slow
 def test_cli_exits_2_naming_the_key(tmp_path):
     cfg = json.loads(json.dumps(CASES["minimax-m3"]["reduced"]["hf_config"]))
     cfg["text_config"]["sparse_attention_config"]["sparse_block_size"] = 0
@@ -304,3 +305,21 @@ def test_verify_passes_on_the_preset_at_reduced_width(selection):
     wl = Workload(batch=1, seq=9, tp=2, selection=selection)
     doc = verify(m, wl, layers=layer_plan(m).covering())
     assert doc["ok"], [c["name"] for c in doc["checks"] if not c["ok"]]
+
+
+def test_kv_bytes_per_token_and_the_python_api():
+    """A token adds, in bf16, K and V of 4 heads of 128 on each of the 60 layers and the block
+    indexer's key of 128 on the 57 sparse ones; past the 2048 selected keys the kernel reads
+    fewer keys than transformers' dense scores."""
+    from shapecalc import api
+    from shapecalc.model.parallel import kv_bytes_per_token
+    m = load_preset("minimax-m3")
+    assert kv_bytes_per_token(m, "bf16") == (60 * 2 * 4 * 128 + 57 * 128) * 2 == 137_472
+    tot = _totals(m, 131_072, phase="decode")
+    assert tot["kv_cache_bytes"] == 131_073 * 137_472
+    assert tot["selected_attention"]["indexer_cache_bytes"] == 131_073 * 57 * 128 * 2
+    eager, sparse = (api.trace("minimax-m3", seq=8192, selection=s).totals for s in
+                     ("eager", "sparse"))
+    assert sparse.selected_attention.convention == "sparse"
+    assert (sparse.selected_attention.top_blocks, sparse.selected_attention.block_size) == (16, 128)
+    assert sparse.flops < eager.flops == sparse.selected_attention.flops["eager"]
