@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model.config import ModelConfig
 from ..model.stage import Stage
 
 SCAN_TOL = 1e-6  # relative to the largest value of the output and the final state
@@ -13,6 +14,19 @@ SCAN_TOL = 1e-6  # relative to the largest value of the output and the final sta
 # pads' hidden states, so their q/k/v are the biases, which its convs and delayed value carry
 # into the real tokens (a padded batch differs from the unpadded runs in transformers too)
 CCA_PADS = "CCA with attention biases: the pads' projection biases reach the real tokens"
+# transformers' MiniMaxM3VLIndexer anchors blocks to key slots: left padding moves them
+BLOCK_PADS = "block-sparse: blocks sit at key slots, left padding shifts them (as in transformers)"
+
+
+def pads_skipped(model: ModelConfig, T: int) -> str | None:
+    """Why verify's padded-batch check does not apply to `model` at T, else None."""
+    if model.shared_kv:
+        return "shared_kv: no padding modelled"
+    if model.block_sparse:
+        return BLOCK_PADS
+    if T < 2:
+        return "T=1: nothing to pad"
+    return CCA_PADS if "cca" in model.mixers and model.qkv_bias else None
 
 
 def state_checks(stages: list[Stage], traced: int, measured: Any) -> list[dict]:

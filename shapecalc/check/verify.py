@@ -27,7 +27,7 @@ from ..model.parallel import distinct_experts
 from ..model.plan import LayerPlan, layer_plan
 from ..model.stage import Stage
 from .budget import CHUNK, default_budget, plan_layers
-from .mixers import CCA_PADS, state_checks
+from .mixers import pads_skipped, state_checks
 from .mtp import mtp_checks
 
 FIELDS = {"FLOPs": "flops", "elementwise FLOPs": "elementwise_flops", "params": "params",
@@ -338,11 +338,10 @@ def verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
     else:
         checks.append(_skipped("causal mask", "one token: nothing later to change"))
     del b_pre, b_dec, full, ref
-    if T >= 2 and not model.shared_kv and not ("cca" in model.mixers and model.qkv_bias):
+    if (why := pads_skipped(model, T)) is None:
         checks.append(_padding_check(run, model, pre, ids, T, p, rng, tol))
     else:  # DeepSeek-V4's attention: modelled without padding; biased CCA: not invariant
-        checks.append(_skipped("padding mask", "shared_kv: no padding modelled" if model.shared_kv
-                               else CCA_PADS if T >= 2 else "T=1: nothing to pad"))
+        checks.append(_skipped("padding mask", why))
 
     ok = all(c["ok"] for c in checks)
     note = (f"ran {K} of {N} layers at real widths; per-layer numbers measured on them, "

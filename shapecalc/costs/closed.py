@@ -153,6 +153,10 @@ class ClosedForm:
         m = self.model
         if m.index_topk is not None:  # DSA: min(K_sel, keys) selected, a window's cut
             cuts.add(m.index_topk if phase == "prefill" else m.index_topk - 1)
+        if m.block_sparse:  # ⌈T′/S_blk⌉ blocks, a query's place in its block; K_blk·S_blk
+            chunks.add(m.index_block_size)  # type: ignore[arg-type]
+            reach = m.index_topk_blocks * m.index_block_size  # type: ignore[operator]
+            cuts.add(reach if phase == "prefill" else reach - 1)
         if {"mamba2", "gated_deltanet", "parallel", "kda"} & set(m.mixers) and phase == "prefill":
             # ⌈T/L⌉ chunks; max(T, K_c) conv inputs
             chunks.add(m.scan_chunk)  # type: ignore[arg-type]

@@ -181,8 +181,12 @@ class SelectedAttention(_Strict):
     indexer_head_dim: int = d("the indexer's head width")
     indexer_cache_bytes: int = d("the indexer's key cache in the KV dtype (transformers), part "
                                  "of kv_cache_bytes")
-    indexer_cache_bytes_reference: int = d("that cache as DeepSeek's reference stores it: fp8 + "
-                                           "an fp32 scale per 128")
+    indexer_cache_bytes_reference: int | None = d("that cache as DeepSeek's reference stores "
+                                                  "it: fp8 + an fp32 scale per 128 (null: "
+                                                  "block-sparse, kept in the KV dtype)")
+    top_blocks: int | None = d("block-sparse attention: K_blk, the key blocks each query "
+                               "attends to (top_k = K_blk·S_blk keys at most); null: DSA", None)
+    block_size: int | None = d("block-sparse attention: S_blk, keys per block; null: DSA", None)
 
 
 class SplitOut(_Strict):

@@ -11,6 +11,7 @@ from . import hf_deepseek_v4 as deepseek_v4
 from . import hf_gemma as gemma
 from . import hf_kda as kda
 from . import hf_llama as llama
+from . import hf_minimax as minimax
 from . import hf_moe as moe
 from .hf_base import Family, Refusal
 from .hf_deltanet import olmo_hybrid
@@ -434,4 +435,5 @@ NEW: tuple[Family, ...] = (
            ignored=frozenset({"num_mtp_layers"}),
            widths=dict(vocab_size=152576, hidden_size=4096, intermediate_size=16384,
                        num_hidden_layers=48, num_attention_heads=64)),
+    minimax.MINIMAX_M3,  # MiniMax-M3's text model: block-sparse attention (hf_minimax.py)
 )

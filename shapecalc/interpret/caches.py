@@ -109,8 +109,12 @@ class KVCache:
         by = dict(zip(self.held_layers(), self.nbytes(), strict=True))
         for (layer, part), codes in self.states.items():  # entries cached like keys
             if part.startswith("kv."):  # (DeepSeek-V4's compressed entries)
-                by[layer] = by.get(layer, 0) + stored_nbytes(codes[0], self.kv)
+                by[layer] = by.get(layer, 0) + self._entry_bytes(part, codes)
         return [by.get(layer, 0) for layer in range(k)]
+
+    def _entry_bytes(self, part: str, codes: np.ndarray) -> int:
+        """Bytes of one layer's entries kept beside K and V (contiguous here)."""
+        return stored_nbytes(codes[0], self.kv)
 
 
 class ContiguousKV(KVCache):
@@ -187,6 +191,13 @@ class PagedKV(KVCache):
         super().start(valid_new)
         for g in self.groups.values():
             g.new_chunk(before, self.total)
+
+    def _entry_bytes(self, part: str, codes: np.ndarray) -> int:
+        """The block indexer's keys (MiniMax-M3) are paged as K and V are: whole blocks."""
+        n = super()._entry_bytes(part, codes)
+        if part != "kv.bidx" or not codes.shape[-2]:
+            return n
+        return n // codes.shape[-2] * ceil_div(codes.shape[-2], self.bs) * self.bs
 
     @property
     def blocks(self) -> int:

@@ -26,6 +26,7 @@ from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan, mtp_spec
 from ..model.stage import Stage
 from . import (
     alibi,
+    block_sparse,
     cca,
     compressed,
     deltanet,
@@ -202,7 +203,7 @@ class NumericOps(NumericBase):
                     ) -> np.ndarray:
         R, B, T, width = x.shape
         # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I; KDA: its heads of D_k
-        dh = int(Dh.value) if (self.m.mla or role == "attn.idx.heads"
+        dh = int(Dh.value) if (self.m.mla or role in ("attn.idx.heads", "attn.bidx.q.heads")
                                or role.startswith("kda.")) else self.m.dh
         if role == "attn.v.heads" and not self.m.mla:  # values of their own width (MiMo)
             dh = self.m.v_dim
@@ -244,6 +245,8 @@ class NumericOps(NumericBase):
     head_sum, topk, select_mask = dsa.head_sum, dsa.topk, dsa.select_mask  # DSA
     shared_selection = dsa.shared_selection
     gather, selected_matmul = dsa.gather, dsa.selected_matmul
+    block_cache, block_topk = block_sparse.block_cache, block_sparse.block_topk  # block-sparse
+    block_mask, block_matmul = block_sparse.block_mask, block_sparse.block_matmul
     hc_expand, hc_flatten, hc_weights = hyper.hc_expand, hyper.hc_flatten, hyper.hc_weights
     hc_collapse, hc_merge = hyper.hc_collapse, hyper.hc_merge  # hyper-connections
     shared_kv_cache, compress = compressed.shared_kv_cache, compressed.compress  # DeepSeek-V4

@@ -15,6 +15,7 @@ from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, clamped, forward
 from ..model.plan import LayerPlan, LayerSpec, layer_kv_heads
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
+from . import symbolic_block_sparse as block
 from . import symbolic_cca as cca
 from . import symbolic_compressed as compressed
 from . import symbolic_deltanet as deltanet
@@ -161,7 +162,7 @@ class SymbolicOps(SymbolicBase):
 
     def rope(self, x: Sym, role: str, name: str, angles: Sym) -> Sym:
         m = self.m
-        if m.rot == m.dh:
+        if m.rot == m.dh and x.dims[-1].value <= m.rot:  # (a wider block indexer: R of D_I)
             return self._rec(role, name, "rope", x, ew=ELEMENTWISE["rope"])
         # partial rotary: only the first R of Dh turn; the rest pass through
         R = self.z.sym("R", m.rot)
@@ -195,6 +196,8 @@ class SymbolicOps(SymbolicBase):
     head_sum, topk, select_mask = dsa.sym_head_sum, dsa.sym_topk, dsa.sym_select_mask
     shared_selection = dsa.sym_shared_selection
     gather, selected_matmul = dsa.sym_gather, dsa.sym_selected_matmul
+    block_cache, block_topk = block.sym_block_cache, block.sym_block_topk  # block-sparse
+    block_mask, block_matmul = block.sym_block_mask, block.sym_block_matmul
     # hyper-connections (symbolic_hyper.py)
     hc_expand, hc_flatten = hyper.sym_hc_expand, hyper.sym_hc_flatten
     hc_weights, hc_collapse, hc_merge = hyper.sym_hc_weights, hyper.sym_hc_collapse, \

@@ -213,6 +213,10 @@ class Weights:
             subs = [self._linear(layer, r, p) for r in MIXER_PARTS[role]]
             b = np.concatenate([x[1] for x in subs], axis=-1) if subs[0][1] is not None else None
             return [x[0][0] for x in subs], b, sum(x[2] for x in subs), False
+        if role in ("attn.bidx.q", "attn.bidx.k"):  # the block indexer's, replicated, no bias
+            di = m.block_index_head_dim or 0
+            width = di * (m.block_index_heads or 0) if role == "attn.bidx.q" else di
+            return [Shard((layer, role), (D, width), "replicated", p, D, width)], None, 0, False
         if role in _MLA_ROLES or (m.mla and role == "attn.q"):
             return self._mla_linear(layer, role, p)
         if role.startswith("mamba."):  # Mamba-1, on one rank (config.check refuses p > 1)

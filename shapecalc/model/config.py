@@ -111,6 +111,7 @@ class ModelConfig(ModelFields):
         rules.check_shared_kv(self)
         rules.check_zaya(self)
         rules.check_sliding_heads(self)
+        rules.check_block_sparse(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ShapecalcError(
                 "d_model", f"sinusoidal positions need an even D, not {self.d_model}"
@@ -283,14 +284,17 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if wl.state_dtype is not None and wl.state_cache != "vllm":
         raise ShapecalcError("state_dtype", "is vLLM's mamba_ssm_cache_dtype: it needs "
                              "state_cache vllm (transformers keeps the recurrent state in fp32)")
-    if wl.selection == "sparse" and not model.dsa:
+    if wl.selection == "sparse" and not (model.dsa or model.block_sparse):
         raise ShapecalcError("selection", "applies to DeepSeek Sparse Attention models only "
-                             "(index_topk set)")
+                             "(index_topk set) and block-sparse ones (index_topk_blocks)")
+    if model.block_sparse and wl.padding_mask:  # blocks sit at key slots: padding moves them
+        raise ShapecalcError("padding_mask", "block-sparse attention is modelled without "
+                             "padding (transformers anchors its blocks to key slots)")
     if model.dsa and wl.mla == "expanded":
         raise ShapecalcError("mla_form", "expanded: the indexer's keys are cached beside the "
                              "latent, which DeepSeek Sparse Attention reads; use absorbed or "
                              "latent")
-    if wl.selection == "sparse" and wl.mla != "absorbed":
+    if wl.selection == "sparse" and model.mla and wl.mla != "absorbed":
         raise ShapecalcError("selection", f"sparse reads the latents absorbed (FlashMLA), not in "
                              f"the {wl.mla} form")
     if p > 1 and model.qk_norm and model.qk_norm_width == "all":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import gemma, hyper
+from . import block_sparse, gemma, hyper
 from .cca import cca_qkv
 from .compressed import v4_attention
 from .config import ModelConfig, Workload
@@ -224,13 +224,17 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     q, k = _llama4_qk(ops, m, spec, z, q, k)
     Tk, Tc = z.keys(spec)
     k, v = ops.kv_cache(k, v, layer, Tk, Tc)
+    sel = (block_sparse.block_select(ops, m, z, h, layer, angles, Tk, Tc)  # MiniMax-M3's MSA
+           if spec.block_sparse else None)
+    sparse = sel is not None and wl.selection == "sparse"  # the kernel reads selected blocks only
     groups = z.H.value // z.Hkv.value
     if groups > 1:  # GQA/MQA: each KV head serves `groups` query heads
         k = ops.repeat_kv(k, "attn.repeat_kv", "repeat k", groups, z.H)
         v = ops.repeat_kv(v, "attn.repeat_kv", "repeat v", groups, z.H)
     W, C = spec.window, spec.chunk
     kt = ops.transpose_last(k, "attn.kT", "kᵀ")
-    s = ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=W, chunk=C)
+    s = (ops.block_matmul(q, kt, sel, "attn.scores", "QKᵀ over the selected blocks") if sparse
+         else ops.matmul(q, kt, "attn.scores", "QKᵀ", causal=True, window=W, chunk=C))
     s = ops.scale(s, "attn.scale", "scale", *gemma.score_scale(m))
     if m.attn_softcap is not None:  # Gemma 2: after the scale, before the mask
         s = ops.softcap(s, "attn.softcap", "attention softcap", m.attn_softcap)
@@ -246,9 +250,12 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         s = ops.mask(s, "attn.mask", "chunk mask", "chunk", C)
     if wl.padding_mask:
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
+    if sel is not None and not sparse:  # eager: the dense scores, unselected blocks masked
+        s = ops.block_mask(s, sel, "attn.mask", "block mask (unselected blocks)")
     sinks = m.attention_sinks and (spec.attention == "sliding" or not m.sinks_sliding_only)
     a = ops.softmax(s, "attn.softmax", "softmax", z.H if sinks else None)
-    o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W, chunk=C)
+    o = (ops.block_matmul(a, v, sel, "attn.values", "A·V over the selected blocks") if sparse
+         else ops.matmul(a, v, "attn.values", "A·V", causal=True, window=W, chunk=C))
     o = ops.merge_heads(o, "attn.merge", "merge heads")
     if m.attn_output_gate:  # Qwen3-Next: o ⊙ sigmoid(h·W_g), W_g q_proj's second half
         g = ops.linear(h, "attn.gate", "output gate projection", z.D, qw, m.qkv_bias, "column")

@@ -169,6 +169,21 @@ class ModelFields(Record):
     index_shared_layers: tuple[NonNeg, ...] | None = _doc(
         None, "layers that run no indexer of their own and reuse the previous indexer layer's "
         "selection (GLM-5's IndexShare: indexer_types 'shared'); they cache no indexer key")
+    # block-sparse attention (MiniMax-M3's MSA): an indexer picks each query's K_blk key blocks
+    index_topk_blocks: Pos | None = _doc(
+        None, "K_blk: key blocks of S_blk keys each query attends to, picked per KV group by a "
+        "block indexer (index_topk_blocks); set: GQA with block-sparse attention")
+    index_block_size: Pos | None = _doc(None, "S_blk: keys per block the block indexer scores "
+                                        "(max over the block) and selects (index_block_size)")
+    index_local_blocks: Pos | None = _doc(None, "L_blk: the query's own block and the L_blk − 1 "
+                                          "before it, always selected (index_local_blocks)")
+    block_index_heads: Pos | None = _doc(None, "H_I: the block indexer's query heads, one "
+                                         "selection per KV group (index_n_heads)")
+    block_index_head_dim: Pos | None = _doc(None, "D_I: the block indexer's head width; its one "
+                                            "key head is cached (index_head_dim)")
+    block_sparse_layers: tuple[NonNeg, ...] | None = _doc(
+        None, "the layers that run the block indexer (layer_types 'minimax_m3_sparse'); "
+        "default every layer; the others attend densely")
 
     # Classic variants (GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite, Falcon's new decoder)
     rotary_dim: Pos | None = _doc(
@@ -400,6 +415,18 @@ class ModelFields(Record):
         if not self.dsa:
             return 0
         return self.mixers.count("attention") - len(set(self.index_shared_layers or ()))
+
+    @property
+    def block_sparse(self) -> bool:
+        """Attention selects key blocks: a block indexer on (some of) the GQA layers."""
+        return self.index_topk_blocks is not None
+
+    @property
+    def block_indexer_layers(self) -> tuple[int, ...]:
+        """The layers that run the block indexer (and cache its key): default every layer (the
+        rules refuse block_sparse_layers without the block fields)."""
+        every = tuple(range(self.n_layers)) if self.block_sparse else ()
+        return every if self.block_sparse_layers is None else self.block_sparse_layers
 
     @property
     def v_dim(self) -> int:

@@ -331,3 +331,26 @@ class Ops:
         """ZAYA's router state passed down the layers: with `add`, r + the previous layer's
         state × a learned scale (r's width of params); the result is the next layer's state."""
         raise NotImplementedError
+
+    # -- block-sparse attention (block_sparse.py) -----------------------------------------------
+    def block_cache(self, k: Any, layer: int, Tk: Dim, Tc: Dim) -> Any:
+        """The block indexer's key [B,T,D_I], cached per layer beside K and V (written in
+        prefill, appended in decode): every cached one, [B,1,Tk,D_I]."""
+        raise NotImplementedError
+
+    def block_topk(self, s: Any, role: str, name: str, size: int, top: int, local: int) -> Any:
+        """Indexer scores [B,H_I,Tq,Tk] → the selection: per query and indexer head, the top
+        min(K_blk, ⌈Tk/S_blk⌉) blocks by their largest score, the L_blk ending at the query's
+        own block first; blocks of no readable key are not valid."""
+        raise NotImplementedError
+
+    def block_mask(self, s: Any, sel: Any, role: str, name: str) -> Any:
+        """Scores [B,H,Tq,Tk] with every key outside the query's selected blocks masked (each
+        indexer head's selection serves H/H_I query heads)."""
+        raise NotImplementedError
+
+    def block_matmul(self, a: Any, b: Any, sel: Any, role: str, name: str) -> Any:
+        """The block-sparse kernel: q [B,H,Tq,Dh] × kᵀ gives scores [B,H,Tq,Tk] (role
+        attn.scores), A × v the output [B,H,Tq,Dh], each counted over the keys of the query's
+        selected blocks that it may read only."""
+        raise NotImplementedError

@@ -54,9 +54,12 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
         return sum(kv_elements_per_token(model, p, c, mla, kind.reach)
                    for kind, c in zip(*_attending(model), strict=True))
     heads = kv_heads_per_rank(model, p, "sliding" if isinstance(reach, int) else "full")
+    # block-sparse attention: the block indexer's one key of D_I per token, on its layers
+    blk = len(model.block_indexer_layers)
+    blk = (blk if layers is None else min(layers, blk)) * (model.block_index_head_dim or 0)
     if model.v_dim != model.dh:
-        return n * heads * (model.dh + model.v_dim)
-    return 2 * n * heads * model.dh
+        return n * heads * (model.dh + model.v_dim) + blk
+    return 2 * n * heads * model.dh + blk
 
 
 def _attending(model: ModelConfig) -> tuple[list[Any], list[int]]:

@@ -53,6 +53,7 @@ class LayerSpec(NamedTuple):
     hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
     compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
     router_eda: bool = False  # ZAYA: its router adds the previous layer's state (layers ≥ 1)
+    block_sparse: bool = False  # the layer runs a block indexer (MiniMax-M3's sparse layers)
 
     @property
     def attends(self) -> bool:
@@ -80,7 +81,8 @@ class LayerSpec(NamedTuple):
         if self.mixer == "none":  # a block of its channel mixer only
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
         return attn + (" · NoPE" if self.nope else "") + (
-            " · shared top-k" if self.shared_topk else "") + ffn
+            " · shared top-k" if self.shared_topk else "") + (
+            " · block-sparse" if self.block_sparse else "") + ffn
 
 
 # the token mixers other than attention, as labels print
@@ -123,13 +125,15 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     ffns = model.ffn_types or (("moe" if model.moe else "dense",) * model.n_layers)
     nope = set(model.nope_layers or ())
     shared = set(model.index_shared_layers or ())
+    blocks = set(model.block_indexer_layers)
     specs = [
         LayerSpec(t, model.sliding_window if t in ("sliding", "hca", "csa") else None, f,
                   model.norm, model.norm_position,
                   model.attention_chunk_size if t == "chunked" else None, i in nope, mx,
                   i in shared, compress={"hca": model.compress_ratio_hca,
                                          "csa": model.compress_ratio_csa}.get(t),
-                  router_eda=model.router_hidden is not None and i > 0)
+                  router_eda=model.router_hidden is not None and i > 0,
+                  block_sparse=i in blocks)
         if mx in ("attention", "parallel", "cca") else
         # a stateful mixer's block is pre-norm (OLMo-Hybrid: beside output-normed attention), or
         # sandwiched as LFM3 sandwiches every branch

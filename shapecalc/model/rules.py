@@ -396,3 +396,44 @@ def check_sliding_heads(m: ModelFields) -> None:
         if m.n_heads % hs:
             raise ShapecalcError("kv_heads_sliding", f"H={m.n_heads} is not divisible by "
                                  f"H_kv,s={hs}")
+
+
+BLOCK_FIELDS = ("index_block_size", "index_local_blocks", "block_index_heads",
+                "block_index_head_dim")  # block-sparse attention's, beside index_topk_blocks
+
+
+def check_block_sparse(m: ModelFields) -> None:
+    """Block-sparse attention (MiniMax-M3): its fields together, on GQA layers of full reach;
+    the query's own block always selected (1 ≤ L_blk ≤ K_blk: the kernel's count then needs no
+    data), one selection per group of H/H_I query heads."""
+    if m.index_topk_blocks is None:
+        given = [f for f in (*BLOCK_FIELDS, "block_sparse_layers") if getattr(m, f) is not None]
+        if given:
+            raise ShapecalcError(given[0], "is a block-sparse attention field, but "
+                                 "index_topk_blocks is not set")
+        return
+    for f in BLOCK_FIELDS:
+        if getattr(m, f) is None:
+            raise ShapecalcError(f, "block-sparse attention (index_topk_blocks set) needs it")
+    if m.index_local_blocks > m.index_topk_blocks:  # type: ignore[operator]
+        raise ShapecalcError("index_local_blocks", f"L_blk={m.index_local_blocks} exceeds "
+                             f"K_blk={m.index_topk_blocks}: the blocks always kept must fit in "
+                             "the selection")
+    if m.n_heads % m.block_index_heads:  # type: ignore[operator]
+        raise ShapecalcError("block_index_heads", f"H_I={m.block_index_heads} does not divide "
+                             f"H={m.n_heads}: each indexer head selects for H/H_I query heads")
+    if m.positions == "rope" and m.rot > m.block_index_head_dim:  # type: ignore[operator]
+        raise ShapecalcError("block_index_head_dim", f"D_I={m.block_index_head_dim} is narrower "
+                             f"than the R={m.rot} dims RoPE turns")
+    layers = m.block_sparse_layers or ()
+    if layers and (max(layers) >= m.n_layers or len(set(layers)) != len(layers)):
+        raise ShapecalcError("block_sparse_layers", f"{list(layers)}: each a distinct layer "
+                             f"0..{m.n_layers - 1}")
+    clashes = {"kv_lora_rank": m.mla, "shared_kv": m.shared_kv,
+               "sliding_window": m.sliding_window is not None,
+               "attention_chunk_size": m.attention_chunk_size is not None,
+               "parallel_block": m.parallel_block, "mixers": set(m.mixers) != {"attention"}}
+    for f, bad in clashes.items():
+        if bad:
+            raise ShapecalcError(f, "does not apply to block-sparse attention (GQA layers that "
+                                 "attend to every cached key)")

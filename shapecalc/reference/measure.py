@@ -100,7 +100,8 @@ def _tensors(layer: Any) -> list[Any]:
     """A cache layer's tensors: keys, values, and a DSA layer's indexer keys (DynamicIndexedLayer:
     the lightning indexer's key cache, none on a layer sharing another's top-k)."""
     return [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None),
-                        getattr(layer, "indexer_keys", None)) if t is not None]
+                        getattr(layer, "indexer_keys", None),
+                        getattr(layer, "idx_keys", None)) if t is not None]  # MiniMax-M3's
 
 
 def cache_layers(cache: Any) -> list[dict[str, Any]]:
@@ -134,7 +135,7 @@ def window_cache_bytes(cache: Any, seq: int) -> int:
 
 # an attention layer's cache (a DSA layer's lightning-indexer keys too); every other tensor is a
 # state (a mixer's conv and recurrent states)
-KV_PARTS = ("keys", "values", "indexer_keys")
+KV_PARTS = ("keys", "values", "indexer_keys", "idx_keys")  # idx_keys: MiniMax-M3's block indexer
 
 
 def cache_tensors(cache: Any) -> list[dict[str, Any]]:

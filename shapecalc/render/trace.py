@@ -197,7 +197,9 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     if tot.get("mixer_flops_convention", "none") != "none":  # a model with stateful mixers
         t.add_row("  mixers' FLOPs", c := tot["mixer_flops_convention"], FLOPS_MEANING[c])
     if sel := tot.get("selected_attention"):  # DSA: the convention, and the other one's total
-        t.add_row("  selected attention", sel["convention"], f"K_sel={sel['top_k']}; "
+        keys = (f"K_blk={sel['top_blocks']} blocks of S_blk={sel['block_size']}"
+                if sel.get("top_blocks") else f"K_sel={sel['top_k']}")
+        t.add_row("  selected attention", sel["convention"], f"{keys}; "
                   + " · ".join(f"{k} {human_flops(v)}" for k, v in sel["flops"].items()))
     t.add_row(f"weight bytes ({wl['dtype']})", f"{tot['weight_bytes']:,}",
               human_bytes(tot["weight_bytes"]))

@@ -66,6 +66,7 @@ def check_trainable(model: ModelConfig) -> None:
         raise ShapecalcError("hc_streams", "hyper-connections have no backward rules yet: train "
                              "and verify --train take models with one plain residual")
     variants = {"shared_kv": model.shared_kv,  # DeepSeek-V4's attention and compressors
+                "index_topk_blocks": model.block_sparse,  # MiniMax-M3's block indexer
                 "swiglu_limit": model.swiglu_limit is not None,
                 "hash_moe_layers": model.hash_moe_layers > 0,
                 "router_softcap": model.router_softcap is not None,
