@@ -107,12 +107,13 @@ def shown_commands(path: Path, silent: list[str] | None = None) -> list[Shown]:
     out: list[Shown] = []
     i, base = 0, []
     while i < len(lines):
-        m = re.match(r"^```(\w*)\s*$", lines[i])
+        m = re.match(r"^( *)```(\w*)\s*$", lines[i])  # a fence, perhaps inside a list item
         if m:
-            j = i + 1
-            while not lines[j].startswith("```"):
+            pad, j = len(m.group(1)), i + 1
+            while not lines[j].lstrip().startswith("```"):
                 j += 1
-            if m.group(1) not in NOT_RUN and not _fenced(rel, lines[i + 1:j], i + 2, out) \
+            body = [x[pad:] if x[:pad].isspace() else x for x in lines[i + 1:j]]
+            if m.group(2) not in NOT_RUN and not _fenced(rel, body, i + 2, out) \
                     and silent is not None:
                 silent.append(f"{rel}:{i + 1}")
             i = j + 1

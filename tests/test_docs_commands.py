@@ -14,6 +14,7 @@ SLOW = (
     "shapecalc verify --preset llama3.2-1b",
     "shapecalc verify --train --preset llama3-8b",
     "shapecalc serve --preset llama3-70b --gpu h100-sxm --rate 20",
+    "shapecalc serve --preset llama3-70b --gpu h100-sxm --tp 4 --prompt-tokens 2048",  # find-rate
 )
 TORCH = ("--against", "docs/examples/arcee")
 

@@ -195,6 +195,13 @@ def test_the_commands_page_has_every_command_and_option():
     assert "| `--prompt-tokens` |" in table and "| `--zero` |" in table
 
 
+def test_every_reference_file_is_described():
+    """docs/checked/tests.md names each measured file of tests/data/ (a new one gets its row)."""
+    page = (ROOT / "docs" / "checked" / "tests.md").read_text(encoding="utf-8")
+    files = sorted(p.name for p in (ROOT / "tests" / "data").glob("*.json"))
+    assert files and [f for f in files if f"`{f}`" not in page] == []
+
+
 def test_the_json_keys_reach_nested_keys():
     table = json_keys_table()
     for path in ("totals.params", "parallel.tp.allreduce_bytes_total", "stages[].flops_formula",
