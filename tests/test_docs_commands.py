@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import pytest
 from conftest import need_torch
-from docs_text import ROOT, all_shown, missing_lines, pages, shown_commands
+from docs_text import ROOT, all_shown, inline_commands, missing_lines, pages, shown_commands
 
 SHOWN = all_shown()
+INLINE = inline_commands()
+# not run here: it rewrites shapecalc/plan/perf_defaults.py (tests/test_perf.py runs the same
+# fit and holds the file equal to it)
+NOT_INLINE = ("calibrate", "tests/data/serving-measurements.json", "--write-defaults")
 # seconds each, on this machine: under -m slow (the default suite keeps its 4 minutes)
 SLOW = (
     "shapecalc verify --preset llama3.2-1b",
@@ -48,6 +52,22 @@ def test_a_shown_command_prints_its_lines(cli, monkeypatch, s):
         assert r.code in (0, 1), (s.where, r.code, r.err)  # 1: a verdict the page shows
     missing = missing_lines(s.lines, r.out + "\n" + r.err)
     assert not missing, f"{s.where}: {s.command} does not print {missing}\n{r.out}{r.err}"
+
+
+def test_prose_names_commands_that_run():
+    assert len(INLINE) >= 8 and any(argv == NOT_INLINE for _, argv in INLINE)
+
+
+@pytest.mark.parametrize("where,argv", [
+    pytest.param(w, a, id=w, marks=[pytest.mark.slow] if a[:2] == ("verify", "--train") else [])
+    for w, a in INLINE if a != NOT_INLINE])
+def test_a_command_named_in_prose_runs(cli, monkeypatch, tmp_path, where, argv):
+    """Each `shapecalc …` a paragraph names runs as written (in an empty folder: one writes a
+    report), with a verdict (0 or 1), never a refusal."""
+    monkeypatch.chdir(tmp_path)
+    r = cli(*argv)
+    assert r.code in (0, 1), (where, argv, r.err)
+    assert r.out or list(tmp_path.iterdir()), (where, argv)
 
 
 def test_the_check_can_fail():
