@@ -6,6 +6,7 @@ equal to what the tool gives now."""
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -105,6 +106,7 @@ def _children(schema: dict[str, Any], node: dict[str, Any]) -> list[dict[str, An
     return out
 
 
+@functools.lru_cache(maxsize=1)  # two tests read it
 def json_keys_table() -> str:
     """Every schema's keys, as paths from the top of its document (`[]`: each item of a list),
     each with its kind and its description."""
@@ -132,6 +134,7 @@ def _clicked(name: str) -> Any:
     return escape_tree(typer.main.get_command(app)).commands[name]
 
 
+@functools.lru_cache(maxsize=1)
 def commands_table() -> str:
     """Every command with its help, and each option with its help and default: what
     `shapecalc COMMAND --help` prints."""
