@@ -38,9 +38,8 @@ Phase = Annotated[str | None, typer.Option("--phase", help="prefill | decode")]
 DtypeOpt = Annotated[
     str | None, typer.Option("--dtype", help="fp32 | bf16 | fp16 | fp8 | int8 | int4 | mxfp4 | "
                              "nvfp4 | nf4: the weights (mxfp4, nvfp4, nf4 with their block "
-                             "scales; a quantized checkpoint sets its own); activations and the "
-                             "KV cache at its width for fp32, bf16 and fp16, else bf16, unless "
-                             "--act-dtype or --kv-dtype says")
+                             "scales; a quantized checkpoint sets its own), and activations and "
+                             "KV cache unless given apart")
 ]
 Mode = Annotated[str | None, typer.Option(
     "--mode", help="deployment widths: bf16 | fp8 (W8A8: fp8 weights and GEMMs, bf16 "
