@@ -1,5 +1,6 @@
 """The Python API (`import shapecalc`): its results equal the CLI's `--json` for the same inputs,
-the README's example runs and matches the commands it names, and nothing else is public."""
+the docs' example (docs/reference/python-api.md) runs and matches the commands it names, and
+nothing else is public."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 import shapecalc
 
-README = Path(__file__).parents[1] / "README.md"
+README = Path(__file__).parents[1] / "docs" / "reference" / "python-api.md"  # the API's page
 PUBLIC = {
     "GPU", "CompareResult", "FitResult", "Model", "ModelConfig", "ShapecalcError", "SweepRow",
     "TraceResult", "Workload", "compare", "fit", "load_gpu", "load_model", "sweep", "trace",
@@ -217,7 +218,7 @@ def readme_example() -> str:
     text = README.read_text(encoding="utf-8")
     section = text.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
     m = re.search(r"```python\n(.*?)```", section, re.S)
-    assert m, "README's Python API section has no python block"
+    assert m, "the Python API page has no python block"
     return m.group(1)
 
 

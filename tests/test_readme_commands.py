@@ -1,4 +1,5 @@
-"""README.md begins with the two commands a newcomer runs; `.ci/run` runs the second one exactly."""
+"""README.md begins with the two commands a newcomer runs; `.ci/run` runs the second one exactly;
+the README is short and links into docs/."""
 
 from __future__ import annotations
 
@@ -25,3 +26,12 @@ def test_readme_begins_with_install_and_test_commands() -> None:
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert _readme_commands()[1] in ci
+
+
+def test_readme_is_short_and_links_into_the_docs() -> None:
+    """README.md is the front page (about 200 lines at most); the rest lives in docs/."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    linked = set(re.findall(r"\]\((docs/[^)#]+\.md)", text))
+    assert linked and all((ROOT / p).is_file() for p in linked)
+    assert {"docs/concepts.md", "docs/reference/commands.md", "docs/checked/verify.md"} <= linked

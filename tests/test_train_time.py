@@ -316,10 +316,11 @@ def test_ep_ledger_by_hand(cli):
 
 
 def _worked_plan() -> list[tuple[list[str], list[str]]]:
-    """The README's worked training plan: each `$ shapecalc train …` command (`...` standing for
-    the first command's arguments) and the output lines printed under it."""
-    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    section = text.split("### A worked training plan", 1)[1].split("\n## ", 1)[0]
+    """The worked training plan (docs/guides/training.md): each `$ shapecalc train …` command
+    (`...` standing for the first command's arguments) and the output lines printed under it."""
+    text = (Path(__file__).parents[1] / "docs" / "guides" / "training.md").read_text(
+        encoding="utf-8")
+    section = text.split("## A worked training plan", 1)[1].split("\n## ", 1)[0]
     lines = section.splitlines()
     runs: list[tuple[list[str], list[str]]] = []
     base: list[str] = []

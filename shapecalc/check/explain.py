@@ -118,8 +118,8 @@ def seed_example() -> Walk:
              (0, "attn.v"): np.array(SEED_WV)}
     weights = Weights(model, dtype=np.float64, given=given)
     return _walk(model, 3, np.array(SEED_X, dtype=np.float64), weights,
-                 "The first seed's §6–§7 (single-head attention by hand): T=3 tokens, D=Dh=2, "
-                 "one head")
+                 "The worked attention example (single-head attention by hand): T=3 tokens, "
+                 "D=Dh=2, one head")
 
 
 TOPK_X = [[1, 0], [0, 1], [1, 1], [2, 0], [0, 2], [1, -1]]  # 6 tokens, D = 2

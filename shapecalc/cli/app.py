@@ -56,10 +56,10 @@ from .options import (
 
 CONVENTIONS = (
     "Conventions: 1 multiply-add = 2 FLOPs; a matmul [m,k]×[k,n] costs 2·m·k·n. Attention "
-    "matmuls count the full [T,T] (as the seeds do) unless --attention-flops causal. Elementwise "
-    "work (norms, softmax, activations, RoPE, residuals, biases) is listed per stage and totalled "
-    "apart. Bytes are exact integers; tables use binary units (KiB, MiB, GiB). Decode: T tokens "
-    "are already cached and one new token reads T′ = T+1 keys."
+    "matmuls count the full [T,T] (as eager attention does) unless --attention-flops causal. "
+    "Elementwise work (norms, softmax, activations, RoPE, residuals, biases) is listed per stage "
+    "and totalled apart. Bytes are exact integers; tables use binary units (KiB, MiB, GiB). "
+    "Decode: T tokens are already cached and one new token reads T′ = T+1 keys."
 )
 
 app = typer.Typer(

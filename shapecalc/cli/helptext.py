@@ -37,7 +37,7 @@ SHOWN_DEFAULTS = {
     "--chart-y": "expected_tokens_per_s with --gpu, else kv_cache_bytes_per_rank",
     "verify --batch": "2", "verify --seq": "min(16, max_positions)",
     "verify --layers": "as many as fit the memory budget", "verify --memory-budget": "4",
-    "explain --seq": "4 (the seed's example: 3)", "fit --logits": "last",
+    "explain --seq": "4 (the worked example: 3)", "fit --logits": "last",
     "fit --gpu": "none: required", "serve --gpu": "none: required",
     "fit --seq": "min(2048, max_positions; under a learned table, max_positions − 1)",
     "fit case": "none: --preset, --config or --hf-config", "hardware name": "all profiles",

@@ -92,7 +92,7 @@ StateDtype = Annotated[str | None, typer.Option(
     "--state-dtype", help="--state-cache vllm: the recurrent state's dtype (vLLM's "
     "mamba_ssm_cache_dtype; default auto: the activations' dtype)")]
 AttnFlops = Annotated[
-    str | None, typer.Option("--attention-flops", help="full (seeds) | causal (lower half)")
+    str | None, typer.Option("--attention-flops", help="full (eager) | causal (lower half)")
 ]
 PaddingMask = Annotated[
     bool | None, typer.Option("--padding-mask/--no-padding-mask", help="list the padding mask")

@@ -80,7 +80,8 @@ PLAN_CONVENTIONS = (
     "(1 − --utilization, like vLLM's --gpu-memory-utilization 0.9). Times are roofline LOWER "
     "BOUNDS: max(FLOPs/peak, bytes/bandwidth) + (ring all-reduce + PP boundary bytes)/link, "
     "each divided by its efficiency factor. Expected times: a model calibrated on published "
-    "measurements (README, shapecalc calibrate; --perf NAME=V). Bytes in binary units."
+    "measurements (docs/checked/calibration.md, shapecalc calibrate; --perf NAME=V). Bytes in "
+    "binary units."
 )
 
 # -- compare --------------------------------------------------------------------------------------

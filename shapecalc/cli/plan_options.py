@@ -68,7 +68,8 @@ MaxBatched = Annotated[
 PerfSets = Annotated[
     list[str] | None,
     typer.Option("--perf", help="override a term of the expected-time model: NAME=VALUE, e.g. "
-                 "layer_overhead_s=4e-5 (repeatable; names: shapecalc calibrate --help, README)"),
+                 "layer_overhead_s=4e-5 (repeatable; names: shapecalc calibrate --help, "
+                 "docs/checked/calibration.md)"),
 ]
 
 

@@ -263,7 +263,7 @@ def explain(
         "recurrence and its chunked form")] = False,
     as_json: JsonOut = False,
     example: Annotated[str | None, typer.Option(
-        "--example", show_default="none: the seed's example or --preset's",
+        "--example", show_default="none: the worked example or --preset's",
         help="topk: DeepSeek Sparse Attention's top-k selection by hand (6 keys, "
         "K_sel = 2)")] = None,
 ) -> None:
@@ -285,7 +285,7 @@ def explain(
             doc = scan_example() if example == "scan" else ex.topk_example()
         elif preset is None and config is None and hf_config is None and not set_:
             if seq is not None:
-                raise ShapecalcError("seq", "the seed's example has T=3; --seq needs a "
+                raise ShapecalcError("seq", "the worked example has T=3; --seq needs a "
                                      "--preset or --config")
             doc = ex.seed_example()
         else:
@@ -307,8 +307,8 @@ HELP = {
     "check every symbolic number against the measured one: stage shapes, FLOPs, "
     "params, bytes, KV cache (contiguous and paged), decode vs full forward, TP "
     "all-reduce, PP boundary, causal and padding masks. Exit 1 on a mismatch.",
-    "explain": "Walk the first seed's §6–§7 (single-head attention by hand, and the causal "
-    "mask) example (X, WQ, WK, WV) through the executor: Q, K, V, QKᵀ, scaled "
+    "explain": "Walk the worked attention example (single-head attention by hand, and the "
+    "causal mask) (X, WQ, WK, WV) through the executor: Q, K, V, QKᵀ, scaled "
     "scores, softmax weights, output, and the causal "
     "variant, each with its shape and the [m,n]×[n,p] rule. With --preset/--config: "
     "head 0 of layer 0 of your own (toy) model on a seeded input. With --scan: one Mamba-2 "

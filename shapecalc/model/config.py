@@ -141,7 +141,7 @@ class Workload(Record):
     pp: Pos = _doc(1, "s: pipeline stages")
     block_size: Pos = _doc(16, "tokens per block of a paged KV cache")
     attention_flops: Literal["full", "causal"] = _doc(
-        "full", "full: the whole [T,T] as the seeds count; causal: lower triangle"
+        "full", "full: the whole [T,T] as eager attention computes it; causal: lower triangle"
     )
     padding_mask: bool = _doc(False, "list the [B,1,1,T] padding mask stage")
     ep: Pos = _doc(
