@@ -234,3 +234,24 @@ def test_train_refuses_in_one_line():
         check_trainable(_tiny(index_topk=None, index_heads=None, index_head_dim=None,
                               index_shared_layers=None, hc_streams=None, hc_mixing="sinkhorn",
                               swiglu_limit=None, swiglu_limit_routed_only=False))
+
+
+@pytest.mark.slow
+def test_live():
+    """With torch and transformers installed: the reduced Hunyuan 4 measured again (real
+    tensors, T=16) equals the stored FlopCounterMode counts and cache bytes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import importlib.util
+
+    import torch
+    spec = importlib.util.spec_from_file_location(
+        "measure_selected", Path(__file__).parent / "torch_reference" / "measure_selected.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    small, scfg = mod._build(HY["reduced"]["hf_config"], "cpu", torch.float32)
+    got = mod._steps(small, scfg.vocab_size, 16, False)
+    want = HY["reduced"]["steps"][0]
+    assert (got["prefill"], got["decode"]) == (want["prefill"], want["decode"])
