@@ -68,8 +68,10 @@ def params(m: ModelConfig) -> int:
         q = d * h * (dn + dr) if dq is None else d * dq + dq + dq * h * (dn + dr)
         attn = q + d * (dc + dr) + dc + dc * h * (dn + dv) + h * dv * d
         attn += ((dq or 0) + dc + dr) * m.qkv_bias + d * m.attn_out_bias
-    # the output gate [D, H·Dh] (+ q's bias: Qwen3-Next's is q_proj's second half; AFMoE's has none)
-    attn += (d * h * dh + h * dh * m.qkv_bias) * m.attn_output_gate
+        attn += h * m.attention_sinks  # HYV4Attention.sinks
+    # the output gate [D, H·Dh] (+ q's bias: Qwen3-Next's is q_proj's second half; AFMoE's has
+    # none); with MLA [D, H·D_v], unbiased (HYV4Attention.gate_proj)
+    attn += (d * h * m.v_dim + h * dh * m.qkv_bias * (not m.mla)) * m.attn_output_gate
     attn += d * h * m.attn_head_gate  # g_proj [D → H], one gate a head (LFM3; Ling 3.0's MLA)
     mats = 3 if m.gated else 2
     ffn = mats * d * dff + (((mats - 1) * dff + d) if m.ffn_bias else 0)
@@ -81,6 +83,10 @@ def params(m: ModelConfig) -> int:
     norms = 4 if m.norm_position == "sandwich" else 2  # Gemma 2/3: + the post-norms; OLMo 2: 2
     base = attn + (m.parallel_norms if m.parallel_block else norms) * norm
     total = v * d + norm + norm * m.embedding_norm  # final norm; BLOOM's embedding norm
+    if m.hc_streams is not None:  # HYV4HyperConnection ×2 a layer: fn [2n, n·D], base, scale [2];
+        n = m.hc_streams  # HYV4HyperHead: hc_fn [n, n·D], hc_base [n], hc_scale [1]
+        base += 2 * (2 * n * n * d + 2 * n + 2)
+        total += n * n * d + n + 1
     if m.index_topk:  # DeepseekV32Indexer: wq_b [q_lora → H_I·D_I], wk [D → D_I], k_norm (γ, β),
         # weights_proj [D → H_I]; a layer reusing another's top-k (GLM-5) has none
         hi, di = m.index_heads, m.index_head_dim

@@ -138,6 +138,12 @@ def indexer_types(h: HF, f: Fields) -> None:
                                  "index_skip_topk_offset", "must be a whole number")
         freq = max(freq, 1)
         types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n)]
+    f["index_shared_layers"] = shared_layers(types, key, n)
+
+
+def shared_layers(types: object, key: str, n: int) -> tuple[int, ...] | None:
+    """The layers an indexer_types list (read under `key`) marks "shared", checked: one entry
+    per layer, each "full" or "shared", the first full (GLM-5's and Hunyuan 4's alike)."""
     if not isinstance(types, list) or any(t not in ("full", "shared") for t in types):
         raise ShapecalcError(key, f"must give 'full' or 'shared' per layer, not {types!r}")
     if len(types) != n:
@@ -145,7 +151,7 @@ def indexer_types(h: HF, f: Fields) -> None:
     if types[0] != "full":
         raise ShapecalcError(key, "starts with a shared layer: it has no earlier indexer layer "
                              "whose top-k it could reuse")
-    f["index_shared_layers"] = tuple(i for i, t in enumerate(types) if t == "shared") or None
+    return tuple(i for i, t in enumerate(types) if t == "shared") or None
 
 
 @mechanism("index_topk", "index_n_heads", "index_head_dim")

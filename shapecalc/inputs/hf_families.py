@@ -21,6 +21,7 @@ from .hf_base import Family, Refusal
 from .hf_conv import CONV
 from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_families_2025 import NEW
+from .hf_hy_v4 import HY_V4
 from .hf_llama4 import llama4
 from .hf_mamba import falcon_h1, granite_hybrid, jamba, nemotron_h
 from .hf_zaya import ZAYA
@@ -375,6 +376,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     *NEW,
     *CONV,
     *ZAYA,
+    *HY_V4,
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

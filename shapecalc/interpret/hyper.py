@@ -86,9 +86,10 @@ def hc_collapse(self: NumericBase, x: np.ndarray, pre: np.ndarray, role: str, na
 
 def hc_merge(self: NumericBase, x: np.ndarray, y: np.ndarray, post: np.ndarray,
              comb: np.ndarray | None, role: str, name: str) -> np.ndarray:
-    if comb is None:  # Hunyuan 4: post ⊗ y + x, the streams unmixed
-        mixed, flops = x.copy(), 0
+    add = post.astype(self.dt)[..., None] * y[..., None, :]  # post ⊗ y
+    if comb is None:  # Hunyuan 4: post ⊗ y + x, the streams unmixed (broadcast over the
+        mixed, flops = x + add, 0  # ranks' axis: x may hold one replica where post holds p)
     else:
         mixed, flops = self._mm(np.swapaxes(comb, -1, -2).astype(self.dt), x)  # combᵀ·x
-    mixed += post.astype(self.dt)[..., None] * y[..., None, :]  # post ⊗ y, then the add
+        mixed += add
     return self._rec(role, name, "hc_merge", mixed, flops=flops, ew=2 * self._el(mixed))

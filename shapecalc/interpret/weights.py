@@ -260,7 +260,7 @@ class Weights:
                  "gdn.q": kd, "gdn.k": kd, "gdn.v": vd, "gdn.z": vd,
                  "gdn.b": m.gdn_v_heads or 0, "gdn.a": m.gdn_v_heads or 0,
                  "gdn.out": (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0),
-                 "attn.gate": H * dh,
+                 "attn.gate": H * m.v_dim,
                  # the short conv: in [D → B, C, x], out [D → D]
                  "conv.in.B": D, "conv.in.C": D, "conv.in.x": D, "conv.out": D,
                  # KDA: q, k, v [D → H·D_k] each, β [D → H], full-rank gates, out [H·D_k → D];
@@ -273,7 +273,7 @@ class Weights:
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,
                  "moe.router": m.router_bias, "moe.shared_gate": False, "ssm.in": False,
-                 "attn.head_gate": False,
+                 "attn.head_gate": False, "attn.gate": m.qkv_bias and not m.mla,
                  "ssm.out": False}.get(role, m.conv_bias if role.startswith("conv.") else (
                      not role.startswith(("gdn.", "ssm.", "kda.")) and m.qkv_bias))
         if role in ("moe.router", "moe.shared_gate"):  # replicated on every rank (vLLM)

@@ -319,7 +319,7 @@ def _ffn(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, width: Dim | 
         g = ops.linear(h, f"{role}.gate", f"{label} gate", z.D, w, m.ffn_bias, "column")
         g = _times(ops, g, gm, f"{role}.gate_scale", "gate multiplier")
         u = ops.linear(h, f"{role}.up", f"{label} up", z.D, w, m.ffn_bias, "column")
-        if m.swiglu_limit is not None:
+        if m.swiglu_limit is not None and not m.swiglu_limit_routed_only:
             g, u = clamped(ops, m, role, g, u)
         u = ops.mul(ops.activation(g, f"{role}.act", "activation", act), u, f"{role}.mul",
                     "gate ⊙ up")

@@ -80,7 +80,7 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
                                 layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
         c_all, r_all = ops.split(lat, [z.Dc, z.Dr])
         if sel is not None and wl.selection == "sparse":
-            return dsa.sparse_attention(ops, m, z, q_nope, q_rope, lat, sel)
+            return _out(ops, m, z, h, dsa.sparse_attention(ops, m, z, q_nope, q_rope, lat, sel))
         if form == "absorbed" and decode:
             return _mla_absorbed(ops, m, wl, z, q_nope, q_rope, lat, c_all, h, sel)
         k, v = expand(c_all, r_all)
@@ -94,11 +94,21 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
     if sel is not None:  # eager DSA: the dense scores, all but the selected keys masked
         s = ops.select_mask(s, sel, "attn.mask", "index mask (unselected keys)")
-    a = ops.softmax(s, "attn.softmax", "softmax")
+    a = ops.softmax(s, "attn.softmax", "softmax", z.H if m.attention_sinks else None)
     o = ops.matmul(a, v, "attn.values", "A·V", causal=True, window=spec.window)
-    o = ops.merge_heads(_head_gate(ops, m, z, h, o), "attn.merge", "merge heads")
+    return _out(ops, m, z, h, o)
+
+
+def _out(ops: Ops, m: ModelConfig, z: Sizes, h: Any, o: Any) -> Any:
+    """Each head's output o [B,H,T,D_v] → [B,T,D]: the gates, the merge and WO."""
+    o = ops.merge_heads(_head_gate(ops, m, z, h, o), "attn.merge", "merge heads")  # [B,T,H·D_v]
+    if m.attn_output_gate:  # Hunyuan 4: o ⊙ sigmoid(h·W_g), W_g [D, H·D_v] (gate_proj, no bias)
+        g = ops.linear(h, "attn.gate", "output gate projection", z.D, z.H * z.Dv, False,
+                       "column")  # [B,T,H·D_v]
+        o = ops.mul(o, ops.activation(g, "attn.gate.act", "output gate", "sigmoid"),
+                    "attn.gate.mul", "o ⊙ gate")  # [B,T,H·D_v]
     return ops.linear(o, "attn.out", "output projection WO", z.H * z.Dv, z.D, m.attn_out_bias,
-                      "row")
+                      "row")  # [B,T,D]
 
 
 def _head_gate(ops: Ops, m: ModelConfig, z: Sizes, h: Any, o: Any) -> Any:
@@ -130,11 +140,9 @@ def _mla_absorbed(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, q_nope: Any,
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
     if sel is not None:  # DeepSeek's reference decode: every latent scored, the unselected masked
         s = ops.select_mask(s, sel, "attn.mask", "index mask (unselected keys)")
-    a = ops.softmax(s, "attn.softmax", "softmax")
+    a = ops.softmax(s, "attn.softmax", "softmax", z.H if m.attention_sinks else None)
     c_h = ops.split_heads(c_all, "attn.latent.heads", "c_KV", one, z.Dc)
     o = ops.matmul(a, c_h, "attn.values", "A·c_KV", causal=True, window=None)
     o = ops.head_linear(o, "attn.v_up", "v up-projection (·W_UV)", z.Dc, z.Dv, "attn.kv_b",
                         "v")
-    o = ops.merge_heads(_head_gate(ops, m, z, h, o), "attn.merge", "merge heads")
-    return ops.linear(o, "attn.out", "output projection WO", z.H * z.Dv, z.D, m.attn_out_bias,
-                      "row")
+    return _out(ops, m, z, h, o)

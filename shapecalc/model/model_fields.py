@@ -277,7 +277,8 @@ class ModelFields(Record):
         None, "the FFN's gate × the first before its activation, its output × the second "
         "(Falcon-H1)")
     attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
-                                  "(Qwen3-Next: q_proj's second half)")
+                                  "(Qwen3-Next: q_proj's second half); with MLA [D, H·D_v], "
+                                  "unbiased (Hunyuan 4's gate_proj)")
     # CCA (ZAYA): q and k through a depthwise then a per-head grouped causal conv, values
     # half this token's, half the previous token's (cca.py)
     cca_time0: Pos | None = _doc(None, "K_d: the kernel of CCA's depthwise q/k conv (cca_time0)")
@@ -303,6 +304,8 @@ class ModelFields(Record):
                                    "tid2eid table, a buffer); the scores still weigh them")
     swiglu_limit: PosFloat | None = _doc(None, "L: clamped SwiGLU, gate ≤ L and −L ≤ up ≤ L "
                                          "before the activation (DeepSeek-V4's swiglu_limit)")
+    swiglu_limit_routed_only: bool = _doc(False, "the clamp on the routed experts only, not on "
+                                          "the dense and shared FFNs (Hunyuan 4's HYV4Experts)")
     # DeepSeek-V4's attention: one K=V head over a window W, compressed entries beside it
     shared_kv: bool = _doc(False, "DeepSeek-V4's attention: q through the latent D_q (q_a, its "
                            "norm, q_b; each head RMS-normed without γ), one K=V head [D → Dh] "

@@ -69,6 +69,8 @@ def check_classic(m: ModelFields) -> None:
                              "block; a parallel block with it is not modelled")
     if m.swiglu_limit is not None and m.ffn != "swiglu":
         raise ShapecalcError("swiglu_limit", f"clamps a SwiGLU's gate and up; ffn is {m.ffn}")
+    if m.swiglu_limit_routed_only and (m.swiglu_limit is None or m.n_experts is None):
+        raise ShapecalcError("swiglu_limit_routed_only", "needs swiglu_limit and routed experts")
 
 
 DSA_FIELDS = ("index_topk", "index_heads", "index_head_dim")  # DeepSeek Sparse Attention's
@@ -90,7 +92,7 @@ def check_mla(m: ModelFields) -> None:
     # MLA fixes the head widths and has no separate K/V heads: these would be contradictions
     clashes = {"head_dim": m.head_dim is not None, "n_kv_heads": m.n_kv_heads not in (
         None, m.n_heads), "fused_qkv": m.fused_qkv, "qk_norm": m.qk_norm,
-        "attention_sinks": m.attention_sinks, "parallel_block": m.parallel_block,
+        "parallel_block": m.parallel_block,
         # windows, chunks and Llama 4's q/k variants are not modelled with MLA
         "sliding_window": m.sliding_window is not None,
         "attention_chunk_size": m.attention_chunk_size is not None,
@@ -258,9 +260,6 @@ def check_mixers(m: ModelFields) -> None:
     if m.kda_gate_bound is not None and m.kda_gate_bound >= 0:
         raise ShapecalcError("kda_gate_bound", f"{m.kda_gate_bound} must be negative: the "
                              "forget gate's log-decay lies in (bound, 0)")
-    if m.attn_output_gate and m.mla:
-        raise ShapecalcError("attn_output_gate", "is not modelled with Multi-head Latent "
-                             "Attention")
 
 
 def check_cca(m: ModelFields) -> None:

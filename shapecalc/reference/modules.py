@@ -93,6 +93,16 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
                       f"{_F}.shared_expert.gate_up_proj"),
     "moe.shared.down": (f"{_F}.shared_expert.down_proj", f"{_F}.shared_experts.down_proj"),
     "moe.shared_gate": (f"{_F}.shared_expert_gate",),
+    # DeepSeek Sparse Attention's lightning indexer (its score matmuls run in its forward)
+    "attn.index_q": (f"{_A}.indexer.wq_b",),
+    "attn.index_k": (f"{_A}.indexer.wk",),
+    "attn.index_k_norm": (f"{_A}.indexer.k_norm",),
+    "attn.index_w": (f"{_A}.indexer.weights_proj",),
+    **{f"attn.{part}": (f"{_A}.indexer",) for part in ("index_scores", "index_sum", "topk")},
+    # hyper-connections (DeepSeek-V4, Hunyuan 4): each block half's mixing module; the merge
+    # (post ⊗ y + combᵀ·x) runs in the layer's own forward
+    **{f"hc.{half}.{part}": (f"{half}_hc",) for half in ("attn", "ffn")
+       for part in ("flat", "norm", "proj", "weights", "sinkhorn", "collapse")},
 }
 _LAYER_NORMS = ("attn.norm", "ffn.norm", "attn.post_norm", "ffn.post_norm", "mixer.norm",
                 "mixer.post_norm")
@@ -104,6 +114,8 @@ TOP_ROLES: dict[str, tuple[str, ...]] = {
     "head.norm": ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f",
                   "embedding_norm"),  # LFM2's final norm is its embedding_norm
     "head.lm": ("lm_head", "embed_out"),
+    **{f"hc.head.{part}": ("hc_head",) for part in ("flat", "norm", "proj", "weights",
+                                                     "collapse")},
 }
 
 

@@ -62,6 +62,9 @@ def check_trainable(model: ModelConfig) -> None:
         raise ShapecalcError("model", "its DeepSeek Sparse Attention (index_topk) has no "
                              "backward rules yet: train and verify --train take attention "
                              "models without an indexer")
+    if model.mla and (model.attention_sinks or model.attn_output_gate):  # Hunyuan 4's MLA
+        raise ShapecalcError("attention_sinks" if model.attention_sinks else "attn_output_gate",
+                             "with Multi-head Latent Attention has no backward rule yet")
     if model.hc_streams is not None:  # no backward rules for the streams' mixing yet
         raise ShapecalcError("hc_streams", "hyper-connections have no backward rules yet: train "
                              "and verify --train take models with one plain residual")

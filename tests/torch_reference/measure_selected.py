@@ -59,6 +59,18 @@ GLM_REDUCED = {
     "num_hidden_layers": 4, "index_topk_freq": 3, "index_skip_topk_offset": 1,
 }
 
+# Hunyuan 4 at a reduced width: HYV4Config's default indexer_types on 6 layers (full, full,
+# shared, shared, shared, full: layers 2-4 reuse layer 1's top-k), sinks, the output gate, 4
+# hyper-connection streams, the first layer dense, the routed experts' SwiGLU clamped
+HY_REDUCED = {
+    "model_type": "hy_v4", "vocab_size": 512, "hidden_size": 128, "intermediate_size": 192,
+    "moe_intermediate_size": 48, "num_hidden_layers": 6, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "kv_lora_rank": 32, "q_lora_rank": 48, "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8, "v_head_dim": 24, "index_topk": 64, "index_n_heads": 4,
+    "index_head_dim": 32, "hc_mult": 4, "swiglu_limit": 0.05, "pad_token_id": 0,
+}
+
 CASES: list[dict[str, Any]] = [
     {"name": "deepseek-v3.2-exp", "config": "hf/deepseek-v3.2-exp.json", "seqs": [16, 4096],
      "reduced": V32_REDUCED, "reduced_seqs": [16, 100]},
@@ -68,6 +80,9 @@ CASES: list[dict[str, Any]] = [
      "reduced_seqs": [16, 100]},
     {"name": "glm_moe_dsa class defaults", "hf_config": {"model_type": "glm_moe_dsa"},
      "seqs": [16, 4096]},
+    {"name": "hunyuan-4", "config": "hf/hunyuan-4.json", "seqs": [16, 4096],
+     "reduced": HY_REDUCED, "reduced_seqs": [16, 100]},
+    {"name": "hy_v4 class defaults", "hf_config": {"model_type": "hy_v4"}, "seqs": [16, 4096]},
 ]
 
 
