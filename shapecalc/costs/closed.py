@@ -336,7 +336,7 @@ class ClosedForm:
             out[f"kv_cache_peak_blocks@{g}"] = b_g if not isinstance(reach, Chunk) else (
                 paged_blocks(B, xp.minimum(T + int(full.decode), reach.size), self.block_size))
             blocks = blocks + b_g
-            per_token = _nbytes(xp.full(n, kv_elements_per_token(m, 1, layers, self.mla),
+            per_token = _nbytes(xp.full(n, kv_elements_per_token(m, 1, layers, self.mla, reach),
                                         dtype=dtype),
                                 "kv", bits)
             paged = paged + b_g * self.block_size * per_token

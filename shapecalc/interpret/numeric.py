@@ -101,6 +101,15 @@ class NumericOps(NumericBase):
             x[owner, b, t] = rows
         return self._rec("embed", "embedding", "embed", x, params=params)
 
+    def table(self, ids: np.ndarray, role: str, name: str, V: Any, W: Any) -> np.ndarray:
+        shape = (int(V.value), int(W.value))
+        rows = self.w.rows((role,), shape, ids[0])  # [B,T,W], every rank alike
+        x = np.broadcast_to(rows[None], (self.p, *rows.shape)).astype(self.dt)
+        return self._rec(role, name, "embed", x, params=shape[0] * shape[1])
+
+    def layer_input(self, x: np.ndarray, layer: int, role: str, name: str) -> np.ndarray:
+        return self._rec(role, name, "slice", x[:, :, layer])
+
     def positions(self, x: np.ndarray, kind: str, rows: int | None) -> np.ndarray:
         D = self.m.d_model
         if kind == "learned":
@@ -120,7 +129,9 @@ class NumericOps(NumericBase):
 
     def rope_angles(self, T: Any, Dh: Any, base: float, sliding: bool = False) -> Any:
         # the rotated width R (Dh unless partial rotary; MLA's D_r): angles [T,R/2], tables [T,R]
-        ang, cos, sin = rotary.tables(self.m.rot, self.pos, self.dt, self.m.rope_interleaved,
+        # Gemma 4: each layer type's table as wide as its heads (Dh_g on the global layers)
+        rot = int(Dh.value) if self.m.global_head_dim is not None else self.m.rot
+        ang, cos, sin = rotary.tables(rot, self.pos, self.dt, self.m.rope_interleaved,
                                       base)
         if ang.ndim == 3:  # per-sequence positions [B,T,Dh] → [B,1,T,Dh] against [R,B,H,T,Dh]
             cos, sin = cos[:, None], sin[:, None]
@@ -203,7 +214,8 @@ class NumericOps(NumericBase):
         R, B, T, width = x.shape
         # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I; KDA: its heads of D_k
         dh = int(Dh.value) if (self.m.mla or role == "attn.idx.heads"
-                               or role.startswith("kda.")) else self.m.dh
+                               or role.startswith(("kda.", "ple."))) else self.m.layer_dh(
+                                   self._layer)
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":
             self._hq = width // dh

@@ -68,6 +68,14 @@ class SymbolicOps(SymbolicBase):
             split=split,
         )
 
+    def table(self, ids: Sym, role: str, name: str, V: Dim, W: Dim) -> Sym:
+        return self._rec(role, name, "embed", self._act(*ids.dims, W), params=formula([V, W]),
+                         note="replicated" if self.wl.tp > 1 else "")
+
+    def layer_input(self, x: Sym, layer: int, role: str, name: str) -> Sym:
+        B, _, T, w = x.dims
+        return self._rec(role, name, "slice", Sym((B, T, w), x.dtype), note="view")
+
     def positions(self, x: Sym, kind: str, rows: int | None) -> Sym:
         if kind == "learned":
             assert rows is not None
@@ -173,10 +181,11 @@ class SymbolicOps(SymbolicBase):
     def kv_cache(self, k: Sym, v: Sym, layer: int, Tk: Dim, Tc: Dim) -> tuple[Sym, Sym]:
         z = self.z
         note = "K and V; replicated KV head" if z.kv_replicated else "K and V"
-        self.cache_stages((Dim.const(2), z.B, z.Hkv), z.Dh, Tk, Tc, note)
+        hkv, dh = k.dims[1], k.dims[-1]  # the layer's own (Gemma 4's global layers: H_kv_g, Dh_g)
+        self.cache_stages((Dim.const(2), z.B, hkv), dh, Tk, Tc, note)
         if self.wl.phase == "prefill":
             return k, v
-        full = self._act(z.B, z.Hkv, Tk, z.Dh)
+        full = self._act(z.B, hkv, Tk, dh)
         return full, full
 
     # Multi-head Latent Attention (interpret/mla.py, beside the executor's)

@@ -156,7 +156,13 @@ class Weights:
 
     def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
         m = self.m
-        D, dh, H, Hkv = m.d_model, m.dh, m.n_heads, m.kv_heads
+        D, dh, H, Hkv = m.d_model, m.layer_dh(layer), m.n_heads, m.layer_kv_heads(layer)
+        if role.startswith("ple."):  # Gemma 4's per-layer embeddings: replicated
+            dp = m.ple_dim or 0
+            d_in, width = {"ple.proj": (D, m.n_layers * dp), "ple.gate": (D, dp),
+                           "ple.out": (dp, D)}[role]
+            return [Shard((layer, role), (d_in, width), "replicated", p, d_in, width)], None, 0, \
+                False
         if role == "head.lm":
             key = ("embedding",) if m.tie_embeddings else ("lm head",)
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
@@ -231,7 +237,7 @@ class Weights:
         kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
         vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)
         width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh,
-                 "attn.out": H * m.v_dim,
+                 "attn.out": H * (dh if m.global_head_dim else m.v_dim),
                  "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
                  "moe.router": m.n_experts or 0, "moe.shared_gate": 1,

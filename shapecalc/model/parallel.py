@@ -32,12 +32,14 @@ def ring_allreduce_bytes(nbytes: Any, p: int) -> Any:
 
 
 def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None,
-                          mla: str = MLA_DEFAULT) -> int:
+                          mla: str = MLA_DEFAULT, reach: Any = "any") -> int:
     """Elements one token adds to one rank's cache over `layers` layers (default N):
     2·layers·H_kv·Dh (H_kv per rank). MLA (form `mla`): a latent cache holds layers·(D_c + D_r),
     the same on every tensor-parallel rank (the latent is not split by heads); an expanded cache
     holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
     n = model.mixers.count("attention") if layers is None else layers
+    if model.global_head_dim is not None:  # Gemma 4: the global layers' own H_kv_g and Dh_g
+        return _layer_kv_elements(model, p, layers, reach)
     if model.shared_kv:  # DeepSeek-V4: one K=V tensor per layer (its entries: entry_bytes)
         return n * model.dh
     if model.mla:
@@ -48,6 +50,21 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
         idx = model.indexer_layers if layers is None else min(layers, model.indexer_layers)
         return n * (model.kv_lora_rank + model.rot) + idx * (model.index_head_dim or 0)  # type: ignore
     return 2 * n * kv_heads_per_rank(model, p) * model.dh
+
+
+def _layer_kv_elements(model: ModelConfig, p: int, layers: int | None, reach: Any) -> int:
+    """2·Σ H_kv(ℓ)·Dh(ℓ) over the attention layers (`layers` None: every one; a group's `reach`:
+    its layers; else `layers` of the widest, an upper bound for a part of the model)."""
+    def width(i: int) -> int:
+        return 2 * max(1, model.layer_kv_heads(i) // p) * model.layer_dh(i)
+
+    plan = layer_plan(model)
+    attn = [i for i, k in enumerate(plan.kind_of) if plan.kinds[k].attends]
+    if layers is None:
+        return sum(width(i) for i in attn)
+    if reach != "any":
+        attn = [i for i in attn if plan.kinds[plan.kind_of[i]].reach == reach]
+    return layers * max((width(i) for i in attn), default=0)
 
 
 def kv_cache_form(model: ModelConfig, mla: str = MLA_DEFAULT) -> str:
@@ -62,10 +79,11 @@ def kv_cache_replicated(model: ModelConfig, p: int, mla: str = MLA_DEFAULT) -> b
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
-                       layers: int | None = None, mla: str = MLA_DEFAULT) -> int:
+                       layers: int | None = None, mla: str = MLA_DEFAULT, reach: Any = "any"
+                       ) -> int:
     """2·N·H_kv·Dh·bytes (MLA: see kv_elements_per_token): what one token adds to the cache of
     every layer (of one rank)."""
-    return nbytes(kv_elements_per_token(model, p, layers, mla), dtype)
+    return nbytes(kv_elements_per_token(model, p, layers, mla, reach), dtype)
 
 
 def cached_tokens(window: Reach, T: int, phase: str) -> int:
@@ -94,7 +112,7 @@ def kv_group_bytes(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 
     for window, layers in kv_groups(layer_plan(model)):
         tokens = cached_tokens(window, T, phase)
         out.append((window, layers, tokens,
-                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla)
+                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla, window)
                     + nbytes(entry_elements(model, T, phase, window), dtype)))
     return out
 
@@ -143,7 +161,7 @@ def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int
     for window, layers in kv_groups(layer_plan(model)):
         b = paged_blocks(batch, cached_tokens(window, T, phase), block_size)
         blocks += b
-        total += b * block_size * kv_bytes_per_token(model, dtype, p, layers, mla)
+        total += b * block_size * kv_bytes_per_token(model, dtype, p, layers, mla, window)
     return blocks, total + batch * entry_bytes(model, dtype, T, phase)
 
 

@@ -77,6 +77,24 @@ class Sizes(NamedTuple):
                 "T′", self.T + 1)
         return tk, tk
 
+    def at(self, model: ModelConfig, spec: LayerSpec) -> Sizes:
+        """The sizes of one layer kind: a Gemma 4 full-attention layer's own Dh_g and H_kv_g
+        (every other layer: these sizes)."""
+        if model.global_head_dim is None or spec.attention != "full" or not spec.attends:
+            return self
+        out = self._replace(Dh=self.sym("Dh_g", model.global_head_dim))
+        hkv = model.global_kv_heads
+        if hkv is None or hkv == model.kv_heads:
+            return out
+        p = self.p
+        if p > hkv:  # fewer KV heads than ranks: each rank holds a copy of one
+            return out._replace(Hkv=Dim.const(1), kv_replicated=True)
+        if self.poly or p == 1:
+            return out._replace(Hkv=self.sym("H_kv_g", ceil_div(hkv, p)), kv_replicated=False)
+        return out._replace(Hkv=Dim(ceil_div(hkv, p), Expr.sym("H_kv_g") * Expr([((("p", -1),),
+                                                                                    1)])),
+                            kv_replicated=False)
+
     def _chunk_keys(self, C: int) -> tuple[Dim, Dim]:
         """A chunked layer (Llama 4): its last query reads the keys of its own chunk, T_c =
         ((n−1) mod C) + 1 of the n tokens after the step, and the cache keeps just those. Prefill

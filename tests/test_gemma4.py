@@ -1,0 +1,68 @@
+"""Gemma 4's text decoders (gemma4_text, gemma4_unified_text): verify passes at reduced width
+(prefill and decode, with the per-layer embeddings, the global layers' own head width, K=V and
+their own KV heads); the per-layer embedding table, its projection and the gate/projection of
+each layer count as transformers counts them; the readers' bad configs exit 2 naming the key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shapecalc.check.verify import verify
+from shapecalc.costs.trace import build_trace
+from shapecalc.inputs.hf import load_hf_config
+from shapecalc.model.config import ShapecalcError, Workload
+
+G4 = {"model_type": "gemma4_text", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 6,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "global_head_dim": 16,
+      "intermediate_size": 24, "hidden_size_per_layer_input": 4,
+      "vocab_size_per_layer_input": 64, "sliding_window": 5,
+      "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+                      "sliding_attention", "full_attention", "sliding_attention"]}
+K_EQ_V = {"attention_k_eq_v": True, "num_global_key_value_heads": 1}
+
+
+def _load(tmp_path, cfg: dict):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return load_hf_config(path)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("extra", [{}, K_EQ_V, {"model_type": "gemma4_unified_text",
+                                              "hidden_size_per_layer_input": None,
+                                              "vocab_size_per_layer_input": None}])
+def test_verify_passes_at_reduced_width(tmp_path, phase, extra):
+    cfg = {k: v for k, v in {**G4, **extra}.items() if v is not None}
+    r = verify(_load(tmp_path, cfg), Workload(batch=2, seq=9, phase=phase, dtype="fp32"),
+               precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+
+
+def test_the_last_layer_is_forced_full_and_the_global_layers_have_their_own_heads(tmp_path):
+    m = _load(tmp_path, {**G4, **K_EQ_V})
+    assert m.layer_types[-1] == "full" and m.global_head_dim == 16 and m.global_kv_heads == 1
+    doc = build_trace(m, Workload(batch=1, seq=4))
+    ks = [s for s in doc["stages"] if s["role"] == "attn.k"]
+    assert sorted(s["shape"][-1] for s in ks) == [16, 16]  # H_kv_g·Dh_g = 1·16, H_kv·Dh = 2·8
+    assert len([s for s in doc["stages"] if s["role"] == "attn.v"]) == 1  # the sliding kind's
+    # the per-layer table [N_vocab_p, N·D_p] and projection [D, N·D_p], once
+    ple = {s["role"]: s["params"] for s in doc["stages"] if s["role"].startswith("ple.")}
+    assert ple["ple.embed"] == 64 * 6 * 4 and ple["ple.proj"] == 32 * 6 * 4
+
+
+@pytest.mark.parametrize(("change", "key"), [
+    ({"num_kv_shared_layers": 2}, "num_kv_shared_layers"),
+    ({"enable_moe_block": True}, "enable_moe_block"),
+    ({"use_bidirectional_attention": "all"}, "use_bidirectional_attention"),
+    ({"global_head_dim": 0}, "global_head_dim"),
+    ({"hidden_size_per_layer_input": 4, "vocab_size_per_layer_input": "x"},
+     "vocab_size_per_layer_input"),
+    ({"per_layer_config": {"1": {"head_dim": 16}, "4": {"head_dim": 32}}}, "per_layer_config"),
+    ({"per_layer_config": {"0": {"head_dim": 16}}}, "per_layer_config"),
+])
+def test_bad_configs_are_refused_naming_the_key(tmp_path, change, key):
+    with pytest.raises(ShapecalcError) as err:
+        _load(tmp_path, {**G4, **change})
+    assert err.value.field == key
