@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import need_torch
 
+from shapecalc.check.against import verify_against
 from shapecalc.check.verify import verify
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
@@ -21,6 +23,7 @@ G4 = {"model_type": "gemma4_text", "vocab_size": 64, "hidden_size": 32, "num_hid
       "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
                       "sliding_attention", "full_attention", "sliding_attention"]}
 K_EQ_V = {"attention_k_eq_v": True, "num_global_key_value_heads": 1}
+SHARED = {"num_kv_shared_layers": 3, "use_double_wide_mlp": True}
 
 
 def _load(tmp_path, cfg: dict):
@@ -30,9 +33,10 @@ def _load(tmp_path, cfg: dict):
 
 
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
-@pytest.mark.parametrize("extra", [{}, K_EQ_V, {"model_type": "gemma4_unified_text",
-                                              "hidden_size_per_layer_input": None,
-                                              "vocab_size_per_layer_input": None}])
+@pytest.mark.parametrize("extra", [{}, K_EQ_V, SHARED, {**K_EQ_V, **SHARED},
+                                   {"model_type": "gemma4_unified_text",
+                                    "hidden_size_per_layer_input": None,
+                                    "vocab_size_per_layer_input": None}])
 def test_verify_passes_at_reduced_width(tmp_path, phase, extra):
     cfg = {k: v for k, v in {**G4, **extra}.items() if v is not None}
     r = verify(_load(tmp_path, cfg), Workload(batch=2, seq=9, phase=phase, dtype="fp32"),
@@ -53,7 +57,8 @@ def test_the_last_layer_is_forced_full_and_the_global_layers_have_their_own_head
 
 
 @pytest.mark.parametrize(("change", "key"), [
-    ({"num_kv_shared_layers": 2}, "num_kv_shared_layers"),
+    ({"num_kv_shared_layers": 6}, "num_kv_shared_layers"),
+    ({"num_kv_shared_layers": 5}, "num_kv_shared_layers"),  # no full layer before the last
     ({"enable_moe_block": True}, "enable_moe_block"),
     ({"use_bidirectional_attention": "all"}, "use_bidirectional_attention"),
     ({"global_head_dim": 0}, "global_head_dim"),
@@ -66,3 +71,18 @@ def test_bad_configs_are_refused_naming_the_key(tmp_path, change, key):
     with pytest.raises(ShapecalcError) as err:
         _load(tmp_path, {**G4, **change})
     assert err.value.field == key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [{**K_EQ_V, "attention_bias": True},
+                                   {**SHARED, "final_logit_softcapping": 30.0}])
+@pytest.mark.parametrize("seq", [16, 300])
+def test_every_module_agrees_with_transformers(tmp_path, extra, seq):
+    """The mechanisms the gemma-4 preset leaves off (K=V with its own KV heads and biases; KV
+    sharing with the double-wide MLP), measured live on the meta device: each total and each
+    module's own count equal."""
+    need_torch()
+    cfg = {**G4, **extra}
+    doc = verify_against(_load(tmp_path, cfg), cfg, Workload(batch=1, seq=seq), "test")
+    assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]
+    assert all(c["first_difference"] is None for c in doc["checks"])

@@ -66,17 +66,22 @@ def gemma4_attention(h: HF, f: Fields) -> None:
     if h.get("use_bidirectional_attention") == "all":
         raise ShapecalcError("use_bidirectional_attention", "'all': attention that is not "
                              "causal is not modelled ('vision' is causal on text)")
-    shared = h.get("num_kv_shared_layers")
-    if shared:  # the last layers reuse an earlier layer's K/V (and, with use_double_wide_mlp,
-        raise ShapecalcError("num_kv_shared_layers", f"{shared!r}: layers that reuse another "
-                             "layer's keys and values are not modelled")  # a 2·Dff MLP)
-    h.get("use_double_wide_mlp")  # widens only the KV-sharing layers' MLP: none here
     n = f["n_layers"]
     types = h.get("layer_types") or [
         "sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
     if not isinstance(types, list) or not types:
         raise ShapecalcError("layer_types", f"must be a non-empty list, not {types!r}")
     types = [*types[:-1], "full_attention"]  # the class forces the last layer full
+    # the last num_kv_shared_layers layers read the K/V of the last earlier layer of their
+    # type (kv_sharing_modes "reuse"; their MLP 2·Dff wide with use_double_wide_mlp)
+    shared = h.get("num_kv_shared_layers")
+    if type(shared) is not int or not 0 <= shared < n:
+        raise ShapecalcError("num_kv_shared_layers", f"must be an integer from 0 to N−1 = "
+                             f"{n - 1}, not {shared!r} (some layer must cache K/V)")
+    if set(types[n - shared:]) - set(types[:n - shared]):
+        raise ShapecalcError("num_kv_shared_layers", f"{shared}: a KV-sharing layer's "
+                             "attention type has no earlier layer to read K/V from")
+    f.update(kv_shared_layers=shared, shared_ffn_wide=bool(h.get("use_double_wide_mlp")))
     dh, kv = _global(h, n, types)
     h.read.add("rope_parameters.partial_rotary_factor")  # proportional: no count changes
     k_eq_v = bool(h.get("attention_k_eq_v"))

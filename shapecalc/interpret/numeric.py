@@ -107,6 +107,10 @@ class NumericOps(NumericBase):
         x = np.broadcast_to(rows[None], (self.p, *rows.shape)).astype(self.dt)
         return self._rec(role, name, "embed", x, params=shape[0] * shape[1])
 
+    def shared_kv(self, layer: int, B: Any, Hkv: Any, Tk: Any, Dh: Any
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        return self._kv_of[layer]  # what layer `layer`'s kv_cache returned this step
+
     def layer_input(self, x: np.ndarray, layer: int, role: str, name: str) -> np.ndarray:
         return self._rec(role, name, "slice", x[:, :, layer])
 
@@ -239,6 +243,7 @@ class NumericOps(NumericBase):
     def kv_cache(self, k: np.ndarray, v: np.ndarray, layer: int, Tk: Any, Tc: Any
                  ) -> tuple[np.ndarray, np.ndarray]:
         back = self.cache_step(layer, (k, v))
+        self._kv_of[layer] = back[:, 0], back[:, 1]  # a KV-sharing layer reads them (Gemma 4)
         return back[:, 0], back[:, 1]
 
     # the variants' operations live in their own modules: MLA, MoE, ALiBi, Llama 4

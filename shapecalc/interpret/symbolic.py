@@ -72,6 +72,10 @@ class SymbolicOps(SymbolicBase):
         return self._rec(role, name, "embed", self._act(*ids.dims, W), params=formula([V, W]),
                          note="replicated" if self.wl.tp > 1 else "")
 
+    def shared_kv(self, layer: int, B: Dim, Hkv: Dim, Tk: Dim, Dh: Dim) -> tuple[Sym, Sym]:
+        kv = self._act(B, Hkv, Tk, Dh)
+        return kv, kv
+
     def layer_input(self, x: Sym, layer: int, role: str, name: str) -> Sym:
         B, _, T, w = x.dims
         return self._rec(role, name, "slice", Sym((B, T, w), x.dtype), note="view")

@@ -238,7 +238,8 @@ class Weights:
         vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)
         width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dh,
                  "attn.out": H * (dh if m.global_head_dim else m.v_dim),
-                 "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
+                 "ffn.gate": m.layer_d_ff(layer), "ffn.up": m.layer_d_ff(layer),
+                 "ffn.down": m.layer_d_ff(layer),
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
                  "moe.router": m.n_experts or 0, "moe.shared_gate": 1,
                  # Mamba-2: in [D → z, x, B, C, dt] (its parts), out [I → D]

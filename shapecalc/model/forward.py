@@ -187,7 +187,9 @@ def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre:
     """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
     h, mix = hyper.open_half(ops, m, z, x, "ffn") if m.hc_streams else (x, None)
     h = ops.norm(h, "ffn.norm", "FFN norm") if pre else h
-    f = _moe(ops, m, z, h, z.p > 1, spec) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
+    wide = Dim.const(2) * z.Dff if spec.wide_ffn else None  # Gemma 4's double-wide MLP
+    f = _moe(ops, m, z, h, z.p > 1, spec) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1,
+                                                                          wide)
     f = gemma.post_norm(ops, spec, f, "ffn")
     if mix:  # hyper-connections: post ⊗ f + combᵀ·x
         return hyper.close_half(ops, x, f, mix, "ffn")
@@ -216,14 +218,19 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
                layer: int, angles: Any) -> Any:
     z = z.at(m, spec)  # Gemma 4's global layers: their own Dh_g and H_kv_g
     qw = z.H * z.Dh
-    q, k, v = (cca_qkv(ops, m, z, h, layer) if spec.mixer == "cca"  # ZAYA (cca.py)
-               else _qkv(ops, m, z, h, m.global_k_eq_v and spec.attention == "full"))
-    if angles is not None and not spec.nope:
-        q = ops.rope(q, "attn.rope", "RoPE q", angles)
-        k = ops.rope(k, "attn.rope", "RoPE k", angles)
-    q, k = _llama4_qk(ops, m, spec, z, q, k)
     Tk, Tc = z.keys(spec)
-    k, v = ops.kv_cache(k, v, layer, Tk, Tc)
+    if spec.kv_source is not None:  # Gemma 4's KV sharing: q alone, the K/V another cached
+        q = _q_heads(ops, m, z, h)
+        q = q if angles is None else ops.rope(q, "attn.rope", "RoPE q", angles)
+        k, v = ops.shared_kv(spec.kv_source, z.B, z.Hkv, Tk, z.Dh)
+    else:
+        q, k, v = (cca_qkv(ops, m, z, h, layer) if spec.mixer == "cca"  # ZAYA (cca.py)
+                   else _qkv(ops, m, z, h, m.global_k_eq_v and spec.attention == "full"))
+        if angles is not None and not spec.nope:
+            q = ops.rope(q, "attn.rope", "RoPE q", angles)
+            k = ops.rope(k, "attn.rope", "RoPE k", angles)
+        q, k = _llama4_qk(ops, m, spec, z, q, k)
+        k, v = ops.kv_cache(k, v, layer, Tk, Tc)
     groups = z.H.value // z.Hkv.value
     if groups > 1:  # GQA/MQA: each KV head serves `groups` query heads
         k = ops.repeat_kv(k, "attn.repeat_kv", "repeat k", groups, z.H)
@@ -288,6 +295,13 @@ def _qkv(ops: Ops, m: ModelConfig, z: Sizes, h: Any, k_is_v: bool = False
         q = ops.head_norm(q, "attn.q_norm", "q norm (per head)", z.H)
         k = ops.head_norm(k, "attn.k_norm", "k norm (per head)", z.Hkv)
     return q, k, v
+
+
+def _q_heads(ops: Ops, m: ModelConfig, z: Sizes, h: Any) -> Any:
+    """q [B,H,T,Dh] alone, with its per-head norm (a KV-sharing layer: Gemma 4)."""
+    q = ops.linear(h, "attn.q", "q projection", z.D, z.H * z.Dh, m.qkv_bias, "column")
+    q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
+    return ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm") if m.qk_norm else q
 
 
 def _llama4_qk(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, q: Any, k: Any

@@ -327,6 +327,11 @@ class ModelFields(Record):
                                "(hidden_size_per_layer_input)")
     ple_vocab: Pos | None = _doc(None, "N_vocab_p: rows of the per-layer embedding table "
                                  "(vocab_size_per_layer_input)")
+    kv_shared_layers: NonNeg = _doc(0, "the last n layers compute no K or V and cache nothing: "
+                                    "each reads what the last earlier layer of its attention "
+                                    "kind cached (Gemma 4's num_kv_shared_layers)")
+    shared_ffn_wide: bool = _doc(False, "the KV-sharing layers' FFN is 2·Dff wide (Gemma 4's "
+                                 "use_double_wide_mlp)")
     layer_scalar: bool = _doc(False, "each layer's output × a scalar the checkpoint holds as a "
                               "buffer (Gemma 4's layer_scalar): no parameter")
 
@@ -342,6 +347,11 @@ class ModelFields(Record):
     def layer_dh(self, layer: int) -> int:
         """Dh of one layer: Dh_g on a global layer, else Dh."""
         return self.global_head_dim if self.global_layer(layer) else self.dh  # type: ignore
+
+    def layer_d_ff(self, layer: int) -> int:
+        """Dff of one layer: 2·Dff on a KV-sharing layer with shared_ffn_wide."""
+        wide = self.shared_ffn_wide and self.n_layers - self.kv_shared_layers <= layer
+        return self.d_ff * (2 if wide and layer < self.n_layers else 1)
 
     def layer_kv_heads(self, layer: int) -> int:
         """H_kv of one layer: H_kv_g on a global layer (where given), else H_kv."""

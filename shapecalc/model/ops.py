@@ -42,6 +42,11 @@ class Ops:
         embeddings), replicated on every rank."""
         raise NotImplementedError
 
+    def shared_kv(self, layer: int, B: Dim, Hkv: Dim, Tk: Dim, Dh: Dim) -> tuple[Any, Any]:
+        """k and v [B,H_kv,Tk,Dh] as layer `layer`'s cache holds them after this step (its
+        kv_cache's): read by a KV-sharing layer, which writes none (no stage)."""
+        raise NotImplementedError
+
     def layer_input(self, x: Any, layer: int, role: str, name: str) -> Any:
         """x [B,N,T,w] → layer `layer`'s slice [B,T,w] (a view)."""
         raise NotImplementedError

@@ -59,7 +59,7 @@ def _layer_kv_elements(model: ModelConfig, p: int, layers: int | None, reach: An
         return 2 * max(1, model.layer_kv_heads(i) // p) * model.layer_dh(i)
 
     plan = layer_plan(model)
-    attn = [i for i, k in enumerate(plan.kind_of) if plan.kinds[k].attends]
+    attn = [i for i, k in enumerate(plan.kind_of) if plan.kinds[k].caches]
     if layers is None:
         return sum(width(i) for i in attn)
     if reach != "any":
@@ -97,7 +97,8 @@ def kv_groups(plan: LayerPlan) -> list[tuple[Reach, int]]:
     paged block spans the layers of one group); one group when every layer attends alike."""
     out: dict[Reach, int] = {}
     for kind, count in zip(plan.kinds, plan.counts, strict=True):
-        if kind.attends:  # a state-space layer's cache is its state (state_bytes_per_sequence)
+        if kind.caches:  # a state-space layer's cache is its state (state_bytes_per_sequence);
+            # a KV-sharing layer's is another layer's
             out[kind.reach] = out.get(kind.reach, 0) + count
     return list(out.items())
 
@@ -240,7 +241,7 @@ def stage_group_layers(plan: LayerPlan, s: int) -> list[list[int]]:
     for counts in stage_kind_counts(plan, s):
         per = [0] * len(windows)
         for kind, c in zip(plan.kinds, counts, strict=True):
-            if kind.attends:
+            if kind.caches:
                 per[windows.index(kind.reach)] += c
         out.append(per)
     return out

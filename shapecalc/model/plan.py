@@ -53,12 +53,19 @@ class LayerSpec(NamedTuple):
     hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
     compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
     router_eda: bool = False  # ZAYA: its router adds the previous layer's state (layers ≥ 1)
+    kv_source: int | None = None  # Gemma 4: the earlier layer whose cached K/V it reads
+    wide_ffn: bool = False  # Gemma 4: a KV-sharing layer's FFN of 2·Dff (use_double_wide_mlp)
 
     @property
     def attends(self) -> bool:
         """The layer's token mixer is attention (or holds one: parallel, beside a Mamba-2; cca,
         attention with CCA's q/k/v): it has a KV cache."""
         return self.mixer in ("attention", "parallel", "cca")
+
+    @property
+    def caches(self) -> bool:
+        """The layer keeps a KV cache of its own (a KV-sharing layer reads another's)."""
+        return self.attends and self.kv_source is None
 
     @property
     def reach(self) -> Reach:
@@ -80,7 +87,9 @@ class LayerSpec(NamedTuple):
         if self.mixer == "none":  # a block of its channel mixer only
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
         return attn + (" · NoPE" if self.nope else "") + (
-            " · shared top-k" if self.shared_topk else "") + ffn
+            " · shared top-k" if self.shared_topk else "") + (
+            f" · K/V of layer {self.kv_source}" if self.kv_source is not None else "") + (
+            " · 2·Dff" if self.wide_ffn else "") + ffn
 
 
 # the token mixers other than attention, as labels print
@@ -141,6 +150,11 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
         moe = [i for i, f in enumerate(ffns) if f == "moe"][: model.hash_moe_layers]
         for i in moe:
             specs[i] = specs[i]._replace(hash_route=True)
+    if model.kv_shared_layers:  # Gemma 4: the last layers read an earlier layer's K/V
+        first = model.n_layers - model.kv_shared_layers
+        for i in range(first, model.n_layers):
+            src = max(j for j in range(first) if specs[j].attention == specs[i].attention)
+            specs[i] = specs[i]._replace(kv_source=src, wide_ffn=model.shared_ffn_wide)
     runs: list[Run] = []
     for i, spec in enumerate(specs):
         if runs and runs[-1].spec == spec:

@@ -93,6 +93,11 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
                       f"{_F}.shared_expert.gate_up_proj"),
     "moe.shared.down": (f"{_F}.shared_expert.down_proj", f"{_F}.shared_experts.down_proj"),
     "moe.shared_gate": (f"{_F}.shared_expert_gate",),
+    "attn.v_norm": (f"{_A}.v_norm",),
+    # Gemma 4's per-layer input: its gate and projection in the layer, beside the attention
+    "ple.gate": ("per_layer_input_gate",),
+    "ple.out": ("per_layer_projection",),
+    "ple.post_norm": ("post_per_layer_input_norm",),
 }
 _LAYER_NORMS = ("attn.norm", "ffn.norm", "attn.post_norm", "ffn.post_norm", "mixer.norm",
                 "mixer.post_norm")
@@ -104,6 +109,10 @@ TOP_ROLES: dict[str, tuple[str, ...]] = {
     "head.norm": ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f",
                   "embedding_norm"),  # LFM2's final norm is its embedding_norm
     "head.lm": ("lm_head", "embed_out"),
+    # Gemma 4's per-layer embeddings: the packed table, the projection and its norm
+    "ple.embed": ("embed_tokens_per_layer",),
+    "ple.proj": ("per_layer_model_projection",),
+    "ple.norm": ("per_layer_projection_norm",),
 }
 
 
