@@ -86,3 +86,13 @@ def test_every_module_agrees_with_transformers(tmp_path, extra, seq):
     doc = verify_against(_load(tmp_path, cfg), cfg, Workload(batch=1, seq=seq), "test")
     assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]
     assert all(c["first_difference"] is None for c in doc["checks"])
+
+
+def test_a_multimodal_gemma4_config_reads_its_text_model(tmp_path):
+    """Gemma4ForConditionalGeneration's config.json: its text_config is the decoder read (the
+    vision and audio towers are not counted, and the name says so)."""
+    text = _load(tmp_path, G4)
+    m = _load(tmp_path, {"model_type": "gemma4", "tie_word_embeddings": True,
+                         "text_config": G4, "vision_config": {"model_type": "gemma4_vision"}})
+    assert "text_config" in m.name
+    assert m.model_dump(exclude={"name"}) == text.model_dump(exclude={"name"})
