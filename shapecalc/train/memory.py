@@ -69,7 +69,10 @@ def check_trainable(model: ModelConfig) -> None:
                 "swiglu_limit": model.swiglu_limit is not None,
                 "hash_moe_layers": model.hash_moe_layers > 0,
                 "router_softcap": model.router_softcap is not None,
-                "router_scoring": model.router_scoring == "sqrtsoftplus"}
+                "router_scoring": model.router_scoring == "sqrtsoftplus",
+                # Gemma 4's per-layer embeddings, K=V and KV sharing
+                "ple_dim": model.ple_dim is not None, "global_k_eq_v": model.global_k_eq_v,
+                "kv_shared_layers": model.kv_shared_layers > 0}
     for key, given in variants.items():  # DeepSeek-V4's routing and activation variants
         if given:
             raise ShapecalcError(key, "has no backward rule yet: train and verify --train do "
