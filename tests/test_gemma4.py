@@ -9,6 +9,7 @@ import json
 
 import pytest
 from conftest import need_torch
+from test_sources import params as hand_count
 
 from shapecalc.check.against import verify_against
 from shapecalc.check.verify import verify
@@ -54,6 +55,15 @@ def test_the_last_layer_is_forced_full_and_the_global_layers_have_their_own_head
     # the per-layer table [N_vocab_p, N·D_p] and projection [D, N·D_p], once
     ple = {s["role"]: s["params"] for s in doc["stages"] if s["role"].startswith("ple.")}
     assert ple["ple.embed"] == 64 * 6 * 4 and ple["ple.proj"] == 32 * 6 * 4
+
+
+@pytest.mark.parametrize("extra", [{}, K_EQ_V, SHARED, {**K_EQ_V, **SHARED, "attention_bias": True},
+                                   {"model_type": "gemma4_unified_text",
+                                    "hidden_size_per_layer_input": None}])
+def test_params_equal_the_hand_count(tmp_path, extra):
+    """The trace's parameters = tests/test_sources.py's count written from the modeling code."""
+    m = _load(tmp_path, {k: v for k, v in {**G4, **extra}.items() if v is not None})
+    assert build_trace(m, Workload(batch=1, seq=4))["totals"]["params"] == hand_count(m)
 
 
 @pytest.mark.parametrize(("change", "key"), [

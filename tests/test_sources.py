@@ -51,10 +51,33 @@ def _v4_params(m: ModelConfig) -> int:
     return total + 2 * v * d + d + n * n * d + n + 1
 
 
+def _gemma4_params(m: ModelConfig) -> int:
+    """Gemma 4, written out from Gemma4TextAttention, Gemma4TextMLP, Gemma4TextDecoderLayer and
+    Gemma4TextModel.__init__: a global layer's own head width and KV heads, no v_proj with K=V
+    there, no k/v (nor their norms) on a KV-sharing layer, whose MLP may be 2·Dff wide; the
+    per-layer embeddings' table, projection and norm, and each layer's gate and projection."""
+    d, h, v, dp, b = m.d_model, m.n_heads, m.vocab_size, m.ple_dim or 0, m.qkv_bias
+    first_shared = m.n_layers - m.kv_shared_layers
+    total = v * d + d + ((m.ple_vocab or 0) * m.n_layers * dp + d * m.n_layers * dp + dp
+                         if dp else 0)
+    for i, kind in enumerate(m.layer_types or ("full",) * m.n_layers):
+        glob = kind == "full"
+        dh = m.global_head_dim if glob else m.dh
+        hkv = (m.global_kv_heads or m.kv_heads) if glob else m.kv_heads
+        attn = (d + b) * h * dh + h * dh * d + d * m.attn_out_bias + dh  # q, o, q_norm
+        if i < first_shared:  # k (and v unless K=V), k_norm
+            attn += (1 + (not (glob and m.global_k_eq_v))) * (d + b) * hkv * dh + dh
+        dff = m.d_ff * (2 if m.shared_ffn_wide and i >= first_shared else 1)
+        total += attn + 3 * d * dff + 4 * d + (2 * d * dp + d if dp else 0)
+    return total
+
+
 def params(m: ModelConfig) -> int:
     """Total parameters, tied embeddings counted once."""
     if m.shared_kv:
         return _v4_params(m)
+    if m.global_head_dim is not None:
+        return _gemma4_params(m)
     d, h, hkv, dh, dff, v = m.d_model, m.n_heads, m.kv_heads, m.dh, m.d_ff, m.vocab_size
     norm = d * (2 if m.has_norm_bias else 1) * m.norm_weights  # nanochat's norms: none
     attn = d * h * dh + 2 * d * hkv * dh + h * dh * d
