@@ -45,6 +45,16 @@ def test_verify_passes_at_reduced_width(tmp_path, phase, extra):
     assert not [c for c in r["checks"] if not c["ok"]]
 
 
+@pytest.mark.parametrize(("phase", "tp", "pp"), [("prefill", 2, 2), ("decode", 4, 1)])
+def test_verify_passes_split_over_ranks(tmp_path, phase, tp, pp):
+    """tp 4 holds a copy of the global layers' one KV head on each rank (H_kv_g < p); the
+    per-layer embeddings are replicated; pipeline stages split the KV-sharing layers off."""
+    m = _load(tmp_path, {**G4, **K_EQ_V, **SHARED})
+    r = verify(m, Workload(batch=2, seq=9, phase=phase, dtype="fp32", tp=tp, pp=pp),
+               precision="float64")
+    assert not [c for c in r["checks"] if not c["ok"]]
+
+
 def test_the_last_layer_is_forced_full_and_the_global_layers_have_their_own_heads(tmp_path):
     m = _load(tmp_path, {**G4, **K_EQ_V})
     assert m.layer_types[-1] == "full" and m.global_head_dim == 16 and m.global_kv_heads == 1
@@ -106,3 +116,23 @@ def test_a_multimodal_gemma4_config_reads_its_text_model(tmp_path):
                          "text_config": G4, "vision_config": {"model_type": "gemma4_vision"}})
     assert "text_config" in m.name
     assert m.model_dump(exclude={"name"}) == text.model_dump(exclude={"name"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [{}, {**K_EQ_V, **SHARED}])
+def test_the_closed_form_equals_the_trace(tmp_path, extra):
+    """Per-kind head widths, KV heads and KV sharing in the totals the planners sweep: the closed
+    form equals the stage list at random points (windows crossed, tp with H_kv_g < p)."""
+    import random
+
+    from test_closed import DTYPES, assert_equal_at, valid_tps
+
+    from shapecalc.costs.closed import ClosedForm
+
+    m = _load(tmp_path, {**G4, **extra})
+    cf, rng, tps = ClosedForm(m), random.Random(7), valid_tps(m)
+    points = [dict(batch=rng.randint(1, 9), seq=rng.randint(1, 40), phase=phase,
+                   tp=rng.choice(tps), pp=rng.randint(1, 3), dtype=rng.choice(DTYPES),
+                   kv_dtype=rng.choice(DTYPES), act_dtype=rng.choice(DTYPES))
+              for phase in ("prefill", "decode") for _ in range(4)]
+    assert_equal_at(m, cf, points)

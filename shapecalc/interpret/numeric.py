@@ -134,7 +134,8 @@ class NumericOps(NumericBase):
     def rope_angles(self, T: Any, Dh: Any, base: float, sliding: bool = False) -> Any:
         # the rotated width R (Dh unless partial rotary; MLA's D_r): angles [T,R/2], tables [T,R]
         # Gemma 4: each layer type's table as wide as its heads (Dh_g on the global layers)
-        rot = int(Dh.value) if self.m.global_head_dim is not None else self.m.rot
+        rot = int(Dh.value) if self.m.global_head_dim is not None and Dh is not None else (
+            self.m.rot)
         ang, cos, sin = rotary.tables(rot, self.pos, self.dt, self.m.rope_interleaved,
                                       base)
         if ang.ndim == 3:  # per-sequence positions [B,T,Dh] → [B,1,T,Dh] against [R,B,H,T,Dh]
