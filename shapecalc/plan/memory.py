@@ -122,16 +122,18 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
     memory() takes the fullest stage, compare its rows."""
     m = cf.model
     plan = layer_plan(m)
-    tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1, mla=cf.mla), kvbits)
-    # paged token slots of the batch in each KV group (layers that share a window)
+    # paged token slots of the batch in each KV group (layers that share a window), and one
+    # token's bytes on one layer of the group (Gemma 4's global layers: their own width)
     slots = [pre[f"kv_cache_peak_blocks@{g}"] * cf.block_size
              for g in range(len(kv_groups(plan)))]
+    tok = [bytes_of(kv_elements_per_token(m, p, layers=1, mla=cf.mla, reach=w), kvbits)
+           for w, _ in kv_groups(plan)]
     # a weight format's bytes tensor by tensor (scales included), else params × bits
     weights = ([w + 0 * wbits for w in cf.stage_weight_bytes(p, s, ep)]  # shaped as wbits
                if cf.weights is not None else
                [bytes_of(params, wbits) for params in cf.stage_params(p, s, ep)])
     entries = stage_entry_bytes(cf, s, pre)
-    return [(k, w, sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c) + e)
+    return [(k, w, sum(slots[g] * c * tok[g] for g, c in enumerate(per_group) if c) + e)
             for k, per_group, w, e in zip(pp_layers(m.n_layers, s), stage_group_layers(plan, s),
                                           weights, entries, strict=True)]
 
