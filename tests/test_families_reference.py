@@ -39,10 +39,11 @@ PRESETS = {
     "ministral-3-8b": "ministral3", "nanochat-d32": "nanochat",
     "command-a-plus": "cohere2_moe",
     "mimo-v2-flash": "mimo_v2_flash",
+    "gemma-4": "gemma4_text",
 }
 # families measured at their class defaults only (no preset: Apertus 1.5's released checkpoints
 # prune the LM head, which is refused)
-CLASS_ONLY = {"apertus1p5_text"}
+CLASS_ONLY = {"apertus1p5_text", "gemma4_unified_text"}
 
 
 def _model(tmp_path, cfg: dict):

@@ -53,6 +53,10 @@ SWITCH_ON = {
     "exaone_moe": {"layer_types": None, "sliding_window_pattern": 4},
     # Falcon-H1's inner width is mamba_expand·D only where mamba_d_ssm is null
     "falcon_h1": {"mamba_d_ssm": None, "mamba_d_head": "auto"},
+    # Gemma 4: global_head_dim only without per_layer_config, num_global_key_value_heads only
+    # with attention_k_eq_v (as Gemma4TextConfig folds them)
+    "gemma4_text": {"per_layer_config": None, "attention_k_eq_v": True},
+    "gemma4_unified_text": {"per_layer_config": None, "attention_k_eq_v": True},
 }
 
 

@@ -44,7 +44,9 @@ def _fits(model: ModelConfig) -> bool:
 WIDTHS = ("d_ff_expert", "d_ff_shared", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
           "qk_rope_head_dim", "v_head_dim", "index_head_dim",
           # the stateful mixers' head widths and state (their head and group counts kept)
-          "ssm_head_dim", "ssm_state", "gdn_qk_dim", "gdn_v_dim", "block_index_head_dim")
+          "ssm_head_dim", "ssm_state", "gdn_qk_dim", "gdn_v_dim", "block_index_head_dim",
+          # Gemma 4's global head width and per-layer embeddings
+          "global_head_dim", "ple_dim", "ple_vocab")
 
 
 def _factor(model: ModelConfig, dh: int = REDUCED_DH) -> int:

@@ -51,10 +51,33 @@ def _v4_params(m: ModelConfig) -> int:
     return total + 2 * v * d + d + n * n * d + n + 1
 
 
+def _gemma4_params(m: ModelConfig) -> int:
+    """Gemma 4, written out from Gemma4TextAttention, Gemma4TextMLP, Gemma4TextDecoderLayer and
+    Gemma4TextModel.__init__: a global layer's own head width and KV heads, no v_proj with K=V
+    there, no k/v (nor their norms) on a KV-sharing layer, whose MLP may be 2·Dff wide; the
+    per-layer embeddings' table, projection and norm, and each layer's gate and projection."""
+    d, h, v, dp, b = m.d_model, m.n_heads, m.vocab_size, m.ple_dim or 0, m.qkv_bias
+    first_shared = m.n_layers - m.kv_shared_layers
+    total = v * d + d + ((m.ple_vocab or 0) * m.n_layers * dp + d * m.n_layers * dp + dp
+                         if dp else 0)
+    for i, kind in enumerate(m.layer_types or ("full",) * m.n_layers):
+        glob = kind == "full"
+        dh = m.global_head_dim if glob else m.dh
+        hkv = (m.global_kv_heads or m.kv_heads) if glob else m.kv_heads
+        attn = (d + b) * h * dh + h * dh * d + d * m.attn_out_bias + dh  # q, o, q_norm
+        if i < first_shared:  # k (and v unless K=V), k_norm
+            attn += (1 + (not (glob and m.global_k_eq_v))) * (d + b) * hkv * dh + dh
+        dff = m.d_ff * (2 if m.shared_ffn_wide and i >= first_shared else 1)
+        total += attn + 3 * d * dff + 4 * d + (2 * d * dp + d if dp else 0)
+    return total
+
+
 def params(m: ModelConfig) -> int:
     """Total parameters, tied embeddings counted once."""
     if m.shared_kv:
         return _v4_params(m)
+    if m.global_head_dim is not None:
+        return _gemma4_params(m)
     d, h, hkv, dh, dff, v = m.d_model, m.n_heads, m.kv_heads, m.dh, m.d_ff, m.vocab_size
     norm = d * (2 if m.has_norm_bias else 1) * m.norm_weights  # nanochat's norms: none
     attn = d * h * dh + 2 * d * hkv * dh + h * dh * d
@@ -93,7 +116,13 @@ def params(m: ModelConfig) -> int:
         shared = set(m.index_shared_layers or ())
         total += sum(m.q_lora_rank * hi * di + d * di + 2 * di + d * hi
                      for i in range(m.n_layers) if i not in shared)
-    for kind in m.ffn_types or (("moe" if m.n_experts else "dense",) * m.n_layers):
+    if m.block_sparse:  # MiniMaxM3VLIndexer: q [D → H_I·D_I], k [D → D_I], q/k norms of D_I
+        hi, di = m.block_index_heads, m.block_index_head_dim
+        total += len(m.block_indexer_layers) * (d * (hi * di + di) + 2 * di)
+    own = m.kv_heads_sliding is not None or (m.v_head_dim is not None and not m.mla)
+    for i, kind in enumerate(m.ffn_types or (("moe" if m.n_experts else "dense",) * m.n_layers)):
+        if own:  # MiMo-V2-Flash: the layer's own attention in place of the uniform one
+            total += _own_attention(m, i) - attn
         if kind == "dense":
             total += base + ffn
             continue
@@ -109,6 +138,19 @@ def params(m: ModelConfig) -> int:
     if m.positions == "learned":
         total += m.max_positions * d
     return total
+
+
+def _own_attention(m: ModelConfig, i: int) -> int:
+    """Layer i's attention, written from MiMoV2FlashAttention: q [D, H·Dh], k [D, H_kv·Dh] and v
+    [D, H_kv·D_v] with a sliding layer's own H_kv (2·H_kv), o [H·D_v, D], a sink a head on the
+    sliding layers only."""
+    d, h, dh, dv, b = m.d_model, m.n_heads, m.dh, m.v_dim, m.qkv_bias
+    sliding = (m.layer_types[i] == "sliding" if m.layer_types
+               else m.sliding_window is not None)
+    kv = m.kv_heads_sliding if sliding and m.kv_heads_sliding is not None else m.kv_heads
+    sinks = m.attention_sinks and (sliding or not m.sinks_sliding_only)
+    return ((d + b) * (h * dh + kv * dh + kv * dv) + h * dv * d + d * m.attn_out_bias
+            + h * sinks)
 
 
 def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:

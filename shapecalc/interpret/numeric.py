@@ -102,6 +102,19 @@ class NumericOps(NumericBase):
             x[owner, b, t] = rows
         return self._rec("embed", "embedding", "embed", x, params=params)
 
+    def table(self, ids: np.ndarray, role: str, name: str, V: Any, W: Any) -> np.ndarray:
+        shape = (int(V.value), int(W.value))
+        rows = self.w.rows((role,), shape, ids[0])  # [B,T,W], every rank alike
+        x = np.broadcast_to(rows[None], (self.p, *rows.shape)).astype(self.dt)
+        return self._rec(role, name, "embed", x, params=shape[0] * shape[1])
+
+    def shared_kv(self, layer: int, B: Any, Hkv: Any, Tk: Any, Dh: Any
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        return self._kv_of[layer]  # what layer `layer`'s kv_cache returned this step
+
+    def layer_input(self, x: np.ndarray, layer: int, role: str, name: str) -> np.ndarray:
+        return self._rec(role, name, "slice", x[:, :, layer])
+
     def positions(self, x: np.ndarray, kind: str, rows: int | None) -> np.ndarray:
         D = self.m.d_model
         if kind == "learned":
@@ -121,7 +134,10 @@ class NumericOps(NumericBase):
 
     def rope_angles(self, T: Any, Dh: Any, base: float, sliding: bool = False) -> Any:
         # the rotated width R (Dh unless partial rotary; MLA's D_r): angles [T,R/2], tables [T,R]
-        ang, cos, sin = rotary.tables(self.m.rot, self.pos, self.dt, self.m.rope_interleaved,
+        # Gemma 4: each layer type's table as wide as its heads (Dh_g on the global layers)
+        rot = int(Dh.value) if self.m.global_head_dim is not None and Dh is not None else (
+            self.m.rot)
+        ang, cos, sin = rotary.tables(rot, self.pos, self.dt, self.m.rope_interleaved,
                                       base)
         if ang.ndim == 3:  # per-sequence positions [B,T,Dh] → [B,1,T,Dh] against [R,B,H,T,Dh]
             cos, sin = cos[:, None], sin[:, None]
@@ -204,9 +220,10 @@ class NumericOps(NumericBase):
         R, B, T, width = x.shape
         # MLA: latents (one head), kv_b; DeepSeek-V4's indexer: its own D_I; KDA: its heads of D_k
         dh = int(Dh.value) if (self.m.mla or role in ("attn.idx.heads", "attn.bidx.q.heads")
-                               or role.startswith("kda.")) else self.m.dh
-        if role == "attn.v.heads" and not self.m.mla:  # values of their own width (MiMo)
-            dh = self.m.v_dim
+                               or role.startswith(("kda.", "ple."))) else self.m.layer_dh(
+                                   self._layer)
+        if role == "attn.v.heads" and not self.m.mla and self.m.v_head_dim is not None:
+            dh = self.m.v_head_dim  # values of their own width (MiMo-V2-Flash)
         r = self._rec(role, f"{name}: reshape", "reshape", x.reshape(R, B, T, width // dh, dh))
         if role == "attn.q.heads":
             self._hq = width // dh
@@ -235,6 +252,7 @@ class NumericOps(NumericBase):
                                  lambda c: c[:, 0])[:, 0]
             return kv[..., :dh], kv[..., dh:]
         back = self.cache_step(layer, (k, v))
+        self._kv_of[layer] = back[:, 0], back[:, 1]  # a KV-sharing layer reads them (Gemma 4)
         return back[:, 0], back[:, 1]
 
     # the variants' operations live in their own modules: MLA, MoE, ALiBi, Llama 4

@@ -41,6 +41,7 @@ class NumericBase(Ops):
         self._mixer = "attention"  # the current layer's token mixer
         self._last: np.ndarray | None = None
         self._hq = model.n_heads // p
+        self._kv_of: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # each layer's K/V this step
         self._valid: Any = None  # DSA: the selection the last gather() read (dsa.py)
         self._selection: Any = None  # DSA: the last topk()'s, for the layers that share it
         self.neg = self.dt(np.finfo(self.dt).min / 2)  # masked score: exp() gives 0, no overflow

@@ -69,6 +69,18 @@ class SymbolicOps(SymbolicBase):
             split=split,
         )
 
+    def table(self, ids: Sym, role: str, name: str, V: Dim, W: Dim) -> Sym:
+        return self._rec(role, name, "embed", self._act(*ids.dims, W), params=formula([V, W]),
+                         note="replicated" if self.wl.tp > 1 else "")
+
+    def shared_kv(self, layer: int, B: Dim, Hkv: Dim, Tk: Dim, Dh: Dim) -> tuple[Sym, Sym]:
+        kv = self._act(B, Hkv, Tk, Dh)
+        return kv, kv
+
+    def layer_input(self, x: Sym, layer: int, role: str, name: str) -> Sym:
+        B, _, T, w = x.dims
+        return self._rec(role, name, "slice", Sym((B, T, w), x.dtype), note="view")
+
     def positions(self, x: Sym, kind: str, rows: int | None) -> Sym:
         if kind == "learned":
             assert rows is not None
@@ -162,7 +174,9 @@ class SymbolicOps(SymbolicBase):
 
     def rope(self, x: Sym, role: str, name: str, angles: Sym) -> Sym:
         m = self.m
-        if m.rot == m.dh and x.dims[-1].value <= m.rot:  # (a wider block indexer: R of D_I)
+        # every dim the angles reach turns (Gemma 4's global layers: all of Dh_g); a block
+        # indexer wider than them turns R of its D_I
+        if m.rot == m.dh and x.dims[-1].value <= 2 * angles.dims[-1].value:
             return self._rec(role, name, "rope", x, ew=ELEMENTWISE["rope"])
         # partial rotary: only the first R of Dh turn; the rest pass through
         R = self.z.sym("R", m.rot)

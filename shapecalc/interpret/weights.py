@@ -166,7 +166,13 @@ class Weights:
 
     def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
         m = self.m
-        D, dh, H, Hkv = m.d_model, m.dh, m.n_heads, m.kv_heads
+        D, dh, H, Hkv = m.d_model, m.layer_dh(layer), m.n_heads, layer_kv_heads(m, layer)
+        if role.startswith("ple."):  # Gemma 4's per-layer embeddings: replicated
+            dp = m.ple_dim or 0
+            d_in, width = {"ple.proj": (D, m.n_layers * dp), "ple.gate": (D, dp),
+                           "ple.out": (dp, D)}[role]
+            return [Shard((layer, role), (d_in, width), "replicated", p, d_in, width)], None, 0, \
+                False
         if role == "head.lm":
             key = self.lm_key()
             vp = m.vocab_size if p == 1 else self.vocab_rows // p
@@ -245,10 +251,10 @@ class Weights:
         shared = m.n_shared_experts * m.dff_shared
         kd = (m.gdn_qk_heads or 0) * (m.gdn_qk_dim or 0)
         vd = (m.gdn_v_heads or 0) * (m.gdn_v_dim or 0)
-        Hkv = layer_kv_heads(m, layer) if role in ("attn.k", "attn.v") else Hkv
-        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * m.v_dim,
-                 "attn.out": H * m.v_dim,
-                 "ffn.gate": m.d_ff, "ffn.up": m.d_ff, "ffn.down": m.d_ff,
+        dv = dh if m.v_head_dim is None else m.v_head_dim  # D_v: MLA's, MiMo-V2-Flash's
+        width = {"attn.q": H * dh, "attn.k": Hkv * dh, "attn.v": Hkv * dv, "attn.out": H * dv,
+                 "ffn.gate": m.layer_d_ff(layer), "ffn.up": m.layer_d_ff(layer),
+                 "ffn.down": m.layer_d_ff(layer),
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
                  "moe.router": m.n_experts or 0, "moe.shared_gate": 1,
                  # Mamba-2: in [D → z, x, B, C, dt] (its parts), out [I → D]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import block_sparse, gemma, hyper
+from . import block_sparse, gemma, gemma4, hyper
 from .cca import cca_qkv
 from .compressed import v4_attention
 from .config import ModelConfig, Workload
@@ -61,7 +61,9 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
                       f"{m.embedding_multiplier:g}")
     if m.positions in ("learned", "sinusoidal"):
         x = ops.positions(x, m.positions, m.max_positions)
-    angles = gemma.rope_angles(ops, m, z.Tq, z.Dr if m.mla else _rotary(m, z))
+    ple = gemma4.per_layer_inputs(ops, m, z, ids, x) if m.ple_dim else None  # Gemma 4
+    angles = gemma.rope_angles(ops, m, z.Tq, z.Dr if m.mla else _rotary(m, z),
+                               z.sym("Dh_g", m.global_head_dim) if m.global_head_dim else None)
     if m.hc_streams:  # the residual becomes n_hc streams [B,T,n_hc,D]
         x = hyper.expand(ops, m, z, x)
 
@@ -69,6 +71,9 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     for layer, spec, _ in ops.layers(plan):
         ops.group("block")
         x = _block(ops, m, spec, wl, z, x, layer, angles[spec.attention == "sliding"])
+        if ple is not None:  # Gemma 4: the layer's per-layer input, after its FFN
+            x = gemma4.per_layer_block(ops, m, z, x, ple, layer)
+        x = gemma4.layer_scalar(ops, m, x)
     if wl.mtp:
         _mtp(ops, m, wl, z, plan, ids, x, angles, embedded)
 
@@ -187,7 +192,9 @@ def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre:
     """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
     h, mix = hyper.open_half(ops, m, z, x, "ffn") if m.hc_streams else (x, None)
     h = ops.norm(h, "ffn.norm", "FFN norm") if pre else h
-    f = _moe(ops, m, z, h, z.p > 1, spec) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1)
+    wide = Dim.const(2) * z.Dff if spec.wide_ffn else None  # Gemma 4's double-wide MLP
+    f = _moe(ops, m, z, h, z.p > 1, spec) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1,
+                                                                          wide)
     f = gemma.post_norm(ops, spec, f, "ffn")
     if mix:  # hyper-connections: post ⊗ f + combᵀ·x
         return hyper.close_half(ops, x, f, mix, "ffn")
@@ -214,16 +221,21 @@ def _rotary(m: ModelConfig, z: Sizes) -> Dim:
 
 def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
                layer: int, angles: Any) -> Any:
-    z = z.at(m, spec)  # a sliding layer's own KV heads (MiMo-V2-Flash)
+    z = z.at(m, spec)  # a layer's own sizes: a sliding H_sw (MiMo-V2-Flash), Gemma 4's Dh_g, H_kv_g
     qw = z.H * z.Dv  # the heads' outputs: H·Dh, or H·D_v with values of their own width
-    q, k, v = (cca_qkv(ops, m, z, h, layer) if spec.mixer == "cca"  # ZAYA (cca.py)
-               else _qkv(ops, m, z, h))
-    if angles is not None and not spec.nope:
-        q = ops.rope(q, "attn.rope", "RoPE q", angles)
-        k = ops.rope(k, "attn.rope", "RoPE k", angles)
-    q, k = _llama4_qk(ops, m, spec, z, q, k)
     Tk, Tc = z.keys(spec)
-    k, v = ops.kv_cache(k, v, layer, Tk, Tc)
+    if spec.kv_source is not None:  # Gemma 4's KV sharing: q alone, the K/V another cached
+        q = _q_heads(ops, m, z, h)
+        q = q if angles is None else ops.rope(q, "attn.rope", "RoPE q", angles)
+        k, v = ops.shared_kv(spec.kv_source, z.B, z.Hkv, Tk, z.Dh)
+    else:
+        q, k, v = (cca_qkv(ops, m, z, h, layer) if spec.mixer == "cca"  # ZAYA (cca.py)
+                   else _qkv(ops, m, z, h, m.global_k_eq_v and spec.attention == "full"))
+        if angles is not None and not spec.nope:
+            q = ops.rope(q, "attn.rope", "RoPE q", angles)
+            k = ops.rope(k, "attn.rope", "RoPE k", angles)
+        q, k = _llama4_qk(ops, m, spec, z, q, k)
+        k, v = ops.kv_cache(k, v, layer, Tk, Tc)
     sel = (block_sparse.block_select(ops, m, z, h, layer, angles, Tk, Tc)  # MiniMax-M3's MSA
            if spec.block_sparse else None)
     sparse = sel is not None and wl.selection == "sparse"  # the kernel reads selected blocks only
@@ -268,8 +280,10 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
 
 
-def _qkv(ops: Ops, m: ModelConfig, z: Sizes, h: Any) -> tuple[Any, Any, Any]:
-    """q [B,H,T,Dh], k and v [B,H_kv,T,Dh]: the projections and the q/k norms."""
+def _qkv(ops: Ops, m: ModelConfig, z: Sizes, h: Any, k_is_v: bool = False
+         ) -> tuple[Any, Any, Any]:
+    """q [B,H,T,Dh], k and v [B,H_kv,T,Dh]: the projections and the q/k norms (`k_is_v`: no v
+    projection, v is k's, as Gemma 4's attention_k_eq_v on its global layers)."""
     qw, kvw = z.H * z.Dh, z.Hkv * z.Dh
     if m.fused_qkv:
         qkv = ops.linear(h, "attn.qkv", "qkv projection (fused)", z.D, qw + kvw * 2, m.qkv_bias,
@@ -278,13 +292,16 @@ def _qkv(ops: Ops, m: ModelConfig, z: Sizes, h: Any) -> tuple[Any, Any, Any]:
     else:
         q = ops.linear(h, "attn.q", "q projection", z.D, qw, m.qkv_bias, "column")
         k = ops.linear(h, "attn.k", "k projection", z.D, kvw, m.qkv_bias, "column")
-        v = ops.linear(h, "attn.v", "v projection", z.D, z.Hkv * z.Dv, m.qkv_bias, "column")
+        v = k if k_is_v else ops.linear(h, "attn.v", "v projection", z.D, z.Hkv * z.Dv,
+                                        m.qkv_bias, "column")
     k = _times(ops, k, m.key_multiplier, "attn.k_scale", "key multiplier")  # Falcon-H1
     v = _times(ops, v, m.value_multiplier, "attn.v_scale", "value scale")  # MiMo-V2-Flash
     q, k = gemma.qk_norm_all(ops, m, q, k, qw, kvw)
     q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
     k = ops.split_heads(k, "attn.k.heads", "k", z.Hkv, z.Dh)
     v = ops.split_heads(v, "attn.v.heads", "v", z.Hkv, z.Dv)
+    if m.v_norm:  # Gemma 4: RMS over each head's Dh, no weights
+        v = ops.norm(v, "attn.v_norm", "v norm", z.Dv, "l2norm")
     if m.qk_norm and m.qk_norm_width == "head":  # Qwen3: over each head's Dh, before RoPE
         q = ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm")
         k = ops.norm(k, "attn.k_norm", "k norm", z.Dh, "rmsnorm")
@@ -292,6 +309,13 @@ def _qkv(ops: Ops, m: ModelConfig, z: Sizes, h: Any) -> tuple[Any, Any, Any]:
         q = ops.head_norm(q, "attn.q_norm", "q norm (per head)", z.H)
         k = ops.head_norm(k, "attn.k_norm", "k norm (per head)", z.Hkv)
     return q, k, v
+
+
+def _q_heads(ops: Ops, m: ModelConfig, z: Sizes, h: Any) -> Any:
+    """q [B,H,T,Dh] alone, with its per-head norm (a KV-sharing layer: Gemma 4)."""
+    q = ops.linear(h, "attn.q", "q projection", z.D, z.H * z.Dh, m.qkv_bias, "column")
+    q = ops.split_heads(q, "attn.q.heads", "q", z.H, z.Dh)
+    return ops.norm(q, "attn.q_norm", "q norm", z.Dh, "rmsnorm") if m.qk_norm else q
 
 
 def _llama4_qk(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, q: Any, k: Any

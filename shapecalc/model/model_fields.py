@@ -343,10 +343,46 @@ class ModelFields(Record):
     kda_gate_bound: float | None = _doc(None, "KDA's bounded forget gate: g = bound·σ(e^{A_log}·"
                                         "(f + b_dt)) (Ling 3.0's kda_safe_gate, kda_lower_bound); "
                                         "null: g = −e^{A_log}·softplus(f + b_dt)")
+    # Gemma 4: global layers of their own head width and KV heads, K=V there, v norms, and
+    # per-layer embeddings (model/gemma4.py)
+    global_head_dim: Pos | None = _doc(None, "Dh_g: each head's width on the full-attention "
+                                       "layers (Gemma 4's global_head_dim); null: Dh")
+    global_kv_heads: Pos | None = _doc(None, "H_kv_g: KV heads of the full-attention layers "
+                                       "(num_global_key_value_heads); null: H_kv")
+    global_k_eq_v: bool = _doc(False, "the full-attention layers have no v projection: v is k's "
+                               "projection, before k's norm and RoPE (attention_k_eq_v)")
+    v_norm: bool = _doc(False, "RMS over each head's Dh on v, no weights (Gemma 4's v_norm)")
+    ple_dim: Pos | None = _doc(None, "D_p: per-layer embeddings of D_p a layer: a table "
+                               "[N_vocab_p, N·D_p], a projection [D → N·D_p], and in each layer "
+                               "a gate [D → D_p] and a projection [D_p → D] "
+                               "(hidden_size_per_layer_input)")
+    ple_vocab: Pos | None = _doc(None, "N_vocab_p: rows of the per-layer embedding table "
+                                 "(vocab_size_per_layer_input)")
+    kv_shared_layers: NonNeg = _doc(0, "the last n layers compute no K or V and cache nothing: "
+                                    "each reads what the last earlier layer of its attention "
+                                    "kind cached (Gemma 4's num_kv_shared_layers)")
+    shared_ffn_wide: bool = _doc(False, "the KV-sharing layers' FFN is 2·Dff wide (Gemma 4's "
+                                 "use_double_wide_mlp)")
+    layer_scalar: bool = _doc(False, "each layer's output × a scalar the checkpoint holds as a "
+                              "buffer (Gemma 4's layer_scalar): no parameter")
 
     @property
     def kv_heads(self) -> int:
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    def global_layer(self, layer: int) -> bool:
+        """The layer is a full-attention layer of Gemma 4's own global head width."""
+        return (self.global_head_dim is not None and 0 <= layer < self.n_layers
+                and (self.layer_types or ("full",) * self.n_layers)[layer] == "full")
+
+    def layer_dh(self, layer: int) -> int:
+        """Dh of one layer: Dh_g on a global layer, else Dh."""
+        return self.global_head_dim if self.global_layer(layer) else self.dh  # type: ignore
+
+    def layer_d_ff(self, layer: int) -> int:
+        """Dff of one layer: 2·Dff on a KV-sharing layer with shared_ffn_wide."""
+        wide = self.shared_ffn_wide and self.n_layers - self.kv_shared_layers <= layer
+        return self.d_ff * (2 if wide and layer < self.n_layers else 1)
 
     @property
     def dh(self) -> int:

@@ -37,6 +37,20 @@ class Ops:
     def embed(self, ids: Any, V: Dim, D: Dim, split: Split) -> Any:
         raise NotImplementedError
 
+    def table(self, ids: Any, role: str, name: str, V: Dim, W: Dim) -> Any:
+        """ids [B,T] → rows [B,T,W] of a table [V,W] of its own (Gemma 4's per-layer
+        embeddings), replicated on every rank."""
+        raise NotImplementedError
+
+    def shared_kv(self, layer: int, B: Dim, Hkv: Dim, Tk: Dim, Dh: Dim) -> tuple[Any, Any]:
+        """k and v [B,H_kv,Tk,Dh] as layer `layer`'s cache holds them after this step (its
+        kv_cache's): read by a KV-sharing layer, which writes none (no stage)."""
+        raise NotImplementedError
+
+    def layer_input(self, x: Any, layer: int, role: str, name: str) -> Any:
+        """x [B,N,T,w] → layer `layer`'s slice [B,T,w] (a view)."""
+        raise NotImplementedError
+
     def positions(self, x: Any, kind: str, rows: int | None) -> Any:
         raise NotImplementedError
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import MLA_DEFAULT, ModelConfig, ceil_div, nbytes
-from .plan import LayerPlan, Reach, held, layer_plan
+from .plan import LayerPlan, Reach, held, layer_kv_heads, layer_plan
 
 # ── tensor parallelism ──────────────────────────────────────────────────────────────────────────
 
@@ -33,13 +33,13 @@ def ring_allreduce_bytes(nbytes: Any, p: int) -> Any:
 
 
 def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None,
-                          mla: str = MLA_DEFAULT, reach: Reach = None) -> int:
+                          mla: str = MLA_DEFAULT, reach: Any = "any") -> int:
     """Elements one token adds to one rank's cache over `layers` layers (default N):
-    2·layers·H_kv·Dh (H_kv per rank), layers·H_kv·(Dh + D_v) with values of their own width, a
-    sliding group's (`reach` a window) of its own H_sw, every layer its own by default. MLA
-    (form `mla`): a latent cache holds layers·(D_c + D_r), the same on every tensor-parallel rank
-    (the latent is not split by heads); an expanded cache holds layers·(H/p)·((D_n + D_r) + D_v):
-    each head's K and V."""
+    2·layers·H_kv·Dh (H_kv per rank); where layers differ (Gemma 4's global Dh_g and H_kv_g,
+    MiMo-V2-Flash's sliding H_sw and values of their own width D_v) each layer's H_kv(ℓ)·(Dh(ℓ) +
+    D_v(ℓ)) (`reach` a group's window: its layers). MLA (form `mla`): a latent cache holds
+    layers·(D_c + D_r), the same on every tensor-parallel rank (the latent is not split by
+    heads); an expanded cache holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
     n = model.mixers.count("attention") if layers is None else layers
     if model.shared_kv:  # DeepSeek-V4: one K=V tensor per layer (its entries: entry_bytes)
         return n * model.dh
@@ -50,23 +50,30 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
         # (of a part of the layers: as many as it can hold, an upper bound)
         idx = model.indexer_layers if layers is None else min(layers, model.indexer_layers)
         return n * (model.kv_lora_rank + model.rot) + idx * (model.index_head_dim or 0)  # type: ignore
-    if layers is None and model.kv_heads_sliding is not None:  # each layer its own KV heads
-        return sum(kv_elements_per_token(model, p, c, mla, kind.reach)
-                   for kind, c in zip(*_attending(model), strict=True))
-    heads = kv_heads_per_rank(model, p, "sliding" if isinstance(reach, int) else "full")
     # block-sparse attention: the block indexer's one key of D_I per token, on its layers
     blk = len(model.block_indexer_layers)
     blk = (blk if layers is None else min(layers, blk)) * (model.block_index_head_dim or 0)
-    if model.v_dim != model.dh:
-        return n * heads * (model.dh + model.v_dim) + blk
-    return 2 * n * heads * model.dh + blk
+    if (model.global_head_dim is not None or model.kv_heads_sliding is not None
+            or model.v_dim != model.dh):
+        return _layer_kv_elements(model, p, layers, reach) + blk
+    return 2 * n * kv_heads_per_rank(model, p) * model.dh + blk
 
 
-def _attending(model: ModelConfig) -> tuple[list[Any], list[int]]:
-    """The attending layer kinds and their counts."""
+def _layer_kv_elements(model: ModelConfig, p: int, layers: int | None, reach: Any) -> int:
+    """Σ H_kv(ℓ)·(Dh(ℓ) + D_v(ℓ)) over the caching layers (`layers` None: every one; a group's
+    `reach`: its layers; else `layers` of the widest, an upper bound for a part of the model)."""
     plan = layer_plan(model)
-    pairs = [(k, c) for k, c in zip(plan.kinds, plan.counts, strict=True) if k.attends]
-    return [k for k, _ in pairs], [c for _, c in pairs]
+
+    def width(i: int) -> int:
+        heads, dh = layer_kv_heads(model, i), model.layer_dh(i)
+        return max(1, heads // p) * (dh + (dh if model.v_head_dim is None else model.v_head_dim))
+
+    attn = [i for i, k in enumerate(plan.kind_of) if plan.kinds[k].caches]
+    if layers is None:
+        return sum(width(i) for i in attn)
+    if reach != "any":
+        attn = [i for i in attn if plan.kinds[plan.kind_of[i]].reach == reach]
+    return layers * max((width(i) for i in attn), default=0)
 
 
 def kv_cache_form(model: ModelConfig, mla: str = MLA_DEFAULT) -> str:
@@ -81,8 +88,8 @@ def kv_cache_replicated(model: ModelConfig, p: int, mla: str = MLA_DEFAULT) -> b
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
-                       layers: int | None = None, mla: str = MLA_DEFAULT,
-                       reach: Reach = None) -> int:
+                       layers: int | None = None, mla: str = MLA_DEFAULT, reach: Any = "any"
+                       ) -> int:
     """2·N·H_kv·Dh·bytes (MLA: see kv_elements_per_token): what one token adds to the cache of
     every layer (of one rank)."""
     return nbytes(kv_elements_per_token(model, p, layers, mla, reach), dtype)
@@ -99,7 +106,8 @@ def kv_groups(plan: LayerPlan) -> list[tuple[Reach, int]]:
     paged block spans the layers of one group); one group when every layer attends alike."""
     out: dict[Reach, int] = {}
     for kind, count in zip(plan.kinds, plan.counts, strict=True):
-        if kind.attends:  # a state-space layer's cache is its state (state_bytes_per_sequence)
+        if kind.caches:  # a state-space layer's cache is its state (state_bytes_per_sequence);
+            # a KV-sharing layer's is another layer's
             out[kind.reach] = out.get(kind.reach, 0) + count
     return list(out.items())
 
@@ -242,7 +250,7 @@ def stage_group_layers(plan: LayerPlan, s: int) -> list[list[int]]:
     for counts in stage_kind_counts(plan, s):
         per = [0] * len(windows)
         for kind, c in zip(plan.kinds, counts, strict=True):
-            if kind.attends:
+            if kind.caches:
                 per[windows.index(kind.reach)] += c
         out.append(per)
     return out

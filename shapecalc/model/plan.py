@@ -54,12 +54,19 @@ class LayerSpec(NamedTuple):
     compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
     router_eda: bool = False  # ZAYA: its router adds the previous layer's state (layers ≥ 1)
     block_sparse: bool = False  # the layer runs a block indexer (MiniMax-M3's sparse layers)
+    kv_source: int | None = None  # Gemma 4: the earlier layer whose cached K/V it reads
+    wide_ffn: bool = False  # Gemma 4: a KV-sharing layer's FFN of 2·Dff (use_double_wide_mlp)
 
     @property
     def attends(self) -> bool:
         """The layer's token mixer is attention (or holds one: parallel, beside a Mamba-2; cca,
         attention with CCA's q/k/v): it has a KV cache."""
         return self.mixer in ("attention", "parallel", "cca")
+
+    @property
+    def caches(self) -> bool:
+        """The layer keeps a KV cache of its own (a KV-sharing layer reads another's)."""
+        return self.attends and self.kv_source is None
 
     @property
     def reach(self) -> Reach:
@@ -82,7 +89,9 @@ class LayerSpec(NamedTuple):
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
         return attn + (" · NoPE" if self.nope else "") + (
             " · shared top-k" if self.shared_topk else "") + (
-            " · block-sparse" if self.block_sparse else "") + ffn
+            " · block-sparse" if self.block_sparse else "") + (
+            f" · K/V of layer {self.kv_source}" if self.kv_source is not None else "") + (
+            " · 2·Dff" if self.wide_ffn else "") + ffn
 
 
 # the token mixers other than attention, as labels print
@@ -145,6 +154,11 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
         moe = [i for i, f in enumerate(ffns) if f == "moe"][: model.hash_moe_layers]
         for i in moe:
             specs[i] = specs[i]._replace(hash_route=True)
+    if model.kv_shared_layers:  # Gemma 4: the last layers read an earlier layer's K/V
+        first = model.n_layers - model.kv_shared_layers
+        for i in range(first, model.n_layers):
+            src = max(j for j in range(first) if specs[j].attention == specs[i].attention)
+            specs[i] = specs[i]._replace(kv_source=src, wide_ffn=model.shared_ffn_wide)
     runs: list[Run] = []
     for i, spec in enumerate(specs):
         if runs and runs[-1].spec == spec:
@@ -167,8 +181,10 @@ def mtp_spec(model: ModelConfig) -> LayerSpec:
 
 
 def layer_kv_heads(model: ModelConfig, layer: int) -> int:
-    """The KV heads of layer `layer` (a sliding layer's own, MiMo-V2-Flash; an MTP layer's past
-    the last)."""
+    """The KV heads of layer `layer`: a Gemma 4 global layer's H_kv_g (where given), a sliding
+    layer's own H_sw (MiMo-V2-Flash), an MTP layer's past the last; else H_kv."""
+    if model.global_layer(layer) and model.global_kv_heads is not None:
+        return model.global_kv_heads
     plan = layer_plan(model)
     spec = mtp_spec(model) if layer >= model.n_layers else plan.kinds[plan.kind_of[layer]]
     return model.kv_heads_of(spec.attention)

@@ -88,14 +88,29 @@ class Sizes(NamedTuple):
 
     def at(self, model: ModelConfig, spec: LayerSpec) -> Sizes:
         """The sizes of one layer kind: a sliding layer's own H_sw KV heads (MiMo-V2-Flash:
-        2·H_kv), split over p as H_kv is, one replicated head below one a rank."""
+        2·H_kv), split over p as H_kv is, one replicated head below one a rank; a Gemma 4
+        full-attention layer's own Dh_g and H_kv_g (every other layer: these sizes)."""
         hs = model.kv_heads_sliding
-        if spec.attention != "sliding" or hs is None:
+        if spec.attention == "sliding" and hs is not None:
+            rep = self.p > hs
+            return self._replace(Hkv=Dim.const(1) if rep else shard_dim("H_sw", hs, self.p,
+                                                                          self.poly),
+                                 kv_replicated=rep)
+        if model.global_head_dim is None or spec.attention != "full" or not spec.attends:
             return self
-        rep = self.p > hs
-        return self._replace(Hkv=Dim.const(1) if rep else shard_dim("H_sw", hs, self.p,
-                                                                      self.poly),
-                             kv_replicated=rep)
+        dhg = self.sym("Dh_g", model.global_head_dim)
+        out = self._replace(Dh=dhg, Dv=dhg if model.v_head_dim is None else self.Dv)
+        hkv = model.global_kv_heads
+        if hkv is None or hkv == model.kv_heads:
+            return out
+        p = self.p
+        if p > hkv:  # fewer KV heads than ranks: each rank holds a copy of one
+            return out._replace(Hkv=Dim.const(1), kv_replicated=True)
+        if self.poly or p == 1:
+            return out._replace(Hkv=self.sym("H_kv_g", ceil_div(hkv, p)), kv_replicated=False)
+        return out._replace(Hkv=Dim(ceil_div(hkv, p), Expr.sym("H_kv_g") * Expr([((("p", -1),),
+                                                                                    1)])),
+                            kv_replicated=False)
 
     def _chunk_keys(self, C: int) -> tuple[Dim, Dim]:
         """A chunked layer (Llama 4): its last query reads the keys of its own chunk, T_c =

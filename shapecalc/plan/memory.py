@@ -125,10 +125,11 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
     memory() takes the fullest stage, compare its rows."""
     m = cf.model
     plan = layer_plan(m)
-    tok = group_token_bytes(cf, p, kvbits)
-    # paged token slots of the batch in each KV group (layers that share a window)
+    # paged token slots of the batch in each KV group (layers that share a window), and one
+    # token's bytes on one layer of the group (its own width: Gemma 4, MiMo-V2-Flash)
     slots = [pre[f"kv_cache_peak_blocks@{g}"] * cf.block_size
              for g in range(len(kv_groups(plan)))]
+    tok = group_token_bytes(cf, p, kvbits)
     # a weight format's bytes tensor by tensor (scales included), else params × bits
     weights = ([w + 0 * wbits for w in cf.stage_weight_bytes(p, s, ep)]  # shaped as wbits
                if cf.weights is not None else
@@ -141,7 +142,7 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
 
 def group_token_bytes(cf: ClosedForm, p: int, kvbits: Any) -> list[Any]:
     """One token's bytes in one layer of each KV group on one rank (a sliding group's own KV
-    heads: MiMo-V2-Flash)."""
+    heads: MiMo-V2-Flash; Gemma 4's global layers' own width)."""
     return [bytes_of(kv_elements_per_token(cf.model, p, 1, cf.mla, reach), kvbits)
             for reach, _ in kv_groups(layer_plan(cf.model))]
 

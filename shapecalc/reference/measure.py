@@ -104,6 +104,16 @@ def _tensors(layer: Any) -> list[Any]:
                         getattr(layer, "idx_keys", None)) if t is not None]  # MiniMax-M3's
 
 
+def _global_attr(cfg: Any, key: str) -> Any:
+    """A config's model-wide value of `key`, None where it has none: absent, or one that varies
+    by layer (Gemma 4's head_dim and num_key_value_heads: transformers refuses to read a global
+    value of a per-layer attribute)."""
+    try:
+        return getattr(cfg, key, None)
+    except Exception:  # AmbiguousGlobalPerLayerAttributeError
+        return None
+
+
 def cache_layers(cache: Any) -> list[dict[str, Any]]:
     """Each layer of a transformers cache: its class, the tokens it keeps, its bytes."""
     out = []
@@ -398,7 +408,7 @@ def _measure(raw: dict[str, Any], batch: int, seq: int, dtype: str, day0: bool
         "decode": {"flops": res["decode"].total, "modules": res["decode"].modules},
         "cache": res["at_cache"][0], "cache_bytes": res["kv"][0],
         # what check/against.py converts conventions with (Falcon names its KV heads num_kv_heads)
-        "config": {k: getattr(cfg, k, None) for k in (
+        "config": {k: _global_attr(cfg, k) for k in (
             "num_attention_heads", "num_key_value_heads", "num_kv_heads", "head_dim",
             "sliding_window", "attention_chunk_size", "new_decoder_architecture")},
     }

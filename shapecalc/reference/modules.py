@@ -103,6 +103,11 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
     # (post ⊗ y + combᵀ·x) runs in the layer's own forward
     **{f"hc.{half}.{part}": (f"{half}_hc",) for half in ("attn", "ffn")
        for part in ("flat", "norm", "proj", "weights", "sinkhorn", "collapse")},
+    "attn.v_norm": (f"{_A}.v_norm",),
+    # Gemma 4's per-layer input: its gate and projection in the layer, beside the attention
+    "ple.gate": ("per_layer_input_gate",),
+    "ple.out": ("per_layer_projection",),
+    "ple.post_norm": ("post_per_layer_input_norm",),
 }
 _LAYER_NORMS = ("attn.norm", "ffn.norm", "attn.post_norm", "ffn.post_norm", "mixer.norm",
                 "mixer.post_norm")
@@ -116,6 +121,10 @@ TOP_ROLES: dict[str, tuple[str, ...]] = {
     "head.lm": ("lm_head", "embed_out"),
     **{f"hc.head.{part}": ("hc_head",) for part in ("flat", "norm", "proj", "weights",
                                                      "collapse")},
+    # Gemma 4's per-layer embeddings: the packed table, the projection and its norm
+    "ple.embed": ("embed_tokens_per_layer",),
+    "ple.proj": ("per_layer_model_projection",),
+    "ple.norm": ("per_layer_projection_norm",),
 }
 
 

@@ -77,7 +77,10 @@ def check_trainable(model: ModelConfig) -> None:
                 # MiMo-V2-Flash's attention: its per-layer KV heads and narrower values
                 "kv_heads_sliding": model.kv_heads_sliding is not None,
                 "v_head_dim": model.v_head_dim is not None and not model.mla,
-                "value_multiplier": model.value_multiplier is not None}
+                "value_multiplier": model.value_multiplier is not None,
+                # Gemma 4's per-layer embeddings, K=V and KV sharing
+                "ple_dim": model.ple_dim is not None, "global_k_eq_v": model.global_k_eq_v,
+                "kv_shared_layers": model.kv_shared_layers > 0}
     for key, given in variants.items():  # DeepSeek-V4's routing and activation variants
         if given:
             raise ShapecalcError(key, "has no backward rule yet: train and verify --train do "

@@ -73,6 +73,10 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "mimo_v2_flash": ("mimo-v2-flash",),
     # its class defaults only: the released checkpoints prune the LM head (refused)
     "apertus1p5_text": (),
+    # Gemma 4: its preset from Gemma4TextConfig's defaults (no Hub config.json found); the
+    # unified decoder at its class defaults only
+    "gemma4_text": ("gemma-4",),
+    "gemma4_unified_text": (),
 }
 # reduced width: the keys set on top of a config to make it small (experts and windows kept in
 # kind, fewer and narrower)
@@ -128,6 +132,12 @@ def _small(model_type: str, cfg: dict) -> dict:
     for k in ("layer_types", "mlp_layer_types"):
         if isinstance(out.get(k), list):
             out[k] = out[k][:LAYERS]
+    if "global_head_dim" in cfg or "per_layer_config" in cfg:  # Gemma 4: the global layers'
+        out.pop("per_layer_config", None)  # width, re-folded by the class at 8 layers
+        out["global_head_dim"] = 2 * SMALL["head_dim"]
+        if cfg.get("hidden_size_per_layer_input"):
+            out.update(hidden_size_per_layer_input=8,
+                       vocab_size_per_layer_input=SMALL["vocab_size"])
     for k in ("architectures", "torch_dtype", "dtype", "transformers_version", "model_type",
               "auto_map", "quantization_config"):
         out.pop(k, None)
