@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..model.config import ModelConfig, ceil_div
+from ..model.plan import layer_plan, widened
 from .storage import alloc
 
 STD = 0.02  # small weights keep float16 activations finite
@@ -154,8 +155,16 @@ class Weights:
             self.shards[k] = (shards, b, bparams, row_bias, W)
         return self.shards[k]
 
-    def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
+    def at(self, layer: int) -> ModelConfig:
+        """The model as layer `layer` sees it: its own widths (dots3's per_layer_config)."""
         m = self.m
+        if m.layer_widths is None or not 0 <= layer < m.n_layers:
+            return m
+        plan = layer_plan(m)
+        return widened(m, plan.kinds[plan.kind_of[layer]])
+
+    def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
+        m = self.at(layer)
         D, dh, H, Hkv = m.d_model, m.dh, m.n_heads, m.kv_heads
         if role == "head.lm":
             key = ("embedding",) if m.tie_embeddings else ("lm head",)
@@ -285,7 +294,7 @@ class Weights:
         """MLA's projections: the down-projections (q_a, kv_a with k_rope) replicated on every
         rank, the up-projections (q or q_b, kv_b) split by heads. Biases: attention_bias puts
         them on q_a and kv_a (and o), never on the up-projections."""
-        m = self.m
+        m = self.at(layer)
         H, dc, dr = m.n_heads, m.kv_lora_rank or 0, m.rot
         d_in, width, how = {
             "attn.q": (m.d_model, H * m.dh, "column"),

@@ -67,7 +67,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     plan = layer_plan(m)
     for layer, spec, _ in ops.layers(plan):
         ops.group("block")
-        x = _block(ops, m, spec, wl, z, x, layer, angles[spec.attention == "sliding"])
+        mw, zw = z.at(m, spec, wl)  # dots3: a layer of its own widths
+        x = _block(ops, mw, spec, wl, zw, x, layer, angles[spec.attention == "sliding"])
     if wl.mtp:
         _mtp(ops, m, wl, z, plan, ids, x, angles)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import MLA_DEFAULT, ModelConfig, ceil_div, nbytes
-from .plan import LayerPlan, Reach, held, layer_plan
+from .config import DTYPE_BITS, MLA_DEFAULT, ModelConfig, ceil_div, nbytes
+from .plan import LayerPlan, Reach, held, layer_plan, widened
 
 # ── tensor parallelism ──────────────────────────────────────────────────────────────────────────
 
@@ -32,11 +32,13 @@ def ring_allreduce_bytes(nbytes: Any, p: int) -> Any:
 
 
 def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None,
-                          mla: str = MLA_DEFAULT) -> int:
+                          mla: str = MLA_DEFAULT, reach: Any = "every") -> int:
     """Elements one token adds to one rank's cache over `layers` layers (default N):
     2·layers·H_kv·Dh (H_kv per rank). MLA (form `mla`): a latent cache holds layers·(D_c + D_r),
     the same on every tensor-parallel rank (the latent is not split by heads); an expanded cache
     holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
+    if _per_layer(model):  # dots3: widths set per layer, or the indexer keys in their own dtype
+        return sum(kv + idx for kv, idx in _layer_rows(model, p, layers, mla, reach, None))
     n = model.mixers.count("attention") if layers is None else layers
     if model.shared_kv:  # DeepSeek-V4: one K=V tensor per layer (its entries: entry_bytes)
         return n * model.dh
@@ -62,10 +64,57 @@ def kv_cache_replicated(model: ModelConfig, p: int, mla: str = MLA_DEFAULT) -> b
 
 
 def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
-                       layers: int | None = None, mla: str = MLA_DEFAULT) -> int:
+                       layers: int | None = None, mla: str = MLA_DEFAULT,
+                       reach: Any = "every") -> int:
     """2·N·H_kv·Dh·bytes (MLA: see kv_elements_per_token): what one token adds to the cache of
-    every layer (of one rank)."""
+    every layer (of one rank); `reach`: only the layers of that window's group."""
+    if _per_layer(model):
+        return sum(split_bytes_per_token(model, dtype, p, layers, mla, reach))
     return nbytes(kv_elements_per_token(model, p, layers, mla), dtype)
+
+
+def split_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1, layers: int | None = None,
+                          mla: str = MLA_DEFAULT, reach: Any = "every") -> tuple[int, int]:
+    """(latent bytes, indexer-key bytes) one token adds (dots3: the indexer keys apart, in
+    their own dtype; elsewhere they are in the latent's tensor and the second is 0)."""
+    if not _per_layer(model):
+        return kv_bytes_per_token(model, dtype, p, layers, mla), 0
+    rows = _layer_rows(model, p, layers, mla, reach, dtype)
+    kv, idx = sum(r[0] for r in rows), sum(r[1] for r in rows)
+    if model.index_cache_dtype is None:
+        return nbytes(kv + idx, dtype), 0
+    return nbytes(kv, dtype), nbytes(idx, model.index_cache_dtype)
+
+
+def _per_layer(model: ModelConfig) -> bool:
+    """The cache's widths vary by layer (dots3: per-layer widths, the indexer keys in fp32)."""
+    return model.mla and not model.shared_kv and (
+        model.layer_widths is not None or model.index_cache_dtype is not None)
+
+
+def _layer_rows(model: ModelConfig, p: int, layers: int | None, mla: str, reach: Any,
+                dtype: str | None) -> list[tuple[int, int]]:
+    """(latent elements, indexer elements) a token adds to each MLA layer (of the group of
+    `reach`, or all): D_c + D_r (each head's K and V, expanded) and the D_I of a layer that runs
+    an indexer (not a sliding one, not a shared top-k one); of `layers` < all of them, the
+    widest (in `dtype`'s bytes): an upper bound, as kv_elements_per_token's."""
+    plan = layer_plan(model)
+    rows = []
+    for k in plan.kind_of:
+        spec = plan.kinds[k]
+        if spec.mixer != "attention" or (reach != "every" and spec.reach != reach):
+            continue
+        w = widened(model, spec)
+        if mla == "expanded":
+            rows.append(((w.n_heads // p) * (w.dh + w.v_dim), 0))
+            continue
+        indexed = model.dsa and spec.attention != "sliding" and not spec.shared_topk
+        rows.append((w.kv_lora_rank + w.rot, (model.index_head_dim or 0) * indexed))  # type: ignore
+    if layers is None or layers >= len(rows):
+        return rows
+    wide = DTYPE_BITS[model.index_cache_dtype] / DTYPE_BITS[dtype] if (
+        model.index_cache_dtype and dtype) else 1  # an indexer value's bytes, in KV values
+    return sorted(rows, key=lambda r: r[0] + wide * r[1], reverse=True)[:layers]
 
 
 def cached_tokens(window: Reach, T: int, phase: str) -> int:
@@ -94,7 +143,7 @@ def kv_group_bytes(model: ModelConfig, dtype: str, T: int, phase: str, p: int = 
     for window, layers in kv_groups(layer_plan(model)):
         tokens = cached_tokens(window, T, phase)
         out.append((window, layers, tokens,
-                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla)
+                    tokens * kv_bytes_per_token(model, dtype, p, layers, mla, window)
                     + nbytes(entry_elements(model, T, phase, window), dtype)))
     return out
 
@@ -141,9 +190,12 @@ def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int
     group, a block spanning the group's layers; the last block's empty slots count."""
     blocks = total = 0
     for window, layers in kv_groups(layer_plan(model)):
-        b = paged_blocks(batch, cached_tokens(window, T, phase), block_size)
+        tokens = cached_tokens(window, T, phase)
+        b = paged_blocks(batch, tokens, block_size)
         blocks += b
-        total += b * block_size * kv_bytes_per_token(model, dtype, p, layers, mla)
+        # dots3's fp32 indexer keys are held apart from the blocks, contiguous
+        lat, idx = split_bytes_per_token(model, dtype, p, layers, mla, window)
+        total += b * block_size * lat + batch * tokens * idx
     return blocks, total + batch * entry_bytes(model, dtype, T, phase)
 
 

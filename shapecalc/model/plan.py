@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from .config import ModelConfig
+from .widths import overrides
 
 
 class Chunk(NamedTuple):
@@ -53,6 +54,7 @@ class LayerSpec(NamedTuple):
     hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
     compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
     router_eda: bool = False  # ZAYA: its router adds the previous layer's state (layers ≥ 1)
+    widths: tuple[tuple[str, int], ...] = ()  # the layer's own widths (dots3): (field, value)
 
     @property
     def attends(self) -> bool:
@@ -80,7 +82,14 @@ class LayerSpec(NamedTuple):
         if self.mixer == "none":  # a block of its channel mixer only
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
         return attn + (" · NoPE" if self.nope else "") + (
-            " · shared top-k" if self.shared_topk else "") + ffn
+            " · shared top-k" if self.shared_topk else "") + ffn + "".join(
+            f" · {WIDTH_SYMBOLS[f]}={v}" for f, v in self.widths)
+
+
+# how a layer's own widths print (LayerWidths' fields)
+WIDTH_SYMBOLS = {"n_heads": "H", "q_lora_rank": "D_q", "kv_lora_rank": "D_c",
+                 "qk_nope_head_dim": "D_n", "qk_rope_head_dim": "D_r", "v_head_dim": "D_v",
+                 "d_ff": "Dff"}
 
 
 # the token mixers other than attention, as labels print
@@ -141,6 +150,9 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
         moe = [i for i, f in enumerate(ffns) if f == "moe"][: model.hash_moe_layers]
         for i in moe:
             specs[i] = specs[i]._replace(hash_route=True)
+    if model.layer_widths is not None:  # dots3: widths of the layer's own
+        specs = [s._replace(widths=overrides(model.layer_widths, model, i))
+                 for i, s in enumerate(specs)]
     runs: list[Run] = []
     for i, spec in enumerate(specs):
         if runs and runs[-1].spec == spec:
@@ -151,3 +163,12 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     kind_of = tuple(kinds.index(s) for s in specs)
     counts = tuple(kind_of.count(k) for k in range(len(kinds)))
     return LayerPlan(tuple(runs), kinds, counts, kind_of)
+
+
+@lru_cache(maxsize=256)
+def widened(model: ModelConfig, spec: LayerSpec) -> ModelConfig:
+    """The model as one layer of `spec` sees it: its own widths in place of the model's (dots3's
+    per_layer_config); the model itself where the layer has none."""
+    if not spec.widths:
+        return model
+    return model.model_copy(update={**dict(spec.widths), "layer_widths": None})
