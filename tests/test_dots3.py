@@ -144,6 +144,7 @@ def test_bad_configs_name_the_key(tmp_path, change, key, why):
     assert err.value.field == key and why in str(err.value)
 
 
+@pytest.mark.slow
 def test_layer_widths_of_other_than_n_layers_exit_2(tmp_path):
     """A model file's layer_widths list of other than N values: exit 2, one line naming it."""
     text = (Path(__file__).parents[1] / "presets" / "models" / "dots3.toml").read_text()
@@ -178,3 +179,33 @@ def test_live(tmp_path):
     got = _steps(model, cfg.vocab_size, 16, False)
     want = CASES["dots3"]["reduced"]["steps"][0]
     assert (got["prefill"], got["decode"]) == (want["prefill"], want["decode"])
+
+
+@pytest.mark.slow
+def test_fit_holds_each_layer_type_at_its_widths():
+    """fit at T = 131,072: 13 indexed layers of 131,072 tokens × (576·2 + 128·4 fp32 bytes) and
+    33 sliding layers of their 512 (paged in blocks of 16) × 1088·2 bytes, by hand."""
+    r = subprocess.run([sys.executable, "-m", "shapecalc", "fit", "--preset", "dots3", "--seq",
+                        "131072", "--gpu", "h100-sxm", "--json"], capture_output=True, text=True)
+    got = json.loads(r.stdout)["memory_per_rank"]["kv_cache"]
+    assert got == 13 * 131_072 * (576 * 2 + 128 * 4) + 33 * 512 * 1088 * 2 == 2_872_115_200
+
+
+@pytest.mark.slow
+def test_closed_form_equals_the_pipeline():
+    """The sweep's closed form (per-layer widths, the fp32 indexer keys apart) equals the
+    stage-by-stage pipeline at random points, at full and at reduced width."""
+    import random
+
+    from shapecalc.costs.closed import ClosedForm
+    from tests.test_closed import DTYPES, assert_equal_at, valid_tps
+
+    for m in (load_preset("dots3"), ModelConfig(**{**load_preset("dots3").model_dump(),
+                                                   "sliding_window": 24, "index_topk": 64})):
+        cf, rng = ClosedForm(m), random.Random(3)
+        points = [dict(batch=rng.randint(1, 8), seq=rng.randint(1, 5000),
+                       phase=rng.choice(["prefill", "decode"]), tp=rng.choice(valid_tps(m)),
+                       pp=rng.randint(1, 4), dtype=rng.choice(DTYPES),
+                       kv_dtype=rng.choice(DTYPES), act_dtype=rng.choice(DTYPES))
+                  for _ in range(10)]
+        assert_equal_at(m, cf, points)

@@ -73,6 +73,16 @@ def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
     return nbytes(kv_elements_per_token(model, p, layers, mla), dtype)
 
 
+def split_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None,
+                             mla: str = MLA_DEFAULT, reach: Any = "every") -> tuple[int, int]:
+    """(elements in the KV dtype, elements in index_cache_dtype) one token adds: dots3's
+    indexer keys apart; elsewhere all of kv_elements_per_token and 0."""
+    if not _per_layer(model) or model.index_cache_dtype is None:
+        return kv_elements_per_token(model, p, layers, mla, reach), 0
+    rows = _layer_rows(model, p, layers, mla, reach, None)
+    return sum(r[0] for r in rows), sum(r[1] for r in rows)
+
+
 def split_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1, layers: int | None = None,
                           mla: str = MLA_DEFAULT, reach: Any = "every") -> tuple[int, int]:
     """(latent bytes, indexer-key bytes) one token adds (dots3: the indexer keys apart, in

@@ -23,13 +23,14 @@ from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs.hardware import GPU
-from ..model.config import bytes_of
+from ..model.config import DTYPE_BITS, bytes_of
 from ..model.parallel import (
     distinct_experts,
     ep_rank_expert_params,
     kv_elements_per_token,
     kv_groups,
     pp_layers,
+    split_elements_per_token,
     stage_group_layers,
     stage_kind_counts,
 )
@@ -122,7 +123,11 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
     memory() takes the fullest stage, compare its rows."""
     m = cf.model
     plan = layer_plan(m)
-    tok_layer = bytes_of(kv_elements_per_token(m, p, layers=1, mla=cf.mla), kvbits)
+    # one token, one layer of each group (dots3: each group of its own widths, the indexer's
+    # keys in their own dtype)
+    toks = [bytes_of(lat, kvbits) + bytes_of(apart, DTYPE_BITS[m.index_cache_dtype or "fp32"])
+            for lat, apart in (split_elements_per_token(m, p, 1, cf.mla, reach)
+                               for reach, _ in kv_groups(plan))]
     # paged token slots of the batch in each KV group (layers that share a window)
     slots = [pre[f"kv_cache_peak_blocks@{g}"] * cf.block_size
              for g in range(len(kv_groups(plan)))]
@@ -131,7 +136,7 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
                if cf.weights is not None else
                [bytes_of(params, wbits) for params in cf.stage_params(p, s, ep)])
     entries = stage_entry_bytes(cf, s, pre)
-    return [(k, w, sum(slots[g] * c * tok_layer for g, c in enumerate(per_group) if c) + e)
+    return [(k, w, sum(slots[g] * c * toks[g] for g, c in enumerate(per_group) if c) + e)
             for k, per_group, w, e in zip(pp_layers(m.n_layers, s), stage_group_layers(plan, s),
                                           weights, entries, strict=True)]
 
