@@ -249,7 +249,7 @@ _DOTS3 = dict(vocab_size=152064, hidden_size=5120, intermediate_size=13824,
               sliding_window=None, rope_parameters=None)
 
 DOTS3: tuple[Family, ...] = (
-    Family("dots3_note", "dots3: MLA + DSA indexer 1:3 sliding MLA, widths per layer type, MoE",
+    Family("dots3_note", "dots3: MLA + DSA indexer, 3 sliding MLA : 1, widths per layer type, MoE",
            (dots3, SILU, table, dots3_moe), _DOTS3,
            aliases={"n_routed_experts": ("num_local_experts",)},
            widths=dict(vocab_size=152064, hidden_size=5120, intermediate_size=13824,
