@@ -134,6 +134,7 @@ BAD = [
     ({"layer_types": ["full_attention"] * 45 + ["indexed_attention"], "per_layer_config": {}},
      "layer_types", "mixes"),
     ({"q_lora_rank": None}, "q_lora_rank", "q_a_proj"),
+    ({"swa_qk_rope_head_dim": 32, "swa_head_dim": 224}, "swa_qk_rope_head_dim", "one RoPE"),
 ]
 
 
@@ -209,3 +210,46 @@ def test_closed_form_equals_the_pipeline():
                        kv_dtype=rng.choice(DTYPES), act_dtype=rng.choice(DTYPES))
                   for _ in range(10)]
         assert_equal_at(m, cf, points)
+
+
+def test_train_refuses_widths_set_per_layer():
+    """train's activation terms read the model's widths: a layer_widths model is refused in one
+    line naming the field (dots3 itself is refused first for its head gate and its indexer)."""
+    from shapecalc.train.memory import check_trainable
+
+    with pytest.raises(ShapecalcError) as err:
+        check_trainable(_widths_model())
+    assert err.value.field == "layer_widths"
+
+
+def _widths_model(**kw) -> ModelConfig:
+    """A dense GQA model whose layers have FFN widths of their own."""
+    return ModelConfig(**{**dict(name="w", vocab_size=64, d_model=32, n_layers=3, n_heads=4,
+                                 n_kv_heads=2, d_ff=48, positions="rope", norm="rmsnorm",
+                                 ffn="swiglu", layer_widths={"d_ff": (48, 96, 48)}), **kw})
+
+
+def test_widths_set_per_layer_on_plain_attention():
+    """Generic, not dots3's only: layer 1's FFN is Dff = 96; the trace counts each layer at its
+    own width and the executor agrees. Heads per layer need MLA (one latent a token); D_r per
+    layer is refused (one RoPE table)."""
+    from shapecalc.check.verify import verify
+
+    m = _widths_model()
+    assert len(layer_plan(m).kinds) == 2
+    D, V = 32, 64
+    attn = D * 4 * 8 + 2 * D * 2 * 8 + 4 * 8 * D
+    hand = 2 * V * D + D + 3 * 2 * D + 3 * attn + 3 * D * 48 * 2 + 3 * D * 96
+    assert build_trace(m, Workload(batch=1, seq=8))["totals"]["params"] == hand
+    for phase in ("prefill", "decode"):
+        doc = verify(m, Workload(batch=1, seq=8, phase=phase), layers=3)
+        assert doc["ok"], [c["name"] for c in doc["checks"] if not c["ok"]]
+    for bad, key in (({"n_heads": (4, 2, 4)}, "layer_widths.n_heads"),):
+        with pytest.raises(ShapecalcError) as err:
+            _widths_model(layer_widths=bad)
+        assert err.value.field == key
+    dots3 = load_preset("dots3").model_dump()
+    with pytest.raises(ShapecalcError) as err:
+        ModelConfig(**{**dots3, "layer_widths": {**dots3["layer_widths"],
+                                                 "qk_rope_head_dim": (32,) + (64,) * 45}})
+    assert err.value.field == "layer_widths.qk_rope_head_dim"

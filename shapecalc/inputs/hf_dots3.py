@@ -154,6 +154,10 @@ def dots3(h: HF, f: Fields) -> None:
     widths = {v: tuple(lay[k] for lay in layers) for k, v in PER_LAYER.items()}
     widths = {v: w for (k, v), w in zip(PER_LAYER.items(), widths.values(), strict=True)
               if set(w) != {base[k]}}
+    if "qk_rope_head_dim" in widths:  # shapecalc turns every layer by one RoPE table
+        raise ShapecalcError("swa_qk_rope_head_dim" if swa else "per_layer_config",
+                             "a qk_rope_head_dim of a layer type's own is not modelled (one "
+                             f"RoPE width D_r={base['qk_rope_head_dim']} for every layer)")
     f["layer_widths"] = LayerWidths(**widths) if widths else None
     if "sliding_attention" in types:
         w = h.get("sliding_window")

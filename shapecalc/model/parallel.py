@@ -98,13 +98,13 @@ def split_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1, layers: in
 
 def _per_layer(model: ModelConfig) -> bool:
     """The cache's widths vary by layer (dots3: per-layer widths, the indexer keys in fp32)."""
-    return model.mla and not model.shared_kv and (
-        model.layer_widths is not None or model.index_cache_dtype is not None)
+    return not model.shared_kv and (
+        model.layer_widths is not None or (model.mla and model.index_cache_dtype is not None))
 
 
 def _layer_rows(model: ModelConfig, p: int, layers: int | None, mla: str, reach: Any,
                 dtype: str | None) -> list[tuple[int, int]]:
-    """(latent elements, indexer elements) a token adds to each MLA layer (of the group of
+    """(latent elements, indexer elements) a token adds to each attention layer (of the group of
     `reach`, or all): D_c + D_r (each head's K and V, expanded) and the D_I of a layer that runs
     an indexer (not a sliding one, not a shared top-k one); of `layers` < all of them, the
     widest (in `dtype`'s bytes): an upper bound, as kv_elements_per_token's."""
@@ -115,6 +115,9 @@ def _layer_rows(model: ModelConfig, p: int, layers: int | None, mla: str, reach:
         if spec.mixer != "attention" or (reach != "every" and spec.reach != reach):
             continue
         w = widened(model, spec)
+        if not model.mla:  # K and V of each of the layer's KV heads (on this rank)
+            rows.append((2 * kv_heads_per_rank(w, p) * w.dh, 0))
+            continue
         if mla == "expanded":
             rows.append(((w.n_heads // p) * (w.dh + w.v_dim), 0))
             continue

@@ -35,9 +35,16 @@ def check_widths(w: LayerWidths, n_layers: int, model: Any) -> None:
         if len(vals) != n_layers:
             raise ShapecalcError(f"layer_widths.{f}", f"lists {len(vals)} layers, but "
                                  f"N={n_layers}")
+        if f in (*MLA_WIDTHS, "n_heads") and model.kv_lora_rank is None:
+            raise ShapecalcError(f"layer_widths.{f}", "is set per layer only with Multi-head "
+                                 "Latent Attention (kv_lora_rank set): other attention keeps "
+                                 "one head width and KV heads for every layer")
         if f in MLA_WIDTHS and getattr(model, f) is None:
             raise ShapecalcError(f"layer_widths.{f}", f"is set per layer, but the model has no "
-                                 f"{f} (Multi-head Latent Attention's)")
+                                 f"{f}")
+        if f == "qk_rope_head_dim" and set(vals) != {model.qk_rope_head_dim}:
+            raise ShapecalcError(f"layer_widths.{f}", "differs between layers, but one RoPE "
+                                 "table serves them all: D_r must be the model's")
 
 
 def overrides(w: LayerWidths | None, model: Any, layer: int) -> tuple[tuple[str, int], ...]:
