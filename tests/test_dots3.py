@@ -118,6 +118,16 @@ def test_per_layer_widths_by_hand():
     assert _totals(m, 16)["kv_cache_bytes_per_token"] == 13 * (576 * 2 + 128 * 4) + 33 * 1088 * 2
 
 
+def test_both_conventions_hold_the_same_parameters():
+    """The sparse kernel's convention (absorbed, gathered latents) gates each head as eager
+    does: the same parameters, its own FLOPs."""
+    m = load_preset("dots3")
+    eager, sparse = _totals(m, 4096), _totals(m, 4096, mla_form="absorbed", selection="sparse")
+    assert eager["params"] == sparse["params"] == CASES["dots3"]["full"]["params_meta"]
+    assert sparse["selected_attention"]["flops"]["eager"] == eager["flops"]
+    assert eager["selected_attention"]["flops"]["sparse"] == sparse["flops"]
+
+
 BAD = [
     ({"per_layer_config": [{}] * 5}, "per_layer_config", "lists 5 layers"),
     ({"per_layer_config": {"46": {"num_attention_heads": 64}}}, "per_layer_config", "0..45"),

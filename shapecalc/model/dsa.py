@@ -67,7 +67,7 @@ def sparse_attention(ops: Ops, m: ModelConfig, z: Sizes, q_nope: Any, q_rope: An
     """The sparse kernel's MLA (FlashMLA sparse, prefill and decode): each query puts its
     q_nope in the latent space (q_nope·W_UKᵀ), gathers its selected latents [c_KV, k_rope]
     (D_c + D_r each), attends over them only (scores 2·H·(D_c+D_r), A·c_KV 2·H·D_c per selected
-    key), and W_UV lifts each head's latent output to D_v."""
+    key), and W_UV lifts each head's latent output to D_v (returned per head)."""
     ql = ops.head_linear(q_nope, "attn.q_absorb", "q absorbed (q_nope·W_UKᵀ)", z.Dn, z.Dc,
                          "attn.kv_b", "k")
     q = ops.concat([ql, q_rope], "attn.q.concat", "q = [q_latent, q_rope]")
@@ -77,8 +77,6 @@ def sparse_attention(ops: Ops, m: ModelConfig, z: Sizes, q_nope: Any, q_rope: An
     a = ops.softmax(s, "attn.softmax", "softmax")
     c_sel, _ = ops.split(g, [z.Dc, z.Dr])
     o = ops.selected_matmul(a, c_sel, "attn.values", "A·c_KV over the selected keys")
-    o = ops.head_linear(o, "attn.v_up", "v up-projection (·W_UV)", z.Dc, z.Dv, "attn.kv_b",
-                        "v")
-    o = ops.merge_heads(o, "attn.merge", "merge heads")
-    return ops.linear(o, "attn.out", "output projection WO", z.H * z.Dv, z.D, m.attn_out_bias,
-                      "row")
+    # each head's output [B,H,T,D_v]: mla.py gates (dots3), merges and projects it
+    return ops.head_linear(o, "attn.v_up", "v up-projection (·W_UV)", z.Dc, z.Dv, "attn.kv_b",
+                           "v")

@@ -95,7 +95,10 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
                                 layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
         c_all, r_all = ops.split(lat, [z.Dc, z.Dr])
         if sel is not None and wl.selection == "sparse":
-            return dsa.sparse_attention(ops, m, z, q_nope, q_rope, lat, sel)
+            o = dsa.sparse_attention(ops, m, z, q_nope, q_rope, lat, sel)
+            o = ops.merge_heads(_head_gate(ops, m, z, h, o), "attn.merge", "merge heads")
+            return ops.linear(o, "attn.out", "output projection WO", z.H * z.Dv, z.D,
+                              m.attn_out_bias, "row")
         if form == "absorbed" and decode:
             return _mla_absorbed(ops, m, wl, z, q_nope, q_rope, lat, c_all, h, sel)
         k, v = expand(c_all, r_all)
