@@ -181,6 +181,19 @@ def test_verify_passes_at_reduced_width(tmp_path):
 
 
 @pytest.mark.slow
+def test_verify_against_transformers(tmp_path):
+    """verify --against transformers on the reduced model, past its top-k and window: the
+    multimodal model_type is built as its text model (Dots3NoteTextConfig) at any width."""
+    pytest.importorskip("transformers")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(CASES["dots3"]["reduced"]["hf_config"]))
+    r = subprocess.run([sys.executable, "-m", "shapecalc", "verify", "--hf-config", str(cfg),
+                        "--seq", "100", "--against", "transformers"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "all checks pass" in r.stdout, r.stdout[-2000:] + r.stderr
+
+
+@pytest.mark.slow
 def test_live(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

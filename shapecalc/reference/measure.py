@@ -225,6 +225,8 @@ def config_from_dict(raw: dict[str, Any]) -> Any:
     d = {k: v for k, v in raw.items() if k != "quantization_config"}
     if d.get("model_type") == "kimi_k2":
         d["model_type"] = "deepseek_v3"
+    if d.get("model_type") == "dots3_note":  # its text model (the reader's), at any width: the
+        d["model_type"] = "dots3_note_text"  # multimodal class holds its towers to D = 5120
     return AutoConfig.for_model(**d)
 
 
@@ -397,7 +399,15 @@ def _measure(raw: dict[str, Any], batch: int, seq: int, dtype: str, day0: bool
         "decode": {"flops": res["decode"].total, "modules": res["decode"].modules},
         "cache": res["at_cache"][0], "cache_bytes": res["kv"][0],
         # what check/against.py converts conventions with (Falcon names its KV heads num_kv_heads)
-        "config": {k: getattr(cfg, k, None) for k in (
+        "config": {k: _global(cfg, k) for k in (
             "num_attention_heads", "num_key_value_heads", "num_kv_heads", "head_dim",
             "sliding_window", "attention_chunk_size", "new_decoder_architecture")},
     }
+
+
+def _global(cfg: Any, key: str) -> Any:
+    """A config attribute's global value (dots3's per_layer_config makes reading one of its
+    per-layer keys an error unless asked for: the global is the first layer type's)."""
+    if getattr(cfg, "is_heterogeneous", False):
+        cfg.allow_global_per_layer_attribute_access = True
+    return getattr(cfg, key, None)
