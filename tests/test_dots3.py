@@ -166,6 +166,12 @@ def test_layer_widths_of_other_than_n_layers_exit_2(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "layer_widths.n_heads" in r.stderr
     assert "lists 47 layers, but N=46" in r.stderr
+    cfg = tmp_path / "config.json"  # and a config.json's per_layer_config of 5 layers, not 46
+    cfg.write_text(json.dumps({"model_type": "dots3_note", "per_layer_config": [{}] * 5}))
+    r = subprocess.run([sys.executable, "-m", "shapecalc", "trace", "--hf-config", str(cfg)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("error: per_layer_config: lists 5 layers")
 
 
 @pytest.mark.slow
