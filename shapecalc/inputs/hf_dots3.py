@@ -258,7 +258,9 @@ DOTS3: tuple[Family, ...] = (
            aliases={"n_routed_experts": ("num_local_experts",)},
            widths=dict(vocab_size=152064, hidden_size=5120, intermediate_size=13824,
                        num_hidden_layers=46, num_attention_heads=128),
-           # the multimodal config's other towers and token ids: not the text model
+           # the multimodal config's other towers and token ids: not the text model;
+           # mlp_bias: Dots3NoteTextMLP and the experts build no biases whatever it says
            ignored=frozenset({"vision_config", "audio_config", "image_token_id",
-                              "video_token_id", "audio_token_id", "output_router_logits"})),
+                              "video_token_id", "audio_token_id", "output_router_logits",
+                              "mlp_bias"})),
 )
