@@ -74,6 +74,10 @@ def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
         update["head_dim"] = model.dh // f
     if model.rotary_dim is not None:  # partial rotary stays partial: an even R < dh
         update["rotary_dim"] = max(2, model.rotary_dim // f // 2 * 2)
+    if model.layer_widths is not None:  # dots3: each layer's own widths, by the same factor
+        update["layer_widths"] = {k: v if v is None or k == "n_heads" else
+                                  tuple(x // f for x in v)
+                                  for k, v in model.layer_widths.model_dump().items()}
     # a quantized checkpoint's blocks and groups need its real widths; verify checks shapes
     # and FLOPs, which the format does not change
     update["quantization"] = None
@@ -129,6 +133,7 @@ def test_reduced_width_keeps_the_architecture(name):
             assert getattr(small, w) * f == getattr(model, w), w
     assert small.vocab_size % 8 == model.vocab_size % 8
     widths = {"d_model", "d_ff", "vocab_size", "head_dim", "rotary_dim", "quantization",
+              "layer_widths",
               *WIDTHS}
     assert small.model_dump(exclude=widths) == model.model_dump(exclude=widths)
     assert (small.n_heads, small.kv_heads) == (model.n_heads, model.kv_heads)

@@ -114,8 +114,9 @@ def params(m: ModelConfig) -> int:
         # weights_proj [D → H_I]; a layer reusing another's top-k (GLM-5) has none
         hi, di = m.index_heads, m.index_head_dim
         shared = set(m.index_shared_layers or ())
+        slid = {i for i, t in enumerate(m.layer_types or ()) if t == "sliding"}  # dots3's
         total += sum(m.q_lora_rank * hi * di + d * di + 2 * di + d * hi
-                     for i in range(m.n_layers) if i not in shared)
+                     for i in range(m.n_layers) if i not in shared | slid)
     if m.block_sparse:  # MiniMaxM3VLIndexer: q [D → H_I·D_I], k [D → D_I], q/k norms of D_I
         hi, di = m.block_index_heads, m.block_index_head_dim
         total += len(m.block_indexer_layers) * (d * (hi * di + di) + 2 * di)
@@ -123,6 +124,8 @@ def params(m: ModelConfig) -> int:
     for i, kind in enumerate(m.ffn_types or (("moe" if m.n_experts else "dense",) * m.n_layers)):
         if own:  # MiMo-V2-Flash: the layer's own attention in place of the uniform one
             total += _own_attention(m, i) - attn
+        if m.layer_widths is not None:  # dots3: the layer's MLA at its own widths
+            total += _widths_attention(m, i) - attn
         if kind == "dense":
             total += base + ffn
             continue
@@ -138,6 +141,21 @@ def params(m: ModelConfig) -> int:
     if m.positions == "learned":
         total += m.max_positions * d
     return total
+
+
+def _widths_attention(m: ModelConfig, i: int) -> int:
+    """Layer i's MLA at its own widths, written from Dots3NoteAttention: q_a [D, D_q] and its
+    norm, q_b [D_q, H·(D_n + D_r)], kv_a [D, D_c + D_r], the latent's and k_rope's norms, kv_b
+    [D_c, H·(D_n + D_v)], o [H·D_v, D], the head gate g_proj [D, H]."""
+    def at(f: str) -> int:
+        v = getattr(m.layer_widths, f)
+        return getattr(m, f) if v is None else v[i]
+    d = m.d_model
+    h, dq, dc, dn, dr, dv = (at(f) for f in ("n_heads", "q_lora_rank", "kv_lora_rank",
+                                              "qk_nope_head_dim", "qk_rope_head_dim",
+                                              "v_head_dim"))
+    return (d * dq + dq + dq * h * (dn + dr) + d * (dc + dr) + dc + dr * m.mla_rope_norm
+            + dc * h * (dn + dv) + h * dv * d + d * h * m.attn_head_gate + h * m.attention_sinks)
 
 
 def _own_attention(m: ModelConfig, i: int) -> int:

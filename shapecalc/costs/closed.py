@@ -33,12 +33,12 @@ from ..model.parallel import (
     entries,
     entry_elements,
     ep_rank_expert_params,
-    kv_elements_per_token,
     kv_groups,
     kv_heads_per_rank,
     paged_blocks,
     residual_width,
     ring_allreduce_bytes,
+    split_elements_per_token,
     stage_params,
 )
 from ..model.plan import Chunk, layer_plan
@@ -229,6 +229,19 @@ class ClosedForm:
         return Regime(lo, hi, polys, tags, phase == "decode")
 
     # -- per-model constants -------------------------------------------------------------------
+    def _kv_bytes(self, xp: Any, n: int, dtype: Any, bits: dict[str, Any], layers: int | None,
+                  reach: Any, apart_only: bool = False) -> Any:
+        """A token's cache bytes per point: its KV-dtype elements, and (dots3) its indexer
+        keys in their own dtype; `apart_only`: those keys only."""
+        p = 1
+        lat, apart = split_elements_per_token(self.model, p, layers, self.mla, reach)
+        out = xp.zeros(n, dtype=dtype) if apart_only else _nbytes(
+            xp.full(n, lat, dtype=dtype), "kv", bits)
+        if apart:
+            out = out + _nbytes(xp.full(n, apart, dtype=dtype),
+                                self.model.index_cache_dtype or "kv", bits)
+        return out
+
     def kv_heads_per_rank(self, p: int) -> int:
         return kv_heads_per_rank(self.model, p)
 
@@ -339,8 +352,7 @@ class ClosedForm:
         for g in range(len(kv_groups(layer_plan(m)))):
             out["kv_cache_tokens"] = xp.maximum(out["kv_cache_tokens"],
                                                 ev(full, f"group_tokens.{g}"))
-        out["kv_cache_bytes_per_token"] = _nbytes(
-            xp.full(n, kv_elements_per_token(m, mla=self.mla), dtype=dtype), "kv", bits)
+        out["kv_cache_bytes_per_token"] = self._kv_bytes(xp, n, dtype, bits, None, "any")
         # paged: each group of layers that share a window has its own blocks
         blocks = xp.zeros(n, dtype=dtype)
         paged = xp.zeros(n, dtype=dtype)
@@ -352,10 +364,12 @@ class ClosedForm:
             out[f"kv_cache_peak_blocks@{g}"] = b_g if not isinstance(reach, Chunk) else (
                 paged_blocks(B, xp.minimum(T + int(full.decode), reach.size), self.block_size))
             blocks = blocks + b_g
-            per_token = _nbytes(xp.full(n, kv_elements_per_token(m, 1, layers, self.mla, reach),
-                                        dtype=dtype),
-                                "kv", bits)
+            lat, apart = split_elements_per_token(m, 1, layers, self.mla, reach)
+            per_token = _nbytes(xp.full(n, lat, dtype=dtype), "kv", bits)
             paged = paged + b_g * self.block_size * per_token
+            if apart:  # dots3's fp32 indexer keys, held apart from the blocks
+                paged = paged + B * ev(full, f"group_tokens.{g}") * self._kv_bytes(
+                    xp, n, dtype, bits, layers, reach, apart_only=True)
         out["kv_cache_blocks"] = blocks
         # DeepSeek-V4's compressed entries, contiguous beside the paged window
         paged = paged + B * _nbytes(entry_elements(m, T, "decode" if full.decode else "prefill"),

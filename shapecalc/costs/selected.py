@@ -42,6 +42,7 @@ def selected_attention(model: ModelConfig, wl: Workload, flops: int, tokens: int
         "top_k": model.index_topk,
         "indexer_heads": model.index_heads,
         "indexer_head_dim": dI,
-        "indexer_cache_bytes": nbytes(wl.batch * tokens * layers * dI, wl.kv),
+        "indexer_cache_bytes": nbytes(wl.batch * tokens * layers * dI,
+                                      model.index_cache_dtype or wl.kv),  # dots3's: fp32
         "indexer_cache_bytes_reference": wl.batch * tokens * layers * per_token,
     }

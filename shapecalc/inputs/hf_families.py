@@ -20,6 +20,7 @@ from . import hf_moe as moe
 from .hf_base import Family, Refusal
 from .hf_conv import CONV
 from .hf_deltanet import qwen3_5_moe, qwen3_next
+from .hf_dots3 import DOTS3
 from .hf_families_2025 import NEW
 from .hf_hy_v4 import HY_V4
 from .hf_llama4 import llama4
@@ -377,6 +378,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     *CONV,
     *ZAYA,
     *HY_V4,
+    *DOTS3,
 )}
 SUPPORTED = tuple(sorted(FAMILIES))
 # every key each family's reader may read (tests/test_hf_keys.py: no more, no fewer)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..model.config import ceil_div
 from ..model.plan import Chunk, Reach, held
-from .storage import decode, encode, stored_nbytes
+from .storage import decode, encode, measure, stored_nbytes
 
 Windows = Reach | Sequence[Reach]
 
@@ -49,6 +49,7 @@ class KVCache:
         self.next_pos = np.zeros(0, dtype=np.int64)  # [B]: the next token's position
         # a stateful mixer's fixed-size state per (layer, part): the conv window, the scan's S
         self.states: dict[tuple[int, str], np.ndarray] = {}
+        self.index_keys: dict[int, np.ndarray] = {}  # dots3: a DSA layer's k_I, apart, in fp32
 
     def held_at(self, layer: int) -> int:
         """Tokens layer `layer` keeps: min(total, W), or its current chunk's."""
@@ -110,6 +111,8 @@ class KVCache:
         for (layer, part), codes in self.states.items():  # entries cached like keys
             if part.startswith("kv."):  # (DeepSeek-V4's compressed entries)
                 by[layer] = by.get(layer, 0) + self._entry_bytes(part, codes)
+        for layer, keys in self.index_keys.items():  # dots3's indexer keys, in fp32
+            by[layer] = by.get(layer, 0) + measure(keys[0], "fp32")
         return [by.get(layer, 0) for layer in range(k)]
 
     def _entry_bytes(self, part: str, codes: np.ndarray) -> int:

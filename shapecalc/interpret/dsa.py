@@ -79,3 +79,18 @@ def selected_matmul(self: NumericBase, a: np.ndarray, b: np.ndarray, role: str, 
         flops = 2 * a.shape[2] * int(np.count_nonzero(valid[0])) * inner
     return self._rec(role, name, "matmul", out, flops=flops,
                      operands=(a.shape[1:], b.shape[1:]))
+
+
+def index_cache(self: NumericBase, x: np.ndarray, layer: int, Tk: Any, Tc: Any, dtype: str
+                ) -> np.ndarray:
+    """dots3: the indexer keys [R,B,T,D_I] kept apart from the latent, in `dtype` (fp32: the
+    values as computed), on the cache object beside the layers' codes; every token read."""
+    keys = self.cache.index_keys
+    if not self.decoding:
+        keys[layer] = x
+        self._rec("kv.write", "KV cache write", "kv_cache", x, dtype=dtype)
+        return x
+    keys[layer] = np.concatenate([keys[layer], x], axis=-2)
+    self._rec("kv.append", "KV cache append", "kv_append", x, dtype=dtype)
+    self._rec("kv.read", "KV cache read", "kv_cache", keys[layer], dtype=dtype)
+    return keys[layer]

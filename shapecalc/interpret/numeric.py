@@ -22,7 +22,7 @@ import numpy as np
 from ..model.config import ModelConfig, Workload
 from ..model.forward import Sizes, forward
 from ..model.parallel import pp_layers
-from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan, mtp_spec
+from ..model.plan import LayerPlan, LayerSpec, Reach, layer_plan, mtp_spec, widened
 from ..model.stage import Stage
 from . import (
     alibi,
@@ -63,9 +63,11 @@ class NumericOps(NumericBase):
             kind = plan.kind_of[layer]
             self._layer, self._kind = layer, kind
             self._mixer = plan.kinds[kind].mixer
+            self.m = widened(self.base, plan.kinds[kind])  # dots3: the layer's own widths
             if self.on_layer:
                 self.on_layer(layer, k)
             yield layer, plan.kinds[kind], kind
+            self.m = self.base
             if s > 1 and layer in cuts:
                 assert self._last is not None
                 self.boundaries.append(measure(self._last[0], self.wl.act))
@@ -261,7 +263,7 @@ class NumericOps(NumericBase):
     conv1d, ssd, gated_norm = mamba2.conv1d, mamba2.ssd, mamba2.gated_norm  # Mamba-2
     delta_rule = deltanet.delta_rule  # gated DeltaNet
     head_sum, topk, select_mask = dsa.head_sum, dsa.topk, dsa.select_mask  # DSA
-    shared_selection = dsa.shared_selection
+    shared_selection, index_cache = dsa.shared_selection, dsa.index_cache
     gather, selected_matmul = dsa.gather, dsa.selected_matmul
     block_cache, block_topk = block_sparse.block_cache, block_sparse.block_topk  # block-sparse
     block_mask, block_matmul = block_sparse.block_mask, block_sparse.block_matmul

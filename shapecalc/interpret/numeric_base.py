@@ -25,6 +25,7 @@ class NumericBase(Ops):
                  valid: np.ndarray | None = None,
                  on_layer: Callable[[int, int], None] | None = None, keep_operands: bool = False):
         self.m, self.wl, self.w, self.p = model, wl, weights, p
+        self.base = model  # self.m is a layer's own widths (dots3) inside that layer
         self.keep_operands = keep_operands  # the benchmark replays the very same GEMMs
         self.dt = weights.dtype
         self.ids = np.asarray(ids, dtype=np.int64)

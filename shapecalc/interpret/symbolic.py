@@ -13,7 +13,7 @@ from typing import Literal
 from ..model.config import ModelConfig, Workload
 from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, clamped, forward
-from ..model.plan import LayerPlan, LayerSpec, layer_kv_heads
+from ..model.plan import LayerPlan, LayerSpec, layer_kv_heads, widened
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
 from . import symbolic_block_sparse as block
 from . import symbolic_cca as cca
@@ -39,8 +39,9 @@ class SymbolicOps(SymbolicBase):
         # trace stays short.
         for kind, (spec, count) in enumerate(zip(plan.kinds, plan.counts, strict=True)):
             self._repeat, self._kind = count, kind
+            self.m = widened(self.base, spec)  # dots3: the layer's own widths
             yield plan.first_layer(kind), spec, kind
-        self._repeat, self._kind = 1, None
+        self._repeat, self._kind, self.m = 1, None, self.base
 
     def group(self, g: Group) -> None:
         self._group = g
@@ -208,7 +209,7 @@ class SymbolicOps(SymbolicBase):
     delta_rule = deltanet.sym_delta_rule  # gated DeltaNet (symbolic_deltanet.py)
     # DeepSeek Sparse Attention (symbolic_dsa.py)
     head_sum, topk, select_mask = dsa.sym_head_sum, dsa.sym_topk, dsa.sym_select_mask
-    shared_selection = dsa.sym_shared_selection
+    shared_selection, index_cache = dsa.sym_shared_selection, dsa.sym_index_cache
     gather, selected_matmul = dsa.sym_gather, dsa.sym_selected_matmul
     block_cache, block_topk = block.sym_block_cache, block.sym_block_topk  # block-sparse
     block_mask, block_matmul = block.sym_block_mask, block.sym_block_matmul

@@ -60,6 +60,7 @@ def _half(d: Dim) -> Dim:
 class SymbolicBase(Ops):
     def __init__(self, model: ModelConfig, wl: Workload, z: Sizes):
         self.m, self.wl, self.z = model, wl, z
+        self.base = model  # self.m is a layer's own widths (dots3) inside that layer
         self.stages: list[Stage] = []
         self._group: Group = "embedding"
         self._repeat = 1
@@ -115,11 +116,11 @@ class SymbolicBase(Ops):
     def _act(self, *dims: Dim) -> Sym:
         return Sym(tuple(dims), self.wl.act)
 
-    def cache_stages(self, lead: tuple[Dim, ...], width: Dim, Tk: Dim, Tc: Dim, note: str
-                     ) -> None:
-        """One layer's cache entry [*lead, tokens, width] in the KV dtype: written in prefill
-        (Tc tokens), appended (the step's tokens) and read whole (Tk) in decode."""
-        z, kv = self.z, self.wl.kv
+    def cache_stages(self, lead: tuple[Dim, ...], width: Dim, Tk: Dim, Tc: Dim, note: str,
+                     dtype: str | None = None) -> None:
+        """One layer's cache entry [*lead, tokens, width] in the KV dtype (or `dtype`): written
+        in prefill (Tc tokens), appended (the step's tokens) and read whole (Tk) in decode."""
+        z, kv = self.z, dtype or self.wl.kv
         if self.wl.phase == "prefill":
             self._rec("kv.write", "KV cache write", "kv_cache", Sym((*lead, Tc, width), kv),
                       note=note)

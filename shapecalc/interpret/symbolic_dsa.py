@@ -79,3 +79,12 @@ def sym_selected_matmul(self: SymbolicBase, a: Sym, b: Sym, role: str, name: str
         "" if pairs is None else "; causal: only the selected keys it may read")
     return self._rec(role, name, "matmul", out, flops=flops, note=note,
                      operands=(a.dims, b.dims))
+
+
+def sym_index_cache(self: SymbolicBase, x: Sym, layer: int, Tk: Dim, Tc: Dim, dtype: str) -> Sym:
+    """dots3: the indexer keys [B,T,D_I] cached apart from the latent, in their own dtype."""
+    *lead, _, width = x.dims
+    note = f"the indexer's k_I of D_I, in {dtype}" + (
+        "; replicated on every rank" if self.z.p > 1 else "")
+    self.cache_stages(tuple(lead), width, Tk, Tc, note, dtype)
+    return x if self.wl.phase == "prefill" else self._act(*lead, Tk, width)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..model.config import ModelConfig, ceil_div
-from ..model.plan import layer_kv_heads
+from ..model.plan import layer_kv_heads, layer_plan, widened
 from .storage import alloc
 
 STD = 0.02  # small weights keep float16 activations finite
@@ -164,8 +164,16 @@ class Weights:
         module's head that is the model's (MiMo-V2-Flash)."""
         return key == ("embedding",) or (role == "mtp.head" and key == ("lm head",))
 
-    def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
+    def at(self, layer: int) -> ModelConfig:
+        """The model as layer `layer` sees it: its own widths (dots3's per_layer_config)."""
         m = self.m
+        if m.layer_widths is None or not 0 <= layer < m.n_layers:
+            return m
+        plan = layer_plan(m)
+        return widened(m, plan.kinds[plan.kind_of[layer]])
+
+    def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
+        m = self.at(layer)
         D, dh, H, Hkv = m.d_model, m.layer_dh(layer), m.n_heads, layer_kv_heads(m, layer)
         if role.startswith("ple."):  # Gemma 4's per-layer embeddings: replicated
             dp = m.ple_dim or 0
@@ -308,7 +316,7 @@ class Weights:
         """MLA's projections: the down-projections (q_a, kv_a with k_rope) replicated on every
         rank, the up-projections (q or q_b, kv_b) split by heads. Biases: attention_bias puts
         them on q_a and kv_a (and o), never on the up-projections."""
-        m = self.m
+        m = self.at(layer)
         H, dc, dr = m.n_heads, m.kv_lora_rank or 0, m.rot
         d_in, width, how = {
             "attn.q": (m.d_model, H * m.dh, "column"),

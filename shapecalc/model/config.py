@@ -17,6 +17,7 @@ from .model_fields import ModelFields
 from .quantization import DTYPE_FORMATS
 from .record import Pos, Record, _doc
 from .suggest import canonical_dtype, did_you_mean
+from .widths import check_widths
 
 # Bits per element. int4 packs two values per byte, so bytes are rounded up per tensor. mxfp4,
 # nvfp4 and nf4 are weight formats with block scales: their weights' bytes are quantization's
@@ -100,6 +101,8 @@ class ModelConfig(ModelFields):
                 raise ShapecalcError(
                     "sliding_window", "is set, but no layer in layer_types is sliding"
                 )
+        if self.layer_widths is not None:  # dots3's per_layer_config
+            check_widths(self.layer_widths, self.n_layers, self)
         # each variant's rules (rules.py)
         rules.check_llama4(self)
         rules.check_moe(self)
@@ -213,6 +216,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
             raise ShapecalcError("tp", f"p={p} does not divide g={model.o_groups} output groups")
     if model.n_heads % p:
         raise ShapecalcError("tp", f"p={p} does not divide H={model.n_heads} query heads")
+    for h in (model.layer_widths.n_heads or ()) if model.layer_widths else ():
+        if h % p:  # a layer of its own heads (dots3's sliding layers)
+            raise ShapecalcError("tp", f"p={p} does not divide a layer's H={h} query heads")
     if model.d_ff % p:
         raise ShapecalcError("tp", f"p={p} does not divide Dff={model.d_ff}")
     hkv = model.kv_heads

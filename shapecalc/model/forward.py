@@ -70,10 +70,11 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     plan = layer_plan(m)
     for layer, spec, _ in ops.layers(plan):
         ops.group("block")
-        x = _block(ops, m, spec, wl, z, x, layer, angles[spec.attention == "sliding"])
+        mw, zw = z.widened(m, spec, wl)  # dots3: a layer of its own widths
+        x = _block(ops, mw, spec, wl, zw, x, layer, angles[spec.attention == "sliding"])
         if ple is not None:  # Gemma 4: the layer's per-layer input, after its FFN
-            x = gemma4.per_layer_block(ops, m, z, x, ple, layer)
-        x = gemma4.layer_scalar(ops, m, x)
+            x = gemma4.per_layer_block(ops, mw, zw, x, ple, layer)
+        x = gemma4.layer_scalar(ops, mw, x)
     if wl.mtp:
         _mtp(ops, m, wl, z, plan, ids, x, angles, embedded)
 

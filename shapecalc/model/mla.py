@@ -31,6 +31,9 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
         cq = ops.linear(h, "attn.q_a", "q down-projection (q_a)", z.D, z.Dq, m.qkv_bias,
                         "replicated")
         cq = ops.norm(cq, "attn.q_a_norm", "q latent norm", z.Dq, "rmsnorm")
+        if m.mla_latent_scale:  # dots3: the normed latent × √(D/D_q) (the indexer reads it too)
+            cq = ops.scale(cq, "attn.q_a_scale", "q latent scale",
+                           (m.d_model / m.q_lora_rank) ** 0.5, "√(D/D_q)")
         q = ops.linear(cq, "attn.q_b", "q up-projection (q_b)", z.Dq, z.H * z.Dh,
                        False, "column")
     else:
@@ -41,11 +44,17 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
                     m.qkv_bias, "replicated")
     c, k_rope = ops.split(kv, [z.Dc, z.Dr])
     c = ops.norm(c, "attn.kv_a_norm", "kv latent norm", z.Dc, "rmsnorm")
+    if m.mla_latent_scale:  # dots3: × √(D/D_c)
+        c = ops.scale(c, "attn.kv_a_scale", "kv latent scale",
+                      (m.d_model / m.kv_lora_rank) ** 0.5, "√(D/D_c)")  # type: ignore[operator]
+    if m.mla_rope_norm:  # dots3's k_rope_only_layernorm: an RMSNorm of D_r before RoPE
+        k_rope = ops.norm(k_rope, "attn.k_rope_norm", "k_rope norm", z.Dr, "rmsnorm")
     if angles is not None:
         q_rope = ops.rope(q_rope, "attn.rope", "RoPE q_rope", angles)
         k_rope = ops.rope(k_rope, "attn.rope", "RoPE k_rope", angles)
     Tk, Tc = z.keys(spec)
     sel = None  # DSA: each query's selected keys
+    indexed = m.dsa and spec.attention != "sliding"  # dots3's sliding MLA runs no indexer
 
     def expand(c_t: Any, r_t: Any) -> tuple[Any, Any]:
         """Latents [B,t,D_c] and k_rope [B,t,D_r] → every head's K [B,H,t,D_n+D_r], V."""
@@ -62,12 +71,18 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
                                "K of H·(D_n+D_r) and V of H·D_v")
         k, v = ops.split(kv_all, [z.Dh, z.Dv])
     else:
-        if m.dsa and spec.shared_topk:  # GLM-5's IndexShare: no indexer, no k_I cached
+        if indexed and spec.shared_topk:  # GLM-5's IndexShare: no indexer, no k_I cached
             lat = ops.mla_cache(ops.concat([c, k_rope], "attn.latent", "latent [c_KV, k_rope]"),
                                 layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
             sel = ops.shared_selection("attn.topk", "the previous indexer layer's top-K_sel",
                                        z.Ks, Tk)
-        elif m.dsa:  # the indexer's key k_I of D_I is cached beside the latent
+        elif indexed and m.index_cache_dtype:  # dots3: k_I cached apart, in fp32
+            k_i = dsa.indexer_keys(ops, z, h, angles)
+            lat = ops.mla_cache(ops.concat([c, k_rope], "attn.latent", "latent [c_KV, k_rope]"),
+                                layer, Tk, Tc, "latent c_KV of D_c and k_rope of D_r")
+            k_all = ops.index_cache(k_i, layer, Tk, Tc, m.index_cache_dtype)
+            sel = dsa.select(ops, m, wl, z, h, cq, k_all, angles)
+        elif indexed:  # the indexer's key k_I of D_I is cached beside the latent
             k_i = dsa.indexer_keys(ops, z, h, angles)
             lat = ops.mla_cache(ops.concat([c, k_rope, k_i], "attn.latent",
                                            "latent [c_KV, k_rope] and indexer key k_I"),
@@ -90,6 +105,8 @@ def mla_attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Si
     s = ops.scale(s, "attn.scale", "scale", m.dh**-0.5, "1/√Dh, Dh = D_n+D_r")
     if not decode:
         s = ops.mask(s, "attn.mask", "causal mask", "causal")
+    if not decode and spec.window is not None and spec.window < wl.seq:  # dots3's sliding MLA
+        s = ops.mask(s, "attn.mask", "sliding-window mask", "window", spec.window)
     if wl.padding_mask:
         s = ops.mask(s, "attn.mask", "padding mask", "padding")
     if sel is not None:  # eager DSA: the dense scores, all but the selected keys masked

@@ -8,6 +8,7 @@ from typing import Literal
 
 from .quantization import Quantization
 from .record import NonNeg, Pos, PosFloat, Record, _doc, _req
+from .widths import LayerWidths
 
 AttentionKind = Literal["full", "sliding", "chunked", "hca", "csa"]
 FfnKind = Literal["dense", "moe", "none"]
@@ -184,6 +185,17 @@ class ModelFields(Record):
     block_sparse_layers: tuple[NonNeg, ...] | None = _doc(
         None, "the layers that run the block indexer (layer_types 'minimax_m3_sparse'); "
         "default every layer; the others attend densely")
+    # dots3 (dots3_note): its MLA's extras, its indexer's cache, and widths set per layer
+    index_cache_dtype: Literal["fp32"] | None = _doc(
+        None, "the indexer keys' cache dtype, if not the KV dtype (dots3: transformers turns them "
+        "by an fp32 RoPE and caches them in fp32)")
+    mla_rope_norm: bool = _doc(False, "an RMSNorm (γ of D_r) on the shared k_rope before RoPE "
+                               "(dots3's k_rope_only_layernorm)")
+    mla_latent_scale: bool = _doc(False, "the normed q and kv latents × √(D/D_q) and √(D/D_c) "
+                                  "(dots3's q_lora_scale, kv_lora_scale)")
+    layer_widths: LayerWidths | None = _doc(
+        None, "widths set per layer (dots3's per_layer_config): lists of N values, layer i's "
+        "the i-th (n_heads, the MLA widths, d_ff); a field left out is the model's")
 
     # Classic variants (GPT-NeoX, GPT-J, Phi, StableLM, Cohere, Granite, Falcon's new decoder)
     rotary_dim: Pos | None = _doc(
@@ -450,10 +462,12 @@ class ModelFields(Record):
 
     @property
     def indexer_layers(self) -> int:
-        """The layers that run their own lightning indexer (and cache its keys)."""
+        """The layers that run their own lightning indexer (and cache its keys); a sliding MLA
+        layer runs none (dots3)."""
         if not self.dsa:
             return 0
-        return self.mixers.count("attention") - len(set(self.index_shared_layers or ()))
+        sliding = sum(t == "sliding" for t in self.layer_types or ())
+        return self.mixers.count("attention") - sliding - len(set(self.index_shared_layers or ()))
 
     @property
     def block_sparse(self) -> bool:

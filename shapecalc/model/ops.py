@@ -93,6 +93,12 @@ class Ops:
         prefill; appended to and read whole (Tk tokens) in decode. `what` names its content."""
         raise NotImplementedError
 
+    def index_cache(self, x: Any, layer: int, Tk: Dim, Tc: Dim, dtype: str) -> Any:
+        """DSA: a layer's indexer keys k_I [B,T,D_I] cached apart from its latent, in `dtype`
+        whatever the KV dtype (dots3: fp32); written in prefill, appended and read whole (Tk)
+        in decode."""
+        raise NotImplementedError
+
     def concat(self, parts: list[Any], role: str, name: str, heads: Dim | None = None) -> Any:
         """Parts side by side along the last dim; with `heads`, a one-head part is broadcast
         to every head first (MLA's shared k_rope)."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import MLA_DEFAULT, ModelConfig, ceil_div, nbytes
-from .plan import LayerPlan, Reach, held, layer_kv_heads, layer_plan
+from .config import DTYPE_BITS, MLA_DEFAULT, ModelConfig, ceil_div, nbytes
+from .plan import LayerPlan, Reach, held, layer_kv_heads, layer_plan, widened
 
 # ── tensor parallelism ──────────────────────────────────────────────────────────────────────────
 
@@ -40,6 +40,8 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
     D_v(ℓ)) (`reach` a group's window: its layers). MLA (form `mla`): a latent cache holds
     layers·(D_c + D_r), the same on every tensor-parallel rank (the latent is not split by
     heads); an expanded cache holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
+    if _per_layer(model):  # dots3: widths set per layer, or the indexer keys in their own dtype
+        return sum(kv + idx for kv, idx in _layer_rows(model, p, layers, mla, reach, None))
     n = model.mixers.count("attention") if layers is None else layers
     if model.shared_kv:  # DeepSeek-V4: one K=V tensor per layer (its entries: entry_bytes)
         return n * model.dh
@@ -91,8 +93,67 @@ def kv_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1,
                        layers: int | None = None, mla: str = MLA_DEFAULT, reach: Any = "any"
                        ) -> int:
     """2·N·H_kv·Dh·bytes (MLA: see kv_elements_per_token): what one token adds to the cache of
-    every layer (of one rank)."""
+    every layer (of one rank); `reach`: only the layers of that window's group."""
+    if _per_layer(model):
+        return sum(split_bytes_per_token(model, dtype, p, layers, mla, reach))
     return nbytes(kv_elements_per_token(model, p, layers, mla, reach), dtype)
+
+
+def split_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = None,
+                             mla: str = MLA_DEFAULT, reach: Any = "any") -> tuple[int, int]:
+    """(elements in the KV dtype, elements in index_cache_dtype) one token adds: dots3's
+    indexer keys apart; elsewhere all of kv_elements_per_token and 0."""
+    if not _per_layer(model) or model.index_cache_dtype is None:
+        return kv_elements_per_token(model, p, layers, mla, reach), 0
+    rows = _layer_rows(model, p, layers, mla, reach, None)
+    return sum(r[0] for r in rows), sum(r[1] for r in rows)
+
+
+def split_bytes_per_token(model: ModelConfig, dtype: str, p: int = 1, layers: int | None = None,
+                          mla: str = MLA_DEFAULT, reach: Any = "any") -> tuple[int, int]:
+    """(latent bytes, indexer-key bytes) one token adds (dots3: the indexer keys apart, in
+    their own dtype; elsewhere they are in the latent's tensor and the second is 0)."""
+    if not _per_layer(model):
+        return kv_bytes_per_token(model, dtype, p, layers, mla, reach), 0
+    rows = _layer_rows(model, p, layers, mla, reach, dtype)
+    kv, idx = sum(r[0] for r in rows), sum(r[1] for r in rows)
+    if model.index_cache_dtype is None:
+        return nbytes(kv + idx, dtype), 0
+    return nbytes(kv, dtype), nbytes(idx, model.index_cache_dtype)
+
+
+def _per_layer(model: ModelConfig) -> bool:
+    """The cache's widths vary by layer (dots3: per-layer widths, the indexer keys in fp32)."""
+    return not model.shared_kv and (
+        model.layer_widths is not None or (model.mla and model.index_cache_dtype is not None))
+
+
+def _layer_rows(model: ModelConfig, p: int, layers: int | None, mla: str, reach: Any,
+                dtype: str | None) -> list[tuple[int, int]]:
+    """(latent elements, indexer elements) a token adds to each attention layer (of the group of
+    `reach`, or all): D_c + D_r (each head's K and V, expanded) and the D_I of a layer that runs
+    an indexer (not a sliding one, not a shared top-k one); of `layers` < all of them, the
+    widest (in `dtype`'s bytes): an upper bound, as kv_elements_per_token's."""
+    plan = layer_plan(model)
+    rows = []
+    for k in plan.kind_of:
+        spec = plan.kinds[k]
+        if spec.mixer != "attention" or (reach != "any" and spec.reach != reach):
+            continue
+        w = widened(model, spec)
+        if not model.mla:  # K and V of each of the layer's KV heads (on this rank)
+            rows.append((2 * kv_heads_per_rank(w, p) * w.dh, 0))
+            continue
+        if mla == "expanded":
+            rows.append(((w.n_heads // p) * (w.dh + w.v_dim), 0))
+            continue
+        indexed = model.dsa and spec.attention != "sliding" and not spec.shared_topk
+        rows.append((w.kv_lora_rank + w.rot, (model.index_head_dim or 0) * indexed))  # type: ignore
+    if layers is None or layers >= len(rows):
+        return rows
+    wide = DTYPE_BITS[model.index_cache_dtype] / DTYPE_BITS[dtype] if (
+        model.index_cache_dtype and dtype) else 1  # an indexer value's bytes, in KV values
+    return sorted(rows, key=lambda r: r[0] + wide * r[1], reverse=True)[:layers]
 
 
 def cached_tokens(window: Reach, T: int, phase: str) -> int:
@@ -140,14 +201,14 @@ def entries(ratio: int, T: Any, phase: str) -> Any:
     return (T + (1 if phase == "decode" else 0)) // ratio
 
 
-def entry_elements(model: ModelConfig, T: Any, phase: str, reach: Any = "every") -> Any:
+def entry_elements(model: ModelConfig, T: Any, phase: str, reach: Any = "any") -> Any:
     """One sequence's compressed entries over every compressed layer (DeepSeek-V4): ⌊T/m′⌋·Dh
     each in an hca layer, ⌊T/m⌋·(Dh + D_I) in a csa layer (its indexer's keys beside them);
     kept beside the paged window, contiguous. `reach`: only the layers of that window's group."""
     plan = layer_plan(model)
     out: Any = 0
     for k, c in zip(plan.kinds, plan.counts, strict=True):
-        if k.compress and (reach == "every" or k.reach == reach):
+        if k.compress and (reach == "any" or k.reach == reach):
             width = model.dh + (model.csa_index_head_dim or 0) * (k.attention == "csa")
             out = out + entries(k.compress, T, phase) * c * width
     return out
@@ -169,9 +230,12 @@ def paged_kv(model: ModelConfig, batch: int, T: int, phase: str, block_size: int
     group, a block spanning the group's layers; the last block's empty slots count."""
     blocks = total = 0
     for window, layers in kv_groups(layer_plan(model)):
-        b = paged_blocks(batch, cached_tokens(window, T, phase), block_size)
+        tokens = cached_tokens(window, T, phase)
+        b = paged_blocks(batch, tokens, block_size)
         blocks += b
-        total += b * block_size * kv_bytes_per_token(model, dtype, p, layers, mla, window)
+        # dots3's fp32 indexer keys are held apart from the blocks, contiguous
+        lat, idx = split_bytes_per_token(model, dtype, p, layers, mla, window)
+        total += b * block_size * lat + batch * tokens * idx
     return blocks, total + batch * entry_bytes(model, dtype, T, phase)
 
 

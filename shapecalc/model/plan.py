@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from .config import ModelConfig
+from .widths import overrides
 
 
 class Chunk(NamedTuple):
@@ -56,6 +57,7 @@ class LayerSpec(NamedTuple):
     block_sparse: bool = False  # the layer runs a block indexer (MiniMax-M3's sparse layers)
     kv_source: int | None = None  # Gemma 4: the earlier layer whose cached K/V it reads
     wide_ffn: bool = False  # Gemma 4: a KV-sharing layer's FFN of 2·Dff (use_double_wide_mlp)
+    widths: tuple[tuple[str, int], ...] = ()  # the layer's own widths (dots3): (field, value)
 
     @property
     def attends(self) -> bool:
@@ -91,7 +93,14 @@ class LayerSpec(NamedTuple):
             " · shared top-k" if self.shared_topk else "") + (
             " · block-sparse" if self.block_sparse else "") + (
             f" · K/V of layer {self.kv_source}" if self.kv_source is not None else "") + (
-            " · 2·Dff" if self.wide_ffn else "") + ffn
+            " · 2·Dff" if self.wide_ffn else "") + ffn + "".join(
+            f" · {WIDTH_SYMBOLS[f]}={v}" for f, v in self.widths)
+
+
+# how a layer's own widths print (LayerWidths' fields)
+WIDTH_SYMBOLS = {"n_heads": "H", "q_lora_rank": "D_q", "kv_lora_rank": "D_c",
+                 "qk_nope_head_dim": "D_n", "qk_rope_head_dim": "D_r", "v_head_dim": "D_v",
+                 "d_ff": "Dff"}
 
 
 # the token mixers other than attention, as labels print
@@ -159,6 +168,9 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
         for i in range(first, model.n_layers):
             src = max(j for j in range(first) if specs[j].attention == specs[i].attention)
             specs[i] = specs[i]._replace(kv_source=src, wide_ffn=model.shared_ffn_wide)
+    if model.layer_widths is not None:  # dots3: widths of the layer's own
+        specs = [s._replace(widths=overrides(model.layer_widths, model, i))
+                 for i, s in enumerate(specs)]
     runs: list[Run] = []
     for i, spec in enumerate(specs):
         if runs and runs[-1].spec == spec:
@@ -188,3 +200,12 @@ def layer_kv_heads(model: ModelConfig, layer: int) -> int:
     plan = layer_plan(model)
     spec = mtp_spec(model) if layer >= model.n_layers else plan.kinds[plan.kind_of[layer]]
     return model.kv_heads_of(spec.attention)
+
+
+@lru_cache(maxsize=256)
+def widened(model: ModelConfig, spec: LayerSpec) -> ModelConfig:
+    """The model as one layer of `spec` sees it: its own widths in place of the model's (dots3's
+    per_layer_config); the model itself where the layer has none."""
+    if not spec.widths:
+        return model
+    return model.model_copy(update={**dict(spec.widths), "layer_widths": None})

@@ -93,8 +93,7 @@ def check_mla(m: ModelFields) -> None:
     clashes = {"head_dim": m.head_dim is not None, "n_kv_heads": m.n_kv_heads not in (
         None, m.n_heads), "fused_qkv": m.fused_qkv, "qk_norm": m.qk_norm,
         "parallel_block": m.parallel_block,
-        # windows, chunks and Llama 4's q/k variants are not modelled with MLA
-        "sliding_window": m.sliding_window is not None,
+        # chunks and Llama 4's q/k variants are not modelled with MLA (windows are: dots3)
         "attention_chunk_size": m.attention_chunk_size is not None,
         "nope_layers": m.nope_layers is not None, "qk_l2_norm": m.qk_l2_norm,
         "attn_temperature_tuning": m.attn_temperature_tuning,

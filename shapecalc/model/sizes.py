@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from .config import ModelConfig, Workload, ceil_div
 from .expr import Dim, Expr
-from .plan import Chunk, LayerSpec, held
+from .plan import Chunk, LayerSpec, held, widened
 
 
 def shard_dim(sym: str, value: int, p: int, poly: bool) -> Dim:
@@ -122,6 +122,15 @@ class Sizes(NamedTuple):
         # in poly mode (T in one chunk's regime) a polynomial: n − C·⌊(n−1)/C⌋
         tc = Dim(c, Expr.sym("T") + Expr.const(c - self.T)) if self.poly else Dim.of("T_c", c)
         return (tc if self.decode else self.Tk), tc
+
+    def widened(self, model: ModelConfig, spec: LayerSpec, wl: Workload
+                ) -> tuple[ModelConfig, Sizes]:
+        """The model and sizes one layer of `spec` works with: its own widths where it has them
+        (dots3's per_layer_config), else these."""
+        if not spec.widths:
+            return model, self
+        w = widened(model, spec)
+        return w, Sizes.of(w, wl, self.p, self.poly)
 
     @staticmethod
     def of(model: ModelConfig, wl: Workload, p: int | None = None, poly: bool = False) -> Sizes:

@@ -23,13 +23,14 @@ from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs.hardware import GPU
-from ..model.config import bytes_of
+from ..model.config import DTYPE_BITS, bytes_of
 from ..model.parallel import (
     distinct_experts,
     ep_rank_expert_params,
     kv_elements_per_token,
     kv_groups,
     pp_layers,
+    split_elements_per_token,
     stage_group_layers,
     stage_kind_counts,
 )
@@ -125,26 +126,28 @@ def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any,
     memory() takes the fullest stage, compare its rows."""
     m = cf.model
     plan = layer_plan(m)
-    # paged token slots of the batch in each KV group (layers that share a window), and one
-    # token's bytes on one layer of the group (its own width: Gemma 4, MiMo-V2-Flash)
+    toks = group_token_bytes(cf, p, kvbits)
+    # paged token slots of the batch in each KV group (layers that share a window)
     slots = [pre[f"kv_cache_peak_blocks@{g}"] * cf.block_size
              for g in range(len(kv_groups(plan)))]
-    tok = group_token_bytes(cf, p, kvbits)
     # a weight format's bytes tensor by tensor (scales included), else params × bits
     weights = ([w + 0 * wbits for w in cf.stage_weight_bytes(p, s, ep)]  # shaped as wbits
                if cf.weights is not None else
                [bytes_of(params, wbits) for params in cf.stage_params(p, s, ep)])
     entries = stage_entry_bytes(cf, s, pre)
-    return [(k, w, sum(slots[g] * c * tok[g] for g, c in enumerate(per_group) if c) + e)
+    return [(k, w, sum(slots[g] * c * toks[g] for g, c in enumerate(per_group) if c) + e)
             for k, per_group, w, e in zip(pp_layers(m.n_layers, s), stage_group_layers(plan, s),
                                           weights, entries, strict=True)]
 
 
 def group_token_bytes(cf: ClosedForm, p: int, kvbits: Any) -> list[Any]:
-    """One token's bytes in one layer of each KV group on one rank (a sliding group's own KV
-    heads: MiMo-V2-Flash; Gemma 4's global layers' own width)."""
-    return [bytes_of(kv_elements_per_token(cf.model, p, 1, cf.mla, reach), kvbits)
-            for reach, _ in kv_groups(layer_plan(cf.model))]
+    """One token's bytes in one layer of each KV group on one rank: each group's own widths (a
+    sliding group's KV heads: MiMo-V2-Flash; Gemma 4's global layers; dots3's per-layer widths,
+    its indexer keys in their own dtype)."""
+    m = cf.model
+    return [bytes_of(lat, kvbits) + bytes_of(apart, DTYPE_BITS[m.index_cache_dtype or "fp32"])
+            for lat, apart in (split_elements_per_token(m, p, 1, cf.mla, reach)
+                               for reach, _ in kv_groups(layer_plan(m)))]
 
 
 def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: Any) -> Any:

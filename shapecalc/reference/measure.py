@@ -105,9 +105,11 @@ def _tensors(layer: Any) -> list[Any]:
 
 
 def _global_attr(cfg: Any, key: str) -> Any:
-    """A config's model-wide value of `key`, None where it has none: absent, or one that varies
-    by layer (Gemma 4's head_dim and num_key_value_heads: transformers refuses to read a global
-    value of a per-layer attribute)."""
+    """A config's model-wide value of `key`, None where it has none. A per-layer config (Gemma
+    4's, dots3's per_layer_config) makes reading one of its per-layer keys an error unless
+    asked for; asked, the global is the first layer type's."""
+    if getattr(cfg, "is_heterogeneous", False):
+        cfg.allow_global_per_layer_attribute_access = True
     try:
         return getattr(cfg, key, None)
     except Exception:  # AmbiguousGlobalPerLayerAttributeError
@@ -236,6 +238,8 @@ def config_from_dict(raw: dict[str, Any]) -> Any:
     d = {k: v for k, v in raw.items() if k != "quantization_config"}
     if d.get("model_type") == "kimi_k2":
         d["model_type"] = "deepseek_v3"
+    if d.get("model_type") == "dots3_note":  # its text model (the reader's), at any width: the
+        d["model_type"] = "dots3_note_text"  # multimodal class holds its towers to D = 5120
     return AutoConfig.for_model(**d)
 
 

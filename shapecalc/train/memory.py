@@ -85,6 +85,9 @@ def check_trainable(model: ModelConfig) -> None:
         if given:
             raise ShapecalcError(key, "has no backward rule yet: train and verify --train do "
                                  "not count it")
+    if model.layer_widths is not None:  # dots3: the activation terms read the model's widths
+        raise ShapecalcError("layer_widths", "widths set per layer are not in train's "
+                             "activation model yet: train and verify --train take one width")
     if model.ffn == "xielu":  # its learned α_p, α_n have no backward rule
         raise ShapecalcError("ffn", "xielu has no backward rule yet: train and verify --train "
                              "take the other activations")
