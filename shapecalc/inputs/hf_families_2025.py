@@ -437,15 +437,5 @@ NEW: tuple[Family, ...] = (
            widths=dict(vocab_size=152576, hidden_size=4096, intermediate_size=16384,
                        num_hidden_layers=48, num_attention_heads=64)),
     minimax.MINIMAX_M3,  # MiniMax-M3's text model: block-sparse attention (hf_minimax.py)
-    # Gemma4TextModel: Gemma 3's sandwich blocks with global layers of head width 512, K=V and a
-    # v norm, a layer scalar, per-layer embeddings; the unified decoder drops the embeddings
-    Family("gemma4_text", "Gemma 4: global layers Dh_g 512 (K=V), per-layer embeddings, 5:1",
-           (llama.llama, llama.gated("hidden_activation"), llama.table, llama.attention_bias,
-            gemma4.gemma4_attention, gemma4.per_layer_embeddings, gemma.final_softcap),
-           gemma4.class_defaults(False), fixed=dict(embedding_scale=True),
-           ignored=frozenset({"num_experts", "top_k_experts", "moe_intermediate_size"})),
-    Family("gemma4_unified_text", "Gemma 4 unified: Gemma 4's decoder, no per-layer embeddings",
-           (llama.llama, llama.gated("hidden_activation"), llama.table, llama.attention_bias,
-            gemma4.gemma4_attention, gemma.final_softcap),
-           gemma4.class_defaults(True), fixed=dict(embedding_scale=True)),
+    *gemma4.FAMILIES,  # Gemma 4's two decoders (hf_gemma4.py)
 )

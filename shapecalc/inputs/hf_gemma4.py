@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.config import ShapecalcError
-from .hf_base import HF, Fields, mechanism
-from .hf_gemma import _theta
-from .hf_llama import windows
+from .hf_base import HF, Family, Fields, mechanism
+from .hf_gemma import _theta, final_softcap
+from .hf_llama import attention_bias, gated, llama, table, windows
 
 
 def _global(h: HF, n: int, types: list[str]) -> tuple[int, int | None]:
@@ -133,3 +133,19 @@ def class_defaults(unified: bool) -> dict[str, Any]:
         out.update(vocab_size_per_layer_input=262144, hidden_size_per_layer_input=256,
                    enable_moe_block=False)
     return out
+
+
+# the table's entries (hf_families_2025.py names them)
+FAMILIES = (
+    # Gemma4TextModel: Gemma 3's sandwich blocks with global layers of head width 512, K=V and a
+    # v norm, a layer scalar, per-layer embeddings; the unified decoder drops the embeddings
+    Family("gemma4_text", "Gemma 4: global layers Dh_g 512 (K=V), per-layer embeddings, 5:1",
+           (llama, gated("hidden_activation"), table, attention_bias,
+            gemma4_attention, per_layer_embeddings, final_softcap),
+           class_defaults(False), fixed=dict(embedding_scale=True),
+           ignored=frozenset({"num_experts", "top_k_experts", "moe_intermediate_size"})),
+    Family("gemma4_unified_text", "Gemma 4 unified: Gemma 4's decoder, no per-layer embeddings",
+           (llama, gated("hidden_activation"), table, attention_bias,
+            gemma4_attention, final_softcap),
+           class_defaults(True), fixed=dict(embedding_scale=True)),
+)
