@@ -38,6 +38,7 @@ PRESETS = {
     "afmoe": "afmoe", "apertus-8b": "apertus", "apertus-70b": "apertus",
     "ministral-3-8b": "ministral3", "nanochat-d32": "nanochat",
     "command-a-plus": "cohere2_moe",
+    "laguna": "laguna",
 }
 # families measured at their class defaults only (no preset: Apertus 1.5's released checkpoints
 # prune the LM head, which is refused)

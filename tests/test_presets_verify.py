@@ -72,6 +72,8 @@ def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
         update["head_dim"] = model.dh // f
     if model.rotary_dim is not None:  # partial rotary stays partial: an even R < dh
         update["rotary_dim"] = max(2, model.rotary_dim // f // 2 * 2)
+    if model.rotary_dim_local is not None:  # Laguna's sliding layers' R, reduced alike
+        update["rotary_dim_local"] = max(2, model.rotary_dim_local // f // 2 * 2)
     # a quantized checkpoint's blocks and groups need its real widths; verify checks shapes
     # and FLOPs, which the format does not change
     update["quantization"] = None
@@ -126,7 +128,8 @@ def test_reduced_width_keeps_the_architecture(name):
         if getattr(model, w) is not None:
             assert getattr(small, w) * f == getattr(model, w), w
     assert small.vocab_size % 8 == model.vocab_size % 8
-    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "rotary_dim", "quantization",
+    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "rotary_dim", "rotary_dim_local",
+              "quantization",
               *WIDTHS}
     assert small.model_dump(exclude=widths) == model.model_dump(exclude=widths)
     assert (small.n_heads, small.kv_heads) == (model.n_heads, model.kv_heads)

@@ -158,13 +158,14 @@ class SymbolicOps(SymbolicBase):
 
     def rope(self, x: Sym, role: str, name: str, angles: Sym) -> Sym:
         m = self.m
-        if m.rot == m.dh:
+        r = 2 * angles.dims[-1].value  # the layer's table: Laguna's sliding layers turn their own
+        if r == m.dh:
             return self._rec(role, name, "rope", x, ew=ELEMENTWISE["rope"])
         # partial rotary: only the first R of Dh turn; the rest pass through
-        R = self.z.sym("R", m.rot)
+        R = self.z.sym("R" if r == m.rot else "R_s", r)
         return self._rec(role, name, "rope", x,
                          ew_extra=formula([ELEMENTWISE["rope"], *x.dims[:-1], R]),
-                         note=f"first R={m.rot} of Dh={m.dh}")
+                         note=f"first R={r} of Dh={m.dh}")
 
     def head_norm(self, x: Sym, role: str, name: str, heads: Dim) -> Sym:
         return self._rec(role, name, "layernorm", x, ew=ELEMENTWISE["layernorm"] + 1,

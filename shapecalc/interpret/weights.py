@@ -156,7 +156,7 @@ class Weights:
 
     def _linear(self, layer: int, role: str, p: int) -> tuple[list[Shard], Any, int, bool]:
         m = self.m
-        D, dh, H, Hkv = m.d_model, m.dh, m.n_heads, m.kv_heads
+        D, dh, H, Hkv = m.d_model, m.dh, m.heads_at(layer), m.kv_heads  # H_ℓ: Laguna's
         if role == "head.lm":
             key = ("embedding",) if m.tie_embeddings else ("lm head",)
             vp = m.vocab_size if p == 1 else self.vocab_rows // p

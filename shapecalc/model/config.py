@@ -73,6 +73,8 @@ class ModelConfig(ModelFields):
                 f"D={self.d_model} is not divisible by H={self.n_heads}; "
                 "set head_dim to use heads narrower or wider than D/H",
             )
+        if self.layer_heads is not None:
+            _check_layer_heads(self)
         if self.n_heads % self.kv_heads:
             raise ShapecalcError(
                 "n_kv_heads",
@@ -198,6 +200,23 @@ class Workload(Record):
         return self.mla_form or MLA_DEFAULT
 
 
+def _check_layer_heads(m: ModelConfig) -> None:
+    """Laguna's H_ℓ: one count per layer, each a whole number of K/V groups, on attention that
+    projects q itself (not MLA's latent, DeepSeek-V4's, CCA's or a fused q/k/v matrix)."""
+    heads = m.layer_heads or ()
+    if len(heads) != m.n_layers:
+        raise ShapecalcError("layer_heads", f"lists {len(heads)} layers, but N={m.n_layers}")
+    bad = next((h for h in heads if h % m.kv_heads), None)
+    if bad is not None:
+        raise ShapecalcError("layer_heads", f"H_ℓ={bad} is not divisible by H_kv={m.kv_heads}")
+    for f in ("kv_lora_rank", "shared_kv", "fused_qkv", "parallel_block"):
+        if getattr(m, f) not in (None, False):
+            raise ShapecalcError("layer_heads", f"per-layer heads are not modelled with {f}")
+    if "cca" in m.mixers or m.positions == "alibi":
+        raise ShapecalcError("layer_heads", "per-layer heads are not modelled with CCA or "
+                             "ALiBi")
+
+
 def check(model: ModelConfig, wl: Workload) -> None:
     """Rules that need both the model and the workload."""
     p = wl.tp
@@ -211,6 +230,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
             raise ShapecalcError("tp", f"p={p} does not divide g={model.o_groups} output groups")
     if model.n_heads % p:
         raise ShapecalcError("tp", f"p={p} does not divide H={model.n_heads} query heads")
+    for h in set(model.layer_heads or ()):  # Laguna: every layer's own heads split too
+        if h % p:
+            raise ShapecalcError("tp", f"p={p} does not divide H_ℓ={h} query heads")
     if model.d_ff % p:
         raise ShapecalcError("tp", f"p={p} does not divide Dff={model.d_ff}")
     hkv = model.kv_heads

@@ -12,15 +12,17 @@ from .ops import Ops
 from .plan import LayerSpec, layer_plan
 
 
-def rope_angles(ops: Ops, m: ModelConfig, T: Dim, R: Dim) -> tuple[Any, Any]:
+def rope_angles(ops: Ops, m: ModelConfig, T: Dim, R: Dim, R_local: Dim) -> tuple[Any, Any]:
     """(full layers' angles, sliding layers' angles): one table, or two where the sliding layers
-    have their own base θ (Gemma 3: 10 000 local, 1 000 000 global)."""
+    have their own base θ (Gemma 3: 10 000 local, 1 000 000 global) or their own rotated width
+    R_local (Laguna: partial RoPE on the full layers only)."""
     if m.positions != "rope":
         return None, None
     angles = ops.rope_angles(T, R, m.rope_base)
-    if m.rope_base_local is None or "sliding" not in (s.attention for s in layer_plan(m).kinds):
+    own = m.rope_base_local is not None or m.rotary_dim_local is not None
+    if not own or "sliding" not in (s.attention for s in layer_plan(m).kinds):
         return angles, angles
-    return angles, ops.rope_angles(T, R, m.rope_base_local, sliding=True)
+    return angles, ops.rope_angles(T, R_local, m.rope_base_local or m.rope_base, sliding=True)
 
 
 def score_scale(m: ModelConfig) -> tuple[float, str]:

@@ -53,6 +53,7 @@ class LayerSpec(NamedTuple):
     hash_route: bool = False  # a MoE layer routing by the token id (DeepSeek-V4's hash_moe)
     compress: int | None = None  # m′: an hca layer's compression ratio (DeepSeek-V4)
     router_eda: bool = False  # ZAYA: its router adds the previous layer's state (layers ≥ 1)
+    heads: int | None = None  # H_ℓ: the layer's own query heads (Laguna); None: the model's H
 
     @property
     def attends(self) -> bool:
@@ -79,6 +80,8 @@ class LayerSpec(NamedTuple):
                "none": " · no FFN"}.get(self.ffn, "")
         if self.mixer == "none":  # a block of its channel mixer only
             return {"moe": "MoE only", "none": "empty"}.get(self.ffn, "FFN only")
+        if self.heads is not None:
+            attn += f" · H_ℓ={self.heads}"
         return attn + (" · NoPE" if self.nope else "") + (
             " · shared top-k" if self.shared_topk else "") + ffn
 
@@ -129,7 +132,8 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
                   model.attention_chunk_size if t == "chunked" else None, i in nope, mx,
                   i in shared, compress={"hca": model.compress_ratio_hca,
                                          "csa": model.compress_ratio_csa}.get(t),
-                  router_eda=model.router_hidden is not None and i > 0)
+                  router_eda=model.router_hidden is not None and i > 0,
+                  heads=_own_heads(model, i))
         if mx in ("attention", "parallel", "cca") else
         # a stateful mixer's block is pre-norm (OLMo-Hybrid: beside output-normed attention), or
         # sandwiched as LFM3 sandwiches every branch
@@ -151,3 +155,9 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
     kind_of = tuple(kinds.index(s) for s in specs)
     counts = tuple(kind_of.count(k) for k in range(len(kinds)))
     return LayerPlan(tuple(runs), kinds, counts, kind_of)
+
+
+def _own_heads(model: ModelConfig, layer: int) -> int | None:
+    """H_ℓ where a layer's query heads differ from the model's H (Laguna), else None."""
+    h = model.heads_at(layer)
+    return None if h == model.n_heads else h

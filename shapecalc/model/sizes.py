@@ -77,6 +77,17 @@ class Sizes(NamedTuple):
                 "T′", self.T + 1)
         return tk, tk
 
+    def heads_of(self, spec: LayerSpec) -> Sizes:
+        """The sizes of a layer with its own query heads H_ℓ (Laguna), else these."""
+        if spec.heads is None:
+            return self
+        h = ceil_div(spec.heads, self.p)
+        if self.poly:
+            return self._replace(H=Dim.const(h))
+        H = Dim.of("H_ℓ", spec.heads) if self.p == 1 else Dim(
+            h, Expr.sym("H_ℓ") * Expr([((("p", -1),), 1)]))
+        return self._replace(H=H)
+
     def _chunk_keys(self, C: int) -> tuple[Dim, Dim]:
         """A chunked layer (Llama 4): its last query reads the keys of its own chunk, T_c =
         ((n−1) mod C) + 1 of the n tokens after the step, and the cache keeps just those. Prefill

@@ -69,7 +69,10 @@ def check_trainable(model: ModelConfig) -> None:
                 "swiglu_limit": model.swiglu_limit is not None,
                 "hash_moe_layers": model.hash_moe_layers > 0,
                 "router_softcap": model.router_softcap is not None,
-                "router_scoring": model.router_scoring == "sqrtsoftplus"}
+                "router_scoring": model.router_scoring == "sqrtsoftplus",
+                # Laguna's per-layer heads and softplus gate
+                "layer_heads": model.layer_heads is not None,
+                "attn_gate_act": model.attn_gate_act != "sigmoid"}
     for key, given in variants.items():  # DeepSeek-V4's routing and activation variants
         if given:
             raise ShapecalcError(key, "has no backward rule yet: train and verify --train do "

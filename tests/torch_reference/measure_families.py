@@ -70,6 +70,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "ministral3": ("ministral-3-8b",),
     "nanochat": ("nanochat-d32",),
     "cohere2_moe": ("command-a-plus",),
+    "laguna": ("laguna",),
     # its class defaults only: the released checkpoints prune the LM head (refused)
     "apertus1p5_text": (),
 }
@@ -116,6 +117,13 @@ def _small(model_type: str, cfg: dict) -> dict:
         if isinstance(rope, dict) and "partial_rotary_factor" in rope:  # Mistral 4: RoPE's share
             nope, rot = SMALL_MLA["qk_nope_head_dim"], SMALL_MLA["qk_rope_head_dim"]
             out["rope_parameters"] = {**rope, "partial_rotary_factor": rot / (nope + rot)}
+    heads = cfg.get("num_attention_heads_per_layer")
+    if isinstance(heads, list):  # Laguna: H's layers 4 heads, the others 6 (kept apart)
+        out["num_attention_heads_per_layer"] = [
+            SMALL["num_attention_heads"] if x == cfg["num_attention_heads"] else 6
+            for x in heads[:LAYERS]]
+    if cfg.get("shared_expert_intermediate_size"):  # Laguna's, narrower than the dense MLP
+        out["shared_expert_intermediate_size"] = 48
     if isinstance(out.get("mlp_layer_types"), list):
         out["mlp_layer_types"] = out["mlp_layer_types"][:LAYERS]
     if out.get("sliding_window"):
