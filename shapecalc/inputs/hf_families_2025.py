@@ -399,7 +399,7 @@ NEW: tuple[Family, ...] = (
     # LagunaForCausalLM (hf_laguna.py): a head count per layer, a softplus output gate per head
     # (or per channel), RoPE per layer type; a sigmoid MoE with a counted correction bias
     Family("laguna", "Laguna: heads per layer, softplus output gate, sigmoid MoE + shared",
-           (*BODY, llama.qk_norm, laguna.attention, laguna.moe),
+           (*BODY, llama.qk_norm, laguna.laguna_attention, laguna.laguna_moe),
            _llama(8, 131072, head_dim=128, attention_bias=False, sliding_window=512,
                   layer_types=None, rope_parameters=None, gating=True,
                   num_attention_heads_per_layer=None, mlp_layer_types=None, num_experts=256,

@@ -54,7 +54,7 @@ def _rotary(h: HF, dh: int, params: dict[str, Any]) -> int:
 
 @mechanism("layer_types", "sliding_window", "num_attention_heads_per_layer", "gating",
            "rope_parameters", *_ROPE)
-def attention(h: HF, f: Fields) -> None:
+def laguna_attention(h: HF, f: Fields) -> None:
     # LagunaAttention: layer_types (default every layer full), each layer's query heads, RMSNorm
     # q/k norms per head (llama.qk_norm), RoPE per layer type, then o ⊙ softplus(x·W_g) before
     # o_proj, W_g [D → H_ℓ] (gating true or "per-head": broadcast over each head's Dh) or
@@ -78,7 +78,8 @@ def attention(h: HF, f: Fields) -> None:
         r_local, theta = _rotary(h, dh, local), float(local.get("rope_theta", 10000.0))
         f.update(rotary_dim_local=r_local if r_local != (f["rotary_dim"] or dh) else None,
                  rope_base_local=theta if theta != f["rope_base"] else None)
-    gating = h.get("gating")
+    h.read.add("gating")  # true, false or a string: not of its default's kind alone
+    gating = h.cfg.get("gating", h.default("gating"))
     if not isinstance(gating, (bool, str)):
         raise ShapecalcError("gating", f"must be true, false, \"per-head\" or \"per-element\", "
                              f"not {gating!r}")
@@ -89,7 +90,7 @@ def attention(h: HF, f: Fields) -> None:
 @mechanism("mlp_layer_types", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
            "shared_expert_intermediate_size", "moe_routed_scaling_factor",
            "moe_router_logit_softcapping", "mlp_only_layers", "decoder_sparse_step")
-def moe(h: HF, f: Fields) -> None:
+def laguna_moe(h: HF, f: Fields) -> None:
     # LagunaDecoderLayer: mlp_layer_types[i] sparse builds LagunaSparseMoeBlock, dense a SwiGLU
     # MLP of intermediate_size (default: the first dense). The original code's placement keys
     # (mlp_only_layers, decoder_sparse_step), which transformers does not read, must agree
