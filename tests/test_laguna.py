@@ -100,6 +100,8 @@ def test_verify_runs_both_gates_the_heads_and_the_tables_in_numpy(tmp_path):
     ("decoder_sparse_step", 2),
     ("moe_router_logit_softcapping", -1.0),
     ("rope_parameters", {"rope_theta": 10000.0}),  # no entry per layer type
+    ("rope_parameters", {"full_attention": {"rope_theta": "x"}, "sliding_attention": {}}),
+    ("moe_routed_scaling_factor", None),
 ])
 def test_bad_configs_are_refused_naming_the_key(tmp_path, key, value):
     with pytest.raises(ShapecalcError) as err:

@@ -46,9 +46,17 @@ def _rope(h: HF, kinds: set[str]) -> dict[str, dict[str, Any]]:
     return rope
 
 
+def _number(params: dict[str, Any], key: str, default: float) -> float:
+    """A layer type's rope_theta or partial_rotary_factor: a number (absent: the default)."""
+    v = params.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        raise ShapecalcError("rope_parameters", f"{key} must be a positive number, not {v!r}")
+    return float(v)
+
+
 def _rotary(h: HF, dh: int, params: dict[str, Any]) -> int:
     """The width RoPE turns on one layer type: int(Dh · its partial_rotary_factor)."""
-    view = HF({"partial_rotary_factor": params.get("partial_rotary_factor", 1.0)})
+    view = HF({"partial_rotary_factor": _number(params, "partial_rotary_factor", 1.0)})
     return rotary_fields(view, dh, 1.0)["rotary_dim"] or dh
 
 
@@ -73,9 +81,9 @@ def laguna_attention(h: HF, f: Fields) -> None:
     full, local = (rope.get(t) if t in types else None for t in _TYPES)
     main = full or local or {}
     f.update(rotary_dim=None if _rotary(h, dh, main) == dh else _rotary(h, dh, main),
-             rope_base=float(main.get("rope_theta", 10000.0)))
+             rope_base=_number(main, "rope_theta", 10000.0))
     if full is not None and local is not None:
-        r_local, theta = _rotary(h, dh, local), float(local.get("rope_theta", 10000.0))
+        r_local, theta = _rotary(h, dh, local), _number(local, "rope_theta", 10000.0)
         f.update(rotary_dim_local=r_local if r_local != (f["rotary_dim"] or dh) else None,
                  rope_base_local=theta if theta != f["rope_base"] else None)
     h.read.add("gating")  # true, false or a string: not of its default's kind alone
@@ -115,6 +123,11 @@ def laguna_moe(h: HF, f: Fields) -> None:
     if type(experts) is not int or experts < 1:
         raise ShapecalcError("num_experts", f"{experts!r}: a Laguna MoE layer needs experts")
     wide, shared = h.get("moe_intermediate_size"), h.get("shared_expert_intermediate_size")
+    scale = h.get("moe_routed_scaling_factor")
+    for key, v, what in (("moe_intermediate_size", wide, "a positive integer"),
+                         ("moe_routed_scaling_factor", scale, "a number")):
+        if v is None or (key == "moe_intermediate_size" and type(v) is not int):
+            raise ShapecalcError(key, f"must be {what}, not {v!r}")
     if type(shared) is not int or shared < 0:
         raise ShapecalcError("shared_expert_intermediate_size", f"must be a whole number, not "
                              f"{shared!r}")
@@ -125,7 +138,7 @@ def laguna_moe(h: HF, f: Fields) -> None:
              d_ff_expert=None if wide == f["d_ff"] else wide,
              ffn_types=tuple("moe" if k == "sparse" else "dense" for k in kinds)
              if "dense" in kinds else None,
-             routed_scaling_factor=float(h.get("moe_routed_scaling_factor")),
+             routed_scaling_factor=float(scale),
              router_softcap=float(cap) if cap > 0 else None,
              router_scoring="sigmoid", routing_bias=True, norm_topk_prob=True)
     if shared:  # LagunaMLP of that width (0: a [D→0] MLP, nothing)
