@@ -85,6 +85,9 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
     "ffn.down": (f"{_F}.down_proj", f"{_F}.c_proj", f"{_F}.dense_4h_to_h", f"{_F}.fc2",
                  f"{_F}.fc_out", f"{_F}.w2"),
     "moe.router": (f"{_F}.gate", f"{_F}.router"),
+    # the routing's own parameters: Laguna's e_score_correction_bias is its router's (mlp.gate);
+    # AFMoE's expert_bias its MoE block's (no mlp.gate: the block itself)
+    "moe.route": (f"{_F}.gate",),
     "moe.experts.gate": (f"{_F}.experts",),
     "moe.experts.up": (f"{_F}.experts",),
     "moe.experts.down": (f"{_F}.experts",),
