@@ -98,6 +98,11 @@ def params(m: ModelConfig) -> int:
         shared = mats * d * sw + (((mats - 1) * sw + d) if m.ffn_bias and sw else 0)
         total += (base + d * E + E * (m.router_bias + m.routing_bias) + E * expert + shared
                   + d * m.shared_expert_gate)  # routing_bias: AFMoE's expert_bias of E
+    if m.layer_heads is not None:  # Laguna: a layer's own H_ℓ, each head its q and o rows, gate
+        per_head = (2 * d * dh + dh * m.qkv_bias + d * m.attn_head_gate
+                    + (d * dh + dh * m.qkv_bias) * m.attn_output_gate + m.attention_sinks
+                    + dh * m.qk_norm_per_head + dh * m.qk_norm * (m.qk_norm_width == "all"))
+        total += per_head * sum(x - h for x in m.layer_heads)
     total += 0 if m.tie_embeddings else v * d
     total += v * m.lm_head_bias
     if m.positions == "learned":

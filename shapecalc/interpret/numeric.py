@@ -120,7 +120,8 @@ class NumericOps(NumericBase):
 
     def rope_angles(self, T: Any, Dh: Any, base: float, sliding: bool = False) -> Any:
         # the rotated width R (Dh unless partial rotary; MLA's D_r): angles [T,R/2], tables [T,R]
-        r = self.m.rot if Dh is None else int(Dh.value)  # the layer type's R (Laguna: its own)
+        # the layer type's R (Laguna's sliding layers: their own), a Dim or a plain count
+        r = self.m.rot if Dh is None else int(getattr(Dh, "value", Dh))
         ang, cos, sin = rotary.tables(r, self.pos, self.dt, self.m.rope_interleaved, base)
         if ang.ndim == 3:  # per-sequence positions [B,T,Dh] → [B,1,T,Dh] against [R,B,H,T,Dh]
             cos, sin = cos[:, None], sin[:, None]
