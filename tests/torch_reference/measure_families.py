@@ -118,11 +118,11 @@ def _small(model_type: str, cfg: dict) -> dict:
             nope, rot = SMALL_MLA["qk_nope_head_dim"], SMALL_MLA["qk_rope_head_dim"]
             out["rope_parameters"] = {**rope, "partial_rotary_factor": rot / (nope + rot)}
     heads = cfg.get("num_attention_heads_per_layer")
-    if isinstance(heads, list):  # Laguna: H's layers 4 heads, the others 6 (kept apart)
+    if model_type == "laguna" and isinstance(heads, list):  # H's layers 4 heads, the others 6
         out["num_attention_heads_per_layer"] = [
             SMALL["num_attention_heads"] if x == cfg["num_attention_heads"] else 6
             for x in heads[:LAYERS]]
-    if cfg.get("shared_expert_intermediate_size"):  # Laguna's, narrower than the dense MLP
+    if model_type == "laguna":  # its shared MLP, narrower than the dense one
         out["shared_expert_intermediate_size"] = 48
     if isinstance(out.get("mlp_layer_types"), list):
         out["mlp_layer_types"] = out["mlp_layer_types"][:LAYERS]
