@@ -396,23 +396,7 @@ NEW: tuple[Family, ...] = (
                   sliding_window=1024, mup_enabled=False),
            fixed=dict(norm_position="sandwich", attn_output_gate=True, routing_bias=True,
                       router_scoring="sigmoid", norm_topk_prob=True)),
-    # LagunaForCausalLM (hf_laguna.py): a head count per layer, a softplus output gate per head
-    # (or per channel), RoPE per layer type; a sigmoid MoE with a counted correction bias
-    Family("laguna", "Laguna: heads per layer, softplus output gate, sigmoid MoE + shared",
-           (*BODY, llama.qk_norm, laguna.laguna_attention, laguna.laguna_moe),
-           _llama(8, 131072, head_dim=128, attention_bias=False, sliding_window=512,
-                  layer_types=None, rope_parameters=None, gating=True,
-                  num_attention_heads_per_layer=None, mlp_layer_types=None, num_experts=256,
-                  num_experts_per_tok=8, moe_intermediate_size=512,
-                  shared_expert_intermediate_size=512, moe_routed_scaling_factor=1.0,
-                  moe_router_logit_softcapping=0.0, moe_apply_router_weight_on_input=False),
-           refuse={"moe_apply_router_weight_on_input": Refusal((False,), "{value!r}: "
-                                                               "transformers' laguna raises "
-                                                               "NotImplementedError", False),
-                   "norm_topk_prob": Refusal((True,), "{value!r}: transformers' laguna always "
-                                             "renormalises the top k", True)},
-           widths=dict(vocab_size=100352, hidden_size=2048, intermediate_size=8192,
-                       num_hidden_layers=40, num_attention_heads=48)),
+    laguna.ENTRY,  # LagunaForCausalLM: its entry beside its mechanisms (hf_laguna.py)
     # DeepseekV4ForCausalLM: compressed attention (a window of 128 on every layer; csa layers
     # ×4 with a lightning indexer keeping 512 entries, hca ×128), one K=V head, sinks, the
     # grouped output projection; mHC (4 streams, 20 Sinkhorn steps); 256 experts, top 6 by

@@ -4,15 +4,18 @@
 full_attention and sliding_attention, each its own θ and partial_rotary_factor), and
 LagunaSparseMoeBlock (mlp_layer_types; a sigmoid router over E experts choosing by score +
 e_score_correction_bias, a Parameter that parameters() counts, the k sigmoids renormalised × the
-routed scaling factor, logits optionally softcapped; one ungated shared MLP added)."""
+routed scaling factor, logits optionally softcapped; one ungated shared MLP added), and the
+family's entry over them (ENTRY, which hf_families_2025's table lists)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..model.config import ShapecalcError
-from .hf_base import HF, Fields, mechanism
-from .hf_llama import rotary_fields, windows
+from . import hf_llama as llama
+from .hf_base import HF, Family, Fields, Refusal, mechanism
+from .hf_llama import BODY, rotary_fields, windows
+from .hf_llama import class_defaults as _llama
 
 _TYPES = ("full_attention", "sliding_attention")
 _ROPE = tuple(f"rope_parameters.{k}" for k in ("partial_rotary_factor", "rope_theta"))
@@ -144,3 +147,21 @@ def laguna_moe(h: HF, f: Fields) -> None:
     if shared:  # LagunaMLP of that width (0: a [D→0] MLP, nothing)
         f.update(n_shared_experts=1, d_ff_shared=None if shared == (wide or f["d_ff"])
                  else shared)
+
+
+# the table's entry (hf_families_2025.NEW): LagunaConfig's defaults (transformers 5.24)
+ENTRY = Family("laguna", "Laguna: heads per layer, softplus output gate, sigmoid MoE + shared",
+               (*BODY, llama.qk_norm, laguna_attention, laguna_moe),
+               _llama(8, 131072, head_dim=128, attention_bias=False, sliding_window=512,
+                      layer_types=None, rope_parameters=None, gating=True,
+                      num_attention_heads_per_layer=None, mlp_layer_types=None, num_experts=256,
+                      num_experts_per_tok=8, moe_intermediate_size=512,
+                      shared_expert_intermediate_size=512, moe_routed_scaling_factor=1.0,
+                      moe_router_logit_softcapping=0.0, moe_apply_router_weight_on_input=False),
+               refuse={"moe_apply_router_weight_on_input": Refusal((False,), "{value!r}: "
+                                                                   "transformers' laguna raises "
+                                                                   "NotImplementedError", False),
+                       "norm_topk_prob": Refusal((True,), "{value!r}: transformers' laguna always "
+                                                 "renormalises the top k", True)},
+               widths=dict(vocab_size=100352, hidden_size=2048, intermediate_size=8192,
+                           num_hidden_layers=40, num_attention_heads=48))
