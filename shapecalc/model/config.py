@@ -62,6 +62,13 @@ def nbytes(elements: int, dtype: str) -> int:
 class ModelConfig(ModelFields):
     """A decoder-only Transformer. Symbols in brackets are what the trace prints."""
 
+    def heads_at(self, layer: int) -> int:
+        """A layer's query heads: H_ℓ where layer_heads lists them (an MTP layer, past the
+        last, the last's), else H."""
+        if self.layer_heads is None:
+            return self.n_heads
+        return self.layer_heads[min(layer, self.n_layers - 1)]
+
     def _check(self) -> None:
         if self.n_layers > MAX_LAYERS:  # the layer plan lists each layer: 10⁸ took minutes and GiB
             raise ShapecalcError("n_layers", f"N={self.n_layers:,} is more than the {MAX_LAYERS:,} "

@@ -270,10 +270,8 @@ class ModelFields(Record):
     # routing and activation variants (DeepSeek-V4, Laguna)
     router_softcap: PosFloat | None = _doc(None, "c: router logits ← c·tanh(logits/c) before "
                                            "the scoring (moe_router_logit_softcapping)")
-    # Laguna: a head count per layer, a softplus output gate, partial RoPE on the full layers
-    layer_heads: tuple[Pos, ...] | None = _doc(None, "H_ℓ: each layer's query heads (Laguna's "
-                                               "num_attention_heads_per_layer; K and V keep "
-                                               "H_kv); null: H on every layer")
+    layer_heads: tuple[Pos, ...] | None = _doc(None, "H_ℓ: each layer's query heads, K and V "
+                                               "keeping H_kv (Laguna); null: H on every layer")
     attn_gate_act: Literal["sigmoid", "softplus"] = _doc(
         "sigmoid", "the output gates' activation (attn_output_gate, attn_head_gate): sigmoid, or "
         "softplus log(1 + eˣ) (Laguna's g_proj)")
@@ -321,13 +319,6 @@ class ModelFields(Record):
     kda_gate_bound: float | None = _doc(None, "KDA's bounded forget gate: g = bound·σ(e^{A_log}·"
                                         "(f + b_dt)) (Ling 3.0's kda_safe_gate, kda_lower_bound); "
                                         "null: g = −e^{A_log}·softplus(f + b_dt)")
-
-    def heads_at(self, layer: int) -> int:
-        """A layer's query heads: H_ℓ where layer_heads lists them (an MTP layer, past the
-        last, the last's), else H."""
-        if self.layer_heads is None:
-            return self.n_heads
-        return self.layer_heads[min(layer, self.n_layers - 1)]
 
     @property
     def kv_heads(self) -> int:
