@@ -141,7 +141,7 @@ def test_closed_form_equals_pipeline_on_random_configs(model, data):
 
 
 # -- presets, windows, and numbers past 2⁶³ ---------------------------------------------------
-@pytest.mark.parametrize("name", ["llama2-70b", "llama3-8b", "gpt2", "qwen2.5-0.5b"])
+@pytest.mark.parametrize("name", ["llama2-70b", "llama3-8b", "gpt2", "qwen2.5-0.5b", "laguna"])
 def test_presets_equal_pipeline_at_random_points(name):
     model = load_preset(name)
     cf = ClosedForm(model)

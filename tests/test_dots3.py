@@ -260,8 +260,8 @@ def _widths_model(**kw) -> ModelConfig:
 
 def test_widths_set_per_layer_on_plain_attention():
     """Generic, not dots3's only: layer 1's FFN is Dff = 96; the trace counts each layer at its
-    own width and the executor agrees. Heads per layer need MLA (one latent a token); D_r per
-    layer is refused (one RoPE table)."""
+    own width and the executor agrees. Heads per layer on plain attention keep Dh and H_kv (Laguna),
+    each a whole number of the K/V groups; D_r per layer is refused (one RoPE table)."""
     from shapecalc.check.verify import verify
 
     m = _widths_model()
@@ -273,7 +273,7 @@ def test_widths_set_per_layer_on_plain_attention():
     for phase in ("prefill", "decode"):
         doc = verify(m, Workload(batch=1, seq=8, phase=phase), layers=3)
         assert doc["ok"], [c["name"] for c in doc["checks"] if not c["ok"]]
-    for bad, key in (({"n_heads": (4, 2, 4)}, "layer_widths.n_heads"),):
+    for bad, key in (({"n_heads": (4, 3, 4)}, "layer_widths.n_heads"),):
         with pytest.raises(ShapecalcError) as err:
             _widths_model(layer_widths=bad)
         assert err.value.field == key

@@ -40,6 +40,7 @@ PRESETS = {
     "command-a-plus": "cohere2_moe",
     "mimo-v2-flash": "mimo_v2_flash",
     "gemma-4": "gemma4_text",
+    "laguna": "laguna",
 }
 # families measured at their class defaults only (no preset: Apertus 1.5's released checkpoints
 # prune the LM head, which is refused)

@@ -78,6 +78,8 @@ def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
         update["layer_widths"] = {k: v if v is None or k == "n_heads" else
                                   tuple(x // f for x in v)
                                   for k, v in model.layer_widths.model_dump().items()}
+    if model.rotary_dim_local is not None:  # Laguna's sliding layers' R, reduced alike
+        update["rotary_dim_local"] = max(2, model.rotary_dim_local // f // 2 * 2)
     # a quantized checkpoint's blocks and groups need its real widths; verify checks shapes
     # and FLOPs, which the format does not change
     update["quantization"] = None
@@ -132,8 +134,8 @@ def test_reduced_width_keeps_the_architecture(name):
         if getattr(model, w) is not None:
             assert getattr(small, w) * f == getattr(model, w), w
     assert small.vocab_size % 8 == model.vocab_size % 8
-    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "rotary_dim", "quantization",
-              "layer_widths",
+    widths = {"d_model", "d_ff", "vocab_size", "head_dim", "rotary_dim", "rotary_dim_local",
+              "quantization", "layer_widths",
               *WIDTHS}
     assert small.model_dump(exclude=widths) == model.model_dump(exclude=widths)
     assert (small.n_heads, small.kv_heads) == (model.n_heads, model.kv_heads)

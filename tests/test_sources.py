@@ -124,7 +124,7 @@ def params(m: ModelConfig) -> int:
     for i, kind in enumerate(m.ffn_types or (("moe" if m.n_experts else "dense",) * m.n_layers)):
         if own:  # MiMo-V2-Flash: the layer's own attention in place of the uniform one
             total += _own_attention(m, i) - attn
-        if m.layer_widths is not None:  # dots3: the layer's MLA at its own widths
+        if m.layer_widths is not None and m.mla:  # dots3: the layer's MLA at its own widths
             total += _widths_attention(m, i) - attn
         if kind == "dense":
             total += base + ffn
@@ -136,6 +136,12 @@ def params(m: ModelConfig) -> int:
         shared = mats * d * sw + (((mats - 1) * sw + d) if m.ffn_bias and sw else 0)
         total += (base + d * E + E * (m.router_bias + m.routing_bias) + E * expert + shared
                   + d * m.shared_expert_gate)  # routing_bias: AFMoE's expert_bias of E
+    heads = m.layer_widths.n_heads if m.layer_widths is not None and not m.mla else None
+    if heads is not None:  # Laguna: a layer's own H_ℓ, each head its q and o rows, gate
+        per_head = (2 * d * dh + dh * m.qkv_bias + d * m.attn_head_gate
+                    + (d * dh + dh * m.qkv_bias) * m.attn_output_gate + m.attention_sinks
+                    + dh * m.qk_norm_per_head + dh * m.qk_norm * (m.qk_norm_width == "all"))
+        total += per_head * sum(x - h for x in heads)
     total += 0 if m.tie_embeddings else v * d
     total += v * m.lm_head_bias
     if m.positions == "learned":

@@ -22,6 +22,7 @@ from shapecalc.interpret.weights import Weights
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload, check
 from shapecalc.train import backward
 from shapecalc.train import verify as tv
+from shapecalc.train.memory import check_trainable
 from shapecalc.train.verify import narrow, train_verify
 
 # presets whose token mixers have no backward rule (interpret/mixer_rules.py): refused
@@ -30,7 +31,21 @@ STATEFUL = sorted(n for n in sources.list_presets()
                   if set(sources.load_preset(n).mixers) - set(TRAINABLE))
 # xIELU's learned scalars have no backward rule either: refused (test_xielu_is_refused_…)
 XIELU = sorted(n for n in sources.list_presets() if sources.load_preset(n).ffn == "xielu")
-PRESETS = sorted(set(sources.list_presets()) - set(STATEFUL) - set(XIELU))
+
+
+def _no_rule(name: str) -> bool:
+    """Another part without a backward rule (DeepSeek-V4's attention, DSA, Laguna's per-layer
+    heads and gates, …): check_trainable refuses it."""
+    try:
+        check_trainable(sources.load_preset(name))
+    except ShapecalcError:
+        return True
+    return False
+
+
+NO_RULE = sorted(n for n in set(sources.list_presets()) - set(STATEFUL) - set(XIELU)
+                 if _no_rule(n))
+PRESETS = sorted(set(sources.list_presets()) - set(STATEFUL) - set(XIELU) - set(NO_RULE))
 MIXER_PRESETS = sorted(n for n in PRESETS
                        if set(sources.load_preset(n).mixers) - {"attention", "none"})
 # many layers to cover every kind, or hundreds of experts: their finite differences take
@@ -71,6 +86,14 @@ def test_mixers_without_a_rule_are_refused(cli, monkeypatch):
         assert all(x in info.value.reason for x in set(m.mixers) - {"attention", "none"})
     r = cli("train", "--preset", MIXER_PRESETS[0], "--gpu", "h100-sxm")
     assert r.code == 2 and r.out == "" and len(r.err.strip().splitlines()) == 1
+
+
+def test_presets_with_parts_without_a_backward_rule_are_refused():
+    assert "laguna" in NO_RULE
+    for name in NO_RULE:
+        with pytest.raises(ShapecalcError) as info:
+            train_verify(narrow(sources.load_preset(name)), WL)
+        assert "backward" in info.value.reason, name
 
 
 def test_xielu_presets_are_refused():

@@ -11,6 +11,7 @@ from . import hf_deepseek_v4 as deepseek_v4
 from . import hf_gemma as gemma
 from . import hf_gemma4 as gemma4
 from . import hf_kda as kda
+from . import hf_laguna as laguna
 from . import hf_llama as llama
 from . import hf_minimax as minimax
 from . import hf_moe as moe
@@ -398,6 +399,7 @@ NEW: tuple[Family, ...] = (
                   sliding_window=1024, mup_enabled=False),
            fixed=dict(norm_position="sandwich", attn_output_gate=True, routing_bias=True,
                       router_scoring="sigmoid", norm_topk_prob=True)),
+    laguna.ENTRY,  # LagunaForCausalLM: its entry beside its mechanisms (hf_laguna.py)
     # DeepseekV4ForCausalLM: compressed attention (a window of 128 on every layer; csa layers
     # ×4 with a lightning indexer keeping 512 entries, hca ×128), one K=V head, sinks, the
     # grouped output projection; mHC (4 streams, 20 Sinkhorn steps); 256 experts, top 6 by

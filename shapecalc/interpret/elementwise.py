@@ -15,6 +15,8 @@ def activation(x: np.ndarray, kind: str, dt: Any) -> tuple[np.ndarray, int]:
     if kind == "relu2":  # squared ReLU (Nemotron-H): max(x, 0), then its square
         y = np.maximum(x, 0, out=x)
         return np.multiply(y, y, out=y), 2
+    if kind == "softplus":  # log(1 + eˣ): exp, add 1, log (Laguna's output gate)
+        return np.logaddexp(0, x, out=x), 3
     if kind in ("silu", "sigmoid"):  # x / (1 + e^−x), 1 / (1 + e^−x): negate, exp, add, divide
         u = np.negative(x)
         np.exp(u, out=u)

@@ -136,11 +136,9 @@ class NumericOps(NumericBase):
 
     def rope_angles(self, T: Any, Dh: Any, base: float, sliding: bool = False) -> Any:
         # the rotated width R (Dh unless partial rotary; MLA's D_r): angles [T,R/2], tables [T,R]
-        # Gemma 4: each layer type's table as wide as its heads (Dh_g on the global layers)
-        rot = int(Dh.value) if self.m.global_head_dim is not None and Dh is not None else (
-            self.m.rot)
-        ang, cos, sin = rotary.tables(rot, self.pos, self.dt, self.m.rope_interleaved,
-                                      base)
+        # the layer type's R (Laguna's sliding layers: their own), a Dim or a plain count
+        r = self.m.rot if Dh is None else int(getattr(Dh, "value", Dh))
+        ang, cos, sin = rotary.tables(r, self.pos, self.dt, self.m.rope_interleaved, base)
         if ang.ndim == 3:  # per-sequence positions [B,T,Dh] → [B,1,T,Dh] against [R,B,H,T,Dh]
             cos, sin = cos[:, None], sin[:, None]
         self._rec("rope.angles", "RoPE angles (sliding layers)" if sliding else "RoPE angles",
@@ -239,7 +237,7 @@ class NumericOps(NumericBase):
         return self._rec(role, name, "rope", y, ew=3 * self._el(turned))
 
     def head_norm(self, x: np.ndarray, role: str, name: str, heads: Any) -> np.ndarray:
-        full = self.m.n_heads if role == "attn.q_norm" else self.m.kv_heads
+        full = self.m.n_heads if role == "attn.q_norm" else self.m.kv_heads  # the layer's own
         g = self.w.get((self._layer, role, "γ"), (full, x.shape[-1]), base=1.0)
         gr = rotary.head_gammas(g, x.shape[0], x.shape[2])
         y, ew = rotary.normalize(x, "layernorm")
@@ -314,7 +312,7 @@ class NumericOps(NumericBase):
     def softmax(self, s: np.ndarray, role: str, name: str, sinks: Any = None) -> np.ndarray:
         params = 0
         if sinks is not None:  # each head's sink logit as one more column, dropped after
-            H = self.m.n_heads
+            H = self.m.n_heads  # the layer's own (layer_widths)
             full = self.w.get((self._layer, "attn.sinks"), (H,))
             mine = full.reshape(-1, s.shape[2])  # [ranks, heads of a rank]
             col = np.broadcast_to(mine[: s.shape[0], None, :, None, None], (*s.shape[:-1], 1))

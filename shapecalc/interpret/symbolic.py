@@ -175,15 +175,17 @@ class SymbolicOps(SymbolicBase):
 
     def rope(self, x: Sym, role: str, name: str, angles: Sym) -> Sym:
         m = self.m
-        # every dim the angles reach turns (Gemma 4's global layers: all of Dh_g); a block
-        # indexer wider than them turns R of its D_I
-        if m.rot == m.dh and x.dims[-1].value <= 2 * angles.dims[-1].value:
+        # the layer's table turns every dim it reaches (Gemma 4's global layers: all of Dh_g;
+        # Laguna's sliding layers: their own R); a block indexer wider than it turns R of D_I;
+        # MLA's k_rope/q_rope are written as its R
+        r = 2 * angles.dims[-1].value
+        if x.dims[-1].value <= r and not m.mla:
             return self._rec(role, name, "rope", x, ew=ELEMENTWISE["rope"])
         # partial rotary: only the first R of Dh turn; the rest pass through
-        R = self.z.sym("R", m.rot)
+        R = self.z.sym("R" if r == m.rot else "R_s", r)
         return self._rec(role, name, "rope", x,
                          ew_extra=formula([ELEMENTWISE["rope"], *x.dims[:-1], R]),
-                         note=f"first R={m.rot} of Dh={m.dh}")
+                         note=f"first R={r} of Dh={m.dh}")
 
     def head_norm(self, x: Sym, role: str, name: str, heads: Dim) -> Sym:
         return self._rec(role, name, "layernorm", x, ew=ELEMENTWISE["layernorm"] + 1,

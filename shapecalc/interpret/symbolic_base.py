@@ -33,6 +33,7 @@ ELEMENTWISE: dict[str, int] = {
     "layernorm": 5,  # + 1 for γ, + 1 for β
     "rmsnorm": 3,  # + 1 for γ, + 1 for β
     "sigmoid": 4,  # negate, exp, add 1, divide
+    "softplus": 3,  # log(1 + eˣ): exp, add 1, log (Laguna's output gate)
     "topk": 1,  # one comparison per score
     "combine": 2,  # each expert output × its weight, summed
     "temperature": 6,  # per position: +1, ÷8192, floor, log1p, ×0.1, +1 (Llama 4)

@@ -62,8 +62,10 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     if m.positions in ("learned", "sinusoidal"):
         x = ops.positions(x, m.positions, m.max_positions)
     ple = gemma4.per_layer_inputs(ops, m, z, ids, x) if m.ple_dim else None  # Gemma 4
-    angles = gemma.rope_angles(ops, m, z.Tq, z.Dr if m.mla else _rotary(m, z),
-                               z.sym("Dh_g", m.global_head_dim) if m.global_head_dim else None)
+    angles = gemma.rope_angles(  # the full layers' R (Gemma 4: Dh_g), the sliding layers'
+        ops, m, z.Tq, z.Dr if m.mla else (z.sym("Dh_g", m.global_head_dim) if m.global_head_dim
+                                          else _rotary(m, z)),
+        _rotary(m, z, m.rotary_dim_local))
     if m.hc_streams:  # the residual becomes n_hc streams [B,T,n_hc,D]
         x = hyper.expand(ops, m, z, x)
 
@@ -215,9 +217,11 @@ def _times(ops: Ops, x: Any, factor: float | None, role: str, name: str) -> Any:
     return x if factor is None else ops.scale(x, role, name, factor, f"{factor:g}")
 
 
-def _rotary(m: ModelConfig, z: Sizes) -> Dim:
-    """R: the width RoPE turns in each head, Dh unless partial rotary."""
-    return z.Dh if m.rot == m.dh else z.sym("R", m.rot)
+def _rotary(m: ModelConfig, z: Sizes, r: int | None = None) -> Dim:
+    """R: the width RoPE turns in each head, Dh unless partial rotary (`r`: another layer
+    type's, Laguna's sliding layers)."""
+    r = m.rot if r is None else r
+    return z.Dh if r == m.dh else z.sym("R_s" if r != m.rot else "R", r)
 
 
 def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, h: Any,
@@ -272,11 +276,12 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
     o = ops.merge_heads(o, "attn.merge", "merge heads")
     if m.attn_output_gate:  # Qwen3-Next: o ⊙ sigmoid(h·W_g), W_g q_proj's second half
         g = ops.linear(h, "attn.gate", "output gate projection", z.D, qw, m.qkv_bias, "column")
-        o = ops.mul(o, ops.activation(g, "attn.gate.act", "output gate", "sigmoid"),
+        o = ops.mul(o, ops.activation(g, "attn.gate.act", "output gate", m.attn_gate_act),
                     "attn.gate.mul", "o ⊙ gate")
     if m.attn_head_gate:  # LFM3: each head's output × sigmoid(h·W_g), W_g [D, H] (g_proj)
         g = ops.linear(h, "attn.head_gate", "head gate projection", z.D, z.H, False, "column")
-        o = ops.head_gate(o, ops.activation(g, "attn.head_gate.act", "head gate", "sigmoid"),
+        o = ops.head_gate(o, ops.activation(g, "attn.head_gate.act", "head gate",
+                                            m.attn_gate_act),
                           "attn.head_gate.mul", "o ⊙ gate (per head)")
     return ops.linear(o, "attn.out", "output projection WO", qw, z.D, m.attn_out_bias, "row")
 

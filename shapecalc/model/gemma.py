@@ -12,20 +12,19 @@ from .ops import Ops
 from .plan import LayerSpec, layer_plan
 
 
-def rope_angles(ops: Ops, m: ModelConfig, T: Dim, R: Dim, R_full: Dim | None = None
-                ) -> tuple[Any, Any]:
+def rope_angles(ops: Ops, m: ModelConfig, T: Dim, R: Dim, R_local: Dim) -> tuple[Any, Any]:
     """(full layers' angles, sliding layers' angles): one table, or two where the sliding layers
-    have their own base θ (Gemma 3: 10 000 local, 1 000 000 global) or the full layers their own
-    head width (`R_full`: Gemma 4's Dh_g)."""
+    have their own base θ (Gemma 3: 10 000 local, 1 000 000 global) or the two layer types their
+    own rotated width (Laguna: partial RoPE on the full layers only; Gemma 4: the full layers'
+    Dh_g, `R` here)."""
     if m.positions != "rope":
         return None, None
-    angles = ops.rope_angles(T, R_full or R, m.rope_base)
-    sliding = "sliding" in (s.attention for s in layer_plan(m).kinds)
-    if R_full is not None and sliding:
-        return angles, ops.rope_angles(T, R, m.rope_base_local or m.rope_base, sliding=True)
-    if m.rope_base_local is None or not sliding:
+    angles = ops.rope_angles(T, R, m.rope_base)
+    own = (m.rope_base_local is not None or m.rotary_dim_local is not None
+           or m.global_head_dim is not None)
+    if not own or "sliding" not in (s.attention for s in layer_plan(m).kinds):
         return angles, angles
-    return angles, ops.rope_angles(T, R, m.rope_base_local, sliding=True)
+    return angles, ops.rope_angles(T, R_local, m.rope_base_local or m.rope_base, sliding=True)
 
 
 def score_scale(m: ModelConfig) -> tuple[float, str]:

@@ -240,6 +240,11 @@ class ModelFields(MixerFields):
     # routing and activation variants (DeepSeek-V4, Laguna)
     router_softcap: PosFloat | None = _doc(None, "c: router logits ← c·tanh(logits/c) before "
                                            "the scoring (moe_router_logit_softcapping)")
+    attn_gate_act: Literal["sigmoid", "softplus"] = _doc(
+        "sigmoid", "the output gates' activation (attn_output_gate, attn_head_gate): sigmoid, or "
+        "softplus log(1 + eˣ) (Laguna's g_proj)")
+    rotary_dim_local: Pos | None = _doc(None, "R of the sliding layers where it differs from "
+                                        "the full layers' (Laguna: RoPE per layer type)")
     hash_moe_layers: NonNeg = _doc(0, "the first n MoE layers choose their k experts by the "
                                    "token id (DeepSeek-V4's hash_moe: a frozen [N_vocab, k] "
                                    "tid2eid table, a buffer); the scores still weigh them")

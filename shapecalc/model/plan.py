@@ -208,4 +208,6 @@ def widened(model: ModelConfig, spec: LayerSpec) -> ModelConfig:
     per_layer_config); the model itself where the layer has none."""
     if not spec.widths:
         return model
-    return model.model_copy(update={**dict(spec.widths), "layer_widths": None})
+    # attention that projects q itself keeps its head width Dh and its H_kv K/V heads (Laguna)
+    keep = {} if model.mla else {"head_dim": model.dh, "n_kv_heads": model.kv_heads}
+    return model.model_copy(update={**keep, **dict(spec.widths), "layer_widths": None})

@@ -46,12 +46,16 @@ def check_llama4(m: ModelFields) -> None:
 
 def check_classic(m: ModelFields) -> None:
     rope = m.positions == "rope"
-    for f in ("rotary_dim", "rope_interleaved"):
+    for f in ("rotary_dim", "rope_interleaved", "rotary_dim_local"):
         if getattr(m, f) not in (None, False) and not rope:
             raise ShapecalcError(f, "needs positions rope")
     if m.rotary_dim is not None and (m.rotary_dim > m.dh or m.rotary_dim % 2):
         raise ShapecalcError("rotary_dim", f"R={m.rotary_dim} must be even and at most "
                              f"Dh={m.dh} (RoPE rotates pairs of a head's dims)")
+    local = m.rotary_dim_local
+    if local is not None and (local > m.dh or local % 2 or m.mla):
+        raise ShapecalcError("rotary_dim_local", f"R={local} must be even and at most Dh={m.dh}, "
+                             "without MLA")
     if m.parallel_norms == 2 and not m.parallel_block:
         raise ShapecalcError("parallel_norms", "2 norms are a parallel block's; set "
                              "parallel_block")

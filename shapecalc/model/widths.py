@@ -35,16 +35,35 @@ def check_widths(w: LayerWidths, n_layers: int, model: Any) -> None:
         if len(vals) != n_layers:
             raise ShapecalcError(f"layer_widths.{f}", f"lists {len(vals)} layers, but "
                                  f"N={n_layers}")
-        if f in (*MLA_WIDTHS, "n_heads") and model.kv_lora_rank is None:
+        if f in MLA_WIDTHS and model.kv_lora_rank is None:
             raise ShapecalcError(f"layer_widths.{f}", "is set per layer only with Multi-head "
                                  "Latent Attention (kv_lora_rank set): other attention keeps "
-                                 "one head width and KV heads for every layer")
+                                 "one head width for every layer")
+        if f == "n_heads" and model.kv_lora_rank is None:
+            _gqa_heads(vals, model)
         if f in MLA_WIDTHS and getattr(model, f) is None:
             raise ShapecalcError(f"layer_widths.{f}", f"is set per layer, but the model has no "
                                  f"{f}")
         if f == "qk_rope_head_dim" and set(vals) != {model.qk_rope_head_dim}:
             raise ShapecalcError(f"layer_widths.{f}", "differs between layers, but one RoPE "
                                  "table serves them all: D_r must be the model's")
+
+
+def _gqa_heads(heads: tuple[int, ...], model: Any) -> None:
+    """Each layer's own query heads H_ℓ on attention that projects q itself (Laguna), each a
+    whole number of the H_kv K/V groups it keeps."""
+    kv = model.n_kv_heads
+    bad = next((h for h in heads if kv is not None and h % kv), None)
+    if bad is not None:
+        raise ShapecalcError("layer_widths.n_heads", f"H_ℓ={bad} is not divisible by "
+                             f"H_kv={kv}")
+    for f in ("shared_kv", "fused_qkv", "parallel_block"):
+        if getattr(model, f):
+            raise ShapecalcError("layer_widths.n_heads", f"per-layer heads are not modelled "
+                                 f"with {f}")
+    if "cca" in model.mixers or model.positions == "alibi":
+        raise ShapecalcError("layer_widths.n_heads", "per-layer heads are not modelled with "
+                             "CCA or ALiBi")
 
 
 def overrides(w: LayerWidths | None, model: Any, layer: int) -> tuple[tuple[str, int], ...]:

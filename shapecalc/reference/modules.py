@@ -74,9 +74,10 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
     "attn.kv_b": (f"{_A}.kv_b_proj",),
     "attn.q_norm": (f"{_A}.q_norm", f"{_A}.q_layernorm"),
     "attn.k_norm": (f"{_A}.k_norm", f"{_A}.k_layernorm"),
-    # the attention output gate: AFMoE's gate_proj; Qwen3-Next's and Qwen3.5's q_proj's second half
-    "attn.gate": (f"{_A}.gate_proj", f"{_A}.q_proj"),
-    "attn.head_gate": (f"{_A}.g_proj",),  # LFM3's per-head gate
+    # the attention output gate: AFMoE's gate_proj; Laguna's per-channel g_proj; Qwen3-Next's and
+    # Qwen3.5's q_proj's second half
+    "attn.gate": (f"{_A}.gate_proj", f"{_A}.g_proj", f"{_A}.q_proj"),
+    "attn.head_gate": (f"{_A}.g_proj",),  # LFM3's and Laguna's per-head gate
     "attn.out": (f"{_A}.o_proj", f"{_A}.dense", f"{_A}.c_proj", f"{_A}.out_proj"),
     "ffn.gate": (f"{_F}.gate_proj", f"{_F}.gate_up_proj", f"{_F}.w1"),
     "ffn.up": (f"{_F}.up_proj", f"{_F}.gate_up_proj", f"{_F}.c_fc", f"{_F}.dense_h_to_4h",
@@ -84,6 +85,9 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
     "ffn.down": (f"{_F}.down_proj", f"{_F}.c_proj", f"{_F}.dense_4h_to_h", f"{_F}.fc2",
                  f"{_F}.fc_out", f"{_F}.w2"),
     "moe.router": (f"{_F}.gate", f"{_F}.router"),
+    # the routing's own parameters: Laguna's e_score_correction_bias is its router's (mlp.gate);
+    # AFMoE's expert_bias its MoE block's (no mlp.gate: the block itself)
+    "moe.route": (f"{_F}.gate",),
     "moe.experts.gate": (f"{_F}.experts",),
     "moe.experts.up": (f"{_F}.experts",),
     "moe.experts.down": (f"{_F}.experts",),

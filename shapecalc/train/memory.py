@@ -80,7 +80,9 @@ def check_trainable(model: ModelConfig) -> None:
                 "value_multiplier": model.value_multiplier is not None,
                 # Gemma 4's per-layer embeddings, K=V and KV sharing
                 "ple_dim": model.ple_dim is not None, "global_k_eq_v": model.global_k_eq_v,
-                "kv_shared_layers": model.kv_shared_layers > 0}
+                "kv_shared_layers": model.kv_shared_layers > 0,
+                # Laguna's softplus gate
+                "attn_gate_act": model.attn_gate_act != "sigmoid"}
     for key, given in variants.items():  # DeepSeek-V4's routing and activation variants
         if given:
             raise ShapecalcError(key, "has no backward rule yet: train and verify --train do "

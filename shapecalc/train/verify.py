@@ -110,6 +110,8 @@ def narrow(model: ModelConfig, dh: int = TRAIN_DH) -> ModelConfig:
             update["head_dim"] = model.dh // f
         if model.rotary_dim is not None:
             update["rotary_dim"] = max(2, model.rotary_dim // f // 2 * 2)
+        if model.rotary_dim_local is not None:  # Laguna's sliding layers' R, alike
+            update["rotary_dim_local"] = max(2, model.rotary_dim_local // f // 2 * 2)
     return model.model_copy(update=update)
 
 

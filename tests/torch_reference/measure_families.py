@@ -71,6 +71,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "nanochat": ("nanochat-d32",),
     "cohere2_moe": ("command-a-plus",),
     "mimo_v2_flash": ("mimo-v2-flash",),
+    "laguna": ("laguna",),
     # its class defaults only: the released checkpoints prune the LM head (refused)
     "apertus1p5_text": (),
     # Gemma 4: its preset from Gemma4TextConfig's defaults (no Hub config.json found); the
@@ -121,6 +122,13 @@ def _small(model_type: str, cfg: dict) -> dict:
         if isinstance(rope, dict) and "partial_rotary_factor" in rope:  # Mistral 4: RoPE's share
             nope, rot = SMALL_MLA["qk_nope_head_dim"], SMALL_MLA["qk_rope_head_dim"]
             out["rope_parameters"] = {**rope, "partial_rotary_factor": rot / (nope + rot)}
+    heads = cfg.get("num_attention_heads_per_layer")
+    if model_type == "laguna" and isinstance(heads, list):  # H's layers 4 heads, the others 6
+        out["num_attention_heads_per_layer"] = [
+            SMALL["num_attention_heads"] if x == cfg["num_attention_heads"] else 6
+            for x in heads[:LAYERS]]
+    if model_type == "laguna":  # its shared MLP, narrower than the dense one
+        out["shared_expert_intermediate_size"] = 48
     if isinstance(out.get("mlp_layer_types"), list):
         out["mlp_layer_types"] = out["mlp_layer_types"][:LAYERS]
     if cfg.get("v_head_dim") and "kv_lora_rank" not in cfg:  # MiMo: a value head narrower
