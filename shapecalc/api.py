@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from itertools import islice, repeat
+from operator import is_
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -276,8 +277,11 @@ def _rows(chunk: Any) -> Iterator[SweepRow]:
         return
     cols = {"case": [chunk.case], "model": [chunk.model]}
     for k, v in chunk.columns.items():
-        same = v.dtype.kind != "f" and bool((v == v[0]).all())  # (NaN is None: apart)
-        cols[k] = _values(v[:1] if same else v)
+        if v.dtype.kind == "O":  # one object at every row (a label): checked once
+            vals = v.tolist()
+            cols[k] = vals[:1] if all(map(is_, vals, repeat(vals[0]))) else vals
+        else:  # ints or bools equal at every row (floats apart: NaN is None, -0.0 is not 0.0)
+            cols[k] = _values(v[:1] if v.dtype.kind != "f" and (v == v[0]).all() else v)
     if not set(cols) <= set(_ROW_FIELDS):  # not a SweepRow's key: model_validate says so
         yield from _validated(cols)
         return
