@@ -49,7 +49,7 @@ from .scalar import SCALARS
 
 BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
-INTERVALS_KEPT = 65_536  # ClosedForm.interval's memo: ~10 MiB at most
+INTERVALS_KEPT = 4096  # ClosedForm.interval's memo: ~1 MiB at most (a closed form)
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ class ClosedForm:
     def interval(self, phase: str, t: int) -> tuple[int, int | None]:
         """The range [lo, hi] of T holding T = t within which the stage list keeps one structure
         (hi None: unbounded; a learned position table bounds it); kept (a grid, and each grid
-        of a planner's loop, looks up the same T again), for the last INTERVALS_KEPT T."""
+        of a planner's loop, looks up the same T again; at most INTERVALS_KEPT, then afresh)."""
         key = (phase, t)
         if key not in self._intervals:
             if len(self._intervals) >= INTERVALS_KEPT:

@@ -16,7 +16,7 @@ from ..model.quantization import DTYPE_FORMATS
 from .closed import INT64_LIMIT, ClosedForm, Regime, plain_only
 from .scalar import BOUNDS
 
-WORST_KEPT = 4096  # the bounds a regime keeps (_worst), by largest (B, T, s)
+WORST_KEPT = 256  # the bounds a regime keeps (_worst), by largest (B, T, s)
 
 
 class Arrays:
@@ -149,7 +149,7 @@ def _worst(cf: ClosedForm, phase: str, p: int, regime: Regime, b: int, t: int, s
     worst = 8 * max(int(v[0]) for v in vals.values()) + 7
     for r in (fm, rm):
         worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
-    if len(kept) >= WORST_KEPT:  # fit's searches try many largest B
+    if len(kept) >= WORST_KEPT:
         kept.clear()
     kept[b, t, s] = worst
     return worst
