@@ -12,9 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import cache
+from itertools import islice, repeat
+from operator import is_
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import TypeAdapter
 
 from .costs.schemas import TraceOut
 from .costs.trace import build_trace
@@ -259,16 +266,79 @@ def _axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
 
 
 def _rows(chunk: Any) -> Iterator[SweepRow]:
-    """A SweepChunk's rows, with the CLI's keys and values."""
-    cols = {k: _values(v) for k, v in chunk.columns.items()}
-    head = {"case": chunk.case, "model": chunk.model}
-    for values in zip(*cols.values(), strict=True):
-        yield SweepRow.model_validate({**head, **dict(zip(cols, values, strict=True))})
+    """A SweepChunk's rows, with the CLI's keys and values, each what `SweepRow.model_validate`
+    of its dict gives. pydantic checks each column at once, as the SweepRow field it fills (a
+    row validated by itself costs more than the closed form's evaluation of it); a column with
+    one value at every row is checked and stored once, in a template row that each row copies
+    before its own values go in; the rows are then made as `model_construct` makes them. The
+    chunk's first row, validated by itself, must agree in every field, type and given key."""
+    n = len(chunk)
+    if not n:
+        return
+    cols = {"case": [chunk.case], "model": [chunk.model]}
+    for k, v in chunk.columns.items():
+        if v.dtype.kind == "O":  # one object at every row (a label): checked once
+            vals = v.tolist()
+            cols[k] = vals[:1] if all(map(is_, vals, repeat(vals[0]))) else vals
+        else:  # ints or bools equal at every row (floats apart: NaN is None, -0.0 is not 0.0)
+            cols[k] = _values(v[:1] if v.dtype.kind != "f" and (v == v[0]).all() else v)
+    if not set(cols) <= set(_ROW_FIELDS):  # not a SweepRow's key: model_validate says so
+        yield from _validated(cols)
+        return
+    checked = {k: _column_check(k).validate_python(v) for k, v in cols.items()}
+    template = {k: checked[k][0] if k in cols else f.get_default(call_default_factory=True)
+                for k, f in _ROW_FIELDS.items()}
+    names = tuple(k for k, v in checked.items() if len(v) > 1)
+    points = zip(*(checked[k] for k in names), strict=True) if names else repeat((), n)
+    given = set(cols)
+    first = SweepRow.model_validate({k: v[0] for k, v in cols.items()})
+    row = template.copy()
+    row.update(zip(names, next(points), strict=True))
+    if (first.__pydantic_extra__ is not None or first.__pydantic_private__ is not None
+            or first.__pydantic_fields_set__ != given or list(first.__dict__) != list(row)
+            or any(type(a) is not type(b) or a != b
+                   for a, b in zip(row.values(), first.__dict__.values(), strict=True))):
+        yield from _validated(cols)  # a pydantic whose models are made otherwise: one by one
+        return
+    yield first
+    # the rest a batch at a time, by C-level loops (map): a Python loop costs as much again
+    new, put = SweepRow.__new__, object.__setattr__
+    while batch := list(islice(points, ROWS_BATCH)):
+        m = len(batch)
+        rows = list(map(dict.copy, repeat(template, m)))
+        deque(map(dict.update, rows, map(zip, repeat(names), batch)), maxlen=0)
+        out = list(map(new, repeat(SweepRow, m)))
+        for attr, values in (("__dict__", rows),
+                             # each row its own set, as validated
+                             ("__pydantic_fields_set__", map(set, repeat(given, m))),
+                             ("__pydantic_extra__", repeat(None, m)),
+                             ("__pydantic_private__", repeat(None, m))):
+            deque(map(put, out, repeat(attr), values), maxlen=0)
+        yield from out
+
+
+_ROW_FIELDS = SweepRow.model_fields
+ROWS_BATCH = 1024  # sweep rows made together (_rows)
+
+
+@cache
+def _column_check(key: str) -> TypeAdapter[list[Any]]:
+    """pydantic's check of SweepRow's field `key`, over a column of values."""
+    f = _ROW_FIELDS[key]
+    item: Any = Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation
+    return TypeAdapter(list[item])  # type: ignore[valid-type]
+
+
+def _validated(cols: dict[str, list[Any]]) -> Iterator[SweepRow]:
+    """The rows one by one through model_validate (a column of one value: at every row)."""
+    n = max(len(v) for v in cols.values())
+    for i in range(n):
+        yield SweepRow.model_validate({k: v[i if len(v) > 1 else 0] for k, v in cols.items()})
 
 
 def _values(col: Any) -> list[Any]:
     """A column as Python values: exact ints, floats with NaN as None (JSON's null)."""
     out = col.tolist()
-    if getattr(col, "dtype", None) is not None and col.dtype.kind == "f":
+    if getattr(col, "dtype", None) is not None and col.dtype.kind == "f" and np.isnan(col).any():
         return [None if x != x else x for x in out]
     return list(out)

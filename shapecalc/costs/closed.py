@@ -49,6 +49,7 @@ from .scalar import SCALARS
 
 BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
+INTERVALS_KEPT = 4096  # ClosedForm.interval's memo: ~1 MiB at most (a closed form)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class ClosedForm:
         self.mla_form = mla_form  # MLA models: the cache and decode form (None: absorbed)
         self.mla = mla_form or MLA_DEFAULT
         self._fits: dict[tuple[str, int, int], Regime] = {}  # (phase, p, lo): one regime
+        self._intervals: dict[tuple[str, int], tuple[int, int | None]] = {}  # (phase, t)
 
     # -- fitting -------------------------------------------------------------------------------
     def workload(self, batch: int, seq: int, phase: str, tp: int, **dt: str) -> Workload:
@@ -173,7 +175,16 @@ class ClosedForm:
 
     def interval(self, phase: str, t: int) -> tuple[int, int | None]:
         """The range [lo, hi] of T holding T = t within which the stage list keeps one structure
-        (hi None: unbounded; a learned position table bounds it)."""
+        (hi None: unbounded; a learned position table bounds it); kept (a grid, and each grid
+        of a planner's loop, looks up the same T again; at most INTERVALS_KEPT, then afresh)."""
+        key = (phase, t)
+        if key not in self._intervals:
+            if len(self._intervals) >= INTERVALS_KEPT:
+                self._intervals.clear()
+            self._intervals[key] = self._interval(phase, t)
+        return self._intervals[key]
+
+    def _interval(self, phase: str, t: int) -> tuple[int, int | None]:
         cuts, chunks = self._cuts(phase)
         lo = max((c for c in cuts if c < t), default=0) + 1
         his = [c for c in cuts if c >= t]

@@ -16,6 +16,8 @@ from ..model.quantization import DTYPE_FORMATS
 from .closed import INT64_LIMIT, ClosedForm, Regime, plain_only
 from .scalar import BOUNDS
 
+WORST_KEPT = 256  # the bounds a regime keeps (_worst), by largest (B, T, s)
+
 
 class Arrays:
     """NumPy as the namespace `ClosedForm.compute` and planning take (see scalar.Scalars)."""
@@ -124,23 +126,33 @@ def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
     """True when some value or intermediate of the grid could reach 2⁶²."""
     if not groups:
         return False
-    bc, tc, sc = (np.array([int(x.max())], dtype=object) for x in (B, T, S))
+    b, t, s = int(B.max()), int(T.max()), int(S.max())
+    return any(_worst(cf, phase, p, regime, b, t, s) >= INT64_LIMIT
+               for (phase, p), regime, _ in groups)
+
+
+def _worst(cf: ClosedForm, phase: str, p: int, regime: Regime, b: int, t: int, s: int) -> int:
+    """A bound on every value and intermediate of the regime's points up to B=b, T=t, s; kept
+    in the regime (a planner's loop evaluates grids with the same largest point again)."""
+    kept = regime.memo.setdefault("worst", {})
+    if (b, t, s) in kept:
+        return int(kept[b, t, s])
+    bc, tc, sc = (np.array([x], dtype=object) for x in (b, t, s))
     wide = {k: np.array([64], dtype=object) for k in ("w", "kv", "act")}
-    for (phase, p), regime, _ in groups:
-        full = cf._regime_for(phase, 1, regime.lo)
-        # every derived value is monotone in the polynomials' counts, so evaluating it exactly at
-        # the largest B, T and s with all coefficients made positive (a majorant of the
-        # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
-        fm, rm = full.majorant(), regime.majorant()
-        # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
-        vals = cf.compute(fm, rm, p, bc, tc, sc, wide, object, ARRAYS)
-        worst = 8 * max(int(v[0]) for v in vals.values()) + 7
-        b, t = int(bc[0]), int(tc[0])
-        for r in (fm, rm):
-            worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
-        if worst >= INT64_LIMIT:
-            return True
-    return False
+    full = cf._regime_for(phase, 1, regime.lo)
+    # every derived value is monotone in the polynomials' counts, so evaluating it exactly at
+    # the largest B, T and s with all coefficients made positive (a majorant of the
+    # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
+    fm, rm = full.majorant(), regime.majorant()
+    # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
+    vals = cf.compute(fm, rm, p, bc, tc, sc, wide, object, ARRAYS)
+    worst = 8 * max(int(v[0]) for v in vals.values()) + 7
+    for r in (fm, rm):
+        worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
+    if len(kept) >= WORST_KEPT:
+        kept.clear()
+    kept[b, t, s] = worst
+    return worst
 
 
 def _as_slice(idx: np.ndarray) -> np.ndarray | slice:

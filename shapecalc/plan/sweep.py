@@ -215,16 +215,30 @@ class SweepGrid:
                      for d, a in zip(self.dnames, self.acts, strict=True)]
             peaks = [gpu.peak(str(x)) for x in names]
             peak = np.array([np.nan if v is None else v for v in peaks], dtype=float)[di]
+            # the fit columns do not depend on the phase: a chunk holding the same points
+            # twice (prefill, then decode) plans its first half and repeats it
+            h = B.size // 2 if _twice(B, T, P, S, di, kvi) else B.size
+            Bh, Th, Ph, Sh, dh, kh, ah, ch, wh = (
+                x[:h] for x in (B, T, P, S, dbits, kbits, abits, peak, di))
             with np.errstate(over="ignore"):  # a time past 1.8e308 is inf, written null
-                plan = _by_weights(self.cfs_fit, di, lambda cf, i: plan_arrays(
-                    cf, gpu, opts, B[i], T[i], P[i], S[i], dbits[i], kbits[i], abits[i],
-                    peak[i], ep=self.ep))
+                plan = _by_weights(self.cfs_fit, wh, lambda cf, i: plan_arrays(
+                    cf, gpu, opts, Bh[i], Th[i], Ph[i], Sh[i], dh[i], kh[i], ah[i],
+                    ch[i], ep=self.ep))
+            if h < B.size:
+                plan = {k: np.concatenate([v, v]) for k, v in plan.items()}
             for k in SWEEP_FIT_KEYS:
                 cols[k] = plan[k]
             if opts.price is not None:
                 for k in PRICE_KEYS:
                     cols[k] = plan[k]
         return SweepChunk(self.case, self.model, cols, self.skipped, codes)
+
+
+def _twice(*columns: np.ndarray) -> bool:
+    """Whether each column's second half repeats its first."""
+    n = columns[0].size
+    return n > 1 and n % 2 == 0 and all(
+        np.array_equal(c[: n // 2], c[n // 2:]) for c in columns)
 
 
 def _by_weights(cfs: list[ClosedForm], di: np.ndarray,
