@@ -13,7 +13,6 @@ coefficients at the largest B and T of the grid), else with object arrays of Pyt
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
@@ -44,49 +43,13 @@ from ..model.parallel import (
 from ..model.plan import Chunk, layer_plan
 from ..model.quant import WeightSums, stage_weight_bytes, weight_sums
 from ..model.quantization import DTYPE_FORMATS, Quantization
-from .poly import FIT_DTYPES, Poly, measure
+from .poly import FIT_DTYPES, measure
+from .regime import Regime
 from .scalar import SCALARS
 
 BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
 INTERVALS_KEPT = 4096  # ClosedForm.interval's memo: ~1 MiB at most (a closed form)
-
-
-@dataclass(frozen=True)
-class Regime:
-    """T in [lo, hi] (hi None: unbounded) for one (phase, p): every number a Poly."""
-
-    lo: int
-    hi: int | None
-    polys: dict[str, Poly]
-    tags: dict[str, Any]
-    decode: bool = False
-    # the tag scans compute makes at every point, done once a regime (byte_sum, largest)
-    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    def tagged(self, prefix: str) -> list[tuple[str, Any, Any]]:
-        """(key, class, repeat) of the tags under `prefix.`, in order."""
-        if (prefix, None) not in self.memo:
-            self.memo[prefix, None] = [(k, *tg) for k, tg in self.tags.items()
-                                       if k.startswith(prefix + ".")]
-        return self.memo[prefix, None]
-
-    def activations(self, skip: tuple[str, ...]) -> list[tuple[str, Any]]:
-        """(key, class) of the activations, those of a kind in `skip` left out, each distinct
-        (polynomial, class) once."""
-        if ("act", skip) not in self.memo:
-            seen, out = set(), []
-            for k, (cls, kind) in ((k, tg) for k, tg in self.tags.items() if k.startswith("act.")):
-                sig = (self.polys[k], cls)
-                if kind not in skip and sig not in seen:
-                    seen.add(sig)
-                    out.append((k, cls))
-            self.memo["act", skip] = out
-        return self.memo["act", skip]
-
-    def majorant(self) -> Regime:
-        return Regime(self.lo, self.hi, {k: v.majorant() for k, v in self.polys.items()},
-                      self.tags, self.decode)
 
 
 class ClosedForm:

@@ -1,0 +1,46 @@
+"""One regime of a closed form: the range of T over which the stage list keeps one structure,
+and every number of it a polynomial in B and T (closed.py fits them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .poly import Poly
+
+
+@dataclass(frozen=True)
+class Regime:
+    """T in [lo, hi] (hi None: unbounded) for one (phase, p): every number a Poly."""
+
+    lo: int
+    hi: int | None
+    polys: dict[str, Poly]
+    tags: dict[str, Any]
+    decode: bool = False
+    # the tag scans compute makes at every point, done once a regime (byte_sum, largest)
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def tagged(self, prefix: str) -> list[tuple[str, Any, Any]]:
+        """(key, class, repeat) of the tags under `prefix.`, in order."""
+        if (prefix, None) not in self.memo:
+            self.memo[prefix, None] = [(k, *tg) for k, tg in self.tags.items()
+                                       if k.startswith(prefix + ".")]
+        return self.memo[prefix, None]
+
+    def activations(self, skip: tuple[str, ...]) -> list[tuple[str, Any]]:
+        """(key, class) of the activations, those of a kind in `skip` left out, each distinct
+        (polynomial, class) once."""
+        if ("act", skip) not in self.memo:
+            seen, out = set(), []
+            for k, (cls, kind) in ((k, tg) for k, tg in self.tags.items() if k.startswith("act.")):
+                sig = (self.polys[k], cls)
+                if kind not in skip and sig not in seen:
+                    seen.add(sig)
+                    out.append((k, cls))
+            self.memo["act", skip] = out
+        return self.memo["act", skip]
+
+    def majorant(self) -> Regime:
+        return Regime(self.lo, self.hi, {k: v.majorant() for k, v in self.polys.items()},
+                      self.tags, self.decode)
