@@ -210,6 +210,28 @@ def transformers_kv(measured: dict[str, Any]) -> tuple[list[int], list[str]]:
     return out, sorted(notes)
 
 
+V4_ENTRIES = ("compressed_kv",)  # DeepSeek-V4's compressed entries: its cache's keys, as
+# shapecalc counts them (a decode reads them beside the window)
+
+
+def _v4_entries(model: ModelConfig, measured: dict[str, Any], kv: list[int],
+                notes: list[str]) -> tuple[str, ...]:
+    """DeepSeek-V4 (shared K=V) in shapecalc's conventions, `kv` and `notes` changed in place:
+    its one K=V tensor once (transformers' layers store it as keys and values), its compressed
+    entries counted as KV (transformers' are a layer attribute beside them). Returns the parts
+    moved from the states to the KV."""
+    if not model.shared_kv or "cache_tensors" not in measured:
+        return ()
+    for i, b in enumerate(kv):
+        kv[i] = b // 2
+    for t in measured["cache_tensors"]:
+        if t["part"] in V4_ENTRIES:
+            kv[t["layer"]] += t["bytes"]
+    notes.append("DeepSeek-V4's K=V: transformers caches it as keys and values, shapecalc once; "
+                 "its compressed entries are KV in shapecalc")
+    return V4_ENTRIES
+
+
 def _decode_chunk_fix(measured: dict[str, Any], places: Places) -> tuple[dict[str, int], list[str]]:
     """transformers' decode FLOPs per module with a chunked layer's query reading the current
     chunk's (T mod C)+1 keys, as shapecalc counts, instead of transformers' min(T, C−1)+1."""
@@ -268,6 +290,7 @@ def compare(model: ModelConfig, wl: Workload, measured: dict[str, Any],
     order = measured["order"]
     dec_theirs, dec_notes = _decode_chunk_fix(measured, places)
     kv_theirs, kv_notes = transformers_kv(measured)
+    entries = _v4_entries(model, measured, kv_theirs, kv_notes)
     kv_mod, kv_mod_theirs = (_by_layer(kv, places)
                              for kv in (_kv_layers(st_pre, kind_of), kv_theirs))
     B, T = wl.batch, wl.seq
@@ -287,7 +310,8 @@ def compare(model: ModelConfig, wl: Workload, measured: dict[str, Any],
     if "cache_tensors" in measured:  # a live measurement: every tensor of the cache
         from ..reference.measure import KV_PARTS
 
-        states = sum(t["bytes"] for t in measured["cache_tensors"] if t["part"] not in KV_PARTS)
+        states = sum(t["bytes"] for t in measured["cache_tensors"]
+                     if t["part"] not in (*KV_PARTS, *entries))
         checks.append(_check(f"state cache bytes after the prefill ({wl.dtype})",
                              "state_cache_bytes", t_pre["state_cache_bytes"], states, None, None))
     conventions = [*kv_notes, *dec_notes]
