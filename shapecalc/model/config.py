@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic_core import ValidationError
 
-from . import conventions, rules
+from . import conventions, rules, rules_inkling
 from .errors import ShapecalcError
 from .model_fields import ModelFields
 from .quantization import DTYPE_FORMATS
@@ -113,6 +113,7 @@ class ModelConfig(ModelFields):
         rules.check_hyper(self)
         rules.check_shared_kv(self)
         rules.check_zaya(self)
+        rules_inkling.check_inkling(self)
         rules.check_sliding_heads(self)
         rules.check_block_sparse(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
@@ -248,6 +249,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if "cca" in model.mixers and p > 1:  # its value halves interleave the KV heads' channels
         raise ShapecalcError("tp", "CCA layers under tensor parallelism are not modelled (the "
                              "value's two halves do not split by KV head)")
+    if "inkling" in model.mixers and p > 1:
+        raise ShapecalcError("tp", "Inkling's layers under tensor parallelism are not modelled "
+                             "(its layers' convs, bias profiles and shared experts' weights)")
     if "cca" in model.mixers and wl.state_cache == "vllm":
         raise ShapecalcError("state_cache", "vllm: no vLLM layout of CCA's state is modelled "
                              "(transformers' conv window and delayed value only)")
