@@ -15,8 +15,10 @@ import pytest
 from shapecalc.check.verify import verify
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
+from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
-from shapecalc.model.plan import layer_plan
+from shapecalc.model.plan import layer_plan, widened
+from shapecalc.model.widths import LayerWidths, check_widths
 
 # 3 layers: sliding (own heads 6, 3, 10), full, sliding; a dense first layer; W = 6, X_rel = 5;
 # the full layer's logits log-scaled from position 3 on
@@ -133,3 +135,36 @@ def test_against_transformers_with_an_unpadded_head(cli, tmp_path):
     path.write_text(json.dumps(case["hf_config"]))
     r = cli("verify", "--against", "transformers", "--hf-config", str(path), "--seq", "40")
     assert r.code == 0 and "all checks pass" in r.out, (r.out, r.err)
+
+
+def test_the_presets_kv_cache_by_each_layers_own_heads(cli):
+    """The sliding layers' 16 KV heads and the full layers' 8 (layer_widths.n_kv_heads) in the
+    trace's cache and in fit's (B=8, T=8192: the 55 sliding layers hold W = 512 tokens)."""
+    sliding, full = 55 * 8 * 512 * 2 * 16 * 128 * 2, 11 * 8 * 8192 * 2 * 8 * 128 * 2
+    args = ("--preset", "inkling", "--batch", "8", "--seq", "8192", "--json")
+    t = json.loads(cli("trace", *args).out)["totals"]
+    assert [g["bytes"] for g in t["kv_cache_groups"]] == [sliding, full]
+    assert t["kv_cache_paged_bytes"] == t["kv_cache_bytes"] == sliding + full == 4_798_283_776
+    assert t["kv_cache_bytes_per_token"] == 55 * 2 * 16 * 128 * 2 + 11 * 2 * 8 * 128 * 2
+    fit = json.loads(cli("fit", *args, "--gpu", "h200").out)
+    assert fit["memory_per_rank"]["kv_cache"] == sliding + full
+
+
+def test_layer_widths_kv_heads_and_head_dim(tmp_path):
+    """A GQA layer's own H_kv and Dh (layer_widths.n_kv_heads, head_dim): widened takes them
+    from the layer; each layer's H a whole number of its own H_kv groups; not on MLA."""
+    m = _load(tmp_path, INKLING)
+    kinds = layer_plan(m).kinds
+    assert [(w.n_heads, w.kv_heads, w.dh) for w in (widened(m, k) for k in kinds)] == [
+        (6, 3, 10), (4, 2, 8), (6, 3, 10)]
+    assert kinds[0].label.endswith("· H=6 · H_kv=3 · Dh=10")
+    widths = m.layer_widths.model_dump()
+    with pytest.raises(ShapecalcError) as err:  # H_ℓ = 6 over 4 KV heads
+        m.model_copy(update={"layer_widths": {**widths, "n_kv_heads": (4, 2, 4)}})._check()
+    assert err.value.field == "layer_widths.n_heads"
+    with pytest.raises(ShapecalcError) as err:  # a list of other than N values
+        m.model_copy(update={"layer_widths": {**widths, "head_dim": (10, 8)}})._check()
+    assert err.value.field == "layer_widths.head_dim"
+    with pytest.raises(ShapecalcError) as err:
+        check_widths(LayerWidths(n_kv_heads=(2, 2, 2)), 3, load_preset("deepseek-v3"))
+    assert err.value.field == "layer_widths.n_kv_heads"
