@@ -168,3 +168,18 @@ def test_layer_widths_kv_heads_and_head_dim(tmp_path):
     with pytest.raises(ShapecalcError) as err:
         check_widths(LayerWidths(n_kv_heads=(2, 2, 2)), 3, load_preset("deepseek-v3"))
     assert err.value.field == "layer_widths.n_kv_heads"
+
+
+def test_layer_widths_kv_heads_on_plain_attention():
+    """layer_widths.n_kv_heads on a plain GQA model: each layer's K and V of its own heads,
+    tp splits every layer's H_kv (or refuses in one field), verify passes at tp 1 and 2."""
+    m = ModelConfig(vocab_size=64, d_model=48, n_layers=2, n_heads=12, n_kv_heads=4, d_ff=64,
+                    positions="rope", layer_widths={"n_kv_heads": (4, 6)})
+    t = build_trace(m, Workload(batch=1, seq=8))["totals"]
+    assert t["kv_cache_bytes"] == 2 * 2 * 8 * 4 * (4 + 6)  # bf16 · K, V · T · Dh · Σ H_kv
+    with pytest.raises(ShapecalcError, match="H_kv=6") as err:
+        build_trace(m, Workload(batch=1, seq=8, tp=4))
+    assert err.value.field == "tp"
+    for tp in (1, 2):
+        r = verify(m, Workload(batch=1, seq=8, dtype="fp32", tp=tp), precision="float64")
+        assert r["ok"], [c["name"] for c in r["checks"] if not c["ok"]]

@@ -222,14 +222,15 @@ def check(model: ModelConfig, wl: Workload) -> None:
             raise ShapecalcError("tp", f"p={p} does not divide a layer's H={h} query heads")
     if model.d_ff % p:
         raise ShapecalcError("tp", f"p={p} does not divide Dff={model.d_ff}")
-    hkv = model.kv_heads
-    # vLLM: with fewer KV heads than ranks each rank holds one replicated KV head.
-    if hkv >= p and hkv % p:
-        raise ShapecalcError("tp", f"p={p} does not divide H_kv={hkv} key/value heads")
-    if hkv < p and p % hkv:
-        raise ShapecalcError(
-            "tp", f"p={p} is not a multiple of H_kv={hkv}, so KV heads cannot be replicated evenly"
-        )
+    # a layer of its own KV heads (layer_widths.n_kv_heads) splits as the model's do
+    for hkv in dict.fromkeys((model.kv_heads, *((model.layer_widths.n_kv_heads or ())
+                                                if model.layer_widths else ()))):
+        # vLLM: with fewer KV heads than ranks each rank holds one replicated KV head.
+        if hkv >= p and hkv % p:
+            raise ShapecalcError("tp", f"p={p} does not divide H_kv={hkv} key/value heads")
+        if hkv < p and p % hkv:
+            raise ShapecalcError("tp", f"p={p} is not a multiple of H_kv={hkv}, so KV heads "
+                                 "cannot be replicated evenly")
     # the stateful mixers split by heads, as vLLM does: each rank whole groups (Mamba-2's B, C;
     # gated DeltaNet's q/k heads and their value heads)
     if "mamba2" in model.mixers and model.ssm_groups % p:
