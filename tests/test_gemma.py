@@ -213,6 +213,6 @@ def test_kv_cache_groups_sum_to_the_cache_on_every_preset(phase):
         t = build_trace(m, wl)["totals"]
         assert sum(g["bytes"] for g in t["kv_cache_groups"]) == t["kv_cache_bytes"], name
         # every layer that attends (a stateful mixer's layer keeps its state instead; Falcon-H1's
-        # parallel layers and ZAYA's CCA attend)
-        attending = sum(mx in ("attention", "parallel", "cca") for mx in m.mixers)
+        # parallel layers, ZAYA's CCA and Inkling's conv-wrapped attention attend)
+        attending = sum(mx in ("attention", "parallel", "cca", "inkling") for mx in m.mixers)
         assert sum(g["layers"] for g in t["kv_cache_groups"]) == attending, name
