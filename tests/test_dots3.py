@@ -204,7 +204,8 @@ def test_live(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     sys.path.insert(0, str(Path(__file__).parents[1]))
-    from tests.torch_reference.measure_dots3 import DOTS3_REDUCED, _build_text, _steps
+    from tests.torch_reference.measure_dots3 import DOTS3_REDUCED, _build_text
+    from tests.torch_reference.measure_selected import _steps
     model, cfg = _build_text(DOTS3_REDUCED, __import__("torch").float32)
     got = _steps(model, cfg.vocab_size, 16, False)
     want = CASES["dots3"]["reduced"]["steps"][0]

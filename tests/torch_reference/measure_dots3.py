@@ -22,21 +22,15 @@ The counting is measure_selected.py's (shapecalc/reference/measure.py's ``count`
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import warnings
 from typing import Any
 
-import torch
-import transformers
 from transformers import AutoModelForCausalLM
 from transformers.models.dots3_note.configuration_dots3_note import Dots3NoteTextConfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from shapecalc.reference.measure import forward_steps, n_params
-from tests.torch_reference.measure_selected import _build, _cache_tensors, _steps
+from tests.torch_reference.measure_selected import run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
@@ -73,43 +67,7 @@ def _build_text(raw: dict[str, Any], dtype: Any) -> Any:
     return model.eval(), model.config
 
 
-def measure(case: dict[str, Any]) -> dict[str, Any]:
-    raw = case.get("hf_config") or json.load(open(os.path.join(DATA, case["config"])))
-    model, cfg = _build(raw, "meta", torch.bfloat16)
-    out: dict[str, Any] = {"name": case["name"], "hf_config": raw,
-                           "full": {"params_meta": n_params(model),
-                                    "steps": [_steps(model, cfg.vocab_size, T, True)
-                                              for T in case["seqs"]]}}
-    if "reduced" in case:
-        torch.manual_seed(0)
-        small, scfg = _build_text(case["reduced"], torch.float32)
-        steps = [_steps(small, scfg.vocab_size, T, False) for T in case["reduced_seqs"]]
-        bf, bcfg = _build_text(case["reduced"], torch.bfloat16)  # the cache in bf16
-        for s in steps:
-            s["cache_after_prefill_bf16"] = forward_steps(
-                bf, bcfg.vocab_size, 1, s["seq"], last=False, at_cache=_cache_tensors,
-                count_fn=lambda fn: fn())["at_cache"]
-        out["reduced"] = {"hf_config": case["reduced"], "params": n_params(small),
-                          "steps": steps}
-    return out
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(DATA, "dots3_reference.json"))
-    ap.add_argument("--only", action="append", help="measure only these cases (by name)")
-    args = ap.parse_args()
-    transformers.logging.set_verbosity_error()
-    warnings.simplefilter("ignore")
-    old = json.load(open(args.out))["cases"] if os.path.exists(args.out) else []
-    cases = {c["name"]: c for c in old}
-    for case in CASES:
-        if args.only and case["name"] not in args.only:
-            continue
-        print("measuring", case["name"], flush=True)
-        cases[case["name"]] = measure(case)
-    doc = {
-        "how": "tests/torch_reference/measure_dots3.py: params on the meta device at full size; "
+HOW = ("tests/torch_reference/measure_dots3.py: params on the meta device at full size; "
                "FLOPs = FlopCounterMode (shapecalc/reference/measure.py's count) at full size on "
                "the meta device (bf16, eager attention, experts_implementation=batched_mm) and "
                "at a reduced width on real tensors (float32, CPU, real routing on the eager "
@@ -117,13 +75,11 @@ def main() -> None:
                "logits on every position, prefill and one decode step on the prefill's cache; "
                "cache bytes = every tensor of transformers' cache after the prefill (the "
                "latents, k_rope and the indexer's keys, which it keeps in fp32; a sliding "
-               "layer keeps W-1 tokens).",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        "cases": [cases[c["name"]] for c in CASES if c["name"] in cases],
-    }
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+               "layer keeps W-1 tokens).")
+
+
+def main() -> None:
+    run(CASES, os.path.join(DATA, "dots3_reference.json"), HOW, _build_text)
 
 
 if __name__ == "__main__":

@@ -118,7 +118,10 @@ def _build(raw: dict[str, Any], device: str, dtype: Any) -> Any:
     return model.eval(), model.config
 
 
-def measure(case: dict[str, Any]) -> dict[str, Any]:
+def measure(case: dict[str, Any], reduced: Any = None) -> dict[str, Any]:
+    """One case: at full size on the meta device, and at reduced width on real tensors;
+    `reduced(raw, dtype)` builds the reduced model (default: `_build` on the CPU)."""
+    build = reduced or (lambda raw, dtype: _build(raw, "cpu", dtype))
     raw = case.get("hf_config") or json.load(open(os.path.join(DATA, case["config"])))
     model, cfg = _build(raw, "meta", torch.bfloat16)
     out: dict[str, Any] = {"name": case["name"], "hf_config": raw,
@@ -127,9 +130,9 @@ def measure(case: dict[str, Any]) -> dict[str, Any]:
                                               for T in case["seqs"]]}}
     if "reduced" in case:
         torch.manual_seed(0)
-        small, scfg = _build(case["reduced"], "cpu", torch.float32)
+        small, scfg = build(case["reduced"], torch.float32)
         steps = [_steps(small, scfg.vocab_size, T, False) for T in case["reduced_seqs"]]
-        bf, bcfg = _build(case["reduced"], "cpu", torch.bfloat16)  # the cache in bf16
+        bf, bcfg = build(case["reduced"], torch.bfloat16)  # the cache in bf16
         for s in steps:
             s["cache_after_prefill_bf16"] = forward_steps(
                 bf, bcfg.vocab_size, 1, s["seq"], last=False, at_cache=_cache_tensors,
@@ -139,34 +142,41 @@ def measure(case: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(DATA, "selected_reference.json"))
-    ap.add_argument("--only", action="append", help="measure only these cases (by name)")
-    args = ap.parse_args()
-    transformers.logging.set_verbosity_error()
-    warnings.simplefilter("ignore")
-    old = json.load(open(args.out))["cases"] if os.path.exists(args.out) else []
-    cases = {c["name"]: c for c in old}
-    for case in CASES:
-        if args.only and case["name"] not in args.only:
-            continue
-        print("measuring", case["name"], flush=True)
-        cases[case["name"]] = measure(case)
-    doc = {
-        "how": "tests/torch_reference/measure_selected.py: params on the meta device at full "
+HOW = ("tests/torch_reference/measure_selected.py: params on the meta device at full "
                "size; FLOPs = FlopCounterMode (shapecalc/reference/measure.py's count) at full "
                "size on the meta device (bf16, eager attention, experts_implementation="
                "batched_mm) and at a reduced width on real tensors (float32, CPU, real routing "
                "and top-k), B=1, logits on every position, prefill and one decode step on the "
                "prefill's cache; cache bytes = every tensor of transformers' cache after the "
-               "prefill (the latent keys/values and the indexer's key cache).",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        "cases": [cases[c["name"]] for c in CASES if c["name"] in cases],
-    }
+               "prefill (the latent keys/values and the indexer's key cache).")
+
+
+def run(cases: list[dict[str, Any]], out: str, how: str, reduced: Any = None) -> None:
+    """The command line of this script and of the ones that reuse its counting
+    (measure_dots3.py): --out, --only; the cases not measured again are kept from --out."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--only", action="append", help="measure only these cases (by name)")
+    args = ap.parse_args()
+    transformers.logging.set_verbosity_error()
+    warnings.simplefilter("ignore")
+    old = json.load(open(args.out))["cases"] if os.path.exists(args.out) else []
+    done = {c["name"]: c for c in old}
+    for case in cases:
+        if args.only and case["name"] not in args.only:
+            continue
+        print("measuring", case["name"], flush=True)
+        done[case["name"]] = measure(case, reduced)
+    doc = {"how": how,
+           "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+           "cases": [done[c["name"]] for c in cases if c["name"] in done]}
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
+
+
+def main() -> None:
+    run(CASES, os.path.join(DATA, "selected_reference.json"), HOW)
 
 
 if __name__ == "__main__":
