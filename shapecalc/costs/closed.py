@@ -122,6 +122,8 @@ class ClosedForm:
         self.mla_form = mla_form  # MLA models: the cache and decode form (None: absorbed)
         self.mla = mla_form or MLA_DEFAULT
         self._fits: dict[tuple[str, int, int], Regime] = {}  # (phase, p, lo): one regime
+        # (phase, t): interval's answer; a sweep asks it for every distinct T of each part
+        self._intervals: dict[tuple[str, int], tuple[int, int | None]] = {}
 
     # -- fitting -------------------------------------------------------------------------------
     def workload(self, batch: int, seq: int, phase: str, tp: int, **dt: str) -> Workload:
@@ -174,6 +176,11 @@ class ClosedForm:
     def interval(self, phase: str, t: int) -> tuple[int, int | None]:
         """The range [lo, hi] of T holding T = t within which the stage list keeps one structure
         (hi None: unbounded; a learned position table bounds it)."""
+        if (phase, t) not in self._intervals:
+            self._intervals[phase, t] = self._interval(phase, t)
+        return self._intervals[phase, t]
+
+    def _interval(self, phase: str, t: int) -> tuple[int, int | None]:
         cuts, chunks = self._cuts(phase)
         lo = max((c for c in cuts if c < t), default=0) + 1
         his = [c for c in cuts if c >= t]
