@@ -70,6 +70,9 @@ class SweepChunk:
     columns: dict[str, np.ndarray]
     skipped: dict[str, int]
     codes: dict[str, tuple[np.ndarray, tuple[str, ...]]] = field(default_factory=dict)
+    # shared by the chunks of both phases that hold the same plan columns (the same arrays): a
+    # writer keeps each such column's text there once (render/sweep.py)
+    memo: dict[Any, Any] | None = None
 
     def __len__(self) -> int:
         return int(next(iter(self.columns.values())).size) if self.columns else 0
@@ -145,7 +148,7 @@ class SweepGrid:
         self.cf_fit = None
         self.cfs_fit = self.cfs
         # plans kept for the same rows of a later phase (chunks): popped when used
-        self._plans: dict[Any, dict[str, np.ndarray]] = {}
+        self._plans: dict[Any, tuple[dict[str, np.ndarray], dict[Any, Any]]] = {}
         if gpu is not None:
             # serving computes the logits of the last position only (unless --logits says so)
             if "logits" not in fields:
@@ -230,6 +233,7 @@ class SweepGrid:
         }
         for k in SWEEP_KEYS:
             cols[k] = res[k]
+        memo: dict[Any, Any] | None = None
         if self.gpu is not None and self.cf_fit is not None:
             gpu, opts = self.gpu, self.opts or PlanOptions()
             # the peak FLOP/s of each dtype's compute dtype (NaN where the GPU has none)
@@ -239,20 +243,21 @@ class SweepGrid:
             peak = np.array([np.nan if v is None else v for v in peaks], dtype=float)[di]
             place = self._plan_place(lo, hi)
             if place is not None and place[1] and place[0] in self._plans:
-                plan = self._plans.pop(place[0])
+                plan, memo = self._plans.pop(place[0])
             else:
                 with np.errstate(over="ignore"):  # a time past 1.8e308 is inf, written null
                     plan = _by_weights(self.cfs_fit, di, lambda cf, i: plan_arrays(
                         cf, gpu, opts, B[i], T[i], P[i], S[i], dbits[i], kbits[i], abits[i],
                         peak[i], ep=self.ep))
             if place is not None and place[2]:
-                self._plans[place[0]] = plan
+                memo = {"columns": frozenset(plan)} if memo is None else memo
+                self._plans[place[0]] = plan, memo
             for k in SWEEP_FIT_KEYS:
                 cols[k] = plan[k]
             if opts.price is not None:
                 for k in PRICE_KEYS:
                     cols[k] = plan[k]
-        return SweepChunk(self.case, self.model, cols, self.skipped, codes)
+        return SweepChunk(self.case, self.model, cols, self.skipped, codes, memo)
 
 
 def _by_weights(cfs: list[ClosedForm], di: np.ndarray,

@@ -193,6 +193,8 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
     json_mode = fmt in ("json", "jsonl")
     out: list[Field] = []
     seen: dict[int, Field] = {}  # a column that is another's array (ttft_s, prefill_s)
+    memo = getattr(chunk, "memo", None)  # texts of columns shared with other chunks
+    shared = memo["columns"] if memo is not None else ()
     for i, k in enumerate(keys):
         if json_mode:
             sep = ("{" if i == 0 else ",") + json.dumps(k) + ":"
@@ -207,7 +209,13 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
         else:
             col = chunk.columns[k]
             if id(col) not in seen:
-                seen[id(col)] = _field(np.asarray(col), json_mode)
+                got = memo.get((k, json_mode)) if k in shared else None  # type: ignore[union-attr]
+                if got is not None and got[0] is col:  # the other phase's rows: the same plan
+                    seen[id(col)] = got[1]
+                else:
+                    seen[id(col)] = _field(np.asarray(col), json_mode)
+                    if k in shared:
+                        memo[k, json_mode] = col, seen[id(col)]  # type: ignore[index]
             out.append(seen[id(col)])
     out.append(b"}\n" if json_mode else b"\n")
     merged: list[Field] = []
