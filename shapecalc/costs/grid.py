@@ -84,12 +84,24 @@ def evaluate(
         B, T, P, S = (x.astype(object) for x in (B, T, P, S))
         bits = {k: v.astype(object) for k, v in bits.items()}
     out: dict[str, np.ndarray] = {}
+    whole = len(groups) == 1 and isinstance(groups[0][2], slice) and groups[0][2] == slice(0, n)
     for (phase_name, p), regime, idx in groups:
         full = cf._regime_for(phase_name, 1, regime.lo)
         part = cf.compute(
             full, regime, p, B[idx], T[idx], S[idx],
             {k: v[idx] for k, v in bits.items()}, dtype_out, ARRAYS,
         )
+        if whole:  # one part, all the points: its arrays as they are (each a distinct one)
+            used: set[int] = set()
+            for k, v in part.items():
+                if (isinstance(v, np.ndarray) and v.shape == (n,) and v.dtype == dtype_out
+                        and id(v) not in used):
+                    out[k] = v
+                    used.add(id(v))
+                else:
+                    out[k] = np.zeros(n, dtype=dtype_out)
+                    out[k][:] = v
+            return out
         for k, v in part.items():
             if k not in out:
                 out[k] = np.zeros(n, dtype=dtype_out)
