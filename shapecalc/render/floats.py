@@ -25,28 +25,28 @@ _TABLES: dict[str, np.ndarray] = {}
 
 
 def _templates() -> tuple[np.ndarray, np.ndarray]:
-    """For each (p digits, decimal point position decpt ∈ [−10, 17]): the byte sources of the
-    text (indices into a row of digits and constants), and its length. Python's rule
-    (format_float_short, mode 'r'): exponent when decpt ≤ −4 or decpt > 16, ".0" on integers."""
+    """For each (kind, decimal point position decpt ∈ [−10, 17]): the byte sources of the text
+    (indices into a row of 20 digits, then constants) and its length. Python's rule
+    (format_float_short, mode 'r'): an exponent when decpt ≤ −4 or decpt > 16, ".0" on integers.
+    The digit row holds NUL past the p digits (but for integers: their zeros), so one template
+    serves every p."""
     if "src" not in _TABLES:
-        src = np.full((18, 28, _W), _NUL, dtype=np.intp)
-        size = np.zeros((18, 28), dtype=np.intp)
-        for p in range(1, 18):
-            digits = list(range(3, 3 + p))
-            for decpt in range(-10, 18):
-                if decpt <= -4 or decpt > 16:
-                    exp = decpt - 1
-                    s = digits[:1] + ([_DOT, *digits[1:]] if p > 1 else [])
-                    s += [_E, _MINUS if exp < 0 else _PLUS,
-                          _ZERO + abs(exp) // 10, _ZERO + abs(exp) % 10]
-                elif decpt <= 0:
-                    s = [_ZERO, _DOT, *[_ZERO] * -decpt, *digits]
-                elif decpt < p:
-                    s = [*digits[:decpt], _DOT, *digits[decpt:]]
-                else:  # the digits past p of N·10^(17−p) are zeros
-                    s = [*range(3, 3 + decpt), _DOT, _ZERO]
-                src[p, decpt + 10, :len(s)] = s
-                size[p, decpt + 10] = len(s)
+        src = np.full((5, 28, _W), _NUL, dtype=np.intp)
+        size = np.zeros((5, 28), dtype=np.intp)
+        d = list(range(3, 20))  # the 17 digits
+        for decpt in range(-10, 18):
+            exp = decpt - 1
+            tail = [_E, _MINUS if exp < 0 else _PLUS, _ZERO + abs(exp) // 10, _ZERO + abs(exp) % 10]
+            for kind, t in enumerate((
+                [*d[:max(decpt, 0)], _DOT, *d[max(decpt, 0):]],  # 0: a fraction, 0 < decpt < p
+                [*d[:max(decpt, 0)], _DOT, _ZERO],  # 1: an integer, decpt ≥ p (zeros kept)
+                [_ZERO, _DOT, *[_ZERO] * max(-decpt, 0), *d],  # 2: decpt ≤ 0
+                [d[0], _DOT, *d[1:], *tail],  # 3: an exponent, p > 1
+                [d[0], *tail],  # 4: an exponent, one digit
+            )):
+                t = t[:_W]
+                src[kind, decpt + 10, :len(t)] = t
+                size[kind, decpt + 10] = len(t)
         _TABLES["src"], _TABLES["size"] = src, size
     return _TABLES["src"], _TABLES["size"]
 
@@ -66,9 +66,11 @@ def _runs(src: np.ndarray) -> list[tuple[int, int, int]]:
 
 
 def _groups4() -> np.ndarray:
-    """0..9999 as 4 ASCII digits (leading zeros), one uint32 each."""
+    """0..9999 as 4 ASCII digits (leading zeros), one uint32 each; at 10000·m + v, only the
+    first m digits of v, NUL after (m = 0..4)."""
     if "g4" not in _TABLES:
-        text = "".join(f"{i:04d}" for i in range(10_000)).encode()
+        text = b"".join(f"{i:04d}"[:m].ljust(4, "\0").encode()
+                        for m in range(5) for i in range(10_000))
         _TABLES["g4"] = np.frombuffer(text, dtype=np.uint32)
     return _TABLES["g4"]
 
@@ -108,7 +110,8 @@ def _round_at(N: np.ndarray, f: np.ndarray, H: np.ndarray, D: np.ndarray | np.in
 
 
 def repr_bytes(a: np.ndarray) -> np.ndarray:
-    """`repr(x).encode()` of each float64 of a 1-D array, as an 'S' array (NUL-padded)."""
+    """`repr(x).encode()` of each float64 of a 1-D array, as an 'S' array padded with NUL bytes
+    anywhere in an item (the sweep writer deletes every NUL of a row)."""
     x = np.ascontiguousarray(a, dtype=np.float64)
     n = x.size
     with np.errstate(all="ignore"):
@@ -163,33 +166,38 @@ def repr_bytes(a: np.ndarray) -> np.ndarray:
     decpt[~fast] = 1
     M = digits * _P10[17 - p]  # the p digits, then zeros: 17 digits
     M[~fast] = 0
+    exp = (decpt <= -4) | (decpt > 16)
+    kind = np.where(exp, np.where(p > 1, 3, 4), np.where(decpt <= 0, 2, np.where(decpt < p, 0, 1)))
+    keep = np.where(kind == 1, 17, p) + 3  # the row's bytes kept: NUL past the digits
     # 20 digits (3 leading zeros), 4 a group: M = g0·10¹⁶ + g1·10¹² + g2·10⁸ + g3·10⁴ + g4
     hi8 = M // 10**8
     lo8 = M - hi8 * 10**8
-    G = np.empty((n, 5), dtype=np.int64)
+    G = np.empty((5, n), dtype=np.int64)
     t = hi8 // 10**4  # g0·10⁴ + g1
-    G[:, 2] = hi8 - t * 10**4
-    G[:, 0] = t // 10**4
-    G[:, 1] = t - G[:, 0] * 10**4
-    G[:, 3] = lo8 // 10**4
-    G[:, 4] = lo8 - G[:, 3] * 10**4
-    rowb = _groups4().take(G).view(np.uint8)  # (n, 20)
+    G[2] = hi8 - t * 10**4
+    G[0] = t // 10**4
+    G[1] = t - G[0] * 10**4
+    G[3] = lo8 // 10**4
+    G[4] = lo8 - G[3] * 10**4
+    for j in range(5):  # the first m of group j's digits: m = clip(keep − 4j, 0, 4)
+        G[j] += np.clip(keep - 4 * j, 0, 4) * 10_000
+    rowb = np.ascontiguousarray(_groups4().take(G).T).view(np.uint8)  # (n, 20)
     src, size = _templates()
-    code = p * 28 + decpt + 10
-    width = int(size.reshape(-1)[code].max(initial=1))
-    present = np.flatnonzero(np.bincount(code, minlength=size.size)).tolist()
+    code = kind * 28 + decpt + 10
+    counts = np.bincount(code, minlength=size.size)
+    present = np.flatnonzero(counts).tolist()
+    width = int(size.reshape(-1)[present].max(initial=1))
     out = np.zeros((n, width), dtype=np.uint8)
-    for c in present:
-        sel = slice(None) if len(present) == 1 else np.flatnonzero(code == c)
-        part = rowb if len(present) == 1 else rowb[sel]
-        dst = out if len(present) == 1 else np.zeros((part.shape[0], width), dtype=np.uint8)
+    # the commonest first, on every row; each other one on a copy, kept where it applies
+    for i, c in enumerate(sorted(present, key=lambda c: -counts[c])):
+        dst = out if i == 0 else np.zeros((n, width), dtype=np.uint8)
         for at, start, length in _runs(src.reshape(-1, _W)[c]):
             if start >= 20:  # a constant byte
                 dst[:, at] = _CONST[start - 20]
             else:
-                dst[:, at:at + length] = part[:, start:start + length]
-        if len(present) > 1:
-            out[sel] = dst
+                dst[:, at:at + length] = rowb[:, start:start + length]
+        if i:
+            np.copyto(out, dst, where=(code == c)[:, None])
     slow = np.flatnonzero(~fast)
     if slow.size:
         texts = np.array([repr(v).encode() for v in x[slow].tolist()], dtype="S")
