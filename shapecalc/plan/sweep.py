@@ -249,7 +249,8 @@ class SweepGrid:
                     plan = _by_weights(self.cfs_fit, di, lambda cf, i: plan_arrays(
                         cf, gpu, opts, B[i], T[i], P[i], S[i], dbits[i], kbits[i], abits[i],
                         peak[i], ep=self.ep))
-            if place is not None and place[2]:
+            if place is not None and place[2]:  # kept: the columns written, their texts
+                plan = {k: plan[k] for k in (*SWEEP_FIT_KEYS, *PRICE_KEYS) if k in plan}
                 memo = {"columns": frozenset(plan)} if memo is None else memo
                 self._plans[place[0]] = plan, memo
             for k in SWEEP_FIT_KEYS:

@@ -214,7 +214,7 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
                     seen[id(col)] = got[1]
                 else:
                     seen[id(col)] = _field(np.asarray(col), json_mode)
-                    if k in shared:
+                    if k in shared and col.dtype.kind in "fO":  # the costly texts only
                         memo[k, json_mode] = col, seen[id(col)]  # type: ignore[index]
             out.append(seen[id(col)])
     out.append(b"}\n" if json_mode else b"\n")
