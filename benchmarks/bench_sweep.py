@@ -10,7 +10,9 @@ points), in one run:
   this process, closed forms already fitted; rows written to /dev/null), in rows/s;
 - the CSV command again in a fresh Python process: wall time (start-up and fitting included) and
   peak memory (VmHWM); and with `--gpu H100-SXM` (the memory, roofline and expected-time
-  columns), in rows per CPU-second (the child's user + sys time, the better of two runs);
+  columns), in rows per CPU-second (the child's user + sys time, the better of two runs; without
+  cached bytecode, e.g. PYTHONDONTWRITEBYTECODE=1 on a fresh checkout, compiling the modules
+  adds ~0.1–0.2 CPU-s);
 - one build_trace call a point, on a random sample of the grid (it would take hours on all of
   it), each point checked against the closed form on the way.
 
