@@ -177,6 +177,8 @@ class ClosedForm:
         """The range [lo, hi] of T holding T = t within which the stage list keeps one structure
         (hi None: unbounded; a learned position table bounds it)."""
         if (phase, t) not in self._intervals:
+            if len(self._intervals) >= 1 << 16:  # a simulation's many lengths: stay bounded
+                self._intervals.clear()
             self._intervals[phase, t] = self._interval(phase, t)
         return self._intervals[phase, t]
 
