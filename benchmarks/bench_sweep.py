@@ -24,6 +24,7 @@ peak under 300 MiB; with --gpu, CSV at ≥ 500,000 rows per CPU-second.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import subprocess
@@ -63,6 +64,9 @@ KEYS = ("flops", "weight_bytes", "kv_cache_bytes", "kv_cache_blocks", "allreduce
         "flops_per_rank", "boundary_bytes")
 TARGET_ROWS_S = 500_000
 GPU = "H100-SXM"
+# sha256 of that CSV (the --gpu grid) written by main at 77d5fcd, before the speed-up
+GPU_CSV_SHA256 = "58a8f762a6b32ab5e03cf2b31390f23ed2ab2660123d45d624b99e70b061a3f1"
+GPU_CSV_DATE = "2026-12-01"
 TARGET_MIB = 300
 
 # the CSV command in a fresh process, which reports its own peak memory (VmHWM) on exit
@@ -157,6 +161,10 @@ def main(sample: int = 300) -> None:
     # (user + sys: the machine may be shared); exit 1 is the verdict that no row fits
     gpu_cpu = min(fresh_process([*ARGV, "--gpu", GPU, "--format", "csv"], (0, 1))[2]
                   for _ in range(2))
+    # the same bytes as before the speed-up (render/floats.py, the plan shared by both phases)
+    digest = hashlib.sha256(subprocess.run(
+        [sys.executable, "-m", "shapecalc", *ARGV, "--gpu", GPU, "--format", "csv"],
+        capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout).hexdigest()
 
     # 5. one build_trace per point, on a random sample of the same grid, checked on the way
     chunk = sweep(case, AXES, {})
@@ -189,6 +197,9 @@ def main(sample: int = 300) -> None:
     print(f"CLI --format csv --gpu {GPU} (new process): {n / gpu_cpu:,.0f} rows per CPU-second "
           f"({gpu_cpu:.2f} CPU-s, user + sys, start-up and fits included)   "
           f"{n / gpu_cpu / TARGET_ROWS_S:5.2f}× the {TARGET_ROWS_S:,} rows/CPU-s target")
+    print(f"  its output's sha256          : {digest[:16]}…  "
+          + ("the bytes recorded before the speed-up" if digest == GPU_CSV_SHA256 else
+             f"not the {GPU_CSV_SHA256[:16]}… recorded on {GPU_CSV_DATE} (the numbers changed?)"))
     print(f"  peak memory (VmHWM)          : {mib:12,.0f} MiB       "
           f"{TARGET_MIB / mib:5.2f}× under the {TARGET_MIB} MiB bound")
     print(f"build_trace, one call a point  : {per_trace:12,.1f} points/s  "
