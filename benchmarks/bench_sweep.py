@@ -9,18 +9,22 @@ points), in one run:
 - `shapecalc sweep … --format csv` and `--format jsonl` through the real CLI path (`main()`, in
   this process, closed forms already fitted; rows written to /dev/null), in rows/s;
 - the CSV command again in a fresh Python process: wall time (start-up and fitting included) and
-  peak memory (VmHWM);
+  peak memory (VmHWM); and with `--gpu H100-SXM` (the memory, roofline and expected-time
+  columns), in rows per CPU-second (the child's user + sys time, the better of two runs; without
+  cached bytecode, e.g. PYTHONDONTWRITEBYTECODE=1 on a fresh checkout, compiling the modules
+  adds ~0.1–0.2 CPU-s);
 - one build_trace call a point, on a random sample of the grid (it would take hours on all of
   it), each point checked against the closed form on the way.
 
 Targets: ≥ 1,000,000 points/s for the vectorised sweep; CSV written at ≥ 500,000 rows/s with a
-peak under 300 MiB.
+peak under 300 MiB; with --gpu, CSV at ≥ 500,000 rows per CPU-second.
 
     python benchmarks/bench_sweep.py [points-in-the-trace-sample]
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import subprocess
@@ -59,6 +63,10 @@ KEYS = ("flops", "weight_bytes", "kv_cache_bytes", "kv_cache_blocks", "allreduce
         "ring_bytes_per_rank_total", "weight_bytes_per_rank", "kv_cache_bytes_per_rank",
         "flops_per_rank", "boundary_bytes")
 TARGET_ROWS_S = 500_000
+GPU = "H100-SXM"
+# sha256 of that CSV (the --gpu grid) written by main at 77d5fcd, before the speed-up
+GPU_CSV_SHA256 = "58a8f762a6b32ab5e03cf2b31390f23ed2ab2660123d45d624b99e70b061a3f1"
+GPU_CSV_DATE = "2026-12-01"
 TARGET_MIB = 300
 
 # the CSV command in a fresh process, which reports its own peak memory (VmHWM) on exit
@@ -97,8 +105,9 @@ def run_cli(argv: list[str]) -> None:
             sys.argv, sys.stdout = saved_argv, saved_out
 
 
-def fresh_process(argv: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak KiB of `shapecalc ARGV > /dev/null` in a new Python process."""
+def fresh_process(argv: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, int, float]:
+    """Wall seconds, peak KiB and CPU seconds (user + sys, from the child's rusage) of
+    `shapecalc ARGV > /dev/null` in a new Python process."""
     r, w = os.pipe()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HWM_FD": str(w)}
     t0 = time.perf_counter()
@@ -106,13 +115,14 @@ def fresh_process(argv: list[str]) -> tuple[float, int]:
         p = subprocess.Popen([sys.executable, "-c", CHILD, *argv], stdout=null, env=env,
                              pass_fds=(w,))
         os.close(w)
-        p.wait()
+        _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     with os.fdopen(r, "rb") as f:
         kib = int(f.read() or 0)
-    if p.returncode:
-        raise RuntimeError(f"shapecalc {' '.join(argv)}: exit {p.returncode}")
-    return wall, kib
+    code = os.waitstatus_to_exitcode(status)
+    if code not in ok:
+        raise RuntimeError(f"shapecalc {' '.join(argv)}: exit {code}")
+    return wall, kib, usage.ru_utime + usage.ru_stime
 
 
 def main(sample: int = 300) -> None:
@@ -145,8 +155,16 @@ def main(sample: int = 300) -> None:
     jsonl_s = best_of(lambda: run_cli([*ARGV, "--format", "jsonl"]), 2)
 
     # 4. the CSV command in a fresh process: start-up and fits included, and its peak memory
-    wall, kib = fresh_process([*ARGV, "--format", "csv"])
+    wall, kib, _ = fresh_process([*ARGV, "--format", "csv"])
     mib = kib / 1024
+    # 4b. the same with --gpu H100-SXM (the fit, roofline and expected columns), in CPU seconds
+    # (user + sys: the machine may be shared); exit 1 is the verdict that no row fits
+    gpu_cpu = min(fresh_process([*ARGV, "--gpu", GPU, "--format", "csv"], (0, 1))[2]
+                  for _ in range(2))
+    # the same bytes as before the speed-up (render/floats.py, the plan shared by both phases)
+    digest = hashlib.sha256(subprocess.run(
+        [sys.executable, "-m", "shapecalc", *ARGV, "--gpu", GPU, "--format", "csv"],
+        capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout).hexdigest()
 
     # 5. one build_trace per point, on a random sample of the same grid, checked on the way
     chunk = sweep(case, AXES, {})
@@ -176,6 +194,12 @@ def main(sample: int = 300) -> None:
           f"({jsonl_s * 1e3:7.0f} ms)")
     print(f"CLI --format csv (new process) : {n / wall:12,.0f} rows/s    ({wall * 1e3:7.0f} ms,"
           " start-up and fits included)")
+    print(f"CLI --format csv --gpu {GPU} (new process): {n / gpu_cpu:,.0f} rows per CPU-second "
+          f"({gpu_cpu:.2f} CPU-s, user + sys, start-up and fits included)   "
+          f"{n / gpu_cpu / TARGET_ROWS_S:5.2f}× the {TARGET_ROWS_S:,} rows/CPU-s target")
+    print(f"  its output's sha256          : {digest[:16]}…  "
+          + ("the bytes recorded before the speed-up" if digest == GPU_CSV_SHA256 else
+             f"not the {GPU_CSV_SHA256[:16]}… recorded on {GPU_CSV_DATE} (the numbers changed?)"))
     print(f"  peak memory (VmHWM)          : {mib:12,.0f} MiB       "
           f"{TARGET_MIB / mib:5.2f}× under the {TARGET_MIB} MiB bound")
     print(f"build_trace, one call a point  : {per_trace:12,.1f} points/s  "

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
 import shapecalc
@@ -84,17 +83,11 @@ def test_each_row_has_its_own_dict_and_given_keys():
 
 
 def test_both_phases_plan_as_each_phase_alone():
-    """The fit columns of a chunk holding both phases' points are planned once (sweep._twice)."""
+    """The fit columns of the decode points reuse the prefill points' plan (plan/sweep.py's
+    memo across a phase's chunks): the same rows as each phase swept alone."""
     kw = {"batch": "1..16x2", "seq": "128,4096", "tp": "1,2"}
     both = shapecalc.sweep("llama3-8b", "h100-sxm", phase="prefill,decode", **kw)
     alone = [r for ph in ("prefill", "decode")
              for r in shapecalc.sweep("llama3-8b", "h100-sxm", phase=ph, **kw)]
     dump = [r.model_dump(mode="json", exclude_unset=True) for r in alone]
     assert [r.model_dump(mode="json", exclude_unset=True) for r in both] == dump
-
-
-def test_twice_needs_every_column_repeated():
-    a = np.array([1, 2, 1, 2])
-    assert sweeping._twice(a, a)
-    assert not sweeping._twice(a, np.array([1, 2, 1, 3]))
-    assert not sweeping._twice(np.array([1, 2, 1]))

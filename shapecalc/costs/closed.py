@@ -49,7 +49,7 @@ from .scalar import SCALARS
 
 BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
-INTERVALS_KEPT = 4096  # ClosedForm.interval's memo: ~1 MiB at most (a closed form)
+INTERVALS_KEPT = 1 << 16  # ClosedForm.interval's memo (a sweep asks it for every distinct T)
 
 
 class ClosedForm:

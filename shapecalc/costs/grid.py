@@ -7,6 +7,7 @@ the grid), else with object arrays of Python ints.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,6 @@ from ..model.config import DTYPE_BITS, ShapecalcError
 from ..model.quantization import DTYPE_FORMATS
 from .closed import INT64_LIMIT, ClosedForm, Regime, plain_only
 from .scalar import BOUNDS
-
-WORST_KEPT = 256  # the bounds a regime keeps (_worst), by largest (B, T, s)
 
 
 class Arrays:
@@ -85,12 +84,24 @@ def evaluate(
         B, T, P, S = (x.astype(object) for x in (B, T, P, S))
         bits = {k: v.astype(object) for k, v in bits.items()}
     out: dict[str, np.ndarray] = {}
+    whole = len(groups) == 1 and isinstance(groups[0][2], slice) and groups[0][2] == slice(0, n)
     for (phase_name, p), regime, idx in groups:
         full = cf._regime_for(phase_name, 1, regime.lo)
         part = cf.compute(
             full, regime, p, B[idx], T[idx], S[idx],
             {k: v[idx] for k, v in bits.items()}, dtype_out, ARRAYS,
         )
+        if whole:  # one part, all the points: its arrays as they are (each a distinct one)
+            used: set[int] = set()
+            for k, v in part.items():
+                if (isinstance(v, np.ndarray) and v.shape == (n,) and v.dtype == dtype_out
+                        and id(v) not in used):
+                    out[k] = v
+                    used.add(id(v))
+                else:
+                    out[k] = np.zeros(n, dtype=dtype_out)
+                    out[k][:] = v
+            return out
         for k, v in part.items():
             if k not in out:
                 out[k] = np.zeros(n, dtype=dtype_out)
@@ -104,12 +115,20 @@ def _groups(
     """Indices of the points of each (phase, p, regime); the p=1 fit rides along."""
     out = []
     key = decode.astype(np.int64) * (int(P.max(initial=1)) + 1) + P
-    for k in np.unique(key):
-        sel = np.flatnonzero(key == k)
+    one = bool(key.size) and bool(key.min() == key.max())  # a sweep chunk's: one (phase, tp)
+    for k in key[:1] if one else np.unique(key):
+        sel = np.arange(key.size) if one else np.flatnonzero(key == k)
         is_dec, p = divmod(int(k), int(P.max(initial=1)) + 1)
         phase = "decode" if is_dec else "prefill"
         cf._regime_for(phase, p, 1)  # the tp rules
         t = T[sel]
+        first, last = int(t.min()), int(t.max())
+        hi = cf.interval(phase, first)[1]
+        if hi is None or last <= hi:  # every T in the regime of the smallest: one part
+            r = cf._regime_for(phase, p, int(t[0]))
+            cf._regime_for(phase, 1, int(t[0]))
+            out.append(((phase, p), r, _as_slice(sel)))
+            continue
         # each point's regime, by its range of T: few distinct T in a grid, one look-up each
         uniq, inverse = np.unique(t, return_inverse=True)
         los = np.array([cf.interval(phase, int(x))[0] for x in uniq], dtype=np.int64)[inverse]
@@ -126,33 +145,33 @@ def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
     """True when some value or intermediate of the grid could reach 2⁶²."""
     if not groups:
         return False
-    b, t, s = int(B.max()), int(T.max()), int(S.max())
-    return any(_worst(cf, phase, p, regime, b, t, s) >= INT64_LIMIT
-               for (phase, p), regime, _ in groups)
-
-
-def _worst(cf: ClosedForm, phase: str, p: int, regime: Regime, b: int, t: int, s: int) -> int:
-    """A bound on every value and intermediate of the regime's points up to B=b, T=t, s; kept
-    in the regime (a planner's loop evaluates grids with the same largest point again)."""
-    kept = regime.memo.setdefault("worst", {})
-    if (b, t, s) in kept:
-        return int(kept[b, t, s])
-    bc, tc, sc = (np.array([x], dtype=object) for x in (b, t, s))
+    bc, tc, sc = (np.array([int(x.max())], dtype=object) for x in (B, T, S))
     wide = {k: np.array([64], dtype=object) for k in ("w", "kv", "act")}
-    full = cf._regime_for(phase, 1, regime.lo)
-    # every derived value is monotone in the polynomials' counts, so evaluating it exactly at
-    # the largest B, T and s with all coefficients made positive (a majorant of the
-    # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
-    fm, rm = full.majorant(), regime.majorant()
-    # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
-    vals = cf.compute(fm, rm, p, bc, tc, sc, wide, object, ARRAYS)
-    worst = 8 * max(int(v[0]) for v in vals.values()) + 7
-    for r in (fm, rm):
-        worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
-    if len(kept) >= WORST_KEPT:
-        kept.clear()
-    kept[b, t, s] = worst
-    return worst
+    safe = _SAFE.setdefault(cf, {})
+    for (phase, p), regime, _ in groups:
+        b, t, s = int(bc[0]), int(tc[0]), int(sc[0])
+        known = safe.setdefault((phase, p, regime.lo), [])
+        if any(b <= b0 and t <= t0 and s <= s0 for b0, t0, s0 in known):
+            continue  # a bound at larger B, T and s held (the bound is monotone in them)
+        full = cf._regime_for(phase, 1, regime.lo)
+        # every derived value is monotone in the polynomials' counts, so evaluating it exactly at
+        # the largest B, T and s with all coefficients made positive (a majorant of the
+        # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
+        fm, rm = full.majorant(), regime.majorant()
+        # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
+        vals = cf.compute(fm, rm, p, bc, tc, sc, wide, object, ARRAYS)
+        worst = 8 * max(int(v[0]) for v in vals.values()) + 7
+        for r in (fm, rm):
+            worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
+        if worst >= INT64_LIMIT:
+            return True
+        known.append((b, t, s))
+    return False
+
+
+# each closed form's (phase, p, regime) → the (B, T, s) maxima at which int64 was proven enough
+_SAFE: weakref.WeakKeyDictionary[ClosedForm, dict[tuple[str, int, int], list[tuple[int, ...]]]] = (
+    weakref.WeakKeyDictionary())
 
 
 def _as_slice(idx: np.ndarray) -> np.ndarray | slice:

@@ -44,8 +44,9 @@ def plan_arrays(
         ws = ws.astype(dtype)
     act = 2 * ws
     out: dict[str, np.ndarray] = {}
-    pairs = np.unique(np.stack([P.astype(np.int64), S.astype(np.int64)]), axis=1)
-    for p, s in pairs.T:
+    P64, S64 = P.astype(np.int64), S.astype(np.int64)
+    wide = int(S64.max(initial=0)) + 1  # each (tp, pp) as one integer: a 1-D unique
+    for p, s in (divmod(int(k), wide) for k in np.unique(P64 * wide + S64)):
         sel = np.flatnonzero((P == p) & (S == s))
         part = memory(cf, gpu, opts, int(p), int(s), {k: v[sel] for k, v in pre.items()},
                       act[sel], wbits[sel], kvbits[sel], sel.size, dtype, ARRAYS, ep)

@@ -70,6 +70,9 @@ class SweepChunk:
     columns: dict[str, np.ndarray]
     skipped: dict[str, int]
     codes: dict[str, tuple[np.ndarray, tuple[str, ...]]] = field(default_factory=dict)
+    # shared by the chunks of both phases that hold the same plan columns (the same arrays): a
+    # writer keeps each such column's text there once (render/sweep.py)
+    memo: dict[Any, Any] | None = None
 
     def __len__(self) -> int:
         return int(next(iter(self.columns.values())).size) if self.columns else 0
@@ -144,6 +147,8 @@ class SweepGrid:
         self.rows = sum(self._seg_rows(seq) for _, seq in self.segments)
         self.cf_fit = None
         self.cfs_fit = self.cfs
+        # plans kept for the same rows of a later phase (chunks): popped when used
+        self._plans: dict[Any, tuple[dict[str, np.ndarray], dict[Any, Any]]] = {}
         if gpu is not None:
             # serving computes the logits of the last position only (unless --logits says so)
             if "logits" not in fields:
@@ -165,11 +170,18 @@ class SweepGrid:
     def chunks(self, size: int | None = None) -> Iterator[SweepChunk]:
         """The rows in order, at most `size` a chunk (default CHUNK_POINTS)."""
         size = max(1, CHUNK_POINTS if size is None else size)
-        lo = 0
-        while lo < self.rows:
-            hi = min(self.rows, lo + size)
-            yield self._evaluate(lo, hi)
-            lo = hi
+        if size >= self.rows:
+            if self.rows:
+                yield self._evaluate(0, self.rows)
+            return
+        # chunked within each phase's segment: a later phase's chunk at the same place in an
+        # equal segment has the same (tp, batch, seq, pp, dtypes), so the same plan (below)
+        start = 0
+        for _, seq in self.segments:
+            end = start + self._seg_rows(seq)
+            for lo in range(start, end, size):
+                yield self._evaluate(lo, min(end, lo + size))
+            start = end
 
     def _indices(self, lo: int, hi: int) -> tuple[np.ndarray, ...]:
         """Phase codes and the axes' values of rows lo..hi."""
@@ -187,6 +199,19 @@ class SweepGrid:
         if len(parts) == 1:
             return parts[0]
         return tuple(np.concatenate(x) for x in zip(*parts, strict=True))
+
+    def _plan_place(self, lo: int, hi: int) -> tuple[Any, bool, bool] | None:
+        """Where rows lo..hi lie in their phase's segment, and whether an earlier segment (the
+        plan is there: look it up) or a later one (keep it) has the same seq axis; None when
+        they span two segments. The plan (--gpu) takes no phase: both phases' rows share it."""
+        start = 0
+        for i, (_, seq) in enumerate(self.segments):
+            end = start + self._seg_rows(seq)
+            if start <= lo and hi <= end:
+                same = [np.array_equal(seq, s) for _, s in self.segments]
+                return (lo - start, hi - start, seq.tobytes()), any(same[:i]), any(same[i + 1:])
+            start = end
+        return None
 
     def _evaluate(self, lo: int, hi: int) -> SweepChunk:
         ph, P, B, T, S, di, kvi = self._indices(lo, hi)
@@ -208,6 +233,7 @@ class SweepGrid:
         }
         for k in SWEEP_KEYS:
             cols[k] = res[k]
+        memo: dict[Any, Any] | None = None
         if self.gpu is not None and self.cf_fit is not None:
             gpu, opts = self.gpu, self.opts or PlanOptions()
             # the peak FLOP/s of each dtype's compute dtype (NaN where the GPU has none)
@@ -215,30 +241,24 @@ class SweepGrid:
                      for d, a in zip(self.dnames, self.acts, strict=True)]
             peaks = [gpu.peak(str(x)) for x in names]
             peak = np.array([np.nan if v is None else v for v in peaks], dtype=float)[di]
-            # the fit columns do not depend on the phase: a chunk holding the same points
-            # twice (prefill, then decode) plans its first half and repeats it
-            h = B.size // 2 if _twice(B, T, P, S, di, kvi) else B.size
-            Bh, Th, Ph, Sh, dh, kh, ah, ch, wh = (
-                x[:h] for x in (B, T, P, S, dbits, kbits, abits, peak, di))
-            with np.errstate(over="ignore"):  # a time past 1.8e308 is inf, written null
-                plan = _by_weights(self.cfs_fit, wh, lambda cf, i: plan_arrays(
-                    cf, gpu, opts, Bh[i], Th[i], Ph[i], Sh[i], dh[i], kh[i], ah[i],
-                    ch[i], ep=self.ep))
-            if h < B.size:
-                plan = {k: np.concatenate([v, v]) for k, v in plan.items()}
+            place = self._plan_place(lo, hi)
+            if place is not None and place[1] and place[0] in self._plans:
+                plan, memo = self._plans.pop(place[0])
+            else:
+                with np.errstate(over="ignore"):  # a time past 1.8e308 is inf, written null
+                    plan = _by_weights(self.cfs_fit, di, lambda cf, i: plan_arrays(
+                        cf, gpu, opts, B[i], T[i], P[i], S[i], dbits[i], kbits[i], abits[i],
+                        peak[i], ep=self.ep))
+            if place is not None and place[2]:  # kept: the columns written, their texts
+                plan = {k: plan[k] for k in (*SWEEP_FIT_KEYS, *PRICE_KEYS) if k in plan}
+                memo = {"columns": frozenset(plan)} if memo is None else memo
+                self._plans[place[0]] = plan, memo
             for k in SWEEP_FIT_KEYS:
                 cols[k] = plan[k]
             if opts.price is not None:
                 for k in PRICE_KEYS:
                     cols[k] = plan[k]
-        return SweepChunk(self.case, self.model, cols, self.skipped, codes)
-
-
-def _twice(*columns: np.ndarray) -> bool:
-    """Whether each column's second half repeats its first."""
-    n = columns[0].size
-    return n > 1 and n % 2 == 0 and all(
-        np.array_equal(c[: n // 2], c[n // 2:]) for c in columns)
+        return SweepChunk(self.case, self.model, cols, self.skipped, codes, memo)
 
 
 def _by_weights(cfs: list[ClosedForm], di: np.ndarray,

@@ -4,7 +4,7 @@ JSON Lines and CSV are written by column: each column of a chunk becomes fixed-w
 item a point, NUL-padded) with NumPy, copied into a block of rows made by repeating one template
 row (the separators, JSON's keys), and the NULs are deleted at once (`bytes.translate`), which
 leaves the rows. Integers are exact (int64 through a table of 4-digit groups, Python ints beyond
-int64 with `str`), floats shortest round-trip (`repr`, which is numpy's str), NaN and None null
+int64 with `str`), floats shortest round-trip (`repr`, vectorised in floats.py), NaN and None null
 in JSON and empty in CSV, bools true/false. (A NUL in a CSV text would vanish: JSON escapes it,
 and no label or dtype name holds one.)
 """
@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .floats import repr_bytes
 from .output import markdown_table
 from .units import fmt_value
 
@@ -117,6 +118,9 @@ def _text(v: Any, json_mode: bool) -> str:
     return str(v)
 
 
+_PROBE = 4096  # a float column whose first values are (nearly) all distinct is formatted whole
+
+
 def _float_field(a: np.ndarray, json_mode: bool) -> Field:
     """Shortest round-trip (`repr`, as numpy's str), each distinct value once when many repeat;
     NaN (and inf: JSON has neither) null (JSON) or empty (CSV)."""
@@ -125,19 +129,25 @@ def _float_field(a: np.ndarray, json_mode: bool) -> Field:
         s = s.astype(f"S{max(4, s.dtype.itemsize)}")  # room for null ('inf' is 3 bytes)
         s[~np.isfinite(a)] = b"null" if json_mode else b""
         return _table_field(s)
+    if np.unique(a[:_PROBE].view(np.int64)).size * 10 > min(a.size, _PROBE) * 9:
+        return _table_field(_nulled(a, json_mode))  # distinct: no sort of the whole column
     bits, inv = np.unique(a.view(np.int64), return_inverse=True)  # -0.0 is not 0.0
-    if bits.size * 4 < a.size * 3:
-        u = bits.view(np.float64)
-        nan = ~np.isfinite(u)
-        labels = [(b"null" if json_mode else b"") if bad else repr(x).encode()
-                  for x, bad in zip(u.tolist(), nan.tolist(), strict=True)]
-        return _gather(labels, inv.ravel())
-    s = np.array(list(map(repr, a.tolist())), dtype="S")
+    if bits.size * 4 < a.size * 3:  # each distinct value once
+        if bits.size == 1:
+            x = float(bits.view(np.float64)[0])
+            return (b"null" if json_mode else b"") if not math.isfinite(x) else repr(x).encode()
+        return _table_field(_nulled(bits.view(np.float64), json_mode)[inv.ravel()])
+    return _table_field(_nulled(a, json_mode))
+
+
+def _nulled(a: np.ndarray, json_mode: bool) -> np.ndarray:
+    """repr of each float64 ('S'), NaN and inf null (JSON) or empty (CSV)."""
+    s = repr_bytes(a)
     nan = ~np.isfinite(a)
     if nan.any():
         s = s.astype(f"S{max(4, s.dtype.itemsize)}")  # room for null ('inf' is 3 bytes)
         s[nan] = b"null" if json_mode else b""
-    return _table_field(s)
+    return s
 
 
 def _object_field(a: np.ndarray, json_mode: bool) -> Field:
@@ -183,6 +193,8 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
     json_mode = fmt in ("json", "jsonl")
     out: list[Field] = []
     seen: dict[int, Field] = {}  # a column that is another's array (ttft_s, prefill_s)
+    memo = getattr(chunk, "memo", None)  # texts of columns shared with other chunks
+    shared = memo["columns"] if memo is not None else ()
     for i, k in enumerate(keys):
         if json_mode:
             sep = ("{" if i == 0 else ",") + json.dumps(k) + ":"
@@ -197,7 +209,13 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
         else:
             col = chunk.columns[k]
             if id(col) not in seen:
-                seen[id(col)] = _field(np.asarray(col), json_mode)
+                got = memo.get((k, json_mode)) if k in shared else None  # type: ignore[union-attr]
+                if got is not None and got[0] is col:  # the other phase's rows: the same plan
+                    seen[id(col)] = got[1]
+                else:
+                    seen[id(col)] = _field(np.asarray(col), json_mode)
+                    if k in shared and col.dtype.kind in "fO":  # the costly texts only
+                        memo[k, json_mode] = col, seen[id(col)]  # type: ignore[index]
             out.append(seen[id(col)])
     out.append(b"}\n" if json_mode else b"\n")
     merged: list[Field] = []
