@@ -1,19 +1,21 @@
 """The stateful token mixers' fields (Mamba-1/2, gated DeltaNet and KDA, short convolutions,
-CCA and ZAYA's other mechanisms, Falcon-H1's parallel layers and μP multipliers): a base of
-ModelFields, apart so that each file stays a readable table."""
+CCA and ZAYA's other mechanisms, Falcon-H1's parallel layers and μP multipliers, Inkling): the
+base of ModelFields, on CoreFields, so that the fields keep one order and each file stays a
+readable table."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from .record import Pos, PosFloat, Record, _doc
+from .fields_core import CoreFields
+from .record import Pos, PosFloat, _doc
 
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
 MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "mamba1", "parallel",
                     "kda", "cca", "inkling", "none"]
 
 
-class MixerFields(Record):
+class MixerFields(CoreFields):
     """Each layer's token mixer and the stateful mixers' sizes."""
 
     # Stateful token mixers: each layer's mixer, and Mamba-2's sizes (state-space duality)
@@ -57,12 +59,6 @@ class MixerFields(Record):
                                  "(mamba_proj_bias)")
     mamba_bcdt_norm: bool = _doc(False, "RMSNorms on Mamba-1's Δ, B and C after x_proj "
                                  "(Jamba's dt_layernorm, b_layernorm, c_layernorm)")
-    # CCA (ZAYA): q and k through a depthwise then a per-head grouped causal conv, values
-    # half this token's, half the previous token's (cca.py)
-    cca_time0: Pos | None = _doc(None, "K_d: the kernel of CCA's depthwise q/k conv (cca_time0)")
-    cca_time1: Pos | None = _doc(None, "K_g: the kernel of CCA's grouped q/k conv, each head's "
-                                 "Dh channels mixed (cca_time1); the conv window keeps K_q = "
-                                 "K_d + K_g − 2 tokens")
     # Falcon-H1's parallel layers and its μP multipliers (each None: 1, no stage)
     ssm_gated_norm: bool = _doc(True, "Mamba-2's gated RMSNorm(y ⊙ silu(z)); false: y ⊙ "
                                 "silu(z) alone (Falcon-H1's mamba_rms_norm)")
@@ -78,6 +74,15 @@ class MixerFields(Record):
     mlp_multipliers: tuple[PosFloat, PosFloat] | None = _doc(
         None, "the FFN's gate × the first before its activation, its output × the second "
         "(Falcon-H1)")
+    attn_output_gate: bool = _doc(False, "attention's output × sigmoid(x·W_g), W_g [D, H·Dh] "
+                                  "(Qwen3-Next: q_proj's second half); with MLA [D, H·D_v], "
+                                  "unbiased (Hunyuan 4's gate_proj)")
+    # CCA (ZAYA): q and k through a depthwise then a per-head grouped causal conv, values
+    # half this token's, half the previous token's (cca.py)
+    cca_time0: Pos | None = _doc(None, "K_d: the kernel of CCA's depthwise q/k conv (cca_time0)")
+    cca_time1: Pos | None = _doc(None, "K_g: the kernel of CCA's grouped q/k conv, each head's "
+                                 "Dh channels mixed (cca_time1); the conv window keeps K_q = "
+                                 "K_d + K_g − 2 tokens")
     # ZAYA's other mechanisms (zaya.py): its router, residual scaling and input scaling
     router_hidden: Pos | None = _doc(None, "D_rt: ZAYA's router: D → D_rt (bias), + the previous "
                                      "layer's (× a learned scale, from layer 1 on), RMSNorm, two "

@@ -66,7 +66,7 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
     angles = gemma.rope_angles(  # the full layers' R (Gemma 4: Dh_g), the sliding layers'
         ops, m, z.Tq, z.Dr if m.mla else (z.sym("Dh_g", m.global_head_dim) if m.global_head_dim
                                           else _rotary(m, z)),
-        _rotary(m, z, m.rotary_dim_local))
+        z.Dr if m.mla else _rotary(m, z, m.rotary_dim_local))
     if m.hc_streams:  # the residual becomes n_hc streams [B,T,n_hc,D]
         x = hyper.expand(ops, m, z, x)
 

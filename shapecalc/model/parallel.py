@@ -64,7 +64,8 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
 
 def _layer_kv_elements(model: ModelConfig, p: int, layers: int | None, reach: Any) -> int:
     """Σ H_kv(ℓ)·(Dh(ℓ) + D_v(ℓ)) over the caching layers (`layers` None: every one; a group's
-    `reach`: its layers; else `layers` of the widest, an upper bound for a part of the model)."""
+    `reach`: its layers; else the `layers` widest of them: exact for all of them, an upper bound
+    for a part of the model)."""
     plan = layer_plan(model)
 
     def width(i: int) -> int:
@@ -76,7 +77,7 @@ def _layer_kv_elements(model: ModelConfig, p: int, layers: int | None, reach: An
         return sum(width(i) for i in attn)
     if reach != "any":
         attn = [i for i in attn if plan.kinds[plan.kind_of[i]].reach == reach]
-    return layers * max((width(i) for i in attn), default=0)
+    return sum(sorted((width(i) for i in attn), reverse=True)[:layers])
 
 
 def kv_cache_form(model: ModelConfig, mla: str = MLA_DEFAULT) -> str:
