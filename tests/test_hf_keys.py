@@ -36,7 +36,8 @@ CASES = {f"{ref}:{c['name']}": c["hf_config"]
          for ref in ("flop_reference", "moe_reference", "alibi_reference",
                      "llama4_reference", "classic_reference", "gemma_reference",
                      "mixers_reference", "mixers_reference_conv", "mixers_reference_ssm",
-                     "mixers_reference_delta", "mixers_reference_zaya")
+                     "mixers_reference_delta", "mixers_reference_zaya",
+                     "mixers_reference_inkling")
          for c in json.loads((DATA / f"{ref}.json").read_text())["cases"]}
 ALL = {**REAL, **CASES}
 # one real config per family, the base the probes change

@@ -75,7 +75,7 @@ def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
     if model.rotary_dim is not None:  # partial rotary stays partial: an even R < dh
         update["rotary_dim"] = max(2, model.rotary_dim // f // 2 * 2)
     if model.layer_widths is not None:  # dots3: each layer's own widths, by the same factor
-        update["layer_widths"] = {k: v if v is None or k == "n_heads" else
+        update["layer_widths"] = {k: v if v is None or k in ("n_heads", "n_kv_heads") else
                                   tuple(x // f for x in v)
                                   for k, v in model.layer_widths.model_dump().items()}
     if model.rotary_dim_local is not None:  # Laguna's sliding layers' R, reduced alike

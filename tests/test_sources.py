@@ -101,6 +101,8 @@ def params(m: ModelConfig) -> int:
     ffn += 2 * (m.ffn == "xielu")  # xIELU's α_p and α_n
     if "cca" in m.mixers:
         return _zaya_params(m)
+    if "inkling" in m.mixers:
+        return _inkling_params(m)
     if m.mixer_types is not None:  # a token mixer and a channel mixer per layer, each normed
         return _mixer_params(m, attn, ffn, norm)
     norms = 4 if m.norm_position == "sandwich" else 2  # Gemma 2/3: + the post-norms; OLMo 2: 2
@@ -219,6 +221,28 @@ def _mixer_params(m: ModelConfig, attn: int, ffn: int, norm: int) -> int:
     for mixer, kind in zip(m.mixers, kinds, strict=True):
         total += token[mixer] + norm + post + {"dense": ffn + norm + post, "moe": moe + norm,
                                                "none": 0}[kind]
+    return total
+
+
+def _inkling_params(m: ModelConfig) -> int:
+    """Written from InklingForCausalLM's __init__: per layer InklingAttention (q, k, v, r and o
+    projections, the heads of its layer type: layer_widths' lists where given; k_sconv and
+    v_sconv, no bias; q_norm, k_norm; the rel_logits_proj profiles [d_rel, rel_extent], a
+    sliding layer's [d_rel, W]), two RMSNorms, attn_sconv and mlp_sconv, and InklingMLP
+    (× global_scale) or InklingMoE (the router over E + n_s and its global_scale, the experts,
+    the shared experts); embed_tokens with its embed_norm, the final norm, an untied lm_head."""
+    d, v, k, w = m.d_model, m.vocab_size, m.conv_kernel, m.layer_widths
+    total = 2 * v * d + 2 * d
+    for i, kind in enumerate(m.ffn_types):
+        h, hkv, dh = ((getattr(w, f) or (dflt,) * m.n_layers)[i] if w else dflt
+                      for f, dflt in (("n_heads", m.n_heads), ("n_kv_heads", m.kv_heads),
+                                      ("head_dim", m.dh)))
+        x = m.sliding_window if m.layer_types[i] == "sliding" else m.rel_extent
+        total += (d * h * dh + 2 * d * hkv * dh + d * h * m.rel_dim + h * dh * d
+                  + 2 * hkv * dh * k + 2 * dh + m.rel_dim * x) + 2 * d + 2 * d * k
+        e, ns, de = m.n_experts, m.n_shared_experts, m.dff_expert
+        total += 3 * d * m.d_ff + 1 if kind == "dense" else (
+            (e + ns) * d + 1 + e * 3 * d * de + ns * 3 * d * de)
     return total
 
 

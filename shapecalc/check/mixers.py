@@ -16,6 +16,10 @@ SCAN_TOL = 1e-6  # relative to the largest value of the output and the final sta
 CCA_PADS = "CCA with attention biases: the pads' projection biases reach the real tokens"
 # transformers' MiniMaxM3VLIndexer anchors blocks to key slots: left padding moves them
 BLOCK_PADS = "block-sparse: blocks sit at key slots, left padding shifts them (as in transformers)"
+# and for Inkling's log-scaled logits: InklingAttention's τ reads each query's place in the step
+# (pads included), so a padded row's τ differs from its unpadded run's, in transformers too
+LOG_PADS = ("log-scaled logits (log_scaling_floor): τ reads each query's place, pads "
+            "included")
 
 
 def pads_skipped(model: ModelConfig, T: int) -> str | None:
@@ -26,6 +30,8 @@ def pads_skipped(model: ModelConfig, T: int) -> str | None:
         return BLOCK_PADS
     if T < 2:
         return "T=1: nothing to pad"
+    if model.log_scaling_floor is not None and T > model.log_scaling_floor:
+        return LOG_PADS
     return CCA_PADS if "cca" in model.mixers and model.qkv_bias else None
 
 

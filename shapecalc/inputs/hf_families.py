@@ -23,6 +23,7 @@ from .hf_deltanet import qwen3_5_moe, qwen3_next
 from .hf_dots3 import DOTS3
 from .hf_families_2025 import NEW
 from .hf_hy_v4 import HY_V4
+from .hf_inkling import INKLING
 from .hf_llama4 import llama4
 from .hf_mamba import falcon_h1, granite_hybrid, jamba, nemotron_h
 from .hf_zaya import ZAYA
@@ -377,6 +378,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     *NEW,
     *CONV,
     *ZAYA,
+    *INKLING,
     *HY_V4,
     *DOTS3,
 )}

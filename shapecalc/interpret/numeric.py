@@ -33,6 +33,7 @@ from . import (
     dsa,
     elementwise,
     hyper,
+    inkling,
     llama4,
     mamba1,
     mamba2,
@@ -275,6 +276,9 @@ class NumericOps(NumericBase):
     cca_residual, cca_conv, delay, head_scale = (cca.cca_residual, cca.cca_conv, cca.delay,
                                                  cca.head_scale)  # CCA (cca.py)
     affine, scaled_residual, depth_carry = zaya.affine, zaya.scaled_residual, zaya.depth_carry
+    res_conv, rel_bias, sink_route = inkling.res_conv, inkling.rel_bias, inkling.sink_route
+    bank_scale, learned_scale = inkling.bank_scale, inkling.learned_scale  # Inkling
+    log_scale = inkling.log_scale
 
     def repeat_kv(self, x: np.ndarray, role: str, name: str, groups: int, heads: Any
                   ) -> np.ndarray:

@@ -21,6 +21,7 @@ from . import symbolic_compressed as compressed
 from . import symbolic_deltanet as deltanet
 from . import symbolic_dsa as dsa
 from . import symbolic_hyper as hyper
+from . import symbolic_inkling as inkling
 from . import symbolic_kda
 from . import symbolic_mamba1 as mamba1
 from . import symbolic_mamba2 as mamba2
@@ -229,6 +230,10 @@ class SymbolicOps(SymbolicBase):
     delay, head_scale = cca.sym_delay, cca.sym_head_scale
     affine, scaled_residual = zaya.sym_affine, zaya.sym_scaled_residual  # ZAYA
     depth_carry = zaya.sym_depth_carry
+    res_conv, rel_bias, sink_route = inkling.sym_res_conv, inkling.sym_rel_bias, \
+        inkling.sym_sink_route  # Inkling (symbolic_inkling.py)
+    bank_scale, learned_scale = inkling.sym_bank_scale, inkling.sym_learned_scale
+    log_scale = inkling.sym_log_scale
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

@@ -37,17 +37,23 @@ def _chunks(self: SymbolicBase) -> tuple[Dim, Dim]:
     return z.sym("n_c", n), z.sym("T_L", n * z.L.value)
 
 
+def conv_span(self: SymbolicBase, kernel: Dim) -> Dim:
+    """The output positions aten.convolution computes for a causal conv of kernel K_c (the
+    last T kept): the torch path's count (transformers' cache layout)."""
+    z, K = self.z, kernel.value
+    if self.wl.phase == "decode":  # [window K_c, new token] through the kernel: 2 outputs
+        return Dim.const(2)
+    if z.T >= K:  # T + K_c − 1 output positions (padding K_c − 1), the last T kept
+        return Dim(z.T + K - 1, (Expr.sym("T") if z.poly else z.Tq.expr) + kernel.expr
+                   + Expr.const(-1))
+    return Dim.const(2 * K - 1)  # the cache pads the input to K_c first
+
+
 def sym_conv1d(self: SymbolicBase, x: Sym, layer: int, role: str, name: str, channels: Dim,
                kernel: Dim, bias: bool) -> Sym:
     z = self.z
     K = kernel.value
-    if self.wl.phase == "decode":  # [window K_c, new token] through the kernel: 2 outputs
-        span = Dim.const(2)
-    elif z.T >= K:  # T + K_c − 1 output positions (padding K_c − 1), the last T kept
-        span = Dim(z.T + K - 1, (Expr.sym("T") if z.poly else z.Tq.expr) + kernel.expr
-                   + Expr.const(-1))
-    else:  # the cache pads the input to K_c first
-        span = Dim.const(2 * K - 1)
+    span = conv_span(self, kernel)
     params = channels * kernel + (channels if bias else 0)
     tokens = Dim.const(1) if self.wl.phase == "decode" else z.Tq
     flops = pick(self.wl, formula([2, z.B, channels, kernel, span]),

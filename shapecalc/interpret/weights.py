@@ -264,7 +264,9 @@ class Weights:
                  "ffn.gate": m.layer_d_ff(layer), "ffn.up": m.layer_d_ff(layer),
                  "ffn.down": m.layer_d_ff(layer),
                  "moe.shared.gate": shared, "moe.shared.up": shared, "moe.shared.down": shared,
-                 "moe.router": m.n_experts or 0, "moe.shared_gate": 1,
+                 # Inkling's router scores its shared experts too
+                 "moe.router": (m.n_experts or 0) + m.n_shared_experts * ("inkling" in m.mixers),
+                 "moe.shared_gate": 1,
                  # Mamba-2: in [D → z, x, B, C, dt] (its parts), out [I → D]
                  "ssm.in.z": m.ssm_inner, "ssm.in.x": m.ssm_inner,
                  "ssm.in.B": m.ssm_groups * (m.ssm_state or 0),
@@ -282,7 +284,8 @@ class Weights:
                  "kda.q": kd, "kda.k": kd, "kda.v": kd, "kda.b": m.gdn_qk_heads or 0,
                  "kda.f": kd, "kda.g": kd, "kda.out": kd, "attn.head_gate": H,
                  # CCA: each half of the value, this token's and the delayed one
-                 "cca.v_now": Hkv * dh // 2, "cca.v_delayed": Hkv * dh // 2}[role]
+                 "cca.v_now": Hkv * dh // 2, "cca.v_delayed": Hkv * dh // 2,
+                 "attn.r": H * (m.rel_dim or 0)}[role]
         has_b = {"attn.out": m.attn_out_bias, "ffn.gate": m.ffn_bias, "ffn.up": m.ffn_bias,
                  "ffn.down": m.ffn_bias, "moe.shared.gate": m.ffn_bias,
                  "moe.shared.up": m.ffn_bias, "moe.shared.down": m.ffn_bias,

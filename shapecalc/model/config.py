@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic_core import ValidationError
 
-from . import conventions, rules
+from . import conventions, rules, rules_inkling
 from .errors import ShapecalcError
 from .model_fields import ModelFields
 from .quantization import DTYPE_FORMATS
@@ -113,6 +113,7 @@ class ModelConfig(ModelFields):
         rules.check_hyper(self)
         rules.check_shared_kv(self)
         rules.check_zaya(self)
+        rules_inkling.check_inkling(self)
         rules.check_sliding_heads(self)
         rules.check_block_sparse(self)
         if self.positions == "sinusoidal" and self.d_model % 2:
@@ -221,14 +222,15 @@ def check(model: ModelConfig, wl: Workload) -> None:
             raise ShapecalcError("tp", f"p={p} does not divide a layer's H={h} query heads")
     if model.d_ff % p:
         raise ShapecalcError("tp", f"p={p} does not divide Dff={model.d_ff}")
-    hkv = model.kv_heads
-    # vLLM: with fewer KV heads than ranks each rank holds one replicated KV head.
-    if hkv >= p and hkv % p:
-        raise ShapecalcError("tp", f"p={p} does not divide H_kv={hkv} key/value heads")
-    if hkv < p and p % hkv:
-        raise ShapecalcError(
-            "tp", f"p={p} is not a multiple of H_kv={hkv}, so KV heads cannot be replicated evenly"
-        )
+    # a layer of its own KV heads (layer_widths.n_kv_heads) splits as the model's do
+    for hkv in dict.fromkeys((model.kv_heads, *((model.layer_widths.n_kv_heads or ())
+                                                if model.layer_widths else ()))):
+        # vLLM: with fewer KV heads than ranks each rank holds one replicated KV head.
+        if hkv >= p and hkv % p:
+            raise ShapecalcError("tp", f"p={p} does not divide H_kv={hkv} key/value heads")
+        if hkv < p and p % hkv:
+            raise ShapecalcError("tp", f"p={p} is not a multiple of H_kv={hkv}, so KV heads "
+                                 "cannot be replicated evenly")
     # the stateful mixers split by heads, as vLLM does: each rank whole groups (Mamba-2's B, C;
     # gated DeltaNet's q/k heads and their value heads)
     if "mamba2" in model.mixers and model.ssm_groups % p:
@@ -248,6 +250,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
     if "cca" in model.mixers and p > 1:  # its value halves interleave the KV heads' channels
         raise ShapecalcError("tp", "CCA layers under tensor parallelism are not modelled (the "
                              "value's two halves do not split by KV head)")
+    if "inkling" in model.mixers and p > 1:
+        raise ShapecalcError("tp", "Inkling's layers under tensor parallelism are not modelled "
+                             "(its layers' convs, bias profiles and shared experts' weights)")
     if "cca" in model.mixers and wl.state_cache == "vllm":
         raise ShapecalcError("state_cache", "vllm: no vLLM layout of CCA's state is modelled "
                              "(transformers' conv window and delayed value only)")

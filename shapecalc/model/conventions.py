@@ -36,7 +36,7 @@ FLA_CHUNK = 64  # chunk_gated_delta_rule_fwd_intra's fused kkt + solve path (BT 
 CONVENTION_MIXERS = frozenset({"mamba2", "gated_deltanet", "short_conv", "parallel", "cca"})
 # every stateful mixer: its outputs name the default conventions; the ones not in
 # CONVENTION_MIXERS (Mamba-1, KDA) refuse `fused` and `vllm` until their rules pick them
-STATEFUL_MIXERS = CONVENTION_MIXERS | {"mamba1", "kda"}
+STATEFUL_MIXERS = CONVENTION_MIXERS | {"mamba1", "kda", "inkling"}
 
 F = TypeVar("F")
 # (`wl` is a Workload: named Any so that config.py, which reads these names, is not imported back)

@@ -10,7 +10,7 @@ from .record import Pos, PosFloat, Record, _doc
 
 # a layer's token mixer (attention is AttentionKind's; none: a channel-mixer-only block)
 MixerKind = Literal["attention", "mamba2", "gated_deltanet", "short_conv", "mamba1", "parallel",
-                    "kda", "cca", "none"]
+                    "kda", "cca", "inkling", "none"]
 
 
 class MixerFields(Record):
@@ -22,7 +22,8 @@ class MixerFields(Record):
         "(LFM2's gated convolution), mamba1, parallel (attention and a Mamba-2 side by side, "
         "their outputs added: Falcon-H1), kda (Kimi Delta Attention: gated DeltaNet's fields "
         "with H_qk = H_v, D_qk = D_hv), cca (ZAYA's compressed convolutional attention: "
-        "attention whose q/k pass two convs, its value half delayed a token), or none (a block "
+        "attention whose q/k pass two convs, its value half delayed a token), inkling "
+        "(Inkling's attention with four short convs and a relative bias), or none (a block "
         "of its channel mixer only); default: attention in every layer")
     ssm_heads: Pos | None = _doc(None, "H_s: Mamba-2 heads (mamba_num_heads)")
     ssm_head_dim: Pos | None = _doc(None, "D_s: each Mamba-2 head's width; the inner width is "
@@ -86,3 +87,13 @@ class MixerFields(Record):
                                   "4 learned vectors of D (ZAYA's ZayaResidualScaling)")
     embedding_affine: bool = _doc(False, "the embeddings → (x + b)·s, b and s learned vectors "
                                   "of D (ZAYA's input_hidden_states_bias and _scale)")
+    # Inkling (inkling.py): attention with short convs on k, v and each branch's output, a bias
+    # from the hidden states by distance, shared experts in the softmax; its sliding layers'
+    # own H, H_kv and Dh are layer_widths'
+    rel_dim: Pos | None = _doc(None, "D_rel: each head's relative state r = h·W_r [D → H·D_rel], "
+                               "mixing D_rel bias profiles (Inkling's d_rel)")
+    rel_extent: Pos | None = _doc(None, "X_rel: the distances a full layer's bias covers, its "
+                                  "profiles [D_rel, X_rel] (rel_extent); a sliding layer's: W")
+    log_scaling_floor: Pos | None = _doc(None, "n_f: a full layer's q and bias × τ = 1 + "
+                                         "α·ln(max(1, (pos+1)/n_f)) (log_scaling_n_floor)")
+    log_scaling_alpha: float = _doc(0.1, "α of log_scaling_floor (log_scaling_alpha)")

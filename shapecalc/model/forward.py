@@ -19,6 +19,7 @@ from .compressed import v4_attention
 from .config import ModelConfig, Workload
 from .expr import Dim
 from .gated_deltanet import gated_deltanet_mixer
+from .inkling import inkling_block
 from .kda import kda_mixer
 from .mamba1 import mamba1_mixer
 from .mamba2 import mamba2_mixer
@@ -140,6 +141,8 @@ def _mtp(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, plan: Any, ids: Any, 
 
 def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x: Any,
            layer: int, angles: Any) -> Any:
+    if spec.mixer == "inkling":  # Inkling's layer (inkling.py)
+        return inkling_block(ops, m, spec, wl, z, x, layer, _ffn)
     if spec.mixer == "parallel":  # Falcon-H1: x + Mamba-2(h)·m_s + Attn(h·a_in)·a_out
         h = ops.norm(x, "attn.norm", "input norm")
         y = _times(ops, MIXERS["mamba2"](ops, m, z, h, layer), m.ssm_out_multiplier,

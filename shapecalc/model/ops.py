@@ -374,3 +374,36 @@ class Ops:
         attn.scores), A × v the output [B,H,Tq,Dh], each counted over the keys of the query's
         selected blocks that it may read only."""
         raise NotImplementedError
+
+    # -- Inkling (inkling.py) -------------------------------------------------------------------
+    def res_conv(self, x: Any, layer: int, role: str, name: str, channels: Dim) -> Any:
+        """x + a causal depthwise conv of x [B,T,channels] (kernel K_c, no bias), in fp32; its
+        window of the last K_c inputs (fp32) is a conv state of the layer's own, one per role."""
+        raise NotImplementedError
+
+    def rel_bias(self, s: Any, r: Any, role: str, name: str, extent: Dim) -> Any:
+        """Scores [B,H,Tq,Tk] + a bias by distance: r [B,Tq,H·D_rel] through the profiles
+        [D_rel, X] (X = extent) gives [B,H,Tq,X]; query i and key j add the one at i − j (0 when
+        i − j ≥ X)."""
+        raise NotImplementedError
+
+    def sink_route(self, logits: Any, role: str, name: str, k: Dim, shared: Dim
+                   ) -> tuple[Any, Any]:
+        """Router logits [B,T,E+n_s] → (the routing of the k chosen experts, the n_s shared
+        experts' weights [B,T,n_s]): the top k of sigmoid(logits[:E]) + a correction bias (a
+        buffer); a softmax over the log-sigmoids of those k and the n_s shared logits, × the
+        route scale × a learned scalar."""
+        raise NotImplementedError
+
+    def bank_scale(self, u: Any, g: Any, role: str, name: str, n: Dim) -> Any:
+        """u [B,T,n_s·Dff_s] with each shared expert's Dff_s values × its weight g [B,T,n_s]."""
+        raise NotImplementedError
+
+    def learned_scale(self, x: Any, role: str, name: str) -> Any:
+        """x × one learned scalar."""
+        raise NotImplementedError
+
+    def log_scale(self, x: Any, role: str, name: str, alpha: float, floor: int) -> Any:
+        """x [B,H,Tq,·] with each query row × τ = 1 + α·ln(max(1, (pos+1)/floor)), pos the
+        query's place in the step and the cache (Inkling's full layers)."""
+        raise NotImplementedError

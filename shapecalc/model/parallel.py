@@ -42,7 +42,8 @@ def kv_elements_per_token(model: ModelConfig, p: int = 1, layers: int | None = N
     heads); an expanded cache holds layers·(H/p)·((D_n + D_r) + D_v): each head's K and V."""
     if _per_layer(model):  # dots3: widths set per layer, or the indexer keys in their own dtype
         return sum(kv + idx for kv, idx in _layer_rows(model, p, layers, mla, reach, None))
-    n = model.mixers.count("attention") if layers is None else layers
+    n = (model.mixers.count("attention") + model.mixers.count("inkling")  # Inkling's attend
+         if layers is None else layers)
     if model.shared_kv:  # DeepSeek-V4: one K=V tensor per layer (its entries: entry_bytes)
         return n * model.dh
     if model.mla:
@@ -138,7 +139,7 @@ def _layer_rows(model: ModelConfig, p: int, layers: int | None, mla: str, reach:
     rows = []
     for k in plan.kind_of:
         spec = plan.kinds[k]
-        if spec.mixer != "attention" or (reach != "any" and spec.reach != reach):
+        if spec.mixer not in ("attention", "inkling") or (reach != "any" and spec.reach != reach):
             continue
         w = widened(model, spec)
         if not model.mla:  # K and V of each of the layer's KV heads (on this rank)

@@ -63,7 +63,7 @@ class LayerSpec(NamedTuple):
     def attends(self) -> bool:
         """The layer's token mixer is attention (or holds one: parallel, beside a Mamba-2; cca,
         attention with CCA's q/k/v): it has a KV cache."""
-        return self.mixer in ("attention", "parallel", "cca")
+        return self.mixer in ("attention", "parallel", "cca", "inkling")
 
     @property
     def caches(self) -> bool:
@@ -84,7 +84,8 @@ class LayerSpec(NamedTuple):
             attn = (f"compressed m′={self.compress}" if self.attention == "hca" else
                     f"compressed sparse m={self.compress}") + f" + window W={self.window}"
         attn = (attn + " ∥ Mamba-2" if self.mixer == "parallel"  # Falcon-H1: side by side
-                else f"CCA {attn}" if self.mixer == "cca" else MIXER_LABELS.get(self.mixer, attn))
+                else f"CCA {attn}" if self.mixer == "cca" else f"Inkling {attn}"
+                if self.mixer == "inkling" else MIXER_LABELS.get(self.mixer, attn))
         ffn = {"moe": " · hash MoE" if self.hash_route else " · MoE",
                "none": " · no FFN"}.get(self.ffn, "")
         if self.mixer == "none":  # a block of its channel mixer only
@@ -100,7 +101,7 @@ class LayerSpec(NamedTuple):
 # how a layer's own widths print (LayerWidths' fields)
 WIDTH_SYMBOLS = {"n_heads": "H", "q_lora_rank": "D_q", "kv_lora_rank": "D_c",
                  "qk_nope_head_dim": "D_n", "qk_rope_head_dim": "D_r", "v_head_dim": "D_v",
-                 "d_ff": "Dff"}
+                 "d_ff": "Dff", "n_kv_heads": "H_kv", "head_dim": "Dh"}
 
 
 # the token mixers other than attention, as labels print
@@ -152,7 +153,7 @@ def layer_plan(model: ModelConfig) -> LayerPlan:
                                          "csa": model.compress_ratio_csa}.get(t),
                   router_eda=model.router_hidden is not None and i > 0,
                   block_sparse=i in blocks)
-        if mx in ("attention", "parallel", "cca") else
+        if mx in ("attention", "parallel", "cca", "inkling") else
         # a stateful mixer's block is pre-norm (OLMo-Hybrid: beside output-normed attention), or
         # sandwiched as LFM3 sandwiches every branch
         LayerSpec("full", None, f, model.norm,
@@ -208,6 +209,7 @@ def widened(model: ModelConfig, spec: LayerSpec) -> ModelConfig:
     per_layer_config); the model itself where the layer has none."""
     if not spec.widths:
         return model
-    # attention that projects q itself keeps its head width Dh and its H_kv K/V heads (Laguna)
+    # attention that projects q itself keeps its head width Dh and its H_kv K/V heads where the
+    # layer does not give its own (Laguna keeps both; Inkling's sliding layers give them)
     keep = {} if model.mla else {"head_dim": model.dh, "n_kv_heads": model.kv_heads}
     return model.model_copy(update={**keep, **dict(spec.widths), "layer_widths": None})

@@ -228,7 +228,7 @@ def check_mixers(m: ModelFields) -> None:
     if "short_conv" in m.mixers and m.conv_kernel is None:  # one form: no chunk
         raise ShapecalcError("conv_kernel", "short_conv layers (mixer_types) need it")
     for f in SCAN_FIELDS:  # Mamba-1's scan and the short conv have no chunk
-        if f == "conv_kernel" and "short_conv" in m.mixers:
+        if f == "conv_kernel" and {"short_conv", "inkling"} & set(m.mixers):
             continue
         users = stateful - {"mamba1"} if f == "scan_chunk" else stateful
         if users and getattr(m, f) is None:

@@ -15,6 +15,10 @@ class LayerWidths(Record):
     """Each field a list of N values, layer i's the i-th; a field left out is the model's."""
 
     n_heads: tuple[Pos, ...] | None = _doc(None, "H of each layer (MLA: its K and V heads too)")
+    n_kv_heads: tuple[Pos, ...] | None = _doc(None, "H_kv of each layer (GQA; Inkling's sliding "
+                                              "layers)")
+    head_dim: tuple[Pos, ...] | None = _doc(None, "Dh of each layer (GQA; Inkling's sliding "
+                                            "layers)")
     q_lora_rank: tuple[Pos, ...] | None = _doc(None, "D_q of each layer")
     kv_lora_rank: tuple[Pos, ...] | None = _doc(None, "D_c of each layer")
     qk_nope_head_dim: tuple[Pos, ...] | None = _doc(None, "D_n of each layer")
@@ -24,6 +28,7 @@ class LayerWidths(Record):
 
 
 MLA_WIDTHS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+GQA_WIDTHS = ("n_kv_heads", "head_dim")  # attention that projects q, k and v itself
 
 
 def check_widths(w: LayerWidths, n_layers: int, model: Any) -> None:
@@ -39,8 +44,11 @@ def check_widths(w: LayerWidths, n_layers: int, model: Any) -> None:
             raise ShapecalcError(f"layer_widths.{f}", "is set per layer only with Multi-head "
                                  "Latent Attention (kv_lora_rank set): other attention keeps "
                                  "one head width for every layer")
-        if f == "n_heads" and model.kv_lora_rank is None:
-            _gqa_heads(vals, model)
+        if f in GQA_WIDTHS and model.kv_lora_rank is not None:
+            raise ShapecalcError(f"layer_widths.{f}", "is set per layer only on attention that "
+                                 "projects q, k and v itself (not MLA)")
+        if f in ("n_heads", *GQA_WIDTHS) and model.kv_lora_rank is None:
+            _gqa_heads(w, model)
         if f in MLA_WIDTHS and getattr(model, f) is None:
             raise ShapecalcError(f"layer_widths.{f}", f"is set per layer, but the model has no "
                                  f"{f}")
@@ -49,21 +57,23 @@ def check_widths(w: LayerWidths, n_layers: int, model: Any) -> None:
                                  "table serves them all: D_r must be the model's")
 
 
-def _gqa_heads(heads: tuple[int, ...], model: Any) -> None:
+def _gqa_heads(w: LayerWidths, model: Any) -> None:
     """Each layer's own query heads H_ℓ on attention that projects q itself (Laguna), each a
-    whole number of the H_kv K/V groups it keeps."""
-    kv = model.n_kv_heads
-    bad = next((h for h in heads if kv is not None and h % kv), None)
+    whole number of the layer's H_kv K/V groups (its own, Inkling's sliding layers', or the
+    model's)."""
+    n = len(w.n_heads or w.n_kv_heads or w.head_dim or ())
+    heads = w.n_heads or (model.n_heads,) * n
+    kvs = w.n_kv_heads or (model.n_kv_heads,) * n
+    key = "layer_widths." + ("n_heads" if w.n_heads else "n_kv_heads")
+    bad = next(((h, kv) for h, kv in zip(heads, kvs, strict=True)
+                if kv is not None and h % kv), None)
     if bad is not None:
-        raise ShapecalcError("layer_widths.n_heads", f"H_ℓ={bad} is not divisible by "
-                             f"H_kv={kv}")
+        raise ShapecalcError(key, f"H_ℓ={bad[0]} is not divisible by H_kv={bad[1]}")
     for f in ("shared_kv", "fused_qkv", "parallel_block"):
         if getattr(model, f):
-            raise ShapecalcError("layer_widths.n_heads", f"per-layer heads are not modelled "
-                                 f"with {f}")
+            raise ShapecalcError(key, f"per-layer heads are not modelled with {f}")
     if "cca" in model.mixers or model.positions == "alibi":
-        raise ShapecalcError("layer_widths.n_heads", "per-layer heads are not modelled with "
-                             "CCA or ALiBi")
+        raise ShapecalcError(key, "per-layer heads are not modelled with CCA or ALiBi")
 
 
 def overrides(w: LayerWidths | None, model: Any, layer: int) -> tuple[tuple[str, int], ...]:

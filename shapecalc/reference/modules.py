@@ -92,10 +92,11 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
     "moe.experts.up": (f"{_F}.experts",),
     "moe.experts.down": (f"{_F}.experts",),
     "moe.shared.gate": (f"{_F}.shared_expert.gate_proj", f"{_F}.shared_experts.gate_proj",
-                        f"{_F}.shared_expert.gate_up_proj"),
+                        f"{_F}.shared_expert.gate_up_proj", f"{_F}.shared_experts"),
     "moe.shared.up": (f"{_F}.shared_expert.up_proj", f"{_F}.shared_experts.up_proj",
-                      f"{_F}.shared_expert.gate_up_proj"),
-    "moe.shared.down": (f"{_F}.shared_expert.down_proj", f"{_F}.shared_experts.down_proj"),
+                      f"{_F}.shared_expert.gate_up_proj", f"{_F}.shared_experts"),
+    "moe.shared.down": (f"{_F}.shared_expert.down_proj", f"{_F}.shared_experts.down_proj",
+                        f"{_F}.shared_experts"),
     "moe.shared_gate": (f"{_F}.shared_expert_gate",),
     # DeepSeek Sparse Attention's lightning indexer (its score matmuls run in its forward)
     "attn.index_q": (f"{_A}.indexer.wq_b",),
@@ -112,13 +113,21 @@ LAYER_ROLES: dict[str, tuple[str, ...]] = {
     "ple.gate": ("per_layer_input_gate",),
     "ple.out": ("per_layer_projection",),
     "ple.post_norm": ("post_per_layer_input_norm",),
+    # Inkling: its four short convs (F.conv1d on each module's weight: the FLOPs are the
+    # module's), the relative-state projection and its bias profiles, the shared experts' bank
+    "conv.k": (f"{_A}.k_sconv",),
+    "conv.v": (f"{_A}.v_sconv",),
+    "conv.attn": ("attn_sconv",),
+    "conv.ffn": ("mlp_sconv",),
+    "attn.r": (f"{_A}.r_proj",),
+    "attn.rel_bias.profiles": (f"{_A}.rel_logits_proj",),
 }
 _LAYER_NORMS = ("attn.norm", "ffn.norm", "attn.post_norm", "ffn.post_norm", "mixer.norm",
                 "mixer.post_norm")
 # roles outside the layers: the last name of a module outside them
 TOP_ROLES: dict[str, tuple[str, ...]] = {
     "embed": ("embed_tokens", "wte", "word_embeddings", "embed_in", "embeddings"),
-    "embed.norm": ("word_embeddings_layernorm",),
+    "embed.norm": ("word_embeddings_layernorm", "embed_norm"),  # Inkling: embed_tokens'
     "pos.add": ("wpe", "embed_positions"),
     "head.norm": ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f",
                   "embedding_norm"),  # LFM2's final norm is its embedding_norm
