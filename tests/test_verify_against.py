@@ -27,7 +27,7 @@ from shapecalc.inputs import sources
 from shapecalc.inputs.hf import load_hf_config
 from shapecalc.interpret.symbolic import SymbolicOps
 from shapecalc.model.config import Workload
-from shapecalc.reference.modules import ROOT, first_difference
+from shapecalc.reference.modules import ROOT, Places, first_difference
 from shapecalc.reference.stored import stored_config
 
 DATA = Path(__file__).parent / "data"
@@ -165,6 +165,31 @@ def test_first_difference_walks_the_tree_in_forward_order():
     # differences that cancel in a subtree are still found
     assert first_difference(theirs, {**theirs, "m.a.x": 2, "m.a.y": 1}, order) == "m.a.x"
     assert first_difference({ROOT: 1}, {}, order) == ROOT
+
+
+def test_places_join_siblings_and_tell_a_roles_stages_apart():
+    """OLMo-hybrid's q, k, v apart in transformers, one gdn.qkv stage in shapecalc: one joint,
+    compared on their sum; ZAYA's two scaled residuals each in their own module."""
+    L = "m.layers.0"
+    mods = ["m", "m.layers", L, *(f"{L}.linear_attn{s}" for s in ("", ".q_proj", ".k_proj",
+                                                                  ".v_proj", ".o_proj")),
+            f"{L}.post_attention_residual_scale", f"{L}.post_mlp_residual_scale"]
+    places = Places(mods, "m.layers")
+    joint = places.module("gdn.qkv", 0)
+    assert joint == f"{L}.linear_attn.q_proj+k_proj+v_proj"
+    theirs = {f"{L}.linear_attn.q_proj": 2, f"{L}.linear_attn.k_proj": 2,
+              f"{L}.linear_attn.v_proj": 4, f"{L}.linear_attn.o_proj": 4}
+    assert places.join(theirs) == {joint: 8, f"{L}.linear_attn.o_proj": 4}
+    order = [places.joined.get(n, n) for n in mods]
+    assert first_difference(places.join(theirs), {joint: 8, f"{L}.linear_attn.o_proj": 4},
+                            order) is None
+    assert first_difference(places.join(theirs), {joint: 7, f"{L}.linear_attn.o_proj": 5},
+                            order) == joint
+    assert [places.module("residual", 0, n) for n in (0, 1)] == [
+        f"{L}.post_attention_residual_scale", f"{L}.post_mlp_residual_scale"]
+    # siblings of which one is missing are no joint: the mixer holds the stage
+    assert Places([m for m in mods if not m.endswith("v_proj")], "m.layers").module(
+        "gdn.qkv", 0) == f"{L}.linear_attn"
 
 
 # -- the command, without torch ------------------------------------------------------------------

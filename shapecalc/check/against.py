@@ -146,13 +146,15 @@ def _per_module(st: list[Stage], key: str, places: Places, kind_of: tuple[int, .
     """shapecalc's `key` (params or flops) per transformers module: each block stage once per
     layer of its kind, the others once."""
     out: dict[str, int] = {}
+    nth: dict[tuple[int | None, str], int] = {}  # a role's stages so far in its layer kind
     for s in st:
         v = getattr(s, key)
+        n = nth[s.kind, s.role] = nth.get((s.kind, s.role), -1) + 1
         if not v:
             continue
         layers = [i for i, k in enumerate(kind_of) if k == s.kind] if s.group == "block" else [None]
         for i in layers:
-            m = places.module(s.role, i)
+            m = places.module(s.role, i, n)
             if key == "flops" and s.role in FLOPS_ON_PARENT:
                 m = m.rpartition(".")[0] or m
             out[m] = out.get(m, 0) + v
@@ -272,8 +274,10 @@ def _subtree(counts: dict[str, int], node: str) -> int:
 
 
 def _compare(name: str, quantity: str, total: int, theirs_total: int, ours: dict[str, int],
-             theirs: dict[str, int], order: list[str]) -> dict[str, Any]:
-    where = first_difference(theirs, ours, order)
+             theirs: dict[str, int], places: Places) -> dict[str, Any]:
+    theirs = places.join(theirs)  # siblings shapecalc computes as one stage, summed
+    order = [places.joined.get(n, n) for n in places.modules]
+    where = first_difference(theirs, ours, list(dict.fromkeys(order)))
     at = None if where is None else (_subtree(ours, where), _subtree(theirs, where))
     return _check(name, quantity, total, theirs_total, where, at)
 
@@ -287,7 +291,6 @@ def compare(model: ModelConfig, wl: Workload, measured: dict[str, Any],
     st_pre, st_dec = symbolic_stages(model, pre, 1), symbolic_stages(model, dec, 1)
     kind_of = layer_plan(model).kind_of
     places = Places(measured["order"], measured["layers_path"])
-    order = measured["order"]
     dec_theirs, dec_notes = _decode_chunk_fix(measured, places)
     kv_theirs, kv_notes = transformers_kv(measured)
     entries = _v4_entries(model, measured, kv_theirs, kv_notes)
@@ -297,15 +300,15 @@ def compare(model: ModelConfig, wl: Workload, measured: dict[str, Any],
     checks = [
         _compare("params", "params", t_pre["params"], measured["params"],
                  _per_module(st_pre, "params", places, kind_of), measured["params_modules"],
-                 order),
+                 places),
         _compare(f"prefill FLOPs (B={B}, T={T}, all logits)", "prefill_flops", t_pre["flops"],
                  measured["prefill"]["flops"], _per_module(st_pre, "flops", places, kind_of),
-                 measured["prefill"]["modules"], order),
+                 measured["prefill"]["modules"], places),
         _compare(f"decode FLOPs (one token on T={T} cached)", "decode_flops", t_dec["flops"],
                  sum(dec_theirs.values()), _per_module(st_dec, "flops", places, kind_of),
-                 dec_theirs, order),
+                 dec_theirs, places),
         _compare(f"KV cache bytes after the prefill ({wl.dtype})", "kv_cache_bytes",
-                 t_pre["kv_cache_bytes"], sum(kv_theirs), kv_mod, kv_mod_theirs, order),
+                 t_pre["kv_cache_bytes"], sum(kv_theirs), kv_mod, kv_mod_theirs, places),
     ]
     if "cache_tensors" in measured:  # a live measurement: every tensor of the cache
         from ..reference.measure import KV_PARTS

@@ -249,6 +249,19 @@ def config_from_dict(raw: dict[str, Any]) -> Any:
     return AutoConfig.for_model(**d)
 
 
+# causal LMs transformers' AutoModelForCausalLM does not map (Mistral 4 ships inside Mistral 3's
+# image-text model): built by their own class
+CAUSAL_LM = {"mistral4": "Mistral4ForCausalLM"}
+
+
+def build(cfg: Any, **kw: Any) -> Any:
+    """transformers' causal LM of `cfg`: AutoModelForCausalLM's, or its CAUSAL_LM class."""
+    name = CAUSAL_LM.get(cfg.model_type)
+    if name is None:
+        return AutoModelForCausalLM.from_config(cfg, **kw)
+    return getattr(transformers, name)._from_config(cfg, **kw)
+
+
 def text_config(cfg: Any) -> Any:
     """The causal LM's config: a multimodal config's text_config (Gemma 3, Llama 4), else cfg."""
     return cfg.get_text_config(decoder=True)
@@ -283,7 +296,7 @@ def checkpoint_params(raw: dict[str, Any]) -> dict[str, Any]:
     model's `rotary_dim`."""
     cfg = config_from_dict(raw)
     with torch.device("meta"):
-        text = AutoModelForCausalLM.from_config(text_config(cfg))
+        text = build(text_config(cfg))
         arch = getattr(transformers, (raw.get("architectures") or [""])[0], None)
         whole = arch(cfg) if arch is not None and text_config(cfg) is not cfg else text
     return {"text": n_params(text), "text_class": type(text).__name__, "whole": n_params(whole),
@@ -293,7 +306,7 @@ def checkpoint_params(raw: dict[str, Any]) -> dict[str, Any]:
 def meta_params(cfg: Any) -> int:
     """Parameters of the model built from cfg on the meta device (no memory, no init)."""
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
+        model = build(cfg)
     return n_params(model)
 
 
@@ -379,9 +392,8 @@ def _measure(raw: dict[str, Any], batch: int, seq: int, dtype: str, day0: bool
              ) -> dict[str, Any]:
     cfg = text_config(config_from_dict(raw))
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(
-            cfg, attn_implementation="eager", dtype=DTYPES[dtype],
-            experts_implementation="batched_mm")
+        model = build(cfg, attn_implementation="eager", dtype=DTYPES[dtype],
+                      experts_implementation="batched_mm")
     model.eval()
     cfg = model.config
     routed = route_llama4(model)

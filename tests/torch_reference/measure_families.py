@@ -34,11 +34,12 @@ import sys
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import config_to_json_dict
 
+from shapecalc.reference.measure import build as _build  # Mistral 4 by its own class
 from shapecalc.reference.measure import forward_steps
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -150,18 +151,6 @@ def _small(model_type: str, cfg: dict) -> dict:
               "auto_map", "quantization_config"):
         out.pop(k, None)
     return out
-
-
-# classes transformers' AutoModelForCausalLM does not map (Mistral 4 ships inside Mistral 3's
-# image-text model): built by their own class
-CAUSAL_LM = {"mistral4": "Mistral4ForCausalLM"}
-
-
-def _build(cfg, **kw):
-    name = CAUSAL_LM.get(cfg.model_type)
-    if name is None:
-        return AutoModelForCausalLM.from_config(cfg, **kw)
-    return getattr(transformers, name)._from_config(cfg, **kw)
 
 
 def _meta_params(cfg) -> int:
