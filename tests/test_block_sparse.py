@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reference_cases import load_case as _load
+from reference_cases import totals as _totals
 
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
@@ -33,16 +35,6 @@ from shapecalc.model.config import ModelConfig, ShapecalcError, Workload
 DATA = Path(__file__).parent / "data"
 REF = json.loads((DATA / "block_sparse_reference.json").read_text())
 CASES = {c["name"]: c for c in REF["cases"]}
-
-
-def _load(tmp_path: Path, cfg: dict) -> ModelConfig:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return load_hf_config(path)
-
-
-def _totals(m: ModelConfig, T: int, **kw) -> dict:
-    return build_trace(m, Workload(batch=1, seq=T, **kw))["totals"]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

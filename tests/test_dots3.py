@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from reference_cases import load_case as _load
 
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
@@ -31,12 +32,6 @@ DATA = Path(__file__).parent / "data"
 REF = json.loads((DATA / "dots3_reference.json").read_text())
 CASES = {c["name"]: c for c in REF["cases"]}
 EAGER = dict(mla_form="latent", selection="eager")  # transformers' latent cache, masked scores
-
-
-def _load(tmp_path: Path, cfg: dict) -> ModelConfig:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return load_hf_config(path)
 
 
 def _totals(m: ModelConfig, T: int, **kw) -> dict:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reference_cases import load_case as _load
+from reference_cases import totals as _totals
 
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
@@ -28,16 +30,6 @@ DATA = Path(__file__).parent / "data"
 REF = {c["name"]: c for c in json.loads((DATA / "selected_reference.json").read_text())["cases"]}
 HY = REF["hunyuan-4"]
 EAGER = dict(mla_form="latent", selection="eager")  # what HYV4Attention computes
-
-
-def _load(tmp_path: Path, cfg: dict) -> ModelConfig:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return load_hf_config(path)
-
-
-def _totals(m: ModelConfig, T: int, **kw) -> dict:
-    return build_trace(m, Workload(batch=1, seq=T, **kw))["totals"]
 
 
 def test_preset_is_the_class_defaults_and_the_meta_device_count():

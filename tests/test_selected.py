@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reference_cases import load_case as _load
+from reference_cases import totals as _totals
 
 from shapecalc.costs.trace import build_trace
 from shapecalc.inputs.hf import load_hf_config
@@ -31,16 +33,6 @@ REF = json.loads((DATA / "selected_reference.json").read_text())
 CASES = {c["name"]: c for c in REF["cases"]}
 # transformers re-expands the cached latents (MLA's latent form) and masks the dense scores
 EAGER = dict(mla_form="latent", selection="eager")
-
-
-def _load(tmp_path: Path, cfg: dict) -> ModelConfig:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return load_hf_config(path)
-
-
-def _totals(m: ModelConfig, T: int, **kw) -> dict:
-    return build_trace(m, Workload(batch=1, seq=T, **kw))["totals"]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
