@@ -7,7 +7,6 @@ the grid), else with object arrays of Python ints.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
@@ -147,10 +146,10 @@ def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
         return False
     bc, tc, sc = (np.array([int(x.max())], dtype=object) for x in (B, T, S))
     wide = {k: np.array([64], dtype=object) for k in ("w", "kv", "act")}
-    safe = _SAFE.setdefault(cf, {})
     for (phase, p), regime, _ in groups:
         b, t, s = int(bc[0]), int(tc[0]), int(sc[0])
-        known = safe.setdefault((phase, p, regime.lo), [])
+        # the (B, T, s) maxima at which int64 was proven enough, kept in the regime
+        known = regime.memo.setdefault("int64_safe", [])
         if any(b <= b0 and t <= t0 and s <= s0 for b0, t0, s0 in known):
             continue  # a bound at larger B, T and s held (the bound is monotone in them)
         full = cf._regime_for(phase, 1, regime.lo)
@@ -169,9 +168,6 @@ def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
     return False
 
 
-# each closed form's (phase, p, regime) → the (B, T, s) maxima at which int64 was proven enough
-_SAFE: weakref.WeakKeyDictionary[ClosedForm, dict[tuple[str, int, int], list[tuple[int, ...]]]] = (
-    weakref.WeakKeyDictionary())
 
 
 def _as_slice(idx: np.ndarray) -> np.ndarray | slice:
