@@ -22,15 +22,12 @@ Counting is shapecalc/reference/measure.py's (``count``, ``forward_steps``, ``n_
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import warnings
 from typing import Any
 
 import torch
-import transformers
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -41,6 +38,7 @@ from shapecalc.reference.measure import (
     n_params,
     text_config,
 )
+from tests.torch_reference.measure_selected import run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
@@ -121,34 +119,17 @@ def measure(case: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(DATA, "block_sparse_reference.json"))
-    ap.add_argument("--only", action="append", help="measure only these cases (by name)")
-    args = ap.parse_args()
-    transformers.logging.set_verbosity_error()
-    warnings.simplefilter("ignore")
-    old = json.load(open(args.out))["cases"] if os.path.exists(args.out) else []
-    cases = {c["name"]: c for c in old}
-    for case in CASES:
-        if args.only and case["name"] not in args.only:
-            continue
-        print("measuring", case["name"], flush=True)
-        cases[case["name"]] = measure(case)
-    doc = {
-        "how": "tests/torch_reference/measure_block_sparse.py: params on the meta device at "
+HOW = ("tests/torch_reference/measure_block_sparse.py: params on the meta device at "
                "full size; FLOPs = FlopCounterMode (shapecalc/reference/measure.py's count) at "
                "full size on the meta device (bf16, eager attention, experts_implementation="
                "batched_mm) and at a reduced width on real tensors (float32, CPU, real routing "
                "and block top-k, eager experts), B=1, logits on every position, prefill and one "
                "decode step on the prefill's cache; cache bytes = every tensor of transformers' "
-               "cache after the prefill (keys, values and the block indexer's idx_keys).",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-        "cases": [cases[c["name"]] for c in CASES if c["name"] in cases],
-    }
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+               "cache after the prefill (keys, values and the block indexer's idx_keys).")
+
+
+def main() -> None:
+    run(CASES, os.path.join(DATA, "block_sparse_reference.json"), HOW, measure)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from transformers import AutoModelForCausalLM
 from transformers.models.dots3_note.configuration_dots3_note import Dots3NoteTextConfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from tests.torch_reference.measure_selected import run
+from tests.torch_reference.measure_selected import measure, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data")
@@ -79,7 +79,8 @@ HOW = ("tests/torch_reference/measure_dots3.py: params on the meta device at ful
 
 
 def main() -> None:
-    run(CASES, os.path.join(DATA, "dots3_reference.json"), HOW, _build_text)
+    run(CASES, os.path.join(DATA, "dots3_reference.json"), HOW,
+        lambda case: measure(case, _build_text))
 
 
 if __name__ == "__main__":

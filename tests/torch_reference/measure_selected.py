@@ -151,9 +151,10 @@ HOW = ("tests/torch_reference/measure_selected.py: params on the meta device at 
                "prefill (the latent keys/values and the indexer's key cache).")
 
 
-def run(cases: list[dict[str, Any]], out: str, how: str, reduced: Any = None) -> None:
-    """The command line of this script and of the ones that reuse its counting
-    (measure_dots3.py): --out, --only; the cases not measured again are kept from --out."""
+def run(cases: list[dict[str, Any]], out: str, how: str, measure_case: Any) -> None:
+    """The command line of this script and of the ones that reuse it (measure_dots3.py,
+    measure_block_sparse.py), each with its `measure_case(case)`: --out, --only; the cases not
+    measured again are kept from --out."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=out)
     ap.add_argument("--only", action="append", help="measure only these cases (by name)")
@@ -166,7 +167,7 @@ def run(cases: list[dict[str, Any]], out: str, how: str, reduced: Any = None) ->
         if args.only and case["name"] not in args.only:
             continue
         print("measuring", case["name"], flush=True)
-        done[case["name"]] = measure(case, reduced)
+        done[case["name"]] = measure_case(case)
     doc = {"how": how,
            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
            "cases": [done[c["name"]] for c in cases if c["name"] in done]}
@@ -176,7 +177,7 @@ def run(cases: list[dict[str, Any]], out: str, how: str, reduced: Any = None) ->
 
 
 def main() -> None:
-    run(CASES, os.path.join(DATA, "selected_reference.json"), HOW)
+    run(CASES, os.path.join(DATA, "selected_reference.json"), HOW, measure)
 
 
 if __name__ == "__main__":
