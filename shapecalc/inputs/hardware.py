@@ -87,7 +87,16 @@ class GPU(Record):
     memory_bytes: Pos = _req("device memory in bytes, as the driver reports")
     hbm_bandwidth: PosFloat = _req("device memory bandwidth, bytes/s")
     link: str = _doc("", "the intra-node link, e.g. 'NVLink 4'")
-    link_bandwidth: PosFloat = _req("intra-node link, bytes/s per direction")
+    link_bandwidth: PosFloat = _req("scale-up link (NVLink, xGMI), bytes/s per GPU per direction")
+    # the topology (plan/topology.py prices collectives by where their ranks sit)
+    gpus_per_node: Pos = _doc(8, "GPUs in one node (server): 8 on HGX/DGX")
+    scale_up_domain: Pos | None = _doc(
+        None, "GPUs the scale-up link joins (absent: gpus_per_node; 72 on GB200 NVL72)")
+    scale_up_latency_s: float = _doc(2e-6, "seconds a message takes to start on the scale-up link")
+    network: str = _doc("", "the scale-out network, e.g. '8x ConnectX-7 400 Gb/s InfiniBand'")
+    scale_out_bandwidth: PosFloat = _doc(
+        50e9, "network bandwidth between nodes, bytes/s per GPU per direction (400 Gb/s = 50e9)")
+    scale_out_latency_s: float = _doc(5e-6, "seconds a message takes to start across nodes")
     peak_flops: PeakFlops = _req("dense peak FLOP/s per dtype")
     perf: PerfTerms | None = _doc(None, "the expected-time model's terms (plan/perf.py)")
     price_per_gpu_hour: PosFloat | None = _doc(
@@ -105,7 +114,16 @@ class GPU(Record):
                 check_term(term, v)
         # rates below one unit a second make times overflow to inf (JSON has no inf), and no
         # GPU is that slow: 1e-300 B/s is a typo
+        domain = self.scale_up_domain or self.gpus_per_node
+        if domain % self.gpus_per_node and self.gpus_per_node % domain:
+            raise ShapecalcError("gpu.scale_up_domain", f"{domain} GPUs neither divide nor are a "
+                                 f"multiple of a node's {self.gpus_per_node}")
+        for name in ("scale_up_latency_s", "scale_out_latency_s"):
+            v = getattr(self, name)
+            if not 0 <= v <= 1:  # a second to start a message is a typo, not a network
+                raise ShapecalcError(f"gpu.{name}", f"must be in [0, 1] s, got {v:g}")
         rates = {"hbm_bandwidth": self.hbm_bandwidth, "link_bandwidth": self.link_bandwidth,
+                 "scale_out_bandwidth": self.scale_out_bandwidth,
                  **{f"peak_flops.{d}": self.peak(d) for d in PEAK_DTYPES}}
         for name, v in rates.items():
             if v is not None and v < 1:
@@ -171,12 +189,12 @@ def _override(data: dict[str, Any], item: str) -> None:
     if parts[0] == "perf":  # a plain number in the term's range (seconds, fractions, tokens)
         value = parse_number(text, "set-gpu")
         check_term(parts[1], value)
-    elif parts[0] not in ("name", "vendor", "source", "memory", "link",
+    elif parts[0] not in ("name", "vendor", "source", "memory", "link", "network",
                               "price_source"):
         value = parse_quantity(text, "set-gpu", FIELD_UNITS.get(parts[0], ()), key)
-        if parts[0] == "memory_bytes":
+        if parts[0] in ("memory_bytes", "gpus_per_node", "scale_up_domain"):
             if value != int(value):
-                raise ShapecalcError("set-gpu", f"memory_bytes must be whole bytes, got {text!r}")
+                raise ShapecalcError("set-gpu", f"{parts[0]} must be a whole number, got {text!r}")
             value = int(value)
     if len(parts) == 2:
         table = dict(data.get(parts[0]) or {})
@@ -190,14 +208,16 @@ _UNITS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _QTY = re.compile(
     r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?"
-    r"\s*(B/s|B|FLOP/s|FLOPS|OP/s|OPS|/s)?\s*$"
+    r"\s*(B/s|B|FLOP/s|FLOPS|OP/s|OPS|/s|s)?\s*$"
 )
 
 
 # the units each field may be written in (a number alone is in that unit): memory_bytes=80GiB/s
 # is a bandwidth given for a size, refused; a field not listed takes a plain number
 FIELD_UNITS = {"memory_bytes": ("B",), "hbm_bandwidth": ("B/s", "/s"),
-               "link_bandwidth": ("B/s", "/s"),
+               "link_bandwidth": ("B/s", "/s"), "scale_out_bandwidth": ("B/s", "/s"),
+               "gpus_per_node": (), "scale_up_domain": (),
+               "scale_up_latency_s": ("s",), "scale_out_latency_s": ("s",),
                "peak_flops": ("FLOP/s", "FLOPS", "OP/s", "OPS", "/s")}
 
 

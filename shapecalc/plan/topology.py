@@ -1,0 +1,104 @@
+"""Where a collective's ranks sit, and what its bytes cost there: the one home of collective times.
+
+A GPU profile gives the topology (inputs/hardware.py): G GPUs a node, a scale-up domain of D GPUs
+(NVLink/NVSwitch, xGMI; D = G on HGX, 72 on GB200 NVL72) at `link_bandwidth` per GPU and
+direction, and a scale-out network between domains at `scale_out_bandwidth` per GPU. Ranks are
+laid out as Megatron and the engines order them: a group of g ranks with stride r occupies GPUs
+o, o + r, …, o + (g−1)·r, so it stays in one domain when g·r ≤ D, and otherwise spans
+n = g·r / D domains with q = g / n ranks in each.
+
+Bytes below are B, each rank's whole buffer (its full tensor for an all-reduce, its full
+gathered output for an all-gather / its full input for a reduce-scatter, everything it sends for
+an all-to-all); bw is bytes/s per GPU per direction, × efficiency. Inside one domain a ring:
+  all-reduce         2(g−1)/g · B / bw_up
+  all-gather, reduce-scatter  (g−1)/g · B / bw_up
+Across n domains hierarchically (NCCL's tree/ring over nodes, the textbook 2-level form):
+  all-reduce = reduce-scatter in the domain, all-reduce of B/q across domains, all-gather in it:
+               2(q−1)/q · B / bw_up + 2(n−1)/n · (B/q) / bw_out
+  all-gather / reduce-scatter: half of each term.
+  all-to-all: each rank sends B/g to every rank; (q−1)·B/g stays in its domain, (g−q)·B/g
+              crosses; both links run at once: max((q−1)·B/g / bw_up, (g−q)·B/g / bw_out).
+  send (a pipeline boundary, a KV transfer): B / bw of the link between the two GPUs.
+Each adds the latency of the slowest link it crosses, once a step of the algorithm
+(ring: 2(g−1) or g−1 steps; hierarchical: the inner steps at the scale-up latency plus the outer
+ones at the scale-out latency; all-to-all and send: one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..inputs.hardware import GPU
+from ..model.config import ShapecalcError
+
+
+@dataclass(frozen=True)
+class Topology:
+    gpus_per_node: int
+    domain: int  # D: GPUs one scale-up link joins
+    up_bw: float  # bytes/s per GPU per direction, × efficiency
+    out_bw: float
+    up_lat: float  # seconds a message takes to start
+    out_lat: float
+
+
+def topology(gpu: GPU, efficiency: float = 1.0) -> Topology:
+    """The profile's topology, its bandwidths × `efficiency` (the fraction collectives reach)."""
+    return Topology(gpu.gpus_per_node, gpu.scale_up_domain or gpu.gpus_per_node,
+                    gpu.link_bandwidth * efficiency, gpu.scale_out_bandwidth * efficiency,
+                    gpu.scale_up_latency_s, gpu.scale_out_latency_s)
+
+
+def span(topo: Topology, g: int, r: int = 1) -> tuple[int, int]:
+    """(q, n): ranks in each domain and domains a group of g ranks with stride r spans."""
+    if g * r <= topo.domain:
+        return g, 1
+    if (g * r) % topo.domain or topo.domain % r:
+        raise ShapecalcError("gpu.scale_up_domain", f"a group of {g} ranks {r} apart does not "
+                             f"split evenly over domains of {topo.domain} GPUs")
+    n = g * r // topo.domain
+    return g // n, n
+
+
+def check_nodes(topo: Topology, gpus: int, field: str) -> None:
+    """A layout of more GPUs than a node fills whole nodes: its count is a multiple of the node."""
+    if gpus > topo.gpus_per_node and gpus % topo.gpus_per_node:
+        raise ShapecalcError(field, f"{gpus} GPUs span nodes of {topo.gpus_per_node} but do not "
+                             f"fill them: use a multiple of {topo.gpus_per_node}")
+
+
+def all_reduce_s(topo: Topology, nbytes: float, g: int, r: int = 1) -> float:
+    return _ring(topo, nbytes, g, r, 2)
+
+
+def all_gather_s(topo: Topology, nbytes: float, g: int, r: int = 1) -> float:
+    """Also a reduce-scatter's time: the same bytes the other way."""
+    return _ring(topo, nbytes, g, r, 1)
+
+
+def _ring(topo: Topology, nbytes: float, g: int, r: int, passes: int) -> float:
+    if g <= 1:
+        return 0.0
+    q, n = span(topo, g, r)
+    inner = passes * (q - 1) * (nbytes / q / topo.up_bw + topo.up_lat)
+    if n == 1:
+        return inner
+    return inner + passes * (n - 1) * (nbytes / q / n / topo.out_bw + topo.out_lat)
+
+
+def all_to_all_s(topo: Topology, nbytes: float, g: int, r: int = 1) -> float:
+    """Each of g ranks sends nbytes in all, nbytes/g to every rank (itself included)."""
+    if g <= 1:
+        return 0.0
+    q, n = span(topo, g, r)
+    inner = (q - 1) * nbytes / g / topo.up_bw
+    if n == 1:
+        return inner + topo.up_lat
+    return max(inner, (g - q) * nbytes / g / topo.out_bw) + topo.out_lat
+
+
+def send_s(topo: Topology, nbytes: float, across: bool) -> float:
+    """One GPU to another: over the scale-up link, or `across` domains over the network."""
+    if across:
+        return nbytes / topo.out_bw + topo.out_lat
+    return nbytes / topo.up_bw + topo.up_lat
