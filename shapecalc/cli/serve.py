@@ -77,6 +77,16 @@ def serve(
         "--shared-prefix", help="tokens of a system prompt every request starts with, cached "
         "once (prefix caching); 0: none")] = 0,
     replicas: Annotated[int, typer.Option("--replicas", help="replicas behind the router")] = 1,
+    ep_mode: Annotated[str | None, typer.Option(
+        "--ep-mode", help="with --ep: DeepEP's normal (NVLink + RDMA forwarding, for prefill) "
+        "| low-latency (pure RDMA, for decode) dispatch and combine",
+        show_default="normal")] = None,
+    ep_imbalance: Annotated[str | None, typer.Option(
+        "--ep-imbalance", help="with --ep: the busiest expert GPU's share of the routed tokens "
+        "× ep", show_default="1: balanced")] = None,
+    redundant_experts: Annotated[int | None, typer.Option(
+        "--redundant-experts", help="with --ep: EPLB's extra expert copies (ep divides the "
+        "experts plus these; each GPU holds (E + N)/ep)", show_default="0")] = None,
     router: Annotated[str, typer.Option(
         "--router", help="round-robin | least-loaded (fewest requests queued or running)")
     ] = "round-robin",
@@ -169,8 +179,11 @@ def serve(
         wbase = {k: v for k, v in wbase.items() if k not in ("batch", "seq", "phase")}
         wl = resolve_workload({"logits": "last", **wbase}, mode, dtype=dtype, kv_dtype=kv_dtype,
                               act_dtype=act_dtype, tp=tp, pp=pp, ep=ep, block_size=block_size)
+        from ..plan.ep import ep_plan
+
+        plan = ep_plan(model, wl, ep_mode, ep_imbalance, redundant_experts)
         dep = sim.Deployment(model, wl, hw, opts, replicas, router, max_num_seqs, kv_blocks,
-                             shared_prefix)
+                             shared_prefix, plan)
         target = sim.parse_slo(slo)
         plens = W.parse_lengths(prompt, "prompt-tokens")
         olens = W.parse_lengths(output_tokens, "output-tokens")
@@ -181,7 +194,11 @@ def serve(
                                "kv_dtype": wl.kv, "act_dtype": wl.act,
                                "block_size": wl.block_size, "max_num_seqs": max_num_seqs,
                                "max_batched_tokens": opts.max_batched_tokens,
-                               "shared_prefix": shared_prefix},
+                               "shared_prefix": shared_prefix,
+                               "attention_ranks": dep.attention_ranks,
+                               "ep_mode": plan and plan.mode,
+                               "ep_imbalance": plan and plan.imbalance,
+                               "redundant_experts": plan.redundant if plan else 0},
                 "workload": {"requests": requests, "rate": rate, "arrivals": arrivals,
                              "concurrency": concurrency, "prompt": prompt,
                              "output": output_tokens,
@@ -211,7 +228,8 @@ def serve(
                         p = found["plan"]
                         doc["deployment"] = {**head["deployment"], "tp": p["tp"], "pp": p["pp"],
                                              "ep": p["ep"], "replicas": p["replicas"],
-                                             "gpus": p["gpus"]}
+                                             "gpus": p["gpus"],
+                                             "attention_ranks": max(1, p["ep"] // p["tp"])}
                         doc["deployment_is"] = "the plan --find-gpus found"
                     else:
                         doc["deployment_is"] = ("as given: no explored deployment meets the "

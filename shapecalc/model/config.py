@@ -204,8 +204,9 @@ class Workload(Record):
         return self.mla_form or MLA_DEFAULT
 
 
-def check(model: ModelConfig, wl: Workload) -> None:
-    """Rules that need both the model and the workload."""
+def check(model: ModelConfig, wl: Workload, redundant: int = 0) -> None:
+    """Rules that need both the model and the workload (`redundant`: EPLB's extra expert
+    copies, which ep splits with the experts: serve --redundant-experts)."""
     p = wl.tp
     if model.shared_kv:  # DeepSeek-V4's attention: as transformers runs it
         for key, bad in (("attention_flops", wl.attention_flops == "causal"),
@@ -266,8 +267,9 @@ def check(model: ModelConfig, wl: Workload) -> None:
         if not model.moe:
             raise ShapecalcError("ep", "expert parallelism needs a Mixture-of-Experts model")
         assert model.n_experts is not None
-        if model.n_experts % wl.ep:
-            raise ShapecalcError("ep", f"ep={wl.ep} does not divide E={model.n_experts} experts")
+        if (model.n_experts + redundant) % wl.ep:
+            raise ShapecalcError("ep", f"ep={wl.ep} does not divide E={model.n_experts} experts"
+                                 + (f" + {redundant} redundant" if redundant else ""))
         if wl.ep % p:
             raise ShapecalcError("ep", f"ep={wl.ep} is not a multiple of tp={p}: the ep GPUs "
                                  "hold ep/tp tensor-parallel replicas of the attention")

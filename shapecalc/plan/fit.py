@@ -36,6 +36,7 @@ from .perf import (
 )
 from .perf_defaults import DATA as DEFAULTS_DATA
 from .perf_defaults import DATE as DEFAULTS_DATE
+from .topology import layout_fills_nodes, topology
 
 SEARCH_MAX = 2**48
 
@@ -74,11 +75,12 @@ def point(cf: ClosedForm, gpu: GPU, opts: PlanOptions, wl: Workload, peak: float
                          dec, SCALARS))
         # the calibrated expectation (plan/perf.py), as sweep's columns
         pp = perf_params(gpu, opts.perf)
-        out.update(expected_prefill(cf, gpu, pp, pre, peak, B * T, wbits, SCALARS, wl.ep))
+        out.update(expected_prefill(cf, gpu, pp, pre, peak, B * T, wbits, SCALARS, wl.ep, s))
         out.update(dict.fromkeys(DECODE_COLUMNS, math.nan), expected_decode_dominant=None)
         if dec_tot is not None:
             out.update(expected_decode(cf, gpu, pp, dec_tot, peak, B,
-                                       float(max(p, wl.ep)) * float(s), wbits, SCALARS, wl.ep))
+                                       float(max(p, wl.ep)) * float(s), wbits, SCALARS, wl.ep,
+                                       s))
     return out
 
 
@@ -105,7 +107,7 @@ def estimates(cf: ClosedForm, gpu: GPU, opts: PlanOptions, pp: PerfParams, wl: W
     limit = cf.seq_limit("decode")
     dec = cf.at(B, T, "decode", p, s, *dts) if limit is None or T <= limit else None
     exp = expected_times(cf, gpu, pp, cf.at(B, T, "prefill", p, s, *dts), dec, peak, B, T,
-                         gpus, DTYPE_BITS[wl.dtype], SCALARS, wl.ep)
+                         gpus, DTYPE_BITS[wl.dtype], SCALARS, wl.ep, s)
     return {"batch": B, "expected": exp, "lower_bound": bound}
 
 
@@ -134,6 +136,7 @@ def _smallest(cands: list[int], ok: Callable[[int], bool]) -> int | None:
 def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[str, Any]:
     """The `fit --json` document (a contract: see plan_schemas.FitOut)."""
     check(model, wl)
+    layout_fills_nodes(gpu, wl)
     cf = closed_form_for(model, wl)
     cdt, peak = require_peak(gpu, wl.compute, opts)
     terms = perf_params(gpu, opts.perf)
@@ -196,8 +199,11 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
     if times["decode_s_per_token"] is None:
         notes.append(f"no decode estimate: a step with {wl.seq} cached tokens needs position "
                      f"{wl.seq + 1} > max_positions={model.max_positions}")
-    if wl.tp > 8:
-        notes.append("tp > 8 spans more than one 8-GPU node: the link bandwidth is optimistic")
+    topo = topology(gpu)
+    if wl.tp > topo.domain:
+        notes.append(f"tp={wl.tp} spans {wl.tp // topo.domain} scale-up domains of "
+                     f"{topo.domain} GPUs: its all-reduces are priced hierarchically, across "
+                     f"them at {gpu.scale_out_bandwidth / 1e9:g} GB/s a GPU (topology.py)")
     if cap_pos is not None and max_seq_memory > max_seq:
         notes.append(f"max_seq is capped at the model's max_positions={cap_pos}; "
                      f"memory alone would allow {max_seq_memory:,}")

@@ -163,10 +163,11 @@ def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: An
 
 
 def step_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, wbits: Any, xp: Any,
-               ep: int = 1) -> Any:
+               ep: int = 1, dp: int = 1) -> Any:
     """HBM bytes one step must move on a rank: the weights it reads (the embedding rows it
     looks up, not the table; of a MoE layer, the experts its `tokens` reach) + the KV cache
-    (written in prefill, read in decode). Floats where experts are fractional."""
+    (written in prefill, read in decode). Floats where experts are fractional. With `dp`
+    data-parallel attention ranks the experts serve dp ranks' tokens (plan/ep.py)."""
     m = cf.model
     table = tot["embed_params_per_rank"]
     read = embedding_rows_read(cf, tot, tokens, xp)
@@ -174,17 +175,17 @@ def step_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, wbits: Any, xp:
     # carry none: it refuses stateful mixers)
     kv = tot["kv_cache_bytes_per_rank"] + tot.get("state_cache_bytes_per_rank", 0)
     if cf.weights is not None:
-        return _format_bytes(cf, tot, tokens, read, xp, ep) + kv
+        return _format_bytes(cf, tot, tokens, read, xp, ep, dp) + kv
     if not m.moe:
         return bytes_of(tot["params_per_rank"] - table + read, wbits) + kv
     experts = ep_rank_expert_params(tot["expert_params_per_rank"], tot["expert_params"], ep)
     others = tot["params_per_rank"] - tot["expert_params_per_rank"] - table + read
-    reached = distinct_experts(tokens, m) / m.n_experts
+    reached = distinct_experts(tokens * dp, m) / m.n_experts
     return xp.floats(bytes_of(others, wbits) + kv) + xp.floats(bytes_of(experts, wbits)) * reached
 
 
 def _format_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, read: Any, xp: Any,
-                  ep: int) -> Any:
+                  ep: int, dp: int = 1) -> Any:
     """step_bytes' weights under a format: the rank's tensors (scales included) less its token
     table, plus the table rows looked up (the table is never quantized: its width's bytes)."""
     assert cf.weights is not None
@@ -196,17 +197,17 @@ def _format_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, read: Any, x
         return own
     experts = ep_rank_expert_params(tot["expert_weight_bytes_per_rank"],
                                     tot["expert_weight_bytes"], ep)
-    reached = distinct_experts(tokens, cf.model) / cf.model.n_experts
+    reached = distinct_experts(tokens * dp, cf.model) / cf.model.n_experts
     return (xp.floats(own - tot["expert_weight_bytes_per_rank"])
             + xp.floats(experts) * reached)
 
 
-def step_flops(cf: ClosedForm, tot: dict[str, Any], ep: int = 1) -> Any:
+def step_flops(cf: ClosedForm, tot: dict[str, Any], ep: int = 1, dp: int = 1) -> Any:
     """FLOPs one rank's step does, as kernels run it: attention's lower triangle only (a
     causal kernel skips the masked half, whatever --attention-flops counts); with ep > 1 each
-    GPU does 1/ep of a MoE step."""
+    GPU does 1/ep of a MoE step (of dp attention ranks' steps, each with these totals)."""
     if cf.model.moe and ep > 1:
-        return tot["causal_flops"] // ep
+        return tot["causal_flops"] * dp // ep
     return tot["causal_flops_per_rank"]
 
 

@@ -27,6 +27,7 @@ ones at the scale-out latency; all-to-all and send: one).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..inputs.hardware import GPU
 from ..model.config import ShapecalcError
@@ -102,3 +103,59 @@ def send_s(topo: Topology, nbytes: float, across: bool) -> float:
     if across:
         return nbytes / topo.out_bw + topo.out_lat
     return nbytes / topo.up_bw + topo.up_lat
+
+
+# DeepEP's two kernel families (deepseek-ai/DeepEP, docs/legacy.md: "Normal kernels with NVLink
+# and RDMA forwarding", for training and inference prefilling; "Low-latency kernels with pure
+# RDMA", for inference decoding). SGLang picks them with --deepep-mode normal|low_latency.
+EP_MODES = ("normal", "low-latency")
+
+
+def ep_exchange_s(topo: Topology, nbytes: float, g: int, mode: str = "normal") -> float:
+    """One dispatch (or combine) over g expert-parallel ranks, each sending nbytes in all
+    (nbytes/g to every rank, itself included). normal: the all-to-all above (the scale-up link
+    inside a domain, the network across, both at once); low-latency: every byte off the rank goes
+    through the NIC, (g−1)/g · nbytes / bw_out, plus one network latency."""
+    if mode not in EP_MODES:
+        raise ShapecalcError("ep-mode", f"{mode!r} is not one of {', '.join(EP_MODES)}")
+    if g <= 1:
+        return 0.0
+    if mode == "normal":
+        return all_to_all_s(topo, nbytes, g)
+    return (g - 1) * nbytes / g / topo.out_bw + topo.out_lat
+
+
+def ring_bandwidth(topo: Topology, g: int) -> tuple[float, float]:
+    """(bytes/s, extra s) a ring all-reduce of g contiguous ranks reaches on its per-rank
+    traffic 2(g−1)/g·B, and the latency its steps across domains add to each all-reduce: inside
+    one domain (up_bw, 0); across n domains the hierarchical time above over the same bytes."""
+    q, n = span(topo, g) if g > 1 else (1, 1)
+    if n == 1:
+        return topo.up_bw, 0.0
+    per_byte = (2 * (q - 1) / q / topo.up_bw + 2 * (n - 1) / n / q / topo.out_bw) / (
+        2 * (g - 1) / g)
+    return 1.0 / per_byte, 2 * (n - 1) * topo.out_lat
+
+
+def boundary_bandwidth(topo: Topology, tp: int, stages: int) -> float:
+    """bytes/s of a pipeline's boundary sends, stage i on GPUs [i·tp, (i+1)·tp): the s − 1
+    boundaries' bytes (equal at each) over the link each crosses, the network where a boundary
+    ends a domain."""
+    if stages <= 1 or tp * stages <= topo.domain:
+        return topo.up_bw
+    across = sum(1 for i in range(1, stages) if (i * tp) % topo.domain == 0 or tp > topo.domain)
+    per_byte = (across / topo.out_bw + (stages - 1 - across) / topo.up_bw) / (stages - 1)
+    return 1.0 / per_byte
+
+
+def layout_fills_nodes(gpu: GPU, wl: Any) -> None:
+    """A deployment's GPUs (max(tp, ep)·pp; tp innermost) fill whole nodes once they span more
+    than one: refused in one line naming the degree that takes it past a node."""
+    topo = topology(gpu)
+    width = max(wl.tp, wl.ep)
+    flag = ("tp" if wl.tp >= wl.ep else "ep") if width > topo.gpus_per_node else "pp"
+    check_nodes(topo, width * wl.pp, flag)
+    if width * wl.pp > topo.gpus_per_node and width < topo.gpus_per_node and \
+            topo.gpus_per_node % width:
+        raise ShapecalcError(flag, f"groups of {width} GPUs do not tile nodes of "
+                             f"{topo.gpus_per_node}: use a divisor of {topo.gpus_per_node}")

@@ -110,8 +110,9 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
     sat = doc["saturated_per_replica"]
     _say(console,
          f"preemptions: {doc['preemptions']:,}   iterations: {doc['iterations']:,}   KV cache: "
-         f"{doc['kv_blocks_per_replica']:,} blocks ({doc['kv_tokens_per_replica']:,} tokens) a "
-         f"replica, mean use {doc['kv_utilization']['mean']:.0%}   queue: mean "
+         f"{doc['kv_blocks_per_replica']:,} blocks ({doc['kv_tokens_per_replica']:,} tokens) "
+         f"{_pool_owner(doc['deployment'])}, mean use {doc['kv_utilization']['mean']:.0%}   "
+         "queue: mean "
          f"{doc['queue']['mean']:.3g}, max {doc['queue']['max']:,}")
     pool = doc.get("kv_pool")
     if pool and (len(pool["groups"]) != 1 or pool["groups"][0]["window"] is not None
@@ -130,6 +131,20 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
              ("met", "green") if doc["slo_met"] else ("missed", "red"))
 
 
+def _pool_owner(d: dict[str, Any]) -> str:
+    return "an attention rank" if d.get("attention_ranks", 1) > 1 else "a replica"
+
+
+def _ep_text(d: dict[str, Any]) -> str:
+    """', ep=8: 8 attention ranks, DeepEP normal' (nothing without ep)."""
+    if d["ep"] <= 1:
+        return ""
+    extra = (f", imbalance {d['ep_imbalance']:g}" if d.get("ep_imbalance", 1) != 1 else "") + (
+        f", {d['redundant_experts']} redundant experts" if d.get("redundant_experts") else "")
+    return (f", ep={d['ep']}: {plural(d.get('attention_ranks', 1), 'attention rank')}, DeepEP "
+            f"{d.get('ep_mode') or 'normal'}{extra}")
+
+
 def print_serve(doc: dict[str, Any], console: Any) -> None:
     from rich.text import Text
 
@@ -138,7 +153,7 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
     d = doc["deployment"]
     _say(console, (str(doc["model"]), "bold"),
          f" on {doc['gpu']}: {plural(d['replicas'], 'replica')} × (tp={d['tp']}, pp={d['pp']}"
-         f"{', ep=' + str(d['ep']) if d['ep'] > 1 else ''}) = {plural(d['gpus'], 'GPU')}, "
+         f"{_ep_text(d)}) = {plural(d['gpus'], 'GPU')}, "
          f"{d['router']}, max_num_seqs={d['max_num_seqs']}, "
          f"max_batched_tokens={d['max_batched_tokens']} ({doc['deployment_is']})")
     if doc["command"] == "simulate":

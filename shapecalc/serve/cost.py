@@ -33,7 +33,9 @@ from ..model.config import DTYPE_BITS, ShapecalcError, Workload
 from ..model.conventions import has_convention
 from ..model.parallel import kv_groups, pp_layers
 from ..model.plan import Chunk, layer_plan
+from ..plan.ep import EPPlan, attention_ranks, exchange_s, imbalance_flops, moe_layers
 from ..plan.perf import PerfParams, step_seconds, step_terms
+from ..plan.topology import boundary_bandwidth, topology
 from .basis import Basis, points, solve, value
 from .pipeline import round_terms
 
@@ -63,13 +65,18 @@ class Coeffs:
 class IterationCost:
     """Expected seconds of an iteration from its sums (see the module doc)."""
 
-    def __init__(self, cf: ClosedForm, gpu: GPU, pp: PerfParams, wl: Workload, peak: float):
+    def __init__(self, cf: ClosedForm, gpu: GPU, pp: PerfParams, wl: Workload, peak: float,
+                 ep: EPPlan | None = None):
         self.cf, self.gpu, self.pp, self.peak = cf, gpu, pp, peak
         self.ep = wl.ep
         # pipeline (pipeline.py): the stages, the fullest one's share of the layers, the link
         self.stages = wl.pp
         self.share = max(pp_layers(cf.model.n_layers, wl.pp)) / cf.model.n_layers
-        self.link = gpu.link_bandwidth * pp.link_efficiency
+        self.topo = topology(gpu, pp.link_efficiency)
+        self.link = boundary_bandwidth(self.topo, wl.tp, wl.pp)
+        # expert parallelism (plan/ep.py): dp attention ranks, each a scheduler of these costs
+        self.plan, self.wl = ep, wl
+        self.moe_layers = moe_layers(cf.model) * self.share
         self.wbits = DTYPE_BITS[wl.dtype]
         model = cf.model
         stateful = has_convention(model.mixers)  # a stateful mixer: a state slot a sequence
@@ -159,8 +166,16 @@ class IterationCost:
                 step = self.coeffs[k].step
                 tot[k] = step + (tot[k] - step) / m
             tokens = tokens / m
+        plan, dp = self.plan, 1
+        if plan is not None:
+            dp = attention_ranks(self.wl)
+            tot["causal_flops"] = tot["causal_flops"] + imbalance_flops(tot, tokens,
+                                                                        self.cf.model, plan)
         t = step_terms(self.cf, self.gpu, self.pp, tot, self.peak, tokens, self.wbits,
-                       SCALARS, self.ep, decode=chunks == 0)
+                       SCALARS, self.ep, decode=chunks == 0, stages=self.stages, dp=dp)
+        if plan is not None:
+            t = (t[0], t[1], t[2] + exchange_s(self.topo, plan, self.wl, tokens, self.cf.model,
+                                               self.moe_layers), t[3])
         if self.stages > 1:
             t = round_terms(t, tot["boundary_bytes_total"] / self.link, max(m, 1), self.share)
         return float(t[0]), float(t[1]), float(t[2]), float(t[3])

@@ -41,7 +41,14 @@ Deployment = described(
     ("max_batched_tokens", StrictInt | None, "most tokens one iteration schedules (vLLM's "
      "max_num_batched_tokens; chunked prefill)"),
     ("shared_prefix", StrictInt, "tokens of a system prompt every request starts with, cached "
-     "once (prefix caching); 0: none"))
+     "once (prefix caching); 0: none"),
+    ("attention_ranks", StrictInt, "data-parallel attention ranks of a replica, ep/tp (1 without "
+     "ep): each its own scheduler, batch and KV pool (plan/ep.py)"),
+    ("ep_mode", str | None, "how dispatch and combine move: DeepEP's normal (NVLink + RDMA) or "
+     "low-latency (pure RDMA); null without ep"),
+    ("ep_imbalance", float | None, "the busiest expert GPU's share × ep (1: balanced); null "
+     "without ep"),
+    ("redundant_experts", StrictInt, "EPLB's extra expert copies spread with the experts"))
 
 ServeWorkload = described(
     "ServeWorkload", "The requests as given on the command line",

@@ -22,11 +22,13 @@ from ..model.parallel import kv_elements_per_token, kv_groups, pp_layers, stage_
 from ..model.plan import layer_plan
 from ..model.record import INT_MAX
 from ..plan.cases import closed_form_for
+from ..plan.ep import EPPlan, attention_ranks, copies_bytes
 from ..plan.fit import point
 from ..plan.memory import group_token_bytes, stage_state_bytes
 from ..plan.options import PlanOptions, require_peak
 from ..plan.perf import perf_params
 from ..plan.price import serving_cost
+from ..plan.topology import layout_fills_nodes
 from .blocks import Layout, layout
 from .cost import IterationCost
 from .decoders import Seq
@@ -91,6 +93,16 @@ class Deployment:
     max_num_seqs: int = 256
     kv_blocks: int | None = None  # None: fit's memory model
     shared_prefix: int = 0
+    ep_plan: EPPlan | None = None  # how ep > 1 exchanges (plan/ep.py; None: the defaults)
+
+    @property
+    def attention_ranks(self) -> int:
+        """Schedulers a replica runs: its dp = ep/tp attention ranks (1 without ep)."""
+        return attention_ranks(self.wl)
+
+    @property
+    def ep(self) -> EPPlan | None:
+        return self.ep_plan or (EPPlan() if self.wl.ep > 1 else None)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -115,6 +127,14 @@ def kv_blocks(dep: Deployment, peak: float) -> int:
     limit = cf.seq_limit("prefill")
     seq = mbt if limit is None else min(mbt, limit)
     tokens = point(cf, dep.gpu, dep.opts, dep.wl, peak, batch=1, seq=seq)["kv_tokens_fit"]
+    if dep.ep is not None and dep.ep.redundant:  # EPLB's copies take KV room
+        wl = dep.wl
+        tot = cf.at(1, 1, "prefill", wl.tp, wl.pp, wl.dtype, wl.kv, wl.act)
+        share = max(pp_layers(dep.model.n_layers, wl.pp)) / dep.model.n_layers
+        lay = pool(dep, 1)
+        per = lay.unit * lay.units // wl.block_size  # a token's KV bytes on the stage
+        extra = copies_bytes(tot, dep.model, dep.ep, wl.ep, share)
+        tokens = max(0, int(tokens) - -(-extra // per))
     return int(tokens) // dep.wl.block_size
 
 
@@ -124,7 +144,8 @@ def engine(dep: Deployment) -> Engine:
     bounded_int(dep.replicas, "replicas", 1, MAX_REPLICAS)
     if dep.kv_blocks is not None:
         bounded_int(dep.kv_blocks, "kv-blocks", 1, INT_MAX, "blocks per replica")
-    check(dep.model, dep.wl)  # as trace and fit: tp, ep, pp against the model
+    check(dep.model, dep.wl, dep.ep.redundant if dep.ep else 0)  # as trace and fit
+    layout_fills_nodes(dep.gpu, dep.wl)
     mbt = dep.opts.max_batched_tokens
     if mbt is None:
         raise ShapecalcError("max-batched-tokens", "serve needs a token budget per iteration "
@@ -140,7 +161,8 @@ def engine(dep: Deployment) -> Engine:
     if blocks < 1:
         raise ShapecalcError("gpu", f"{dep.model.name} leaves no room for a KV cache on "
                              f"{dep.gpu.name} at tp={dep.wl.tp}, pp={dep.wl.pp}")
-    cost = IterationCost(cf, dep.gpu, perf_params(dep.gpu, dep.opts.perf), dep.wl, peak)
+    cost = IterationCost(cf, dep.gpu, perf_params(dep.gpu, dep.opts.perf), dep.wl, peak,
+                         dep.ep)
     cfg = SchedulerConfig(dep.max_num_seqs, mbt, dep.wl.block_size, blocks, dep.shared_prefix,
                           pool(dep, blocks))
     return Engine(cost, cfg)
@@ -235,7 +257,8 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
             heapq.heappush(pending, (s.finish, nxt))
             nxt += 1
 
-    reps = [Replica(eng.cost, eng.cfg, on_finish, trace) for _ in range(dep.replicas)]
+    reps = [Replica(eng.cost, eng.cfg, on_finish, trace)
+            for _ in range(dep.replicas * dep.attention_ranks)]
     ready: list[tuple[float, int]] = []  # (clock, index) of busy replicas; stale entries skipped
     k = steps = 0
     while True:
@@ -345,6 +368,10 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
            and (slo.itl_s is None or (itl_sum[key] or 0.0) <= slo.itl_s))
     busy = sum(d * (w + r) for rep in reps for _, d, _, w, r in rep.log)
     sat = saturated(eng, reqs)
+    if dep.attention_ranks > 1:  # a replica's dp attention ranks each decode that batch
+        dp = dep.attention_ranks
+        sat = {**sat, "max_decode_batch": sat["max_decode_batch"] * dp,
+               "output_tokens_per_s": sat["output_tokens_per_s"] * dp}
     iters = sum(len(rep.durs) for rep in reps)
     kv_time = sum(d * used / rep.total for rep in reps for _, d, used, _, _ in rep.log)
     wait_time = sum(d * w for rep in reps for _, d, _, w, _ in rep.log)
