@@ -56,15 +56,18 @@ def hardware_table() -> str:
     def num(x: float | None) -> str:
         return "—" if x is None else f"{x:.4g}"
 
-    rows = ["| GPU | memory | memory bytes | HBM B/s | link B/s | bf16 FLOP/s | fp8 FLOP/s | "
-            "fp4 FLOP/s | $/GPU-hour | datasheet |", "|---|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    rows = ["| GPU | memory | memory bytes | HBM B/s | link B/s | node / domain | network B/s | "
+            "bf16 FLOP/s | fp8 FLOP/s | fp4 FLOP/s | $/GPU-hour | datasheet |",
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"]
     for name in sorted(list_gpus()):
         g = load_gpu(name)
         peak = g.peak_flops.model_dump()
         fp4 = peak.get("nvfp4") or peak.get("mxfp4")
         price = "—" if g.price_per_gpu_hour is None else f"{g.price_per_gpu_hour:g}"
         rows.append(f"| `{g.name}` | {_cell(g.memory)} | {g.memory_bytes:,} | "
-                    f"{num(g.hbm_bandwidth)} | {num(g.link_bandwidth)} | {num(peak.get('bf16'))} "
+                    f"{num(g.hbm_bandwidth)} | {num(g.link_bandwidth)} | {g.gpus_per_node} / "
+                    f"{g.scale_up_domain or g.gpus_per_node} | {num(g.scale_out_bandwidth)} | "
+                    f"{num(peak.get('bf16'))} "
                     f"| {num(peak.get('fp8'))} | {num(fp4)} | {price} | {_cell(g.source)} |")
     return "\n".join(rows)
 
