@@ -40,19 +40,23 @@ def test_the_exchange_bytes_by_hand():
 
 
 def test_an_all_to_all_across_two_nodes_in_a_serve_step_by_hand():
-    # ep = 16 over 2 nodes of 8: each GPU sends 1/16 of its bytes to every rank; 7/16 stay on
-    # NVLink, 8/16 cross at 50 GB/s and set the time (normal mode), plus 5 µs:
-    #   dispatch 1,081,344 / 2 / 50e9 = 10.81344 µs, combine 2,097,152 / 2 / 50e9 = 20.97152 µs
-    # per MoE layer 10.81344 + 20.97152 + 2·5 = 41.78496 µs; × 48 layers = 2.00567808 ms
-    assert _comm(16, EPPlan()) == pytest.approx(48 * 41.78496e-6, rel=1e-9)
-    # low-latency: every byte off the GPU through its NIC, 15/16 of it
+    # ep = 16 over 2 nodes of 8, B = 64 tokens on the GPU, k = 8 copies each: 512 copies of
+    # 2,112 B (dispatch) and 4,096 B (combine) a MoE layer, 1/16 of them to every rank.
+    # low-latency (pure RDMA): the 15/16 off the GPU through its NIC at 50 GB/s, plus 5 µs each
     ll = 48 * (15 / 16 * (1_081_344 + 2_097_152) / 50e9 + 2 * 5e-6)
     assert _comm(16, EPPlan("low-latency")) == pytest.approx(ll, rel=1e-9)
-    # inside one node (ep = 8): 7/8 over NVLink at 450 GB/s, 2 µs each
+    # normal (NVLink + RDMA forwarding): a token crosses once to the other node if any of its 8
+    # experts is there, 1 − (1/2)^8 = 0.99609375 of the time: 64 · 2,112 · 0.99609375 = 134,640 B
+    # at 50 GB/s = 2.6928 µs, while the 7/8 of the copies for the node's other GPUs go over
+    # NVLink: 7/8 · 1,081,344 / 450e9 = 2.1026 µs; the network sets it. Combine: 64 · 4,096 ·
+    # 0.99609375 = 261,120 B = 5.2224 µs (NVLink 7/8 · 2,097,152 / 450e9 = 4.0778 µs).
+    # Per layer 2.6928 + 5.2224 + 2·5 = 17.9152 µs; × 48 MoE layers = 0.8599296 ms
+    assert _comm(16, EPPlan()) == pytest.approx(48 * 17.9152e-6, rel=1e-9)
+    # inside one node (ep = 8): 7/8 of the copies over NVLink at 450 GB/s, 2 µs each
     one = 48 * (7 / 8 * (1_081_344 + 2_097_152) / 450e9 + 2 * 2e-6)
     assert _comm(8, EPPlan()) == pytest.approx(one, rel=1e-9)
-    # the busiest GPU takes 1.5× the mean: its bytes (and so their time) are 1.5×
-    hot = 48 * (1.5 * (1_081_344 + 2_097_152) / 2 / 50e9 + 2 * 5e-6)
+    # the busiest GPU takes 1.5× the mean tokens: its bytes (and so their time) are 1.5×
+    hot = 48 * (1.5 * (2.6928e-6 + 5.2224e-6) + 2 * 5e-6)
     assert _comm(16, EPPlan(imbalance=1.5)) == pytest.approx(hot, rel=1e-9)
 
 

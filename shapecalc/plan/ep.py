@@ -5,8 +5,10 @@ A replica of max(tp, ep)·pp GPUs: attention (and the dense layers) run in dp = 
 tp GPUs, each with its own batch, scheduler and KV pool (serve: one Replica each); the routed
 experts spread over the ep GPUs, (E + N)/ep whole experts a GPU (N: EPLB's redundant copies,
 deepseek-ai/EPLB). Each MoE layer dispatches every token to its k experts' GPUs and combines the
-k outputs back: two all-to-alls over the ep ranks (topology.ep_exchange_s), whose bytes are
-exact: a GPU sends its tp-th share of its rank's tokens,
+k outputs back: two all-to-alls over the ep ranks (topology.ep_exchange_s: DeepEP's normal
+mode sends a token once to each other node its experts sit in and forwards it over NVLink there,
+its low-latency mode sends every copy over RDMA), whose bytes are exact: a GPU sends its tp-th
+share of its rank's tokens,
     dispatch = tokens · k · (D + 4·⌈D/128⌉)   fp8 values with an fp32 scale a 128 (DeepEP:
                "FP8 dispatching, and BF16 combining", deepseek-ai/DeepEP README; vLLM's
                DEEPEP_QUANT_BLOCK_SIZE = 128, fused_moe/deepep_ht_prepare_finalize.py)
@@ -89,10 +91,11 @@ def exchange_s(topo: Topology, plan: EPPlan, wl: Workload, tokens: Any, model: M
     share = -(-int(tokens) // wl.tp)
     if share == 0:
         return 0.0
-    d, c = exchange_bytes(share, model, wl.act)
+    k = model.experts_per_token or 0
+    d, c = (b // (share * k) for b in exchange_bytes(share, model, wl.act))  # a copy's bytes
     f = plan.imbalance
-    return layers * (ep_exchange_s(topo, f * d, wl.ep, plan.mode)
-                     + ep_exchange_s(topo, f * c, wl.ep, plan.mode))
+    return layers * (ep_exchange_s(topo, f * share, k, d, wl.ep, plan.mode)
+                     + ep_exchange_s(topo, f * share, k, c, wl.ep, plan.mode))
 
 
 def imbalance_flops(tot: dict[str, Any], tokens: Any, model: ModelConfig, plan: EPPlan) -> Any:

@@ -111,18 +111,27 @@ def send_s(topo: Topology, nbytes: float, across: bool) -> float:
 EP_MODES = ("normal", "low-latency")
 
 
-def ep_exchange_s(topo: Topology, nbytes: float, g: int, mode: str = "normal") -> float:
-    """One dispatch (or combine) over g expert-parallel ranks, each sending nbytes in all
-    (nbytes/g to every rank, itself included). normal: the all-to-all above (the scale-up link
-    inside a domain, the network across, both at once); low-latency: every byte off the rank goes
-    through the NIC, (g−1)/g · nbytes / bw_out, plus one network latency."""
+def ep_exchange_s(topo: Topology, tokens: float, k: int, row: float, g: int,
+                  mode: str = "normal") -> float:
+    """One dispatch (or combine) over g expert-parallel ranks: a rank sends each of its `tokens`
+    tokens to its k experts' ranks (uniform over the g), `row` bytes a copy: tokens·k·row bytes.
+    low-latency: every copy off the rank goes through the NIC, (g−1)/g of them, plus one network
+    latency. normal: inside one domain the all-to-all above; across n domains DeepEP sends a
+    token once to each other domain its experts sit in, (n−1)·(1 − (1 − 1/n)^k) of them on
+    average, over the network, and forwards it there over the scale-up link to the (q−1)/q of
+    its k copies on other GPUs of a domain; both links at once, plus one network latency."""
     if mode not in EP_MODES:
         raise ShapecalcError("ep-mode", f"{mode!r} is not one of {', '.join(EP_MODES)}")
-    if g <= 1:
+    if g <= 1 or tokens <= 0:
         return 0.0
-    if mode == "normal":
-        return all_to_all_s(topo, nbytes, g)
-    return (g - 1) * nbytes / g / topo.out_bw + topo.out_lat
+    copies = tokens * k * row
+    if mode == "low-latency":
+        return (g - 1) * copies / g / topo.out_bw + topo.out_lat
+    q, n = span(topo, g)
+    if n == 1:
+        return all_to_all_s(topo, copies, g)
+    remote = tokens * row * (n - 1) * (1 - (1 - 1 / n) ** k)
+    return max(remote / topo.out_bw, (q - 1) * copies / q / topo.up_bw) + topo.out_lat
 
 
 def ring_bandwidth(topo: Topology, g: int) -> tuple[float, float]:
