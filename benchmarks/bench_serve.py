@@ -12,6 +12,11 @@ per-iteration trace (the symbolic interpreter run for each iteration's mix), in 
   iterations/s and the time the whole run would take at that rate;
 - pipeline parallelism (tp=4 pp=2: two micro-batches in flight, serve/pipeline.py) on the
   same workload: its CPU time beside the run's with every feature off (issue 22: ≤ 2×);
+- expert parallelism with data-parallel attention (qwen3-30b-a3b, tp=1 ep=8 on one node and
+  ep=16 over two: 8 and 16 attention ranks, each its own scheduler; plan/ep.py) on the same
+  workload, at max load and at 3 requests/s an attention rank (each scheduler loaded as the
+  base's one; at 3 requests/s in all each rank would decode alone, a step per token): its CPU
+  time beside the run's with every feature off (issue 22: ≤ 2×);
 - a `--find-gpus` search (llama3-70b, 20 requests/s, 2048/256, SLO ttft=1s,itl=50ms, 2000
   requests; target: under a minute).
 
@@ -65,6 +70,38 @@ def pipelined(dep: sim.Deployment, base: dict[float | None, float]) -> None:
               f"{m['throughput']['output_tokens_per_s']:,.0f} output tokens/s)")
 
 
+def expert_parallel(base: dict[float | None, float]) -> None:
+    """qwen3-30b-a3b with EP and data-parallel attention on the speed case's workload: CPU
+    seconds against the run with no feature."""
+    from shapecalc.plan.ep import EPPlan
+
+    model = load_preset("qwen3-30b-a3b")
+    # the same model and rates without the feature: ep replicas of tp=1 behind the router (as
+    # many schedulers, no all-to-all)
+    plain: dict[tuple[int, float | None], float] = {}
+    for ep in (8, 16):
+        pdep = sim.Deployment(model, Workload(seq=1, tp=1, logits="last"), load_gpu(GPU),
+                              PlanOptions(), replicas=ep)
+        for rate in (None, 3.0 * ep):
+            reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT),
+                              0)
+            plain[ep, rate] = simulate(pdep, reqs, True)[2]
+    for ep, mode in ((8, "normal"), (16, "low-latency")):
+        edep = sim.Deployment(model, Workload(seq=1, tp=1, ep=ep, logits="last"), load_gpu(GPU),
+                              PlanOptions(), ep_plan=EPPlan(mode))
+        # at 3 requests/s an attention rank (3·ep in all): each scheduler's load as the base's
+        for label, rate, key in (("max load", None, None), (f"{3 * ep} req/s", 3.0 * ep, 3.0)):
+            reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT),
+                              0)
+            wall, m, cpu = simulate(edep, reqs, True)
+            it = m["iterations"]
+            print(f"{f'qwen3-30b-a3b ep={ep}, ' + label:<34}{wall:>9.2f}{it:>12,}"
+                  f"{it / wall:>12,.0f}{N / wall:>10,.0f}{cpu:>9.3f}   (× {cpu / base[key]:.2f}"
+                  f" of the no-feature CPU, × {cpu / plain[ep, rate]:.2f} of {ep} replicas "
+                  f"tp=1 without ep; {m['throughput']['output_tokens_per_s']:,.0f} output "
+                  "tokens/s)")
+
+
 def main() -> None:
     sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     model = load_preset(MODEL)
@@ -109,6 +146,7 @@ def main() -> None:
             print(f"{name + ' tp=' + str(tp) + ', ' + label:<34}{wall:>9.2f}{it:>12,}"
                   f"{it / wall:>12,.0f}{N / wall:>10,.0f}{cpu:>9.3f}")
     pipelined(dep, base)
+    expert_parallel(base)
     reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
     t0 = time.perf_counter()
     out = search.find_gpus(dep, reqs_rate, 2000, W.Lengths("fixed", PROMPT),
