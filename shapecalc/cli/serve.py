@@ -103,8 +103,11 @@ def serve(
         show_default="none: drawn")] = None,
     seed: Annotated[int, typer.Option("--seed", help="the workload's random seed")] = 0,
     slo: Annotated[str | None, typer.Option(
-        "--slo", help="ttft=1s,itl=50ms: goodput counts requests within both; --find-* need "
-        "the p99 of each within it", show_default="none")] = None,
+        "--slo", help="bounds on percentiles: ttft=1s,itl=50ms (p99 of each), METRIC_pQ=TIME "
+        "(ttft, tpot: MLPerf's per-request (e2e − TTFT)/(output − 1), itl: every gap, e2e; "
+        "e.g. ttft_p99=2s,tpot_p99=200ms), or mlperf-server | mlperf-interactive; goodput "
+        "counts the requests within every bound, --find-* need each percentile within it",
+        show_default="none")] = None,
     find_rate: Annotated[bool, typer.Option(
         "--find-rate", help="bisect for the highest --rate that meets the SLO")] = False,
     find_gpus: Annotated[bool, typer.Option(
@@ -186,8 +189,7 @@ def serve(
                              "concurrency": concurrency, "prompt": prompt,
                              "output": output_tokens,
                              "trace": None if trace is None else str(trace), "seed": seed},
-                "slo": {"ttft_s": target.ttft_s, "itl_s": target.itl_s,
-                        "percentile": target.percentile}}
+                "slo": target.head()}
         if find_rate or find_gpus:
             probes = 0
             with _progress("searching", None) as bar:
@@ -264,8 +266,7 @@ def verdict(doc: dict[str, Any]) -> bool | None:
         return doc["find_rate"]["rate"] is not None
     if doc["command"] == "find-gpus":
         return doc["find_gpus"]["plan"] is not None
-    slo = doc["slo"]
-    if slo["ttft_s"] is None and slo["itl_s"] is None:
+    if not doc["slo"]["bounds"]:
         return None
     return bool(doc["slo_met"])
 

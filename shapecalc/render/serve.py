@@ -97,9 +97,10 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
                      ("output_tokens_per_s", "output tokens/s")):
         rows.append([label, _n(th[k]), _n(th[k + "_per_gpu"])])
     g = doc["goodput"]
-    slo = doc["slo"]
-    if slo["ttft_s"] is not None or slo["itl_s"] is not None:
-        rows.append([f"goodput (TTFT ≤ {_t(slo['ttft_s'])}, per-token ≤ {_t(slo['itl_s'])})",
+    slo, gs = doc["slo"], doc["goodput"]["slo"]
+    if slo["bounds"]:
+        e2e = "" if gs.get("e2e_s") is None else f", e2e ≤ {_t(gs['e2e_s'])}"
+        rows.append([f"goodput (TTFT ≤ {_t(gs['ttft_s'])}, per-token ≤ {_t(gs['itl_s'])}{e2e})",
                      f"{_n(g['requests_per_s'])} req/s", f"{g['fraction']:.1%} of requests"])
     split_table(console, ["", "total", "per GPU"], rows, 1,
                 f"throughput ({plural(doc['deployment']['gpus'], 'GPU')}, {_t(doc['duration_s'])} "
@@ -125,9 +126,23 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
              + (f"; mixer states {states:,} bytes a running sequence" if states else ""))
     _say(console, f"decode-only ceiling per replica: {_n(sat['output_tokens_per_s'])} output "
          f"tokens/s ({sat['max_decode_batch']} sequences a step)")
-    if slo["ttft_s"] is not None or slo["itl_s"] is not None:
-        _say(console, f"SLO at p{slo['percentile']}: ",
-             ("met", "green") if doc["slo_met"] else ("missed", "red"))
+    if slo["bounds"]:
+        _say(console, f"SLO at p{slo['percentile']}: " if _legacy(slo) else
+             f"SLO{' ' + slo['name'] if slo['name'] else ''}: ",
+             ("met", "green") if doc["slo_met"] else ("missed", "red"),
+             "" if _legacy(slo) else " (" + ", ".join(_bound(b) for b in doc["slo_bounds"]) + ")")
+
+
+def _legacy(slo: dict[str, Any]) -> bool:
+    """Only today's ttft= and itl= (each at p99): the line they always printed."""
+    return not slo["name"] and all(b["metric"] in ("ttft", "itl") and b["percentile"] == 99
+                                   for b in slo["bounds"])
+
+
+def _bound(b: dict[str, Any]) -> str:
+    label = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "e2e"}[b["metric"]]
+    return (f"{label} p{b['percentile']:g} {_t(b['value_s'])} "
+            f"{'≤' if b['met'] else '>'} {_t(b['target_s'])}")
 
 
 def print_serve(doc: dict[str, Any], console: Any) -> None:

@@ -55,11 +55,21 @@ ServeWorkload = described(
     ("trace", str | None, "the trace file read (--trace); null: generated requests"),
     ("seed", StrictInt, "seed of the generated arrivals and lengths"))
 
+SloBound = described(
+    "ServeSloBound", "One bound of the SLO: a definition's percentile held to a time",
+    ("metric", str, "the definition it reads: ttft | tpot (MLPerf's per-request (e2e − TTFT) / "
+     "(output − 1)) | itl (every gap) | e2e"),
+    ("percentile", float, "the nearest-rank percentile of that definition, (0, 100]"),
+    ("target_s", float, "the most it may be, s"),
+    ("reads", str, "what the definition reads, in words"))
+
 SloOut = described(
     "ServeSlo", "The service-level objective (--slo); null times: no target",
-    ("ttft_s", F, "time-to-first-token target, s"),
-    ("itl_s", F, "inter-token-latency target, s"),
-    ("percentile", StrictInt, "the percentile of TTFT and ITL that must meet the targets"))
+    ("ttft_s", F, "the p99 time-to-first-token target (ttft= or ttft_p99=), s"),
+    ("itl_s", F, "the p99 inter-token-latency target (itl= or itl_p99=), s"),
+    ("percentile", StrictInt, "the percentile ttft_s and itl_s read (99)"),
+    ("name", str | None, "the named set given (mlperf-server | mlperf-interactive); null: none"),
+    ("bounds", many(SloBound), "every bound, by definition then percentile"))
 
 KvGroupOut = described(
     "ServeKvGroup", "One KV cache group of the pool (vLLM V1's hybrid KV cache manager)",
@@ -83,9 +93,12 @@ Throughput = described(
     ("input_tokens_per_s_per_gpu", float, "input_tokens_per_s over the deployment's GPUs"),
     ("output_tokens_per_s_per_gpu", float, "output_tokens_per_s over the deployment's GPUs"))
 
-GoodSlo = described("ServeGoodputSlo", "The targets a good request meets",
+GoodSlo = described("ServeGoodputSlo", "The targets a good request meets (the tightest bound "
+                    "of each definition, on the request's own value)",
                     ("ttft_s", F, "its TTFT at most this, s (null: any)"),
-                    ("itl_s", F, "its mean time per output token at most this, s (null: any)"))
+                    ("itl_s", F, "its mean time per output token (TPOT) at most this: the "
+                     "tightest ITL or TPOT bound, s (null: any)"),
+                    ("e2e_s", F, "its end-to-end latency at most this, s (null: any)"))
 
 Goodput = described(
     "ServeGoodput", "Requests that met the SLO, each on its own",
@@ -131,6 +144,31 @@ ServeCost = described(
     ("per_request", F, "dollars per finished request"),
     ("per_request_at_slo", F, "dollars per request that met the SLO (goodput)"))
 
+BoundOut = described(
+    "ServeSloBoundResult", "One bound of the SLO against the run",
+    ("metric", str, "ttft | tpot | itl | e2e"),
+    ("percentile", float, "the percentile it reads"),
+    ("target_s", float, "the most it may be, s"),
+    ("value_s", F, "the run's value at that percentile, s (null: no sample, e.g. TPOT of "
+     "one-token answers)"),
+    ("met", StrictBool, "value_s ≤ target_s (or no sample)"))
+
+LatencyDef = described(
+    "ServeLatencyDefinition", "One latency definition over the run (serve/slo.py)",
+    ("reads", str, "what it reads, in words"),
+    ("requests", StrictInt, "requests in the distribution"),
+    ("excluded", StrictInt, "requests left out: one-token answers have no TPOT and no gap"),
+    ("summary", dict[str, F], "nearest-rank percentiles (p50, p90, p95, p99 and any a bound "
+     "reads, e.g. p99.9), mean and max, s"))
+
+Latency = described(
+    "ServeLatency", "Each SLO definition's distribution",
+    ("ttft", LatencyDef, "time to first token: arrival to first token"),
+    ("tpot", LatencyDef, "MLPerf's time per output token: (e2e − TTFT) / (output − 1) of each "
+     "request"),
+    ("itl", LatencyDef, "inter-token latency: every gap, all requests pooled"),
+    ("e2e", LatencyDef, "end-to-end latency: arrival to last token"))
+
 _RUN = (
     ("requests", StrictInt, "requests simulated"),
     ("duration_s", float, "seconds from the first arrival to the last finish"),
@@ -144,8 +182,10 @@ _RUN = (
     ("e2e_s", _summary("E2e", "end-to-end latency"), "end-to-end latency: arrival to last token"),
     ("throughput", Throughput, "what the deployment delivered"),
     ("goodput", Goodput, "the requests that met the SLO"),
-    ("slo_met", StrictBool, "the SLO's percentile of TTFT and of ITL meet their targets"),
-    ("slo_percentile", StrictInt, "the percentile slo_met reads"),
+    ("slo_met", StrictBool, "every bound of the SLO is met"),
+    ("slo_percentile", StrictInt, "the percentile of the SLO's ttft_s and itl_s (99)"),
+    ("slo_bounds", many(BoundOut), "each bound of the SLO against the run"),
+    ("latency", Latency, "each SLO definition's distribution"),
     ("preemptions", StrictInt, "sequences preempted (their KV blocks freed, recomputed later)"),
     ("kv_utilization", MeanMax, "fraction of the KV pool in use"),
     ("queue", Queue, "requests waiting"),

@@ -16,6 +16,7 @@ from typing import Any
 from ..model.config import ShapecalcError
 from ..plan.cases import valid
 from . import sim
+from .slo import alone_miss
 from .workload import Lengths, Request, generate
 
 BISECTIONS = 12
@@ -25,7 +26,7 @@ MAX_REPLICAS = 256
 
 
 def _need_slo(slo: sim.SLO, flag: str) -> None:
-    if slo.ttft_s is None and slo.itl_s is None:
+    if not slo.bounds:
         raise ShapecalcError("slo", f"{flag} needs --slo, e.g. --slo ttft=1s,itl=50ms")
 
 
@@ -112,12 +113,14 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
                 notes.append(f"tp={p} pp={s}: {e.reason}")
                 continue
             # no number of replicas beats one request alone on an idle replica
-            alone_ttft = eng.cost.prefill(1, min(r.prompt for r in one))
-            alone_itl = eng.cost.decode(1, min(r.prompt for r in one))
-            if ((slo.ttft_s is not None and alone_ttft > slo.ttft_s)
-                    or (slo.itl_s is not None and alone_itl > slo.itl_s)):
+            short = min(one, key=lambda r: (r.prompt, r.output))
+            alone_ttft = eng.cost.prefill(1, short.prompt)
+            alone_itl = eng.cost.decode(1, short.prompt)
+            miss = alone_miss(slo, alone_ttft, alone_itl,
+                              alone_ttft + (short.output - 1) * alone_itl)
+            if miss is not None:
                 notes.append(f"tp={p} pp={s}: one request alone already misses the SLO (TTFT "
-                             f"{alone_ttft:.4g} s, ITL {alone_itl:.4g} s)")
+                             f"{alone_ttft:.4g} s, ITL {alone_itl:.4g} s; {miss})")
                 continue
             per = sim.saturated(eng, one)["output_tokens_per_s"] / output.mean
             seen: dict[int, bool] = {}
