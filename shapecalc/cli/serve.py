@@ -95,6 +95,10 @@ def serve(
     output_tokens: Annotated[str | None, typer.Option(
         "--output-tokens", help="output tokens: N, uniform:LO,HI or lognormal:MEAN,SIGMA",
         show_default="256")] = None,
+    dataset: Annotated[str | None, typer.Option(
+        "--dataset", help="a named workload's lengths: sharegpt | openorca | sonnet | random "
+        "(presets/datasets/serving.json: what each follows and cites)",
+        show_default="none")] = None,
     requests: Annotated[int | None, typer.Option(
         "--requests", help="requests to simulate", show_default="1000")] = None,
     trace: Annotated[Path | None, typer.Option(
@@ -154,6 +158,16 @@ def serve(
         if find_gpus and replicas != 1:
             raise ShapecalcError("replicas", "--find-gpus searches the replicas; leave out "
                                  "--replicas")
+        if dataset is not None:
+            from ..serve.datasets import dataset as named
+
+            for flag, given in (("--prompt-tokens", prompt is not None),
+                                ("--output-tokens", output_tokens is not None),
+                                ("--trace", trace is not None)):
+                if given:
+                    raise ShapecalcError("dataset", f"sets the request lengths; leave out {flag}")
+            entry = named(dataset)
+            prompt, output_tokens = entry["prompt"], entry["output"]
         prompt, output_tokens = prompt or "2048", output_tokens or "256"
         requests = 1000 if requests is None else requests
         if find_gpus and rate is None:
@@ -188,7 +202,8 @@ def serve(
                 "workload": {"requests": requests, "rate": rate, "arrivals": arrivals,
                              "concurrency": concurrency, "prompt": prompt,
                              "output": output_tokens,
-                             "trace": None if trace is None else str(trace), "seed": seed},
+                             "trace": None if trace is None else str(trace), "seed": seed,
+                             "dataset": None if dataset is None else dataset.strip().lower()},
                 "slo": target.head()}
         if find_rate or find_gpus:
             probes = 0

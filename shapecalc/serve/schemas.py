@@ -50,10 +50,14 @@ ServeWorkload = described(
     ("rate", F, "arrivals per second (--rate); null: all at t=0, a closed loop or a trace"),
     ("arrivals", str, "the gaps between arrivals: poisson | gamma:CV"),
     ("concurrency", StrictInt | None, "users of a closed loop (--concurrency); null: open loop"),
-    ("prompt", str, "prompt tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA"),
-    ("output", str, "output tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA"),
+    ("prompt", str, "prompt tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA, either "
+     "with ,max=N (or the --dataset's)"),
+    ("output", str, "output tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA, either "
+     "with ,max=N (or the --dataset's)"),
     ("trace", str | None, "the trace file read (--trace); null: generated requests"),
-    ("seed", StrictInt, "seed of the generated arrivals and lengths"))
+    ("seed", StrictInt, "seed of the generated arrivals and lengths"),
+    ("dataset", str | None, "the named workload whose lengths prompt and output are (--dataset: "
+     "sharegpt | openorca | sonnet | random); null: none"))
 
 SloBound = described(
     "ServeSloBound", "One bound of the SLO: a definition's percentile held to a time",
