@@ -121,3 +121,43 @@ def test_a_run_reports_each_bound_and_definition():
     # today's keys are the definitions' own numbers
     assert m["tpot_s"]["p99"] == m["latency"]["tpot"]["summary"]["p99"]
     assert m["itl_s"]["p90"] == m["latency"]["itl"]["summary"]["p90"]
+
+
+def test_why_a_bound_is_missed_is_read_from_the_steps():
+    from shapecalc.serve.why import explain
+
+    rep = SimpleNamespace(durs=REP.durs, toks=REP.toks, gaps=[], ptoks=[100, 0, 300, 100, 0])
+    target = slo.parse_slo("ttft_p99=600ms,itl_p99=200ms")
+    rows = slo.evaluate(target, slo.distributions(SEQS, [rep], (99,)))
+    got = {m["metric"]: m for m in explain(target, rows, [rep], SEQS, lambda t: 0.3, 0)}
+    # the one gap ≥ 0.3 s (R0's, in s2) shares its step with R1's 300-token chunk
+    assert got["itl"]["phase"] == "prefill"
+    assert got["itl"]["why"].startswith("ITL p99 300 ms > 200 ms: 300-token prefill chunks")
+    # R1's TTFT 0.7 s against its prefill alone (0.3 s here): 0.4 s waiting
+    assert got["ttft"]["phase"] == "queue" and "400 ms of it waiting" in got["ttft"]["why"]
+
+
+def test_a_missed_row_names_the_one_dimension_that_meets_it():
+    from shapecalc.serve.search import _fixes
+
+    def row(tp, mbt, replicas, met):
+        return {"tp": tp, "pp": 1, "max_batched_tokens": mbt, "replicas": replicas,
+                "gpus": tp * replicas, "slo_met": met, "meets_with": None}
+
+    rows = [row(4, 8192, 2, False), row(4, 512, 2, True), row(4, 8192, 6, True),
+            row(2, 8192, 3, False)]
+    _fixes(rows, ["tp", "pp", "max_batched_tokens", "replicas"])
+    # of the two one step away, the fewer GPUs: 8 (the budget) before 24 (more replicas)
+    assert rows[0]["meets_with"] == "--max-batched-tokens 512 meets it"
+    assert rows[3]["meets_with"] is None and rows[1]["meets_with"] is None
+
+
+def test_the_search_space_is_a_list_of_named_dimensions():
+    from shapecalc.serve.search import dimensions
+
+    dep = sim.Deployment(load_preset("gpt2"), Workload(seq=1, logits="last"),
+                         load_gpu("h100-sxm"), PlanOptions(max_batched_tokens=4096))
+    dims = dimensions(dep, None, None, None)
+    assert [d.name for d in dims] == ["tp", "pp", "max-batched-tokens"]
+    assert dims[2].values == (4096, 2048, 512)  # the given budget, then the smaller ones
+    assert dimensions(dep, (2,), None, (4096,))[2].values == (4096,)  # given: fixed

@@ -37,7 +37,6 @@ from .plan_options import (
     ComputeDtype,
     Gpu,
     HardwareDir,
-    MaxBatched,
     PerfSets,
     Price,
     SetGpu,
@@ -66,7 +65,10 @@ def serve(
     price: Price = None,
     compute_dtype: ComputeDtype = None,
     perf: PerfSets = None,
-    max_batched_tokens: MaxBatched = 8192,
+    max_batched_tokens: Annotated[int | None, typer.Option(
+        "--max-batched-tokens", help="tokens one iteration schedules (vLLM's "
+        "--max-num-batched-tokens; chunked prefill); --find-gpus searches 2048 and 512 below it "
+        "unless it is given", show_default="8192")] = None,
     max_num_seqs: Annotated[int, typer.Option(
         "--max-num-seqs", help="most sequences a replica runs at once (vLLM's --max-num-seqs)")
     ] = 256,
@@ -178,8 +180,10 @@ def serve(
                                  "arrivals")
         from ..plan.price import with_default_price
 
+        mbt_given = max_batched_tokens is not None  # given: fixed, not searched
         opts = plan_opts(utilization, 1.0, 1.0, 1.0, price, compute_dtype,
-                         "flash", max_batched_tokens, perf)
+                         "flash", 8192 if max_batched_tokens is None else max_batched_tokens,
+                         perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         opts = with_default_price(opts, hw)
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
@@ -221,14 +225,17 @@ def serve(
                     assert rate is not None
                     fixed_tp = (wl.tp,) if tp is not None else None
                     fixed_pp = (wl.pp,) if pp is not None else None
+                    fixed_mbt = (opts.max_batched_tokens,) if mbt_given \
+                        and opts.max_batched_tokens else None
                     found = search.find_gpus(dep, rate, requests, plens, olens, seed, cv,
-                                             target, fixed_tp, fixed_pp, tick)
+                                             target, fixed_tp, fixed_pp, tick, fixed_mbt)
                     doc = {**head, "command": "find-gpus", "find_gpus": found}
                     if found["plan"] is not None:  # the header and deployment: the plan found
                         p = found["plan"]
                         doc["deployment"] = {**head["deployment"], "tp": p["tp"], "pp": p["pp"],
                                              "ep": p["ep"], "replicas": p["replicas"],
-                                             "gpus": p["gpus"]}
+                                             "gpus": p["gpus"],
+                                             "max_batched_tokens": p["max_batched_tokens"]}
                         doc["deployment_is"] = "the plan --find-gpus found"
                     else:
                         doc["deployment_is"] = ("as given: no explored deployment meets the "

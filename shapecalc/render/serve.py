@@ -145,6 +145,21 @@ def _bound(b: dict[str, Any]) -> str:
             f"{'≤' if b['met'] else '>'} {_t(b['target_s'])}")
 
 
+def _print_why(frontier: list[dict[str, Any]], console: Any) -> None:
+    """Why each candidate missed, at the most replicas it was simulated with (serve/why.py)."""
+    last: dict[tuple[int, int, int], dict[str, Any]] = {}
+    for r in frontier:
+        k = (r["tp"], r["pp"], r.get("max_batched_tokens", 0))
+        if not r["slo_met"] and (k not in last or r["replicas"] > last[k]["replicas"]):
+            last[k] = r
+    for (tp, pp, mbt), r in last.items():
+        fix = f"; {r['meets_with']}" if r.get("meets_with") else ""
+        for m in r.get("missed", []):
+            _say(console, f"why {plural(r['replicas'], 'replica')} × tp={tp} pp={pp} "
+                 f"(max_batched_tokens={mbt}) missed, {m['phase']}: {m['why']}{fix}")
+            fix = ""
+
+
 def print_serve(doc: dict[str, Any], console: Any) -> None:
     from rich.text import Text
 
@@ -174,10 +189,12 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
     else:
         fg = doc["find_gpus"]
         rows = []
+        budgets = len({r.get("max_batched_tokens") for r in fg["frontier"]}) > 1
         for r in sorted(fg["frontier"], key=lambda r: (r["gpus"], r["tp"], r["pp"])):
             style = "bold" if r is fg["plan"] or r == fg["plan"] else ""
+            mbt = f" mbt={r['max_batched_tokens']}" if budgets else ""
             rows.append([Text(x, style=style) for x in (
-                f"{r['replicas']}× tp={r['tp']} pp={r['pp']}", str(r["replicas"]),
+                f"{r['replicas']}× tp={r['tp']} pp={r['pp']}{mbt}", str(r["replicas"]),
                 str(r["gpus"]),
                 "met" if r["slo_met"] else "missed", _t(r["ttft_p99_s"]), _t(r["itl_p99_s"]),
                 _n(r["goodput_requests_per_s"]), _n(r["output_tokens_per_s_per_gpu"]),
@@ -187,12 +204,15 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
                     f"--find-gpus frontier at {fg['rate']:g} requests/s")
         for note in fg["notes"]:
             _say(console, f"note: {note}")
+        _print_why(fg["frontier"], console)
         p = fg["plan"]
         if p is None:
             _say(console, ("no explored deployment meets the SLO", "red"))
         else:
             _say(console, "plan: ", (plural(p["gpus"], "GPU"), "bold"),
-                 f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']} (TTFT p99 "
+                 f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']}"
+                 + (f", max_batched_tokens={p['max_batched_tokens']}" if budgets else "")
+                 + " (TTFT p99 "
                  f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})"
                  + ("" if p.get("cost_per_hour") is None else f", ${p['cost_per_hour']:,.2f} an "
                     "hour"))

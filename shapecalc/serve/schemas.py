@@ -204,7 +204,8 @@ Probe = described(
     "ServeProbe", "One rate find-rate simulated",
     ("rate", float, "arrivals per second"), ("slo_met", StrictBool, "the SLO is met there"),
     ("ttft_p99_s", F, "99th percentile TTFT, s"), ("itl_p99_s", F, "99th percentile ITL, s"),
-    ("goodput_requests_per_s", float, "requests per second that met the SLO"))
+    ("goodput_requests_per_s", float, "requests per second that met the SLO"),
+    ("missed", list[str], "each bound missed there: which, in which phase and why"))
 
 FindRate = described(
     "ServeFindRate", "The highest arrival rate that meets the SLO (bisection over simulations)",
@@ -213,6 +214,14 @@ FindRate = described(
     ("ceiling_requests_per_s", float, "the decode-only ceiling, the search's upper end"),
     ("probes", many(Probe), "every rate simulated, in order"),
     ("at_rate", RunOut | None, "the run at the rate found (or the best probe)"))
+
+Miss = described(
+    "ServeMiss", "One bound a deployment missed, read from its run's own steps (serve/why.py)",
+    ("metric", str, "ttft | tpot | itl | e2e"), ("percentile", float, "the percentile it reads"),
+    ("value_s", F, "the run's value there, s"), ("target_s", float, "the bound, s"),
+    ("phase", str, "where the time goes: prefill (chunks sharing decode steps, or the prefill "
+     "itself), decode (the decode steps, preemptions) or queue (waiting for a slot)"),
+    ("why", str, "the bound, its value and the cause, in words"))
 
 PlanRow = described(
     "ServePlanRow", "One deployment find-gpus simulated",
@@ -224,17 +233,23 @@ PlanRow = described(
     ("goodput_requests_per_s", float, "requests per second that met the SLO, all replicas"),
     ("output_tokens_per_s_per_gpu", float, "output tokens per second per GPU"),
     ("preemptions", StrictInt, "sequences preempted"),
-    ("cost_per_hour", F, "dollars an hour: gpus × the price (null: no price)", None))
+    ("cost_per_hour", F, "dollars an hour: gpus × the price (null: no price)", None),
+    ("max_batched_tokens", StrictInt, "the token budget of each iteration (a searched "
+     "dimension unless --max-batched-tokens is given)"),
+    ("missed", many(Miss), "each bound missed: which, in which phase and why"),
+    ("meets_with", str | None, "a value of one dimension that meets the SLO with the rest kept "
+     "(e.g. --max-batched-tokens 512 meets it); null: met, or none explored"))
 
 FindGpus = described(
-    "ServeFindGpus", "The fewest GPUs that meet the SLO at --rate: for each (tp, pp) the "
-    "fewest replicas, each simulated on its share of the traffic",
+    "ServeFindGpus", "The fewest GPUs that meet the SLO at --rate: for each candidate of the "
+    "named dimensions (tp, pp, max_batched_tokens) the fewest replicas, each simulated on its "
+    "share of the traffic",
     ("rate", float, "the arrival rate to serve, requests/s"),
     ("plan", PlanRow | None, "the deployment with the fewest GPUs that meets the SLO; null: none"),
     ("plan_simulated", PlanRow | None, "that plan simulated whole: all replicas behind the "
      "router"),
     ("frontier", many(PlanRow), "every deployment simulated"),
-    ("notes", list[str], "why a (tp, pp) was left out or stopped"))
+    ("notes", list[str], "why a candidate was left out or stopped"))
 
 _HEAD = (
     ("model", str, "the model's name"), ("gpu", str, "the GPU profile"),

@@ -295,7 +295,7 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
     inp = sum(s.req.prompt for s in seqs)
     outp = sum(s.req.output for s in seqs)
     gpus = dep.gpus
-    good_n = sum(1 for s in seqs if good(slo, s))
+    good_n = sum(1 for s in seqs if good(slo, s)) if slo.bounds else len(seqs)
     bounds = evaluate(slo, dists)
     met = all(b["met"] for b in bounds)
     old = (*(f"p{q}" for q in PERCENTILES), "mean", "max")
