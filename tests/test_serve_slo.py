@@ -132,7 +132,8 @@ def test_why_a_bound_is_missed_is_read_from_the_steps():
     got = {m["metric"]: m for m in explain(target, rows, [rep], SEQS, lambda t: 0.3, 0)}
     # the one gap ≥ 0.3 s (R0's, in s2) shares its step with R1's 300-token chunk
     assert got["itl"]["phase"] == "prefill"
-    assert got["itl"]["why"].startswith("ITL p99 300 ms > 200 ms: 300-token prefill chunks")
+    assert got["itl"]["why"].startswith("ITL p99 300 ms > 200 ms: prefill chunks (up to 300 "
+                                        "tokens a step) share decode steps")
     # R1's TTFT 0.7 s against its prefill alone (0.3 s here): 0.4 s waiting
     assert got["ttft"]["phase"] == "queue" and "400 ms of it waiting" in got["ttft"]["why"]
 
@@ -161,3 +162,21 @@ def test_the_search_space_is_a_list_of_named_dimensions():
     assert [d.name for d in dims] == ["tp", "pp", "max-batched-tokens"]
     assert dims[2].values == (4096, 2048, 512)  # the given budget, then the smaller ones
     assert dimensions(dep, (2,), None, (4096,))[2].values == (4096,)  # given: fixed
+
+
+def test_find_gpus_searches_the_budget_says_why_and_reports_the_plan(cli):
+    r = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "40",
+            "--prompt-tokens", "1024", "--output-tokens", "128", "--requests", "60",
+            "--find-gpus", "--slo", "ttft=1s,itl=20ms", "--tp", "2", "--json")
+    doc = r.json()
+    fg, d = doc["find_gpus"], doc["deployment"]
+    plan = fg["plan"]
+    assert r.code == 0 and plan["max_batched_tokens"] == 512
+    assert (d["tp"], d["replicas"], d["gpus"], d["max_batched_tokens"]) == (
+        plan["tp"], plan["replicas"], plan["gpus"], 512)
+    big = [x for x in fg["frontier"] if x["max_batched_tokens"] == 8192]
+    assert big and not big[0]["slo_met"]
+    miss = big[0]["missed"][0]
+    assert (miss["metric"], miss["phase"]) == ("itl", "prefill")
+    assert "prefill chunks (up to" in miss["why"] and "share decode steps" in miss["why"]
+    assert big[0]["meets_with"] == "--max-batched-tokens 512 meets it"

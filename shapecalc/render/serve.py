@@ -186,6 +186,12 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         else:
             _say(console, "highest rate within the SLO: ",
                  (f"{fr['rate']:.4g} requests/s", "bold"), f" ({fr['reason']})")
+        above = [p for p in fr["probes"] if not p["slo_met"]
+                 and (fr["rate"] is None or p["rate"] > fr["rate"])]
+        if above:
+            p = min(above, key=lambda p: p["rate"])
+            for why in p.get("missed", []):
+                _say(console, f"why {p['rate']:.4g} requests/s misses: {why}")
     else:
         fg = doc["find_gpus"]
         rows = []

@@ -3,7 +3,8 @@
 
 - ITL and TPOT: the iterations whose gaps reach the bound's value. When most of those gaps fall
   in iterations that also ran prefill tokens (Replica.ptoks), the cause is the chunks sharing
-  decode steps ("8192-token prefill chunks share decode steps"); else the decode step itself
+  decode steps ("prefill chunks (up to 8,192 tokens a step) share decode steps"); else the
+  decode step itself
   (its batch). Gaps across a preemption are the KV cache being full.
 - TTFT: the requests at or past the bound's value, their TTFT against their prefill alone on an
   idle replica (cost.prefill(1, prompt)): the rest is queueing and sharing the steps.
@@ -44,8 +45,8 @@ def _steps(reps: list[Replica], v: float, what: str) -> tuple[str, str]:
     if over and over * 2 >= tok + over:
         return "decode", f"gaps across preemptions (KV blocks full: {over:,} of them)"
     if pre and pre * 2 >= tok:
-        return "prefill", (f"{big:,}-token prefill chunks share decode steps ({pre / tok:.0%} "
-                           f"of the {what} at or past it)")
+        return "prefill", (f"prefill chunks (up to {big:,} tokens a step) share decode steps "
+                           f"({pre / tok:.0%} of the {what} at or past it)")
     return "decode", "the decode steps themselves (the batch of sequences each step runs)"
 
 
