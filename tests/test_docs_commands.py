@@ -19,6 +19,9 @@ SLOW = (
     "shapecalc verify --train --preset llama3-8b",
     "shapecalc serve --preset llama3-70b --gpu h100-sxm --rate 20",
     "shapecalc serve --preset llama3-70b --gpu h100-sxm --tp 4 --prompt-tokens 2048",  # find-rate
+    # find-rate held to every gap and to TPOT (docs/guides/serving.md: the definitions)
+    "shapecalc serve --preset llama3-8b --gpu h100-sxm --prompt-tokens 1024 --output-tokens 128 "
+    "--requests 300 --find-rate",
     "shapecalc compare llama3-8b llama3-70b@tp=4 --batch 1,8,32,128",  # 8 fits with times
     "shapecalc serve --preset qwen3-30b-a3b --gpu h100-sxm --tp 1 --ep 16",  # 16 ranks
 )

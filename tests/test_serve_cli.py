@@ -60,7 +60,7 @@ def test_same_seed_same_bytes(cli):
     assert set(doc["throughput"]) == {
         "requests_per_s", "input_tokens_per_s", "output_tokens_per_s", "requests_per_s_per_gpu",
         "input_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu"}
-    assert doc["goodput"]["slo"] == {"ttft_s": 1.0, "itl_s": 0.05}
+    assert doc["goodput"]["slo"] == {"ttft_s": 1.0, "itl_s": 0.05, "e2e_s": None}
     assert 0 <= doc["goodput"]["fraction"] <= 1
     assert doc["requests"] == 400 and doc["deployment"]["gpus"] == 1
     assert len(doc["timeline"]["kv_utilization"]) == sim.TIMELINE_POINTS

@@ -37,7 +37,6 @@ from .plan_options import (
     ComputeDtype,
     Gpu,
     HardwareDir,
-    MaxBatched,
     PerfSets,
     Price,
     SetGpu,
@@ -66,7 +65,10 @@ def serve(
     price: Price = None,
     compute_dtype: ComputeDtype = None,
     perf: PerfSets = None,
-    max_batched_tokens: MaxBatched = 8192,
+    max_batched_tokens: Annotated[int | None, typer.Option(
+        "--max-batched-tokens", help="tokens one iteration schedules (vLLM's "
+        "--max-num-batched-tokens; chunked prefill); --find-gpus searches 2048 and 512 below it "
+        "unless it is given", show_default="8192")] = None,
     max_num_seqs: Annotated[int, typer.Option(
         "--max-num-seqs", help="most sequences a replica runs at once (vLLM's --max-num-seqs)")
     ] = 256,
@@ -105,6 +107,10 @@ def serve(
     output_tokens: Annotated[str | None, typer.Option(
         "--output-tokens", help="output tokens: N, uniform:LO,HI or lognormal:MEAN,SIGMA",
         show_default="256")] = None,
+    dataset: Annotated[str | None, typer.Option(
+        "--dataset", help="a named workload's lengths: sharegpt | openorca | sonnet | random "
+        "(presets/datasets/serving.json: what each follows and cites)",
+        show_default="none")] = None,
     requests: Annotated[int | None, typer.Option(
         "--requests", help="requests to simulate", show_default="1000")] = None,
     trace: Annotated[Path | None, typer.Option(
@@ -113,8 +119,11 @@ def serve(
         show_default="none: drawn")] = None,
     seed: Annotated[int, typer.Option("--seed", help="the workload's random seed")] = 0,
     slo: Annotated[str | None, typer.Option(
-        "--slo", help="ttft=1s,itl=50ms: goodput counts requests within both; --find-* need "
-        "the p99 of each within it", show_default="none")] = None,
+        "--slo", help="bounds on percentiles: ttft=1s,itl=50ms (p99 of each), METRIC_pQ=TIME "
+        "(ttft, tpot: MLPerf's per-request (e2e − TTFT)/(output − 1), itl: every gap, e2e; "
+        "e.g. ttft_p99=2s,tpot_p99=200ms), or mlperf-server | mlperf-interactive; goodput "
+        "counts the requests within every bound, --find-* need each percentile within it",
+        show_default="none")] = None,
     find_rate: Annotated[bool, typer.Option(
         "--find-rate", help="bisect for the highest --rate that meets the SLO")] = False,
     find_gpus: Annotated[bool, typer.Option(
@@ -161,6 +170,16 @@ def serve(
         if find_gpus and replicas != 1:
             raise ShapecalcError("replicas", "--find-gpus searches the replicas; leave out "
                                  "--replicas")
+        if dataset is not None:
+            from ..serve.datasets import dataset as named
+
+            for flag, given in (("--prompt-tokens", prompt is not None),
+                                ("--output-tokens", output_tokens is not None),
+                                ("--trace", trace is not None)):
+                if given:
+                    raise ShapecalcError("dataset", f"sets the request lengths; leave out {flag}")
+            entry = named(dataset)
+            prompt, output_tokens = entry["prompt"], entry["output"]
         prompt, output_tokens = prompt or "2048", output_tokens or "256"
         requests = 1000 if requests is None else requests
         if find_gpus and rate is None:
@@ -171,8 +190,10 @@ def serve(
                                  "arrivals")
         from ..plan.price import with_default_price
 
+        mbt_given = max_batched_tokens is not None  # given: fixed, not searched
         opts = plan_opts(utilization, 1.0, 1.0, 1.0, price, compute_dtype,
-                         "flash", max_batched_tokens, perf)
+                         "flash", 8192 if max_batched_tokens is None else max_batched_tokens,
+                         perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
         opts = with_default_price(opts, hw)
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
@@ -202,9 +223,9 @@ def serve(
                 "workload": {"requests": requests, "rate": rate, "arrivals": arrivals,
                              "concurrency": concurrency, "prompt": prompt,
                              "output": output_tokens,
-                             "trace": None if trace is None else str(trace), "seed": seed},
-                "slo": {"ttft_s": target.ttft_s, "itl_s": target.itl_s,
-                        "percentile": target.percentile}}
+                             "trace": None if trace is None else str(trace), "seed": seed,
+                             "dataset": None if dataset is None else dataset.strip().lower()},
+                "slo": target.head()}
         if find_rate or find_gpus:
             probes = 0
             with _progress("searching", None) as bar:
@@ -221,15 +242,18 @@ def serve(
                     assert rate is not None
                     fixed_tp = (wl.tp,) if tp is not None else None
                     fixed_pp = (wl.pp,) if pp is not None else None
+                    fixed_mbt = (opts.max_batched_tokens,) if mbt_given \
+                        and opts.max_batched_tokens else None
                     found = search.find_gpus(dep, rate, requests, plens, olens, seed, cv,
-                                             target, fixed_tp, fixed_pp, tick)
+                                             target, fixed_tp, fixed_pp, tick, fixed_mbt)
                     doc = {**head, "command": "find-gpus", "find_gpus": found}
                     if found["plan"] is not None:  # the header and deployment: the plan found
                         p = found["plan"]
                         doc["deployment"] = {**head["deployment"], "tp": p["tp"], "pp": p["pp"],
                                              "ep": p["ep"], "replicas": p["replicas"],
                                              "gpus": p["gpus"],
-                                             "attention_ranks": max(1, p["ep"] // p["tp"])}
+                                             "attention_ranks": max(1, p["ep"] // p["tp"]),
+                                             "max_batched_tokens": p["max_batched_tokens"]}
                         doc["deployment_is"] = "the plan --find-gpus found"
                     else:
                         doc["deployment_is"] = ("as given: no explored deployment meets the "
@@ -282,8 +306,7 @@ def verdict(doc: dict[str, Any]) -> bool | None:
         return doc["find_rate"]["rate"] is not None
     if doc["command"] == "find-gpus":
         return doc["find_gpus"]["plan"] is not None
-    slo = doc["slo"]
-    if slo["ttft_s"] is None and slo["itl_s"] is None:
+    if not doc["slo"]["bounds"]:
         return None
     return bool(doc["slo_met"])
 

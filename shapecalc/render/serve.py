@@ -97,9 +97,10 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
                      ("output_tokens_per_s", "output tokens/s")):
         rows.append([label, _n(th[k]), _n(th[k + "_per_gpu"])])
     g = doc["goodput"]
-    slo = doc["slo"]
-    if slo["ttft_s"] is not None or slo["itl_s"] is not None:
-        rows.append([f"goodput (TTFT ≤ {_t(slo['ttft_s'])}, per-token ≤ {_t(slo['itl_s'])})",
+    slo, gs = doc["slo"], doc["goodput"]["slo"]
+    if slo["bounds"]:
+        e2e = "" if gs.get("e2e_s") is None else f", e2e ≤ {_t(gs['e2e_s'])}"
+        rows.append([f"goodput (TTFT ≤ {_t(gs['ttft_s'])}, per-token ≤ {_t(gs['itl_s'])}{e2e})",
                      f"{_n(g['requests_per_s'])} req/s", f"{g['fraction']:.1%} of requests"])
     split_table(console, ["", "total", "per GPU"], rows, 1,
                 f"throughput ({plural(doc['deployment']['gpus'], 'GPU')}, {_t(doc['duration_s'])} "
@@ -126,9 +127,38 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
              + (f"; mixer states {states:,} bytes a running sequence" if states else ""))
     _say(console, f"decode-only ceiling per replica: {_n(sat['output_tokens_per_s'])} output "
          f"tokens/s ({sat['max_decode_batch']} sequences a step)")
-    if slo["ttft_s"] is not None or slo["itl_s"] is not None:
-        _say(console, f"SLO at p{slo['percentile']}: ",
-             ("met", "green") if doc["slo_met"] else ("missed", "red"))
+    if slo["bounds"]:
+        _say(console, f"SLO at p{slo['percentile']}: " if _legacy(slo) else
+             f"SLO{' ' + slo['name'] if slo['name'] else ''}: ",
+             ("met", "green") if doc["slo_met"] else ("missed", "red"),
+             "" if _legacy(slo) else " (" + ", ".join(_bound(b) for b in doc["slo_bounds"]) + ")")
+
+
+def _legacy(slo: dict[str, Any]) -> bool:
+    """Only today's ttft= and itl= (each at p99): the line they always printed."""
+    return not slo["name"] and all(b["metric"] in ("ttft", "itl") and b["percentile"] == 99
+                                   for b in slo["bounds"])
+
+
+def _bound(b: dict[str, Any]) -> str:
+    label = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "e2e"}[b["metric"]]
+    return (f"{label} p{b['percentile']:g} {_t(b['value_s'])} "
+            f"{'≤' if b['met'] else '>'} {_t(b['target_s'])}")
+
+
+def _print_why(frontier: list[dict[str, Any]], console: Any) -> None:
+    """Why each candidate missed, at the most replicas it was simulated with (serve/why.py)."""
+    last: dict[tuple[int, int, int], dict[str, Any]] = {}
+    for r in frontier:
+        k = (r["tp"], r["pp"], r.get("max_batched_tokens", 0))
+        if not r["slo_met"] and (k not in last or r["replicas"] > last[k]["replicas"]):
+            last[k] = r
+    for (tp, pp, mbt), r in last.items():
+        fix = f"; {r['meets_with']}" if r.get("meets_with") else ""
+        for m in r.get("missed", []):
+            _say(console, f"why {plural(r['replicas'], 'replica')} × tp={tp} pp={pp} "
+                 f"(max_batched_tokens={mbt}) missed, {m['phase']}: {m['why']}{fix}")
+            fix = ""
 
 
 def _pool_owner(d: dict[str, Any]) -> str:
@@ -171,13 +201,21 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         else:
             _say(console, "highest rate within the SLO: ",
                  (f"{fr['rate']:.4g} requests/s", "bold"), f" ({fr['reason']})")
+        above = [p for p in fr["probes"] if not p["slo_met"]
+                 and (fr["rate"] is None or p["rate"] > fr["rate"])]
+        if above:
+            p = min(above, key=lambda p: p["rate"])
+            for why in p.get("missed", []):
+                _say(console, f"why {p['rate']:.4g} requests/s misses: {why}")
     else:
         fg = doc["find_gpus"]
         rows = []
+        budgets = len({r.get("max_batched_tokens") for r in fg["frontier"]}) > 1
         for r in sorted(fg["frontier"], key=lambda r: (r["gpus"], r["tp"], r["pp"])):
             style = "bold" if r is fg["plan"] or r == fg["plan"] else ""
+            mbt = f" mbt={r['max_batched_tokens']}" if budgets else ""
             rows.append([Text(x, style=style) for x in (
-                f"{r['replicas']}× tp={r['tp']} pp={r['pp']}", str(r["replicas"]),
+                f"{r['replicas']}× tp={r['tp']} pp={r['pp']}{mbt}", str(r["replicas"]),
                 str(r["gpus"]),
                 "met" if r["slo_met"] else "missed", _t(r["ttft_p99_s"]), _t(r["itl_p99_s"]),
                 _n(r["goodput_requests_per_s"]), _n(r["output_tokens_per_s_per_gpu"]),
@@ -187,12 +225,15 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
                     f"--find-gpus frontier at {fg['rate']:g} requests/s")
         for note in fg["notes"]:
             _say(console, f"note: {note}")
+        _print_why(fg["frontier"], console)
         p = fg["plan"]
         if p is None:
             _say(console, ("no explored deployment meets the SLO", "red"))
         else:
             _say(console, "plan: ", (plural(p["gpus"], "GPU"), "bold"),
-                 f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']} (TTFT p99 "
+                 f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']}"
+                 + (f", max_batched_tokens={p['max_batched_tokens']}" if budgets else "")
+                 + " (TTFT p99 "
                  f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})"
                  + ("" if p.get("cost_per_hour") is None else f", ${p['cost_per_hour']:,.2f} an "
                     "hour"))

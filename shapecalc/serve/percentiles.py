@@ -25,10 +25,12 @@ def percentile(pairs: list[tuple[float, int]], q: float) -> float | None:
     return pairs[-1][0]
 
 
-def summary(values: list[float] | list[tuple[float, int]]) -> dict[str, float | None]:
+def summary(values: list[float] | list[tuple[float, int]],
+            qs: tuple[float, ...] = PERCENTILES) -> dict[str, float | None]:
+    """Nearest-rank percentiles at qs (keys p50, p99.9), mean and max."""
     pairs = sorted(v if isinstance(v, tuple) else (v, 1) for v in values)
     total = sum(w for _, w in pairs)
-    out: dict[str, float | None] = {f"p{q}": percentile(pairs, q) for q in PERCENTILES}
+    out: dict[str, float | None] = {f"p{q:g}": percentile(pairs, q) for q in qs}
     out["mean"] = sum(v * w for v, w in pairs) / total if total else None
     out["max"] = pairs[-1][0] if pairs else None
     return out
@@ -37,19 +39,20 @@ def summary(values: list[float] | list[tuple[float, int]]) -> dict[str, float | 
 SMALL_RUN = 50_000  # steps: the one rule (nearest rank) either way, NumPy's sort past it
 
 
-def itl_summary(reps: list[Replica]) -> dict[str, float | None]:
+def itl_summary(reps: list[Replica], qs: tuple[float, ...] = PERCENTILES
+                ) -> dict[str, float | None]:
     """Inter-token gaps: each iteration's seconds, once for every decode token it emitted (the
     previous token of a running sequence came at the end of the step before), and the gaps
     across a preemption; nearest-rank percentiles, with NumPy past SMALL_RUN steps (millions
-    of steps; below it, loading NumPy would cost a short run more than the sort)."""
+    of steps; below it, loading NumPy would cost a short run more than the sort), at qs."""
     if sum(len(rep.durs) + len(rep.gaps) for rep in reps) <= SMALL_RUN:
         pairs = sorted((d, w) for rep in reps
                        for d, w in zip(rep.durs + rep.gaps, rep.toks + [1] * len(rep.gaps),
                                        strict=True) if w > 0)
         if not pairs:
-            return {**{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
+            return {**{f"p{q:g}": None for q in qs}, "mean": None, "max": None}
         total = sum(w for _, w in pairs)
-        return {**{f"p{q}": percentile(pairs, q) for q in PERCENTILES},
+        return {**{f"p{q:g}": percentile(pairs, q) for q in qs},
                 "mean": math.fsum(d * w for d, w in pairs) / total, "max": pairs[-1][0]}
     import numpy as np
 
@@ -59,14 +62,14 @@ def itl_summary(reps: list[Replica]) -> dict[str, float | None]:
     keep = w > 0
     d, w = d[keep], w[keep]
     if not d.size:
-        return {**{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
+        return {**{f"p{q:g}": None for q in qs}, "mean": None, "max": None}
     order = np.argsort(d, kind="stable")
     d, cum = d[order], np.cumsum(w[order])
     total = int(cum[-1])
     out: dict[str, float | None] = {}
-    for q in PERCENTILES:
+    for q in qs:
         i = int(np.searchsorted(cum, q / 100.0 * total, side="left"))
-        out[f"p{q}"] = float(d[min(i, d.size - 1)])
+        out[f"p{q:g}"] = float(d[min(i, d.size - 1)])
     out["mean"] = math.fsum((d * w[order]).tolist()) / total  # exact: the same either way
     out["max"] = float(d[-1])
     return out

@@ -101,6 +101,7 @@ class Replica(Windows):
         self.log: list[tuple[float, float, int, int, int]] = []
         self.durs: list[float] = []  # each iteration's seconds
         self.toks: list[int] = []  # and the decode tokens it emitted (inter-token gaps)
+        self.ptoks: list[int] = []  # and the prefill tokens it ran (serve/why.py reads them)
         self.gaps: list[float] = []  # inter-token gaps that span a preemption
         self.trace = trace  # keep each iteration's schedule (tests, small runs)
         self.schedule: list[dict[str, object]] = []
@@ -223,6 +224,7 @@ class Replica(Windows):
             i += 1
         if i:
             toks.extend([B] * i)
+            self.ptoks.extend([0] * i)
             self.log.append((self.clock, clock - self.clock, self.total - free,
                              len(self.waiting), len(self.running)))
             self.clock, self.free = clock, free
@@ -317,6 +319,7 @@ class Replica(Windows):
                          len(self.running)))
         self.durs.append(d)
         self.toks.append(decodes)
+        self.ptoks.append(n)
         if self.trace:
             self.schedule.append({"iteration": j, "start_s": t0, "seconds": d,
                                   "prefill": plan, "decodes": decodes, "cache": cache,

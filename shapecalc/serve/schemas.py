@@ -57,16 +57,30 @@ ServeWorkload = described(
     ("rate", F, "arrivals per second (--rate); null: all at t=0, a closed loop or a trace"),
     ("arrivals", str, "the gaps between arrivals: poisson | gamma:CV"),
     ("concurrency", StrictInt | None, "users of a closed loop (--concurrency); null: open loop"),
-    ("prompt", str, "prompt tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA"),
-    ("output", str, "output tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA"),
+    ("prompt", str, "prompt tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA, either "
+     "with ,max=N (or the --dataset's)"),
+    ("output", str, "output tokens as given: N, uniform:LO,HI or lognormal:MEAN,SIGMA, either "
+     "with ,max=N (or the --dataset's)"),
     ("trace", str | None, "the trace file read (--trace); null: generated requests"),
-    ("seed", StrictInt, "seed of the generated arrivals and lengths"))
+    ("seed", StrictInt, "seed of the generated arrivals and lengths"),
+    ("dataset", str | None, "the named workload whose lengths prompt and output are (--dataset: "
+     "sharegpt | openorca | sonnet | random); null: none"))
+
+SloBound = described(
+    "ServeSloBound", "One bound of the SLO: a definition's percentile held to a time",
+    ("metric", str, "the definition it reads: ttft | tpot (MLPerf's per-request (e2e − TTFT) / "
+     "(output − 1)) | itl (every gap) | e2e"),
+    ("percentile", float, "the nearest-rank percentile of that definition, (0, 100]"),
+    ("target_s", float, "the most it may be, s"),
+    ("reads", str, "what the definition reads, in words"))
 
 SloOut = described(
     "ServeSlo", "The service-level objective (--slo); null times: no target",
-    ("ttft_s", F, "time-to-first-token target, s"),
-    ("itl_s", F, "inter-token-latency target, s"),
-    ("percentile", StrictInt, "the percentile of TTFT and ITL that must meet the targets"))
+    ("ttft_s", F, "the p99 time-to-first-token target (ttft= or ttft_p99=), s"),
+    ("itl_s", F, "the p99 inter-token-latency target (itl= or itl_p99=), s"),
+    ("percentile", StrictInt, "the percentile ttft_s and itl_s read (99)"),
+    ("name", str | None, "the named set given (mlperf-server | mlperf-interactive); null: none"),
+    ("bounds", many(SloBound), "every bound, by definition then percentile"))
 
 KvGroupOut = described(
     "ServeKvGroup", "One KV cache group of the pool (vLLM V1's hybrid KV cache manager)",
@@ -90,9 +104,12 @@ Throughput = described(
     ("input_tokens_per_s_per_gpu", float, "input_tokens_per_s over the deployment's GPUs"),
     ("output_tokens_per_s_per_gpu", float, "output_tokens_per_s over the deployment's GPUs"))
 
-GoodSlo = described("ServeGoodputSlo", "The targets a good request meets",
+GoodSlo = described("ServeGoodputSlo", "The targets a good request meets (the tightest bound "
+                    "of each definition, on the request's own value)",
                     ("ttft_s", F, "its TTFT at most this, s (null: any)"),
-                    ("itl_s", F, "its mean time per output token at most this, s (null: any)"))
+                    ("itl_s", F, "its mean time per output token (TPOT) at most this: the "
+                     "tightest ITL or TPOT bound, s (null: any)"),
+                    ("e2e_s", F, "its end-to-end latency at most this, s (null: any)"))
 
 Goodput = described(
     "ServeGoodput", "Requests that met the SLO, each on its own",
@@ -138,6 +155,31 @@ ServeCost = described(
     ("per_request", F, "dollars per finished request"),
     ("per_request_at_slo", F, "dollars per request that met the SLO (goodput)"))
 
+BoundOut = described(
+    "ServeSloBoundResult", "One bound of the SLO against the run",
+    ("metric", str, "ttft | tpot | itl | e2e"),
+    ("percentile", float, "the percentile it reads"),
+    ("target_s", float, "the most it may be, s"),
+    ("value_s", F, "the run's value at that percentile, s (null: no sample, e.g. TPOT of "
+     "one-token answers)"),
+    ("met", StrictBool, "value_s ≤ target_s (or no sample)"))
+
+LatencyDef = described(
+    "ServeLatencyDefinition", "One latency definition over the run (serve/slo.py)",
+    ("reads", str, "what it reads, in words"),
+    ("requests", StrictInt, "requests in the distribution"),
+    ("excluded", StrictInt, "requests left out: one-token answers have no TPOT and no gap"),
+    ("summary", dict[str, F], "nearest-rank percentiles (p50, p90, p95, p99 and any a bound "
+     "reads, e.g. p99.9), mean and max, s"))
+
+Latency = described(
+    "ServeLatency", "Each SLO definition's distribution",
+    ("ttft", LatencyDef, "time to first token: arrival to first token"),
+    ("tpot", LatencyDef, "MLPerf's time per output token: (e2e − TTFT) / (output − 1) of each "
+     "request"),
+    ("itl", LatencyDef, "inter-token latency: every gap, all requests pooled"),
+    ("e2e", LatencyDef, "end-to-end latency: arrival to last token"))
+
 _RUN = (
     ("requests", StrictInt, "requests simulated"),
     ("duration_s", float, "seconds from the first arrival to the last finish"),
@@ -151,8 +193,10 @@ _RUN = (
     ("e2e_s", _summary("E2e", "end-to-end latency"), "end-to-end latency: arrival to last token"),
     ("throughput", Throughput, "what the deployment delivered"),
     ("goodput", Goodput, "the requests that met the SLO"),
-    ("slo_met", StrictBool, "the SLO's percentile of TTFT and of ITL meet their targets"),
-    ("slo_percentile", StrictInt, "the percentile slo_met reads"),
+    ("slo_met", StrictBool, "every bound of the SLO is met"),
+    ("slo_percentile", StrictInt, "the percentile of the SLO's ttft_s and itl_s (99)"),
+    ("slo_bounds", many(BoundOut), "each bound of the SLO against the run"),
+    ("latency", Latency, "each SLO definition's distribution"),
     ("preemptions", StrictInt, "sequences preempted (their KV blocks freed, recomputed later)"),
     ("kv_utilization", MeanMax, "fraction of the KV pool in use"),
     ("queue", Queue, "requests waiting"),
@@ -167,7 +211,8 @@ Probe = described(
     "ServeProbe", "One rate find-rate simulated",
     ("rate", float, "arrivals per second"), ("slo_met", StrictBool, "the SLO is met there"),
     ("ttft_p99_s", F, "99th percentile TTFT, s"), ("itl_p99_s", F, "99th percentile ITL, s"),
-    ("goodput_requests_per_s", float, "requests per second that met the SLO"))
+    ("goodput_requests_per_s", float, "requests per second that met the SLO"),
+    ("missed", list[str], "each bound missed there: which, in which phase and why"))
 
 FindRate = described(
     "ServeFindRate", "The highest arrival rate that meets the SLO (bisection over simulations)",
@@ -176,6 +221,14 @@ FindRate = described(
     ("ceiling_requests_per_s", float, "the decode-only ceiling, the search's upper end"),
     ("probes", many(Probe), "every rate simulated, in order"),
     ("at_rate", RunOut | None, "the run at the rate found (or the best probe)"))
+
+Miss = described(
+    "ServeMiss", "One bound a deployment missed, read from its run's own steps (serve/why.py)",
+    ("metric", str, "ttft | tpot | itl | e2e"), ("percentile", float, "the percentile it reads"),
+    ("value_s", F, "the run's value there, s"), ("target_s", float, "the bound, s"),
+    ("phase", str, "where the time goes: prefill (chunks sharing decode steps, or the prefill "
+     "itself), decode (the decode steps, preemptions) or queue (waiting for a slot)"),
+    ("why", str, "the bound, its value and the cause, in words"))
 
 PlanRow = described(
     "ServePlanRow", "One deployment find-gpus simulated",
@@ -187,17 +240,23 @@ PlanRow = described(
     ("goodput_requests_per_s", float, "requests per second that met the SLO, all replicas"),
     ("output_tokens_per_s_per_gpu", float, "output tokens per second per GPU"),
     ("preemptions", StrictInt, "sequences preempted"),
-    ("cost_per_hour", F, "dollars an hour: gpus × the price (null: no price)", None))
+    ("cost_per_hour", F, "dollars an hour: gpus × the price (null: no price)", None),
+    ("max_batched_tokens", StrictInt, "the token budget of each iteration (a searched "
+     "dimension unless --max-batched-tokens is given)"),
+    ("missed", many(Miss), "each bound missed: which, in which phase and why"),
+    ("meets_with", str | None, "a value of one dimension that meets the SLO with the rest kept "
+     "(e.g. --max-batched-tokens 512 meets it); null: met, or none explored"))
 
 FindGpus = described(
-    "ServeFindGpus", "The fewest GPUs that meet the SLO at --rate: for each (tp, pp) the "
-    "fewest replicas, each simulated on its share of the traffic",
+    "ServeFindGpus", "The fewest GPUs that meet the SLO at --rate: for each candidate of the "
+    "named dimensions (tp, pp, max_batched_tokens) the fewest replicas, each simulated on its "
+    "share of the traffic",
     ("rate", float, "the arrival rate to serve, requests/s"),
     ("plan", PlanRow | None, "the deployment with the fewest GPUs that meets the SLO; null: none"),
     ("plan_simulated", PlanRow | None, "that plan simulated whole: all replicas behind the "
      "router"),
     ("frontier", many(PlanRow), "every deployment simulated"),
-    ("notes", list[str], "why a (tp, pp) was left out or stopped"))
+    ("notes", list[str], "why a candidate was left out or stopped"))
 
 _HEAD = (
     ("model", str, "the model's name"), ("gpu", str, "the GPU profile"),

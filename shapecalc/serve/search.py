@@ -8,31 +8,88 @@ scheduler's discrete choices) monotone in the rate and in the replicas; bisectio
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..model.config import ShapecalcError
 from ..plan.cases import valid
 from . import sim
+from .slo import alone_miss
+from .why import explain
 from .workload import Lengths, Request, generate
 
 BISECTIONS = 12
 CANDIDATE_TP = (8, 4, 2, 1)  # the largest first: its plan bounds the others' search
 CANDIDATE_PP = (1, 2, 4)
+CANDIDATE_MBT = (2048, 512)  # below the given budget, where its prefill chunks cost the SLO
+MISS_KEYS = ("metric", "percentile", "value_s", "target_s", "phase", "why")
 MAX_REPLICAS = 256
 
 
 def _need_slo(slo: sim.SLO, flag: str) -> None:
-    if slo.ttft_s is None and slo.itl_s is None:
+    if not slo.bounds:
         raise ShapecalcError("slo", f"{flag} needs --slo, e.g. --slo ttft=1s,itl=50ms")
 
 
 def _probe(dep: sim.Deployment, eng: sim.Engine, reqs: list[Request], slo: sim.SLO,
-           rate: float) -> dict[str, Any]:
+           rate: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run's metrics, and each bound it missed with its phase and why (why.py)."""
     reps, seqs = sim.run(dep, reqs, eng=eng)
-    return sim.metrics(dep, eng, reps, seqs, slo, reqs, rate)
+    m = sim.metrics(dep, eng, reps, seqs, slo, reqs, rate)
+    return m, explain(slo, m["slo_bounds"], reps, seqs, lambda t: eng.cost.prefill(1, t),
+                      m["preemptions"])
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One named axis of --find-gpus' candidate space: the flag it sets, the values tried in
+    order, how a value sets a deployment, and whether a candidate is worth simulating given the
+    rows so far (a later dimension, ep or speculative k, is one more entry)."""
+
+    name: str
+    key: str  # the row's key
+    values: tuple[int, ...]
+    apply: Callable[[sim.Deployment, int], sim.Deployment]
+    wanted: Callable[[dict[str, int], list[dict[str, Any]]], bool] = lambda c, rows: True
+
+
+def _pp_wanted(c: dict[str, int], rows: list[dict[str, Any]]) -> bool:
+    """pp only where tp alone does not serve."""
+    return c["pp"] == 1 or not any(r["slo_met"] for r in rows if r["tp"] == c["tp"]
+                                   and r["pp"] == 1)
+
+
+def _mbt_wanted(first: int) -> Callable[[dict[str, int], list[dict[str, Any]]], bool]:
+    def wanted(c: dict[str, int], rows: list[dict[str, Any]]) -> bool:
+        """A smaller token budget only where a larger one missed ITL or TPOT because its
+        prefill chunks shared decode steps (why.py)."""
+        return c["max_batched_tokens"] == first or any(
+            m["phase"] == "prefill" and m["metric"] in ("itl", "tpot")
+            for r in rows if (r["tp"], r["pp"]) == (c["tp"], c["pp"])
+            and r["max_batched_tokens"] > c["max_batched_tokens"] for m in r["missed"])
+    return wanted
+
+
+def dimensions(dep: sim.Deployment, tps: tuple[int, ...] | None, pps: tuple[int, ...] | None,
+               mbts: tuple[int, ...] | None) -> list[Dimension]:
+    """tp, pp and the token budget (replicas are searched for each candidate by bisection)."""
+    given = dep.opts.max_batched_tokens or 8192
+    budgets = mbts or tuple(v for v in (given, *CANDIDATE_MBT) if v <= given
+                            and v >= dep.max_num_seqs)
+    budgets = tuple(dict.fromkeys(budgets))
+    return [
+        Dimension("tp", "tp", tps or CANDIDATE_TP,
+                  lambda d, v: replace(d, wl=d.wl.model_copy(update={"tp": v}))),
+        Dimension("pp", "pp", pps or CANDIDATE_PP,
+                  lambda d, v: replace(d, wl=d.wl.model_copy(update={"pp": v})),
+                  (lambda c, rows: True) if pps else _pp_wanted),
+        Dimension("max-batched-tokens", "max_batched_tokens", budgets,
+                  lambda d, v: replace(d, opts=replace(d.opts, max_batched_tokens=v)),
+                  (lambda c, rows: True) if mbts else _mbt_wanted(budgets[0])),
+    ]
 
 
 def find_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, seed: int,
@@ -49,8 +106,8 @@ def find_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, see
 
     def ok(rate: float) -> tuple[bool, dict[str, Any]]:
         reqs = generate(n, rate, prompt, output, seed, cv)
-        m = _probe(dep, eng, reqs, slo, rate)
-        tried.append({"rate": rate, "slo_met": m["slo_met"],
+        m, missed = _probe(dep, eng, reqs, slo, rate)
+        tried.append({"rate": rate, "slo_met": m["slo_met"], "missed": [x["why"] for x in missed],
                       f"ttft_p{slo.percentile}_s": m["ttft_s"][f"p{slo.percentile}"],
                       f"itl_p{slo.percentile}_s": m["itl_s"][f"p{slo.percentile}"],
                       "goodput_requests_per_s": m["goodput"]["requests_per_s"]})
@@ -80,12 +137,15 @@ def find_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, see
 def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output: Lengths,
               seed: int, cv: float | None, slo: sim.SLO, tps: tuple[int, ...] | None = None,
               pps: tuple[int, ...] | None = None,
-              tick: Callable[[], None] | None = None) -> dict[str, Any]:
-    """For each (tp, pp) that fits and meets the SLO with one request at a time: the fewest
-    replicas meeting the SLO at `rate` (doubling, then bisection, from the decode-only
-    ceiling's estimate). A probe of r replicas simulates one of them serving n requests at
-    rate/r (each replica's share of the traffic); the plan, the fewest GPUs, is then simulated
-    whole (all replicas, the router) and its result reported as `plan_simulated`."""
+              tick: Callable[[], None] | None = None,
+              mbts: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """For each candidate of the named dimensions (tp, pp, the token budget) that fits and
+    meets the SLO with one request at a time: the fewest replicas meeting the SLO at `rate`
+    (doubling, then bisection, from the decode-only ceiling's estimate). A probe of r replicas
+    simulates one of them serving n requests at rate/r (each replica's share of the traffic);
+    the plan, the fewest GPUs, is then simulated whole (all replicas, the router) and its
+    result reported as `plan_simulated`. Each row that misses says which bound, in which phase
+    and why (why.py), and what meets it where a row one dimension away does."""
     _need_slo(slo, "--find-gpus")
     frontier: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -97,86 +157,118 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
         return reqs_at[r]
 
     one = share(1)
-    for p in tps or CANDIDATE_TP:
-        for s in pps or CANDIDATE_PP:
-            if s > 1 and not pps and any(r["slo_met"] for r in frontier if r["tp"] == p):
-                continue  # pp only where tp alone does not serve
-            wl = dep.wl.model_copy(update={"tp": p, "pp": s})
-            if not valid(dep.model, wl):
-                continue
-            base = replace(dep, wl=wl, replicas=1)
-            try:
-                eng = sim.engine(base)
-                sim.check_requests(base, eng, one)
-            except ShapecalcError as e:
-                notes.append(f"tp={p} pp={s}: {e.reason}")
-                continue
-            # no number of replicas beats one request alone on an idle replica
-            alone_ttft = eng.cost.prefill(1, min(r.prompt for r in one))
-            alone_itl = eng.cost.decode(1, min(r.prompt for r in one))
-            if ((slo.ttft_s is not None and alone_ttft > slo.ttft_s)
-                    or (slo.itl_s is not None and alone_itl > slo.itl_s)):
-                notes.append(f"tp={p} pp={s}: one request alone already misses the SLO (TTFT "
-                             f"{alone_ttft:.4g} s, ITL {alone_itl:.4g} s)")
-                continue
-            per = sim.saturated(eng, one)["output_tokens_per_s"] / output.mean
-            seen: dict[int, bool] = {}
+    dims = dimensions(dep, tps, pps, mbts)
+    for values in itertools.product(*(d.values for d in dims)):
+        cand = {d.key: v for d, v in zip(dims, values, strict=True)}
+        if not all(d.wanted(cand, frontier) for d in dims):
+            continue
+        name = " ".join(f"{d.key}={v}" if d.key != "max_batched_tokens" or len(d.values) > 1
+                        else "" for d, v in zip(dims, values, strict=True)).strip()
+        base = replace(dep, replicas=1)
+        for d, v in zip(dims, values, strict=True):
+            base = d.apply(base, v)
+        if not valid(dep.model, base.wl):
+            continue
+        try:
+            eng = sim.engine(base)
+            sim.check_requests(base, eng, one)
+        except ShapecalcError as e:
+            notes.append(f"{name}: {e.reason}")
+            continue
+        # no number of replicas beats one request alone on an idle replica
+        short = min(one, key=lambda r: (r.prompt, r.output))
+        alone_ttft = eng.cost.prefill(1, short.prompt)
+        alone_itl = eng.cost.decode(1, short.prompt)
+        miss = alone_miss(slo, alone_ttft, alone_itl,
+                          alone_ttft + (short.output - 1) * alone_itl)
+        if miss is not None:
+            notes.append(f"{name}: one request alone already misses the SLO (TTFT "
+                         f"{alone_ttft:.4g} s, ITL {alone_itl:.4g} s; {miss})")
+            continue
+        per = sim.saturated(eng, one)["output_tokens_per_s"] / output.mean
+        seen: dict[int, bool] = {}
 
-            def meets(r: int, p: int = p, s: int = s, base: sim.Deployment = base,
-                      eng: sim.Engine = eng, seen: dict[int, bool] = seen) -> bool:
-                if r not in seen:
-                    reqs = share(r)
-                    m = _probe(base, eng, reqs, slo, rate / r)
-                    seen[r] = bool(m["slo_met"])
-                    frontier.append(_row(replace(base, replicas=r), m, r))
-                    if tick is not None:
-                        tick()
-                return seen[r]
+        def meets(r: int, base: sim.Deployment = base, eng: sim.Engine = eng,
+                  seen: dict[int, bool] = seen) -> bool:
+            if r not in seen:
+                m, missed = _probe(base, eng, share(r), slo, rate / r)
+                seen[r] = bool(m["slo_met"])
+                frontier.append(_row(replace(base, replicas=r), m, missed, r))
+                if tick is not None:
+                    tick()
+            return seen[r]
 
-            # no more replicas than the best plan so far has GPUs: they could not beat it
-            best = min((x["gpus"] for x in frontier if x["slo_met"]), default=None)
-            cap = MAX_REPLICAS if best is None else min(MAX_REPLICAS,
-                                                        (best - 1) // base.gpus_per_replica)
-            r = max(1, math.ceil(rate / per))
-            if r > cap:
-                notes.append(f"tp={p} pp={s}: {_replicas(r)} (the decode-only ceiling's count) "
-                             f"would use as many GPUs as the best plan so far, or more")
-                continue
-            bad = 0
-            while not meets(r):
-                bad = r
-                if r == cap:
-                    break
-                r = min(2 * r, cap)
-            if not seen[r]:
-                notes.append(f"tp={p} pp={s}: the SLO is missed with {_replicas(bad)}"
-                             + ("" if cap == MAX_REPLICAS else
-                                " (more would need as many GPUs as the best plan so far)"))
-                continue
-            while r - bad > 1:  # bad fails (or is 0), r meets
-                mid = (bad + r) // 2
-                if meets(mid):
-                    r = mid
-                else:
-                    bad = mid
+        # no more replicas than the best plan so far has GPUs: they could not beat it
+        best = min((x["gpus"] for x in frontier if x["slo_met"]), default=None)
+        cap = MAX_REPLICAS if best is None else min(MAX_REPLICAS,
+                                                    (best - 1) // base.gpus_per_replica)
+        r = max(1, math.ceil(rate / per))
+        if r > cap:
+            notes.append(f"{name}: {_replicas(r)} (the decode-only ceiling's count) "
+                         f"would use as many GPUs as the best plan so far, or more")
+            continue
+        bad, smaller, chunks = 0, cand["max_batched_tokens"] != dims[2].values[-1], False
+        while not meets(r):
+            bad = r
+            chunks = smaller and frontier[-1]["missed"] and all(
+                m["phase"] == "prefill" and m["metric"] in ("itl", "tpot")
+                for m in frontier[-1]["missed"])
+            if r == cap or chunks:
+                break
+            r = min(2 * r, cap)
+        if not seen[r]:
+            notes.append(f"{name}: the SLO is missed with {_replicas(bad)}" + (
+                ": only its prefill chunks miss it (ITL/TPOT), so a smaller "
+                "--max-batched-tokens is tried rather than more replicas" if chunks else
+                "" if cap == MAX_REPLICAS else
+                " (more would need as many GPUs as the best plan so far)"))
+            continue
+        while r - bad > 1:  # bad fails (or is 0), r meets
+            mid = (bad + r) // 2
+            if meets(mid):
+                r = mid
+            else:
+                bad = mid
+    _fixes(frontier, [d.key for d in dims] + ["replicas"])
     ok = [row for row in frontier if row["slo_met"]]
     plan = min(ok, key=lambda x: (x["gpus"], x["ttft_p99_s"]), default=None)
     whole = None
     if plan is not None:
-        d = replace(dep, wl=dep.wl.model_copy(update={"tp": plan["tp"], "pp": plan["pp"]}),
-                    replicas=plan["replicas"])
-        eng = sim.engine(d)
+        pd = replace(dep, replicas=plan["replicas"])
+        for dim in dims:
+            pd = dim.apply(pd, plan[dim.key])
+        eng = sim.engine(pd)
         reqs = generate(n, rate, prompt, output, seed, cv)
-        whole = _row(d, _probe(d, eng, reqs, slo, rate))
+        whole = _row(pd, *_probe(pd, eng, reqs, slo, rate))
         if tick is not None:
             tick()
     return {"rate": rate, "plan": plan, "plan_simulated": whole, "frontier": frontier,
             "notes": notes}
 
 
-def _row(d: sim.Deployment, m: dict[str, Any], share: int = 1) -> dict[str, Any]:
+FLAG = {"tp": "--tp", "pp": "--pp", "max_batched_tokens": "--max-batched-tokens",
+        "replicas": "--replicas"}
+
+
+def _fixes(rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """A missed row's `meets_with`: the value of one dimension that meets it, the rest kept
+    (the fewest GPUs among those), e.g. "--max-batched-tokens 512 meets it"."""
+    for r in rows:
+        if r["slo_met"]:
+            continue
+        near = [(o["gpus"], k, o[k]) for o in rows if o["slo_met"] for k in keys
+                if o[k] != r[k] and all(o[j] == r[j] for j in keys if j != k)]
+        if near:
+            _, k, v = min(near)
+            r["meets_with"] = f"{FLAG[k]} {v} meets it"
+
+
+def _row(d: sim.Deployment, m: dict[str, Any], missed: list[dict[str, Any]], share: int = 1
+         ) -> dict[str, Any]:
     """A frontier row; `share`: m is one replica's of that many (its rates scale up)."""
     return {"tp": d.wl.tp, "pp": d.wl.pp, "ep": d.wl.ep, "replicas": d.replicas, "gpus": d.gpus,
+            "max_batched_tokens": d.opts.max_batched_tokens or 8192,
+            "missed": [{k: x[k] for k in MISS_KEYS} for x in missed], "meets_with": None,
             "slo_met": m["slo_met"], "ttft_p99_s": m["ttft_s"]["p99"],
             "itl_p99_s": m["itl_s"]["p99"],
             "goodput_requests_per_s": m["goodput"]["requests_per_s"] * share,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..inputs.hardware import GPU
-from ..inputs.numbers import bounded_int, parse_number
+from ..inputs.numbers import bounded_int
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
 from ..model.parallel import kv_elements_per_token, kv_groups, pp_layers, stage_group_layers
 from ..model.plan import layer_plan
@@ -32,52 +32,15 @@ from ..plan.topology import layout_fills_nodes
 from .blocks import Layout, layout
 from .cost import IterationCost
 from .decoders import Seq
-from .percentiles import itl_summary, summary
+from .percentiles import PERCENTILES
 from .scheduler import Replica, SchedulerConfig
+from .slo import SLO, distributions, evaluate, good, latency_doc, percentiles_for
+from .slo import parse_slo as parse_slo  # its home moved to slo.py; sim.parse_slo stays
 from .workload import Request
 
 ROUTERS = ("round-robin", "least-loaded")
 MAX_REPLICAS = 4096  # each is simulated (its own scheduler and logs)
 TIMELINE_POINTS = 100
-
-
-@dataclass(frozen=True)
-class SLO:
-    ttft_s: float | None = None
-    itl_s: float | None = None
-    percentile: int = 99  # the percentile of TTFT and ITL that must meet them
-
-
-def parse_slo(text: str | None) -> SLO:
-    """`ttft=1s,itl=50ms`: each time with its unit (s, ms or us). A bare number is refused:
-    `itl=50` could be 50 s or 50 ms, and a planner reading `slo_met` would not know which."""
-    if text is None:
-        return SLO()
-    if not text.strip():  # given, but empty: not the same as no --slo
-        raise ShapecalcError("slo", "is empty; give ttft=TIME,itl=TIME (e.g. ttft=1s,itl=50ms)")
-    vals: dict[str, float] = {}
-    for item in (x.strip() for x in text.split(",")):
-        key, eq, v = item.partition("=")
-        key = key.strip().lower()
-        if not eq or key not in ("ttft", "itl"):
-            raise ShapecalcError("slo", f"expected ttft=TIME,itl=TIME (e.g. ttft=1s,itl=50ms), "
-                                 f"got {item!r}")
-        if key + "_s" in vals:
-            raise ShapecalcError("slo", f"{key} is given twice ({text!r}): give each once")
-        v = v.strip().lower()
-        scale = None
-        for unit, k in (("ms", 1e-3), ("us", 1e-6), ("µs", 1e-6), ("s", 1.0)):
-            if v.endswith(unit):
-                v, scale = v[: -len(unit)], k
-                break
-        if scale is None:
-            raise ShapecalcError("slo", f"{item!r} has no unit: add s, ms or us (e.g. "
-                                 f"{key}={v.strip() or '1'}ms or {key}={v.strip() or '1'}s)")
-        x = parse_number(v, "slo") * scale
-        if not (x > 0 and math.isfinite(x)):
-            raise ShapecalcError("slo", f"{item!r}: the time must be > 0")
-        vals[key + "_s"] = x
-    return SLO(vals.get("ttft_s"), vals.get("itl_s"))
 
 
 @dataclass(frozen=True)
@@ -349,23 +312,17 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
     t0 = min(s.req.arrival for s in seqs)
     end = max(s.finish for s in seqs)
     span = max(end - t0, 1e-12)
-    ttft = [s.first - s.req.arrival for s in seqs]
+    dists = distributions(seqs, reps, percentiles_for(slo))  # the definitions: slo.py
     e2e = [s.finish - s.req.arrival for s in seqs]
-    tpot = [(s.finish - s.first) / (s.req.output - 1) for s in seqs if s.req.output > 1]
-    itl = itl_summary(reps)
     n = len(seqs)
     inp = sum(s.req.prompt for s in seqs)
     outp = sum(s.req.output for s in seqs)
     gpus = dep.gpus
-    good = sum(
-        1 for s in seqs
-        if (slo.ttft_s is None or s.first - s.req.arrival <= slo.ttft_s)
-        and (slo.itl_s is None or s.req.output == 1
-             or (s.finish - s.first) / (s.req.output - 1) <= slo.itl_s))
-    ttft_sum, itl_sum = summary(ttft), itl
-    key = f"p{slo.percentile}"
-    met = ((slo.ttft_s is None or (ttft_sum[key] or 0.0) <= slo.ttft_s)
-           and (slo.itl_s is None or (itl_sum[key] or 0.0) <= slo.itl_s))
+    good_n = sum(1 for s in seqs if good(slo, s)) if slo.bounds else len(seqs)
+    bounds = evaluate(slo, dists)
+    met = all(b["met"] for b in bounds)
+    old = (*(f"p{q}" for q in PERCENTILES), "mean", "max")
+    ttft_sum, itl_sum = ({k: dists[m][k] for k in old} for m in ("ttft", "itl"))
     busy = sum(d * (w + r) for rep in reps for _, d, _, w, r in rep.log)
     sat = saturated(eng, reqs)
     if dep.attention_ranks > 1:  # a replica's dp attention ranks each decode that batch
@@ -392,16 +349,19 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
         "iterations": iters,
         "ttft_s": ttft_sum,
         "itl_s": itl_sum,
-        "tpot_s": summary(tpot),
-        "e2e_s": summary(e2e),
+        "tpot_s": {k: dists["tpot"][k] for k in old},
+        "e2e_s": {k: dists["e2e"][k] for k in old},
         "throughput": throughput,
         "goodput": {
-            "slo": {"ttft_s": slo.ttft_s, "itl_s": slo.itl_s},
-            "requests_per_s": good / span,
-            "fraction": good / n,
+            "slo": {"ttft_s": slo.tightest("ttft"), "itl_s": slo.tightest("itl", "tpot"),
+                    "e2e_s": slo.tightest("e2e")},
+            "requests_per_s": good_n / span,
+            "fraction": good_n / n,
         },
         "slo_met": met,
         "slo_percentile": slo.percentile,
+        "slo_bounds": bounds,
+        "latency": latency_doc(dists, seqs),
         "preemptions": sum(rep.preemptions for rep in reps),
         # time-weighted over [first arrival, last finish] (idle time: an empty cache and queue)
         "kv_utilization": {"mean": kv_time / len(reps) / span, "max": kv_max},
@@ -413,5 +373,5 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
         "timeline": _buckets(reps, end),
         **({} if dep.opts.price is None else {"cost": serving_cost(
             dep.opts.price, dep.opts.price_source or "--price", gpus, throughput,
-            good / span if slo.ttft_s is not None or slo.itl_s is not None else None)}),
+            good_n / span if slo.bounds else None)}),
     }

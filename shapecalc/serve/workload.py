@@ -1,7 +1,12 @@
 """The requests a simulation serves: arrival times and prompt/output lengths, seeded.
 
 Lengths: `2048` (fixed), `uniform:LO,HI` (integers, both ends included) or
-`lognormal:MEAN,SIGMA` (the token count's mean and the σ of its logarithm; rounded, ≥ 1).
+`lognormal:MEAN,SIGMA` (MEAN is the token count's own mean, not the underlying normal's μ: μ =
+ln MEAN − σ²/2; SIGMA the σ of its logarithm; rounded, ≥ 1), either with `,max=N`: each draw
+capped at N (min(draw, N): a dataset's length limit, an answer stopped at max_tokens), MEAN
+still the uncapped distribution's, as ../shared/calibration/serving-load-measurements.json
+writes its MLPerf workloads (`lognormal:300,0.6` with `cap_tokens` 1024: "lognormal lengths as
+in prompt/output, each capped at 1024 tokens"). Or a named dataset (datasets.py).
 Arrivals: Poisson at --rate (exponential gaps), `gamma:CV` (gamma gaps with that coefficient of
 variation: CV > 1 is burstier than Poisson), or a closed loop of --concurrency users who each
 send the next request when the last one ends. Or a trace file: JSONL or CSV with the columns
@@ -48,18 +53,37 @@ class Lengths:
     kind: str  # fixed | uniform | lognormal
     a: float
     b: float = 0.0
+    cap: int | None = None  # max=N: each draw is min(draw, N)
 
     def draw(self, rng: random.Random) -> int:
         if self.kind == "fixed":
             return int(self.a)
         if self.kind == "uniform":
-            return rng.randint(int(self.a), int(self.b))
-        mu = math.log(self.a) - self.b * self.b / 2  # E[X] = exp(μ + σ²/2) = MEAN
-        return max(1, round(rng.lognormvariate(mu, self.b)))
+            x = rng.randint(int(self.a), int(self.b))
+        else:
+            mu = math.log(self.a) - self.b * self.b / 2  # E[X] = exp(μ + σ²/2) = MEAN
+            x = max(1, round(rng.lognormvariate(mu, self.b)))
+        return x if self.cap is None else min(x, self.cap)
 
     @property
     def mean(self) -> float:
-        return (self.a + self.b) / 2 if self.kind == "uniform" else self.a
+        """The drawn lengths' mean (the cap's included; lognormal: before rounding)."""
+        c = self.cap
+        if self.kind == "uniform":
+            lo, hi = int(self.a), int(self.b)
+            if c is None or c >= hi:
+                return (lo + hi) / 2
+            return ((c * (c + 1) - lo * (lo - 1)) / 2 + (hi - c) * c) / (hi - lo + 1)
+        if self.kind != "lognormal" or c is None or self.b == 0:
+            return self.a if c is None else min(self.a, c)
+        # E[min(X, c)] = MEAN·Φ((ln c − μ − σ²)/σ) + c·(1 − Φ((ln c − μ)/σ))
+        s, mu = self.b, math.log(self.a) - self.b * self.b / 2
+        z = (math.log(c) - mu) / s
+        return self.a * _phi(z - s) + c * (1 - _phi(z))
+
+
+def _phi(z: float) -> float:
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
 
 def parse_lengths(text: str, field: str) -> Lengths:
@@ -69,22 +93,28 @@ def parse_lengths(text: str, field: str) -> Lengths:
         if not sep:
             return Lengths("fixed", pos_int(t, field, str(text)))
         parts = [x.strip() for x in rest.split(",")]
+        cap = None
+        if len(parts) == 3 and parts[2].startswith("max="):
+            cap = pos_int(parts.pop()[4:].strip(), field, str(text))
         if len(parts) != 2:
             raise ValueError
         if kind == "uniform":
             lo, hi = (pos_int(x, field, str(text)) for x in parts)
             if lo > hi:
                 raise ValueError
-            return Lengths("uniform", lo, hi)
+            if cap is not None and cap < lo:
+                raise ShapecalcError(field, f"{text!r}: max={cap} is below LO={lo}: every "
+                                     "length would be the cap; give N instead")
+            return Lengths("uniform", lo, hi, cap)
         if kind == "lognormal":
             mean, sigma = (parse_number(x, field) for x in parts)
             if not (mean >= 1 and 0 <= sigma <= 4 and math.isfinite(mean)):
                 raise ValueError
-            return Lengths("lognormal", mean, sigma)
+            return Lengths("lognormal", mean, sigma, cap)
     except ValueError:
         pass
     raise ShapecalcError(field, f"expected N, uniform:LO,HI (1 ≤ LO ≤ HI) or lognormal:MEAN,SIGMA "
-                         f"(MEAN ≥ 1, 0 ≤ SIGMA ≤ 4), got {text!r}")
+                         f"(MEAN ≥ 1, 0 ≤ SIGMA ≤ 4), either with ,max=N (N ≥ 1), got {text!r}")
 
 
 def parse_arrivals(text: str) -> float | None:
