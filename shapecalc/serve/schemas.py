@@ -13,6 +13,7 @@ from pydantic import StrictBool, StrictInt
 
 from ..costs.described import described, many
 from ..plan.schemas import PRICE_ROWS, PerfTermsOut
+from .schemas_pd import Disaggregation, FindPd, PdLayout
 
 F = float | None
 
@@ -41,7 +42,9 @@ Deployment = described(
     ("max_batched_tokens", StrictInt | None, "most tokens one iteration schedules (vLLM's "
      "max_num_batched_tokens; chunked prefill)"),
     ("shared_prefix", StrictInt, "tokens of a system prompt every request starts with, cached "
-     "once (prefix caching); 0: none"))
+     "once (prefix caching); 0: none"),
+    ("pd", PdLayout, "disaggregated prefill and decode (--pd, --find-pd): the two pools; then "
+     "tp, pp, ep and replicas are the decode pool's and gpus both pools'", None))
 
 ServeWorkload = described(
     "ServeWorkload", "The requests as given on the command line",
@@ -152,7 +155,9 @@ _RUN = (
     ("littles_law", Littles, "Little's law, a check of the simulation"),
     ("saturated_per_replica", Saturated, "one replica's decode-only ceiling"),
     ("timeline", Timeline, "the run over time"),
-    ("cost", ServeCost | None, "what it costs (with a price: --price or the profile's)", None))
+    ("cost", ServeCost | None, "what it costs (with a price: --price or the profile's)", None),
+    ("disaggregation", Disaggregation, "with --pd: each pool, the KV transfers and TTFT's parts",
+     None))
 
 RunOut = described("ServeRun", "One simulated run's metrics", *_RUN)
 
@@ -219,7 +224,14 @@ ServeFindGpusOut = described(
     ("find_gpus", FindGpus, "the search and its result"))
 
 
+ServeFindPdOut = described(
+    "ServeFindPdOut", "`serve --find-pd --json`",
+    *_HEAD, ("command", Literal["find-pd"], "which form of serve wrote this: find-pd"),
+    ("find_pd", FindPd, "the search and its result"))
+
+
 def schemas() -> dict[str, dict[str, Any]]:
     return {"serve": ServeOut.model_json_schema(),
             "serve_find_rate": ServeFindRateOut.model_json_schema(),
-            "serve_find_gpus": ServeFindGpusOut.model_json_schema()}
+            "serve_find_gpus": ServeFindGpusOut.model_json_schema(),
+            "serve_find_pd": ServeFindPdOut.model_json_schema()}
