@@ -4,7 +4,10 @@ refusals, the JSON schema."""
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +166,79 @@ def test_json_keys_are_described(cli):
     # 512 tokens = 32 whole blocks; llama3-8b at tp=1: 2 · 32 · 8 · 128 · 2 = 131,072 bytes
     assert kv["bytes_per_rank"]["max"] == kv["bytes"]["max"] == 512 * 131_072
     assert kv["link"] == "scale-up link"
+
+
+ANCHORS = json.loads((Path(__file__).parent / "data" / "pd_published.json").read_text())
+
+
+def _front(points, u):
+    """The most output tokens/s/GPU among runs giving at least u tokens/s per user."""
+    return max((t for s, t in points if s >= u), default=0.0)
+
+
+@pytest.mark.slow
+def test_dynamo_single_node_disaggregation_gain():
+    """Dynamo's Llama 70B FP8 on one 8-H100 node, 3K ISL / 150 OSL: '30% throughput/GPU
+    improvement' (tests/data/pd_published.json: the setup simulated and the error stated)."""
+    rec = next(r for r in ANCHORS["records"]
+               if r["id"] == "dynamo-llama70b-fp8-h100-single-node-disagg-gain")
+    model = load_preset("llama3-70b")
+    prompt, out = W.Lengths("fixed", rec["input_len"]), W.Lengths("fixed", rec["output_len"])
+    rates = [0.5 * 1.25 ** k for k in range(22)]
+
+    def dep(tp, r=1, mbt=8192):
+        wl = Workload(seq=1, tp=tp, dtype="fp8", act_dtype="bf16", kv_dtype="bf16",
+                      logits="last")
+        return sim.Deployment(model, wl, H100, PlanOptions(compute_dtype="fp8",
+                                                           max_batched_tokens=mbt), replicas=r)
+
+    def point(m):
+        return 1 / m["tpot_s"]["mean"], m["throughput"]["output_tokens_per_s_per_gpu"]
+
+    agg, dis = [], []
+    for tp, r in ((4, 2), (2, 4), (8, 1)):
+        for mbt in (2048, 8192):
+            d = dep(tp, r, mbt)
+            eng = sim.engine(d)
+            for rate in rates:
+                reqs = W.generate(300, rate, prompt, out, 0)
+                reps, seqs = sim.run(d, reqs, eng=eng)
+                agg.append(point(sim.metrics(d, eng, reps, seqs, sim.SLO(), reqs, rate)))
+    for ptp, p, dtp, n in ((2, 2, 4, 1), (4, 1, 4, 1), (2, 1, 2, 3), (2, 2, 2, 2), (2, 3, 2, 1),
+                           (4, 1, 2, 2), (1, 4, 4, 1)):
+        pd = disagg.PD(dep(ptp, p), dep(dtp, n))
+        assert pd.gpus == 8 and not pd.across
+        eng2 = disagg.engines(pd)
+        for rate in rates:
+            reqs = W.generate(300, rate, prompt, out, 0)
+            dis.append(point(disagg.metrics(pd, disagg.run(pd, reqs, eng2), sim.SLO(), reqs,
+                                            rate)))
+    us = (10, 20, 30, 40, 50, 60)
+    ratio = math.exp(sum(math.log(_front(dis, u) / _front(agg, u)) for u in us) / len(us))
+    assert ratio == pytest.approx(rec["predicted"], abs=0.005)  # the error the record states
+    assert abs(ratio / rec["value"] - 1) <= rec["tolerance"], ratio
+
+
+def test_find_pd_names_the_bottleneck_of_each_rejected_split(cli):
+    """llama3-8b at 20 requests/s of 2048/256: one prefill replica cannot keep TTFT under
+    300 ms (its queue grows), one decode replica cannot keep ITL under 20 ms (its batch); the
+    plan is 2:2, and each rejected split says which pool bounds it."""
+    from shapecalc.serve.schemas import ServeFindPdOut
+    from tests.test_schemas_keys import undescribed
+
+    r = cli("serve", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--rate", "20", "--requests",
+            "400", "--prompt-tokens", "2048", "--output-tokens", "256", "--slo",
+            "ttft=300ms,itl=20ms", "--find-pd", "--json")
+    doc = r.json()
+    ServeFindPdOut.model_validate(doc)
+    schema = ServeFindPdOut.model_json_schema()
+    assert undescribed(doc, schema, schema) == []
+    assert r.code == 0 and doc["deployment_is"] == "the plan --find-pd found"
+    plan = doc["find_pd"]["plan"]
+    assert (plan["prefill_replicas"], plan["decode_replicas"], plan["gpus"]) == (2, 2, 4)
+    assert doc["deployment"]["pd"]["prefill"]["replicas"] == 2 and doc["deployment"]["gpus"] == 4
+    why = {(s["prefill_replicas"], s["decode_replicas"]): s["why"]
+           for s in doc["find_pd"]["splits"]}
+    assert why[2, 2] is None
+    assert why[1, 2].startswith("TTFT p99") and "the prefill pool" in why[1, 2]
+    assert why[2, 1].startswith("ITL p99") and "the decode pool" in why[2, 1]

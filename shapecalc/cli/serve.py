@@ -356,6 +356,7 @@ HELP = {"serve": "Simulate a serving deployment under load: continuous batching 
         "caching) on --replicas of tp×pp GPUs, each iteration timed by the calibrated expected-"
         "time model. Prints TTFT, inter-token and end-to-end latency percentiles, throughput, "
         "goodput under --slo, preemptions, and KV-cache utilisation and queue length over "
-        "time. --find-rate and --find-gpus search. Leaves out: network, tokenizer, sampling "
-        "cost, speculative decoding."}
+        "time. --find-rate and --find-gpus search. --pd P:D disaggregates prefill and decode "
+        "(each request's KV cache sent over the topology); --find-pd finds the split. Leaves "
+        "out: tokenizer, sampling cost, speculative decoding."}
 COMMANDS: dict[str, Callable[..., Any]] = {"serve": serve}
