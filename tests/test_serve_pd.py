@@ -42,6 +42,14 @@ def test_transfer_by_hand_across_two_nodes():
     assert res.rank_bytes == [16_515_072] and res.total_bytes == [132_120_576]
     assert res.ready[0] - res.prefill_done[0] == pytest.approx(16_515_072 / 50e9 + 5e-6,
                                                                rel=1e-12)
+    # a prefill pool of tp=8 pp=2: a stage's rank holds 16 layers, half the bytes (8,257,536),
+    # and sends them while the other stage sends its own; the decode rank still receives
+    # 16,515,072, so the send takes as long
+    pp = replace(pd, prefill=replace(pd.prefill, wl=pd.prefill.wl.model_copy(update={"pp": 2})))
+    r2 = disagg.run(pp, reqs)
+    assert r2.rank_bytes == [8_257_536] and r2.total_bytes == [2 * 8 * 8_257_536]
+    assert r2.ready[0] - r2.prefill_done[0] == pytest.approx(16_515_072 / 50e9 + 5e-6,
+                                                             rel=1e-12)
     # one node (tp=4 each, 8 GPUs): NVLink's 450 GB/s and 2 µs instead; 2 heads a rank
     one = _pd(tp=4)
     assert not one.across
@@ -60,6 +68,30 @@ def test_sliding_group_sends_its_window_only():
     pd = _pd("gpt-oss-20b")
     res = disagg.run(pd, [W.Request(0, 0.0, 1000, 2)])
     assert res.rank_bytes == [(63 + 9) * 16 * 12 * 2048] == res.total_bytes
+
+
+def test_mla_sends_its_latent_to_every_rank():
+    """deepseek-v2-lite (27 MLA layers, latent D_c = 512 + rope D_r = 64, bf16): a token of a
+    layer is (512 + 64) · 2 = 1,152 bytes, the same on every tensor-parallel rank (the latent is
+    not split by heads). 1,000 tokens hold 1,008 slots: 1,008 · 27 · 1,152 = 31,352,832 bytes a
+    rank; at tp=2 the request sends twice that, one copy a rank."""
+    for tp in (1, 2):
+        res = disagg.run(_pd("deepseek-v2-lite", tp=tp), [W.Request(0, 0.0, 1000, 2)])
+        assert res.rank_bytes == [1008 * 27 * 1152]
+        assert res.total_bytes == [tp * 1008 * 27 * 1152]
+
+
+def test_hybrid_sends_its_attention_blocks_and_fixed_state():
+    """nemotron-nano-9b-v2: 4 attention layers (8 KV heads of 128, bf16: 4,096 bytes a token a
+    layer) and 27 Mamba-2 layers, each a state of fixed size whatever the prompt: the SSM state
+    128 heads · 80 · 128 in fp32 and the conv window 4 · (10,240 + 2 · 8 · 128) in bf16, as
+    shapecalc's mixers count it = 5,242,880 + 98,304 bytes. A 1,000-token prompt: 1,008 · 4 ·
+    4,096 + 27 · 5,341,184 = 16,515,072 + 144,211,968 = 160,727,040 bytes; a 16-token one
+    sends one block of the attention layers and the same state."""
+    pd = _pd("nemotron-nano-9b-v2")
+    res = disagg.run(pd, [W.Request(0, 0.0, 1000, 2), W.Request(1, 0.0, 16, 2)])
+    state = 27 * (128 * 80 * 128 * 4 + 4 * (10240 + 2 * 8 * 128) * 2)
+    assert res.rank_bytes == [1008 * 4 * 4096 + state, 16 * 4 * 4096 + state]
 
 
 def test_ttft_is_prefill_plus_transfer_plus_first_decode_step():
