@@ -11,10 +11,12 @@ As NVIDIA Dynamo, SGLang and vLLM run it:
   request");
 - the KV cache is sent once the prefill's forward is done, not layer by layer: SGLang "Prefill
   completes, starts copying kvs into decode" (dynamo components/backends/sglang/docs/
-  sglang-kv-transfer-explainer.md); vLLM's NixlConnector reads the blocks of a finished
-  remote prefill (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py,
-  request_finished → the decode worker's read). Both engines the same: layer-wise overlap
-  (LMCache's layerwise mode) is not modelled;
+  sglang-kv-transfer-explainer.md); vLLM's NixlConnector hands a finished prefill's blocks
+  to the decode worker, which reads them once it has allocated its own
+  (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py: request_finished,
+  update_state_after_alloc → reqs_to_recv; wait_for_layer_load: "NixlConnector does not do
+  layerwise saving."). Both engines alike: layer-wise overlap (LMCache's layerwise mode) is
+  not modelled;
 - a prefill replica's sends go one after another over its GPUs' links (each TP rank sends its
   own shard on its own NIC, in parallel), the next starting when the last has arrived;
 - the decode replica admits the request when it has the blocks of its whole prompt (its
