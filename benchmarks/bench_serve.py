@@ -17,6 +17,8 @@ per-iteration trace (the symbolic interpreter run for each iteration's mix), in 
   workload, at max load and at 3 requests/s an attention rank (each scheduler loaded as the
   base's one; at 3 requests/s in all each rank would decode alone, a step per token): its CPU
   time beside the run's with every feature off (issue 22: ≤ 2×);
+- disaggregated prefill and decode (--pd 1:1, each pool one tp=4 replica, serve/disagg.py):
+  both pools' runs and the KV transfers, CPU time beside the no-feature run's (issue 22: ≤ 2×);
 - a `--find-gpus` search (llama3-70b, 20 requests/s, 2048/256, SLO ttft=1s,itl=50ms, serve's
   default 1000 requests) over tp, pp, replicas and the token budget (8192, 2048, 512): its CPU
   time (user + sys; issue 22: ≤ 5 s) and simulations.
@@ -38,7 +40,7 @@ from shapecalc.inputs.hardware import load_gpu
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import Workload
 from shapecalc.plan.options import PlanOptions
-from shapecalc.serve import search, sim
+from shapecalc.serve import disagg, search, sim
 from shapecalc.serve import workload as W
 
 MODEL, GPU, TP = "llama3-70b", "h100-sxm", 4
@@ -103,6 +105,23 @@ def expert_parallel(base: dict[float | None, float]) -> None:
                   "tokens/s)")
 
 
+def disaggregated(dep: sim.Deployment, base: dict[float | None, float]) -> None:
+    """--pd 1:1 (a prefill and a decode replica, each tp=4) on the speed case's workload: CPU
+    seconds of both pools' runs and the transfers against the run with no feature."""
+    pd = disagg.PD(dep, dep)
+    for label, rate in (("max load", None), ("3 req/s", 3.0)):
+        reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT), 0)
+        eng = disagg.engines(pd)
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = disagg.run(pd, reqs, eng)
+        m = disagg.metrics(pd, res, sim.SLO(), reqs, rate)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        it = m["iterations"] + m["disaggregation"]["prefill"]["iterations"]
+        print(f"{'--pd 1:1 tp=4, ' + label:<34}{wall:>9.2f}{it:>12,}{it / wall:>12,.0f}"
+              f"{N / wall:>10,.0f}{cpu:>9.3f}   (× {cpu / base[rate]:.2f} of the no-feature "
+              f"CPU; {m['throughput']['output_tokens_per_s']:,.0f} output tokens/s)")
+
+
 def main() -> None:
     sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     model = load_preset(MODEL)
@@ -148,6 +167,7 @@ def main() -> None:
                   f"{it / wall:>12,.0f}{N / wall:>10,.0f}{cpu:>9.3f}")
     pipelined(dep, base)
     expert_parallel(base)
+    disaggregated(dep, base)
     reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
     t0, c0 = time.perf_counter(), time.process_time()
     out = search.find_gpus(dep, reqs_rate, 1000, W.Lengths("fixed", PROMPT),

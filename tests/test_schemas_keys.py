@@ -50,6 +50,10 @@ CASES = [
                          "1024", "--find-rate", "--json"]),
     ("serve_find_gpus", ["serve", "--preset", "llama3-8b", "--rate", "2", *SERVE,
                          "--max-batched-tokens", "1024", "--find-gpus", "--json"]),
+    ("serve", ["serve", "--preset", "llama3-8b", "--rate", "2", *SERVE, "--pd", "1:2",
+               "--json"]),
+    ("serve_find_pd", ["serve", "--preset", "llama3-8b", "--rate", "2", *SERVE, "--find-pd",
+                       "--json"]),
 ]
 
 

@@ -21,6 +21,7 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "serve": ("serve --json (a simulated run)", "serve.schemas:ServeOut"),
     "serve_find_rate": ("serve --find-rate --json", "serve.schemas:ServeFindRateOut"),
     "serve_find_gpus": ("serve --find-gpus --json", "serve.schemas:ServeFindGpusOut"),
+    "serve_find_pd": ("serve --find-pd --json", "serve.schemas:ServeFindPdOut"),
     "train": ("train --json", "train.schemas:TrainOut"),
     "verify": ("verify --json", "check.schemas:VerifyOut"),
     "verify_train": ("verify --train --json", "check.schemas:VerifyTrainOut"),

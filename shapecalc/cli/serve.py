@@ -126,6 +126,19 @@ def serve(
         show_default="none")] = None,
     find_rate: Annotated[bool, typer.Option(
         "--find-rate", help="bisect for the highest --rate that meets the SLO")] = False,
+    pd: Annotated[str | None, typer.Option(
+        "--pd", help="disaggregated prefill and decode: P:D replicas of a prefill pool "
+        "(--prefill-tp/--prefill-pp) and a decode pool (--tp/--pp/--ep), each request's KV cache "
+        "sent between them", show_default="none: aggregated")] = None,
+    prefill_tp: Annotated[int | None, typer.Option(
+        "--prefill-tp", help="tensor-parallel degree of each prefill replica (with --pd or "
+        "--find-pd)", show_default="--tp")] = None,
+    prefill_pp: Annotated[int | None, typer.Option(
+        "--prefill-pp", help="pipeline stages of each prefill replica (with --pd or --find-pd)",
+        show_default="--pp")] = None,
+    find_pd: Annotated[bool, typer.Option(
+        "--find-pd", help="the P:D split of prefill and decode replicas with the fewest GPUs "
+        "that serves --rate within the SLO, and which pool bounds each other split")] = False,
     find_gpus: Annotated[bool, typer.Option(
         "--find-gpus", help="the fewest GPUs (tp × pp × replicas) that serve --rate within the "
         "SLO, and the frontier explored")] = False,
@@ -153,6 +166,11 @@ def serve(
         if arrivals.strip().lower() != "poisson" and (rate is None and not find_rate):
             raise ShapecalcError("arrivals", "shapes the gaps of --rate (or --find-rate's "
                                  "probes); give --rate")
+        from . import serve_pd
+
+        serve_pd.check(pd, find_pd, prefill_tp, prefill_pp, replicas=replicas,
+                       find_rate=find_rate, find_gpus=find_gpus, concurrency=concurrency,
+                       rate=rate, trace=trace, shared_prefix=shared_prefix)
         fmt = check_format("json" if as_json else fmt)
         check_outputs(output=output, svg=svg, html=html)
         output_token_count(output)
@@ -226,7 +244,9 @@ def serve(
                              "trace": None if trace is None else str(trace), "seed": seed,
                              "dataset": None if dataset is None else dataset.strip().lower()},
                 "slo": target.head()}
-        if find_rate or find_gpus:
+        split = None if pd is None and not find_pd else serve_pd.pools(dep, pd, prefill_tp,
+                                                                        prefill_pp)
+        if find_rate or find_gpus or find_pd:
             probes = 0
             with _progress("searching", None) as bar:
                 def tick() -> None:
@@ -234,7 +254,11 @@ def serve(
                     probes += 1
                     bar(probes, 0)
 
-                if find_rate:
+                if find_pd:
+                    assert rate is not None
+                    doc = serve_pd.find(split, head, rate, requests, plens, olens, seed, cv,
+                                        target, tick)
+                elif find_rate:
                     doc = {**head, "command": "find-rate",
                            "find_rate": search.find_rate(dep, requests, plens, olens, seed, cv,
                                                          target, tick)}
@@ -265,16 +289,22 @@ def serve(
             else:
                 reqs = W.generate(requests, rate, plens, olens, seed, cv)
                 arrival_rate = rate
-            eng = sim.engine(dep)
-            with _progress("simulating", len(reqs)) as bar:
-                reps, seqs = sim.run(dep, reqs, concurrency, bar, eng=eng)
-            doc = {**head, "command": "simulate", "kv_blocks_per_replica": eng.cfg.num_blocks,
-                   "kv_tokens_per_replica": eng.cfg.num_blocks * eng.cfg.block_size,
-                   "kv_pool": sim.pool_doc(eng), "perf_terms": eng.cost.pp.as_dict(),
-                   **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
+            if split is not None:
+                doc = serve_pd.simulate(split, head, reqs, target, arrival_rate)
+            else:
+                eng = sim.engine(dep)
+                with _progress("simulating", len(reqs)) as bar:
+                    reps, seqs = sim.run(dep, reqs, concurrency, bar, eng=eng)
+                doc = {**head, "command": "simulate",
+                       "kv_blocks_per_replica": eng.cfg.num_blocks,
+                       "kv_tokens_per_replica": eng.cfg.num_blocks * eng.cfg.block_size,
+                       "kv_pool": sim.pool_doc(eng), "perf_terms": eng.cost.pp.as_dict(),
+                       **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
         from ..render.serve import print_serve
+        from ..render.serve_pd import print_pd
 
-        emit(doc, fmt, output, svg, html, f"serve: {model.name} on {hw.name}", print_serve)
+        emit(doc, fmt, output, svg, html, f"serve: {model.name} on {hw.name}",
+             print_serve if split is None else print_pd)
     except ShapecalcError as e:
         fail(e)
     if verdict(doc) is False:  # a negative verdict exits 1 (README: Exit status)
@@ -306,6 +336,8 @@ def verdict(doc: dict[str, Any]) -> bool | None:
         return doc["find_rate"]["rate"] is not None
     if doc["command"] == "find-gpus":
         return doc["find_gpus"]["plan"] is not None
+    if doc["command"] == "find-pd":
+        return doc["find_pd"]["plan"] is not None
     if not doc["slo"]["bounds"]:
         return None
     return bool(doc["slo_met"])
@@ -365,6 +397,7 @@ HELP = {"serve": "Simulate a serving deployment under load: continuous batching 
         "caching) on --replicas of tp×pp GPUs, each iteration timed by the calibrated expected-"
         "time model. Prints TTFT, inter-token and end-to-end latency percentiles, throughput, "
         "goodput under --slo, preemptions, and KV-cache utilisation and queue length over "
-        "time. --find-rate and --find-gpus search. Leaves out: network, tokenizer, sampling "
-        "cost, speculative decoding."}
+        "time. --find-rate and --find-gpus search. --pd P:D disaggregates prefill and decode "
+        "(each request's KV cache sent over the topology); --find-pd finds the split. Leaves "
+        "out: tokenizer, sampling cost, speculative decoding."}
 COMMANDS: dict[str, Callable[..., Any]] = {"serve": serve}

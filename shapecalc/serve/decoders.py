@@ -16,6 +16,7 @@ class Seq:
         "L0",
         "blocks",
         "c0",
+        "cached",
         "cls",
         "done",
         "epoch",
@@ -34,6 +35,7 @@ class Seq:
         self.req = req
         self.tokens = req.prompt  # to prefill (prompt + generated after a preemption)
         self.done = 0  # of those, computed
+        self.cached = req.cached  # of those, received with it (disaggregated decode)
         self.blocks = 0  # own blocks while prefilling
         self.gen = 0  # tokens emitted (when the decode started, while decoding)
         self.j0 = self.L0 = self.cls = self.last_iter = self.c0 = self.epoch = 0

@@ -155,7 +155,7 @@ class Replica(Windows):
             s.gen += j - s.j0
             s.last = self.clock  # its last token: the end of the step before
         s.tokens = s.req.prompt + s.gen
-        s.done = s.blocks = 0
+        s.done = s.blocks = s.cached = 0  # a received KV cache is freed too: recomputed here
         self.waiting.appendleft(s)
         return due
 
@@ -174,7 +174,8 @@ class Replica(Windows):
         if len(self.running) >= cfg.max_num_seqs or cfg.max_batched_tokens <= self.n_dec:
             return True
         s = self.waiting[0]
-        start = min(self.pb * cfg.block_size if self.prefix_ready else 0, s.tokens - 1)
+        start = min(max(self.pb * cfg.block_size if self.prefix_ready else 0, s.cached),
+                    s.tokens - 1)
         k = min(s.tokens - start, cfg.max_batched_tokens - self.n_dec)
         if self.simple:
             return self._own(start + k) > self.free  # blocks only shrink during decodes
@@ -200,7 +201,8 @@ class Replica(Windows):
             waiting = self.waiting[0] if self.waiting and len(self.running) < \
                 self.cfg.max_num_seqs else None
             if waiting is not None and self.slides:  # frees may let the head in: re-check it
-                start = min(self.pb * bs if self.prefix_ready else 0, waiting.tokens - 1)
+                start = min(max(self.pb * bs if self.prefix_ready else 0, waiting.cached),
+                            waiting.tokens - 1)
                 k = min(waiting.tokens - start, self.cfg.max_batched_tokens - B)
                 head = self.lay.own(start, start + k) if k > 0 else 0
         dc, dm = c1 - c0, m1 - m0
@@ -291,7 +293,8 @@ class Replica(Windows):
         hit = self.pb * bs if self.prefix_ready else 0
         while budget > 0 and self.waiting and len(self.running) < cfg.max_num_seqs:
             s = self.waiting[0]
-            start = min(hit, s.tokens - 1)  # the last token is computed to emit the next
+            # the last token is computed to emit the next; a received KV cache is not recomputed
+            start = min(max(hit, s.cached), s.tokens - 1)
             k = min(s.tokens - start, budget)
             blocks = self._own(start + k) if simple else lay.own(start, start + k)
             if blocks > self.free:

@@ -13,6 +13,7 @@ from pydantic import StrictBool, StrictInt
 
 from ..costs.described import described, many
 from ..plan.schemas import PRICE_ROWS, PerfTermsOut
+from .schemas_pd import Disaggregation, FindPd, PdLayout
 
 F = float | None
 
@@ -48,7 +49,9 @@ Deployment = described(
      "low-latency (pure RDMA); null without ep"),
     ("ep_imbalance", float | None, "the busiest expert GPU's share × ep (1: balanced); null "
      "without ep"),
-    ("redundant_experts", StrictInt, "EPLB's extra expert copies spread with the experts"))
+    ("redundant_experts", StrictInt, "EPLB's extra expert copies spread with the experts"),
+    ("pd", PdLayout, "disaggregated prefill and decode (--pd, --find-pd): the two pools; then "
+     "tp, pp, ep and replicas are the decode pool's and gpus both pools'", None))
 
 ServeWorkload = described(
     "ServeWorkload", "The requests as given on the command line",
@@ -203,7 +206,9 @@ _RUN = (
     ("littles_law", Littles, "Little's law, a check of the simulation"),
     ("saturated_per_replica", Saturated, "one replica's decode-only ceiling"),
     ("timeline", Timeline, "the run over time"),
-    ("cost", ServeCost | None, "what it costs (with a price: --price or the profile's)", None))
+    ("cost", ServeCost | None, "what it costs (with a price: --price or the profile's)", None),
+    ("disaggregation", Disaggregation, "with --pd: each pool, the KV transfers and TTFT's parts",
+     None))
 
 RunOut = described("ServeRun", "One simulated run's metrics", *_RUN)
 
@@ -285,7 +290,14 @@ ServeFindGpusOut = described(
     ("find_gpus", FindGpus, "the search and its result"))
 
 
+ServeFindPdOut = described(
+    "ServeFindPdOut", "`serve --find-pd --json`",
+    *_HEAD, ("command", Literal["find-pd"], "which form of serve wrote this: find-pd"),
+    ("find_pd", FindPd, "the search and its result"))
+
+
 def schemas() -> dict[str, dict[str, Any]]:
     return {"serve": ServeOut.model_json_schema(),
             "serve_find_rate": ServeFindRateOut.model_json_schema(),
-            "serve_find_gpus": ServeFindGpusOut.model_json_schema()}
+            "serve_find_gpus": ServeFindGpusOut.model_json_schema(),
+            "serve_find_pd": ServeFindPdOut.model_json_schema()}

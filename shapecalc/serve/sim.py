@@ -193,11 +193,12 @@ def check_requests(dep: Deployment, eng: Engine, reqs: list[Request]) -> None:
 
 def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
         progress: Callable[[int, int], None] | None = None, trace: bool = False,
-        eng: Engine | None = None) -> tuple[list[Replica], list[Seq]]:
-    """Simulate; returns the replicas (their logs) and each request's sequence, by id."""
+        eng: Engine | None = None, rebase: bool = True) -> tuple[list[Replica], list[Seq]]:
+    """Simulate; returns the replicas (their logs) and each request's sequence, by id.
+    `rebase=False`: keep the arrivals as given (disagg.py's decode pool: on the run's clock)."""
     eng = eng or engine(dep)
     check_requests(dep, eng, reqs)
-    if reqs and concurrency is None:  # times relative to the first arrival (absolute: lost ulps)
+    if reqs and concurrency is None and rebase:  # times from the first arrival (absolute: ulps)
         t0 = min(r.arrival for r in reqs)
         if t0:
             reqs = [replace(r, arrival=r.arrival - t0) for r in reqs]

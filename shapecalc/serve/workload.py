@@ -46,6 +46,7 @@ class Request:
     arrival: float  # seconds; closed loop: filled in when a user's previous request ends
     prompt: int  # tokens
     output: int  # tokens generated (the first by the prefill)
+    cached: int = 0  # prompt tokens whose KV arrives with it (disagg.py: a decode pool's)
 
 
 @dataclass(frozen=True)
