@@ -143,7 +143,7 @@ def test_pools_schedule_apart_and_report_use():
     pd = _pd(p=1, d=2)
     reqs = W.generate(40, 8.0, W.Lengths("fixed", 1500), W.Lengths("fixed", 32), 0)
     res = disagg.run(pd, reqs)
-    m = disagg.metrics(pd, res, sim.SLO(ttft_s=1.0, itl_s=0.05), reqs, 8.0)
+    m = disagg.metrics(pd, res, sim.parse_slo("ttft=1s,itl=50ms"), reqs, 8.0)
     dis = m["disaggregation"]
     assert dis["prefill"]["replicas"] == 1 and dis["decode"]["replicas"] == 2
     assert 0 < dis["prefill"]["busy_fraction"] < 1 and 0 < dis["decode"]["busy_fraction"] <= 1

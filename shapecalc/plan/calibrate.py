@@ -124,11 +124,17 @@ def gpu_for(text: str, extra: list[Path] | None) -> str:
     """The profile whose name's parts all appear in the record's GPU ('H100 SXM 80GB' →
     H100-SXM, 'A100 SXM 80GB' → A100-80GB); a chip named without a form factor (e.g. 'H100
     80GB') is its SXM module."""
-    flat = re.sub(r"[\s_-]", "", text.lower())
+    words = re.split(r"[\s_-]+", text.lower())
+
+    def has(part: str) -> bool:  # a word, or a word and its revision ('sxm' in 'SXM5'; 'H20'
+        # is not in 'H200')
+        return any(w == part or (w.startswith(part) and part[-1].isalpha()
+                                 and w[len(part):].isdigit()) for w in words)
+
     names = sorted(list_hardware(extra))
-    hits = [n for n in names if all(part in flat for part in n.lower().split("-"))]
+    hits = [n for n in names if all(has(part) for part in n.lower().split("-"))]
     if not hits:
-        hits = [n for n in names if n.lower().split("-")[0] in flat and "sxm" in n.lower()]
+        hits = [n for n in names if has(n.lower().split("-")[0]) and "sxm" in n.lower()]
     if len(hits) != 1:
         raise ShapecalcError("calibrate", f"GPU {text!r} matches {hits or 'no profile'} (add "
                              "\"gpu_profile\" to the record)")

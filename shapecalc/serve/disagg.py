@@ -226,8 +226,7 @@ def metrics(pd: PD, res: Result, slo: sim.SLO, reqs: list[Request], rate: float 
     if "cost" in m:
         opts = pd.decode.opts
         assert opts.price is not None
-        good = m["goodput"]["requests_per_s"] if slo.ttft_s is not None or \
-            slo.itl_s is not None else None
+        good = m["goodput"]["requests_per_s"] if slo.bounds else None
         m["cost"] = serving_cost(opts.price, opts.price_source or "--price", pd.gpus, th, good)
     busy = sum(d * (w + r) for reps in (res.pre, res.dec) for rep in reps
                for _, d, _, w, r in rep.log)

@@ -54,6 +54,12 @@ def _why(m: dict[str, Any], slo: sim.SLO) -> str | None:
         busy = m["disaggregation"]["decode"]["busy_fraction"]
         out.append(f"ITL {q} {itl * 1e3:.4g} ms > {slo.itl_s * 1e3:.4g} ms: the decode pool's "
                    f"steps ({busy:.0%} busy)")
+    # the other bounds (any percentile of TTFT, TPOT, ITL, e2e) as sim.metrics evaluated them
+    out += [f"{b['metric'].upper()} p{b['percentile']:g} {b['value_s']:.4g} s > "
+            f"{b['target_s']:.4g} s" for b in m["slo_bounds"] if not b["met"]
+            and not (b["percentile"] == slo.percentile and (
+                (b["metric"] == "ttft" and slo.ttft_s is not None)
+                or (b["metric"] == "itl" and slo.itl_s is not None)))]
     return "; ".join(out) or None
 
 
@@ -73,14 +79,14 @@ def _row(pd: disagg.PD, m: dict[str, Any], slo: sim.SLO) -> dict[str, Any]:
 def find_pd(pd: disagg.PD, rate: float, n: int, prompt: Lengths, output: Lengths, seed: int,
             cv: float | None, slo: sim.SLO, tick: Callable[[], None] | None = None
             ) -> dict[str, Any]:
-    if slo.ttft_s is None and slo.itl_s is None:
+    if not slo.bounds:
         raise ShapecalcError("slo", "--find-pd needs --slo, e.g. --slo ttft=1s,itl=50ms")
+    ttft_b = next((b for b in slo.bounds if b.metric == "ttft"), None)
     reqs = generate(n, rate, prompt, output, seed, cv)
     eng = disagg.engines(pd)
     sim.check_requests(pd.decode, eng[1], reqs)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    q = f"p{slo.percentile}"
     seen: dict[tuple[int, int], dict[str, Any]] = {}
 
     def probe(p: int, d: int) -> dict[str, Any]:
@@ -94,27 +100,28 @@ def find_pd(pd: disagg.PD, rate: float, n: int, prompt: Lengths, output: Lengths
         return seen[p, d]
 
     def prefill_ok(p: int) -> bool:  # the prefill part alone within TTFT (module doc, 1.)
-        if slo.ttft_s is None:
+        if ttft_b is None:
             return True
         x = disagg.PD(replace(pd.prefill, replicas=p), pd.decode)
         res = disagg.run_prefill(x, reqs, eng)
         if tick is not None:
             tick()
-        return (summary(res)[q] or 0.0) <= slo.ttft_s
+        return (summary(res, (ttft_b.q,))[ttft_b.pkey] or 0.0) <= ttft_b.seconds
 
     lo, hi = 0, 1
     while not prefill_ok(hi):
         lo, hi = hi, 2 * hi
         if hi > MAX_SIDE:
-            notes.append(f"prefill-bound: even {MAX_SIDE} prefill replicas leave TTFT {q} over "
-                         f"{slo.ttft_s:.4g} s")
+            assert ttft_b is not None  # prefill_ok is only False against a TTFT bound
+            notes.append(f"prefill-bound: even {MAX_SIDE} prefill replicas leave TTFT "
+                         f"{ttft_b.pkey} over {ttft_b.seconds:.4g} s")
             return {"rate": rate, "plan": None, "splits": rows, "notes": notes}
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if prefill_ok(mid) else (mid, hi)
-    if hi > 1:
+    if hi > 1 and ttft_b is not None:
         notes.append(f"P < {hi}: prefill-bound, the prefill part of TTFT alone is over "
-                     f"{slo.ttft_s:.4g} s at {q}")
+                     f"{ttft_b.seconds:.4g} s at {ttft_b.pkey}")
     best: dict[str, Any] | None = None
     last_d, misses = MAX_SIDE, 0
     for p in range(hi, MAX_SIDE + 1):
