@@ -110,6 +110,21 @@ def serve(
     find_gpus: Annotated[bool, typer.Option(
         "--find-gpus", help="the fewest GPUs (tp × pp × replicas) that serve --rate within the "
         "SLO, and the frontier explored")] = False,
+    draft: Annotated[str | None, typer.Option(
+        "--draft", help="speculative decoding's draft: draft (a smaller model: --draft-preset or "
+        "--draft-config), eagle3 (an EAGLE-3 head: --draft-config its config.json) or mtp (the "
+        "model's own MTP layers)", show_default="none: no speculation")] = None,
+    draft_preset: Annotated[str | None, typer.Option(
+        "--draft-preset", help="the draft model (--draft draft), a preset")] = None,
+    draft_config: Annotated[Path | None, typer.Option(
+        "--draft-config", help="the draft model's config (TOML, or a Hugging Face config.json), "
+        "or an EAGLE-3 head's config.json (--draft eagle3)")] = None,
+    spec_k: Annotated[int | None, typer.Option(
+        "--spec-k", help="draft tokens a step; the target verifies k + 1")] = None,
+    acceptance: Annotated[str | None, typer.Option(
+        "--acceptance", help="the probability a draft token is accepted: one rate (0.7) or one "
+        "per position (0.8,0.6,0.5)", show_default="a published figure per --draft kind")
+    ] = None,
     as_json: JsonOut = False,
     fmt: Format = "table",
     output: Output = None,
@@ -169,8 +184,12 @@ def serve(
         wbase = {k: v for k, v in wbase.items() if k not in ("batch", "seq", "phase")}
         wl = resolve_workload({"logits": "last", **wbase}, mode, dtype=dtype, kv_dtype=kv_dtype,
                               act_dtype=act_dtype, tp=tp, pp=pp, ep=ep, block_size=block_size)
+        from ..serve.speccli import speculation
+
+        sp = speculation(model, wl, draft, draft_preset, draft_config, spec_k, acceptance, seed,
+                         presets_dir)
         dep = sim.Deployment(model, wl, hw, opts, replicas, router, max_num_seqs, kv_blocks,
-                             shared_prefix)
+                             shared_prefix, sp)
         target = sim.parse_slo(slo)
         plens = W.parse_lengths(prompt, "prompt-tokens")
         olens = W.parse_lengths(output_tokens, "output-tokens")
@@ -188,6 +207,8 @@ def serve(
                              "trace": None if trace is None else str(trace), "seed": seed},
                 "slo": {"ttft_s": target.ttft_s, "itl_s": target.itl_s,
                         "percentile": target.percentile}}
+        if sp is not None:
+            head["deployment"]["speculative"] = sp.spec.doc()
         if find_rate or find_gpus:
             probes = 0
             with _progress("searching", None) as bar:
@@ -324,6 +345,6 @@ HELP = {"serve": "Simulate a serving deployment under load: continuous batching 
         "caching) on --replicas of tp×pp GPUs, each iteration timed by the calibrated expected-"
         "time model. Prints TTFT, inter-token and end-to-end latency percentiles, throughput, "
         "goodput under --slo, preemptions, and KV-cache utilisation and queue length over "
-        "time. --find-rate and --find-gpus search. Leaves out: network, tokenizer, sampling "
-        "cost, speculative decoding."}
+        "time. --find-rate and --find-gpus search. --draft/--spec-k decode speculatively. Leaves "
+        "out: network, tokenizer, sampling cost."}
 COMMANDS: dict[str, Callable[..., Any]] = {"serve": serve}

@@ -32,6 +32,8 @@ from .cost import IterationCost
 from .decoders import Seq
 from .percentiles import itl_summary, summary
 from .scheduler import Replica, SchedulerConfig
+from .specsched import attach, replicas
+from .specsched import doc as spec_doc
 from .workload import Request
 
 ROUTERS = ("round-robin", "least-loaded")
@@ -91,6 +93,7 @@ class Deployment:
     max_num_seqs: int = 256
     kv_blocks: int | None = None  # None: fit's memory model
     shared_prefix: int = 0
+    spec: Any = None  # specsched.Speculation: speculative decoding (None: off)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -105,6 +108,7 @@ class Deployment:
 class Engine:
     cost: IterationCost
     cfg: SchedulerConfig
+    spec: Any = None  # draft.SpecCost with speculative decoding
 
 
 def kv_blocks(dep: Deployment, peak: float) -> int:
@@ -141,9 +145,16 @@ def engine(dep: Deployment) -> Engine:
         raise ShapecalcError("gpu", f"{dep.model.name} leaves no room for a KV cache on "
                              f"{dep.gpu.name} at tp={dep.wl.tp}, pp={dep.wl.pp}")
     cost = IterationCost(cf, dep.gpu, perf_params(dep.gpu, dep.opts.perf), dep.wl, peak)
+    spec = None
+    if dep.spec is not None:  # the draft's weights and KV share the memory (specsched.py)
+        spec, blocks = attach(dep.spec, dep.wl, cost, blocks, pool(dep, blocks).simple
+                              and not cost.windowed, dep.kv_blocks is not None)
+        if blocks < 1:
+            raise ShapecalcError("gpu", f"{dep.model.name} and its draft leave no room for a "
+                                 f"KV cache on {dep.gpu.name} at tp={dep.wl.tp}")
     cfg = SchedulerConfig(dep.max_num_seqs, mbt, dep.wl.block_size, blocks, dep.shared_prefix,
                           pool(dep, blocks))
-    return Engine(cost, cfg)
+    return Engine(cost, cfg, spec)
 
 
 def pool(dep: Deployment, blocks: int) -> Layout:
@@ -235,7 +246,9 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
             heapq.heappush(pending, (s.finish, nxt))
             nxt += 1
 
-    reps = [Replica(eng.cost, eng.cfg, on_finish, trace) for _ in range(dep.replicas)]
+    reps = [Replica(eng.cost, eng.cfg, on_finish, trace) for _ in range(dep.replicas)] \
+        if eng.spec is None else replicas(eng.spec, eng.cost, eng.cfg, dep.replicas, on_finish,
+                                          trace, reqs)
     ready: list[tuple[float, int]] = []  # (clock, index) of busy replicas; stale entries skipped
     k = steps = 0
     while True:
@@ -384,6 +397,8 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
                         else rate * sum(e2e) / n},
         "saturated_per_replica": sat,
         "timeline": _buckets(reps, end),
+        **({} if eng.spec is None else {"speculative": spec_doc(
+            eng.spec, reps, sat, round(sum(r.prompt for r in reqs) / len(reqs)))}),
         **({} if dep.opts.price is None else {"cost": serving_cost(
             dep.opts.price, dep.opts.price_source or "--price", gpus, throughput,
             good / span if slo.ttft_s is not None or slo.itl_s is not None else None)}),
