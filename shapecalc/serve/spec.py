@@ -23,9 +23,9 @@ Defaults, per draft kind, from published figures (each solved for α, i.i.d.):
   tokens, "Accepted Rate: 58.68" (devquasar.com, "Speculative Decoding tradeoffs GPU with large
   models (Llama 70B + 8B)"): accepted / drafted = Σ_{i≤8} α^i / 8 = 0.5868, α = 0.880.
 
-Draws: a sequence's tokens per step are drawn from that distribution, one uniform a step, by
-request id from one generator seeded by the workload's seed: deterministic, the same for every
-replica layout.
+Draws: a sequence's tokens per step are drawn from that distribution, one uniform a step, from
+one generator seeded by the workload's seed, in the order sequences start decoding (Draws):
+deterministic, as the simulation is.
 """
 
 from __future__ import annotations
@@ -153,18 +153,35 @@ def make_spec(kind: str | None, k: int | None, acceptance: str | None, seed: int
     return Spec(kind, k, alphas, given, seed)
 
 
-def draws(spec: Spec, sizes: list[int]) -> tuple[Any, list[int]]:
-    """Tokens emitted per step (1 … k + 1), `sizes[i]` draws for request i (at most one a token
-    it decodes), from one generator seeded by the workload's seed; and each request's offset."""
-    import numpy as np
+class Draws:
+    """Tokens emitted per step (1 … k + 1), drawn from the spec's distribution by one generator
+    seeded by the workload's seed, in the order sequences start decoding (the simulation is
+    deterministic, so the draws are too), a chunk at a time."""
 
-    cdf = np.cumsum(spec.pmf()[:-1]).astype(np.float32)
-    offs, total = [], 0
-    for n in sizes:
-        offs.append(total)
-        total += n
-    rng = np.random.default_rng([spec.seed, 0x5BEC])
-    u = rng.random(total, dtype=np.float32)  # single precision: enough to pick 1 of k + 1
-    out = np.searchsorted(cdf, u, side="right")
-    out += 1
-    return out, offs
+    CHUNK = 1 << 18
+
+    def __init__(self, spec: Spec):
+        import numpy as np
+
+        self.np = np
+        self.cdf = np.cumsum(spec.pmf()[:-1])
+        self.rng = np.random.default_rng([spec.seed, 0x5BEC])
+        self.buf = np.zeros(0, np.int64)
+        self.cz = np.zeros(1, np.int64)  # cz[m]: Σ of buf's first m draws
+        self.pos = 0
+
+    def take(self, R: int) -> tuple[Any, Any, int]:
+        """The steps that emit R tokens: each step's drawn tokens, the tokens before each step
+        (0, a₁, a₁ + a₂, …) and their sum (≥ R: the last step's draw is cut to what is left)."""
+        np = self.np
+        if len(self.buf) - self.pos < R:  # each step emits ≥ 1 token: R draws suffice
+            new = np.searchsorted(self.cdf, self.rng.random(max(self.CHUNK, R)), side="right")
+            new += 1
+            self.buf = np.concatenate((self.buf[self.pos:], new))
+            self.cz = np.concatenate(([0], np.cumsum(self.buf)))
+            self.pos = 0
+        p, cz = self.pos, self.cz
+        base = int(cz[p])
+        S = int(cz[p: p + R + 1].searchsorted(base + R))
+        self.pos = p + S
+        return self.buf[p: p + S], cz[p: p + S] - base, int(cz[p + S]) - base

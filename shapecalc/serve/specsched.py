@@ -7,7 +7,7 @@ accepted tokens stay cached (L grows by the tokens the step emits), the rejected
 are reused. Simulated for one full-attention KV group at pp = 1 (the engine refuses the rest).
 
 O(1) a step, as scheduler.py: when a sequence starts decoding its steps are known (its draws,
-spec.draws), so its block need at each step and its cache's growth are added into two arrays
+spec.Draws), so its block need at each step and its cache's growth are added into two arrays
 indexed by step (NumPy slices, once a sequence) and its last step into `finish_at`; a preemption
 takes its future entries out. A step reads Σ of each at its index; the fast-forward steps while
 nothing can be admitted, each step's seconds affine in the cache (every part of the cost is).
@@ -26,7 +26,7 @@ from .cost import IterationCost
 from .decoders import Seq
 from .draft import Draft, SpecCost, regime
 from .scheduler import Replica, SchedulerConfig
-from .spec import Spec, draws
+from .spec import Draws, Spec
 from .workload import Request
 
 
@@ -39,11 +39,10 @@ class Speculation:
 
 
 class SpecSeq(Seq):
-    __slots__ = ("acc", "cache", "held", "held0", "p0")
+    __slots__ = ("acc", "cache", "held", "held0")
 
     def __init__(self, req: Request):
         super().__init__(req)
-        self.p0 = 0  # draws used (kept over preemptions)
         self.held0 = 0
         self.acc: Any = None
         self.cache: Any = None
@@ -72,12 +71,10 @@ def attach(sp: Speculation | None, wl: Any, cost: IterationCost, blocks: int, si
 
 class SpecReplica(Replica):
     def __init__(self, cost: IterationCost, sc: SpecCost, cfg: SchedulerConfig,
-                 on_finish: Callable[[Seq], None] | None, trace: bool, flat: Any,
-                 offs: list[int], cz: Any):
+                 on_finish: Callable[[Seq], None] | None, trace: bool, draws: Draws):
         super().__init__(cost, cfg, on_finish, trace)
         self.sc, self.q = sc, sc.k + 1
-        self.flat, self.offs = flat, offs
-        self.cz = cz  # cz[m]: Σ of the first m draws
+        self.draws = draws
         self.NB = np.zeros(1024, np.int64)  # blocks the decoders need at each step
         self.D = np.zeros(1024, np.int64)  # tokens their caches grow by after each step
         self.csum = 0  # Σ L over the decoders at the current step
@@ -108,18 +105,14 @@ class SpecReplica(Replica):
     def _decode_start(self, s: Any) -> None:
         """s starts decoding at step j0 = s.j0 on L0 = s.L0 cached tokens: its steps are its
         next draws until they emit the R tokens it has left (the last one's cut)."""
-        R = s.req.output - s.gen
-        cz = self.cz
-        off = self.offs[s.req.id] + s.p0
-        base = int(cz[off])
-        S = int(cz[off: off + R + 1].searchsorted(base + R))
-        j0 = s.j0
+        acc, before, total = self.draws.take(s.req.output - s.gen)
+        S, j0 = len(acc), s.j0
         if j0 + S + 1 >= len(self.NB):
             n = max(2 * len(self.NB), j0 + S + 2)
             self.NB = np.concatenate((self.NB, np.zeros(n - len(self.NB), np.int64)))
             self.D = np.concatenate((self.D, np.zeros(n - len(self.D), np.int64)))
-        s.acc = self.flat[off: off + S]
-        s.cache = cz[off: off + S] + (s.L0 - base)  # L during each step
+        s.acc = acc
+        s.cache = before + s.L0  # L during each step
         s.held = (s.cache + (self.q + self.cfg.block_size - 1)) // self.cfg.block_size - self.pb
         s.held0 = s.blocks
         self._needs(s, 0, 1)
@@ -128,7 +121,7 @@ class SpecReplica(Replica):
         self.finish_at.setdefault(s.last_iter, {})[s.req.id] = s
         self.n_dec += 1
         self.csum += s.L0
-        self.spec_tokens += int(cz[off + S]) - base
+        self.spec_tokens += total
         self.spec_steps += S
 
     def _preempt(self, j: int) -> int:
@@ -153,7 +146,6 @@ class SpecReplica(Replica):
         del self.finish_at[s.last_iter][s.req.id]
         self.n_dec -= 1
         s.gen += L - s.L0
-        s.p0 += i
         s.last = self.clock
         s.tokens = s.req.prompt + s.gen
         s.done = s.blocks = 0
@@ -302,8 +294,7 @@ class SpecReplica(Replica):
 def replicas(sc: SpecCost, cost: IterationCost, cfg: SchedulerConfig, n: int,
              on_finish: Callable[[Seq], None], trace: bool, reqs: list[Request]
              ) -> list[Replica]:
-    """n speculative replicas sharing one seeded draw of every request's steps."""
-    sizes = [0] * (max((r.id for r in reqs), default=-1) + 1)
+    """n speculative replicas drawing from one seeded stream (spec.Draws)."""
     bs, pb = cfg.block_size, cfg.shared_prefix // cfg.block_size
     for r in reqs:  # its last verify holds the slots of k + 1 tokens past its cache
         slots = r.prompt + r.output - 1 + sc.k + 1
@@ -311,10 +302,8 @@ def replicas(sc: SpecCost, cost: IterationCost, cfg: SchedulerConfig, n: int,
             raise ShapecalcError("prompt-tokens", f"request {r.id}: {r.prompt} prompt + "
                                  f"{r.output} output tokens and {sc.k} draft slots exceed the "
                                  f"KV cache of a replica ({cfg.num_blocks:,} blocks of {bs})")
-        sizes[r.id] = max(0, r.output - 1)
-    flat, offs = draws(sc.spec, sizes)
-    cz = np.concatenate(([0], np.cumsum(flat, dtype=np.int64)))
-    return [SpecReplica(cost, sc, cfg, on_finish, trace, flat, offs, cz) for _ in range(n)]
+    draws = Draws(sc.spec)
+    return [SpecReplica(cost, sc, cfg, on_finish, trace, draws) for _ in range(n)]
 
 
 def doc(sc: SpecCost, reps: list[Replica], sat: dict[str, Any], prompt: int) -> dict[str, Any]:
