@@ -125,6 +125,9 @@ def serve(
         "--acceptance", help="the probability a draft token is accepted: one rate (0.7) or one "
         "per position (0.8,0.6,0.5)", show_default="a published figure per --draft kind")
     ] = None,
+    emit_engine: Annotated[str | None, typer.Option(
+        "--emit", help="print the plan (as given, or found by --find-gpus) as the engine's "
+        "launch command instead of the report: vllm, sglang, trtllm or dynamo")] = None,
     as_json: JsonOut = False,
     fmt: Format = "table",
     output: Output = None,
@@ -150,6 +153,10 @@ def serve(
             raise ShapecalcError("arrivals", "shapes the gaps of --rate (or --find-rate's "
                                  "probes); give --rate")
         fmt = check_format("json" if as_json else fmt)
+        if emit_engine is not None and (fmt != "table" or output or svg or html or find_rate):
+            raise ShapecalcError("emit", "prints the launch command in place of the report: "
+                                 "leave out --json, --format, --output, --svg, --html and "
+                                 "--find-rate (a rate is not an engine setting)")
         check_outputs(output=output, svg=svg, html=html)
         output_token_count(output)
         if trace is not None and (rate is not None or concurrency is not None):
@@ -251,6 +258,12 @@ def serve(
                    "kv_tokens_per_replica": eng.cfg.num_blocks * eng.cfg.block_size,
                    "kv_pool": sim.pool_doc(eng), "perf_terms": eng.cost.pp.as_dict(),
                    **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
+        if emit_engine is not None:
+            from ..serve.emit import launch_text
+
+            sys.stdout.write(launch_text(emit_engine, doc, dep, sp, preset or config
+                                         or hf_config, draft_preset or draft_config) + "\n")
+            return
         from ..render.serve import print_serve
 
         emit(doc, fmt, output, svg, html, f"serve: {model.name} on {hw.name}", print_serve)

@@ -20,9 +20,9 @@ def print_spec(s: dict[str, Any], console: Any, t: Any, n: Any) -> None:
                   markup=False, crop=False, soft_wrap=True)
     rows = [[str(r["batch"]), t(r["itl_s"]), t(r["spec_itl_s"]), t(r["spec_tpot_s"]),
              n(r["tokens_per_s"]), n(r["spec_tokens_per_s"]), f"{r['speedup']:.2f}×",
-             r["regime"] + (": speculation helps" if r["speedup"] > 1 else ": it costs")]
+             r["regime"] + (", helps" if r["speedup"] > 1 else ", costs")]
             for r in s["by_batch"]]
-    split_table(console, ["batch", "ITL plain", "ITL spec", "TPOT spec", "tok/s plain",
-                          "tok/s spec", "speedup", "regime of the verify"], rows, 1,
-                f"speculation by batch size (decode steps on {s['context_tokens']:,} cached "
-                "tokens)", right=[True] * 7 + [False])
+    split_table(console, ["batch", "ITL", "ITL spec", "TPOT spec", "tok/s", "tok/s spec",
+                          "speedup", "the verify"], rows, 1,
+                f"speculation by batch size (a decode step on {s['context_tokens']:,} cached "
+                "tokens; ITL and tok/s plain)", right=[True] * 7 + [False])
