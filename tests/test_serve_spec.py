@@ -88,10 +88,10 @@ def test_eagle3_head_parameters_by_hand():
     by_hand = (33_554_432 + 2 * 8_388_608 + 16_777_216 + 176_160_768 + 50_331_648
                + 131_072_000 + 16_384)
     assert by_hand == 424_689_664
-    d = eagle3_draft(json.loads(EAGLE3.read_text()), load_preset("llama3.1-8b"), 1)
+    d = eagle3_draft(json.loads(EAGLE3.read_text()), load_preset("llama3.1-8b"))
     c = closed_form_for(d.model, Workload(logits="last")).at(1, 1, "prefill", 1, 1, "bf16",
                                                              "bf16", "bf16")
-    assert c["params_per_rank"] - c["embed_params_per_rank"] + d.first + d.each == by_hand
+    assert c["params_per_rank"] - c["embed_params_per_rank"] + d.first + d.each + d.split == by_hand
 
 
 @pytest.mark.parametrize("args, flag", [
@@ -116,7 +116,7 @@ def test_a_draft_of_another_vocabulary_is_refused_and_eagle3_maps(cli, tmp_path)
             "--draft", "draft", "--draft-preset", "gpt2", "--spec-k", "3")
     assert r.code == 2 and "draft-preset" in r.err and "50,257" in r.err
     # an EAGLE-3 head keeps 32,000 draft tokens with its d2t map onto the target's 128,256
-    d = eagle3_draft(json.loads(EAGLE3.read_text()), load_preset("llama3.1-8b"), 1)
+    d = eagle3_draft(json.loads(EAGLE3.read_text()), load_preset("llama3.1-8b"))
     assert d.model.vocab_size == 32000
     bad = {**json.loads(EAGLE3.read_text()), "vocab_size": 32000}
     p = tmp_path / "eagle3.json"
@@ -136,7 +136,7 @@ def test_published_eagle3_speedup_at_batch_1(rec):
     target = load_preset(rec["model"])
     spec = make_spec("eagle3", 3, None, 0)
     assert spec is not None
-    draft = eagle3_draft(json.loads((DATA / rec["draft_config"]).read_text()), target, 1)
+    draft = eagle3_draft(json.loads((DATA / rec["draft_config"]).read_text()), target)
     dep = sim.Deployment(target, Workload(logits="last"), load_gpu(rec["gpu"]),
                          PlanOptions(max_batched_tokens=8192), spec=Speculation(spec, draft))
     reqs = W.generate(1, None, W.parse_lengths("256", "p"), W.parse_lengths("64", "o"), 0)
@@ -159,3 +159,41 @@ def test_json_keys_follow_the_schema(cli):
     ServeOut.model_validate(doc)
     assert doc["deployment"]["speculative"]["k"] == 2
     assert doc["speculative"]["by_batch"][0]["batch"] == 1
+
+
+def test_mtp_draft_is_the_models_own_module():
+    """deepseek-v3's MTP module as a one-layer model of its last layer's kind, plus eh_proj
+    (2D·D) and enorm, hnorm (2·D): exactly totals.mtp_params (docs/reference/mtp.md:
+    13,463,426,048, the hand count of tests/test_mtp.py)."""
+    from shapecalc.serve.draft import mtp_draft
+
+    ds = load_preset("deepseek-v3")
+    d = mtp_draft(ds)
+    c = closed_form_for(d.model, Workload(logits="last")).at(1, 1, "prefill", 1, 1, "bf16",
+                                                             "bf16", "bf16")
+    # 2·D·D + 2·D with D = 7168: 102,760,448 + 14,336
+    assert d.each == 2 * 7168 * 7168 + 2 * 7168 == 102_774_784
+    assert c["params"] + d.each == 13_463_426_048
+
+
+def test_verify_costs_k_plus_1_tokens_with_their_logits():
+    """The target's verify of one sequence, k = 3 on L cached tokens, costs what the closed
+    form says 4 more prompt tokens with every position's logits cost: prefill(L + 4) −
+    prefill(L) of the model under logits=all (the verify's FLOPs; its KV reads are a chunk's)."""
+    m = load_preset("seed-tiny")
+    spec = make_spec("draft", 3, "0.7", 0)
+    assert spec is not None
+    dep = sim.Deployment(m, Workload(logits="last"), load_gpu("h100-sxm"),
+                         PlanOptions(max_batched_tokens=2048),
+                         spec=Speculation(spec, model_draft(m, m, "draft-preset")))
+    sc = sim.engine(dep).spec
+    L = 40
+    q = 4
+    tot = sc.t.totals(1, q, q * q + 2 * L * q, L, 0, 0)
+    for key, v in sc.head.items():
+        tot[key] += 3 * v
+    every = closed_form_for(m, Workload(logits="all"))
+    a = every.at(1, L + q, "prefill", 1, 1, "bf16", "bf16", "bf16")
+    b = every.at(1, L, "prefill", 1, 1, "bf16", "bf16", "bf16")
+    assert tot["flops"] == a["flops"] - b["flops"]
+    assert tot["causal_flops"] == a["causal_flops"] - b["causal_flops"]

@@ -153,10 +153,9 @@ def serve(
             raise ShapecalcError("arrivals", "shapes the gaps of --rate (or --find-rate's "
                                  "probes); give --rate")
         fmt = check_format("json" if as_json else fmt)
-        if emit_engine is not None and (fmt != "table" or output or svg or html or find_rate):
+        if emit_engine is not None and (fmt != "table" or output or svg or html):
             raise ShapecalcError("emit", "prints the launch command in place of the report: "
-                                 "leave out --json, --format, --output, --svg, --html and "
-                                 "--find-rate (a rate is not an engine setting)")
+                                 "leave out --json, --format, --output, --svg and --html")
         check_outputs(output=output, svg=svg, html=html)
         output_token_count(output)
         if trace is not None and (rate is not None or concurrency is not None):

@@ -43,20 +43,22 @@ FLOPS = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank")
 
 @dataclass(frozen=True)
 class Draft:
-    """The draft as a model: its one-home counts come from `model`'s closed form; `first` and
-    `each` the parameters of the matrices it adds (per rank: fc replicated, q/k/v split by tp),
-    `first` read by the first pass only (fc), `each` by every pass; `shared_embedding`: its
-    token table is the target's (held once)."""
+    """The draft as a model: its one-home counts come from `model`'s closed form; `first`,
+    `each` and `split` the parameters of the matrices it adds: `first` read by the first pass
+    only (fc), `each` by every pass, both replicated on every rank (fc, eh_proj, norms), `split`
+    by every pass, split over tp (q, k, v's second input); `shared_embedding`: its token table
+    is the target's (held once)."""
 
     kind: str
     model: ModelConfig
     first: int = 0
     each: int = 0
+    split: int = 0  # of `each`'s kind, but split over tp (q, k, v's columns)
     shared_embedding: bool = False
     flag: str = "draft"
 
 
-def eagle3_draft(cfg: dict[str, Any], target: ModelConfig, tp: int) -> Draft:
+def eagle3_draft(cfg: dict[str, Any], target: ModelConfig) -> Draft:
     """The EAGLE-3 head of an EAGLE-3 config.json (module doc)."""
     def need(key: str) -> int:
         v = cfg.get(key)
@@ -91,11 +93,11 @@ def eagle3_draft(cfg: dict[str, Any], target: ModelConfig, tp: int) -> Draft:
                         norm="rmsnorm", positions="rope", head_dim=dh,
                         max_positions=target.max_positions, tie_embeddings=False)
     qkv = D * (H + 2 * Hkv) * dh  # q, k, v's second D of input ([embedding; hidden])
-    return Draft("eagle3", model, first=3 * D * D, each=qkv // tp + D, shared_embedding=True,
+    return Draft("eagle3", model, first=3 * D * D, each=D, split=qkv, shared_embedding=True,
                  flag="draft-config")
 
 
-def mtp_draft(target: ModelConfig, tp: int) -> Draft:
+def mtp_draft(target: ModelConfig) -> Draft:
     """The model's own MTP module as a one-layer model of its kind (module doc)."""
     from ..model.plan import mtp_spec
 
@@ -110,7 +112,7 @@ def mtp_draft(target: ModelConfig, tp: int) -> Draft:
         upd["layer_types"] = (spec.attention,)
     try:
         model = target.model_copy(update=upd)
-        check(model, Workload(tp=tp))
+        check(model, Workload())
     except (ShapecalcError, ValueError) as e:
         raise ShapecalcError("draft", f"{target.name}'s MTP module cannot be built as a "
                              f"one-layer model ({e})") from None
@@ -153,8 +155,9 @@ class SpecCost:
         self.head = {k: a[k] - b[k] for k in VARYING}  # one more token's LM head
         self.wbits = DTYPE_BITS[wl.dtype]
         c = self.dc.const
+        self.each = draft.each + draft.split // wl.tp  # a rank's share of the added matrices
         own = c["params_per_rank"] - (c["embed_params_per_rank"] if draft.shared_embedding
-                                      else 0) + draft.first + draft.each
+                                      else 0) + draft.first + self.each
         self.draft_weight_bytes = bytes_of(own, self.wbits)
         self.draft_kv_per_token = self.dc.coeffs["kv_cache_bytes_per_rank"].d1
         self.target_kv_per_token = target.coeffs["kv_cache_bytes_per_rank"].d1
@@ -182,10 +185,10 @@ class SpecCost:
             tot[key] += B * k * v
         out = [self._terms(t, tot, vn, chunks == 0)]
         out.append(self._terms(dc, dc.totals(vc, vn, vsq, vctx, 0, 0), vn, chunks == 0,
-                               d.first + d.each))
+                               d.first + self.each))
         for i in range(1, k if B else 1):
             out.append(self._terms(dc, dc.totals(0, 0, 0, 0, B, cache + B * (q + i - 1)), B,
-                                   True, d.each))
+                                   True, self.each))
         return out
 
     def lin(self, B: int) -> list[tuple[float, float, float, float, float]]:

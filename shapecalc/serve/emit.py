@@ -1,5 +1,6 @@
-"""`serve --emit vllm|sglang|trtllm|dynamo`: the plan (as given, or as --find-gpus found it) as
-the launch command the engine takes. Every flag name is the engine's own, checked against its
+"""`serve --emit vllm|sglang|trtllm|dynamo`: the plan (as given, or as --find-gpus found it;
+--find-rate finds a rate, which no engine takes: the deployment is the one given) as the launch
+command the engine takes. Every flag name is the engine's own, checked against its
 argument parser or its documentation at the commit named (tests/data/engine_flags.json holds the
 names, tests/test_serve_emit.py checks every emitted flag against them):
 

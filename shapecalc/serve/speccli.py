@@ -47,11 +47,11 @@ def speculation(model: ModelConfig, wl: Workload, kind: str | None, preset: str 
         cfg: Any = read_json(config, "draft-config")
         if not isinstance(cfg, dict):
             raise ShapecalcError("draft-config", "an EAGLE-3 config.json is a JSON object")
-        draft = eagle3_draft(cfg, model, wl.tp)
+        draft = eagle3_draft(cfg, model)
     else:
         for flag, v in (("draft-preset", preset), ("draft-config", config)):
             if v is not None:
                 raise ShapecalcError(flag, "--draft mtp drafts with the model's own MTP layers: "
                                      "leave it out")
-        draft = mtp_draft(model, wl.tp)
+        draft = mtp_draft(model)
     return Speculation(spec, draft)
