@@ -18,6 +18,10 @@ def print_spec(s: dict[str, Any], console: Any, t: Any, n: Any) -> None:
                   f"{s['draft_weight_bytes_per_rank']:,} weight bytes and "
                   f"{s['draft_kv_bytes_per_token_per_rank']:,} KV bytes a token per rank",
                   markup=False, crop=False, soft_wrap=True)
+    up = s["speedup_at_mean_batch"]
+    console.print(f"this run: {s['mean_decode_batch']:.3g} sequences a decode step on average, "
+                  f"{s['regime']}: speculation {'helps' if up > 1 else 'costs'} ({up:.2f}× "
+                  "the plain tokens/s there)", markup=False, crop=False, soft_wrap=True)
     rows = [[str(r["batch"]), t(r["itl_s"]), t(r["spec_itl_s"]), t(r["spec_tpot_s"]),
              n(r["tokens_per_s"]), n(r["spec_tokens_per_s"]), f"{r['speedup']:.2f}×",
              r["regime"] + (", helps" if r["speedup"] > 1 else ", costs")]

@@ -54,6 +54,11 @@ SpecRun = described(
         ("acceptance_source", str, "--acceptance, or the published figure of the default"),
         ("expected_tokens_per_step", float, "tokens a step emits on average"))],
     ("draft_model", str, "the draft as shapecalc counts it"),
+    ("mean_decode_batch", float, "sequences a decode step of the run verifies, on average"),
+    ("regime", str, "the verify's bound at that batch: memory-bound (speculation helps) or "
+     "compute-bound"),
+    ("speedup_at_mean_batch", float, "speculative over plain output tokens/s at that batch, "
+     "on context_tokens cached tokens"),
     ("draft_weight_bytes_per_rank", StrictInt, "the draft's weights on a rank, bytes"),
     ("draft_kv_bytes_per_token_per_rank", StrictInt, "the draft's KV bytes a token on a rank"),
     ("simulated_tokens_per_step", F, "tokens the simulated decode steps drew, a step"),

@@ -327,7 +327,14 @@ def doc(sc: SpecCost, reps: list[Replica], sat: dict[str, Any], prompt: int) -> 
         if b >= top:
             break
         b = min(2 * b, top)
+    dec = [t for r in reps for t in r.toks if t]
+    mean_b = sum(dec) / len(dec) if dec else 0.0
+    b = max(1, round(mean_b))
+    parts = sc.parts(0, 0, 0, 0, b, b * prompt)
+    speedup = sc.t.decode(b, prompt) * e / sc.seconds(0, 0, 0, 0, b, b * prompt)
     return {**sc.spec.doc(), "draft_model": sc.d.model.name,
+            "mean_decode_batch": mean_b, "regime": regime(parts),
+            "speedup_at_mean_batch": speedup,
             "draft_weight_bytes_per_rank": sc.draft_weight_bytes,
             "draft_kv_bytes_per_token_per_rank": sc.draft_kv_per_token,
             "simulated_tokens_per_step": toks / steps if steps else None,
