@@ -152,8 +152,10 @@ Saturated = described(
     "ServeSaturated", "One replica's decode-only ceiling: the most sequences decoding at once "
     "at the shortest prompt (no run exceeds it)",
     ("max_decode_batch", StrictInt, "sequences decoding at once (max_num_seqs or the blocks)"),
-    ("decode_step_s", float, "seconds of one decode iteration at that batch"),
-    ("output_tokens_per_s", float, "max_decode_batch / decode_step_s"))
+    ("decode_step_s", float, "seconds of one decode iteration at that batch (with --draft: the "
+     "verify and the draft's passes)"),
+    ("output_tokens_per_s", float, "max_decode_batch / decode_step_s (with --draft: × the "
+     "expected tokens a step)"))
 
 Timeline = described(
     "ServeTimeline", "The run in equal spans of [0, last finish], time-weighted",

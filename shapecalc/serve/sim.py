@@ -304,7 +304,13 @@ def saturated(eng: Engine, reqs: list[Request]) -> dict[str, Any]:
     if cfg.layout is not None and not cfg.layout.simple:
         lay = replace(cfg.layout, pinned=pb)
         per, room = max(1, lay.own(pmin, pmin + 1)), lay.units - lay.pinned_units
+    if eng.spec is not None:  # a verify holds k + 1 slots past the cache (specsched.py)
+        per = max(1, -(-(pmin + 1 + eng.spec.k) // cfg.block_size) - pb)
     b = max(1, min(cfg.max_num_seqs, room // per))
+    if eng.spec is not None:  # a step emits its expected tokens, on average
+        step = eng.spec.seconds(0, 0, 0, 0, b, b * pmin)
+        return {"max_decode_batch": b, "decode_step_s": step,
+                "output_tokens_per_s": b * eng.spec.spec.expected / step}
     step = eng.cost.decode(b, pmin)
     return {"max_decode_batch": b, "decode_step_s": step, "output_tokens_per_s": b / step}
 
