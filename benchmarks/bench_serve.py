@@ -19,6 +19,7 @@ per-iteration trace (the symbolic interpreter run for each iteration's mix), in 
   time beside the run's with every feature off (issue 22: ≤ 2×);
 - disaggregated prefill and decode (--pd 1:1, each pool one tp=4 replica, serve/disagg.py):
   both pools' runs and the KV transfers, CPU time beside the no-feature run's (issue 22: ≤ 2×);
+- speculative decoding (a llama3.2-1b draft, k = 3) on the same workload, likewise (≤ 2×);
 - a `--find-gpus` search (llama3-70b, 20 requests/s, 2048/256, SLO ttft=1s,itl=50ms, serve's
   default 1000 requests) over tp, pp, replicas and the token budget (8192, 2048, 512): its CPU
   time (user + sys; issue 22: ≤ 5 s) and simulations.
@@ -122,6 +123,26 @@ def disaggregated(dep: sim.Deployment, base: dict[float | None, float]) -> None:
               f"CPU; {m['throughput']['output_tokens_per_s']:,.0f} output tokens/s)")
 
 
+def speculative(dep: sim.Deployment, base: dict[float | None, float]) -> None:
+    """Speculative decoding (a llama3.2-1b draft, k = 3, its default α) on the speed case's
+    workload: CPU seconds against the run with no feature (issue 22: ≤ 2×)."""
+    from shapecalc.serve.draft import model_draft
+    from shapecalc.serve.spec import make_spec
+    from shapecalc.serve.specsched import Speculation
+
+    spec = make_spec("draft", 3, None, 0)
+    assert spec is not None
+    sp = Speculation(spec, model_draft(load_preset("llama3.2-1b"), dep.model, "draft-preset"))
+    sdep = sim.Deployment(dep.model, dep.wl, dep.gpu, dep.opts, spec=sp)
+    for label, rate in (("max load", None), ("3 req/s", 3.0)):
+        reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT), 0)
+        wall, m, cpu = simulate(sdep, reqs, True)
+        it = m["iterations"]
+        print(f"{'spec k=3 (1B draft), ' + label:<34}{wall:>9.2f}{it:>12,}{it / wall:>12,.0f}"
+              f"{N / wall:>10,.0f}{cpu:>9.3f}   (× {cpu / base[rate]:.2f} of the plain run's "
+              f"CPU; {m['throughput']['output_tokens_per_s']:,.0f} output tokens/s)")
+
+
 def main() -> None:
     sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     model = load_preset(MODEL)
@@ -168,6 +189,7 @@ def main() -> None:
     pipelined(dep, base)
     expert_parallel(base)
     disaggregated(dep, base)
+    speculative(dep, base)
     reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
     t0, c0 = time.perf_counter(), time.process_time()
     out = search.find_gpus(dep, reqs_rate, 1000, W.Lengths("fixed", PROMPT),

@@ -142,6 +142,24 @@ def serve(
     find_gpus: Annotated[bool, typer.Option(
         "--find-gpus", help="the fewest GPUs (tp × pp × replicas) that serve --rate within the "
         "SLO, and the frontier explored")] = False,
+    draft: Annotated[str | None, typer.Option(
+        "--draft", help="speculative decoding's draft: draft (a smaller model: --draft-preset or "
+        "--draft-config), eagle3 (an EAGLE-3 head: --draft-config its config.json) or mtp (the "
+        "model's own MTP layers)", show_default="none: no speculation")] = None,
+    draft_preset: Annotated[str | None, typer.Option(
+        "--draft-preset", help="the draft model (--draft draft), a preset")] = None,
+    draft_config: Annotated[Path | None, typer.Option(
+        "--draft-config", help="the draft model's config (TOML, or a Hugging Face config.json), "
+        "or an EAGLE-3 head's config.json (--draft eagle3)")] = None,
+    spec_k: Annotated[int | None, typer.Option(
+        "--spec-k", help="draft tokens a step; the target verifies k + 1")] = None,
+    acceptance: Annotated[str | None, typer.Option(
+        "--acceptance", help="the probability a draft token is accepted: one rate (0.7) or one "
+        "per position (0.8,0.6,0.5)", show_default="a published figure per --draft kind")
+    ] = None,
+    emit_engine: Annotated[str | None, typer.Option(
+        "--emit", help="print the plan (as given, or found by --find-gpus) as the engine's "
+        "launch command instead of the report: vllm, sglang, trtllm or dynamo")] = None,
     as_json: JsonOut = False,
     fmt: Format = "table",
     output: Output = None,
@@ -172,6 +190,9 @@ def serve(
                        find_rate=find_rate, find_gpus=find_gpus, concurrency=concurrency,
                        rate=rate, trace=trace, shared_prefix=shared_prefix)
         fmt = check_format("json" if as_json else fmt)
+        if emit_engine is not None and (fmt != "table" or output or svg or html):
+            raise ShapecalcError("emit", "prints the launch command in place of the report: "
+                                 "leave out --json, --format, --output, --svg and --html")
         check_outputs(output=output, svg=svg, html=html)
         output_token_count(output)
         if trace is not None and (rate is not None or concurrency is not None):
@@ -219,10 +240,13 @@ def serve(
         wl = resolve_workload({"logits": "last", **wbase}, mode, dtype=dtype, kv_dtype=kv_dtype,
                               act_dtype=act_dtype, tp=tp, pp=pp, ep=ep, block_size=block_size)
         from ..plan.ep import ep_plan
+        from ..serve.speccli import speculation
 
         plan = ep_plan(model, wl, ep_mode, ep_imbalance, redundant_experts)
+        sp = speculation(model, wl, draft, draft_preset, draft_config, spec_k, acceptance, seed,
+                         presets_dir)
         dep = sim.Deployment(model, wl, hw, opts, replicas, router, max_num_seqs, kv_blocks,
-                             shared_prefix, plan)
+                             shared_prefix, spec=sp, ep_plan=plan)
         target = sim.parse_slo(slo)
         plens = W.parse_lengths(prompt, "prompt-tokens")
         olens = W.parse_lengths(output_tokens, "output-tokens")
@@ -246,6 +270,8 @@ def serve(
                 "slo": target.head()}
         split = None if pd is None and not find_pd else serve_pd.pools(dep, pd, prefill_tp,
                                                                         prefill_pp)
+        if sp is not None:
+            head["deployment"]["speculative"] = sp.spec.doc()
         if find_rate or find_gpus or find_pd:
             probes = 0
             with _progress("searching", None) as bar:
@@ -300,6 +326,12 @@ def serve(
                        "kv_tokens_per_replica": eng.cfg.num_blocks * eng.cfg.block_size,
                        "kv_pool": sim.pool_doc(eng), "perf_terms": eng.cost.pp.as_dict(),
                        **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
+        if emit_engine is not None:
+            from ..serve.emit import launch_text
+
+            sys.stdout.write(launch_text(emit_engine, doc, dep, sp, preset or config
+                                         or hf_config, draft_preset or draft_config) + "\n")
+            return
         from ..render.serve import print_serve
         from ..render.serve_pd import print_pd
 
@@ -398,6 +430,6 @@ HELP = {"serve": "Simulate a serving deployment under load: continuous batching 
         "time model. Prints TTFT, inter-token and end-to-end latency percentiles, throughput, "
         "goodput under --slo, preemptions, and KV-cache utilisation and queue length over "
         "time. --find-rate and --find-gpus search. --pd P:D disaggregates prefill and decode "
-        "(each request's KV cache sent over the topology); --find-pd finds the split. Leaves "
-        "out: tokenizer, sampling cost, speculative decoding."}
+        "(each request's KV cache sent over the topology); --find-pd finds the split. "
+        "--draft/--spec-k decode speculatively. Leaves out: tokenizer, sampling cost."}
 COMMANDS: dict[str, Callable[..., Any]] = {"serve": serve}

@@ -108,6 +108,10 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
     cost = doc.get("cost")
     if cost is not None:
         _print_cost(cost, console)
+    if doc.get("speculative") is not None:
+        from .spec import print_spec
+
+        print_spec(doc["speculative"], console, _t, _n)
     sat = doc["saturated_per_replica"]
     _say(console,
          f"preemptions: {doc['preemptions']:,}   iterations: {doc['iterations']:,}   KV cache: "

@@ -27,6 +27,46 @@ def _summary(name: str, what: str) -> Any:
         ("max", F, f"largest {what}, s"))
 
 
+SpecHead = described(
+    "ServeSpeculative", "Speculative decoding's settings (serve/spec.py)",
+    ("draft", str, "the draft: draft (a model), eagle3 (an EAGLE-3 head) or mtp"),
+    ("k", StrictInt, "draft tokens a step; the target verifies k + 1"),
+    ("acceptance", list[float], "the probability each draft position is accepted"),
+    ("acceptance_source", str, "--acceptance, or the published figure of the default"),
+    ("expected_tokens_per_step", float, "1 + Σ_i Π_{j≤i} α_j: tokens a step emits on average"))
+
+SpecRow = described(
+    "ServeSpeculativeBatch", "One batch size's decode step, plain and speculative",
+    ("batch", StrictInt, "sequences decoding"), ("itl_s", float, "plain decode step, s"),
+    ("spec_itl_s", float, "speculative step (verify + draft passes), s"),
+    ("tpot_s", float, "plain time per output token, s"),
+    ("spec_tpot_s", float, "speculative step / expected tokens a step, s"),
+    ("tokens_per_s", float, "plain output tokens/s"),
+    ("spec_tokens_per_s", float, "speculative output tokens/s"),
+    ("speedup", float, "spec_tokens_per_s / tokens_per_s"),
+    ("regime", str, "the verify step's bound: memory-bound (speculation helps) or "
+     "compute-bound (it costs once the speedup falls below 1)"))
+
+SpecRun = described(
+    "ServeSpeculativeRun", "Speculative decoding in the run (serve/specsched.py)",
+    *[(k, t, d) for k, t, d in (
+        ("draft", str, "the draft kind"), ("k", StrictInt, "draft tokens a step"),
+        ("acceptance", list[float], "the acceptance of each draft position"),
+        ("acceptance_source", str, "--acceptance, or the published figure of the default"),
+        ("expected_tokens_per_step", float, "tokens a step emits on average"))],
+    ("draft_model", str, "the draft as shapecalc counts it"),
+    ("mean_decode_batch", float, "sequences a decode step of the run verifies, on average"),
+    ("regime", str, "the verify's bound at that batch: memory-bound (speculation helps) or "
+     "compute-bound"),
+    ("speedup_at_mean_batch", float, "speculative over plain output tokens/s at that batch, "
+     "on context_tokens cached tokens"),
+    ("draft_weight_bytes_per_rank", StrictInt, "the draft's weights on a rank, bytes"),
+    ("draft_kv_bytes_per_token_per_rank", StrictInt, "the draft's KV bytes a token on a rank"),
+    ("simulated_tokens_per_step", F, "tokens the simulated decode steps drew, a step"),
+    ("context_tokens", StrictInt, "cached tokens of by_batch's steps (the mean prompt)"),
+    ("by_batch", many(SpecRow), "the decode step at each batch size, powers of 2 up to the "
+     "decode-only ceiling"))
+
 Deployment = described(
     "ServeDeployment", "The deployment simulated (find-gpus: the plan found, when one is)",
     ("tp", StrictInt, "tensor-parallel degree p of each replica"),
@@ -51,7 +91,9 @@ Deployment = described(
      "without ep"),
     ("redundant_experts", StrictInt, "EPLB's extra expert copies spread with the experts"),
     ("pd", PdLayout, "disaggregated prefill and decode (--pd, --find-pd): the two pools; then "
-     "tp, pp, ep and replicas are the decode pool's and gpus both pools'", None))
+     "tp, pp, ep and replicas are the decode pool's and gpus both pools'", None),
+    ("speculative", SpecHead | None, "speculative decoding (with --draft; absent without)",
+     None))
 
 ServeWorkload = described(
     "ServeWorkload", "The requests as given on the command line",
@@ -137,8 +179,10 @@ Saturated = described(
     "ServeSaturated", "One replica's decode-only ceiling: the most sequences decoding at once "
     "at the shortest prompt (no run exceeds it)",
     ("max_decode_batch", StrictInt, "sequences decoding at once (max_num_seqs or the blocks)"),
-    ("decode_step_s", float, "seconds of one decode iteration at that batch"),
-    ("output_tokens_per_s", float, "max_decode_batch / decode_step_s"))
+    ("decode_step_s", float, "seconds of one decode iteration at that batch (with --draft: the "
+     "verify and the draft's passes)"),
+    ("output_tokens_per_s", float, "max_decode_batch / decode_step_s (with --draft: × the "
+     "expected tokens a step)"))
 
 Timeline = described(
     "ServeTimeline", "The run in equal spans of [0, last finish], time-weighted",
@@ -208,7 +252,8 @@ _RUN = (
     ("timeline", Timeline, "the run over time"),
     ("cost", ServeCost | None, "what it costs (with a price: --price or the profile's)", None),
     ("disaggregation", Disaggregation, "with --pd: each pool, the KV transfers and TTFT's parts",
-     None))
+     None),
+    ("speculative", SpecRun | None, "speculative decoding (with --draft)", None))
 
 RunOut = described("ServeRun", "One simulated run's metrics", *_RUN)
 

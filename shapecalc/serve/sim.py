@@ -36,6 +36,8 @@ from .percentiles import PERCENTILES
 from .scheduler import Replica, SchedulerConfig
 from .slo import SLO, distributions, evaluate, good, latency_doc, percentiles_for
 from .slo import parse_slo as parse_slo  # its home moved to slo.py; sim.parse_slo stays
+from .specsched import attach, replicas
+from .specsched import doc as spec_doc
 from .workload import Request
 
 ROUTERS = ("round-robin", "least-loaded")
@@ -56,6 +58,7 @@ class Deployment:
     max_num_seqs: int = 256
     kv_blocks: int | None = None  # None: fit's memory model
     shared_prefix: int = 0
+    spec: Any = None  # specsched.Speculation: speculative decoding (None: off)
     ep_plan: EPPlan | None = None  # how ep > 1 exchanges (plan/ep.py; None: the defaults)
 
     @property
@@ -80,6 +83,7 @@ class Deployment:
 class Engine:
     cost: IterationCost
     cfg: SchedulerConfig
+    spec: Any = None  # draft.SpecCost with speculative decoding
 
 
 def kv_blocks(dep: Deployment, peak: float) -> int:
@@ -126,9 +130,16 @@ def engine(dep: Deployment) -> Engine:
                              f"{dep.gpu.name} at tp={dep.wl.tp}, pp={dep.wl.pp}")
     cost = IterationCost(cf, dep.gpu, perf_params(dep.gpu, dep.opts.perf), dep.wl, peak,
                          dep.ep)
+    spec = None
+    if dep.spec is not None:  # the draft's weights and KV share the memory (specsched.py)
+        spec, blocks = attach(dep.spec, dep.wl, cost, blocks, pool(dep, blocks).simple
+                              and not cost.windowed, dep.kv_blocks is not None)
+        if blocks < 1:
+            raise ShapecalcError("gpu", f"{dep.model.name} and its draft leave no room for a "
+                                 f"KV cache on {dep.gpu.name} at tp={dep.wl.tp}")
     cfg = SchedulerConfig(dep.max_num_seqs, mbt, dep.wl.block_size, blocks, dep.shared_prefix,
                           pool(dep, blocks))
-    return Engine(cost, cfg)
+    return Engine(cost, cfg, spec)
 
 
 def pool(dep: Deployment, blocks: int) -> Layout:
@@ -221,8 +232,10 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
             heapq.heappush(pending, (s.finish, nxt))
             nxt += 1
 
-    reps = [Replica(eng.cost, eng.cfg, on_finish, trace)
-            for _ in range(dep.replicas * dep.attention_ranks)]
+    ranks = dep.replicas * dep.attention_ranks  # each attention rank its own scheduler
+    reps = [Replica(eng.cost, eng.cfg, on_finish, trace) for _ in range(ranks)] \
+        if eng.spec is None else replicas(eng.spec, eng.cost, eng.cfg, ranks, on_finish, trace,
+                                          reqs)
     ready: list[tuple[float, int]] = []  # (clock, index) of busy replicas; stale entries skipped
     k = steps = 0
     while True:
@@ -278,7 +291,13 @@ def saturated(eng: Engine, reqs: list[Request]) -> dict[str, Any]:
     if cfg.layout is not None and not cfg.layout.simple:
         lay = replace(cfg.layout, pinned=pb)
         per, room = max(1, lay.own(pmin, pmin + 1)), lay.units - lay.pinned_units
+    if eng.spec is not None:  # a verify holds k + 1 slots past the cache (specsched.py)
+        per = max(1, -(-(pmin + 1 + eng.spec.k) // cfg.block_size) - pb)
     b = max(1, min(cfg.max_num_seqs, room // per))
+    if eng.spec is not None:  # a step emits its expected tokens, on average
+        step = eng.spec.seconds(0, 0, 0, 0, b, b * pmin)
+        return {"max_decode_batch": b, "decode_step_s": step,
+                "output_tokens_per_s": b * eng.spec.spec.expected / step}
     step = eng.cost.decode(b, pmin)
     return {"max_decode_batch": b, "decode_step_s": step, "output_tokens_per_s": b / step}
 
@@ -372,6 +391,8 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
                         else rate * sum(e2e) / n},
         "saturated_per_replica": sat,
         "timeline": _buckets(reps, end),
+        **({} if eng.spec is None else {"speculative": spec_doc(
+            eng.spec, reps, sat, round(sum(r.prompt for r in reqs) / len(reqs)))}),
         **({} if dep.opts.price is None else {"cost": serving_cost(
             dep.opts.price, dep.opts.price_source or "--price", gpus, throughput,
             good_n / span if slo.bounds else None)}),

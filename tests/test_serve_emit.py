@@ -1,0 +1,139 @@
+"""`serve --emit`: every flag printed is one the engine's parser declares (tests/data/
+engine_flags.json, from its source at the commit named), the values are the plan's, and what an
+engine cannot express is refused naming the flag."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from shapecalc.serve.emit import _check
+
+DATA = Path(__file__).parent / "data"
+FLAGS = json.loads((DATA / "engine_flags.json").read_text())
+EAGLE3 = str(DATA / "eagle3-llama3.1-8b-config.json")
+
+
+def _commands(text: str) -> list[list[str]]:
+    """The shell commands of --emit's output (comments and the heredoc's YAML aside)."""
+    out, yaml = [], False
+    for line in text.replace("\\\n", " ").splitlines():
+        if line.startswith("cat > "):
+            yaml = True
+            continue
+        if yaml:
+            yaml = line != "EOF"
+            continue
+        if line and not line.startswith("#"):
+            out.append(shlex.split(line.rstrip(" &")))
+    return out
+
+
+def _yaml_keys(text: str) -> set[str]:
+    keys, inside, parent = set(), False, ""
+    for line in text.splitlines():
+        if line.startswith("cat > "):
+            inside = True
+            continue
+        if line == "EOF":
+            inside = False
+        if not inside or ":" not in line:
+            continue
+        key = line.split(":", 1)[0]
+        if line.startswith("  "):
+            keys.add(f"{parent}.{key.strip()}")
+        else:
+            parent = key
+            keys.add(key)
+    return keys
+
+
+def _flags(cmd: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for i, tok in enumerate(cmd):
+        if tok.startswith("--"):
+            nxt = cmd[i + 1] if i + 1 < len(cmd) else None
+            out[tok] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+SPEC = ["--draft", "eagle3", "--draft-config", EAGLE3, "--spec-k", "3"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "dynamo"])
+def test_every_emitted_flag_is_the_engines_own(cli, engine):
+    r = cli("serve", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--requests", "2",
+            "--prompt-tokens", "64", "--output-tokens", "8", "--replicas", "2",
+            "--max-num-seqs", "64", "--max-batched-tokens", "2048", *SPEC, "--emit", engine)
+    assert r.code == 0, r.err
+    names = FLAGS["vllm" if engine == "dynamo" else engine]
+    known = set((FLAGS["vllm"] if engine == "dynamo" else names)["flags"])
+    cmds = _commands(r.out)
+    engine_cmds = [c for c in cmds if "dynamo.frontend" not in c]
+    assert engine_cmds
+    for cmd in engine_cmds:
+        flags = _flags(cmd)
+        assert set(flags) <= known, set(flags) - known
+    f = _flags(engine_cmds[0])
+    if engine in ("vllm", "dynamo"):
+        assert f["--tensor-parallel-size"] == "1" and f["--max-num-seqs"] == "64"
+        assert f["--max-num-batched-tokens"] == "2048" and f["--block-size"] == "16"
+        cfg = json.loads(f["--speculative-config"] or "")
+        assert set(cfg) <= set(FLAGS["vllm"]["speculative_config_keys"])
+        assert cfg["method"] in FLAGS["vllm"]["speculative_methods"]["values"]
+        assert cfg["method"] == "eagle3" and cfg["num_speculative_tokens"] == 3
+        assert f["--kv-cache-dtype"] in FLAGS["vllm"]["choices"]["--kv-cache-dtype"]
+        if engine == "dynamo":  # one worker a replica, each on its own GPU
+            assert len(engine_cmds) == 2 and engine_cmds[1][0] == "CUDA_VISIBLE_DEVICES=1"
+    elif engine == "sglang":
+        assert f["--tp-size"] == "1" and f["--max-running-requests"] == "64"
+        assert f["--chunked-prefill-size"] == "2048" and f["--page-size"] == "16"
+        assert f["--speculative-algorithm"] in names["choices"]["--speculative-algorithm"]
+        assert f["--speculative-num-steps"] == "3" and f["--speculative-num-draft-tokens"] == "4"
+        assert f["--kv-cache-dtype"] in names["choices"]["--kv-cache-dtype"]
+    else:
+        assert f["--tp_size"] == "1" and f["--max_batch_size"] == "64"
+        assert f["--max_num_tokens"] == "2048"
+        assert 0 < float(f["--kv_cache_free_gpu_memory_fraction"] or "") < 1
+        keys = _yaml_keys(r.out)
+        assert keys <= set(names["yaml_keys"]), keys - set(names["yaml_keys"])
+        assert "decoding_type: Eagle3" in r.out and "max_draft_len: 3" in r.out
+
+
+def test_data_parallel_attention_with_experts(cli):
+    """ep over tp's replicas: vLLM's DP × TP with EP, SGLang's tp-size every GPU."""
+    r = cli("serve", "--preset", "mixtral-8x7b", "--gpu", "h100-sxm", "--requests", "2",
+            "--prompt-tokens", "64", "--output-tokens", "4", "--tp", "2", "--ep", "8",
+            "--emit", "vllm")
+    f = _flags(_commands(r.out)[0])
+    assert (f["--tensor-parallel-size"], f["--data-parallel-size"]) == ("2", "4")
+    assert "--enable-expert-parallel" in f
+    r = cli("serve", "--preset", "mixtral-8x7b", "--gpu", "h100-sxm", "--requests", "2",
+            "--prompt-tokens", "64", "--output-tokens", "4", "--tp", "2", "--ep", "8",
+            "--emit", "sglang")
+    f = _flags(_commands(r.out)[0])
+    assert (f["--tp-size"], f["--dp-size"], f["--ep-size"]) == ("8", "4", "8")
+    assert set(f) <= set(FLAGS["sglang"]["flags"])
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--dtype", "int4", "--emit", "vllm"], "dtype"),
+    (["--kv-dtype", "int8", "--emit", "sglang"], "kv-dtype"),
+    (["--emit", "tgi"], "emit"),
+    (["--emit", "vllm", "--json"], "emit"),
+])
+def test_what_an_engine_cannot_take_is_refused(cli, args, flag):
+    r = cli("serve", "--preset", "seed-tiny", "--gpu", "h100-sxm", "--requests", "2", *args)
+    assert r.code == 2 and r.out == ""
+    assert r.err.startswith(f"error: {flag}:") and len(r.err.strip().splitlines()) == 1
+
+
+def test_ep_not_a_multiple_of_tp_is_refused():
+    from shapecalc.model.config import ShapecalcError
+
+    with pytest.raises(ShapecalcError) as e:
+        _check("vllm", {"tp": 4, "ep": 6})
+    assert e.value.field == "ep"
