@@ -184,3 +184,18 @@ def test_the_shipped_efficiencies_are_the_fit():
     assert shape == SHAPE
     assert all(math.isclose(a, b) for c in FITTED for a, b in zip(table[c], FITTED[c],
                                                                   strict=True))
+
+
+def test_gemm_size_factor_and_clock_by_hand():
+    """One GEMM [M,K]×[K,N] = [1024, 4096]×[4096, 1024] (Llama-3.1-8B's k projection at b·T =
+    1024): f(x) = x/(x + 512) per dimension, (1024/1536)²·(4096/4608); an H100 SXM at 500 W of
+    700: (5/7)^(1/3)."""
+    from shapecalc.inputs.hardware import load_gpu
+    from shapecalc.train.efficiency import clock_factor, gemm_fraction
+
+    m = load_preset("llama3.1-8b", None)
+    wl = Workload(batch=1, seq=1024)
+    k_proj = [s for s in stages(m, wl, 1) if s.role == "attn.k" and s.kind == 0]
+    assert math.isclose(gemm_fraction(k_proj, m, wl, 1, 512.0),
+                        (1024 / 1536) ** 2 * (4096 / 4608))
+    assert math.isclose(clock_factor(load_gpu("H100-SXM", None, None), 500), (5 / 7) ** (1 / 3))

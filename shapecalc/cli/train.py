@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..train.frameworks import HELP as FW_HELP
 from .options import (
     EP,
     PP,
@@ -31,11 +32,6 @@ from .options import (
 )
 from .plan_options import Gpu, HardwareDir, Price, SetGpu, gpu_option
 
-FW_HELP = ("hf (default: autograd's exact count, transformers eager; any --zero, --recompute) | "
-           "megatron (--zero 0|1, --recompute none|selective|full) | torchtitan (FSDP2: --zero "
-           "0|3, --recompute none|selective = per-op SAC|full) | deepspeed (--zero 0-3, 0|1 "
-           "with --pp; --recompute none|torch|full) | llm-foundry (FSDP1: --zero 0|2|3, no --pp,"
-           " --recompute none|full); Megatron's closed form is printed beside each")
 FP8_HELP = ("te-delayed | te-current | te-block | mxfp8 (Blackwell) | torchao-tensor | "
             "torchao-row | deepseek")
 
@@ -63,14 +59,17 @@ def train(
     dp: Annotated[int, typer.Option("--dp", help="data-parallel degree", min=1)] = 1,
     zero: Annotated[int, typer.Option(
         "--zero", help="ZeRO stage over the dp group: 0 none, 1 optimizer states, 2 + "
-        "gradients, 3 + weights (FSDP)")] = 0,
+        "gradients, 3 + weights (FSDP); each --framework takes its own: megatron 0|1, torchtitan "
+        "0|3, deepspeed 0-3 (0|1 with --pp), llm-foundry 0|2|3")] = 0,
     precision: Annotated[str, typer.Option(
         "--precision", help="mixed (bf16 + fp32 master + AdamW: 16 B/param) | fp32 (AdamW: 16 "
         "B/param) | adam8bit (bf16 + fp32 master + 8-bit m, v: 10 B/param)")] = "mixed",
     recompute: Annotated[str, typer.Option(
         "--recompute", help="none | selective (attention core, Korthikanti et al.) | full "
         "(Megatron: each layer's forward again) | torch (torch.utils.checkpoint per layer, as "
-        "transformers' gradient checkpointing)")] = "none",
+        "transformers' gradient checkpointing); megatron takes none|selective|full, torchtitan "
+        "none|selective (its per-op SAC)|full|torch (one per-block checkpoint), deepspeed "
+        "none|torch|full, llm-foundry none|full|torch")] = "none",
     cp: Annotated[int, typer.Option(
         "--cp", help="context-parallel degree (ring attention): each rank holds T/cp of every "
         "sequence as two load-balanced causal chunks")] = 1,
@@ -89,7 +88,7 @@ def train(
         "collective_latency_s, net_bandwidth in bytes/s per GPU)")] = None,
     framework: Annotated[str, typer.Option(
         "--framework", help="whose memory rules (and, with --gpu, efficiency terms) the plan "
-        "follows: " + FW_HELP)] = "hf",
+        "follows: " + FW_HELP + "; Megatron's closed form is printed beside each")] = "hf",
     fp8: Annotated[str | None, typer.Option(
         "--fp8", help="fp8 training (needs a GPU with fp8 and a framework that runs the mode): "
         + FP8_HELP, show_default="none (bf16)")] = None,

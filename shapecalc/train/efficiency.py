@@ -19,9 +19,10 @@ step-time model's GEMM and attention efficiencies for one run, from physical ter
   passes     how many times eager kernels move each elementwise stage's bytes: the time model
              counts one read and one write per stage (a fused kernel: TE's norms and
              activations, torch.compile's Inductor, llm-foundry's fused LayerNorm and GELU);
-             torchtitan's eager RMSNorm runs in fp32 as separate kernels (x.float(), pow, mean,
-             rsqrt, mul, type_as, × weight: torchtitan/models/norms.py RMSNorm._norm) and its
-             RoPE through complex fp32 views: PASSES = 3 stated; --compile (torch.compile): 1.
+             torchtitan's 2024 eager RMSNorm (torchtitan/models/norms.py, the Llama reference's:
+             self._norm(x.float()).type_as(x) * self.weight, _norm = x * torch.rsqrt(
+             x.pow(2).mean(-1, keepdim=True) + eps)) runs as separate fp32 kernels and its RoPE
+             through complex fp32 views: PASSES = 3 stated; --compile (torch.compile): 1.
 
 e_gemm and e_attn are fitted per GPU on the shared training records (train/calibrate_train.py,
 `shapecalc calibrate-train --check` prints measured/predicted); gemm_half_rows and

@@ -46,9 +46,6 @@ from .time import TrainPerf
 
 MODES = ("te-delayed", "te-current", "te-block", "mxfp8", "torchao-tensor", "torchao-row",
          "deepseek")
-HELP = ("te-delayed | te-current | te-block | mxfp8 (Transformer Engine recipes; mxfp8 on "
-        "Blackwell) | torchao-tensor | torchao-row (torchao Float8Linear) | deepseek "
-        "(DeepSeek-V3's 1×128 / 128×128 blocks): the layers' linears in fp8")
 FP8_ROLES = ("attn.q", "attn.k", "attn.v", "attn.qkv", "attn.out", "ffn.gate", "ffn.up",
              "ffn.down", "moe.experts.gate", "moe.experts.up", "moe.experts.down",
              "moe.shared.gate", "moe.shared.up", "moe.shared.down")

@@ -47,6 +47,13 @@ derived from their code (each rule cites the file and function it follows):
 
 Every framework's output also carries Megatron's closed form (train/report.py), and names the
 framework its memory follows.
+
+API (for planners that search layouts): `train.report.build_train(model, wl, ..., framework=,
+fw_terms=, fp8=)` returns the report whose `memory.framework` is this count (`peak_bytes`,
+`fits`, `per_stage` by term) and whose `memory.peak_bytes` / `fits` follow it;
+`framework(name, zero=, recompute=, pp=, fp8=)` checks a combination without building anything
+(ShapecalcError naming the flag); `fwmemory.framework_memory` is the per-stage function
+build_train calls, `fwmemory.FwTerms` / `fw_terms([...])` its stated terms.
 """
 
 from __future__ import annotations
@@ -105,10 +112,10 @@ FRAMEWORKS: dict[str, Framework] = {
 NAMES = tuple(FRAMEWORKS)
 HELP = ("hf (default: autograd's exact count, transformers eager; any --zero, --recompute) | "
         "megatron (Megatron-Core + TE: --zero 0|1, --recompute none|selective|full) | "
-        "torchtitan (FSDP2: --zero 0|3, --recompute none|selective (per-op SAC)|full) | "
+        "torchtitan (FSDP2: --zero 0|3, --recompute none|selective (per-op SAC)|full|torch) | "
         "deepspeed (ZeRO 0-3 on transformers' modules, --zero 0|1 with --pp; --recompute "
-        "none|torch) | llm-foundry (Composer FSDP1: --zero 0|2|3, no --pp, --recompute "
-        "none|full)")
+        "none|torch|full) | llm-foundry (Composer FSDP1: --zero 0|2|3, no --pp, --recompute "
+        "none|full|torch)")
 
 
 def framework(name: str, *, zero: int, recompute: str, pp: int, fp8: str | None = None
