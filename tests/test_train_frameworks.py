@@ -199,3 +199,22 @@ def test_gemm_size_factor_and_clock_by_hand():
     assert math.isclose(gemm_fraction(k_proj, m, wl, 1, 512.0),
                         (1024 / 1536) ** 2 * (4096 / 4608))
     assert math.isclose(clock_factor(load_gpu("H100-SXM", None, None), 500), (5 / 7) ** (1 / 3))
+
+
+def test_per_layer_sac_recomputes_every_nth_layer():
+    """torchtitan's per-layer SAC (selective_ac_option = 2): 16 of Llama-3.1-8B's 32 blocks
+    are checkpointed, so the recompute is 16 blocks' forward; per-op SAC re-runs the 2nd, 4th
+    and 6th GEMM of every block (wk, wo, w3)."""
+    from shapecalc.train.fwmemory import fw_terms
+
+    m = load_preset("llama3.1-8b", None)
+    wl = Workload(batch=1, seq=1024)
+    st = stages(m, wl, 1)
+    block = sum(s.flops for s in st if s.group == "block" and s.kind == 0)
+    doc = build_train(m, wl, dp=8, zero=3, precision="mixed", recompute="selective",
+                      grad_accum=None, global_batch=None, framework="torchtitan",
+                      fw_terms=fw_terms(["sac_layer_every=2"]))
+    assert doc["flops"]["recompute_flops"] == 16 * block
+    op = _doc("torchtitan", dp=8, zero=3, recompute="selective")["flops"]["recompute_flops"]
+    by_role = {s.role: s.flops for s in st if s.group == "block" and s.kind == 0}
+    assert op == 32 * (by_role["attn.k"] + by_role["attn.out"] + by_role["ffn.up"])

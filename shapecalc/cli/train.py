@@ -96,7 +96,8 @@ def train(
         "--fw-term", help="override a framework memory term: NAME=VALUE (repeatable; "
         "allocator_reserve, comm_buffer_bytes, dropout, fused_ce, sac_layer_every, "
         "recompute_layernorm, recompute_moe_act, prefetch_blocks, reduce_bucket_size, "
-        "max_live_parameters, prefetch_bucket_size)")] = None,
+        "max_live_parameters, prefetch_bucket_size)",
+        show_default="the stated terms (docs/guides/training.md)")] = None,
     compile_: Annotated[bool, typer.Option(
         "--compile", help="torch.compile: the elementwise chains fused (the step time of "
         "torchtitan, deepspeed, llm-foundry; needs --gpu)")] = False,

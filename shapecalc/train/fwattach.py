@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model.config import ModelConfig, Workload
+from ..model.config import ModelConfig, ShapecalcError, Workload
 from ..model.parallel import stage_kind_counts
 from ..model.plan import layer_plan
 from ..model.stage import EXPERT_ROLES, Stage
@@ -17,18 +17,28 @@ from .frameworks import Framework, describe
 from .fwmemory import FwTerms, framework_memory, op_sac_recompute_flops, stage_blocks
 
 
-def op_sac_flops(model: ModelConfig, full: list[Stage], policy: str, flops: dict[str, Any]
-                 ) -> dict[Any, int] | None:
+def op_sac_flops(model: ModelConfig, full: list[Stage], policy: str, flops: dict[str, Any],
+                 every: int = 0) -> dict[Any, int] | None:
     """Per-op SAC (torchtitan's selective): every second GEMM of each layer runs again in the
-    backward. Adds its FLOPs to `flops` (one micro-batch) and returns them per layer kind for
-    the step time; None for other policies."""
+    backward; per-layer SAC (`every` = N): every N-th layer's forward runs again. Adds the
+    FLOPs to `flops` (one micro-batch) and returns them per layer (the kind's average) for the
+    step time; None for other policies."""
     if policy != "op":
         return None
     plan = layer_plan(model)
-    extra = {k: op_sac_recompute_flops(full, k) for k in range(len(plan.kinds))}
+    if every:
+        def layer(k: int) -> int:
+            n_k = sum(1 for x in plan.kind_of if x == k)
+            return sum(x.flops for x in full if x.group == "block" and x.kind == k) * \
+                (n_k // every) // max(n_k, 1)
+        extra = {k: layer(k) for k in range(len(plan.kinds))}
+        how = f"every {every}-th layer's forward again (torchtitan per-layer SAC)"
+    else:
+        extra = {k: op_sac_recompute_flops(full, k) for k in range(len(plan.kinds))}
+        how = "every second GEMM of each layer, again in its backward"
     total = sum(extra[k] * sum(1 for x in plan.kind_of if x == k) for k in extra)
-    flops.update(recompute="selective (torchtitan per-op SAC)", recompute_flops=total,
-                 recompute_formula="every second GEMM of each layer, again in its backward",
+    flops.update(recompute="selective (torchtitan " + ("per-layer" if every else "per-op")
+                 + " SAC)", recompute_flops=total, recompute_formula=how,
                  step_flops=flops["step_flops"] + total)
     return {k: v for k, v in extra.items() if v}
 
@@ -42,6 +52,11 @@ def attach_framework(memory: dict[str, Any], fw: Framework, model: ModelConfig, 
     if fw.name == "hf":
         memory["framework"] = {**describe(fw, recompute), "peak_bytes": memory["peak_bytes"]}
         return
+    if fw.activations == "modules" and (set(model.mixers) != {"attention"} or model.mla):
+        raise ShapecalcError("framework", f"{fw.name}'s per-layer terms cover attention layers "
+                             "(MHA, GQA) with dense or routed FFNs; this model's "
+                             f"{'MLA' if model.mla else ', '.join(sorted(model.mixers))} layers "
+                             "are counted by --framework hf (the exact autograd count)")
     blocks, roots = stage_blocks(model, wl, rank)
     plan = layer_plan(model)
     counts = stage_kind_counts(plan, wl.pp)

@@ -226,8 +226,9 @@ def framework_memory(fw: Framework, model: ModelConfig, wl: Workload, *, recompu
     bpp = (Term("weights", fw.weights, "weights"), Term("gradients", fw.gradients, "gradients"),
            Term("optimizer", fw.optimizer, "optimizer states"))
     every = int(terms.sac_layer_every)
-    if every and fw.name != "torchtitan":
-        raise ShapecalcError("fw-term.sac_layer_every", "is torchtitan's per-layer SAC")
+    if every and (fw.name != "torchtitan" or policy != "op"):
+        raise ShapecalcError("fw-term.sac_layer_every", "is torchtitan's per-layer SAC: "
+                             "--framework torchtitan --recompute selective")
     for key in ("recompute_layernorm", "recompute_moe_act"):
         if getattr(terms, key) and fw.name != "megatron":
             raise ShapecalcError(f"fw-term.{key}", "is Megatron's --recompute-modules")

@@ -108,7 +108,8 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
     # per-op SAC re-runs its own GEMMs, not the attention core: its FLOPs are added to none's
     work_rc = "none" if fw.recompute[recompute] == "op" else recompute
     flops = step_flops(full, model.n_layers, work_rc)
-    sac = op_sac_flops(model, full, fw.recompute[recompute], flops)
+    sac = op_sac_flops(model, full, fw.recompute[recompute], flops,
+                       int((fw_terms or FwTerms()).sac_layer_every))
     params = sum(x.params * x.repeat for x in full)
     tokens = b * s
     approx6 = 6 * params * tokens
