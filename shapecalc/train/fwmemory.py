@@ -40,7 +40,8 @@ Per pipeline stage, bytes:
                 6·P_block); with pp every block of the stage stays gathered (2·P_stage).
                 DeepSpeed ZeRO-3: min(max_live_parameters, two blocks + prefetch bucket) in
                 bf16; ZeRO 1–3's gradient bucket reduce_bucket_size × 2 B (×2 with
-                overlap_comm, ZeRO-3's default);
+                overlap_comm, on by default for ZeRO-3 only: DeepSpeedZeroConfig's
+                overlap_comm_valid, "self.overlap_comm = self.stage == ZeroStageEnum.weights");
   reserve       the caching allocator's reserve over what it holds: allocator_reserve × the
                 allocated bytes (fragmentation, the block rounding), and comm_buffer_bytes
                 (NCCL's buffers sit outside the caching allocator: 0 unless given).
