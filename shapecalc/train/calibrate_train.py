@@ -1,16 +1,19 @@
 """`shapecalc calibrate-train FILE`: the shared training records (step time, tokens/s per GPU,
 peak memory) against `train --framework`, and the fit of train/efficiency.py's per-GPU terms.
 
-What each record ran, beyond its own fields, is stated here with its source (SETUP): the
-framework whose memory rules apply, the power limit, torch.compile, fp8, and Megatron's
-recompute modules. Nothing is set per record to match its figure: the fit has two terms per GPU
-chip (e_gemm, e_attn) and two shared by all (gemm_half_dim, attention_half_seq), each the grid
-point of least squared log error over the records' time figures.
+What each record ran, beyond its own fields, is read from its own text (setup_of): the
+framework whose memory rules apply (by its source), the power limit its quote states,
+torch.compile and fp8 (by its precision); a recipe's override is stated with the file it quotes
+(RECIPES: gpt-oss-120b's micro-batch and Megatron's recompute modules). Nothing is set per
+record to match its figure: the fit has two terms per GPU chip (e_gemm, e_attn) and two shared
+by all (gemm_half_dim, attention_half_seq), each the grid point of least squared log error over
+the records' time figures.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,26 +32,28 @@ G_RANGE, A_RANGE = (50, 95), (30, 90)  # the fit's grid, in hundredths
 TIME_KEYS = ("step_s", "tokens_per_s_per_gpu")
 KEYS = (*TIME_KEYS, "memory_gib")
 
-# what each source ran (quotes in the records' own fields unless cited here)
-_TT = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
-SETUP: dict[str, dict[str, Any]] = {
-    "korthikanti": {"framework": "megatron", "why": "Megatron-LM (arXiv:2205.05198 §6)"},
-    "torchtitan": {"framework": "torchtitan", "power_w": 500.0,
-                   "why": f"{_TT}: \"We used the default 500W power limit\""},
-    "mpt": {"framework": "llm-foundry", "why": "llm-foundry's benchmark README (Composer FSDP)"},
-    "megatron": {"framework": "megatron", "micro_batch": 1,
-                 "fw_terms": ["recompute_layernorm=1", "recompute_moe_act=1"],
-                 "why": "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/gpt_oss/"
-                 "gpt_oss_workload_base_configs.py: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 "
-                 "= BASE (micro_batch_size=1) with pipeline_model_parallel_size=4, "
-                 "recompute_modules=['layernorm', 'moe_act'] (the table's MBS 4 and GA 2 "
-                 "disagree with its GBS 512 and dp 16; the recipe's micro-batch is used)"},
-}
-# torch.compile and torchao float8 rows (the precision field says so: torchtitan's Float8
-# at 9dec370 is torchao's tensorwise recipe with the fp8 FSDP all-gather, its float8 config
-# enable_fsdp_float8_all_gather)
+# what each source ran, read from the record's own text (source, precision, quote_context),
+# so records of the same kinds held back run the same way: the framework by the source
+FRAMEWORK_BY_SOURCE = (("Reducing Activation Recomputation", "megatron"),
+                       ("torchtitan", "torchtitan"), ("llm-foundry", "llm-foundry"),
+                       ("Megatron-Bridge", "megatron"), ("Megatron", "megatron"))
+# the power limit a source states ("We used the default 500W power limit": torchtitan)
+POWER = re.compile(r"(\d{3,4}) ?W power limit")
 COMPILED = ("torch.compile",)
-FP8 = {"torchao Float8": "torchao-tensor"}
+# the fp8 recipe a precision field names: torchtitan's "torchao Float8" at 9dec370 is torchao's
+# tensorwise recipe with the fp8 FSDP all-gather (enable_fsdp_float8_all_gather); NeMo's FP8-CS
+# is TE's current scaling, FP8-MX MXFP8, FP8-DS DeepSeek's blocks
+FP8 = (("torchao Float8", "torchao-tensor"), ("FP8-CS", "te-current"), ("FP8-MX", "mxfp8"),
+       ("FP8-DS", "deepseek"))
+# a record whose recipe states more than its table (the recipe file quoted)
+RECIPES: dict[str, dict[str, Any]] = {
+    "megatron-bridge-gptoss120b-h100-bf16": {
+        "micro_batch": 1, "fw_terms": ["recompute_layernorm=1", "recompute_moe_act=1"],
+        "why": "NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/gpt_oss/"
+        "gpt_oss_workload_base_configs.py: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 = BASE "
+        "(micro_batch_size=1) with pipeline_model_parallel_size=4, recompute_modules="
+        "['layernorm', 'moe_act'] (the table's MBS 4 and GA 2 disagree with its GBS 512 and "
+        "dp 16; the recipe's micro-batch is used)"}}
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
@@ -60,12 +65,19 @@ def load_records(path: Path) -> list[dict[str, Any]]:
 
 
 def setup_of(rec: dict[str, Any]) -> dict[str, Any]:
-    key = rec["id"].split("-")[0]
-    if key not in SETUP:
-        raise ShapecalcError("file", f"record {rec['id']!r}: no stated setup for {key!r}")
-    out = dict(SETUP[key])
-    out["compile"] = any(c in rec.get("precision", "") for c in COMPILED)
-    out["fp8"] = next((m for k, m in FP8.items() if k in rec.get("precision", "")), None)
+    """What the record ran: its framework (by its source), power limit, torch.compile and fp8
+    (by its own text), and any recipe override with the file it quotes."""
+    source, precision = str(rec.get("source", "")), str(rec.get("precision", ""))
+    fw = next((f for key, f in FRAMEWORK_BY_SOURCE if key in source), None)
+    if fw is None:
+        raise ShapecalcError("file", f"record {rec.get('id')!r}: no framework known for its "
+                             f"source {source[:60]!r}")
+    power = POWER.search(str(rec.get("quote_context", "")))
+    out: dict[str, Any] = {"framework": fw, "power_w": float(power.group(1)) if power else None,
+                           "compile": any(c in precision for c in COMPILED),
+                           "fp8": next((m for k, m in FP8 if k in precision), None),
+                           "why": f"{fw} (the record's source)"}
+    out.update(RECIPES.get(rec.get("id", ""), {}))
     return out
 
 
