@@ -6,8 +6,9 @@ one entry point other planners call: `framework_memory` (train/fwmemory.py holds
 derived from their code (each rule cites the file and function it follows):
 
   megatron    Megatron-Core with Transformer Engine. Bytes per parameter: bf16 weights 2, fp32
-              main gradients 4 (megatron/training/arguments.py: bf16 sets
-              accumulate_allreduce_grads_in_fp32; the DDP grad buffer is fp32), optimizer 12
+              main gradients 4 (megatron/training/arguments.py validate_args: "bfloat16
+              requires gradient accumulation and all-reduce to be done in fp32", so bf16 sets
+              accumulate_allreduce_grads_in_fp32 and the DDP grad buffer is fp32), optimizer 12
               (fp32 master, Adam m, v), sharded over dp by the distributed optimizer
               (docs/source/api-guide/dist_optimizer.md: "float16 param, fp32 grads | 18 |
               6 + 12/d"). --zero 0 or 1 (the distributed optimizer); its FSDP is not modelled.
