@@ -24,6 +24,7 @@ SLOW = (
     "--requests 300 --find-rate",
     "shapecalc compare llama3-8b llama3-70b@tp=4 --batch 1,8,32,128",  # 8 fits with times
     "shapecalc serve --preset qwen3-30b-a3b --gpu h100-sxm --tp 1 --ep 16",  # 16 ranks
+    "shapecalc calibrate-train",  # 11 training records through train --framework
 )
 TORCH = ("--against", "docs/examples/arcee")
 

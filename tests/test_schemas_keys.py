@@ -37,6 +37,11 @@ CASES = [
                GPU, "--json"]),
     ("train", ["train", "--preset", "nemotron-nano-9b-v2", "--seq", "64", "--zero", "1",
                "--json"]),
+    # a framework's own count, fp8 and the efficiency block (memory.framework, training.fp8,
+    # time.efficiency)
+    ("train", ["train", "--preset", "qwen3-30b-a3b", "--seq", "64", "--pp", "2", "--ep", "2",
+               "--dp", "4", "--zero", "3", "--framework", "torchtitan", "--recompute",
+               "selective", "--fp8", "torchao-tensor", "--compile", "--gpu", GPU, "--json"]),
     ("verify", ["verify", "--json"]),
     ("verify", ["verify", "--config", "{MAMBA}", "--json"]),
     ("verify_train", ["verify", "--train", "--json"]),

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hardware": ("hardware", "List the GPU profiles, or show one (with --set-gpu overrides)."),
     "calibrate": ("calibrate", "Fit the expected-time model to serving measurements; write a "
                   "GPU profile."),
+    "calibrate-train": ("calibrate_train", "Fit the training step-time model to published "
+                        "training records; measured/predicted."),
     "serve": ("serve", "Simulate serving under load: latency percentiles, throughput, goodput, "
               "and the GPUs an SLO needs."),
     "train": ("train", "One training step: FLOPs, per-rank memory by term, batch, ledgers and "

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..train.frameworks import HELP as FW_HELP
 from .options import (
     EP,
     PP,
@@ -30,6 +31,9 @@ from .options import (
     resolve_workload,
 )
 from .plan_options import Gpu, HardwareDir, Price, SetGpu, gpu_option
+
+FP8_HELP = ("te-delayed | te-current | te-block | mxfp8 (Blackwell) | torchao-tensor | "
+            "torchao-row | deepseek")
 
 
 def train(
@@ -55,14 +59,17 @@ def train(
     dp: Annotated[int, typer.Option("--dp", help="data-parallel degree", min=1)] = 1,
     zero: Annotated[int, typer.Option(
         "--zero", help="ZeRO stage over the dp group: 0 none, 1 optimizer states, 2 + "
-        "gradients, 3 + weights (FSDP)")] = 0,
+        "gradients, 3 + weights (FSDP); each --framework takes its own: megatron 0|1, torchtitan "
+        "0|3, deepspeed 0-3 (0|1 with --pp), llm-foundry 0|2|3")] = 0,
     precision: Annotated[str, typer.Option(
         "--precision", help="mixed (bf16 + fp32 master + AdamW: 16 B/param) | fp32 (AdamW: 16 "
         "B/param) | adam8bit (bf16 + fp32 master + 8-bit m, v: 10 B/param)")] = "mixed",
     recompute: Annotated[str, typer.Option(
         "--recompute", help="none | selective (attention core, Korthikanti et al.) | full "
         "(Megatron: each layer's forward again) | torch (torch.utils.checkpoint per layer, as "
-        "transformers' gradient checkpointing)")] = "none",
+        "transformers' gradient checkpointing); megatron takes none|selective|full, torchtitan "
+        "none|selective (its per-op SAC)|full|torch (one per-block checkpoint), deepspeed "
+        "none|torch|full, llm-foundry none|full|torch")] = "none",
     cp: Annotated[int, typer.Option(
         "--cp", help="context-parallel degree (ring attention): each rank holds T/cp of every "
         "sequence as two load-balanced causal chunks")] = 1,
@@ -79,6 +86,24 @@ def train(
         "--perf", help="override a term of the step-time model: NAME=VALUE (repeatable; "
         "gemm_efficiency, attention_efficiency, memory_efficiency, link_efficiency, "
         "collective_latency_s, net_bandwidth in bytes/s per GPU)")] = None,
+    framework: Annotated[str, typer.Option(
+        "--framework", help="whose memory rules (and, with --gpu, efficiency terms) the plan "
+        "follows: " + FW_HELP + "; Megatron's closed form is printed beside each")] = "hf",
+    fp8: Annotated[str | None, typer.Option(
+        "--fp8", help="fp8 training (needs a GPU with fp8 and a framework that runs the mode): "
+        + FP8_HELP, show_default="none (bf16)")] = None,
+    fw_term: Annotated[list[str] | None, typer.Option(
+        "--fw-term", help="override a framework memory term: NAME=VALUE (repeatable; "
+        "allocator_reserve, comm_buffer_bytes, dropout, fused_ce, sac_layer_every, "
+        "recompute_layernorm, recompute_moe_act, prefetch_blocks, reduce_bucket_size, "
+        "max_live_parameters, prefetch_bucket_size)",
+        show_default="the stated terms (docs/guides/training.md)")] = None,
+    compile_: Annotated[bool, typer.Option(
+        "--compile", help="torch.compile: the elementwise chains fused (the step time of "
+        "torchtitan, deepspeed, llm-foundry; needs --gpu)")] = False,
+    power_limit: Annotated[str | None, typer.Option(
+        "--power-limit", help="watts the GPU is capped at (e.g. 500 for an H100 SXM at 500 W "
+        "of 700): compute rates × (W/TDP)^(1/3); needs --gpu", show_default="the TDP")] = None,
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
@@ -98,7 +123,6 @@ def train(
 
         fmt = check_format("json" if as_json else fmt)
         check_outputs(output=output, svg=svg, html=html)
-        from ..train.time import perf_for
 
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         width = ACT_DTYPE.get(precision, "bf16")
@@ -109,13 +133,22 @@ def train(
         n_tokens = _tokens(train_tokens, card is not None)
         if perf and card is None:
             raise ShapecalcError("perf", "needs --gpu: it sets the step-time model's terms")
+        from ..train.efficiency import FUSED_ROLES
+        from ..train.fwoptions import run_perf_for, train_fw_terms
+
+        terms = train_fw_terms(framework, fw_term)
+        run_perf = run_perf_for(card, perf, framework, model, wl, cp=cp, compile_=compile_,
+                                power_limit=power_limit)
         doc = build_train(model, wl, dp=dp, zero=zero, precision=precision,
                           recompute=recompute, grad_accum=grad_accum, global_batch=global_batch,
                           gpu_memory=card.memory_bytes if card else None,
                           gpu_name=card.name if card else None, cp=cp,
                           virtual=virtual_stages, attention=attention, gpu=card,
-                          perf=perf_for(card, perf) if card else None,
-                          train_tokens=n_tokens)
+                          perf=run_perf[0] if run_perf else None,
+                          train_tokens=n_tokens, framework=framework, fw_terms=terms, fp8=fp8,
+                          fused=FUSED_ROLES.get(framework, ()))
+        if run_perf and run_perf[1] is not None:
+            doc["time"]["efficiency"] = run_perf[1]
         _cost(doc, card, price)
         from ..render.train import print_train
 

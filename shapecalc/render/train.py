@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .trainfw import efficiency_text, framework_lines
 from .units import human_bytes, human_flops, money
 
 
@@ -92,6 +93,7 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
             + (f"{c}" if v == 1 else f"{c}/{v}")
             + " in flight (closed form, beside; not in the total)")
         add(f"    {'total':11s} {_n(st['bytes']):>20s} B  {human_bytes(st['bytes']):>10s}")
+    out.extend(framework_lines(mem))
     line = (f"  peak: stage {mem['peak_stage']}, {_n(mem['peak_bytes'])} B "
             f"({human_bytes(mem['peak_bytes'])})")
     if "gpu" in mem:
@@ -100,7 +102,10 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
                  f"({human_bytes(abs(mem['free_bytes']))} {'free' if mem['fits'] else 'over'})")
     add(line)
     if "largest_micro_batch" in mem:
-        add(f"  largest micro-batch that fits: {mem['largest_micro_batch']} (exact activations)")
+        fw = mem.get("framework", {})
+        how = (f"as {fw['name']} keeps them" if fw.get("activations") == "modules"
+               else "exact activations")
+        add(f"  largest micro-batch that fits: {mem['largest_micro_batch']} ({how})")
     sv = mem["saved"]
     add(f"  activations: {sv['convention']} ({sv['attention']} attention, recompute "
         f"{sv['recompute']}, {sv['dtype']}); one micro-batch on a rank holding all the layers: "
@@ -165,7 +170,7 @@ def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
     st = ti["per_stage"][ti["slowest_stage"]]
     out = ["", f"Step time (expected; {ti['attention']} attention, {ti['compute_dtype']} peak "
            f"{ti['peak_flops'] / 1e12:,.1f} TFLOP/s; GEMMs at {pf['gemm_efficiency']:.2f} of "
-           f"peak, attention at {pf['attention_efficiency']:.2f}, fitted on published figures):"]
+           f"peak, attention at {pf['attention_efficiency']:.2f}, {efficiency_text(ti)}):"]
     add = out.append
     add(f"  one micro-batch on the slowest stage ({ti['slowest_stage']}): {_s(st['micro_batch_s'])}"
         f" = GEMMs {_s(st['gemm_s'])} + attention {_s(st['attention_s'])} + memory-bound "

@@ -140,12 +140,13 @@ def rank_params(model: ModelConfig, wl: Workload, full: list[Stage], rank: list[
     return list(zip(dense, experts, strict=True))
 
 
-def model_state(dense: int, experts: int, precision: str, zero: int, dp: int, ep: int
-                ) -> dict[str, Any]:
-    """Bytes of each model-state term on one rank holding `dense` + `experts` parameters."""
+def model_state(dense: int, experts: int, precision: str, zero: int, dp: int, ep: int,
+                widths: tuple[Term, ...] | None = None) -> dict[str, Any]:
+    """Bytes of each model-state term on one rank holding `dense` + `experts` parameters (at
+    `widths`, a framework's bytes per parameter, else the precision's)."""
     sharded = ZERO_SHARDED[zero]
     terms = []
-    for t in PRECISIONS[precision]:
+    for t in widths or PRECISIONS[precision]:
         if t.name in sharded:
             held = ceil_div(dense, dp) + (ceil_div(experts, dp // ep) if experts else 0)
         else:

@@ -26,6 +26,11 @@ from .activations import (
     saved_bytes,
 )
 from .backward import backward_stages, check_recompute, step_flops
+from .fp8 import check_fp8, fp8_perf
+from .fp8 import describe as fp8_describe
+from .frameworks import framework as framework_rules
+from .fwattach import attach_framework, op_sac_flops
+from .fwmemory import FwTerms
 from .ledgers import cp_ledger, dp_ledger, ep_ledger, tp_ledger
 from .memory import PRECISIONS, ZERO_SHARDED, check_training, model_state, rank_params
 from .time import TrainPerf, rates, step_time
@@ -79,9 +84,16 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                 recompute: str, grad_accum: int | None, global_batch: int | None,
                 gpu_memory: int | None = None, gpu_name: str | None = None, cp: int = 1,
                 virtual: int = 1, attention: str = "flash", gpu: Any = None,
-                perf: TrainPerf | None = None, train_tokens: int | None = None
-                ) -> dict[str, Any]:
+                perf: TrainPerf | None = None, train_tokens: int | None = None,
+                framework: str = "hf", fw_terms: FwTerms | None = None,
+                fp8: str | None = None, fused: tuple[str, ...] = ()) -> dict[str, Any]:
     check_recompute(recompute)
+    if fp8 is not None:
+        check_fp8(fp8, gpu)
+    fw = framework_rules(framework, zero=zero, recompute=recompute, pp=wl.pp, fp8=fp8)
+    if fw.name != "hf" and precision != "mixed":
+        raise ShapecalcError("precision", f"{fw.name} is planned in mixed precision only "
+                             f"(bf16 with fp32 master weights), not {precision!r}")
     check_training(model, precision, zero, dp, wl.ep)
     check_parallel(model, wl, cp, virtual)
     if wl.phase != "prefill" or wl.logits != "all":
@@ -93,7 +105,11 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
     rank = symbolic_stages(model, wl, t) if t > 1 else full
 
     # -- FLOPs: one micro-batch of the whole model, then the step --------------------------------
-    flops = step_flops(full, model.n_layers, recompute)
+    # per-op SAC re-runs its own GEMMs, not the attention core: its FLOPs are added to none's
+    work_rc = "none" if fw.recompute[recompute] == "op" else recompute
+    flops = step_flops(full, model.n_layers, work_rc)
+    sac = op_sac_flops(model, full, fw.recompute[recompute], flops,
+                       int((fw_terms or FwTerms()).sac_layer_every))
     params = sum(x.params * x.repeat for x in full)
     tokens = b * s
     approx6 = 6 * params * tokens
@@ -152,6 +168,10 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                        for x, a in zip(per_stage, exact_at(micro), strict=True))
 
         memory["largest_micro_batch"] = largest_ok(fits, 1, (1 << 40) - 1)
+    attach_framework(memory, fw, model, wl, recompute=recompute, attention=attention,
+                     zero=zero, dp=dp, cp=cp, virtual=virtual, placed=placed, rank=rank,
+                     stages=full, terms=fw_terms or FwTerms(), gpu_memory=gpu_memory,
+                     fp8=fp8)
 
     # -- communication per step per rank ---------------------------------------------------------
     dense, experts = placed[peak["stage"]]
@@ -193,11 +213,17 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
         "memory": memory,
         "communication": comm,
     }
+    if fp8 is not None:
+        doc["training"]["fp8"] = fp8_describe(fp8)
     if gpu is not None:
-        doc["time"] = _time(model, wl, gpu, perf or TrainPerf(), doc, placed, cp=cp, dp=dp,
+        tperf = perf or TrainPerf()
+        if fp8 is not None:  # the fp8 GEMMs at the fp8 peak (train/fp8.py)
+            tperf = fp8_perf(tperf, gpu, full)
+        doc["time"] = _time(model, wl, gpu, tperf, doc, placed, cp=cp, dp=dp,
                             accum=accum, virtual=virtual, zero=zero, precision=precision,
-                            recompute=recompute, attention=attention, width=width,
-                            train_tokens=train_tokens)
+                            recompute=work_rc, attention=attention, width=width,
+                            train_tokens=train_tokens, extra_gemm=sac,
+                            peak_dtype="fp8" if fp8 else None, fused=fused)
     return doc
 
 
@@ -261,7 +287,8 @@ def check_parallel(model: ModelConfig, wl: Workload, cp: int, virtual: int) -> N
 def _time(model: ModelConfig, wl: Workload, gpu: Any, perf: TrainPerf, doc: dict[str, Any],
           placed: list[tuple[int, int]], *, cp: int, dp: int, accum: int, virtual: int,
           zero: int, precision: str, recompute: str, attention: str, width: int,
-          train_tokens: int | None) -> dict[str, Any]:
+          train_tokens: int | None, extra_gemm: dict[Any, int] | None = None,
+          peak_dtype: str | None = None, fused: tuple[str, ...] = ()) -> dict[str, Any]:
     """The `time` block: train/time.py's step model and the rates that follow."""
     dp_bytes = [dp_ledger(d, e, precision, zero, dp * cp, wl.ep)["bytes_per_step"]
                 for d, e in placed]
@@ -269,7 +296,8 @@ def _time(model: ModelConfig, wl: Workload, gpu: Any, perf: TrainPerf, doc: dict
     st = step_time(model, wl, gpu, perf, cp=cp, dp=dp, accum=accum, virtual=virtual, zero=zero,
                    recompute=recompute, attention=attention, act_width=width,
                    stage_params=[d + e for d, e in placed], dp_bytes=dp_bytes,
-                   ep_bytes_per_layer=a2a)
+                   ep_bytes_per_layer=a2a, extra_gemm=extra_gemm, peak_dtype=peak_dtype,
+                   fused=fused)
     ps, tr = doc["flops"]["per_step"], doc["training"]
     # what the kernels run: FlopCounterMode's convention-only count is not work (MFU)
     model_flops = ps["forward_flops"] + ps["backward_flops"] - ps["backward_convention_only_flops"]

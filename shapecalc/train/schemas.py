@@ -13,6 +13,7 @@ from pydantic import StrictBool, StrictInt
 from ..costs.described import RecordsChecked, described, inline, many
 from ..model.config import ModelConfig, Workload
 from ..plan.schemas import PRICE_ROWS
+from .fwschemas import Efficiency, Fp8, FwMemory
 
 I, IN, F, FN = StrictInt, StrictInt | None, float, float | None
 
@@ -38,7 +39,8 @@ Training = described(
     ("precision", str, "mixed | fp32 | adam8bit: the model-state terms' widths"),
     ("bytes_per_param", BytesPerParam, "bytes per parameter of each model-state term"),
     ("zero_sharded", list[str], "the model-state terms ZeRO shards over the dp·cp ranks"),
-    ("recompute", str, "activation recompute: none | selective | full | torch"))
+    ("recompute", str, "activation recompute: none | selective | full | torch"),
+    ("fp8", Fp8 | None, "the fp8 recipe (--fp8)", None))
 
 PerStepFlops = described(
     "TrainPerStepFlops", "The micro-batch's FLOPs × the step's micro-batches (grad_accum × dp)",
@@ -200,7 +202,10 @@ Memory = described(
     ("gpu_memory_bytes", IN, "its memory (with --gpu)", None),
     ("fits", StrictBool | None, "peak_bytes ≤ gpu_memory_bytes (with --gpu)", None),
     ("free_bytes", IN, "gpu_memory_bytes − peak_bytes (with --gpu)", None),
-    ("largest_micro_batch", IN, "the largest micro-batch that fits (with --gpu)", None))
+    ("largest_micro_batch", IN, "the largest micro-batch that fits (with --gpu)", None),
+    ("framework", FwMemory | None, "the framework the memory follows (--framework)", None),
+    ("autograd_peak_bytes", IN, "the exact autograd count's peak, when peak_bytes follows "
+     "another framework", None))
 
 DpLedger = described(
     "TrainDp", "Bytes one rank sends per step over the data-parallel group (ring collectives)",
@@ -322,7 +327,9 @@ Time = described(
     ("steps", IN, "steps to train on them"), ("days", FN, "days to train on them"),
     ("gpu_hours", FN, "GPU-hours to train on them"),
     ("perf", TrainPerfOut, "the model's terms"),
-    ("cost", TrainCost | None, "what it costs (with a price: --price or the profile's)", None))
+    ("cost", TrainCost | None, "what it costs (with a price: --price or the profile's)", None),
+    ("efficiency", Efficiency | None, "the efficiencies from the GPU and the shapes "
+     "(--framework other than hf)", None))
 
 TrainOut = described(
     "TrainOut", "`train --json`: one training step's FLOPs, memory, communication and time",

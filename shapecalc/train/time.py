@@ -134,12 +134,14 @@ def _key(s: Any) -> Any:
     return s.kind if s.group == "block" else s.group
 
 
-def _memory_bound(s: Stage, flash: bool) -> bool:
+def _memory_bound(s: Stage, flash: bool, fused: tuple[str, ...] = ()) -> bool:
     return (s.elementwise_flops > 0 and not s.flops and s.role not in NO_GRAD_ROLES
-            and not (flash and s.role in FLASH_SKIP_ROLES)) or s.op == "embed"
+            and not (flash and s.role in FLASH_SKIP_ROLES) and s.role not in fused) \
+        or s.op == "embed"
 
 
-def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str
+def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str,
+               extra_gemm: dict[Any, int] | None = None, fused: tuple[str, ...] = ()
                ) -> dict[Any, Work]:
     """Work per layer kind (and for 'embedding' and 'head') of one micro-batch, as the kernel
     runs it: FlashAttention's causal lower triangle, or eager's whole [T,T]."""
@@ -158,7 +160,7 @@ def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str
                 x.attn_fwd += s.flops
             else:
                 x.gemm_fwd += s.flops
-        if _memory_bound(s, flash):
+        if _memory_bound(s, flash, fused):
             x.mem_fwd += 2 * s.bytes
             x.mem_bwd += 3 * s.bytes
     # the backward's matmuls, then the forward's re-run inside it: both are backward time
@@ -169,8 +171,11 @@ def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str
             x.attn_bwd += b.flops
         else:  # what the kernels run: not FlopCounterMode's convention-only count
             x.gemm_bwd += b.flops - getattr(b, "convention_only_flops", 0)
-        if isinstance(b, Stage) and _memory_bound(b, flash):
+        if isinstance(b, Stage) and _memory_bound(b, flash, fused):
             x.mem_bwd += 2 * b.bytes
+    for k, f in (extra_gemm or {}).items():  # a framework's own recompute (per-op SAC)
+        w_k = out.setdefault(k, Work())
+        w_k.gemm_bwd += f
     return out
 
 
@@ -183,15 +188,19 @@ def _bandwidth(gpu: GPU, perf: TrainPerf, size: int, stride: int) -> float:
 def step_time(model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp: int, dp: int,
               accum: int, virtual: int, zero: int, recompute: str, attention: str,
               act_width: int, stage_params: list[int], dp_bytes: list[int],
-              ep_bytes_per_layer: int) -> dict[str, Any]:
-    """The expected seconds of one step and its terms (see the module's doc)."""
+              ep_bytes_per_layer: int, extra_gemm: dict[Any, int] | None = None,
+              peak_dtype: str | None = None, fused: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The expected seconds of one step and its terms (see the module's doc); `peak_dtype`:
+    the GEMMs' peak when it is not the activations' (fp8 training, train/fp8.py); `fused`:
+    elementwise roles a framework's kernels fuse into their neighbours (train/efficiency.py)."""
     if attention not in ATTENTION:
         raise ShapecalcError("attention", f"unknown {attention!r}; known: {', '.join(ATTENTION)}")
-    peak = gpu.peak(wl.compute)
+    compute = peak_dtype or wl.compute
+    peak = gpu.peak(compute)
     if peak is None:
-        raise ShapecalcError("gpu", f"{gpu.name} has no {wl.compute} peak")
+        raise ShapecalcError("gpu", f"{gpu.name} has no {compute} peak")
     b, s, t, p, ep = wl.batch, wl.seq, wl.tp, wl.pp, wl.ep
-    work = layer_work(model, wl, recompute, attention)
+    work = layer_work(model, wl, recompute, attention, extra_gemm, fused)
     plan = layer_plan(model)
     counts = stage_kind_counts(plan, p)
     ranks = t * cp  # a micro-batch's work is split over the tp·cp ranks of a stage
@@ -252,7 +261,7 @@ def step_time(model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp
             "bubble_fraction": (p - 1) / (virtual * accum + p - 1),
             "bubble_formula": "(p−1)/(v·m + p−1)", "virtual_stages": virtual,
             "slowest_stage": slow["stage"], "dp_exposed_s": dp_exposed,
-            "peak_flops": peak, "compute_dtype": wl.compute, "attention": attention,
+            "peak_flops": peak, "compute_dtype": compute, "attention": attention,
             "per_stage": per_stage}
 
 
