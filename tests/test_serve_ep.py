@@ -113,3 +113,12 @@ def test_eplb_copies_take_kv_room_and_the_json_says_the_plan(cli):
     # weights = 452,984,832 B, at 48 layers × 2 (K, V) × 4 heads × 128 × 2 B = 98,304 B a token:
     # 4,608 tokens = 288 blocks of 16 fewer
     assert plain["kv_blocks_per_replica"] - eplb["kv_blocks_per_replica"] == 288
+
+
+def test_fit_holds_each_attention_ranks_own_sequences(cli):
+    """deepseek-v3 at ep = 8, tp = 1 on H200: 8 attention ranks, so B = 64 puts 8 sequences on
+    each; their latent cache is 8 · 4096 tokens · 61 layers · 576 elements · 2 B (bf16)."""
+    r = cli("fit", "--preset", "deepseek-v3", "--gpu", "h200", "--ep", "8", "--dtype", "fp8",
+            "--batch", "64", "--seq", "4096", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["memory_per_rank"]["kv_cache"] == 8 * 4096 * 61 * 576 * 2

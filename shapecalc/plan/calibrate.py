@@ -127,6 +127,8 @@ def gpu_for(text: str, extra: list[Path] | None) -> str:
     flat = re.sub(r"[\s_-]", "", text.lower())
     names = sorted(list_hardware(extra))
     hits = [n for n in names if all(part in flat for part in n.lower().split("-"))]
+    # 'H200 SXM' holds 'h20' too, 'GB200' 'b200': the longer name is the chip named
+    hits = [n for n in hits if not any(n != o and n.lower() in o.lower() for o in hits)]
     if not hits:
         hits = [n for n in names if n.lower().split("-")[0] in flat and "sxm" in n.lower()]
     if len(hits) != 1:

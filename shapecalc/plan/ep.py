@@ -41,9 +41,9 @@ class EPPlan:
     redundant: int = 0
 
 
-def attention_ranks(wl: Workload) -> int:
-    """dp: the attention ranks of a replica, ep / tp (1 without ep)."""
-    return max(1, wl.ep // wl.tp)
+def attention_ranks(wl: Workload, tp: int | None = None) -> int:
+    """dp: the attention ranks of a replica, ep / tp (1 without ep; `tp`: another degree)."""
+    return max(1, wl.ep // (tp or wl.tp))
 
 
 def ep_plan(model: ModelConfig, wl: Workload, mode: str | None = None,
