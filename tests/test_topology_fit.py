@@ -65,6 +65,7 @@ def test_link_rates_take_a_sweeps_rows_each_by_its_own_layout():
     assert ring[1] == ring_bandwidth(H100, 16)[0] and lat[1] == pytest.approx(10e-6)
     assert bound[2] == boundary_bandwidth(H100, 4, 4) and ring[2] == 450e9
     assert link_rates(H100, 8, 1) == (450e9, 0.0, 450e9, True)
+    assert link_rates(H100, np.array([2, 8]), np.array([4, 1])) == (450e9, 0.0, 450e9, True)
 
 
 @pytest.mark.slow

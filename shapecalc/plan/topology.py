@@ -185,5 +185,7 @@ def link_rates(topo: Topology, tp: Any, stages: Any = 1) -> tuple[Any, Any, Any,
         at = (tps == t) & (ss == st)
         r, la = ring_bandwidth(topo, t)
         ring_a[at], lat_a[at], bound_a[at] = r, la, boundary_bandwidth(topo, t, st)
-    return ring_a, lat_a, bound_a, ((ring_a == topo.up_bw) & (bound_a == topo.up_bw)
-                                    & (lat_a == 0.0))
+    inside = (ring_a == topo.up_bw) & (bound_a == topo.up_bw) & (lat_a == 0.0)
+    if inside.all():  # every row in one domain: plain numbers, as before the topology
+        return topo.up_bw, 0.0, topo.up_bw, True
+    return ring_a, lat_a, bound_a, inside
