@@ -79,7 +79,8 @@ def serve(
     replicas: Annotated[int, typer.Option("--replicas", help="replicas behind the router")] = 1,
     ep_mode: Annotated[str | None, typer.Option(
         "--ep-mode", help="with --ep: DeepEP's normal (NVLink + RDMA forwarding, for prefill) "
-        "| low-latency (pure RDMA, for decode) dispatch and combine",
+        "| low-latency (pure RDMA, for decode) dispatch and combine | auto (SGLang's: normal "
+        "for a step with prefill, low-latency for a pure decode step)",
         show_default="normal")] = None,
     ep_imbalance: Annotated[str | None, typer.Option(
         "--ep-imbalance", help="with --ep: the busiest expert GPU's share of the routed tokens "

@@ -44,8 +44,9 @@ Deployment = described(
      "once (prefix caching); 0: none"),
     ("attention_ranks", StrictInt, "data-parallel attention ranks of a replica, ep/tp (1 without "
      "ep): each its own scheduler, batch and KV pool (plan/ep.py)"),
-    ("ep_mode", str | None, "how dispatch and combine move: DeepEP's normal (NVLink + RDMA) or "
-     "low-latency (pure RDMA); null without ep"),
+    ("ep_mode", str | None, "how dispatch and combine move: DeepEP's normal (NVLink + RDMA), "
+     "low-latency (pure RDMA), or auto (normal with prefill, low-latency in pure decode); null "
+     "without ep"),
     ("ep_imbalance", float | None, "the busiest expert GPU's share × ep (1: balanced); null "
      "without ep"),
     ("redundant_experts", StrictInt, "EPLB's extra expert copies spread with the experts"))
