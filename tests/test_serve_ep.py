@@ -60,6 +60,18 @@ def test_an_all_to_all_across_two_nodes_in_a_serve_step_by_hand():
     assert _comm(16, EPPlan(imbalance=1.5)) == pytest.approx(hot, rel=1e-9)
 
 
+def test_auto_runs_prefill_normal_and_decode_low_latency():
+    """SGLang's --deepep-mode auto: a step with prefill dispatches normal, a pure decode step
+    low-latency."""
+    wl = Workload(tp=1, ep=16, logits="last")
+    pp = replace(perf_params(H100), link_efficiency=1.0)
+    cf = closed_form_for(QWEN, wl)
+    auto, normal, ll = (IterationCost(cf, H100, pp, wl, 989.5e12, EPPlan(m))
+                        for m in ("auto", "normal", "low-latency"))
+    assert auto.terms(0, 0, 0, 0, 64, 6400)[2] == ll.terms(0, 0, 0, 0, 64, 6400)[2]
+    assert auto.terms(1, 64, 64 * 64, 0, 0, 0)[2] == normal.terms(1, 64, 64 * 64, 0, 0, 0)[2]
+
+
 def test_each_attention_rank_has_its_own_scheduler_and_pool():
     """ep = 2, tp = 1: two attention ranks, each a scheduler with the KV pool of one GPU; the
     router sends them alternate requests."""
@@ -89,7 +101,7 @@ def _refused(cli, *args: str) -> str:
     (("--preset", "qwen3-30b-a3b", "--redundant-experts", "2"), "error: redundant-experts",
      "--ep > 1"),
     (("--preset", "qwen3-30b-a3b", "--ep", "8", "--ep-mode", "fast"), "error: ep-mode",
-     "normal, low-latency"),
+     "normal, low-latency, auto"),
     (("--preset", "qwen3-30b-a3b", "--ep", "8", "--ep-imbalance", "0.5"),
      "error: ep-imbalance", "[1, ep = 8]"),
     (("--preset", "qwen3-30b-a3b", "--ep", "8", "--ep-imbalance", "9"),
@@ -113,3 +125,12 @@ def test_eplb_copies_take_kv_room_and_the_json_says_the_plan(cli):
     # weights = 452,984,832 B, at 48 layers × 2 (K, V) × 4 heads × 128 × 2 B = 98,304 B a token:
     # 4,608 tokens = 288 blocks of 16 fewer
     assert plain["kv_blocks_per_replica"] - eplb["kv_blocks_per_replica"] == 288
+
+
+def test_fit_holds_each_attention_ranks_own_sequences(cli):
+    """deepseek-v3 at ep = 8, tp = 1 on H200: 8 attention ranks, so B = 64 puts 8 sequences on
+    each; their latent cache is 8 · 4096 tokens · 61 layers · 576 elements · 2 B (bf16)."""
+    r = cli("fit", "--preset", "deepseek-v3", "--gpu", "h200", "--ep", "8", "--dtype", "fp8",
+            "--batch", "64", "--seq", "4096", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["memory_per_rank"]["kv_cache"] == 8 * 4096 * 61 * 576 * 2

@@ -9,7 +9,7 @@ import pytest
 
 from shapecalc.inputs.hardware import load_gpu
 from shapecalc.plan.perf_defaults import PARAMS
-from shapecalc.plan.topology import boundary_bandwidth, ring_bandwidth, topology
+from shapecalc.plan.topology import boundary_bandwidth, link_rates, ring_bandwidth, topology
 
 H100 = topology(load_gpu("H100-SXM"))  # 8 a node, 450 GB/s NVLink, 50 GB/s a GPU across
 
@@ -55,3 +55,31 @@ def test_fit_refuses_a_layout_that_does_not_fill_nodes(cli):
     assert r.code == 2
     assert r.err.strip().splitlines() == [
         "error: pp: 12 GPUs span nodes of 8 but do not fill them: use a multiple of 8"]
+
+
+def test_link_rates_take_a_sweeps_rows_each_by_its_own_layout():
+    import numpy as np
+
+    ring, lat, bound, inside = link_rates(H100, np.array([8, 16, 4]), np.array([1, 1, 4]))
+    assert list(inside) == [True, False, False]
+    assert ring[1] == ring_bandwidth(H100, 16)[0] and lat[1] == pytest.approx(10e-6)
+    assert bound[2] == boundary_bandwidth(H100, 4, 4) and ring[2] == 450e9
+    assert link_rates(H100, 8, 1) == (450e9, 0.0, 450e9, True)
+    assert link_rates(H100, np.array([2, 8]), np.array([4, 1])) == (450e9, 0.0, 450e9, True)
+
+
+@pytest.mark.slow
+def test_a_sweep_prices_each_row_by_its_own_layout(cli):
+    """tp = 8 (one node) and tp = 16 (two) in one sweep: each row's expected times are fit's."""
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(cli(
+        "sweep", "llama3-70b", "--gpu", "H100-SXM", "--tp", "8,16", "--batch", "8", "--seq",
+        "1024", "--format", "csv").out)))
+    for row in rows:
+        fit = json.loads(cli("fit", "--preset", "llama3-70b", "--gpu", "H100-SXM", "--tp",
+                             row["tp"], "--batch", "8", "--seq", "1024", "--json").out)
+        assert float(row["expected_decode_s_per_token"]) == fit["expected"]["decode_s_per_token"]
+        assert float(row["expected_ttft_s"]) == fit["expected"]["ttft_s"]
+    assert [r["tp"] for r in rows] == ["8", "16"]

@@ -135,7 +135,7 @@ def test_presets_and_hardware_filter_by_substring_or_glob(cli):
     names = [m["name"] for m in json.loads(r.out)]
     assert r.code == 0 and names and all("llama3" in n for n in names)
     r = cli("hardware", "H100*", "--json")
-    assert sorted(g["name"] for g in json.loads(r.out)) == ["H100-PCIe", "H100-SXM"]
+    assert sorted(g["name"] for g in json.loads(r.out)) == ["H100-NVL", "H100-PCIe", "H100-SXM"]
     assert json.loads(cli("presets", "llama3-8b", "--json").out)["name"] == "llama3-8b"  # one
     _one_line(cli("presets", "zzz"), "preset")  # nothing picked: the unknown name, as before
     # an override changes one named profile: listing them all with one is refused, not ignored
@@ -161,7 +161,7 @@ def test_shell_completion_script_and_answers(cli, monkeypatch):
     assert complete("shapecalc tr") == ["trace", "train"]
     # a lazy command's own options, and the names its values take
     assert complete("shapecalc fit --gp") == ["--gpu"]
-    assert complete("shapecalc fit --gpu H1") == ["H100-PCIe", "H100-SXM"]
+    assert complete("shapecalc fit --gpu H1") == ["H100-NVL", "H100-PCIe", "H100-SXM"]
     assert complete("shapecalc trace --preset llama3.2") == ["llama3.2-1b", "llama3.2-3b"]
 
 

@@ -185,7 +185,7 @@ def test_presets_and_hardware_take_one_pattern(cli):
     (("presets", "show", "lama3-8b"), "preset", "'llama3-8b'"),
     (("compare", "mistral7b"), "preset", "'mistral-7b'"),
     (("fit", "--preset", "gpt2", "--gpu", "h100-sxn"), "gpu", "'H100-SXM'"),
-    (("hardware", "show", "h100"), "gpu", "'H100-PCIe' or 'H100-SXM'"),  # plain h100: both
+    (("hardware", "show", "h100"), "gpu", "'H100-NVL' or 'H100-PCIe' or 'H100-SXM'"),  # all 3
     (("trace", "--dtype", "bf61"), "dtype", "'bf16'"),
     (("trace", "--kv-dtype", "fp7"), "kv_dtype", "'fp8'"),
     (("compare", "gpt2", "--dtype", "bfloat"), "dtype", "'bf16'"),

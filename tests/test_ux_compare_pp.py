@@ -14,9 +14,9 @@ GPU = "H100-SXM"
 B, T = 2, 1024  # T a multiple of the block size: the paged cache is the contiguous one
 GRIDS = {
     "llama3-70b": ("1,2,8", "1,3,4"),
-    "gpt2": ("1,2,4", "1,2,5"),
+    "gpt2": ("1,2", "1,2,3"),  # layouts fill whole nodes (or sit in one)
     "gemma2-9b": ("1,2", "1,4"),
-    "qwen3-30b-a3b": ("1,4", "1,2,3"),
+    "qwen3-30b-a3b": ("1,2", "1,2,3"),
     "deepseek-v2-lite": ("1,2", "1,2"),
 }
 

@@ -62,6 +62,10 @@ def hardware(
                 wrap=[h == "link" for h in header])
     if name is not None:
         line(console, f"source: {gpus[0].source}")
+        g = gpus[0]
+        line(console, f"topology: {g.gpus_per_node} GPUs a node, a scale-up domain of "
+             f"{g.scale_up_domain or g.gpus_per_node}; network {g.scale_out_bandwidth:.4g} B/s "
+             f"a GPU{' (' + g.network + ')' if g.network else ''}")
 
 
 COMMANDS = {"hardware": hardware}

@@ -81,7 +81,8 @@ def serve(
     replicas: Annotated[int, typer.Option("--replicas", help="replicas behind the router")] = 1,
     ep_mode: Annotated[str | None, typer.Option(
         "--ep-mode", help="with --ep: DeepEP's normal (NVLink + RDMA forwarding, for prefill) "
-        "| low-latency (pure RDMA, for decode) dispatch and combine",
+        "| low-latency (pure RDMA, for decode) dispatch and combine | auto (SGLang's: normal "
+        "for a step with prefill, low-latency for a pure decode step)",
         show_default="normal")] = None,
     ep_imbalance: Annotated[str | None, typer.Option(
         "--ep-imbalance", help="with --ep: the busiest expert GPU's share of the routed tokens "
@@ -147,19 +148,22 @@ def serve(
         "--draft-config), eagle3 (an EAGLE-3 head: --draft-config its config.json) or mtp (the "
         "model's own MTP layers)", show_default="none: no speculation")] = None,
     draft_preset: Annotated[str | None, typer.Option(
-        "--draft-preset", help="the draft model (--draft draft), a preset")] = None,
+        "--draft-preset", help="the draft model (--draft draft), a preset",
+        show_default="none")] = None,
     draft_config: Annotated[Path | None, typer.Option(
         "--draft-config", help="the draft model's config (TOML, or a Hugging Face config.json), "
-        "or an EAGLE-3 head's config.json (--draft eagle3)")] = None,
+        "or an EAGLE-3 head's config.json (--draft eagle3)", show_default="none")] = None,
     spec_k: Annotated[int | None, typer.Option(
-        "--spec-k", help="draft tokens a step; the target verifies k + 1")] = None,
+        "--spec-k", help="draft tokens a step; the target verifies k + 1",
+        show_default="none: required with --draft")] = None,
     acceptance: Annotated[str | None, typer.Option(
         "--acceptance", help="the probability a draft token is accepted: one rate (0.7) or one "
         "per position (0.8,0.6,0.5)", show_default="a published figure per --draft kind")
     ] = None,
     emit_engine: Annotated[str | None, typer.Option(
         "--emit", help="print the plan (as given, or found by --find-gpus) as the engine's "
-        "launch command instead of the report: vllm, sglang, trtllm or dynamo")] = None,
+        "launch command instead of the report: vllm, sglang, trtllm or dynamo",
+        show_default="none: the report")] = None,
     as_json: JsonOut = False,
     fmt: Format = "table",
     output: Output = None,

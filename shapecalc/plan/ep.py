@@ -28,6 +28,10 @@ from ..inputs.numbers import parse_number
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
 from .topology import EP_MODES, Topology, ep_exchange_s
 
+# DeepEP's two, and SGLang's --deepep-mode auto: normal for a step with prefill, low-latency
+# for a pure decode step (sglang python/sglang/srt/layers/moe/utils.py, DeepEPMode.resolve:
+# "if is_extend_in_batch: return DeepEPMode.NORMAL else: return DeepEPMode.LOW_LATENCY")
+MODES = (*EP_MODES, "auto")
 SCALE_BLOCK = 128  # elements per fp8 scale (DeepEP, vLLM's DEEPEP_QUANT_BLOCK_SIZE)
 SCALE_BYTES = 4  # an fp32 scale
 
@@ -41,9 +45,9 @@ class EPPlan:
     redundant: int = 0
 
 
-def attention_ranks(wl: Workload) -> int:
-    """dp: the attention ranks of a replica, ep / tp (1 without ep)."""
-    return max(1, wl.ep // wl.tp)
+def attention_ranks(wl: Workload, tp: int | None = None) -> int:
+    """dp: the attention ranks of a replica, ep / tp (1 without ep; `tp`: another degree)."""
+    return max(1, wl.ep // (tp or wl.tp))
 
 
 def ep_plan(model: ModelConfig, wl: Workload, mode: str | None = None,
@@ -63,8 +67,8 @@ def ep_plan(model: ModelConfig, wl: Workload, mode: str | None = None,
         raise ShapecalcError("redundant-experts", "applies to Mixture-of-Experts models")
     check(model, wl, n)  # a dense model: "ep: expert parallelism needs a MoE model"
     m = mode or "normal"
-    if m not in EP_MODES:
-        raise ShapecalcError("ep-mode", f"{m!r} is not one of {', '.join(EP_MODES)}")
+    if m not in MODES:
+        raise ShapecalcError("ep-mode", f"{m!r} is not one of {', '.join(MODES)}")
     f = 1.0 if imbalance is None else (parse_number(imbalance, "ep-imbalance")
                                        if isinstance(imbalance, str) else float(imbalance))
     if not 1 <= f <= wl.ep:
@@ -85,17 +89,19 @@ def moe_layers(model: ModelConfig) -> int:
 
 
 def exchange_s(topo: Topology, plan: EPPlan, wl: Workload, tokens: Any, model: ModelConfig,
-               layers: float) -> float:
+               layers: float, decode: bool = False) -> float:
     """Seconds of a step's dispatches and combines on the busiest GPU: `tokens` its rank's
-    tokens (its tp GPUs share them), `layers` the MoE layers of the stage."""
+    tokens (its tp GPUs share them), `layers` the MoE layers of the stage; `decode`: a step
+    without prefill (auto runs it low-latency)."""
     share = -(-int(tokens) // wl.tp)
     if share == 0:
         return 0.0
     k = model.experts_per_token or 0
     d, c = (b // (share * k) for b in exchange_bytes(share, model, wl.act))  # a copy's bytes
     f = plan.imbalance
-    return layers * (ep_exchange_s(topo, f * share, k, d, wl.ep, plan.mode)
-                     + ep_exchange_s(topo, f * share, k, c, wl.ep, plan.mode))
+    mode = plan.mode if plan.mode != "auto" else "low-latency" if decode else "normal"
+    return layers * (ep_exchange_s(topo, f * share, k, d, wl.ep, mode)
+                     + ep_exchange_s(topo, f * share, k, c, wl.ep, mode))
 
 
 def imbalance_flops(tot: dict[str, Any], tokens: Any, model: ModelConfig, plan: EPPlan) -> Any:

@@ -24,6 +24,7 @@ from ..model.parallel import (
     pp_layers,
 )
 from .cases import closed_form_for, valid
+from .ep import attention_ranks
 from .memory import memory, phase_terms, times, workspace_tokens
 from .options import ACTIVATIONS, PlanOptions, require_peak
 from .perf import (
@@ -49,19 +50,23 @@ def point(cf: ClosedForm, gpu: GPU, opts: PlanOptions, wl: Workload, peak: float
     p, s = at.get("tp", wl.tp), at.get("pp", wl.pp)
     dts = (wl.dtype, wl.kv, wl.act)
     pre = cf.at(B, T, "prefill", p, s, *dts)
+    # EP with data-parallel attention (plan/ep.py): each of the dp = ep/tp attention ranks
+    # holds its own ⌈B/dp⌉ sequences' cache and workspace
+    Bm = -(-B // attention_ranks(wl, p))
+    mem = pre if Bm == B else cf.at(Bm, T, "prefill", p, s, *dts)
     key = f"workspace_{opts.attention}_bytes_per_rank"
     if opts.max_batched_tokens is None:
-        ws = pre[key]
+        ws = mem[key]
     else:
         # one chunk's workspace: the same step for every batch past the chunk (memoised: the
         # bisections of fit probe it ~100 times)
         memo = cf.__dict__.setdefault("_workspace_memo", {})
-        probe = (workspace_tokens(cf, opts, B, T, SCALARS), p, s, dts, key)
+        probe = (workspace_tokens(cf, opts, Bm, T, SCALARS), p, s, dts, key)
         if probe not in memo:
             memo[probe] = cf.at(1, probe[0], "prefill", p, s, *dts)[key]
         ws = memo[probe]
     wbits = DTYPE_BITS[wl.dtype]
-    out = memory(cf, gpu, opts, p, s, pre, 2 * ws, wbits, DTYPE_BITS[wl.kv], 1, None, SCALARS,
+    out = memory(cf, gpu, opts, p, s, mem, 2 * ws, wbits, DTYPE_BITS[wl.kv], 1, None, SCALARS,
                  wl.ep)
     if with_times:
         limit = cf.seq_limit("decode")

@@ -53,9 +53,8 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
            ) -> dict[str, Any]:
     """Bytes per rank of the fullest pipeline stage, and the KV token slots that still fit
     (`pre`: prefill totals at the n points; `act`: their activation workspace). With ep > 1 the
-    routed experts are split E/ep a GPU (exactly); the KV cache and the workspace are sized for
-    the whole batch on every attention replica (an upper bound: vLLM splits the batch over the
-    ep/tp replicas)."""
+    routed experts are split E/ep a GPU (exactly); `pre` is one attention rank's batch (fit
+    passes ⌈B/dp⌉ sequences under data-parallel attention, plan/ep.py)."""
     bs = cf.block_size
     cap = gpu.memory_bytes
     reserve = opts.reserve(cap)

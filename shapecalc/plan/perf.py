@@ -30,7 +30,7 @@ from ..inputs.numbers import each_once, parse_number
 from ..model.config import ShapecalcError
 from .memory import step_bytes, step_flops
 from .perf_defaults import PARAMS
-from .topology import boundary_bandwidth, ring_bandwidth, topology
+from .topology import link_rates, topology
 
 TERMS = ("compute", "memory", "communication", "overhead")
 
@@ -83,7 +83,7 @@ def perf_params(gpu: GPU, sets: list[str] | tuple[str, ...] | None = None) -> Pe
 
 def step_terms(cf: ClosedForm, gpu: GPU, pp: PerfParams, tot: dict[str, Any], peak: Any,
                tokens: Any, wbits: Any, xp: Any, ep: int = 1, decode: bool = False,
-               stages: int = 1, dp: int = 1) -> tuple[Any, Any, Any, Any]:
+               stages: Any = 1, dp: int = 1) -> tuple[Any, Any, Any, Any]:
     """(compute, memory, communication, overhead) expected seconds of one step per rank.
     Collectives by where their ranks sit (topology.py: a tp group across scale-up domains is
     hierarchical; a pipeline boundary that ends a domain crosses the network); `dp`: attention
@@ -97,24 +97,25 @@ def step_terms(cf: ClosedForm, gpu: GPU, pp: PerfParams, tot: dict[str, Any], pe
     weights = xp.floats(step_bytes(cf, tot, tokens, wbits, xp, ep, dp)) - kv
     memory = (weights / pp.memory_efficiency + kv / pp.attention_efficiency) / gpu.hbm_bandwidth
     n_ar = tot["allreduce_per_layer"] * m.n_layers * (tot["tp"] > 1)
-    topo = topology(gpu, pp.link_efficiency)
-    ring_bw, ring_lat = ring_bandwidth(topo, _degree(tot["tp"]))
-    bound_bw = boundary_bandwidth(topo, _degree(tot["tp"]), stages)
-    if ring_bw == bound_bw == topo.up_bw:  # inside one domain: as before the topology
-        link = xp.floats(tot["ring_bytes_per_rank_total"] + tot["boundary_bytes_total"]) / (
-            gpu.link_bandwidth * pp.link_efficiency)
-    else:
-        link = (xp.floats(tot["ring_bytes_per_rank_total"]) / ring_bw
-                + xp.floats(tot["boundary_bytes_total"]) / bound_bw)
+    ring_bw, ring_lat, bound_bw, inside = link_rates(topology(gpu, pp.link_efficiency),
+                                                     tot["tp"], stages)
+    # inside one domain: the formula before the topology (the same floats)
+    link = xp.floats(tot["ring_bytes_per_rank_total"] + tot["boundary_bytes_total"]) / (
+        gpu.link_bandwidth * pp.link_efficiency)
+    if inside is not True:
+        spans = (xp.floats(tot["ring_bytes_per_rank_total"]) / ring_bw
+                 + xp.floats(tot["boundary_bytes_total"]) / bound_bw)
+        link = spans if inside is False else _where(inside, link, spans)
     comm = xp.floats(n_ar) * (pp.allreduce_latency_s + ring_lat) + link
     per_layer = pp.layer_overhead_s if decode else pp.prefill_layer_overhead_s
     overhead = xp.floats(tot["tp"]) * 0.0 + m.n_layers * per_layer
     return compute, memory, comm, overhead
 
 
-def _degree(tp: Any) -> int:
-    """A step's tp: one degree per call (a sweep's arrays hold it once a point)."""
-    return int(tp) if not hasattr(tp, "flat") else int(tp.flat[0])
+def _where(inside: Any, a: Any, b: Any) -> Any:
+    import numpy as np  # arrays only: a sweep has NumPy loaded already
+
+    return np.where(inside, a, b)
 
 
 def step_seconds(terms: tuple[Any, Any, Any, Any], xp: Any) -> Any:
@@ -136,7 +137,7 @@ def dominant(terms: tuple[Any, Any, Any, Any]) -> Any:
 
 
 def expected_prefill(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, Any], peak: Any,
-                     tokens: Any, wbits: Any, xp: Any, ep: int = 1, stages: int = 1
+                     tokens: Any, wbits: Any, xp: Any, ep: int = 1, stages: Any = 1
                      ) -> dict[str, Any]:
     """The expected_* prefill columns of sweep and of fit's point."""
     pt = step_terms(cf, gpu, pp, pre, peak, tokens, wbits, xp, ep, stages=stages)
@@ -144,7 +145,7 @@ def expected_prefill(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, An
 
 
 def expected_decode(cf: ClosedForm, gpu: GPU, pp: PerfParams, dec: dict[str, Any], peak: Any,
-                    B: Any, serving: Any, wbits: Any, xp: Any, ep: int = 1, stages: int = 1
+                    B: Any, serving: Any, wbits: Any, xp: Any, ep: int = 1, stages: Any = 1
                     ) -> dict[str, Any]:
     """The expected_* decode columns (`serving`: the GPUs that serve the batch)."""
     dt = step_terms(cf, gpu, pp, dec, peak, B, wbits, xp, ep, decode=True, stages=stages)
@@ -163,7 +164,7 @@ DECODE_COLUMNS = ("expected_decode_s_per_token", "expected_tokens_per_s",
 
 def expected_times(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, Any],
                    dec: dict[str, Any] | None, peak: float, B: int, T: int, gpus: int,
-                   wbits: int, xp: Any, ep: int = 1, stages: int = 1) -> dict[str, Any]:
+                   wbits: int, xp: Any, ep: int = 1, stages: Any = 1) -> dict[str, Any]:
     """The `expected` block of fit: TTFT (prefill of B×T), decode per token at T cached tokens,
     tokens/s per sequence, for the batch and per GPU, and the dominating terms."""
     pt = step_terms(cf, gpu, pp, pre, peak, B * T, wbits, xp, ep, stages=stages)

@@ -71,12 +71,12 @@ def plan_arrays(
     # the calibrated expectation (plan/perf.py) beside the bound; decode where there is one
     pp = perf_params(gpu, opts.perf)
     serving = ARRAYS.floats(np.maximum(P, ep)) * ARRAYS.floats(S)
-    out.update(expected_prefill(cf, gpu, pp, pre, peak, B * T, wbits, ARRAYS, ep))
+    out.update(expected_prefill(cf, gpu, pp, pre, peak, B * T, wbits, ARRAYS, ep, S))
     for k in DECODE_COLUMNS:
         out[k] = np.full(n, None, dtype=object) if k.endswith("dominant") else np.full(n, np.nan)
     if ok.any():
         part = expected_decode(cf, gpu, pp, d, peak[idx], B[idx], serving[idx], wbits[idx],
-                               ARRAYS, ep)
+                               ARRAYS, ep, S[idx])
         for k in DECODE_COLUMNS:
             out[k][idx] = part[k]
     return out

@@ -168,3 +168,24 @@ def layout_fills_nodes(gpu: GPU, wl: Any) -> None:
             topo.gpus_per_node % width:
         raise ShapecalcError(flag, f"groups of {width} GPUs do not tile nodes of "
                              f"{topo.gpus_per_node}: use a divisor of {topo.gpus_per_node}")
+
+
+def link_rates(topo: Topology, tp: Any, stages: Any = 1) -> tuple[Any, Any, Any, Any]:
+    """(ring bytes/s, ring latency added, boundary bytes/s, inside one domain) of steps at tp and
+    `stages`: plain numbers, or NumPy arrays a point each (a sweep's rows)."""
+    if not hasattr(tp, "shape") and not hasattr(stages, "shape"):
+        ring, lat = ring_bandwidth(topo, int(tp))
+        bound = boundary_bandwidth(topo, int(tp), int(stages))
+        return ring, lat, bound, ring == bound == topo.up_bw and lat == 0.0
+    import numpy as np  # a sweep's arrays: NumPy is loaded already
+
+    tps, ss = np.broadcast_arrays(np.asarray(tp), np.asarray(stages))
+    ring_a, lat_a, bound_a = (np.empty(tps.shape) for _ in range(3))
+    for t, st in {(int(a), int(b)) for a, b in zip(tps.flat, ss.flat, strict=True)}:
+        at = (tps == t) & (ss == st)
+        r, la = ring_bandwidth(topo, t)
+        ring_a[at], lat_a[at], bound_a[at] = r, la, boundary_bandwidth(topo, t, st)
+    inside = (ring_a == topo.up_bw) & (bound_a == topo.up_bw) & (lat_a == 0.0)
+    if inside.all():  # every row in one domain: plain numbers, as before the topology
+        return topo.up_bw, 0.0, topo.up_bw, True
+    return ring_a, lat_a, bound_a, inside

@@ -175,7 +175,7 @@ class IterationCost:
                        SCALARS, self.ep, decode=chunks == 0, stages=self.stages, dp=dp)
         if plan is not None:
             t = (t[0], t[1], t[2] + exchange_s(self.topo, plan, self.wl, tokens, self.cf.model,
-                                               self.moe_layers), t[3])
+                                               self.moe_layers, chunks == 0), t[3])
         if self.stages > 1:
             t = round_terms(t, tot["boundary_bytes_total"] / self.link, max(m, 1), self.share)
         return float(t[0]), float(t[1]), float(t[2]), float(t[3])

@@ -85,8 +85,9 @@ Deployment = described(
      "once (prefix caching); 0: none"),
     ("attention_ranks", StrictInt, "data-parallel attention ranks of a replica, ep/tp (1 without "
      "ep): each its own scheduler, batch and KV pool (plan/ep.py)"),
-    ("ep_mode", str | None, "how dispatch and combine move: DeepEP's normal (NVLink + RDMA) or "
-     "low-latency (pure RDMA); null without ep"),
+    ("ep_mode", str | None, "how dispatch and combine move: DeepEP's normal (NVLink + RDMA), "
+     "low-latency (pure RDMA), or auto (normal with prefill, low-latency in pure decode); null "
+     "without ep"),
     ("ep_imbalance", float | None, "the busiest expert GPU's share × ep (1: balanced); null "
      "without ep"),
     ("redundant_experts", StrictInt, "EPLB's extra expert copies spread with the experts"),
@@ -178,7 +179,8 @@ Littles = described(
 Saturated = described(
     "ServeSaturated", "One replica's decode-only ceiling: the most sequences decoding at once "
     "at the shortest prompt (no run exceeds it)",
-    ("max_decode_batch", StrictInt, "sequences decoding at once (max_num_seqs or the blocks)"),
+    ("max_decode_batch", StrictInt, "sequences decoding at once (max_num_seqs or the blocks; "
+     "under EP, over the replica's attention ranks)"),
     ("decode_step_s", float, "seconds of one decode iteration at that batch (with --draft: the "
      "verify and the draft's passes)"),
     ("output_tokens_per_s", float, "max_decode_batch / decode_step_s (with --draft: × the "
@@ -318,7 +320,7 @@ ServeOut = described(
     "ServeOut", "`serve --json`: a simulated run",
     *_HEAD, ("command", Literal["simulate"], "which form of serve wrote this: simulate"),
     ("kv_blocks_per_replica", StrictInt, "paged KV blocks of one replica (--kv-blocks or what "
-     "fit's memory model leaves)"),
+     "fit's memory model leaves; under EP, of each attention rank: each its own pool)"),
     ("kv_tokens_per_replica", StrictInt, "token slots of those blocks: blocks × block_size"),
     ("kv_pool", KvPool, "the replica's KV pool: groups and mixer states"),
     ("perf_terms", PerfTermsOut, "the performance model's terms the step times use"),

@@ -67,7 +67,8 @@ class Deployment:
         return attention_ranks(self.wl)
 
     @property
-    def ep(self) -> EPPlan | None:
+    def ep_settings(self) -> EPPlan | None:
+        """The ep plan, its defaults where ep > 1 and none was given."""
         return self.ep_plan or (EPPlan() if self.wl.ep > 1 else None)
 
     @property
@@ -94,13 +95,13 @@ def kv_blocks(dep: Deployment, peak: float) -> int:
     limit = cf.seq_limit("prefill")
     seq = mbt if limit is None else min(mbt, limit)
     tokens = point(cf, dep.gpu, dep.opts, dep.wl, peak, batch=1, seq=seq)["kv_tokens_fit"]
-    if dep.ep is not None and dep.ep.redundant:  # EPLB's copies take KV room
+    if dep.ep_settings is not None and dep.ep_settings.redundant:  # EPLB's copies take KV room
         wl = dep.wl
         tot = cf.at(1, 1, "prefill", wl.tp, wl.pp, wl.dtype, wl.kv, wl.act)
         share = max(pp_layers(dep.model.n_layers, wl.pp)) / dep.model.n_layers
         lay = pool(dep, 1)
         per = lay.unit * lay.units // wl.block_size  # a token's KV bytes on the stage
-        extra = copies_bytes(tot, dep.model, dep.ep, wl.ep, share)
+        extra = copies_bytes(tot, dep.model, dep.ep_settings, wl.ep, share)
         tokens = max(0, int(tokens) - -(-extra // per))
     return int(tokens) // dep.wl.block_size
 
@@ -111,7 +112,8 @@ def engine(dep: Deployment) -> Engine:
     bounded_int(dep.replicas, "replicas", 1, MAX_REPLICAS)
     if dep.kv_blocks is not None:
         bounded_int(dep.kv_blocks, "kv-blocks", 1, INT_MAX, "blocks per replica")
-    check(dep.model, dep.wl, dep.ep.redundant if dep.ep else 0)  # as trace and fit
+    plan = dep.ep_settings
+    check(dep.model, dep.wl, plan.redundant if plan else 0)  # as trace and fit
     layout_fills_nodes(dep.gpu, dep.wl)
     mbt = dep.opts.max_batched_tokens
     if mbt is None:
@@ -129,7 +131,7 @@ def engine(dep: Deployment) -> Engine:
         raise ShapecalcError("gpu", f"{dep.model.name} leaves no room for a KV cache on "
                              f"{dep.gpu.name} at tp={dep.wl.tp}, pp={dep.wl.pp}")
     cost = IterationCost(cf, dep.gpu, perf_params(dep.gpu, dep.opts.perf), dep.wl, peak,
-                         dep.ep)
+                         dep.ep_settings)
     spec = None
     if dep.spec is not None:  # the draft's weights and KV share the memory (specsched.py)
         spec, blocks = attach(dep.spec, dep.wl, cost, blocks, pool(dep, blocks).simple
