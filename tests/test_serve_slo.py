@@ -180,3 +180,21 @@ def test_find_gpus_searches_the_budget_says_why_and_reports_the_plan(cli):
     assert (miss["metric"], miss["phase"]) == ("itl", "prefill")
     assert "prefill chunks (up to" in miss["why"] and "share decode steps" in miss["why"]
     assert big[0]["meets_with"] == "--max-batched-tokens 512 meets it"
+
+
+def test_unweighted_percentiles_are_the_weighted_rule():
+    import random
+
+    from shapecalc.serve.percentiles import percentile, summary
+
+    rng = random.Random(1)
+    qs = (0.001, 1, 50, 90, 95, 99, 99.9, 100)
+    for n in (1, 2, 3, 7, 100, 1001):
+        xs = [rng.lognormvariate(0, 1) for _ in range(n)]
+        pairs = sorted((x, 1) for x in xs)
+        want = {f"p{q:g}": percentile(pairs, q) for q in qs}
+        got = summary(xs, qs)
+        assert {k: got[k] for k in want} == want and got["max"] == max(xs)
+    # by hand: 3 samples, p50 is the 2nd (0.5 × 3 = 1.5 → rank 2), p99 the 3rd
+    assert summary([3.0, 1.0, 2.0], (50, 99)) == {"p50": 2.0, "p99": 3.0, "mean": 2.0,
+                                                  "max": 3.0}
