@@ -198,3 +198,19 @@ def test_unweighted_percentiles_are_the_weighted_rule():
     # by hand: 3 samples, p50 is the 2nd (0.5 × 3 = 1.5 → rank 2), p99 the 3rd
     assert summary([3.0, 1.0, 2.0], (50, 99)) == {"p50": 2.0, "p99": 3.0, "mean": 2.0,
                                                   "max": 3.0}
+
+
+def test_find_rate_holds_the_definition_asked_for():
+    from shapecalc.serve import search
+    from shapecalc.serve import workload as W
+
+    dep = sim.Deployment(load_preset("gpt2"), Workload(seq=1, logits="last"),
+                         load_gpu("h100-sxm"), PlanOptions(max_batched_tokens=512))
+    target = slo.parse_slo("tpot_p90=1ms")
+    out = search.find_rate(dep, 40, W.Lengths("fixed", 300), W.Lengths("fixed", 20), 0, None,
+                           target)
+    assert out["at_rate"]["slo_bounds"][0]["metric"] == "tpot" and out["rate"] is not None
+    assert {p["slo_met"] for p in out["probes"]} == {True, False}  # both sides were probed
+    for p in out["probes"]:  # each probe met exactly when its p90 TPOT is within 1 ms
+        assert p["slo_met"] == (p["bounds"][0] <= 1e-3)
+        assert p["slo_met"] or p["missed"][0].startswith("TPOT p90 ")

@@ -139,8 +139,11 @@ def _legacy(slo: dict[str, Any]) -> bool:
                                    for b in slo["bounds"])
 
 
+_LABEL = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "e2e"}
+
+
 def _bound(b: dict[str, Any]) -> str:
-    label = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "e2e"}[b["metric"]]
+    label = _LABEL[b["metric"]]
     return (f"{label} p{b['percentile']:g} {_t(b['value_s'])} "
             f"{'≤' if b['met'] else '>'} {_t(b['target_s'])}")
 
@@ -176,11 +179,19 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         print_chart(doc, console)
     elif doc["command"] == "find-rate":
         fr = doc["find_rate"]
+        slo = doc["slo"]
+        if _legacy(slo):  # today's table: TTFT and ITL at p99
+            heads = ["TTFT p99", "ITL p99"]
+            vals = [[p["ttft_p99_s"], p["itl_p99_s"]] for p in fr["probes"]]
+        else:  # each bound's own definition and percentile
+            heads = [f"{_LABEL[b['metric']]} p{b['percentile']:g}" for b in slo["bounds"]]
+            vals = [p["bounds"] for p in fr["probes"]]
         rows: list[list[Any]] = [
-            [f"{p['rate']:.4g}", "met" if p["slo_met"] else "missed", _t(p["ttft_p99_s"]),
-             _t(p["itl_p99_s"]), _n(p["goodput_requests_per_s"])] for p in fr["probes"]]
-        split_table(console, ["rate (req/s)", "SLO", "TTFT p99", "ITL p99", "goodput (req/s)"],
-                    rows, 1, "--find-rate probes", right=[True, False, True, True, True])
+            [f"{p['rate']:.4g}", "met" if p["slo_met"] else "missed", *(_t(x) for x in v),
+             _n(p["goodput_requests_per_s"])] for p, v in zip(fr["probes"], vals, strict=True)]
+        split_table(console, ["rate (req/s)", "SLO", *heads, "goodput (req/s)"],
+                    rows, 1, "--find-rate probes",
+                    right=[True, False, *(True for _ in heads), True])
         if fr["rate"] is None:
             _say(console, ("no rate meets the SLO", "red"), f": {fr['reason']}")
         else:

@@ -205,7 +205,8 @@ Probe = described(
     ("rate", float, "arrivals per second"), ("slo_met", StrictBool, "the SLO is met there"),
     ("ttft_p99_s", F, "99th percentile TTFT, s"), ("itl_p99_s", F, "99th percentile ITL, s"),
     ("goodput_requests_per_s", float, "requests per second that met the SLO"),
-    ("missed", list[str], "each bound missed there: which, in which phase and why"))
+    ("missed", list[str], "each bound missed there: which, in which phase and why"),
+    ("bounds", list[F], "the run's value at each bound of the SLO (slo.bounds' order), s"))
 
 FindRate = described(
     "ServeFindRate", "The highest arrival rate that meets the SLO (bisection over simulations)",

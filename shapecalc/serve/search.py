@@ -110,7 +110,8 @@ def find_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, see
         tried.append({"rate": rate, "slo_met": m["slo_met"], "missed": [x["why"] for x in missed],
                       f"ttft_p{slo.percentile}_s": m["ttft_s"][f"p{slo.percentile}"],
                       f"itl_p{slo.percentile}_s": m["itl_s"][f"p{slo.percentile}"],
-                      "goodput_requests_per_s": m["goodput"]["requests_per_s"]})
+                      "goodput_requests_per_s": m["goodput"]["requests_per_s"],
+                      "bounds": [b["value_s"] for b in m["slo_bounds"]]})
         if tick is not None:
             tick()
         return bool(m["slo_met"]), m
