@@ -207,16 +207,20 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         fg = doc["find_gpus"]
         rows = []
         budgets = len({r.get("max_batched_tokens") for r in fg["frontier"]}) > 1
+        old = _legacy(doc["slo"])
+        heads = ["TTFT p99", "ITL p99"] if old else [
+            f"{_LABEL[b['metric']]} p{b['percentile']:g}" for b in doc["slo"]["bounds"]]
         for r in sorted(fg["frontier"], key=lambda r: (r["gpus"], r["tp"], r["pp"])):
             style = "bold" if r is fg["plan"] or r == fg["plan"] else ""
             mbt = f" mbt={r['max_batched_tokens']}" if budgets else ""
+            got: list[float | None] = [r["ttft_p99_s"], r["itl_p99_s"]] if old else r["bounds"]
             rows.append([Text(x, style=style) for x in (
                 f"{r['replicas']}× tp={r['tp']} pp={r['pp']}{mbt}", str(r["replicas"]),
                 str(r["gpus"]),
-                "met" if r["slo_met"] else "missed", _t(r["ttft_p99_s"]), _t(r["itl_p99_s"]),
+                "met" if r["slo_met"] else "missed", *(_t(v) for v in got),
                 _n(r["goodput_requests_per_s"]), _n(r["output_tokens_per_s_per_gpu"]),
                 str(r["preemptions"]))])
-        split_table(console, ["deployment", "replicas", "GPUs", "SLO", "TTFT p99", "ITL p99",
+        split_table(console, ["deployment", "replicas", "GPUs", "SLO", *heads,
                               "goodput (req/s)", "out tok/s/GPU", "preempt"], rows, 1,
                     f"--find-gpus frontier at {fg['rate']:g} requests/s")
         for note in fg["notes"]:
@@ -229,7 +233,8 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
             _say(console, "plan: ", (plural(p["gpus"], "GPU"), "bold"),
                  f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']}"
                  + (f", max_batched_tokens={p['max_batched_tokens']}" if budgets else "")
-                 + " (TTFT p99 "
-                 f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})"
+                 + " (" + ", ".join(f"{h} {_t(v)}" for h, v in zip(
+                     heads, [p["ttft_p99_s"], p["itl_p99_s"]] if old else p["bounds"],
+                     strict=True)) + ")"
                  + ("" if p.get("cost_per_hour") is None else f", ${p['cost_per_hour']:,.2f} an "
                     "hour"))

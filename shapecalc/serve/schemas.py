@@ -239,7 +239,8 @@ PlanRow = described(
      "dimension unless --max-batched-tokens is given)"),
     ("missed", many(Miss), "each bound missed: which, in which phase and why"),
     ("meets_with", str | None, "a value of one dimension that meets the SLO with the rest kept "
-     "(e.g. --max-batched-tokens 512 meets it); null: met, or none explored"))
+     "(e.g. --max-batched-tokens 512 meets it); null: met, or none explored"),
+    ("bounds", list[F], "the run's value at each bound of the SLO (slo.bounds' order), s"))
 
 FindGpus = described(
     "ServeFindGpus", "The fewest GPUs that meet the SLO at --rate: for each candidate of the "

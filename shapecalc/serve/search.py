@@ -270,6 +270,7 @@ def _row(d: sim.Deployment, m: dict[str, Any], missed: list[dict[str, Any]], sha
     return {"tp": d.wl.tp, "pp": d.wl.pp, "ep": d.wl.ep, "replicas": d.replicas, "gpus": d.gpus,
             "max_batched_tokens": d.opts.max_batched_tokens or 8192,
             "missed": [{k: x[k] for k in MISS_KEYS} for x in missed], "meets_with": None,
+            "bounds": [b["value_s"] for b in m["slo_bounds"]],
             "slo_met": m["slo_met"], "ttft_p99_s": m["ttft_s"]["p99"],
             "itl_p99_s": m["itl_s"]["p99"],
             "goodput_requests_per_s": m["goodput"]["requests_per_s"] * share,
