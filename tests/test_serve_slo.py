@@ -121,6 +121,10 @@ def test_a_run_reports_each_bound_and_definition():
     # today's keys are the definitions' own numbers
     assert m["tpot_s"]["p99"] == m["latency"]["tpot"]["summary"]["p99"]
     assert m["itl_s"]["p90"] == m["latency"]["itl"]["summary"]["p90"]
+    assert m["slo_missed"] == []
+    missed = sim.metrics(dep, eng, reps, seqs, slo.parse_slo("itl=1us"), reqs, None)
+    assert [x["metric"] for x in missed["slo_missed"]] == ["itl"] and not missed["slo_met"]
+    assert missed["slo_missed"][0]["why"].startswith("ITL p99 ")
 
 
 def test_why_a_bound_is_missed_is_read_from_the_steps():

@@ -131,6 +131,8 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
              f"SLO{' ' + slo['name'] if slo['name'] else ''}: ",
              ("met", "green") if doc["slo_met"] else ("missed", "red"),
              "" if _legacy(slo) else " (" + ", ".join(_bound(b) for b in doc["slo_bounds"]) + ")")
+        for m in doc.get("slo_missed", []):
+            _say(console, f"why, {m['phase']}: {m['why']}")
 
 
 def _legacy(slo: dict[str, Any]) -> bool:

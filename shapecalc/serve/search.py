@@ -18,7 +18,6 @@ from ..model.config import ShapecalcError
 from ..plan.cases import valid
 from . import sim
 from .slo import alone_miss
-from .why import explain
 from .workload import Lengths, Request, generate
 
 BISECTIONS = 12
@@ -39,8 +38,7 @@ def _probe(dep: sim.Deployment, eng: sim.Engine, reqs: list[Request], slo: sim.S
     """The run's metrics, and each bound it missed with its phase and why (why.py)."""
     reps, seqs = sim.run(dep, reqs, eng=eng)
     m = sim.metrics(dep, eng, reps, seqs, slo, reqs, rate)
-    return m, explain(slo, m["slo_bounds"], reps, seqs, lambda t: eng.cost.prefill(1, t),
-                      m["preemptions"])
+    return m, m["slo_missed"]
 
 
 @dataclass(frozen=True)
