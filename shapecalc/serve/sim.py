@@ -27,6 +27,7 @@ from ..plan.memory import group_token_bytes, stage_state_bytes
 from ..plan.options import PlanOptions, require_peak
 from ..plan.perf import perf_params
 from ..plan.price import serving_cost
+from . import why
 from .blocks import Layout, layout
 from .cost import IterationCost
 from .decoders import Seq
@@ -34,7 +35,6 @@ from .percentiles import PERCENTILES
 from .scheduler import Replica, SchedulerConfig
 from .slo import SLO, distributions, evaluate, good, latency_doc, percentiles_for
 from .slo import parse_slo as parse_slo  # its home moved to slo.py; sim.parse_slo stays
-from .why import explain
 from .workload import Request
 
 ROUTERS = ("round-robin", "least-loaded")
@@ -336,9 +336,9 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
         "slo_percentile": slo.percentile,
         "slo_bounds": bounds,
         "latency": latency_doc(dists, seqs),
-        "slo_missed": [] if met else explain(slo, bounds, reps, seqs,
-                                             lambda t: eng.cost.prefill(1, t),
-                                             sum(rep.preemptions for rep in reps)),
+        "slo_missed": [] if met else why.explain(slo, bounds, reps, seqs,
+                                                 lambda t: eng.cost.prefill(1, t),
+                                                 sum(rep.preemptions for rep in reps)),
         "preemptions": sum(rep.preemptions for rep in reps),
         # time-weighted over [first arrival, last finish] (idle time: an empty cache and queue)
         "kv_utilization": {"mean": kv_time / len(reps) / span, "max": kv_max},
