@@ -27,7 +27,6 @@ from ..plan.memory import group_token_bytes, stage_state_bytes
 from ..plan.options import PlanOptions, require_peak
 from ..plan.perf import perf_params
 from ..plan.price import serving_cost
-from . import why
 from .blocks import Layout, layout
 from .cost import IterationCost
 from .decoders import Seq
@@ -336,9 +335,7 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
         "slo_percentile": slo.percentile,
         "slo_bounds": bounds,
         "latency": latency_doc(dists, seqs),
-        "slo_missed": [] if met else why.explain(slo, bounds, reps, seqs,
-                                                 lambda t: eng.cost.prefill(1, t),
-                                                 sum(rep.preemptions for rep in reps)),
+        "slo_missed": [] if met else _why(slo, bounds, eng, reps, seqs),
         "preemptions": sum(rep.preemptions for rep in reps),
         # time-weighted over [first arrival, last finish] (idle time: an empty cache and queue)
         "kv_utilization": {"mean": kv_time / len(reps) / span, "max": kv_max},
@@ -352,3 +349,12 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
             dep.opts.price, dep.opts.price_source or "--price", gpus, throughput,
             good_n / span if slo.bounds else None)}),
     }
+
+
+def _why(slo: SLO, bounds: list[dict[str, Any]], eng: Engine, reps: list[Replica],
+         seqs: list[Seq]) -> list[dict[str, Any]]:
+    """Each missed bound's phase and cause (why.py), read only when one is missed."""
+    from .why import explain
+
+    return explain(slo, bounds, reps, seqs, lambda t: eng.cost.prefill(1, t),
+                   sum(rep.preemptions for rep in reps))
