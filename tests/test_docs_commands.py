@@ -20,8 +20,8 @@ SLOW = (
     "shapecalc serve --preset llama3-70b --gpu h100-sxm --rate 20",
     "shapecalc serve --preset llama3-70b --gpu h100-sxm --tp 4 --prompt-tokens 2048",  # find-rate
     # find-rate held to every gap and to TPOT (docs/guides/serving.md: the definitions)
-    "shapecalc serve --preset llama3-8b --gpu h100-sxm --prompt-tokens 1024 --output-tokens 128 "
-    "--requests 300 --find-rate",
+    "shapecalc serve --preset llama2-70b --gpu h200 --tp 2 --dtype fp8 --kv-dtype fp8 "
+    "--dataset openorca --requests 1000 --find-rate",
     "shapecalc compare llama3-8b llama3-70b@tp=4 --batch 1,8,32,128",  # 8 fits with times
     "shapecalc serve --preset qwen3-30b-a3b --gpu h100-sxm --tp 1 --ep 16",  # 16 ranks
     "shapecalc calibrate-train",  # 11 training records through train --framework

@@ -121,6 +121,10 @@ def test_a_run_reports_each_bound_and_definition():
     # today's keys are the definitions' own numbers
     assert m["tpot_s"]["p99"] == m["latency"]["tpot"]["summary"]["p99"]
     assert m["itl_s"]["p90"] == m["latency"]["itl"]["summary"]["p90"]
+    assert m["slo_missed"] == []
+    missed = sim.metrics(dep, eng, reps, seqs, slo.parse_slo("itl=1us"), reqs, None)
+    assert [x["metric"] for x in missed["slo_missed"]] == ["itl"] and not missed["slo_met"]
+    assert missed["slo_missed"][0]["why"].startswith("ITL p99 ")
 
 
 def test_why_a_bound_is_missed_is_read_from_the_steps():
@@ -180,3 +184,37 @@ def test_find_gpus_searches_the_budget_says_why_and_reports_the_plan(cli):
     assert (miss["metric"], miss["phase"]) == ("itl", "prefill")
     assert "prefill chunks (up to" in miss["why"] and "share decode steps" in miss["why"]
     assert big[0]["meets_with"] == "--max-batched-tokens 512 meets it"
+
+
+def test_unweighted_percentiles_are_the_weighted_rule():
+    import random
+
+    from shapecalc.serve.percentiles import percentile, summary
+
+    rng = random.Random(1)
+    qs = (0.001, 1, 50, 90, 95, 99, 99.9, 100)
+    for n in (1, 2, 3, 7, 100, 1001):
+        xs = [rng.lognormvariate(0, 1) for _ in range(n)]
+        pairs = sorted((x, 1) for x in xs)
+        want = {f"p{q:g}": percentile(pairs, q) for q in qs}
+        got = summary(xs, qs)
+        assert {k: got[k] for k in want} == want and got["max"] == max(xs)
+    # by hand: 3 samples, p50 is the 2nd (0.5 × 3 = 1.5 → rank 2), p99 the 3rd
+    assert summary([3.0, 1.0, 2.0], (50, 99)) == {"p50": 2.0, "p99": 3.0, "mean": 2.0,
+                                                  "max": 3.0}
+
+
+def test_find_rate_holds_the_definition_asked_for():
+    from shapecalc.serve import search
+    from shapecalc.serve import workload as W
+
+    dep = sim.Deployment(load_preset("gpt2"), Workload(seq=1, logits="last"),
+                         load_gpu("h100-sxm"), PlanOptions(max_batched_tokens=512))
+    target = slo.parse_slo("tpot_p90=1ms")
+    out = search.find_rate(dep, 40, W.Lengths("fixed", 300), W.Lengths("fixed", 20), 0, None,
+                           target)
+    assert out["at_rate"]["slo_bounds"][0]["metric"] == "tpot" and out["rate"] is not None
+    assert {p["slo_met"] for p in out["probes"]} == {True, False}  # both sides were probed
+    for p in out["probes"]:  # each probe met exactly when its p90 TPOT is within 1 ms
+        assert p["slo_met"] == (p["bounds"][0] <= 1e-3)
+        assert p["slo_met"] or p["missed"][0].startswith("TPOT p90 ")

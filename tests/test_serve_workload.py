@@ -71,3 +71,12 @@ def test_dataset_on_the_command_line(cli):
         bad = cli(*base, "--dataset", "sharegpt", flag, "100")
         assert bad.code == 2 and bad.err.startswith("error: dataset: ") and flag in bad.err
     assert cli(*base, "--dataset", "alpaca").err.startswith("error: dataset: ")
+
+
+def test_sharegpt_means_are_the_measured_ones():
+    # vLLM's benchmark_serving over 1,000 ShareGPT requests (the file's second source):
+    # 217,393 input and 197,767 output tokens → 217.393 and 197.767 a request
+    d = datasets.table()["sharegpt"]
+    assert "Total input tokens: 217393" in d["sources"][1]["quote"]
+    assert W.parse_lengths(d["prompt"], "p").mean == pytest.approx(217393 / 1000, rel=0.01)
+    assert W.parse_lengths(d["output"], "o").mean == pytest.approx(197767 / 1000, rel=0.01)

@@ -136,6 +136,8 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
              f"SLO{' ' + slo['name'] if slo['name'] else ''}: ",
              ("met", "green") if doc["slo_met"] else ("missed", "red"),
              "" if _legacy(slo) else " (" + ", ".join(_bound(b) for b in doc["slo_bounds"]) + ")")
+        for m in doc.get("slo_missed", []):
+            _say(console, f"why, {m['phase']}: {m['why']}")
 
 
 def _legacy(slo: dict[str, Any]) -> bool:
@@ -144,8 +146,11 @@ def _legacy(slo: dict[str, Any]) -> bool:
                                    for b in slo["bounds"])
 
 
+_LABEL = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "e2e"}
+
+
 def _bound(b: dict[str, Any]) -> str:
-    label = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "e2e"}[b["metric"]]
+    label = _LABEL[b["metric"]]
     return (f"{label} p{b['percentile']:g} {_t(b['value_s'])} "
             f"{'≤' if b['met'] else '>'} {_t(b['target_s'])}")
 
@@ -195,11 +200,19 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         print_chart(doc, console)
     elif doc["command"] == "find-rate":
         fr = doc["find_rate"]
+        slo = doc["slo"]
+        if _legacy(slo):  # today's table: TTFT and ITL at p99
+            heads = ["TTFT p99", "ITL p99"]
+            vals = [[p["ttft_p99_s"], p["itl_p99_s"]] for p in fr["probes"]]
+        else:  # each bound's own definition and percentile
+            heads = [f"{_LABEL[b['metric']]} p{b['percentile']:g}" for b in slo["bounds"]]
+            vals = [p["bounds"] for p in fr["probes"]]
         rows: list[list[Any]] = [
-            [f"{p['rate']:.4g}", "met" if p["slo_met"] else "missed", _t(p["ttft_p99_s"]),
-             _t(p["itl_p99_s"]), _n(p["goodput_requests_per_s"])] for p in fr["probes"]]
-        split_table(console, ["rate (req/s)", "SLO", "TTFT p99", "ITL p99", "goodput (req/s)"],
-                    rows, 1, "--find-rate probes", right=[True, False, True, True, True])
+            [f"{p['rate']:.4g}", "met" if p["slo_met"] else "missed", *(_t(x) for x in v),
+             _n(p["goodput_requests_per_s"])] for p, v in zip(fr["probes"], vals, strict=True)]
+        split_table(console, ["rate (req/s)", "SLO", *heads, "goodput (req/s)"],
+                    rows, 1, "--find-rate probes",
+                    right=[True, False, *(True for _ in heads), True])
         if fr["rate"] is None:
             _say(console, ("no rate meets the SLO", "red"), f": {fr['reason']}")
         else:
@@ -215,16 +228,20 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
         fg = doc["find_gpus"]
         rows = []
         budgets = len({r.get("max_batched_tokens") for r in fg["frontier"]}) > 1
+        old = _legacy(doc["slo"])
+        heads = ["TTFT p99", "ITL p99"] if old else [
+            f"{_LABEL[b['metric']]} p{b['percentile']:g}" for b in doc["slo"]["bounds"]]
         for r in sorted(fg["frontier"], key=lambda r: (r["gpus"], r["tp"], r["pp"])):
             style = "bold" if r is fg["plan"] or r == fg["plan"] else ""
             mbt = f" mbt={r['max_batched_tokens']}" if budgets else ""
+            got: list[float | None] = [r["ttft_p99_s"], r["itl_p99_s"]] if old else r["bounds"]
             rows.append([Text(x, style=style) for x in (
                 f"{r['replicas']}× tp={r['tp']} pp={r['pp']}{mbt}", str(r["replicas"]),
                 str(r["gpus"]),
-                "met" if r["slo_met"] else "missed", _t(r["ttft_p99_s"]), _t(r["itl_p99_s"]),
+                "met" if r["slo_met"] else "missed", *(_t(v) for v in got),
                 _n(r["goodput_requests_per_s"]), _n(r["output_tokens_per_s_per_gpu"]),
                 str(r["preemptions"]))])
-        split_table(console, ["deployment", "replicas", "GPUs", "SLO", "TTFT p99", "ITL p99",
+        split_table(console, ["deployment", "replicas", "GPUs", "SLO", *heads,
                               "goodput (req/s)", "out tok/s/GPU", "preempt"], rows, 1,
                     f"--find-gpus frontier at {fg['rate']:g} requests/s")
         for note in fg["notes"]:
@@ -237,7 +254,8 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
             _say(console, "plan: ", (plural(p["gpus"], "GPU"), "bold"),
                  f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']}"
                  + (f", max_batched_tokens={p['max_batched_tokens']}" if budgets else "")
-                 + " (TTFT p99 "
-                 f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})"
+                 + " (" + ", ".join(f"{h} {_t(v)}" for h, v in zip(
+                     heads, [p["ttft_p99_s"], p["itl_p99_s"]] if old else p["bounds"],
+                     strict=True)) + ")"
                  + ("" if p.get("cost_per_hour") is None else f", ${p['cost_per_hour']:,.2f} an "
                     "hour"))

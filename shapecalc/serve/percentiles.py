@@ -28,6 +28,13 @@ def percentile(pairs: list[tuple[float, int]], q: float) -> float | None:
 def summary(values: list[float] | list[tuple[float, int]],
             qs: tuple[float, ...] = PERCENTILES) -> dict[str, float | None]:
     """Nearest-rank percentiles at qs (keys p50, p99.9), mean and max."""
+    if values and not isinstance(values[0], tuple):  # one sample each: the rank is an index
+        xs = sorted(values)
+        n = len(xs)
+        out1: dict[str, float | None] = {
+            f"p{q:g}": xs[min(n - 1, max(0, math.ceil(q / 100.0 * n) - 1))] for q in qs}
+        out1["mean"], out1["max"] = sum(xs) / n, xs[-1]
+        return out1
     pairs = sorted(v if isinstance(v, tuple) else (v, 1) for v in values)
     total = sum(w for _, w in pairs)
     out: dict[str, float | None] = {f"p{q:g}": percentile(pairs, q) for q in qs}

@@ -213,6 +213,14 @@ BoundOut = described(
      "one-token answers)"),
     ("met", StrictBool, "value_s ≤ target_s (or no sample)"))
 
+Miss = described(
+    "ServeMiss", "One bound a deployment missed, read from its run's own steps (serve/why.py)",
+    ("metric", str, "ttft | tpot | itl | e2e"), ("percentile", float, "the percentile it reads"),
+    ("value_s", F, "the run's value there, s"), ("target_s", float, "the bound, s"),
+    ("phase", str, "where the time goes: prefill (chunks sharing decode steps, or the prefill "
+     "itself), decode (the decode steps, preemptions) or queue (waiting for a slot)"),
+    ("why", str, "the bound, its value and the cause, in words"))
+
 LatencyDef = described(
     "ServeLatencyDefinition", "One latency definition over the run (serve/slo.py)",
     ("reads", str, "what it reads, in words"),
@@ -246,6 +254,7 @@ _RUN = (
     ("slo_percentile", StrictInt, "the percentile of the SLO's ttft_s and itl_s (99)"),
     ("slo_bounds", many(BoundOut), "each bound of the SLO against the run"),
     ("latency", Latency, "each SLO definition's distribution"),
+    ("slo_missed", many(Miss), "each bound missed: which, in which phase and why (empty: met)"),
     ("preemptions", StrictInt, "sequences preempted (their KV blocks freed, recomputed later)"),
     ("kv_utilization", MeanMax, "fraction of the KV pool in use"),
     ("queue", Queue, "requests waiting"),
@@ -264,7 +273,8 @@ Probe = described(
     ("rate", float, "arrivals per second"), ("slo_met", StrictBool, "the SLO is met there"),
     ("ttft_p99_s", F, "99th percentile TTFT, s"), ("itl_p99_s", F, "99th percentile ITL, s"),
     ("goodput_requests_per_s", float, "requests per second that met the SLO"),
-    ("missed", list[str], "each bound missed there: which, in which phase and why"))
+    ("missed", list[str], "each bound missed there: which, in which phase and why"),
+    ("bounds", list[F], "the run's value at each bound of the SLO (slo.bounds' order), s"))
 
 FindRate = described(
     "ServeFindRate", "The highest arrival rate that meets the SLO (bisection over simulations)",
@@ -273,14 +283,6 @@ FindRate = described(
     ("ceiling_requests_per_s", float, "the decode-only ceiling, the search's upper end"),
     ("probes", many(Probe), "every rate simulated, in order"),
     ("at_rate", RunOut | None, "the run at the rate found (or the best probe)"))
-
-Miss = described(
-    "ServeMiss", "One bound a deployment missed, read from its run's own steps (serve/why.py)",
-    ("metric", str, "ttft | tpot | itl | e2e"), ("percentile", float, "the percentile it reads"),
-    ("value_s", F, "the run's value there, s"), ("target_s", float, "the bound, s"),
-    ("phase", str, "where the time goes: prefill (chunks sharing decode steps, or the prefill "
-     "itself), decode (the decode steps, preemptions) or queue (waiting for a slot)"),
-    ("why", str, "the bound, its value and the cause, in words"))
 
 PlanRow = described(
     "ServePlanRow", "One deployment find-gpus simulated",
@@ -297,7 +299,8 @@ PlanRow = described(
      "dimension unless --max-batched-tokens is given)"),
     ("missed", many(Miss), "each bound missed: which, in which phase and why"),
     ("meets_with", str | None, "a value of one dimension that meets the SLO with the rest kept "
-     "(e.g. --max-batched-tokens 512 meets it); null: met, or none explored"))
+     "(e.g. --max-batched-tokens 512 meets it); null: met, or none explored"),
+    ("bounds", list[F], "the run's value at each bound of the SLO (slo.bounds' order), s"))
 
 FindGpus = described(
     "ServeFindGpus", "The fewest GPUs that meet the SLO at --rate: for each candidate of the "

@@ -18,7 +18,6 @@ from ..model.config import ShapecalcError
 from ..plan.cases import valid
 from . import sim
 from .slo import alone_miss
-from .why import explain
 from .workload import Lengths, Request, generate
 
 BISECTIONS = 12
@@ -39,8 +38,7 @@ def _probe(dep: sim.Deployment, eng: sim.Engine, reqs: list[Request], slo: sim.S
     """The run's metrics, and each bound it missed with its phase and why (why.py)."""
     reps, seqs = sim.run(dep, reqs, eng=eng)
     m = sim.metrics(dep, eng, reps, seqs, slo, reqs, rate)
-    return m, explain(slo, m["slo_bounds"], reps, seqs, lambda t: eng.cost.prefill(1, t),
-                      m["preemptions"])
+    return m, m["slo_missed"]
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,8 @@ def find_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, see
         tried.append({"rate": rate, "slo_met": m["slo_met"], "missed": [x["why"] for x in missed],
                       f"ttft_p{slo.percentile}_s": m["ttft_s"][f"p{slo.percentile}"],
                       f"itl_p{slo.percentile}_s": m["itl_s"][f"p{slo.percentile}"],
-                      "goodput_requests_per_s": m["goodput"]["requests_per_s"]})
+                      "goodput_requests_per_s": m["goodput"]["requests_per_s"],
+                      "bounds": [b["value_s"] for b in m["slo_bounds"]]})
         if tick is not None:
             tick()
         return bool(m["slo_met"]), m
@@ -269,6 +268,7 @@ def _row(d: sim.Deployment, m: dict[str, Any], missed: list[dict[str, Any]], sha
     return {"tp": d.wl.tp, "pp": d.wl.pp, "ep": d.wl.ep, "replicas": d.replicas, "gpus": d.gpus,
             "max_batched_tokens": d.opts.max_batched_tokens or 8192,
             "missed": [{k: x[k] for k in MISS_KEYS} for x in missed], "meets_with": None,
+            "bounds": [b["value_s"] for b in m["slo_bounds"]],
             "slo_met": m["slo_met"], "ttft_p99_s": m["ttft_s"]["p99"],
             "itl_p99_s": m["itl_s"]["p99"],
             "goodput_requests_per_s": m["goodput"]["requests_per_s"] * share,

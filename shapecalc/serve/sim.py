@@ -384,6 +384,7 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
         "slo_percentile": slo.percentile,
         "slo_bounds": bounds,
         "latency": latency_doc(dists, seqs),
+        "slo_missed": [] if met else _why(slo, bounds, eng, reps, seqs),
         "preemptions": sum(rep.preemptions for rep in reps),
         # time-weighted over [first arrival, last finish] (idle time: an empty cache and queue)
         "kv_utilization": {"mean": kv_time / len(reps) / span, "max": kv_max},
@@ -399,3 +400,12 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
             dep.opts.price, dep.opts.price_source or "--price", gpus, throughput,
             good_n / span if slo.bounds else None)}),
     }
+
+
+def _why(slo: SLO, bounds: list[dict[str, Any]], eng: Engine, reps: list[Replica],
+         seqs: list[Seq]) -> list[dict[str, Any]]:
+    """Each missed bound's phase and cause (why.py), read only when one is missed."""
+    from .why import explain
+
+    return explain(slo, bounds, reps, seqs, lambda t: eng.cost.prefill(1, t),
+                   sum(rep.preemptions for rep in reps))

@@ -21,8 +21,8 @@ from .scheduler import Replica
 from .slo import LABEL, SLO, tpot
 
 
-def _t(x: float) -> str:
-    return f"{x * 1e3:.3g} ms" if x < 1 else f"{x:.3g} s"
+def _t(x: float, digits: int = 3) -> str:
+    return f"{x * 1e3:.{digits}g} ms" if x < 1 else f"{x:.{digits}g} s"
 
 
 def _gaps(reps: list[Replica], v: float) -> tuple[int, int, int, int]:
@@ -59,7 +59,8 @@ def explain(slo: SLO, rows: list[dict[str, Any]], reps: list[Replica], seqs: lis
         if r["met"]:
             continue
         m, v = r["metric"], r["value_s"]
-        head = f"{LABEL[m]} p{r['percentile']:g} {_t(v)} > {_t(r['target_s'])}"
+        k = next(k for k in (3, 4, 6, 9) if _t(v, k) != _t(r["target_s"], k))  # 40.1 > 40
+        head = f"{LABEL[m]} p{r['percentile']:g} {_t(v, k)} > {_t(r['target_s'], k)}"
         if m == "itl":
             phase, why = _steps(reps, v, "gaps")
         elif m == "tpot":
