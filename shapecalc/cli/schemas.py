@@ -22,6 +22,7 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "serve_find_rate": ("serve --find-rate --json", "serve.schemas:ServeFindRateOut"),
     "serve_find_gpus": ("serve --find-gpus --json", "serve.schemas:ServeFindGpusOut"),
     "train": ("train --json", "train.schemas:TrainOut"),
+    "train_search": ("train --search --json", "train.search_schemas:TrainSearchOut"),
     "verify": ("verify --json", "check.schemas:VerifyOut"),
     "verify_train": ("verify --train --json", "check.schemas:VerifyTrainOut"),
     "verify_against": ("verify --against transformers --json", "check.schemas:AgainstOut"),

@@ -79,6 +79,16 @@ def train(
         "--perf", help="override a term of the step-time model: NAME=VALUE (repeatable; "
         "gemm_efficiency, attention_efficiency, memory_efficiency, link_efficiency, "
         "collective_latency_s, net_bandwidth in bytes/s per GPU)")] = None,
+    search: Annotated[bool, typer.Option(
+        "--search", help="search the fastest layout of --gpus GPUs that fits (tp, cp, pp, dp, "
+        "ep, virtual stages, micro-batch, recompute, ZeRO) at --global-batch; needs --gpu")
+    ] = False,
+    gpus: Annotated[int | None, typer.Option(
+        "--gpus", help="GPUs the search lays out (with --search)")] = None,
+    dp_overlap: Annotated[str | None, typer.Option(
+        "--dp-overlap", help="share of the DP communication hidden under the backward: a "
+        "fraction in [0, 1] or a policy (megatron, torchtitan, hf: 1; deepspeed, none: 0)",
+        show_default="megatron")] = None,
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
@@ -98,8 +108,13 @@ def train(
 
         fmt = check_format("json" if as_json else fmt)
         check_outputs(output=output, svg=svg, html=html)
-        from ..train.time import perf_for
+        from .train_search import overlap_perf, refuse_search_flags, run_search
 
+        if search or gpus is not None:
+            refuse_search_flags(search, gpus, dict(
+                tp=tp, pp=pp, ep=ep, dp=dp != 1, zero=zero != 0, cp=cp != 1,
+                virtual_stages=virtual_stages != 1, micro_batch=micro_batch, grad_accum=grad_accum,
+                recompute=recompute != "none", train_tokens=train_tokens))
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         width = ACT_DTYPE.get(precision, "bf16")
         wl = resolve_workload(wbase, batch=micro_batch if micro_batch is not None else 1,
@@ -109,12 +124,18 @@ def train(
         n_tokens = _tokens(train_tokens, card is not None)
         if perf and card is None:
             raise ShapecalcError("perf", "needs --gpu: it sets the step-time model's terms")
+        terms = overlap_perf(card, perf, dp_overlap)
+        if search:
+            code = run_search(model, wl, card, terms, gpus=gpus, global_batch=global_batch,
+                              precision=precision, attention=attention, price=price, fmt=fmt,
+                              output=output, svg=svg, html=html)
+            raise typer.Exit(code)
         doc = build_train(model, wl, dp=dp, zero=zero, precision=precision,
                           recompute=recompute, grad_accum=grad_accum, global_batch=global_batch,
                           gpu_memory=card.memory_bytes if card else None,
                           gpu_name=card.name if card else None, cp=cp,
                           virtual=virtual_stages, attention=attention, gpu=card,
-                          perf=perf_for(card, perf) if card else None,
+                          perf=terms,
                           train_tokens=n_tokens)
         _cost(doc, card, price)
         from ..render.train import print_train
