@@ -20,6 +20,7 @@ SLOW = (
     "shapecalc serve --preset llama3-70b --gpu h100-sxm --rate 20",
     "shapecalc serve --preset llama3-70b --gpu h100-sxm --tp 4 --prompt-tokens 2048",  # find-rate
     "shapecalc compare llama3-8b llama3-70b@tp=4 --batch 1,8,32,128",  # 8 fits with times
+    "shapecalc train --preset llama3.1-405b --seq 8192 --gpu h100-sxm --search",  # 6 s CPU
 )
 TORCH = ("--against", "docs/examples/arcee")
 

@@ -48,8 +48,9 @@ def overlap_perf(card: Any, perf: list[str] | None, dp_overlap: str | None) -> A
 
 
 def run_search(model: Any, wl: Any, card: Any, perf: Any, *, gpus: int | None,
-               global_batch: int | None, precision: str, attention: str, price: float | None, fmt: str,
-               output: str | None, svg: str | None, html: str | None) -> int:
+               global_batch: int | None, precision: str, attention: str,
+               price: float | None, fmt: str, output: str | None, svg: str | None,
+               html: str | None) -> int:
     """Search, render, and the exit code: 0 with a layout that fits, 1 (a verdict) without."""
     if card is None:
         raise ShapecalcError("search", "needs --gpu: the layouts are timed and fitted on it")

@@ -191,6 +191,7 @@ def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
             c["price_source"].split(":")[0]
         add(f"  cost at ${c['price_per_gpu_hour']:g}/GPU-hour ({src}): {money(c['per_hour'])} an "
             f"hour, {money(c['per_step'])} a step, {money(c['per_million_tokens'])} per 1M tokens"
+            f", {money(c['per_trillion_tokens'])} per 1T tokens"
             + ("" if c["total"] is None else f", {money(c['total'])} in all"))
     add("  left out: the optimizer step, data loading, failures and restarts, checkpoint saving")
     return out

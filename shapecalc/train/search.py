@@ -18,8 +18,7 @@ needs m a multiple of p, Megatron's rule; or fewer micro-batches than stages, m 
 of half the step or more), memory (the peak rank over the GPU). The space: tp ≤ the scale-up
 domain, cp a power of two ≤ 64 with T a multiple of 2·cp, pp ≤ the layers, micro-batches the
 divisors of global batch / dp up to MAX_MICRO, v = 1..MAX_VIRTUAL with at least v layers a
-stage, recompute none | selective | full (torch: transformers' checkpointing, asked by
---recompute), ZeRO 0..3.
+stage, recompute none | selective | full | torch (transformers' checkpointing), ZeRO 0..3.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from .saved import saved_tensors
 from .time import Layout, TrainPerf, layer_work, pace
 
 MAX_MICRO, MAX_VIRTUAL, MAX_CP = 64, 8, 64
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "torch")
 ZERO = (0, 1, 2, 3)
 FAILS = ("divisibility", "topology", "bubble", "memory")
 BEST = 5
