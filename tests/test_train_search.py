@@ -218,3 +218,19 @@ def test_dp_overlap_needs_a_gpu_and_changes_the_exposed_dp(cli):
     assert shown["perf"]["dp_overlap"] == 0.0 and hidden["perf"]["dp_overlap"] == 1.0
     assert shown["dp_exposed_s"] == pytest.approx(shown["per_stage"][0]["dp_s"])
     assert hidden["dp_exposed_s"] < shown["dp_exposed_s"]
+
+
+def test_moe_terms_in_the_step_by_hand(cli):
+    base = ["train", "--preset", "qwen3-30b-a3b", "--seq", "64", "--ep", "4", "--dp", "4",
+            "--gpu", "h100-sxm", "--json"]
+    t = cli(*base).json()["time"]
+    s = t["per_stage"][0]
+    # 48 MoE layers × 8 · 64 tokens · k=8 · D=2048 · 2 B, at 3.35 TB/s × memory_efficiency
+    moved = 48 * 8 * 64 * 8 * 2048 * 2
+    assert s["permute_s"] == pytest.approx(moved / (3.35e12 * t["perf"]["memory_efficiency"]))
+    assert s["expert_gemm_s"] > 0 and s["ep_s"] > 0
+    worse = cli(*base, "--perf", "moe_imbalance=2").json()["time"]["per_stage"][0]
+    assert worse["expert_gemm_s"] == pytest.approx(2 * s["expert_gemm_s"])  # the busiest rank
+    assert worse["ep_s"] > s["ep_s"]
+    r = cli(*base, "--perf", "moe_imbalance=0.5")
+    assert r.code == 2 and r.err.startswith("error: perf.moe_imbalance:")

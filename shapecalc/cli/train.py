@@ -78,7 +78,8 @@ def train(
     perf: Annotated[list[str] | None, typer.Option(
         "--perf", help="override a term of the step-time model: NAME=VALUE (repeatable; "
         "gemm_efficiency, attention_efficiency, memory_efficiency, link_efficiency, "
-        "collective_latency_s, net_bandwidth in bytes/s per GPU)")] = None,
+        "collective_latency_s, net_bandwidth in bytes/s per GPU, dp_overlap, "
+        "grouped_gemm_efficiency, moe_imbalance)")] = None,
     search: Annotated[bool, typer.Option(
         "--search", help="search the fastest layout of --gpus GPUs that fits (tp, cp, pp, dp, "
         "ep, virtual stages, micro-batch, recompute, ZeRO) at --global-batch; needs --gpu")
