@@ -138,6 +138,20 @@ def test_the_search_times_and_fits_a_layout_as_train_does():
         assert got[0]["peak_bytes"] == doc["memory"]["peak_bytes"]
 
 
+def test_the_search_times_and_fits_an_moe_layout_as_train_does():
+    model = load_preset("qwen3-30b-a3b", None)
+    perf = perf_for(H100)
+    s = Search(model, Workload(batch=1, seq=64), H100, perf, gpus=16, global_batch=32,
+               precision="mixed", attention="flash")
+    got = [r for r in s.evaluate(2, 1, 2, 2, "none", 2)
+           if r.get("virtual_stages") == 1 and r.get("zero") == 1]
+    doc = build_train(model, Workload(batch=2, seq=64, tp=2, pp=2, ep=2), dp=4, zero=1,
+                      precision="mixed", recompute="none", grad_accum=None, global_batch=32,
+                      gpu_memory=H100.memory_bytes, gpu_name=H100.name, gpu=H100, perf=perf)
+    assert got[0]["step_s"] == pytest.approx(doc["time"]["step_s"], rel=1e-12)
+    assert got[0]["peak_bytes"] == doc["memory"]["peak_bytes"]
+
+
 FAST = "korthikanti-22b-selective"  # 8 GPUs: the default run searches its recompute and ZeRO
 
 
