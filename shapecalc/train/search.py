@@ -156,31 +156,42 @@ class Search:
         base_micro = compute + np.array([x["tp_s"] + x["cp_exposed_s"] + x["ep_s"]
                                          for x in terms])
         params = np.array([d + e for d, e in placed], dtype=float)
-        out = []
+        out: list[dict[str, Any]] = []
         vs = [v for v in range(1, MAX_VIRTUAL + 1) if v == 1 or (pp > 1 and min(layers) >= v)]
+        run = []
         for v in vs:
-            row = {**base, "virtual_stages": v, "grad_accum": accum}
             if accum < pp or (v > 1 and accum % pp):
                 why = (f"m={accum} micro-batches < p={pp} stages: the pipeline never fills"
                        if accum < pp else f"interleaving needs m={accum} a multiple of p={pp}")
-                out += [{**row, "zero": z, "fails": "bubble", "why": why} for z in self.zero]
-                continue
-            micro = base_micro + lay.boundary_s(v)
-            chunks = [chunks_in_flight(pp, i, accum, v) for i in firsts]
-            acts = [in_flight_bytes(c, v, o) for c, o in zip(chunks, one, strict=True)]
-            for z in self.zero:
-                ms = [model_state(d, e, self.precision, z, dp * cp, ep)["bytes"]
-                      for d, e in placed]
-                dp_time = np.array([lay.dp_s(d, e, self.per, z) if dp * cp > 1 else 0.0
-                                    for d, e in placed])
-                window = compute * (accum if z == 3 else 1)
-                _, _, step = pace(micro, window, dp_time, params, accum, pp, v,
-                                  self.perf.dp_overlap)
-                peak = max(m + a for m, a in zip(ms, acts, strict=True))
-                r = {**row, "zero": z, "step_s": float(step), "peak_bytes": int(peak)}
-                if peak > self.gpu.memory_bytes:
-                    r.update(fails="memory", why=f"peak rank {peak:,} B > "
-                             f"{self.gpu.memory_bytes:,} B")
+                out += [{**base, "virtual_stages": v, "grad_accum": accum, "zero": z,
+                         "fails": "bubble", "why": why} for z in self.zero]
+            else:
+                run.append(v)
+        if not run:
+            return out
+        # the grid: virtual stages (axis 0) × ZeRO (axis 1) × stage types (axis 2)
+        zs = list(self.zero)
+        v_ax = np.array(run, dtype=float)[:, None]
+        micro = (base_micro[None, :] + np.array([lay.boundary_s(v) for v in run])[:, None]
+                 )[:, None, :]
+        ms = np.array([[model_state(d, e, self.precision, z, dp * cp, ep)["bytes"]
+                        for d, e in placed] for z in zs], dtype=np.int64)
+        dp_time = np.array([[lay.dp_s(d, e, self.per, z) if dp * cp > 1 else 0.0
+                             for d, e in placed] for z in zs])
+        window = compute[None, :] * np.array([accum if z == 3 else 1 for z in zs])[:, None]
+        _, _, step = pace(micro, window[None], dp_time[None], params, accum, pp, v_ax,
+                          self.perf.dp_overlap)
+        acts = np.array([[in_flight_bytes(chunks_in_flight(pp, i, accum, v), v, o)
+                          for i, o in zip(firsts, one, strict=True)] for v in run],
+                        dtype=np.int64)
+        peak = np.max(ms[None, :, :] + acts[:, None, :], axis=-1)
+        cap = self.gpu.memory_bytes
+        for j, v in enumerate(run):
+            for k, z in enumerate(zs):
+                r = {**base, "virtual_stages": v, "grad_accum": accum, "zero": z,
+                     "step_s": float(step[j, k]), "peak_bytes": int(peak[j, k])}
+                if peak[j, k] > cap:
+                    r.update(fails="memory", why=f"peak rank {int(peak[j, k]):,} B > {cap:,} B")
                 out.append(r)
         return out
 
@@ -196,13 +207,15 @@ class Search:
                     rows += got
                     # saved bytes grow with b: when nothing fits at b, nothing fits above it
                     if got and all(r.get("fails") == "memory" for r in got):
-                        rest = [x for x in bs if x > b]
-                        rows += [{**got[0], "micro_batch": x, "fails": "memory",
+                        rows += [{**r, "micro_batch": x, "grad_accum": self.gb // (x * dp),
                                   "why": f"micro-batch {b} already over the GPU's memory",
-                                  "step_s": None, "peak_bytes": None} for x in rest]
+                                  "step_s": None, "peak_bytes": None}
+                                 for x in bs if x > b for r in got]
                         break
-                    if not got or got[0].get("fails") in ("divisibility", "topology"):
-                        break
+                    if len(got) == 1 and got[0].get("fails") in ("divisibility", "topology"):
+                        break  # the class, whatever b and recompute
+                if len(got) == 1 and got[0].get("fails") in ("divisibility", "topology"):
+                    break
         return rows
 
 
