@@ -248,3 +248,17 @@ def test_moe_terms_in_the_step_by_hand(cli):
     assert worse["ep_s"] > s["ep_s"]
     r = cli(*base, "--perf", "moe_imbalance=0.5")
     assert r.code == 2 and r.err.startswith("error: perf.moe_imbalance:")
+
+
+def test_the_space_by_hand():
+    from shapecalc.train.search import space
+
+    # 16 GPUs, dense, T = 64: tp ∈ {1, 2, 4, 8} (the node), cp a power of two with 64 a
+    # multiple of 2·cp, pp up to the 12 layers of GPT-2, ep 1
+    got = space(load_preset("gpt2", None), TOPO, 16, 64)
+    assert {x[0] for x in got} == {1, 2, 4, 8} and {x[3] for x in got} == {1}
+    assert {x[1] for x in got} == {1, 2, 4, 8, 16} and max(x[2] for x in got) == 8
+    assert all(16 % (tp * cp * pp) == 0 for tp, cp, pp, _ in got)
+    # MoE (E = 128): ep runs over the divisors of dp that divide E
+    moe = space(load_preset("qwen3-30b-a3b", None), TOPO, 16, 64)
+    assert sorted(ep for tp, cp, pp, ep in moe if (tp, cp, pp) == (1, 1, 1)) == [1, 2, 4, 8, 16]

@@ -20,7 +20,8 @@ topology.py counts them:
     and the forward's again when the core is recomputed; each over the ring's slowest hop.
   EP: per MoE layer, dispatch and combine forward and their gradients backward: four all-to-alls
     of the rank's T·k·D activations (moe_imbalance × for the busiest rank).
-  PP: per micro-batch 2·v sends of [s/cp, b, h/tp] (activation forward, gradient backward).
+  PP: per micro-batch 2·v sends of [s/cp, b, h/tp] (activation forward, gradient backward),
+    at the slowest hop between neighbouring stages: the network once the stages span domains.
   DP: ZeRO 0 all-reduces the gradients; 1 and 2 reduce-scatter them and all-gather the updated
     weights; 3 all-gathers the weights in the forward and again in the backward, and
     reduce-scatters the gradients (train/ledgers.py's dp_ledger, here as times).

@@ -60,8 +60,8 @@ def space(model: ModelConfig, topo: Any, gpus: int, seq: int) -> list[tuple[int,
                 continue
             for pp in _divisors(gpus // (tp * cp), model.n_layers):
                 dp = gpus // (tp * cp * pp)
-                eps = [e for e in _divisors(dp) if model.n_experts and model.n_experts % e == 0] \
-                    if model.n_experts else [1]
+                e_n = model.n_experts or 0
+                eps = [e for e in _divisors(dp, min(dp, e_n)) if e_n % e == 0] if e_n else [1]
                 out += [(tp, cp, pp, ep) for ep in eps]
     return out
 
