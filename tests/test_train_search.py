@@ -195,6 +195,8 @@ def test_search_prints_the_best_and_the_failures(cli):
     # the best layout's cost: $2 × 4 GPUs an hour over its step
     best = doc["best"][0]
     assert best["cost"]["per_step"] == pytest.approx(8 / 3600 * best["step_s"])
+    assert all(f"{k} {best[f]} " in best["train_args"] + " " for k, f in (
+        ("--tp", "tp"), ("--pp", "pp"), ("--dp", "dp"), ("--zero", "zero")))
     text = search_text(doc)
     assert "best (fastest step that fits):" in text and "  1. tp=" in text
     assert "per trillion tokens" in text and "bubble:" in text

@@ -30,6 +30,9 @@ def search_text(doc: dict[str, Any]) -> str:
             line += (f", {money(c['per_step'])} a step, {money(c['per_trillion_tokens'])} per "
                      "trillion tokens")
         out.append(line)
+    if doc["best"]:
+        out.append(f"  (train {doc['best'][0]['train_args']} --global-batch "
+                   f"{doc['global_batch']}: the best layout's whole report)")
     if doc["failed"]:
         out.append("do not run or do not fit:")
     for f in doc["failed"]:

@@ -219,6 +219,16 @@ class Search:
         return rows
 
 
+def train_args(r: dict[str, Any]) -> str:
+    """The `train` flags that plan this layout alone (its whole report)."""
+    flags = [("--tp", r["tp"]), ("--cp", r["cp"]), ("--pp", r["pp"]), ("--dp", r["dp"]),
+             ("--ep", r["ep"]), ("--virtual-stages", r["virtual_stages"]),
+             ("--micro-batch", r["micro_batch"]), ("--zero", r["zero"]),
+             ("--recompute", r["recompute"])]
+    return " ".join(f"{k} {v}" for k, v in flags
+                    if not (v == 1 and k in ("--cp", "--ep", "--virtual-stages")))
+
+
 def search_doc(s: Search, rows: list[dict[str, Any]], price: float | None, source: str | None,
                ) -> dict[str, Any]:
     """`train --search --json`: the space, the best few (fastest step; ties to the fewer model
@@ -235,7 +245,8 @@ def search_doc(s: Search, rows: list[dict[str, Any]], price: float | None, sourc
         mf, hf = s.model_flops(r["recompute"])
         t = rates(r["step_s"], s.gpus, s.peak, mf, hf, tokens, None)
         row = {**r, "mfu": t["mfu"], "hfu": t["hfu"], "tokens_per_s_per_gpu":
-               t["tokens_per_s_per_gpu"], "free_bytes": s.gpu.memory_bytes - r["peak_bytes"]}
+               t["tokens_per_s_per_gpu"], "free_bytes": s.gpu.memory_bytes - r["peak_bytes"],
+               "train_args": train_args(r)}
         if price is not None:
             row["cost"] = training_cost(price, source or "--price", s.gpus, {
                 **t, "step_s": r["step_s"], "gpu_hours": None})

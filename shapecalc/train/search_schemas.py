@@ -37,6 +37,7 @@ Best = described(
     ("free_bytes", I, "the GPU's memory left on the peak rank"),
     ("mfu", FN, "model FLOPs utilization"), ("hfu", FN, "with the recompute"),
     ("tokens_per_s_per_gpu", FN, "tokens trained per second per GPU"),
+    ("train_args", str, "the train flags that plan this layout alone (with --global-batch)"),
     ("cost", TrainCost | None, "what it costs (with a price: --price or the profile's)", None))
 
 Failed = described(
