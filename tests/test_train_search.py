@@ -217,11 +217,23 @@ def test_search_with_nothing_that_fits_is_a_verdict(cli):
     (["--search", "--gpus", "0", "--global-batch", "8"], "gpus"),
     (["--tp", "2", "--dp", "2", "--price", "0"], "price"),
     (["--dp-overlap", "1.5"], "dp-overlap"),
+    (["--dp-overlap", "none", "--perf", "dp_overlap=1"], "dp-overlap"),
+    (["--perf", "dp_overlap=2"], "perf.dp_overlap"),
     (["--tp", "1", "--dp", "12", "--pp", "2"], "dp"),
 ])
 def test_bad_search_and_network_input_names_its_flag(cli, extra, flag):
     r = cli(*ARGS, *extra)
     assert r.code == 2 and r.out == "" and r.err.startswith(f"error: {flag}:"), r.err
+
+
+def test_tp_beyond_the_scale_up_domain_is_refused(cli):
+    r = cli("train", "--preset", "llama3-8b", "--seq", "64", "--gpu", "h100-sxm", "--tp", "16")
+    assert r.code == 2 and r.out == "" and r.err.startswith("error: tp: tp=16 exceeds the "
+                                                            "scale-up domain of 8 GPUs")
+    # on an NVL72 domain the same 16 ranks are one domain
+    r = cli("train", "--preset", "llama3-8b", "--seq", "64", "--gpu", "h100-sxm", "--tp", "16",
+            "--set-gpu", "scale_up_domain=72", "--set-gpu", "gpus_per_node=4")
+    assert r.code == 0, r.err
 
 
 def test_dp_overlap_needs_a_gpu_and_changes_the_exposed_dp(cli):
