@@ -25,6 +25,7 @@ SLOW = (
     "shapecalc compare llama3-8b llama3-70b@tp=4 --batch 1,8,32,128",  # 8 fits with times
     "shapecalc serve --preset qwen3-30b-a3b --gpu h100-sxm --tp 1 --ep 16",  # 16 ranks
     "shapecalc calibrate-train",  # 11 training records through train --framework
+    "shapecalc train --preset llama3.1-405b --seq 8192 --gpu h100-sxm --search",  # 6 s CPU
 )
 TORCH = ("--against", "docs/examples/arcee")
 

@@ -44,6 +44,8 @@ CASES = [
                "selective", "--fp8", "torchao-tensor", "--compile", "--gpu", GPU, "--json"]),
     ("verify", ["verify", "--json"]),
     ("verify", ["verify", "--config", "{MAMBA}", "--json"]),
+    ("train_search", ["train", "--preset", "llama3-8b", "--seq", "64", "--gpu", GPU, "--search",
+                      "--gpus", "8", "--global-batch", "8", "--price", "2", "--json"]),
     ("verify_train", ["verify", "--train", "--json"]),
     ("verify_train", ["verify", "--train", "--config", "{MAMBA}", "--json"]),
     ("explain", ["explain", "--json"]),

@@ -23,6 +23,7 @@ SCHEMAS: dict[str, tuple[str, str]] = {
     "serve_find_gpus": ("serve --find-gpus --json", "serve.schemas:ServeFindGpusOut"),
     "serve_find_pd": ("serve --find-pd --json", "serve.schemas:ServeFindPdOut"),
     "train": ("train --json", "train.schemas:TrainOut"),
+    "train_search": ("train --search --json", "train.search_schemas:TrainSearchOut"),
     "verify": ("verify --json", "check.schemas:VerifyOut"),
     "verify_train": ("verify --train --json", "check.schemas:VerifyTrainOut"),
     "verify_against": ("verify --against transformers --json", "check.schemas:AgainstOut"),

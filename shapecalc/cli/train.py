@@ -85,7 +85,18 @@ def train(
     perf: Annotated[list[str] | None, typer.Option(
         "--perf", help="override a term of the step-time model: NAME=VALUE (repeatable; "
         "gemm_efficiency, attention_efficiency, memory_efficiency, link_efficiency, "
-        "collective_latency_s, net_bandwidth in bytes/s per GPU)")] = None,
+        "collective_latency_s, net_bandwidth in bytes/s per GPU, dp_overlap, "
+        "grouped_gemm_efficiency, moe_imbalance)")] = None,
+    search: Annotated[bool, typer.Option(
+        "--search", help="search the fastest layout of --gpus GPUs that fits (tp, cp, pp, dp, "
+        "ep, virtual stages, micro-batch, recompute, ZeRO) at --global-batch; needs --gpu")
+    ] = False,
+    gpus: Annotated[int | None, typer.Option(
+        "--gpus", help="GPUs the search lays out (with --search)")] = None,
+    dp_overlap: Annotated[str | None, typer.Option(
+        "--dp-overlap", help="share of the DP communication hidden under the backward: a "
+        "fraction in [0, 1] or a policy (megatron, torchtitan, hf: 1; deepspeed, none: 0)",
+        show_default="megatron")] = None,
     framework: Annotated[str, typer.Option(
         "--framework", help="whose memory rules (and, with --gpu, efficiency terms) the plan "
         "follows: " + FW_HELP + "; Megatron's closed form is printed beside each")] = "hf",
@@ -123,7 +134,15 @@ def train(
 
         fmt = check_format("json" if as_json else fmt)
         check_outputs(output=output, svg=svg, html=html)
+        from .train_search import overlap_perf, refuse_search_flags, run_search
 
+        if search or gpus is not None:
+            refuse_search_flags(search, gpus, dict(
+                tp=tp, pp=pp, ep=ep, dp=dp != 1, zero=zero != 0, cp=cp != 1,
+                virtual_stages=virtual_stages != 1, micro_batch=micro_batch, grad_accum=grad_accum,
+                recompute=recompute != "none", train_tokens=train_tokens,
+                framework=framework != "hf", fp8=fp8, fw_term=fw_term, compile=compile_,
+                power_limit=power_limit))
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         width = ACT_DTYPE.get(precision, "bf16")
         wl = resolve_workload(wbase, batch=micro_batch if micro_batch is not None else 1,
@@ -139,12 +158,18 @@ def train(
         terms = train_fw_terms(framework, fw_term)
         run_perf = run_perf_for(card, perf, framework, model, wl, cp=cp, compile_=compile_,
                                 power_limit=power_limit)
+        tperf = overlap_perf(run_perf[0] if run_perf else None, perf, dp_overlap, framework)
+        if search:
+            code = run_search(model, wl, card, tperf, gpus=gpus, global_batch=global_batch,
+                              precision=precision, attention=attention, price=price, fmt=fmt,
+                              output=output, svg=svg, html=html)
+            raise typer.Exit(code)
         doc = build_train(model, wl, dp=dp, zero=zero, precision=precision,
                           recompute=recompute, grad_accum=grad_accum, global_batch=global_batch,
                           gpu_memory=card.memory_bytes if card else None,
                           gpu_name=card.name if card else None, cp=cp,
                           virtual=virtual_stages, attention=attention, gpu=card,
-                          perf=run_perf[0] if run_perf else None,
+                          perf=tperf,
                           train_tokens=n_tokens, framework=framework, fw_terms=terms, fp8=fp8,
                           fused=FUSED_ROLES.get(framework, ()))
         if run_perf and run_perf[1] is not None:

@@ -47,12 +47,13 @@ def serving_cost(price: float, source: str, gpus: int, throughput: dict[str, Any
 
 def training_cost(price: float, source: str, gpus: int, time: dict[str, Any]
                   ) -> dict[str, Any]:
-    """`time.cost` of train: the job's $/hour, $ a step, $ per million trained tokens and, with
-    --train-tokens, the whole run (its GPU-hours × price)."""
+    """`time.cost` of train: the job's $/hour, $ a step, $ per million and per trillion trained
+    tokens and, with --train-tokens, the whole run (its GPU-hours × price)."""
     step, tps = time["step_s"], time["tokens_per_s"]
     per_hour = price * gpus
     return {"price_per_gpu_hour": price, "price_source": source, "gpus": gpus,
             "per_hour": per_hour,
             "per_step": None if step is None else per_hour / 3600.0 * step,
             "per_million_tokens": None if not tps else per_hour / 3600.0 / tps * 1e6,
+            "per_trillion_tokens": None if not tps else per_hour / 3600.0 / tps * 1e12,
             "total": None if time["gpu_hours"] is None else time["gpu_hours"] * price}

@@ -54,9 +54,12 @@ def span(topo: Topology, g: int, r: int = 1) -> tuple[int, int]:
     """(q, n): ranks in each domain and domains a group of g ranks with stride r spans."""
     if g * r <= topo.domain:
         return g, 1
-    if (g * r) % topo.domain or topo.domain % r:
+    # a stride of a domain or more puts each rank in its own domain (r a multiple of D)
+    if (g * r) % topo.domain or (r % topo.domain if r >= topo.domain else topo.domain % r):
         raise ShapecalcError("gpu.scale_up_domain", f"a group of {g} ranks {r} apart does not "
                              f"split evenly over domains of {topo.domain} GPUs")
+    if r >= topo.domain:  # each rank in a domain of its own
+        return 1, g
     n = g * r // topo.domain
     return g // n, n
 

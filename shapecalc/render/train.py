@@ -174,7 +174,10 @@ def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
     add = out.append
     add(f"  one micro-batch on the slowest stage ({ti['slowest_stage']}): {_s(st['micro_batch_s'])}"
         f" = GEMMs {_s(st['gemm_s'])} + attention {_s(st['attention_s'])} + memory-bound "
-        f"{_s(st['memory_bound_s'])} + TP {_s(st['tp_s'])} + CP exposed {_s(st['cp_exposed_s'])}"
+        f"{_s(st['memory_bound_s'])}"
+        + (f" + expert GEMMs {_s(st['expert_gemm_s'])} + token permutation "
+           f"{_s(st['permute_s'])}" if st.get("expert_gemm_s") else "")
+        + f" + TP {_s(st['tp_s'])} + CP exposed {_s(st['cp_exposed_s'])}"
         f" + EP {_s(st['ep_s'])} + PP sends {_s(st['pp_s'])}")
     add(f"  pipeline: {ti['micro_batch_slots']:g} micro-batch slots (m + (p−1)/v, v="
         f"{ti['virtual_stages']}) = {_s(ti['pipeline_s'])}; bubble {ti['bubble_formula']} = "
@@ -196,6 +199,7 @@ def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
             c["price_source"].split(":")[0]
         add(f"  cost at ${c['price_per_gpu_hour']:g}/GPU-hour ({src}): {money(c['per_hour'])} an "
             f"hour, {money(c['per_step'])} a step, {money(c['per_million_tokens'])} per 1M tokens"
+            f", {money(c['per_trillion_tokens'])} per 1T tokens"
             + ("" if c["total"] is None else f", {money(c['total'])} in all"))
     add("  left out: the optimizer step, data loading, failures and restarts, checkpoint saving")
     return out

@@ -8,6 +8,7 @@ point (train/report.py's memory per rank; verify --train's comparison).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from ..model.config import ModelConfig, Workload, ceil_div
@@ -45,10 +46,15 @@ def _sum(ts: list[Saved]) -> int:
 def _bytes_formula(ts: list[Saved]) -> str:
     """Σ bytes of the counted tensors as one polynomial in the seeds' symbols (each tensor's
     element count × its width)."""
+    return _polynomial(tuple((t.formula, t.storage_bytes // t.elements) for t in ts
+                             if t.bytes and t.elements))
+
+
+@lru_cache(maxsize=4096)  # train --search asks it of the same layer at every pipeline split
+def _polynomial(terms: tuple[tuple[str, int], ...]) -> str:
     e = Expr([])
-    for t in ts:
-        if t.bytes and t.elements:
-            e = e + expr_of(t.formula) * Expr.const(t.storage_bytes // t.elements)
+    for formula_, width in terms:
+        e = e + expr_of(formula_) * Expr.const(width)
     return "0" if e.is_zero() else str(e)
 
 

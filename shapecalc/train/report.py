@@ -290,14 +290,10 @@ def _time(model: ModelConfig, wl: Workload, gpu: Any, perf: TrainPerf, doc: dict
           train_tokens: int | None, extra_gemm: dict[Any, int] | None = None,
           peak_dtype: str | None = None, fused: tuple[str, ...] = ()) -> dict[str, Any]:
     """The `time` block: train/time.py's step model and the rates that follow."""
-    dp_bytes = [dp_ledger(d, e, precision, zero, dp * cp, wl.ep)["bytes_per_step"]
-                for d, e in placed]
-    a2a = doc["communication"]["ep"]["forward_bytes_per_layer"]
     st = step_time(model, wl, gpu, perf, cp=cp, dp=dp, accum=accum, virtual=virtual, zero=zero,
-                   recompute=recompute, attention=attention, act_width=width,
-                   stage_params=[d + e for d, e in placed], dp_bytes=dp_bytes,
-                   ep_bytes_per_layer=a2a, extra_gemm=extra_gemm, peak_dtype=peak_dtype,
-                   fused=fused)
+                   recompute=recompute, attention=attention, act_width=width, placed=placed,
+                   per_param={x.name: x.bytes_per_param for x in PRECISIONS[precision]},
+                   extra_gemm=extra_gemm, peak_dtype=peak_dtype, fused=fused)
     ps, tr = doc["flops"]["per_step"], doc["training"]
     # what the kernels run: FlopCounterMode's convention-only count is not work (MFU)
     model_flops = ps["forward_flops"] + ps["backward_flops"] - ps["backward_convention_only_flops"]
@@ -305,4 +301,6 @@ def _time(model: ModelConfig, wl: Workload, gpu: Any, perf: TrainPerf, doc: dict
                          model_flops + ps["recompute_flops"], tr["tokens_per_step"],
                          train_tokens)}
     out["perf"] = {k: getattr(perf, k) for k in perf.__dataclass_fields__}
+    if perf.net_bandwidth is None:  # the profile's, as the topology used it
+        out["perf"]["net_bandwidth"] = gpu.scale_out_bandwidth
     return out

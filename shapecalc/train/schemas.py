@@ -280,6 +280,8 @@ StageTime = described(
     ("compute_backward_s", F, "the backward's (and recompute's)"),
     ("gemm_s", F, "of which the GEMMs"), ("attention_s", F, "the attention core"),
     ("memory_bound_s", F, "the elementwise stages"),
+    ("expert_gemm_s", F, "the routed experts' grouped GEMMs"),
+    ("permute_s", F, "MoE token permutation and unpermutation (memory-bound)"),
     ("tp_s", F, "tensor-parallel collectives (on the critical path)"),
     ("cp_exposed_s", F, "ring attention's passes beyond the attention they overlap"),
     ("ep_s", F, "the all-to-alls"), ("pp_s", F, "the boundary sends"),
@@ -294,12 +296,16 @@ TrainPerfOut = described(
     ("memory_efficiency", F, "fraction of HBM bandwidth memory-bound work reaches"),
     ("link_efficiency", F, "fraction of link bandwidth the collectives reach"),
     ("collective_latency_s", F, "seconds per collective, whatever its size"),
-    ("net_bandwidth", F, "bytes/s per GPU per direction between nodes"))
+    ("net_bandwidth", F, "bytes/s per GPU per direction between nodes"),
+    ("dp_overlap", F, "share of the overlappable DP time hidden (--dp-overlap)"),
+    ("grouped_gemm_efficiency", F, "MoE grouped GEMMs' efficiency relative to a dense GEMM's"),
+    ("moe_imbalance", F, "the busiest expert rank's tokens over the mean (1: balanced)"))
 
 TrainCost = described(
     "TrainCost", "What the job costs at a price per GPU-hour (plan/price.py)", *PRICE_ROWS,
     ("per_step", FN, "dollars per training step"),
     ("per_million_tokens", FN, "dollars per million trained tokens"),
+    ("per_trillion_tokens", FN, "dollars per trillion trained tokens"),
     ("total", FN, "the whole run (with --train-tokens): its GPU-hours × price"))
 
 Time = described(

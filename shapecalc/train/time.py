@@ -11,21 +11,24 @@ A model of how GPUs run a step, per rank of each pipeline stage, per micro-batch
     work is each elementwise stage (norms, activations, RoPE, residual adds; eager attention's
     scale, mask and softmax, which FlashAttention fuses into its kernel): it reads one tensor
     and writes one in the forward (2 × its bytes), reads two and writes one in the backward.
-  exposed communication (ring collectives, bytes as the ledgers count them, at the intra-node
-    link or, for a group spanning nodes, at the per-GPU network bandwidth, × link_efficiency,
-    plus collective_latency_s each):
+           + the routed experts' grouped GEMMs / (peak × gemm_efficiency × grouped_gemm_efficiency
+             × their rows' efficiency / moe_imbalance) + token permutation bytes / HBM
+             (train/network.py's moe_terms)
+  exposed communication (each collective priced by plan/topology.py where its ranks sit, at
+    link_efficiency of the scale-up link or the scale-out network, the links' latencies, plus
+    collective_latency_s each for its launch; train/network.py places the groups):
     - TP/SP all-gathers and reduce-scatters: on the critical path (each feeds the next GEMM);
     - CP ring passes: overlap the layer's attention compute, only the excess is exposed;
     - EP all-to-alls and PP boundary sends: on the critical path;
     - DP gradient reduce-scatter (or all-reduce) and the weights' all-gather: overlap the last
       micro-batch's backward and the next step's first forward, all but the last bucket
-      (Megatron's 40M-parameter buckets); under ZeRO-3 the per-layer all-gathers overlap the
-      whole step's compute.
+      (Megatron's 40M-parameter buckets), to the share dp_overlap (network.py's policies);
+      under ZeRO-3 the per-layer all-gathers overlap the whole step's compute.
   pipeline: the slowest stage sets the pace; 1F1B with m micro-batches and v interleaved
     virtual stages per rank runs (m + (p−1)/v) micro-batch slots: the bubble is
     (p−1)/(v·m + p−1) of the step (v = 1: (p−1)/(m+p−1)).
 Parallel groups are laid out as Megatron orders them (tp innermost, then cp, then dp with ep
-inside it, then pp): a group of size g and stride r stays in one node when g·r ≤ GPUS_PER_NODE.
+inside it, then pp; train/network.py).
 
 MFU (PaLM, Chowdhery et al. 2022, Appendix B): the step's model FLOPs (forward + backward,
 without recompute) / (GPUs × dense peak × step time); HFU counts the recompute too. Attention's
@@ -44,19 +47,31 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+import numpy as np
+
 from ..inputs.hardware import GPU
 from ..inputs.numbers import each_once, parse_number
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
-from ..model.parallel import stage_kind_counts
+from ..model.parallel import alltoall_bytes, stage_kind_counts
 from ..model.plan import layer_plan
-from ..model.stage import ATTN_SCORE_ROLES, FLASH_SKIP_ROLES, Stage
+from ..model.stage import ATTN_SCORE_ROLES, EXPERT_ROLES, FLASH_SKIP_ROLES, Stage
 from ..plan.perf_defaults import PARAMS
 from .backward import NO_GRAD_ROLES, BackwardStage, backward_stages, recompute_stages
-from .ledgers import cp_ledger, tp_ledger
+from .ledgers import cp_ledger
+from .network import (
+    check_layout,
+    cp_s,
+    dp_exposed,
+    dp_s,
+    ep_s,
+    moe_terms,
+    pp_s,
+    tp_s,
+    train_topology,
+)
 from .saved import ATTENTION
 
-GPUS_PER_NODE = 8  # an HGX/DGX node: NVLink inside, the network between nodes
 BUCKET_PARAMS = 40_000_000  # Megatron DDP's gradient bucket: the last one cannot overlap
 SECONDS_PER_DAY = 86_400
 
@@ -67,7 +82,7 @@ SECONDS_PER_DAY = 86_400
 # in dense bf16 GEMMs and reaches a smaller fraction of its peak than an A100. A100-40GB is the
 # same chip at the same clocks as the 80GB. Other GPUs take the fit over all rows (TrainPerf's
 # defaults).
-FITTED = {"H100-SXM": (0.59, 0.40), "A100-80GB": (0.66, 0.57), "A100-40GB": (0.66, 0.57)}
+FITTED = {"H100-SXM": (0.59, 0.40), "A100-80GB": (0.67, 0.35), "A100-40GB": (0.67, 0.35)}
 
 
 @dataclass(frozen=True)
@@ -79,20 +94,36 @@ class TrainPerf:
     memory_efficiency: float = PARAMS["memory_efficiency"]
     link_efficiency: float = PARAMS["link_efficiency"]
     collective_latency_s: float = PARAMS["allreduce_latency_s"]
-    # the cluster: bytes/s per GPU per direction between nodes (400 Gb/s InfiniBand or RoCE per
-    # GPU, as DGX H100 and Llama 3's clusters have)
-    net_bandwidth: float = 50e9
+    # the scale-out network's bytes/s per GPU per direction; None: the GPU profile's
+    # scale_out_bandwidth (perf_for fills it in), a number overrides it
+    net_bandwidth: float | None = None
+    # the share of the overlappable DP time hidden (train/network.py's DP_OVERLAP policies)
+    dp_overlap: float = 1.0
+    # MoE: the grouped GEMMs' efficiency relative to a dense GEMM's (beyond their rows'), and
+    # the busiest expert rank's tokens over the mean (1: balanced, as Megatron-Bridge's
+    # benchmarks force)
+    grouped_gemm_efficiency: float = 1.0
+    moe_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
+            if v is None and f.name == "net_bandwidth":
+                continue
+            if f.name == "dp_overlap":
+                if not (isinstance(v, (int, float)) and 0 <= v <= 1):
+                    raise ShapecalcError("perf.dp_overlap", f"must be in [0, 1], got {v}")
+                continue
             if not (isinstance(v, (int, float)) and v == v and 0 < v < float("inf")):
                 raise ShapecalcError(f"perf.{f.name}", f"must be a finite number > 0, got {v}")
             if f.name.endswith("efficiency") and v > 1:
                 raise ShapecalcError(f"perf.{f.name}", f"must be in (0, 1], got {v}")
-        if self.net_bandwidth < 1:  # a typo (no network is that slow), as GPU profiles check
+        if self.net_bandwidth is not None and self.net_bandwidth < 1:  # a typo, as profiles
             raise ShapecalcError("perf.net_bandwidth", f"{self.net_bandwidth:g} is below 1 a "
                                  "second; give it in bytes/s (e.g. 50e9)")
+        if not 1 <= self.moe_imbalance <= 1e3:  # the busiest rank holds at least the mean
+            raise ShapecalcError("perf.moe_imbalance", f"must be in [1, 1000], got "
+                                 f"{self.moe_imbalance}")
 
 
 NAMES = tuple(f.name for f in fields(TrainPerf))
@@ -100,7 +131,7 @@ NAMES = tuple(f.name for f in fields(TrainPerf))
 
 def perf_for(gpu: GPU, sets: list[str] | None = None) -> TrainPerf:
     """The GPU's fitted efficiencies (else the all-rows fit), then `NAME=VALUE` overrides."""
-    out = TrainPerf()
+    out = TrainPerf(net_bandwidth=gpu.scale_out_bandwidth)
     if gpu.name in FITTED:
         g, a = FITTED[gpu.name]
         out = replace(out, gemm_efficiency=g, attention_efficiency=a)
@@ -117,14 +148,17 @@ def perf_for(gpu: GPU, sets: list[str] | None = None) -> TrainPerf:
 
 class Work:
     """FLOPs and memory-bound bytes of one layer (or the embedding, or the head), forward,
-    backward and recompute, on the whole model's width (÷ tp·cp per rank)."""
+    backward and recompute, on the whole model's width (÷ tp·cp per rank); the routed experts'
+    GEMMs apart (grouped GEMMs, timed at their own efficiency)."""
 
-    FIELDS = ("gemm_fwd", "gemm_bwd", "attn_fwd", "attn_bwd", "mem_fwd", "mem_bwd")
+    FIELDS = ("gemm_fwd", "gemm_bwd", "attn_fwd", "attn_bwd", "mem_fwd", "mem_bwd", "exp_fwd",
+              "exp_bwd")
     __slots__ = FIELDS
 
     def __init__(self) -> None:
         self.gemm_fwd = self.gemm_bwd = self.attn_fwd = self.attn_bwd = 0
         self.mem_fwd = self.mem_bwd = 0  # the backward's include the recompute
+        self.exp_fwd = self.exp_bwd = 0
 
     def scaled(self, n: int) -> list[int]:
         return [getattr(self, k) * n for k in self.FIELDS]
@@ -158,6 +192,8 @@ def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str,
         if s.flops:
             if s.role in ATTN_SCORE_ROLES:
                 x.attn_fwd += s.flops
+            elif s.role in EXPERT_ROLES:
+                x.exp_fwd += s.flops
             else:
                 x.gemm_fwd += s.flops
         if _memory_bound(s, flash, fused):
@@ -167,10 +203,13 @@ def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str,
     done: list[Stage | BackwardStage] = [*backward_stages(st), *recompute_stages(st, recompute)]
     for b in done:
         x = w(b)
+        run = b.flops - getattr(b, "convention_only_flops", 0)  # not FlopCounterMode's extra
         if b.role in ATTN_SCORE_ROLES:
             x.attn_bwd += b.flops
-        else:  # what the kernels run: not FlopCounterMode's convention-only count
-            x.gemm_bwd += b.flops - getattr(b, "convention_only_flops", 0)
+        elif b.role in EXPERT_ROLES:
+            x.exp_bwd += run
+        else:
+            x.gemm_bwd += run
         if isinstance(b, Stage) and _memory_bound(b, flash, fused):
             x.mem_bwd += 2 * b.bytes
     for k, f in (extra_gemm or {}).items():  # a framework's own recompute (per-op SAC)
@@ -179,89 +218,139 @@ def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str,
     return out
 
 
-def _bandwidth(gpu: GPU, perf: TrainPerf, size: int, stride: int) -> float:
-    """A group's bandwidth per rank: the NVLink inside a node, the network across nodes."""
-    bw = gpu.link_bandwidth if size * stride <= GPUS_PER_NODE else perf.net_bandwidth
-    return bw * perf.link_efficiency
+class Layout:
+    """What every stage of one layout shares: the rates, the topology, the work per layer kind
+    (a layout class computes it once; train/search.py reuses it over its grid)."""
+
+    def __init__(self, model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp: int,
+                 dp: int, recompute: str, attention: str, act_width: int,
+                 work: dict[Any, Work] | None = None, extra_gemm: dict[Any, int] | None = None,
+                 peak_dtype: str | None = None, fused: tuple[str, ...] = ()) -> None:
+        """`peak_dtype`: the GEMMs' peak when it is not the activations' (fp8 training,
+        train/fp8.py); `fused`: elementwise roles a framework's kernels fuse into their
+        neighbours (train/efficiency.py); `extra_gemm`: a framework's own recompute FLOPs."""
+        if attention not in ATTENTION:
+            raise ShapecalcError("attention", f"unknown {attention!r}; known: "
+                                 f"{', '.join(ATTENTION)}")
+        self.compute = peak_dtype or wl.compute
+        peak = gpu.peak(self.compute)
+        if peak is None:
+            raise ShapecalcError("gpu", f"{gpu.name} has no {self.compute} peak")
+        self.model, self.wl, self.perf, self.peak = model, wl, perf, peak
+        self.cp, self.dp, self.recompute, self.width = cp, dp, recompute, act_width
+        self.topo = train_topology(gpu, perf.link_efficiency, perf.net_bandwidth)
+        check_layout(self.topo, wl.tp, cp, dp, wl.pp, wl.ep)
+        self.work = work if work is not None else layer_work(model, wl, recompute, attention,
+                                                             extra_gemm, fused)
+        self.plan = layer_plan(model)
+        self.rates = (peak * perf.gemm_efficiency, peak * perf.attention_efficiency,
+                      gpu.hbm_bandwidth * perf.memory_efficiency)
+        tokens = ceil_div(wl.batch * (wl.seq // cp), wl.tp)  # a rank's, as ep_ledger counts
+        self.permute, self.rows_eff = moe_terms(model, tokens, act_width, wl.ep,
+                                                PARAMS["gemm_half_tokens"])
+
+    def stage(self, i: int, kc: list[int], first: bool, last: bool) -> dict[str, Any]:
+        """One micro-batch on a rank of stage i (holding kc layers of each kind): its compute and
+        the collectives on its critical path, without the pipeline sends."""
+        wl, model, perf, topo = self.wl, self.model, self.perf, self.topo
+        b, s, t, cp, ep = wl.batch, wl.seq, wl.tp, self.cp, wl.ep
+        g_rate, a_rate, m_rate = self.rates
+        e_rate = g_rate * perf.grouped_gemm_efficiency * self.rows_eff / perf.moe_imbalance
+        tot = [0] * len(Work.FIELDS)
+        keys: list[tuple[Any, int]] = [(k, c) for k, c in enumerate(kc) if c]
+        keys += [("embedding", 1)] * first + [("head", 1)] * last
+        layers = sum(kc)
+        moe_layers = sum(c for k, c in enumerate(kc) if self.plan.kinds[k].ffn == "moe")
+        for k, c in keys:
+            if k in self.work:
+                tot = [x + y for x, y in zip(tot, self.work[k].scaled(c), strict=True)]
+        ranks = t * cp  # a micro-batch's work is split over the tp·cp ranks of a stage
+        gf, gb, af, ab, mf, mb, ef, eb = (x / ranks for x in tot)
+        perm = self.permute * moe_layers / m_rate
+        fwd = gf / g_rate + af / a_rate + mf / m_rate + ef / e_rate + perm / 2
+        bwd = gb / g_rate + ab / a_rate + mb / m_rate + eb / e_rate + perm / 2
+        lat = perf.collective_latency_s  # each collective's launch, beside the links' latency
+        again = self.recompute in ("full", "torch")  # a layer's forward collectives run again
+        sbh = b * (s // cp) * model.d_model * self.width
+        n_tp = ((8 + 4 * again) * layers + 2 * first + (2 + 3) * last) * (t > 1)
+        tp = tp_s(topo, sbh, b * (s // cp) * 4, t, layers, first, last, again) + n_tp * lat
+        attn_layer = (af + ab) / a_rate / max(layers, 1)
+        chunk = cp_ledger(model, b, s, t, cp, 1, 1, wl.act, self.recompute)["chunk_bytes"]
+        ring = cp_s(topo, chunk, t, cp, 1, self.recompute != "none")
+        cp_layer = ring + 3 * (cp - 1) * lat if cp > 1 else 0.0
+        cp_x = max(0.0, cp_layer - attn_layer) * layers
+        a2a = alltoall_bytes(1, ceil_div(b * (s // cp), t), model, wl.act) if ep > 1 else 0
+        ep_x = ep_s(topo, a2a, ep, t * cp, moe_layers, perf.moe_imbalance) \
+            + 4 * moe_layers * lat * (ep > 1)
+        return {"stage": i, "compute_forward_s": fwd, "compute_backward_s": bwd,
+                "gemm_s": (gf + gb) / g_rate, "attention_s": (af + ab) / a_rate,
+                "memory_bound_s": (mf + mb) / m_rate, "expert_gemm_s": (ef + eb) / e_rate,
+                "permute_s": perm, "tp_s": tp, "cp_exposed_s": cp_x, "ep_s": ep_x}
+
+    def boundary_s(self, virtual: int) -> float:
+        """The pipeline sends of one micro-batch (scattered over tp, as Megatron sends them)."""
+        wl = self.wl
+        bnd = wl.batch * (wl.seq // self.cp) * self.model.d_model * self.width // wl.tp
+        return pp_s(self.topo, bnd, wl.pp, wl.tp * self.cp * self.dp, virtual) \
+            + 2 * virtual * self.perf.collective_latency_s * (wl.pp > 1)
+
+    def dp_s(self, dense: int, experts: int, per_param: dict[str, int], zero: int) -> float:
+        wl = self.wl
+        return dp_s(self.topo, dense, experts, per_param, zero, self.dp * self.cp, wl.tp, wl.ep)
+
+
+def pace(micro: Any, window: Any, dp_time: Any, params: Any, accum: Any, p: int, virtual: Any,
+         overlap: float) -> tuple[Any, Any, Any]:
+    """(slots, each stage's exposed DP time, the step) from each stage's micro-batch seconds,
+    compute window, DP seconds and parameters: the stages on the last axis, scalars or numpy
+    arrays over a grid before it (train/search.py). Slots: 1F1B's m + (p−1)/v; the step: slots ×
+    the slowest stage's micro-batch + the worst stage's exposed DP time (network.py's overlap;
+    the last bucket is BUCKET_PARAMS of the stage's parameters)."""
+    slots = accum + (p - 1) / virtual
+    last_bucket = dp_time * np.minimum(1.0, BUCKET_PARAMS / np.maximum(params, 1))
+    exposed = dp_exposed(dp_time, window, last_bucket, overlap)
+    return slots, exposed, slots * np.max(micro, axis=-1) + np.max(exposed, axis=-1)
 
 
 def step_time(model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp: int, dp: int,
               accum: int, virtual: int, zero: int, recompute: str, attention: str,
-              act_width: int, stage_params: list[int], dp_bytes: list[int],
-              ep_bytes_per_layer: int, extra_gemm: dict[Any, int] | None = None,
+              act_width: int, placed: list[tuple[int, int]], per_param: dict[str, int],
+              layout: Layout | None = None, extra_gemm: dict[Any, int] | None = None,
               peak_dtype: str | None = None, fused: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The expected seconds of one step and its terms (see the module's doc); `peak_dtype`:
-    the GEMMs' peak when it is not the activations' (fp8 training, train/fp8.py); `fused`:
-    elementwise roles a framework's kernels fuse into their neighbours (train/efficiency.py)."""
-    if attention not in ATTENTION:
-        raise ShapecalcError("attention", f"unknown {attention!r}; known: {', '.join(ATTENTION)}")
-    compute = peak_dtype or wl.compute
-    peak = gpu.peak(compute)
-    if peak is None:
-        raise ShapecalcError("gpu", f"{gpu.name} has no {compute} peak")
-    b, s, t, p, ep = wl.batch, wl.seq, wl.tp, wl.pp, wl.ep
-    work = layer_work(model, wl, recompute, attention, extra_gemm, fused)
-    plan = layer_plan(model)
-    counts = stage_kind_counts(plan, p)
-    ranks = t * cp  # a micro-batch's work is split over the tp·cp ranks of a stage
-    bw_tp = _bandwidth(gpu, perf, t, 1)
-    bw_cp = _bandwidth(gpu, perf, cp, t)
-    bw_dp = _bandwidth(gpu, perf, dp, t * cp)
-    bw_ep = _bandwidth(gpu, perf, ep, t * cp)
-    bw_pp = _bandwidth(gpu, perf, p, t * cp * dp)
-    lat = perf.collective_latency_s
-    g_rate, a_rate = peak * perf.gemm_efficiency, peak * perf.attention_efficiency
-    m_rate = gpu.hbm_bandwidth * perf.memory_efficiency
-    again = recompute in ("full", "torch")  # a layer's forward collectives run again
-    per_stage = []
+    """The expected seconds of one step and its terms (see the module's doc and Layout's)."""
+    lay = layout or Layout(model, wl, gpu, perf, cp=cp, dp=dp, recompute=recompute,
+                           attention=attention, act_width=act_width, extra_gemm=extra_gemm,
+                           peak_dtype=peak_dtype, fused=fused)
+    p = wl.pp
+    counts = stage_kind_counts(lay.plan, p)
+    per_stage, memo = [], {}
+    pp_time = lay.boundary_s(virtual)
     for i, kc in enumerate(counts):
-        tot = [0] * 6
-        keys: list[tuple[Any, int]] = [(k, c) for k, c in enumerate(kc) if c]
-        keys += [("embedding", 1)] * (i == 0) + [("head", 1)] * (i == p - 1)
-        layers = sum(kc)
-        moe_layers = sum(c for k, c in enumerate(kc) if plan.kinds[k].ffn == "moe")
-        for k, c in keys:
-            if k in work:
-                tot = [x + y for x, y in zip(tot, work[k].scaled(c), strict=True)]
-        gf, gb, af, ab, mf, mb = (x / ranks for x in tot)
-        fwd = gf / g_rate + af / a_rate + mf / m_rate
-        bwd = gb / g_rate + ab / a_rate + mb / m_rate
-        attn_layer = (af + ab) / a_rate / max(layers, 1)
-        tp = tp_ledger(b, s // cp, model.d_model, t, layers, 1, act_width, i == 0, i == p - 1)
-        # collectives: 8 a layer (+ the forward's 4 again), the embedding's 2, the head's 2 and
-        # the loss's 3
-        n_tp = (8 + 4 * again) * layers + 2 * (i == 0) + (2 + 3) * (i == p - 1)
-        tp_bytes = tp["forward_bytes_per_micro_batch"] + tp["backward_bytes_per_micro_batch"] \
-            + again * tp["forward_bytes_per_layer"] * layers
-        tp_s = tp_bytes / bw_tp + n_tp * lat if t > 1 else 0.0
-        cpl = cp_ledger(model, b, s, t, cp, 1, 1, wl.act, recompute)
-        cp_layer = cpl["bytes_per_micro_batch"] / bw_cp + 3 * (cp - 1) * lat if cp > 1 else 0.0
-        cp_s = max(0.0, cp_layer - attn_layer) * layers
-        ep_s = (2 * ep_bytes_per_layer * moe_layers * (ep - 1) / ep / bw_ep
-                + 4 * moe_layers * lat) if ep > 1 else 0.0  # forward and backward
-        boundary = b * (s // cp) * model.d_model * act_width // t  # scatter/gather over tp
-        pp_s = (2 * virtual * boundary / bw_pp + 2 * virtual * lat) if p > 1 else 0.0
-        dp_s = dp_bytes[i] / bw_dp if dp * cp > 1 else 0.0
-        window = (fwd + bwd) * (accum if zero == 3 else 1)
-        last_bucket = dp_s * min(1.0, BUCKET_PARAMS / max(stage_params[i], 1))
-        dp_exposed = max(0.0, dp_s - window) + last_bucket
-        micro = fwd + bwd + tp_s + cp_s + ep_s + pp_s
-        per_stage.append({"stage": i, "compute_forward_s": fwd, "compute_backward_s": bwd,
-                          "gemm_s": (gf + gb) / g_rate, "attention_s": (af + ab) / a_rate,
-                          "memory_bound_s": (mf + mb) / m_rate, "tp_s": tp_s, "cp_exposed_s": cp_s,
-                          "ep_s": ep_s, "pp_s": pp_s, "micro_batch_s": micro,
-                          "dp_s": dp_s, "dp_exposed_s": dp_exposed})
+        key = (tuple(kc), i == 0, i == p - 1)
+        if key not in memo:
+            memo[key] = lay.stage(i, kc, i == 0, i == p - 1)
+        x = {**memo[key], "stage": i, "pp_s": pp_time}
+        x["micro_batch_s"] = (x["compute_forward_s"] + x["compute_backward_s"] + x["tp_s"]
+                              + x["cp_exposed_s"] + x["ep_s"] + pp_time)
+        x["dp_s"] = lay.dp_s(*placed[i], per_param, zero) if dp * cp > 1 else 0.0
+        per_stage.append(x)
+    micro = np.array([x["micro_batch_s"] for x in per_stage])
+    dp_time = np.array([x["dp_s"] for x in per_stage])
+    window = np.array([x["compute_forward_s"] + x["compute_backward_s"] for x in per_stage]) \
+        * (accum if zero == 3 else 1)
+    params = np.array([d + e for d, e in placed], dtype=float)
+    slots, exposed, step = pace(micro, window, dp_time, params, accum, p, virtual,
+                                perf.dp_overlap)
+    for x, e in zip(per_stage, exposed, strict=True):
+        x["dp_exposed_s"] = float(e)
     slow = max(per_stage, key=lambda x: x["micro_batch_s"])
-    slots = accum + (p - 1) / virtual
-    pipeline = slots * slow["micro_batch_s"]
-    dp_exposed = max(x["dp_exposed_s"] for x in per_stage)
-    step = pipeline + dp_exposed
-    return {"step_s": step, "pipeline_s": pipeline, "micro_batch_slots": slots,
+    return {"step_s": float(step), "pipeline_s": float(slots) * slow["micro_batch_s"],
+            "micro_batch_slots": float(slots),
             "bubble_s": (p - 1) / virtual * slow["micro_batch_s"],
             "bubble_fraction": (p - 1) / (virtual * accum + p - 1),
             "bubble_formula": "(p−1)/(v·m + p−1)", "virtual_stages": virtual,
-            "slowest_stage": slow["stage"], "dp_exposed_s": dp_exposed,
-            "peak_flops": peak, "compute_dtype": compute, "attention": attention,
+            "slowest_stage": slow["stage"], "dp_exposed_s": float(np.max(exposed)),
+            "peak_flops": lay.peak, "compute_dtype": lay.compute, "attention": attention,
             "per_stage": per_stage}
 
 
