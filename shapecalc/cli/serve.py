@@ -107,6 +107,10 @@ def serve(
         "the p99 of each within it", show_default="none")] = None,
     find_rate: Annotated[bool, typer.Option(
         "--find-rate", help="bisect for the highest --rate that meets the SLO")] = False,
+    engine_: Annotated[str | None, typer.Option(
+        "--engine", help="the engine whose scheduler and terms under load the run follows: "
+        "vllm | sglang | trtllm | trtllm-max-utilization, or NAME@VERSION where a calibration "
+        "has versions (serve/engines.json)", show_default="vllm")] = None,
     find_gpus: Annotated[bool, typer.Option(
         "--find-gpus", help="the fewest GPUs (tp × pp × replicas) that serve --rate within the "
         "SLO, and the frontier explored")] = False,
@@ -169,8 +173,14 @@ def serve(
         wbase = {k: v for k, v in wbase.items() if k not in ("batch", "seq", "phase")}
         wl = resolve_workload({"logits": "last", **wbase}, mode, dtype=dtype, kv_dtype=kv_dtype,
                               act_dtype=act_dtype, tp=tp, pp=pp, ep=ep, block_size=block_size)
+        from ..serve.engines import profile
+
+        prof = profile(engine_)
+        if shared_prefix and not prof.prefix_caching:
+            raise ShapecalcError("shared-prefix", f"--engine {prof.label} caches no prefix "
+                                 "(prefix caching off): leave out --shared-prefix")
         dep = sim.Deployment(model, wl, hw, opts, replicas, router, max_num_seqs, kv_blocks,
-                             shared_prefix)
+                             shared_prefix, None if prof.name == "vllm" else prof)
         target = sim.parse_slo(slo)
         plens = W.parse_lengths(prompt, "prompt-tokens")
         olens = W.parse_lengths(output_tokens, "output-tokens")
@@ -187,7 +197,8 @@ def serve(
                              "output": output_tokens,
                              "trace": None if trace is None else str(trace), "seed": seed},
                 "slo": {"ttft_s": target.ttft_s, "itl_s": target.itl_s,
-                        "percentile": target.percentile}}
+                        "percentile": target.percentile},
+                "engine": prof.doc()}
         if find_rate or find_gpus:
             probes = 0
             with _progress("searching", None) as bar:

@@ -4,6 +4,7 @@ inter-token gaps of every iteration (weighted by the tokens it emitted)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .scheduler import Replica
 
@@ -70,3 +71,10 @@ def itl_summary(reps: list[Replica]) -> dict[str, float | None]:
     out["mean"] = math.fsum((d * w[order]).tolist()) / total  # exact: the same either way
     out["max"] = float(d[-1])
     return out
+
+
+def tpot_per_request(seqs: list[Any]) -> list[float]:
+    """TPOT as MLPerf defines it, per request: (end − first token) / (output − 1); requests
+    of one output token have none and are left out. (Minimal, for calibrate's load records:
+    the SLO definitions' home may take it over.)"""
+    return [(s.finish - s.first) / (s.req.output - 1) for s in seqs if s.req.output > 1]
