@@ -12,6 +12,8 @@ per-iteration trace (the symbolic interpreter run for each iteration's mix), in 
   iterations/s and the time the whole run would take at that rate;
 - pipeline parallelism (tp=4 pp=2: two micro-batches in flight, serve/pipeline.py) on the
   same workload: its CPU time beside the run's with every feature off (issue 22: ≤ 2×);
+- the speed case under `--engine sglang`, `trtllm` and `trtllm-max-utilization` (CPU time:
+  ≤ 0.5 s as with no profile);
 - a `--find-gpus` search (llama3-70b, 20 requests/s, 2048/256, SLO ttft=1s,itl=50ms, 2000
   requests; target: under a minute).
 
@@ -65,6 +67,23 @@ def pipelined(dep: sim.Deployment, base: dict[float | None, float]) -> None:
               f"{m['throughput']['output_tokens_per_s']:,.0f} output tokens/s)")
 
 
+def engines_case(dep: sim.Deployment) -> None:
+    """The speed case under each engine profile (serve/engines.py): prefill-first steps,
+    no-evict admission and the terms under load (issue 23: ≤ 0.5 s CPU as with none)."""
+    from dataclasses import replace
+
+    from shapecalc.serve.engines import profile
+
+    for name in ("sglang", "trtllm", "trtllm-max-utilization"):
+        edep = replace(dep, profile=profile(name))
+        for label, rate in (("max load", None), ("3 req/s", 3.0)):
+            reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT), 0)
+            wall, m, cpu = simulate(edep, reqs, True)
+            it = m["iterations"]
+            print(f"{name + ', ' + label:<34}{wall:>9.2f}{it:>12,}"
+                  f"{it / wall:>12,.0f}{N / wall:>10,.0f}{cpu:>9.3f}")
+
+
 def main() -> None:
     sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     model = load_preset(MODEL)
@@ -109,6 +128,7 @@ def main() -> None:
             print(f"{name + ' tp=' + str(tp) + ', ' + label:<34}{wall:>9.2f}{it:>12,}"
                   f"{it / wall:>12,.0f}{N / wall:>10,.0f}{cpu:>9.3f}")
     pipelined(dep, base)
+    engines_case(dep)
     reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
     t0 = time.perf_counter()
     out = search.find_gpus(dep, reqs_rate, 2000, W.Lengths("fixed", PROMPT),

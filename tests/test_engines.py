@@ -62,6 +62,11 @@ def test_prefill_first_by_hand():
     assert [s.first for s in seqs] == [ends[0], ends[0], ends[1], ends[1]]
     assert all(s.finish == ends[3] for s in seqs)
     assert rep.preemptions == 0
+    # the gaps: R0, R1's 2nd token comes two steps after their first (steps 1 and 2), R2, R3's
+    # one step after; step 3 is a plain decode of all four
+    d = [s["seconds"] for s in rep.schedule]
+    assert rep.wgaps == [(d[2], 2), (pytest.approx(d[1] + d[2], rel=1e-12), 2)]
+    assert rep.toks == [0, 0, 0, 4]
 
 
 def test_no_evict_by_hand():
@@ -151,3 +156,17 @@ def test_profile_doc_names_it():
     doc = engines.profile("trtllm@nim-1.8").doc()
     assert doc["profile"] == "trtllm@nim-1.8" and set(doc["terms"]) <= set(engines.TERMS)
     assert replace(engines.profile("vllm"), version="x").label == "vllm@x"
+
+
+def test_same_seed_same_json(cli):
+    """--engine trtllm, prefill-first and no-evict alike: the same seed, byte-identical JSON."""
+    for engine in ("trtllm", "sglang"):
+        args = ("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "8",
+                "--requests", "40", "--prompt-tokens", "uniform:100,900", "--output-tokens",
+                "lognormal:60,0.5", "--engine", engine, "--json")
+        a, b = cli(*args), cli(*args)
+        assert a.code == 0 and a.out == b.out
+        assert json.loads(a.out)["engine"]["name"] == engine
+    r = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--requests", "5",
+            "--engine", "trtllm", "--shared-prefix", "16")
+    assert r.code == 2 and "shared-prefix" in r.err

@@ -47,6 +47,8 @@ def itl_summary(reps: list[Replica]) -> dict[str, float | None]:
         pairs = sorted((d, w) for rep in reps
                        for d, w in zip(rep.durs + rep.gaps, rep.toks + [1] * len(rep.gaps),
                                        strict=True) if w > 0)
+        if any(rep.wgaps for rep in reps):  # prefill-first's held-back gaps (scheduler.py)
+            pairs = sorted(pairs + [p for rep in reps for p in rep.wgaps])
         if not pairs:
             return {**{f"p{q}": None for q in PERCENTILES}, "mean": None, "max": None}
         total = sum(w for _, w in pairs)
@@ -54,9 +56,10 @@ def itl_summary(reps: list[Replica]) -> dict[str, float | None]:
                 "mean": math.fsum(d * w for d, w in pairs) / total, "max": pairs[-1][0]}
     import numpy as np
 
-    d = np.concatenate([np.asarray(rep.durs + rep.gaps, dtype=float) for rep in reps])
-    w = np.concatenate([np.asarray(rep.toks + [1] * len(rep.gaps), dtype=np.int64)
-                        for rep in reps])
+    d = np.concatenate([np.asarray(rep.durs + rep.gaps + [g for g, _ in rep.wgaps],
+                                   dtype=float) for rep in reps])
+    w = np.concatenate([np.asarray(rep.toks + [1] * len(rep.gaps) + [c for _, c in rep.wgaps],
+                                   dtype=np.int64) for rep in reps])
     keep = w > 0
     d, w = d[keep], w[keep]
     if not d.size:

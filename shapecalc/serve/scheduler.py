@@ -109,6 +109,11 @@ class Replica(Windows):
         self.trace = trace  # keep each iteration's schedule (tests, small runs)
         self.prefill_first = cfg.order == "prefill-first"
         self.reserved = 0  # no-evict: the units the running sequences hold or will take
+        # prefill-first: while prefill steps hold the decoders back, (seconds stalled when they
+        # had their last token, how many) for their next gap; and the gaps so weighted
+        self.stalled: list[tuple[float, int]] = []
+        self.stall = 0.0
+        self.wgaps: list[tuple[float, int]] = []
         self.schedule: list[dict[str, object]] = []
         self.events: list[tuple[float, str, int]] = []
 
@@ -170,7 +175,8 @@ class Replica(Windows):
         """The next iteration, or a fast-forwarded run of decode steps that start before
         `until` (the next arrival)."""
         # a traced run keeps every iteration's schedule: it steps one at a time
-        if self.trace or not (self.n_dec and not self.prefilling and self._stretch(until)):
+        if self.trace or self.stalled or not (self.n_dec and not self.prefilling
+                                              and self._stretch(until)):
             self.step()
 
     def _blocked(self) -> bool:
@@ -361,7 +367,12 @@ class Replica(Windows):
         self.log.append((t0, d, self.total - self.free, len(self.waiting),
                          len(self.running)))
         self.durs.append(d)
-        self.toks.append(decodes)
+        toks = decodes
+        if pf:
+            self._stalling(d, done)
+        elif self.stalled:
+            toks = self._unstall(d, decodes)
+        self.toks.append(toks)
         if self.trace:
             self.schedule.append({"iteration": len(self.durs) - 1, "start_s": t0, "seconds": d,
                                   "prefill": plan, "decodes": decodes, "cache": cache,
@@ -412,6 +423,31 @@ class Replica(Windows):
                 self._join(s)
         if not pf:
             self.it += 1
+
+    def _stalling(self, d: float, done: list[Seq]) -> None:
+        """Prefill-first: a prefill step of d seconds held the decoders back; those whose
+        prefill ends in it decode next, their last token at its end."""
+        if not self.stalled:
+            self.stall = 0.0
+            if self.n_dec:
+                self.stalled.append((0.0, self.n_dec))
+        self.stall += d
+        joined = sum(1 for s in done if s.gen + 1 < s.req.output)
+        if joined:
+            self.stalled.append((self.stall, joined))
+
+    def _unstall(self, d: float, decodes: int) -> int:
+        """The first decode step after a stall: each decoder's gap spans the prefill steps
+        since its last token (weighted gaps); returns the decodes left at the step's own
+        gap (none, but for a sequence that joined otherwise)."""
+        extra = sum(c for _, c in self.stalled) - decodes  # preempted this step: the latest
+        for t, c in reversed(self.stalled):
+            c, extra = c - min(c, max(extra, 0)), extra - min(c, max(extra, 0))
+            if c:
+                self.wgaps.append((self.stall - t + d, c))
+        left = max(0, -sum(c for _, c in self.stalled) + decodes)
+        self.stalled, self.stall = [], 0.0
+        return left
 
     def _end(self, s: Seq, t: float) -> None:
         s.finish = s.last = t
