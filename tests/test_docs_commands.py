@@ -20,6 +20,7 @@ SLOW = (
     "shapecalc serve --preset llama3-70b --gpu h100-sxm --rate 20",
     "shapecalc serve --preset llama3-70b --gpu h100-sxm --tp 4 --prompt-tokens 2048",  # find-rate
     "shapecalc compare llama3-8b llama3-70b@tp=4 --batch 1,8,32,128",  # 8 fits with times
+    "shapecalc calibrate tests/data/serving-load-measurements.json",  # simulates 7 load tests
 )
 TORCH = ("--against", "docs/examples/arcee")
 

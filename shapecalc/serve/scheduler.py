@@ -37,6 +37,11 @@ when L wraps at a multiple of C. The cost's window sums (cost.py: Σ max(0, L �
 Σ ⌊L/C⌋ over the decoders) change form when a decoder reaches W − 1 or wraps at C. Each of those
 is an event at a step known when the decode starts (`evs`, applied at the start of that step),
 so a step stays O(1) and the fast-forward stops at the next event.
+
+Engine profiles (engines.py, policies.py) change two rules: prefill-first (SGLang) runs a step of
+prefills only while one can run, the decoders' clock (self.it) standing still; no-evict
+(TensorRT-LLM) admits a request only when its whole prompt and output fit beside what the running
+ones reserved. The default, vLLM's, is the above.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from .basis import value
 from .blocks import Layout
 from .cost import IterationCost
 from .decoders import Seq, Windows
+from .policies import Policies
 from .workload import Request
 
 
@@ -66,7 +72,7 @@ class SchedulerConfig:
     no_evict: bool = False
 
 
-class Replica(Windows):
+class Replica(Policies, Windows):
     def __init__(self, cost: IterationCost, cfg: SchedulerConfig, on_finish: Callable[[Seq], None]
                  | None = None, trace: bool = False):
         self.cost, self.cfg = cost, cfg
@@ -249,23 +255,6 @@ class Replica(Windows):
         """The token budget a step leaves prefills: all of it prefill-first."""
         return self.cfg.max_batched_tokens - (0 if self.prefill_first else self.n_dec)
 
-    def _whole(self, s: Seq) -> int:
-        """No-evict: the units a request's prompt and all its output take at most."""
-        n = s.req.prompt + s.req.output
-        if self.simple:
-            return self._own(n)
-        return max(self.lay.own(max(0, s.req.prompt - self.cfg.max_batched_tokens),
-                                s.req.prompt), self.lay.own(n - 1, n))
-
-    def _can_prefill(self) -> bool:
-        """Prefill-first: whether a prefill chunk can run this step."""
-        bs = self.cfg.block_size
-        for s in self.prefilling.values():
-            if self.free > 0 or s.done < (s.blocks + self.pb) * bs or (
-                    not self.simple and self.lay.afford(s.done, s.blocks, self.free) > s.done):
-                return True
-        return not self._blocked()
-
     def step(self, first: bool = True) -> None:
         cfg, bs, j = self.cfg, self.cfg.block_size, self.it
         simple, lay = self.simple, self.lay
@@ -423,31 +412,6 @@ class Replica(Windows):
                 self._join(s)
         if not pf:
             self.it += 1
-
-    def _stalling(self, d: float, done: list[Seq]) -> None:
-        """Prefill-first: a prefill step of d seconds held the decoders back; those whose
-        prefill ends in it decode next, their last token at its end."""
-        if not self.stalled:
-            self.stall = 0.0
-            if self.n_dec:
-                self.stalled.append((0.0, self.n_dec))
-        self.stall += d
-        joined = sum(1 for s in done if s.gen + 1 < s.req.output)
-        if joined:
-            self.stalled.append((self.stall, joined))
-
-    def _unstall(self, d: float, decodes: int) -> int:
-        """The first decode step after a stall: each decoder's gap spans the prefill steps
-        since its last token (weighted gaps); returns the decodes left at the step's own
-        gap (none, but for a sequence that joined otherwise)."""
-        extra = sum(c for _, c in self.stalled) - decodes  # preempted this step: the latest
-        for t, c in reversed(self.stalled):
-            c, extra = c - min(c, max(extra, 0)), extra - min(c, max(extra, 0))
-            if c:
-                self.wgaps.append((self.stall - t + d, c))
-        left = max(0, -sum(c for _, c in self.stalled) + decodes)
-        self.stalled, self.stall = [], 0.0
-        return left
 
     def _end(self, s: Seq, t: float) -> None:
         s.finish = s.last = t
