@@ -106,16 +106,6 @@ def table(path: Path = DATA) -> dict[str, Any]:
     return doc
 
 
-def names() -> list[str]:
-    """Every NAME and NAME@VERSION --engine accepts."""
-    out = []
-    for n, p in table().items():
-        out.append(n)
-        base = table()[p["base"]] if "base" in p else p
-        out += [f"{n}@{v}" for v in base.get("versions", {})]
-    return out
-
-
 def profile(text: str | None, path: Path = DATA) -> Profile:
     """`vllm`, `sglang`, `trtllm`, `trtllm@mlperf-v4.1`: the profile, its version's terms over
     its own. None: vllm (today's behaviour)."""

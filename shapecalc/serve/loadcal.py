@@ -26,7 +26,8 @@ The fit: per engine version (`trtllm@mlperf-v4.1`, …), FIT_TERMS over every re
 version (all GPUs): Nelder–Mead on the terms' logs from START, a fixed budget of evaluations
 (deterministic), minimising the mean squared log ratio of every figure plus a weak pull
 towards START, plus 10 × the squared excess of any figure more than ×BAND off (the worst
-figure counts, not only the mean). Never a term per record.
+figure counts, not only the mean) and twice each metric's squared mean log ratio (its bias).
+Never a term per record.
 """
 
 from __future__ import annotations
@@ -199,11 +200,9 @@ def _with(prof: engines.Profile, terms: dict[str, float] | None) -> engines.Prof
 def summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per metric (ttft, tpot, throughput) and over all: n, median, min, max, rms log ratio,
     and the largest factor off (max of ratio and its inverse)."""
-    def kind(k: str) -> str:
-        return "throughput" if k.endswith("_per_s") else k.split("_")[0]
     out = {}
-    for g in [*sorted({kind(r["metric"]) for r in rs}), "all"]:
-        xs = sorted(r["ratio"] for r in rs if g in ("all", kind(r["metric"])))
+    for g in [*sorted({_kind(r["metric"]) for r in rs}), "all"]:
+        xs = sorted(r["ratio"] for r in rs if g in ("all", _kind(r["metric"])))
         k = len(xs) // 2
         out[g] = {"n": len(xs), "median": xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2,
                   "min": xs[0], "max": xs[-1],
@@ -215,14 +214,26 @@ def summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
 def _loss(recs: list[LoadRecord], label: str, x: list[float]) -> float:
     terms = _terms(x)
     prof = _with(engines.profile(label), terms)
-    err = []
+    err: list[float] = []
+    by: dict[str, list[float]] = {}
     for r in recs:
         pred = predict(r, prof)
-        err += [math.log(measured(r, m) / pred[m.key]) for m in r.metrics]
+        for m in r.metrics:
+            e = math.log(measured(r, m) / pred[m.key])
+            err.append(e)
+            by.setdefault(_kind(m.key), []).append(e)
     prior = sum(math.log(terms[k] / START[k]) ** 2 for k in FIT_TERMS)
-    # the worst figure counts too: a figure more than BAND off pays its excess squared, ×10
+    # the worst figure counts too: a figure more than BAND off pays its excess squared, ×10;
+    # and each metric's bias twice (its median is what a planner reads)
     worst = sum(max(0.0, abs(e) - math.log(BAND)) ** 2 for e in err)
-    return sum(e * e for e in err) / len(err) + 10 * worst + PRIOR_WEIGHT * prior
+    bias = sum((sum(v) / len(v)) ** 2 for v in by.values())
+    return (sum(e * e for e in err) / len(err) + 10 * worst + 2 * bias
+            + PRIOR_WEIGHT * prior)
+
+
+def _kind(key: str) -> str:
+    """A figure's metric: throughput, ttft, tpot, itl or e2e."""
+    return "throughput" if key.endswith("_per_s") else key.split("_")[0]
 
 
 def _terms(x: list[float]) -> dict[str, float]:
