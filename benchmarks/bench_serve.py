@@ -20,6 +20,8 @@ per-iteration trace (the symbolic interpreter run for each iteration's mix), in 
 - disaggregated prefill and decode (--pd 1:1, each pool one tp=4 replica, serve/disagg.py):
   both pools' runs and the KV transfers, CPU time beside the no-feature run's (issue 22: ≤ 2×);
 - speculative decoding (a llama3.2-1b draft, k = 3) on the same workload, likewise (≤ 2×);
+- the speed case under `--engine sglang`, `trtllm` and `trtllm-max-utilization` (CPU time:
+  ≤ 0.5 s as with no profile);
 - a `--find-gpus` search (llama3-70b, 20 requests/s, 2048/256, SLO ttft=1s,itl=50ms, serve's
   default 1000 requests) over tp, pp, replicas and the token budget (8192, 2048, 512): its CPU
   time (user + sys; issue 22: ≤ 5 s) and simulations.
@@ -143,6 +145,23 @@ def speculative(dep: sim.Deployment, base: dict[float | None, float]) -> None:
               f"CPU; {m['throughput']['output_tokens_per_s']:,.0f} output tokens/s)")
 
 
+def engines_case(dep: sim.Deployment) -> None:
+    """The speed case under each engine profile (serve/engines.py): prefill-first steps,
+    no-evict admission and the terms under load (issue 23: ≤ 0.5 s CPU as with none)."""
+    from dataclasses import replace
+
+    from shapecalc.serve.engines import profile
+
+    for name in ("sglang", "trtllm", "trtllm-max-utilization"):
+        edep = replace(dep, profile=profile(name))
+        for label, rate in (("max load", None), ("3 req/s", 3.0)):
+            reqs = W.generate(N, rate, W.Lengths("fixed", PROMPT), W.Lengths("fixed", OUTPUT), 0)
+            wall, m, cpu = simulate(edep, reqs, True)
+            it = m["iterations"]
+            print(f"{name + ', ' + label:<34}{wall:>9.2f}{it:>12,}"
+                  f"{it / wall:>12,.0f}{N / wall:>10,.0f}{cpu:>9.3f}")
+
+
 def main() -> None:
     sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     model = load_preset(MODEL)
@@ -190,6 +209,7 @@ def main() -> None:
     expert_parallel(base)
     disaggregated(dep, base)
     speculative(dep, base)
+    engines_case(dep)
     reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
     t0, c0 = time.perf_counter(), time.process_time()
     out = search.find_gpus(dep, reqs_rate, 1000, W.Lengths("fixed", PROMPT),

@@ -26,6 +26,7 @@ SLOW = (
     "shapecalc serve --preset qwen3-30b-a3b --gpu h100-sxm --tp 1 --ep 16",  # 16 ranks
     "shapecalc calibrate-train",  # 11 training records through train --framework
     "shapecalc train --preset llama3.1-405b --seq 8192 --gpu h100-sxm --search",  # 6 s CPU
+    "shapecalc calibrate tests/data/serving-load-measurements.json",  # simulates 7 load tests
 )
 TORCH = ("--against", "docs/examples/arcee")
 

@@ -30,7 +30,7 @@ def _seq(i, arrival, output, first, finish):
 #   s3 [0.9, 1.0)  R0, R1 decode + R2's prefill 2 tokens; R2 (one output token) ends at 1.0
 #   s4 [1.0, 1.1)  R0, R1 decode                2 tokens; both end at 1.1
 SEQS = [_seq(0, 0.0, 5, 0.5, 1.1), _seq(1, 0.2, 3, 0.9, 1.1), _seq(2, 0.3, 1, 1.0, 1.0)]
-REP = SimpleNamespace(durs=[0.5, 0.1, 0.3, 0.1, 0.1], toks=[0, 1, 1, 2, 2], gaps=[])
+REP = SimpleNamespace(durs=[0.5, 0.1, 0.3, 0.1, 0.1], toks=[0, 1, 1, 2, 2], gaps=[], wgaps=[])
 
 
 def test_each_definition_by_hand():
@@ -130,7 +130,8 @@ def test_a_run_reports_each_bound_and_definition():
 def test_why_a_bound_is_missed_is_read_from_the_steps():
     from shapecalc.serve.why import explain
 
-    rep = SimpleNamespace(durs=REP.durs, toks=REP.toks, gaps=[], ptoks=[100, 0, 300, 100, 0])
+    rep = SimpleNamespace(durs=REP.durs, toks=REP.toks, gaps=[], wgaps=[],
+                          ptoks=[100, 0, 300, 100, 0])
     target = slo.parse_slo("ttft_p99=600ms,itl_p99=200ms")
     rows = slo.evaluate(target, slo.distributions(SEQS, [rep], (99,)))
     got = {m["metric"]: m for m in explain(target, rows, [rep], SEQS, lambda t: 0.3, 0)}

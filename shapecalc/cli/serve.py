@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .document import emit
 from .options import (
     EP,
     PP,
@@ -30,7 +31,6 @@ from .options import (
     PresetsDir,
     Sets,
     Svg,
-    emit_json,
     fail,
 )
 from .plan_options import (
@@ -140,6 +140,10 @@ def serve(
     find_pd: Annotated[bool, typer.Option(
         "--find-pd", help="the P:D split of prefill and decode replicas with the fewest GPUs "
         "that serves --rate within the SLO, and which pool bounds each other split")] = False,
+    engine_: Annotated[str | None, typer.Option(
+        "--engine", help="the engine whose scheduler and terms under load the run follows: "
+        "vllm | sglang | trtllm | trtllm-max-utilization, or NAME@VERSION where a calibration "
+        "has versions (serve/engines.json)", show_default="vllm")] = None,
     find_gpus: Annotated[bool, typer.Option(
         "--find-gpus", help="the fewest GPUs (tp × pp × replicas) that serve --rate within the "
         "SLO, and the frontier explored")] = False,
@@ -244,13 +248,25 @@ def serve(
         wl = resolve_workload({"logits": "last", **wbase}, mode, dtype=dtype, kv_dtype=kv_dtype,
                               act_dtype=act_dtype, tp=tp, pp=pp, ep=ep, block_size=block_size)
         from ..plan.ep import ep_plan
+        from ..serve.engines import profile
         from ..serve.speccli import speculation
 
+        prof = profile(engine_)
+        if shared_prefix and not prof.prefix_caching:
+            raise ShapecalcError("shared-prefix", f"--engine {prof.label} caches no prefix "
+                                 "(prefix caching off): leave out --shared-prefix")
         plan = ep_plan(model, wl, ep_mode, ep_imbalance, redundant_experts)
         sp = speculation(model, wl, draft, draft_preset, draft_config, spec_k, acceptance, seed,
                          presets_dir)
+        if sp is not None and (pd is not None or find_pd):
+            raise ShapecalcError("draft", "speculative decoding with --pd or --find-pd is not "
+                                 "simulated: leave out one of them")
+        if sp is not None and prof.name != "vllm":  # specsched.py follows vLLM V1's scheduler
+            raise ShapecalcError("draft", f"speculative decoding is simulated under vLLM's "
+                                 f"scheduler: leave out --engine {prof.label} or --draft")
         dep = sim.Deployment(model, wl, hw, opts, replicas, router, max_num_seqs, kv_blocks,
-                             shared_prefix, spec=sp, ep_plan=plan)
+                             shared_prefix, spec=sp, ep_plan=plan,
+                             profile=None if prof.name == "vllm" else prof)
         target = sim.parse_slo(slo)
         plens = W.parse_lengths(prompt, "prompt-tokens")
         olens = W.parse_lengths(output_tokens, "output-tokens")
@@ -271,7 +287,7 @@ def serve(
                              "output": output_tokens,
                              "trace": None if trace is None else str(trace), "seed": seed,
                              "dataset": None if dataset is None else dataset.strip().lower()},
-                "slo": target.head()}
+                "slo": target.head(), "engine": prof.doc()}
         split = None if pd is None and not find_pd else serve_pd.pools(dep, pd, prefill_tp,
                                                                         prefill_pp)
         if sp is not None:
@@ -377,32 +393,6 @@ def verdict(doc: dict[str, Any]) -> bool | None:
     if not doc["slo"]["bounds"]:
         return None
     return bool(doc["slo_met"])
-
-
-def emit(doc: dict[str, Any], fmt: str, output: str | None, svg: str | None,
-         html: str | None, title: str, printer: Callable[[dict[str, Any], Any], None]) -> None:
-    """The document as the table (terminal or --output; --svg, --html), JSON, CSV or Markdown
-    (flattened keys: render/flat.py), for serve and train alike."""
-    if fmt == "json" and output is None and not (svg or html):
-        emit_json(doc)
-        return
-    from ..render import output as out
-    from ..render.console import render_table, write_with_exports
-    from ..render.flat import flat_csv, flat_markdown
-
-    def draw(console: Any) -> None:
-        printer(doc, console)
-
-    def page() -> str:
-        from ..render.html import console_html
-
-        return console_html(title, "shapecalc", draw, doc)
-
-    if fmt == "table":
-        render_table(draw, output, True, svg, html, page)
-        return
-    text = {"json": out.json_text, "csv": flat_csv, "markdown": flat_markdown}[fmt](doc)
-    write_with_exports(text, output, draw, svg, html, page)
 
 
 class _progress:

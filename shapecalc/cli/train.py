@@ -92,7 +92,8 @@ def train(
         "ep, virtual stages, micro-batch, recompute, ZeRO) at --global-batch; needs --gpu")
     ] = False,
     gpus: Annotated[int | None, typer.Option(
-        "--gpus", help="GPUs the search lays out (with --search)")] = None,
+        "--gpus", help="GPUs the search lays out (with --search)",
+        show_default="none: needs --search")] = None,
     dp_overlap: Annotated[str | None, typer.Option(
         "--dp-overlap", help="share of the DP communication hidden under the backward: a "
         "fraction in [0, 1] or a policy (megatron, torchtitan, hf: 1; deepspeed, none: 0)",
@@ -130,7 +131,7 @@ def train(
     try:
         from ..render.output import check_format, check_outputs
         from ..train.report import ACT_DTYPE, build_train
-        from .serve import emit
+        from .document import emit
 
         fmt = check_format("json" if as_json else fmt)
         check_outputs(output=output, svg=svg, html=html)

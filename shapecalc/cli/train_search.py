@@ -75,7 +75,7 @@ def run_search(model: Any, wl: Any, card: Any, perf: Any, *, gpus: int | None,
     from ..train.memory import check_training
     from ..train.network import train_topology
     from ..train.search import Search, search_doc
-    from .serve import emit
+    from .document import emit
 
     check_training(model, precision, 0, 1, 1)
     check_nodes(train_topology(card, 1.0, None), gpus, "gpus")

@@ -195,6 +195,10 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
          f"{_ep_text(d)}) = {plural(d['gpus'], 'GPU')}, "
          f"{d['router']}, max_num_seqs={d['max_num_seqs']}, "
          f"max_batched_tokens={d['max_batched_tokens']} ({doc['deployment_is']})")
+    e = doc.get("engine")
+    if e is not None:  # the profile the run follows (serve/engines.py)
+        _say(console, f"engine {e['profile']}: {e['order']}, {e['capacity']}, attention "
+             f"{e['attention']} ({e['engine']})")
     if doc["command"] == "simulate":
         print_metrics(doc, console)
         print_chart(doc, console)

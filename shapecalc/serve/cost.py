@@ -66,8 +66,11 @@ class IterationCost:
     """Expected seconds of an iteration from its sums (see the module doc)."""
 
     def __init__(self, cf: ClosedForm, gpu: GPU, pp: PerfParams, wl: Workload, peak: float,
-                 ep: EPPlan | None = None):
+                 ep: EPPlan | None = None, load: tuple[float, float, bool] | None = None):
         self.cf, self.gpu, self.pp, self.peak = cf, gpu, pp, peak
+        # an engine's terms under load (engines.py): seconds a step, a sequence in it, and
+        # attention as its own kernel; None: today's step
+        self.load = load
         self.ep = wl.ep
         # pipeline (pipeline.py): the stages, the fullest one's share of the layers, the link
         self.stages = wl.pp
@@ -176,6 +179,9 @@ class IterationCost:
         if plan is not None:
             t = (t[0], t[1], t[2] + exchange_s(self.topo, plan, self.wl, tokens, self.cf.model,
                                                self.moe_layers, chunks == 0), t[3])
+        if self.load is not None:
+            t = loaded(t, self.load, chunks + decodes, tot["kv_cache_bytes_per_rank"]
+                       / (self.gpu.hbm_bandwidth * self.pp.attention_efficiency))
         if self.stages > 1:
             t = round_terms(t, tot["boundary_bytes_total"] / self.link, max(m, 1), self.share)
         return float(t[0]), float(t[1]), float(t[2]), float(t[3])
@@ -197,6 +203,17 @@ class IterationCost:
         dex = tuple(B * value(b, L) for b in self.dbasis) if self.dbasis else NONE
         return self.seconds(0, 0, 0, 0, B, B * L, (0,) * len(self.pbasis) if self.pbasis
                             else NONE, dex)
+
+
+def loaded(t: tuple[Any, Any, Any, Any], load: tuple[float, float, bool], seqs: Any,
+           kv_s: Any) -> tuple[Any, Any, Any, Any]:
+    """The step's terms under an engine's load terms (engines.py): its attention as a kernel
+    of its own, max(GEMMs, weights) + KV = max(compute + KV, memory) (memory holds the KV
+    already), so each term stays affine in the cache; step_overhead_s + sequence_overhead_s a
+    sequence (the prefill chunks and decodes in the step) added to the overhead."""
+    c, m, comm, over = t
+    step, per_seq, separate = load
+    return (c + kv_s if separate else c), m, comm, over + step + per_seq * seqs
 
 
 def bases(cf: ClosedForm) -> tuple[list[Basis], list[Basis]]:

@@ -4,6 +4,7 @@ inter-token gaps of every iteration (weighted by the tokens it emitted)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .scheduler import Replica
 
@@ -56,6 +57,8 @@ def itl_summary(reps: list[Replica], qs: tuple[float, ...] = PERCENTILES
         pairs = sorted((d, w) for rep in reps
                        for d, w in zip(rep.durs + rep.gaps, rep.toks + [1] * len(rep.gaps),
                                        strict=True) if w > 0)
+        if any(rep.wgaps for rep in reps):  # prefill-first's held-back gaps (scheduler.py)
+            pairs = sorted(pairs + [p for rep in reps for p in rep.wgaps])
         if not pairs:
             return {**{f"p{q:g}": None for q in qs}, "mean": None, "max": None}
         total = sum(w for _, w in pairs)
@@ -63,9 +66,10 @@ def itl_summary(reps: list[Replica], qs: tuple[float, ...] = PERCENTILES
                 "mean": math.fsum(d * w for d, w in pairs) / total, "max": pairs[-1][0]}
     import numpy as np
 
-    d = np.concatenate([np.asarray(rep.durs + rep.gaps, dtype=float) for rep in reps])
-    w = np.concatenate([np.asarray(rep.toks + [1] * len(rep.gaps), dtype=np.int64)
-                        for rep in reps])
+    d = np.concatenate([np.asarray(rep.durs + rep.gaps + [g for g, _ in rep.wgaps],
+                                   dtype=float) for rep in reps])
+    w = np.concatenate([np.asarray(rep.toks + [1] * len(rep.gaps) + [c for _, c in rep.wgaps],
+                                   dtype=np.int64) for rep in reps])
     keep = w > 0
     d, w = d[keep], w[keep]
     if not d.size:
@@ -80,3 +84,10 @@ def itl_summary(reps: list[Replica], qs: tuple[float, ...] = PERCENTILES
     out["mean"] = math.fsum((d * w[order]).tolist()) / total  # exact: the same either way
     out["max"] = float(d[-1])
     return out
+
+
+def tpot_per_request(seqs: list[Any]) -> list[float]:
+    """TPOT as MLPerf defines it, per request: (end − first token) / (output − 1); requests
+    of one output token have none and are left out. (Minimal, for calibrate's load records:
+    the SLO definitions' home may take it over.)"""
+    return [(s.finish - s.first) / (s.req.output - 1) for s in seqs if s.req.output > 1]

@@ -37,6 +37,11 @@ when L wraps at a multiple of C. The cost's window sums (cost.py: Σ max(0, L �
 Σ ⌊L/C⌋ over the decoders) change form when a decoder reaches W − 1 or wraps at C. Each of those
 is an event at a step known when the decode starts (`evs`, applied at the start of that step),
 so a step stays O(1) and the fast-forward stops at the next event.
+
+Engine profiles (engines.py, policies.py) change two rules: prefill-first (SGLang) runs a step of
+prefills only while one can run, the decoders' clock (self.it) standing still; no-evict
+(TensorRT-LLM) admits a request only when its whole prompt and output fit beside what the running
+ones reserved. The default, vLLM's, is the above.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from .basis import value
 from .blocks import Layout
 from .cost import IterationCost
 from .decoders import Seq, Windows
+from .policies import Policies
 from .workload import Request
 
 
@@ -60,9 +66,13 @@ class SchedulerConfig:
     num_blocks: int  # of the KV cache of one replica (fit's memory model)
     shared_prefix: int = 0
     layout: Layout | None = None  # the KV groups and states (None: one full-attention group)
+    # engines.py's policies: decode-first (vLLM) or prefill-first (SGLang); no_evict: a request
+    # starts only when its whole prompt + output fits beside the running ones' (TensorRT-LLM)
+    order: str = "decode-first"
+    no_evict: bool = False
 
 
-class Replica(Windows):
+class Replica(Policies, Windows):
     def __init__(self, cost: IterationCost, cfg: SchedulerConfig, on_finish: Callable[[Seq], None]
                  | None = None, trace: bool = False):
         self.cost, self.cfg = cost, cfg
@@ -104,6 +114,13 @@ class Replica(Windows):
         self.ptoks: list[int] = []  # and the prefill tokens it ran (serve/why.py reads them)
         self.gaps: list[float] = []  # inter-token gaps that span a preemption
         self.trace = trace  # keep each iteration's schedule (tests, small runs)
+        self.prefill_first = cfg.order == "prefill-first"
+        self.reserved = 0  # no-evict: the units the running sequences hold or will take
+        # prefill-first: while prefill steps hold the decoders back, (seconds stalled when they
+        # had their last token, how many) for their next gap; and the gaps so weighted
+        self.stalled: list[tuple[float, int]] = []
+        self.stall = 0.0
+        self.wgaps: list[tuple[float, int]] = []
         self.schedule: list[dict[str, object]] = []
         self.events: list[tuple[float, str, int]] = []
 
@@ -131,6 +148,8 @@ class Replica(Windows):
     def _preempt(self, j: int) -> int:
         """Preempt the last admitted running sequence; the units its step j needed."""
         _, s = self.running.popitem()
+        if self.cfg.no_evict:
+            self.reserved -= self._whole(s)
         s.preemptions += 1
         self.preemptions += 1
         self.events.append((self.clock, "preempt", s.req.id))
@@ -163,7 +182,8 @@ class Replica(Windows):
         """The next iteration, or a fast-forwarded run of decode steps that start before
         `until` (the next arrival)."""
         # a traced run keeps every iteration's schedule: it steps one at a time
-        if self.trace or not (self.n_dec and not self.prefilling and self._stretch(until)):
+        if self.trace or self.stalled or not (self.n_dec and not self.prefilling
+                                              and self._stretch(until)):
             self.step()
 
     def _blocked(self) -> bool:
@@ -171,12 +191,14 @@ class Replica(Windows):
         if not self.waiting:
             return True
         cfg = self.cfg
-        if len(self.running) >= cfg.max_num_seqs or cfg.max_batched_tokens <= self.n_dec:
+        if len(self.running) >= cfg.max_num_seqs or self._room() <= 0:
             return True
         s = self.waiting[0]
+        if cfg.no_evict and self.reserved + self._whole(s) > self.total - self.lay.pinned_units:
+            return True  # only a finish frees its reservation
         start = min(max(self.pb * cfg.block_size if self.prefix_ready else 0, s.cached),
                     s.tokens - 1)
-        k = min(s.tokens - start, cfg.max_batched_tokens - self.n_dec)
+        k = min(s.tokens - start, self._room())
         if self.simple:
             return self._own(start + k) > self.free  # blocks only shrink during decodes
         # a window's frees between events are at most a block a decoder per block_size steps:
@@ -203,7 +225,7 @@ class Replica(Windows):
             if waiting is not None and self.slides:  # frees may let the head in: re-check it
                 start = min(max(self.pb * bs if self.prefix_ready else 0, waiting.cached),
                             waiting.tokens - 1)
-                k = min(waiting.tokens - start, self.cfg.max_batched_tokens - B)
+                k = min(waiting.tokens - start, self._room())
                 head = self.lay.own(start, start + k) if k > 0 else 0
         dc, dm = c1 - c0, m1 - m0
         clock, free, cls = self.clock, self.free, self.cls
@@ -233,10 +255,21 @@ class Replica(Windows):
             self.it += i
         return i
 
-    def step(self) -> None:
+    def _room(self) -> int:
+        """The token budget a step leaves prefills: all of it prefill-first."""
+        return self.cfg.max_batched_tokens - (0 if self.prefill_first else self.n_dec)
+
+    def step(self, first: bool = True) -> None:
         cfg, bs, j = self.cfg, self.cfg.block_size, self.it
         simple, lay = self.simple, self.lay
-        if simple:
+        # prefill-first (SGLang): a step that can prefill holds no decodes; the decoders' clock
+        # (self.it: their L = L0 + it − j0) does not move
+        pf = first and self.prefill_first and self._can_prefill()
+        if pf:
+            need = 0
+            if not simple:
+                self._events(j)
+        elif simple:
             need = self.cls[(-j) % bs]
         else:
             self._events(j)
@@ -244,7 +277,7 @@ class Replica(Windows):
         while need > self.free:
             need -= self._preempt(j)
         self.free -= need
-        budget = cfg.max_batched_tokens - self.n_dec
+        budget = cfg.max_batched_tokens - (0 if pf else self.n_dec)
         chunks = n = sq = ctx = 0
         pex = [0] * len(self.cost.pbasis)
         rex = [0] * len(self.cost.dbasis)
@@ -293,12 +326,16 @@ class Replica(Windows):
         hit = self.pb * bs if self.prefix_ready else 0
         while budget > 0 and self.waiting and len(self.running) < cfg.max_num_seqs:
             s = self.waiting[0]
+            if cfg.no_evict and self.reserved + self._whole(s) > self.total - lay.pinned_units:
+                break  # its whole request does not fit beside the running ones' (FCFS)
             # the last token is computed to emit the next; a received KV cache is not recomputed
             start = min(max(hit, s.cached), s.tokens - 1)
             k = min(s.tokens - start, budget)
             blocks = self._own(start + k) if simple else lay.own(start, start + k)
             if blocks > self.free:
                 break
+            if cfg.no_evict:
+                self.reserved += self._whole(s)
             self.waiting.popleft()
             self.running[s.req.id] = s
             self.prefilling[s.req.id] = s
@@ -306,32 +343,40 @@ class Replica(Windows):
             s.blocks = blocks
             s.done = start
             take(s, k)
-        decodes = self.n_dec
+        if pf and not chunks:  # nothing could prefill after all (state unchanged): decode
+            return self.step(False)
+        decodes = 0 if pf else self.n_dec
         if not chunks and not decodes:
             if self.running:  # prefills stuck on blocks: free the last one's
                 self._preempt(j)
             return
-        cache = self.base + decodes * j
+        cache = self.base + decodes * j if decodes else 0
         if simple:
             d = self.cost.seconds(chunks, n, sq, ctx, decodes, cache)
         else:
             d = self.cost.seconds(chunks, n, sq, ctx, decodes, cache, tuple(pex),
-                                  self._dex(j), tuple(rex))
+                                  self._dex(j) if decodes else (0,) * len(self.cost.dbasis),
+                                  tuple(rex))
         t0, end = self.clock, self.clock + d
         self.log.append((t0, d, self.total - self.free, len(self.waiting),
                          len(self.running)))
         self.durs.append(d)
-        self.toks.append(decodes)
+        toks = decodes
+        if pf:
+            self._stalling(d, done)
+        elif self.stalled:
+            toks = self._unstall(d, decodes)
+        self.toks.append(toks)
         self.ptoks.append(n)
         if self.trace:
-            self.schedule.append({"iteration": j, "start_s": t0, "seconds": d,
+            self.schedule.append({"iteration": len(self.durs) - 1, "start_s": t0, "seconds": d,
                                   "prefill": plan, "decodes": decodes, "cache": cache,
                                   "free_blocks": self.free, "group_blocks": self._groups(j)})
         self.clock = end
         if self.pb and not self.prefix_ready and any(
                 s.done >= self.pb * bs for s in self.prefilling.values()):
             self.prefix_ready = True
-        for s in self.finish_at.pop(j, {}).values():  # their last decode
+        for s in (self.finish_at.pop(j, {}) if decodes else {}).values():  # their last decode
             L = s.L0 + j - s.j0
             if simple:
                 self.free += self._own(L + 1)
@@ -343,6 +388,8 @@ class Replica(Windows):
             self.cls[s.cls] -= 1
             del self.running[s.req.id]
             s.gen = s.req.output
+            if cfg.no_evict:
+                self.reserved -= self._whole(s)
             self._end(s, end)
         for s in done:  # a prefill emits a token
             del self.prefilling[s.req.id]
@@ -355,9 +402,11 @@ class Replica(Windows):
             if s.gen == s.req.output:
                 self.free += s.blocks
                 del self.running[s.req.id]
+                if cfg.no_evict:
+                    self.reserved -= self._whole(s)
                 self._end(s, end)
                 continue
-            s.L0, s.j0 = s.tokens, j + 1
+            s.L0, s.j0 = s.tokens, j + (0 if pf else 1)
             s.cls = (s.L0 - s.j0) % bs
             s.last_iter = s.j0 + (s.req.output - s.gen) - 1
             self.cls[s.cls] += 1
@@ -367,7 +416,8 @@ class Replica(Windows):
             if not simple:  # the window's blocks behind the prompt go before its first decode
                 self.free += s.blocks - lay.own(s.L0 - 1, s.L0)
                 self._join(s)
-        self.it += 1
+        if not pf:
+            self.it += 1
 
     def _end(self, s: Seq, t: float) -> None:
         s.finish = s.last = t

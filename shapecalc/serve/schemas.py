@@ -313,8 +313,29 @@ FindGpus = described(
     ("frontier", many(PlanRow), "every deployment simulated"),
     ("notes", list[str], "why a candidate was left out or stopped"))
 
+EngineOut = described(
+    "ServeEngine", "The engine profile the run follows (serve/engines.py, engines.json)",
+    ("profile", str, "NAME or NAME@VERSION, as --engine takes it"),
+    ("name", str, "vllm | sglang | trtllm | trtllm-max-utilization"),
+    ("version", str | None, "the calibrated version whose terms the run uses; null: none"),
+    ("engine", str, "the engine (and harness) the profile describes"),
+    ("order", str, "decode-first (every running sequence decodes, the budget left prefills) | "
+     "prefill-first (a step that can prefill holds no decodes)"),
+    ("capacity", str, "evict (preempt by recompute when the cache runs out) | no-evict (start a "
+     "request only when its whole prompt and output fit)"),
+    ("attention", str, "overlapped (KV reads share max(compute, memory) with the GEMMs) | "
+     "separate (attention's KV time adds to the step)"),
+    ("prefix_caching", StrictBool, "whether --shared-prefix applies"),
+    ("kv_memory", str, "of-total (--utilization of the GPU's memory) | of-free (of what the "
+     "weights and workspace leave)"),
+    ("defaults", dict[str, int], "the engine's documented defaults (max_batched_tokens, "
+     "max_num_seqs)"),
+    ("terms", dict[str, float], "its terms under load (step_overhead_s, sequence_overhead_s, "
+     "request_overhead_s, perf terms its kernels override), fitted by calibrate on load tests"))
+
 _HEAD = (
     ("model", str, "the model's name"), ("gpu", str, "the GPU profile"),
+    ("engine", EngineOut, "the engine profile (--engine; vllm by default)"),
     ("deployment_is", str, "what `deployment` holds: as given, or the plan --find-gpus found"),
     ("deployment", Deployment, "the deployment"), ("workload", ServeWorkload, "the requests"),
     ("slo", SloOut, "the service-level objective"))

@@ -26,12 +26,13 @@ from ..plan.ep import EPPlan, attention_ranks, copies_bytes
 from ..plan.fit import point
 from ..plan.memory import group_token_bytes, stage_state_bytes
 from ..plan.options import PlanOptions, require_peak
-from ..plan.perf import perf_params
+from ..plan.perf import perf_overrides, perf_params
 from ..plan.price import serving_cost
 from ..plan.topology import layout_fills_nodes
 from .blocks import Layout, layout
 from .cost import IterationCost
 from .decoders import Seq
+from .engines import Profile
 from .percentiles import PERCENTILES
 from .scheduler import Replica, SchedulerConfig
 from .slo import SLO, distributions, evaluate, good, latency_doc, percentiles_for
@@ -70,6 +71,7 @@ class Deployment:
     def ep_settings(self) -> EPPlan | None:
         """The ep plan, its defaults where ep > 1 and none was given."""
         return self.ep_plan or (EPPlan() if self.wl.ep > 1 else None)
+    profile: Profile | None = None  # engines.py; None: vllm's policies, no load terms (today's)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -126,12 +128,28 @@ def engine(dep: Deployment) -> Engine:
         raise ShapecalcError("shared-prefix", f"must be ≥ 0, got {dep.shared_prefix}")
     cf = closed_form_for(dep.model, dep.wl)
     _, peak = require_peak(dep.gpu, dep.wl.compute, dep.opts)  # as fit: fp8 weights run W8A8
-    blocks = dep.kv_blocks if dep.kv_blocks is not None else kv_blocks(dep, peak)
+    if dep.kv_blocks is not None:
+        blocks = dep.kv_blocks
+    elif dep.profile is not None and dep.profile.kv_memory == "of-free":
+        # TensorRT-LLM's kv_cache_free_gpu_mem_fraction: --utilization of the memory the
+        # weights and workspace leave, not of the GPU's
+        free = kv_blocks(replace(dep, opts=replace(dep.opts, utilization=1.0)), peak)
+        blocks = int(free * dep.opts.utilization)
+    else:
+        blocks = kv_blocks(dep, peak)
     if blocks < 1:
         raise ShapecalcError("gpu", f"{dep.model.name} leaves no room for a KV cache on "
                              f"{dep.gpu.name} at tp={dep.wl.tp}, pp={dep.wl.pp}")
-    cost = IterationCost(cf, dep.gpu, perf_params(dep.gpu, dep.opts.perf), dep.wl, peak,
-                         dep.ep_settings)
+    prof = dep.profile
+    load = None
+    if prof is None:
+        pp = perf_params(dep.gpu, dep.opts.perf)
+    else:  # the engine's kernels over the GPU's terms, --perf over both
+        pp = replace(perf_params(dep.gpu), **prof.perf)
+        pp = replace(pp, **{k.split("=")[0].strip(): float(k.split("=")[1])
+                            for k in perf_overrides(list(dep.opts.perf or ()))})
+        load = prof.load
+    cost = IterationCost(cf, dep.gpu, pp, dep.wl, peak, dep.ep_settings, load)
     spec = None
     if dep.spec is not None:  # the draft's weights and KV share the memory (specsched.py)
         spec, blocks = attach(dep.spec, dep.wl, cost, blocks, pool(dep, blocks).simple
@@ -139,8 +157,9 @@ def engine(dep: Deployment) -> Engine:
         if blocks < 1:
             raise ShapecalcError("gpu", f"{dep.model.name} and its draft leave no room for a "
                                  f"KV cache on {dep.gpu.name} at tp={dep.wl.tp}")
+    policy = () if prof is None else (prof.order, prof.capacity == "no-evict")
     cfg = SchedulerConfig(dep.max_num_seqs, mbt, dep.wl.block_size, blocks, dep.shared_prefix,
-                          pool(dep, blocks))
+                          pool(dep, blocks), *policy)
     return Engine(cost, cfg, spec)
 
 
@@ -247,9 +266,9 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
         if ready and ready[0][0] < a:
             _, idx = heapq.heappop(ready)
             r = reps[idx]
-            before = (r.it, r.preemptions)
+            before = (len(r.durs), r.preemptions)
             r.advance(a)
-            if (r.it, r.preemptions) == before:
+            if (len(r.durs), r.preemptions) == before:
                 raise AssertionError("serve: a replica made no progress")
             if r.busy:
                 heapq.heappush(ready, (r.clock, idx))
@@ -272,6 +291,11 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
             heapq.heappush(ready, (reps[idx].clock, idx))
     out = [s for s in seqs if s is not None]
     assert len(out) == n and all(s.finish >= 0 for s in out)
+    front = 0.0 if dep.profile is None else dep.profile.terms.get("request_overhead_s", 0.0)
+    if front:  # the engine's front end (HTTP, tokenising), as a client sees it (engines.py)
+        for s in out:
+            s.first += front
+            s.finish += front
     if progress is not None:
         progress(n, n)
     return reps, out

@@ -191,7 +191,7 @@ class SpecReplica(Replica):
             self.csum = x
         return i
 
-    def step(self) -> None:
+    def step(self, first: bool = True) -> None:  # decode-first only (vLLM's), so no `first`
         cfg, bs, j = self.cfg, self.cfg.block_size, self.it
         need = int(self.NB[j]) if j < len(self.NB) else 0
         while need > self.free:
@@ -254,6 +254,7 @@ class SpecReplica(Replica):
         self.log.append((t0, d, self.total - self.free, len(self.waiting), len(self.running)))
         self.durs.append(d)
         self.toks.append(decodes)
+        self.ptoks.append(n)
         if self.trace:
             self.schedule.append({"iteration": j, "start_s": t0, "seconds": d, "prefill": plan,
                                   "decodes": decodes, "cache": self.csum,
