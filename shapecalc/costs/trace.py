@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..interpret.symbolic import stages as symbolic_stages
-from ..model.compressed import sparse_kernel_flops
 from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
 from ..model.conventions import has_convention, mixer_flops
 from ..model.deploy import widths
@@ -141,6 +140,8 @@ def _sparse_kernel(model: ModelConfig, wl: Workload, st: list[Stage]) -> int | N
     """flops with DeepSeek-V4's attention matmuls as a sparse kernel runs them."""
     if not model.shared_kv:
         return None
+    from ..model.compressed import sparse_kernel_flops  # DeepSeek-V4's mechanism module
+
     eager = _sum(st, "flops", _role_in(ATTN_SCORE_ROLES))
     return _sum(st, "flops") - eager + sparse_kernel_flops(model, wl.batch, wl.seq, wl.phase)
 
