@@ -3,6 +3,8 @@
 The floor is `python -c "import typer, pydantic"`. Each command runs interleaved with it, many
 times, so machine noise hits all alike; the script prints each one's ratio of medians to the
 floor, in wall time and in CPU time (user + sys of the child: steadier on a loaded machine).
+The commands run in this checkout's root: `python -m shapecalc` is its code, whatever the
+current folder or PYTHONPATH (a copy of this script in another checkout measures that one).
 Targets: trace ≤ 1.2×; fit, serve (a 100-request run) and train ≤ 1.5×. `--cold` runs the
 commands without their bytecode cached (each run compiles shapecalc again), for the record.
 
@@ -43,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def once(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds: the child's user + sys)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
@@ -54,7 +56,7 @@ def once(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 def instructions(cmd: list[str], env: dict[str, str]) -> int:
     """The instructions the command runs (cachegrind's I refs, the child's alone)."""
     p = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
-                        "--cachegrind-out-file=/dev/null", *cmd], env=env,
+                        "--cachegrind-out-file=/dev/null", *cmd], env=env, cwd=ROOT,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
     refs = re.search(r"I\s+refs:\s+([\d,]+)", p.stderr)
     assert refs is not None, p.stderr
