@@ -336,7 +336,7 @@ def main() -> None:
     from .streams import error_line, guarded
 
     # At exit the interpreter collects garbage once more, walking every object of every module
-    # (~10% of `trace --json`'s start-up): frozen, they are skipped; refcounting still frees what
+    # (~8% of `trace --json`'s instructions): frozen, they are skipped; refcounting still frees what
     # the modules hold, and the command's files are closed and committed before this runs.
     atexit.unregister(gc.freeze)  # once, however often main() runs in one process
     atexit.register(gc.freeze)

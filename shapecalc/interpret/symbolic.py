@@ -22,6 +22,7 @@ QK_ROLES = ("attn.scores", "attn.index_scores")  # the score matmuls: queries ×
 
 __all__ = ["ELEMENTWISE", "Sym", "SymbolicOps", "stages"]
 
+
 class _Variant:
     """A method of SymbolicOps that lives in symbolic_<module>.py as sym_<name>: the module is
     imported on the first call's lookup, and the function then replaces this on the class."""
