@@ -113,7 +113,7 @@ def fresh_process(argv: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, i
     t0 = time.perf_counter()
     with open(os.devnull, "wb") as null:
         p = subprocess.Popen([sys.executable, "-c", CHILD, *argv], stdout=null, env=env,
-                             pass_fds=(w,))
+                             pass_fds=(w,), cwd=ROOT)
         os.close(w)
         _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
@@ -164,7 +164,8 @@ def main(sample: int = 300) -> None:
     # the same bytes as before the speed-up (render/floats.py, the plan shared by both phases)
     digest = hashlib.sha256(subprocess.run(
         [sys.executable, "-m", "shapecalc", *ARGV, "--gpu", GPU, "--format", "csv"],
-        capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout).hexdigest()
+        capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT).stdout
+    ).hexdigest()
 
     # 5. one build_trace per point, on a random sample of the same grid, checked on the way
     chunk = sweep(case, AXES, {})

@@ -6,7 +6,9 @@ inside the commands that print tables or run arrays.
 
 from __future__ import annotations
 
+import atexit
 import functools
+import gc
 import os
 import sys
 from typing import Annotated, Any
@@ -333,6 +335,11 @@ def main() -> None:
 
     from .streams import error_line, guarded
 
+    # At exit the interpreter collects garbage once more, walking every object of every module
+    # (~8% of `trace --json`'s instructions): frozen, they are skipped; refcounting still frees what
+    # the modules hold, and the command's files are closed and committed before this runs.
+    atexit.unregister(gc.freeze)  # once, however often main() runs in one process
+    atexit.register(gc.freeze)
     if COMPLETE_VAR in os.environ:
         _complete()
     if len(sys.argv) == 1:  # bare `shapecalc`: the commands, as --help lists them

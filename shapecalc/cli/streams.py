@@ -14,7 +14,6 @@ import codecs
 import errno
 import io
 import sys
-import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +32,8 @@ _ASCII = {
 def _stand_in(c: str) -> str:
     if c in _ASCII:
         return _ASCII[c]
+    import unicodedata  # only a stream that cannot encode a symbol pays for its tables
+
     if unicodedata.east_asian_width(c) in "WF":
         return "??"
     name = unicodedata.name(c, "")

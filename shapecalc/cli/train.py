@@ -187,6 +187,8 @@ def train(
 
 def _cost(doc: dict[str, Any], card: Any, price: float | None) -> None:
     """time.cost from --price or the GPU's default (plan/price.py); --price needs --gpu."""
+    if card is None and price is None:  # nothing to price: the planner's options stay unloaded
+        return
     from ..model.config import ShapecalcError
     from ..plan.options import PlanOptions
     from ..plan.price import training_cost, with_default_price

@@ -41,7 +41,7 @@ from ..model.parallel import (
     stage_params,
 )
 from ..model.plan import Chunk, layer_plan
-from ..model.quant import WeightSums, stage_weight_bytes, weight_sums
+from ..model.quant_tensors import WeightSums, stage_weight_bytes, weight_sums
 from ..model.quantization import DTYPE_FORMATS, Quantization
 from .poly import FIT_DTYPES, measure
 from .regime import Regime

@@ -8,10 +8,9 @@ the stages that make it. Stages are grouped by role, never by printed name. The 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..interpret.symbolic import stages as symbolic_stages
-from ..model.compressed import sparse_kernel_flops
 from ..model.config import ModelConfig, Workload, ceil_div, check, nbytes
 from ..model.conventions import has_convention, mixer_flops
 from ..model.deploy import widths
@@ -33,7 +32,7 @@ from ..model.parallel import (
     stage_sums,
 )
 from ..model.plan import Chunk, LayerPlan, layer_plan
-from ..model.quant import WeightSums, stage_weight_bytes, weight_format, weight_sums
+from ..model.quant import weight_format
 from ..model.stage import (
     ATTN_PROJ_ROLES,
     ATTN_SCORE_ROLES,
@@ -46,6 +45,9 @@ from ..model.stage import (
 )
 from .fields import EP_LEDGER, PP_LEDGER, TOTALS, TP_LEDGER, section
 from .selected import selected_attention
+
+if TYPE_CHECKING:
+    from ..model.quant_tensors import WeightSums
 
 Pred = Callable[[Stage], bool]
 
@@ -141,6 +143,8 @@ def _sparse_kernel(model: ModelConfig, wl: Workload, st: list[Stage]) -> int | N
     """flops with DeepSeek-V4's attention matmuls as a sparse kernel runs them."""
     if not model.shared_kv:
         return None
+    from ..model.compressed import sparse_kernel_flops  # DeepSeek-V4's mechanism module
+
     eager = _sum(st, "flops", _role_in(ATTN_SCORE_ROLES))
     return _sum(st, "flops") - eager + sparse_kernel_flops(model, wl.batch, wl.seq, wl.phase)
 
@@ -252,13 +256,15 @@ def weights(model: ModelConfig, wl: Workload) -> tuple[WeightSums, WeightSums] |
     fmt = weight_format(model, wl.dtype)
     if fmt is None:
         return None
+    from ..model.quant_tensors import weight_sums  # loaded for a weight format only
+
     one = wl.model_copy(update={"phase": "prefill", "batch": 1, "seq": 1})
     full = weight_sums(model, symbolic_stages(model, one, 1), fmt)
     return full, (weight_sums(model, symbolic_stages(model, one, wl.tp), fmt, wl.tp)
                   if wl.tp > 1 else full)
 
 
-Weights = tuple[WeightSums, WeightSums] | None
+Weights: TypeAlias = "tuple[WeightSums, WeightSums] | None"
 
 
 def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage], w: Weights = None
@@ -311,6 +317,13 @@ def tp_ledger(model: ModelConfig, wl: Workload, rank: list[Stage], w: Weights = 
     })
 
 
+def _stage_weight_bytes(model: ModelConfig, w: tuple[WeightSums, WeightSums], s: int
+                        ) -> list[int]:
+    from ..model.quant_tensors import stage_weight_bytes  # a weight format's tensors only
+
+    return stage_weight_bytes(model, w[0], w[0], s)
+
+
 def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage], w: Weights = None
               ) -> dict[str, Any]:
     s = wl.pp
@@ -335,7 +348,7 @@ def pp_ledger(model: ModelConfig, wl: Workload, st: list[Stage], w: Weights = No
         "boundary_bytes_total": boundary * (s - 1),
         "params_per_stage": params,
         "weight_bytes_per_stage": [nbytes(x, wl.dtype) for x in params] if w is None else
-        stage_weight_bytes(model, w[0], w[0], s),
+        _stage_weight_bytes(model, w, s),
         "kv_cache_bytes_per_stage": stage_sums(
             plan, s, [_per_layer(st, k, "bytes", _is_cache) for k in kinds]),
     })

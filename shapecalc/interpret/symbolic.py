@@ -7,31 +7,42 @@ element with the constants in `ELEMENTWISE` and kept apart from the matmul FLOPs
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 from ..model.config import ModelConfig, Workload
 from ..model.expr import Dim, formula, sum_formula
 from ..model.forward import ACT, Sizes, clamped, forward
 from ..model.plan import LayerPlan, LayerSpec, layer_kv_heads, widened
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
-from . import symbolic_block_sparse as block
-from . import symbolic_cca as cca
-from . import symbolic_compressed as compressed
-from . import symbolic_deltanet as deltanet
-from . import symbolic_dsa as dsa
-from . import symbolic_hyper as hyper
-from . import symbolic_inkling as inkling
-from . import symbolic_kda
-from . import symbolic_mamba1 as mamba1
-from . import symbolic_mamba2 as mamba2
-from . import symbolic_mla as mla
-from . import symbolic_zaya as zaya
 from .symbolic_base import ELEMENTWISE, Sym, SymbolicBase, _half, _total
 
 QK_ROLES = ("attn.scores", "attn.index_scores")  # the score matmuls: queries × keys
 
 __all__ = ["ELEMENTWISE", "Sym", "SymbolicOps", "stages"]
+
+
+class _Variant:
+    """A method of SymbolicOps that lives in symbolic_<module>.py as sym_<name>: the module is
+    imported on the first call's lookup, and the function then replaces this on the class."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def __set_name__(self, owner: type, attr: str) -> None:
+        self.owner, self.attr = owner, attr
+
+    def __get__(self, obj: object, owner: type) -> Any:
+        fn = getattr(importlib.import_module(f".symbolic_{self.module}", __package__),
+                     f"sym_{self.name}")
+        setattr(self.owner, self.attr, fn)
+        return fn if obj is None else fn.__get__(obj, owner)
+
+
+def _variants(module: str, *names: str) -> tuple[Any, ...]:
+    return tuple(_Variant(module, n) for n in names)
+
 
 class SymbolicOps(SymbolicBase):
     # -- structure ---------------------------------------------------------------------------
@@ -205,35 +216,33 @@ class SymbolicOps(SymbolicBase):
             return k, v
         return self._act(B, hkv, Tk, dh), self._act(B, hkv, Tk, dv)
 
+    # The variants' operations, each in its own module (symbolic_<module>.py, sym_<name>),
+    # imported the first time a model calls one (_Variant): a plain decoder loads none of them.
     # Multi-head Latent Attention (interpret/mla.py, beside the executor's)
-    mla_cache, concat, head_linear = mla.sym_cache, mla.sym_concat, mla.sym_head_linear
-    # Mamba-2 (symbolic_mamba2.py)
-    conv1d, ssd, gated_norm = mamba2.sym_conv1d, mamba2.sym_ssd, mamba2.sym_gated_norm
-    delta_rule = deltanet.sym_delta_rule  # gated DeltaNet (symbolic_deltanet.py)
-    # DeepSeek Sparse Attention (symbolic_dsa.py)
-    head_sum, topk, select_mask = dsa.sym_head_sum, dsa.sym_topk, dsa.sym_select_mask
-    shared_selection, index_cache = dsa.sym_shared_selection, dsa.sym_index_cache
-    gather, selected_matmul = dsa.sym_gather, dsa.sym_selected_matmul
-    block_cache, block_topk = block.sym_block_cache, block.sym_block_topk  # block-sparse
-    block_mask, block_matmul = block.sym_block_mask, block.sym_block_matmul
-    # hyper-connections (symbolic_hyper.py)
-    hc_expand, hc_flatten = hyper.sym_hc_expand, hyper.sym_hc_flatten
-    hc_weights, hc_collapse, hc_merge = hyper.sym_hc_weights, hyper.sym_hc_collapse, \
-        hyper.sym_hc_merge
-    # DeepSeek-V4's attention (symbolic_compressed.py)
-    shared_kv_cache, compress = compressed.sym_shared_kv_cache, compressed.sym_compress
-    cat_keys, window_mask = compressed.sym_cat_keys, compressed.sym_window_mask
-    grouped_linear, index_select = compressed.sym_grouped_linear, compressed.sym_index_select
-    selective_scan = mamba1.sym_selective_scan  # Mamba-1 (symbolic_mamba1.py)
-    kda = symbolic_kda.sym_kda  # Kimi Delta Attention (symbolic_kda.py)
-    cca_residual, cca_conv = cca.sym_cca_residual, cca.sym_cca_conv  # CCA (symbolic_cca.py)
-    delay, head_scale = cca.sym_delay, cca.sym_head_scale
-    affine, scaled_residual = zaya.sym_affine, zaya.sym_scaled_residual  # ZAYA
-    depth_carry = zaya.sym_depth_carry
-    res_conv, rel_bias, sink_route = inkling.sym_res_conv, inkling.sym_rel_bias, \
-        inkling.sym_sink_route  # Inkling (symbolic_inkling.py)
-    bank_scale, learned_scale = inkling.sym_bank_scale, inkling.sym_learned_scale
-    log_scale = inkling.sym_log_scale
+    mla_cache, concat, head_linear = _variants("mla", "cache", "concat", "head_linear")
+    conv1d, ssd, gated_norm = _variants("mamba2", "conv1d", "ssd", "gated_norm")  # Mamba-2
+    (delta_rule,) = _variants("deltanet", "delta_rule")  # gated DeltaNet
+    # DeepSeek Sparse Attention
+    head_sum, topk, select_mask = _variants("dsa", "head_sum", "topk", "select_mask")
+    shared_selection, index_cache = _variants("dsa", "shared_selection", "index_cache")
+    gather, selected_matmul = _variants("dsa", "gather", "selected_matmul")
+    block_cache, block_topk, block_mask, block_matmul = _variants(  # block-sparse
+        "block_sparse", "block_cache", "block_topk", "block_mask", "block_matmul")
+    hc_expand, hc_flatten, hc_weights, hc_collapse, hc_merge = _variants(  # hyper-connections
+        "hyper", "hc_expand", "hc_flatten", "hc_weights", "hc_collapse", "hc_merge")
+    # DeepSeek-V4's attention
+    shared_kv_cache, compress = _variants("compressed", "shared_kv_cache", "compress")
+    cat_keys, window_mask = _variants("compressed", "cat_keys", "window_mask")
+    grouped_linear, index_select = _variants("compressed", "grouped_linear", "index_select")
+    (selective_scan,) = _variants("mamba1", "selective_scan")  # Mamba-1
+    (kda,) = _variants("kda", "kda")  # Kimi Delta Attention
+    cca_residual, cca_conv, delay, head_scale = _variants(  # CCA
+        "cca", "cca_residual", "cca_conv", "delay", "head_scale")
+    affine, scaled_residual, depth_carry = _variants(  # ZAYA
+        "zaya", "affine", "scaled_residual", "depth_carry")
+    res_conv, rel_bias, sink_route, bank_scale, learned_scale, log_scale = _variants(  # Inkling
+        "inkling", "res_conv", "rel_bias", "sink_route", "bank_scale", "learned_scale",
+        "log_scale")
 
     def repeat_kv(self, x: Sym, role: str, name: str, groups: int, heads: Dim) -> Sym:
         d = x.dims

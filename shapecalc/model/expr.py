@@ -50,15 +50,25 @@ class Expr:
         )
 
     @staticmethod
+    def _of(terms: tuple[tuple[Mono, Coef], ...]) -> Expr:
+        """Terms already merged, none zero (what __init__ would make of them)."""
+        e = Expr.__new__(Expr)
+        e.terms = terms
+        return e
+
+    @staticmethod
     def sym(name: str) -> Expr:
-        return Expr([(((name, 1),), 1)])
+        return Expr._of(((((name, 1),), 1),))
 
     @staticmethod
     def const(c: Coef) -> Expr:
-        return Expr([((), c)])
+        return Expr._of((((), c),) if c != 0 else ())
 
     def __mul__(self, other: Expr) -> Expr:
-        return Expr((_mono_mul(m1, m2), c1 * c2) for m1, c1 in self.terms for m2, c2 in other.terms)
+        a, b = self.terms, other.terms
+        if len(a) == 1 and len(b) == 1:  # two products (most dims): one term, nothing to merge
+            return Expr._of(((_mono_mul(a[0][0], b[0][0]), a[0][1] * b[0][1]),))
+        return Expr((_mono_mul(m1, m2), c1 * c2) for m1, c1 in a for m2, c2 in b)
 
     def __add__(self, other: Expr) -> Expr:
         return Expr(self.terms + other.terms)

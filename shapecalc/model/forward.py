@@ -11,24 +11,17 @@ are that rank's share, and the row-parallel outputs meet in an all-reduce (Megat
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any
 
-from . import block_sparse, gemma, gemma4, hyper
-from .cca import cca_qkv
-from .compressed import v4_attention
+from . import gemma, gemma4
 from .config import ModelConfig, Workload
 from .expr import Dim
-from .gated_deltanet import gated_deltanet_mixer
-from .inkling import inkling_block
-from .kda import kda_mixer
-from .mamba1 import mamba1_mixer
-from .mamba2 import mamba2_mixer
-from .mla import mla_attention
 from .ops import Ops
 from .plan import LayerSpec, layer_plan, mtp_spec
-from .short_conv import short_conv_mixer
 from .sizes import Sizes
-from .zaya import residual, zaya_router
+from .zaya import residual
 
 __all__ = ["ACT", "Ops", "Sizes", "forward"]
 
@@ -36,9 +29,19 @@ __all__ = ["ACT", "Ops", "Sizes", "forward"]
 # the activation each FFN kind applies (gated kinds to the gate)
 ACT = {"gelu": "gelu", "geglu": "gelu", "relu": "relu", "relu2": "relu2", "xielu": "xielu",
        "swiglu": "silu"}
-# the token mixers other than attention: one function each, over Ops
-MIXERS = {"mamba2": mamba2_mixer, "gated_deltanet": gated_deltanet_mixer,
-          "short_conv": short_conv_mixer, "mamba1": mamba1_mixer, "kda": kda_mixer}
+# the token mixers other than attention: one function each, over Ops, in model/<module>.py.
+# These and the other mechanisms of a few families (MLA, DeepSeek-V4's attention, CCA,
+# hyper-connections, block-sparse attention, Inkling's layer, ZAYA's router) are imported where
+# a model first uses them: a plain decoder loads none (start-up: benchmarks/bench_startup.py).
+MIXERS = {"mamba2": ("mamba2", "mamba2_mixer"), "gated_deltanet": ("gated_deltanet",
+          "gated_deltanet_mixer"), "short_conv": ("short_conv", "short_conv_mixer"),
+          "mamba1": ("mamba1", "mamba1_mixer"), "kda": ("kda", "kda_mixer")}
+
+
+def _mixer(kind: str) -> Callable[..., Any]:
+    module, name = MIXERS[kind]
+    fn: Callable[..., Any] = getattr(importlib.import_module(f".{module}", __package__), name)
+    return fn
 
 
 def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
@@ -68,6 +71,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
                                           else _rotary(m, z)),
         z.Dr if m.mla else _rotary(m, z, m.rotary_dim_local))
     if m.hc_streams:  # the residual becomes n_hc streams [B,T,n_hc,D]
+        from . import hyper
+
         x = hyper.expand(ops, m, z, x)
 
     plan = layer_plan(m)
@@ -83,6 +88,8 @@ def forward(ops: Ops, model: ModelConfig, wl: Workload, z: Sizes) -> Any:
 
     ops.group("head")
     if m.hc_streams:
+        from . import hyper
+
         x = hyper.head(ops, m, z, x)
     if m.norm_position != "post":
         x = ops.norm(x, "head.norm", "final norm")
@@ -142,10 +149,12 @@ def _mtp(ops: Ops, m: ModelConfig, wl: Workload, z: Sizes, plan: Any, ids: Any, 
 def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x: Any,
            layer: int, angles: Any) -> Any:
     if spec.mixer == "inkling":  # Inkling's layer (inkling.py)
+        from .inkling import inkling_block
+
         return inkling_block(ops, m, spec, wl, z, x, layer, _ffn)
     if spec.mixer == "parallel":  # Falcon-H1: x + Mamba-2(h)·m_s + Attn(h·a_in)·a_out
         h = ops.norm(x, "attn.norm", "input norm")
-        y = _times(ops, MIXERS["mamba2"](ops, m, z, h, layer), m.ssm_out_multiplier,
+        y = _times(ops, _mixer("mamba2")(ops, m, z, h, layer), m.ssm_out_multiplier,
                    "mixer.scale", "SSM out multiplier")
         a = _attention(ops, m, spec, wl, z, _times(ops, h, m.attention_in_multiplier,
                        "attn.in_scale", "attention in multiplier"), layer, angles)
@@ -156,7 +165,7 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
     if not spec.attends:  # a state-space mixer or none, then the FFN (if any): pre-norm
         if spec.mixer != "none":
             h = ops.norm(x, "mixer.norm", "mixer norm")
-            y = MIXERS[spec.mixer](ops, m, z, h, layer)
+            y = _mixer(spec.mixer)(ops, m, z, h, layer)
             if z.p > 1:  # out_proj is split by rows: the ranks' partial sums meet
                 y = ops.allreduce(y, "comm.allreduce", "mixer all-reduce")
             y = gemma.post_norm(ops, spec, y, "mixer")  # LFM3's sandwich norms
@@ -164,10 +173,9 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, True)
     if spec.norm_position != "post":  # pre, and sandwich/output (their branches normed too)
         pre = spec.norm_position != "output"  # OLMo 2: no pre-norms
-        h, mix = hyper.open_half(ops, m, z, x, "attn") if m.hc_streams else (x, None)
+        h, mix = _open_half(ops, m, z, x, "attn")
         h = ops.norm(h, "attn.norm", "attention norm") if pre else h
-        attend = mla_attention if m.mla else v4_attention if m.shared_kv else _attention
-        a = attend(ops, m, spec, wl, z, h, layer, angles)
+        a = _attend(m)(ops, m, spec, wl, z, h, layer, angles)
         if m.parallel_block:  # x + attn(h) + ffn(h), one all-reduce
             if m.parallel_norms == 2:  # GPT-NeoX, Falcon's new decoder: the FFN's own norm of x
                 h = ops.norm(x, "ffn.norm", "FFN norm")
@@ -180,7 +188,7 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
         if z.p > 1:
             a = ops.allreduce(a, "comm.allreduce", "attention all-reduce")
         a = gemma.post_norm(ops, spec, a, "attn")
-        x = hyper.close_half(ops, x, a, mix, "attn") if mix else residual(
+        x = _close_half(ops, x, a, mix, "attn") if mix else residual(
             ops, m, x, _branch(ops, m, a))
         return x if spec.ffn == "none" else _ffn_block(ops, m, spec, z, x, pre)
     # post-norm (original Transformer): U = Norm(X + MHA(X)); Y = Norm(U + FFN(U))
@@ -196,15 +204,43 @@ def _block(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes, x:
 
 def _ffn_block(ops: Ops, m: ModelConfig, spec: LayerSpec, z: Sizes, x: Any, pre: bool) -> Any:
     """The channel mixer's half of a pre-norm block: x + FFN(Norm(x)) (dense or MoE)."""
-    h, mix = hyper.open_half(ops, m, z, x, "ffn") if m.hc_streams else (x, None)
+    h, mix = _open_half(ops, m, z, x, "ffn")
     h = ops.norm(h, "ffn.norm", "FFN norm") if pre else h
     wide = Dim.const(2) * z.Dff if spec.wide_ffn else None  # Gemma 4's double-wide MLP
     f = _moe(ops, m, z, h, z.p > 1, spec) if spec.ffn == "moe" else _ffn(ops, m, z, h, z.p > 1,
                                                                           wide)
     f = gemma.post_norm(ops, spec, f, "ffn")
     if mix:  # hyper-connections: post ⊗ f + combᵀ·x
-        return hyper.close_half(ops, x, f, mix, "ffn")
+        return _close_half(ops, x, f, mix, "ffn")
     return residual(ops, m, x, _branch(ops, m, f))
+
+
+def _attend(m: ModelConfig) -> Callable[..., Any]:
+    """The layer's attention: MLA (mla.py), DeepSeek-V4's (compressed.py), else _attention."""
+    if m.mla:
+        from .mla import mla_attention
+
+        return mla_attention
+    if m.shared_kv:
+        from .compressed import v4_attention
+
+        return v4_attention
+    return _attention
+
+
+def _open_half(ops: Ops, m: ModelConfig, z: Sizes, x: Any, half: str) -> tuple[Any, Any]:
+    """A half-block's input and its hyper-connection mix (hyper.py), or x and None."""
+    if not m.hc_streams:
+        return x, None
+    from . import hyper
+
+    return hyper.open_half(ops, m, z, x, half)
+
+
+def _close_half(ops: Ops, x: Any, y: Any, mix: Any, half: str) -> Any:
+    from . import hyper
+
+    return hyper.close_half(ops, x, y, mix, half)
 
 
 def _branch(ops: Ops, m: ModelConfig, y: Any) -> Any:
@@ -237,15 +273,22 @@ def _attention(ops: Ops, m: ModelConfig, spec: LayerSpec, wl: Workload, z: Sizes
         q = q if angles is None else ops.rope(q, "attn.rope", "RoPE q", angles)
         k, v = ops.shared_kv(spec.kv_source, z.B, z.Hkv, Tk, z.Dh)
     else:
-        q, k, v = (cca_qkv(ops, m, z, h, layer) if spec.mixer == "cca"  # ZAYA (cca.py)
-                   else _qkv(ops, m, z, h, m.global_k_eq_v and spec.attention == "full"))
+        if spec.mixer == "cca":  # ZAYA (cca.py)
+            from .cca import cca_qkv
+
+            q, k, v = cca_qkv(ops, m, z, h, layer)
+        else:
+            q, k, v = _qkv(ops, m, z, h, m.global_k_eq_v and spec.attention == "full")
         if angles is not None and not spec.nope:
             q = ops.rope(q, "attn.rope", "RoPE q", angles)
             k = ops.rope(k, "attn.rope", "RoPE k", angles)
         q, k = _llama4_qk(ops, m, spec, z, q, k)
         k, v = ops.kv_cache(k, v, layer, Tk, Tc)
-    sel = (block_sparse.block_select(ops, m, z, h, layer, angles, Tk, Tc)  # MiniMax-M3's MSA
-           if spec.block_sparse else None)
+    sel = None
+    if spec.block_sparse:  # MiniMax-M3's MSA
+        from .block_sparse import block_select
+
+        sel = block_select(ops, m, z, h, layer, angles, Tk, Tc)
     sparse = sel is not None and wl.selection == "sparse"  # the kernel reads selected blocks only
     groups = z.H.value // z.Hkv.value
     if groups > 1:  # GQA/MQA: each KV head serves `groups` query heads
@@ -377,8 +420,12 @@ def _moe(ops: Ops, m: ModelConfig, z: Sizes, h: Any, reduce: bool, spec: LayerSp
     """Mixture-of-Experts: a router picks k of E experts per token; their outputs are combined
     by the routing weights; shared experts (if any) see every token. Under tensor parallelism
     each expert's Dff_e is split as a dense FFN's is, and the sum is all-reduced once."""
-    logits = (zaya_router(ops, m, spec, z, h) if m.router_hidden is not None  # ZAYA (zaya.py)
-              else ops.linear(h, "moe.router", "router", z.D, z.E, m.router_bias, "replicated"))
+    if m.router_hidden is not None:  # ZAYA (zaya.py)
+        from .zaya import zaya_router
+
+        logits = zaya_router(ops, m, spec, z, h)
+    else:
+        logits = ops.linear(h, "moe.router", "router", z.D, z.E, m.router_bias, "replicated")
     if m.router_softcap is not None:  # Laguna: c·tanh(logits/c) before the scoring
         logits = ops.softcap(logits, "moe.router.softcap", "router logit softcap",
                              m.router_softcap)

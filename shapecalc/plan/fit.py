@@ -25,6 +25,7 @@ from ..model.parallel import (
 )
 from .cases import closed_form_for, valid
 from .ep import attention_ranks
+from .gallop import largest_ok
 from .memory import memory, phase_terms, times, workspace_tokens
 from .options import ACTIVATIONS, PlanOptions, require_peak
 from .perf import (
@@ -114,24 +115,6 @@ def estimates(cf: ClosedForm, gpu: GPU, opts: PlanOptions, pp: PerfParams, wl: W
     exp = expected_times(cf, gpu, pp, cf.at(B, T, "prefill", p, s, *dts), dec, peak, B, T,
                          gpus, DTYPE_BITS[wl.dtype], SCALARS, wl.ep, s)
     return {"batch": B, "expected": exp, "lower_bound": bound}
-
-
-def largest_ok(ok: Callable[[int], bool], lo: int, hi: int) -> int:
-    """The largest x in [lo, hi] with ok(x), for ok true up to some point then false; lo − 1 if
-    none. Galloping from lo (steps 1, 2, 4, …: the probes grow with the answer, not the range;
-    train's probes each walk the saved tensors), then bisection: at most ~2·48 probes for 2⁴⁸."""
-    if not ok(lo):
-        return lo - 1
-    good, bad, step = lo, hi + 1, 1
-    while good + step < bad:
-        if not ok(good + step):
-            bad = good + step
-            break
-        good, step = good + step, step * 2
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if ok(mid) else (good, mid)
-    return good
 
 
 def _smallest(cands: list[int], ok: Callable[[int], bool]) -> int | None:

@@ -11,7 +11,7 @@ from ..model.config import ModelConfig, ShapecalcError, Workload
 from ..model.parallel import stage_kind_counts
 from ..model.plan import layer_plan
 from ..model.stage import EXPERT_ROLES, Stage
-from ..plan.fit import largest_ok
+from ..plan.gallop import largest_ok
 from .fp8 import FP8_ROLES, fp8_memory
 from .frameworks import Framework, describe
 from .fwmemory import FwTerms, framework_memory, op_sac_recompute_flops, stage_blocks

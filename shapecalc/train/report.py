@@ -17,7 +17,7 @@ from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, check, nbytes
 from ..model.parallel import pp_layers
 from ..model.record import INT_MAX
-from ..plan.fit import largest_ok
+from ..plan.gallop import largest_ok
 from .activations import (
     CP_RULE,
     TP_RULE,

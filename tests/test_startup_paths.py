@@ -1,0 +1,74 @@
+"""What the planners' start-up leaves unloaded (issue 25: benchmarks/bench_startup.py measures the
+time; these hold the mechanisms that keep it): a plain decoder's `trace --json` imports none of
+the mechanism modules a few families use, `train --json` none of fit's closed forms, and the
+lazy pieces that replace eager ones give what the eager ones gave."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import typing
+
+# the mechanism modules of model/ and the symbolic interpreter's variants (interpret/): each
+# loads where a model uses it (model/forward.py's registry, symbolic._Variant)
+MECHANISMS = tuple(f"shapecalc.model.{m}" for m in (
+    "mla", "dsa", "compressed", "cca", "hyper", "block_sparse", "inkling", "kda", "mamba1",
+    "mamba2", "gated_deltanet", "short_conv")) + tuple(
+    f"shapecalc.interpret.symbolic_{m}" for m in (
+        "mla", "dsa", "compressed", "cca", "hyper", "block_sparse", "inkling", "kda", "mamba1",
+        "mamba2", "deltanet", "zaya"))
+
+
+def _loaded(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    """Which of `names` are in sys.modules when `shapecalc ARGV` exits (in a fresh process)."""
+    code = (
+        "import sys, atexit\n"
+        f"atexit.register(lambda: sys.stderr.write(repr(sorted(m for m in {names!r} "
+        "if m in sys.modules))))\n"
+        f"sys.argv = ['shapecalc', *{argv!r}]\n"
+        "from shapecalc.cli import main\nmain()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return eval(r.stderr.strip())  # a list of names, as repr wrote it
+
+
+def test_a_plain_decoder_loads_no_mechanism_module():
+    assert _loaded(["trace", "--preset", "llama2-70b", "--json"],
+                   (*MECHANISMS, "unicodedata")) == []
+
+
+def test_train_loads_no_closed_form():
+    assert _loaded(["train", "--preset", "seed-tiny", "--json"],
+                   ("shapecalc.plan.fit", "shapecalc.costs.closed", "shapecalc.plan.options")) == []
+
+
+def test_each_variant_operation_is_its_module_function():
+    """Every lazy method of SymbolicOps resolves to sym_<name> of symbolic_<module>.py."""
+    import importlib
+
+    from shapecalc.interpret import symbolic
+
+    lazy = {k: v for k, v in vars(symbolic.SymbolicOps).items()
+            if isinstance(v, symbolic._Variant)}
+    assert len(lazy) >= 40
+    for name, v in lazy.items():
+        module = importlib.import_module(f"shapecalc.interpret.symbolic_{v.module}")
+        assert getattr(symbolic.SymbolicOps, name) is getattr(module, f"sym_{v.name}"), name
+
+
+def test_record_annotations_are_get_type_hints():
+    """record._hints (each distinct text evaluated once) gives what get_type_hints gives."""
+    from shapecalc.inputs.hardware import GPU
+    from shapecalc.model import record
+    from shapecalc.model.config import ModelConfig, Workload
+
+    classes: set[type] = set()
+    todo = [record.Record]
+    while todo:  # every record class, subclasses of subclasses too
+        fresh = set(todo.pop().__subclasses__()) - classes
+        classes |= fresh
+        todo += fresh
+    assert {ModelConfig, Workload, GPU} <= classes
+    for c in classes:
+        assert record._hints(c) == typing.get_type_hints(c, include_extras=True), c
