@@ -90,7 +90,7 @@ def deployment(r: LoadRecord, prof: engines.Profile) -> sim.Deployment:
                   logits="last")
     opts = PlanOptions(compute_dtype=comp, max_batched_tokens=prof.defaults["max_batched_tokens"])
     return sim.Deployment(load_preset(sc["preset"]), wl, load_gpu(sc["gpu"]), opts, 1,
-                          "round-robin", sc["max_num_seqs"], None, 0, prof)
+                          "round-robin", sc["max_num_seqs"], None, 0, profile=prof)
 
 
 def requests(r: LoadRecord) -> list[W.Request]:

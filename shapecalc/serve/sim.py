@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
 from ..inputs.hardware import GPU
@@ -59,6 +59,7 @@ class Deployment:
     max_num_seqs: int = 256
     kv_blocks: int | None = None  # None: fit's memory model
     shared_prefix: int = 0
+    _: KW_ONLY  # the features below by name: each branch added one, positions would collide
     spec: Any = None  # specsched.Speculation: speculative decoding (None: off)
     ep_plan: EPPlan | None = None  # how ep > 1 exchanges (plan/ep.py; None: the defaults)
 
