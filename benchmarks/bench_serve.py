@@ -41,8 +41,9 @@ from shapecalc.inputs.hardware import load_gpu
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import Workload
 from shapecalc.plan.options import PlanOptions
-from shapecalc.serve import disagg, search, sim
+from shapecalc.serve import disagg, sim
 from shapecalc.serve import workload as W
+from shapecalc.serve.search_dims import search_gpus
 
 MODEL, GPU, TP = "llama3-70b", "h100-sxm", 4
 N, PROMPT, OUTPUT = 10_000, 2048, 500
@@ -143,11 +144,31 @@ def speculative(dep: sim.Deployment, base: dict[float | None, float]) -> None:
               f"CPU; {m['throughput']['output_tokens_per_s']:,.0f} output tokens/s)")
 
 
+def find_gpus(dep: sim.Deployment) -> None:
+    """--find-gpus over every kind (`python -m benchmarks.bench_serve find-gpus`: only this)."""
+    reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
+    t0, c0 = time.perf_counter(), time.process_time()
+    # every kind (serve/search_dims.py): tp, pp, the budgets, replicas and the P:D split
+    out = search_gpus(dep, reqs_rate, 1000, W.Lengths("fixed", PROMPT),
+                      W.Lengths("fixed", 256), 0, None, slo, None, None, None, None, False,
+                      False, None)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    plan = out["plan"]
+    print(f"--find-gpus at {reqs_rate:g} req/s, 2048/256, ttft=1s,itl=50ms, 1000 requests: "
+          f"{cpu:.2f} s CPU ({wall:.1f} s wall), {len(out['frontier'])} simulations; plan: "
+          f"{plan and plan['gpus']} GPUs ({plan and plan['replicas']} × tp={plan and plan['tp']}"
+          f" pp={plan and plan['pp']}, max_batched_tokens="
+          f"{plan and plan['max_batched_tokens']}, pd={plan and plan.get('pd')})")
+
+
 def main() -> None:
-    sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     model = load_preset(MODEL)
     wl = Workload(seq=1, tp=TP, logits="last")
     dep = sim.Deployment(model, wl, load_gpu(GPU), PlanOptions())
+    if sys.argv[1:] == ["find-gpus"]:
+        find_gpus(dep)
+        return
+    sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     print(f"{MODEL} tp={TP} on {GPU}, {N:,} requests of {PROMPT}-in/{OUTPUT}-out, one replica")
     print(f"{'case':<34}{'wall s':>9}{'iterations':>12}{'iter/s':>12}{'req/s':>10}"
           f"{'CPU s':>9}")
@@ -190,17 +211,8 @@ def main() -> None:
     expert_parallel(base)
     disaggregated(dep, base)
     speculative(dep, base)
-    reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = search.find_gpus(dep, reqs_rate, 1000, W.Lengths("fixed", PROMPT),
-                           W.Lengths("fixed", 256), 0, None, slo)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    plan = out["plan"]
-    print(f"--find-gpus at {reqs_rate:g} req/s, 2048/256, ttft=1s,itl=50ms, 1000 requests: "
-          f"{cpu:.2f} s CPU ({wall:.1f} s wall), {len(out['frontier'])} simulations; plan: "
-          f"{plan and plan['gpus']} GPUs ({plan and plan['replicas']} × tp={plan and plan['tp']}"
-          f" pp={plan and plan['pp']}, max_batched_tokens="
-          f"{plan and plan['max_batched_tokens']})")
+    find_gpus(dep)
+
 
 if __name__ == "__main__":
     main()

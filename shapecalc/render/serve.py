@@ -152,17 +152,26 @@ def _bound(b: dict[str, Any]) -> str:
 
 def _print_why(frontier: list[dict[str, Any]], console: Any) -> None:
     """Why each candidate missed, at the most replicas it was simulated with (serve/why.py)."""
-    last: dict[tuple[int, int, int], dict[str, Any]] = {}
+    last: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in frontier:
-        k = (r["tp"], r["pp"], r.get("max_batched_tokens", 0))
+        k = (r["tp"], r["pp"], r.get("max_batched_tokens", 0), kind(r).split(" pd=")[0],
+             bool(r.get("pd")))
         if not r["slo_met"] and (k not in last or r["replicas"] > last[k]["replicas"]):
             last[k] = r
-    for (tp, pp, mbt), r in last.items():
+    for (tp, pp, mbt, _, _), r in last.items():
         fix = f"; {r['meets_with']}" if r.get("meets_with") else ""
         for m in r.get("missed", []):
-            _say(console, f"why {plural(r['replicas'], 'replica')} × tp={tp} pp={pp} "
+            _say(console, f"why {plural(r['replicas'], 'replica')} × tp={tp} pp={pp}{kind(r)} "
                  f"(max_batched_tokens={mbt}) missed, {m['phase']}: {m['why']}{fix}")
             fix = ""
+
+
+def kind(r: dict[str, Any]) -> str:
+    """A frontier row's other dimensions: ' ep=8', ' k=3', ' pd=2:1' (serve/search_dims.py)."""
+    pd = r.get("pd")
+    return ((f" ep={r['ep']}" if r.get("ep", 1) > 1 else "")
+            + (f" k={r['spec_k']}" if r.get("spec_k") is not None else "")
+            + (f" pd={pd['prefill_replicas']}:{pd['decode_replicas']}" if pd else ""))
 
 
 def _pool_owner(d: dict[str, Any]) -> str:
@@ -180,16 +189,21 @@ def _ep_text(d: dict[str, Any]) -> str:
 
 
 def print_serve(doc: dict[str, Any], console: Any) -> None:
-    from rich.text import Text
-
-    from .layout import split_table
-
     d = doc["deployment"]
     _say(console, (str(doc["model"]), "bold"),
          f" on {doc['gpu']}: {plural(d['replicas'], 'replica')} × (tp={d['tp']}, pp={d['pp']}"
          f"{_ep_text(d)}) = {plural(d['gpus'], 'GPU')}, "
          f"{d['router']}, max_num_seqs={d['max_num_seqs']}, "
          f"max_batched_tokens={d['max_batched_tokens']} ({doc['deployment_is']})")
+    body(doc, console)
+
+
+def body(doc: dict[str, Any], console: Any) -> None:
+    """print_serve below its header line (render/serve_pd.py heads a disaggregated plan)."""
+    from rich.text import Text
+
+    from .layout import split_table
+
     if doc["command"] == "simulate":
         print_metrics(doc, console)
         print_chart(doc, console)
@@ -219,7 +233,7 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
             style = "bold" if r is fg["plan"] or r == fg["plan"] else ""
             mbt = f" mbt={r['max_batched_tokens']}" if budgets else ""
             rows.append([Text(x, style=style) for x in (
-                f"{r['replicas']}× tp={r['tp']} pp={r['pp']}{mbt}", str(r["replicas"]),
+                f"{r['replicas']}× tp={r['tp']} pp={r['pp']}{mbt}{kind(r)}", str(r["replicas"]),
                 str(r["gpus"]),
                 "met" if r["slo_met"] else "missed", _t(r["ttft_p99_s"]), _t(r["itl_p99_s"]),
                 _n(r["goodput_requests_per_s"]), _n(r["output_tokens_per_s_per_gpu"]),
@@ -235,7 +249,7 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
             _say(console, ("no explored deployment meets the SLO", "red"))
         else:
             _say(console, "plan: ", (plural(p["gpus"], "GPU"), "bold"),
-                 f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']}"
+                 f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']}{kind(p)}"
                  + (f", max_batched_tokens={p['max_batched_tokens']}" if budgets else "")
                  + " (TTFT p99 "
                  f"{_t(p['ttft_p99_s'])}, ITL p99 {_t(p['itl_p99_s'])})"
