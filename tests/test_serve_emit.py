@@ -137,3 +137,76 @@ def test_ep_not_a_multiple_of_tp_is_refused():
     with pytest.raises(ShapecalcError) as e:
         _check("vllm", {"tp": 4, "ep": 6})
     assert e.value.field == "ep"
+
+
+PD = ("serve", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--requests", "2",
+      "--prompt-tokens", "64", "--output-tokens", "8", "--tp", "2", "--pd", "2:1",
+      "--max-batched-tokens", "2048")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "dynamo"])
+def test_a_disaggregated_plan_emits_each_pools_instances(cli, engine):
+    """--pd 2:1 of tp=2: two prefill instances and one decode instance, each on its own 2 GPUs,
+    every flag the engine's own (tests/data/engine_flags.json) and every value one it takes."""
+    r = cli(*PD, "--emit", engine)
+    assert r.code == 0, r.err
+    vllm = FLAGS["vllm"]
+    cmds = [c for c in _commands(r.out) if "dynamo.frontend" not in c]
+    if engine == "sglang":
+        *servers, router = cmds
+        assert router[:3] == ["python", "-m", FLAGS["sglang"]["disaggregation"]["router_module"]]
+        rf = _flags(router)
+        assert set(rf) <= set(FLAGS["sglang"]["disaggregation"]["router_flags"])
+        # one --prefill a prefill server, one --decode a decode server, by their ports
+        assert router.count("--prefill") == 2 and router.count("--decode") == 1
+    else:
+        servers = cmds
+    assert len(servers) == 3
+    known = set((vllm if engine != "sglang" else FLAGS["sglang"])["flags"])
+    if engine == "dynamo":
+        known |= set(FLAGS["dynamo"]["worker_flags"]["flags"])
+    sides = []
+    for cmd in servers:
+        f = _flags(cmd)
+        assert set(f) <= known, set(f) - known
+        assert f.get("--tensor-parallel-size", f.get("--tp-size")) == "2"
+        if engine == "sglang":
+            side = f["--disaggregation-mode"]
+            assert side in FLAGS["sglang"]["choices"]["--disaggregation-mode"]
+            assert f["--disaggregation-transfer-backend"] in \
+                FLAGS["sglang"]["choices"]["--disaggregation-transfer-backend"]
+        else:
+            kv = json.loads(f["--kv-transfer-config"] or "")
+            tv = vllm["kv_transfer_config"]
+            assert set(kv) <= set(tv["keys"]) and kv["kv_role"] in tv["kv_roles"]
+            assert kv["kv_connector"] in tv["connectors"]
+            if engine == "vllm":
+                side = {"kv_producer": "prefill", "kv_consumer": "decode"}[kv["kv_role"]]
+            else:
+                side = "prefill" if "--is-prefill-worker" in f else "decode"
+                assert (f"--is-{side}-worker" in f) and kv["kv_role"] == "kv_both"
+        sides.append(side)
+    assert sides == ["prefill", "prefill", "decode"]
+    # 6 GPUs of one 8-GPU node: 0,1 and 2,3 prefill, 4,5 decode
+    assert [c[0] for c in servers] == ["CUDA_VISIBLE_DEVICES=0,1", "CUDA_VISIBLE_DEVICES=2,3",
+                                       "CUDA_VISIBLE_DEVICES=4,5"]
+    assert r.out.splitlines()[0].startswith("# llama3.1-8b on H100-SXM: prefill 2 × 2 GPUs + "
+                                            "decode 1 × 2 GPUs = 6 GPUs")
+
+
+def test_a_disaggregated_plan_trtllm_cannot_take_is_refused_naming_pd(cli):
+    r = cli(*PD, "--emit", "trtllm")
+    assert r.code == 2 and r.out == ""
+    assert r.err.startswith("error: pd: --emit trtllm:") and len(r.err.strip().splitlines()) == 1
+
+
+def test_find_gpus_plan_of_a_searched_spec_k_is_emitted_at_that_k(cli):
+    """--find-gpus with --draft and no --spec-k emits the k the plan found."""
+    r = cli("serve", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--rate", "1",
+            "--prompt-tokens", "512", "--output-tokens", "64", "--requests", "16",
+            "--find-gpus", "--slo", "ttft=1s,tpot=3.6ms", "--tp", "1", "--pp", "1",
+            "--max-batched-tokens", "4096", "--draft", "eagle3", "--draft-config", EAGLE3,
+            "--acceptance", "0.8", "--emit", "vllm")
+    assert r.code == 0, r.err
+    cfg = json.loads(_flags(_commands(r.out)[0])["--speculative-config"] or "")
+    assert cfg["num_speculative_tokens"] == 3  # tests/test_serve_search_dims.py: k = 3 meets

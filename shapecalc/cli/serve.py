@@ -321,10 +321,10 @@ def serve(
                        "kv_pool": sim.pool_doc(eng), "perf_terms": eng.cost.pp.as_dict(),
                        **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
         if emit_engine is not None:
-            from ..serve.emit import launch_text
+            from ..serve.emit_pd import emit_text  # a P:D plan's pools too
 
-            sys.stdout.write(launch_text(emit_engine, doc, dep, sp, preset or config
-                                         or hf_config, draft_preset or draft_config) + "\n")
+            sys.stdout.write(emit_text(emit_engine, doc, dep, sp, preset or config
+                                       or hf_config, draft_preset or draft_config) + "\n")
             return
         from ..render.serve import print_serve
         from ..render.serve_pd import print_pd, print_search
