@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from shapecalc.serve.slo import parse_slo
 from shapecalc.serve.why_pd import missed
 
@@ -107,3 +109,29 @@ def test_a_disaggregated_miss_names_its_phase():
     assert [(x["metric"], x["phase"]) for x in out] == [("ttft", "prefill"), ("itl", "decode")]
     assert out[0]["why"].startswith("TTFT p99 2.532 s > 1 s: the prefill pool")
     assert "97% busy" in out[0]["why"]
+
+
+@pytest.mark.slow  # 4 bisections of 14 runs (about 1.5 s)
+def test_find_rate_searches_spec_k_and_reports_it(cli):
+    from shapecalc.serve.schemas import ServeFindRateOut
+
+    r = cli("serve", "--preset", "llama3.1-8b", *GPU, "--prompt-tokens", "512",
+            "--output-tokens", "32", "--requests", "12", "--slo", "ttft=1s,tpot=5ms",
+            "--draft", "eagle3", "--draft-config", "tests/data/eagle3-llama3.1-8b-config.json",
+            "--acceptance", "0.8", "--find-rate", "--json")
+    doc = json.loads(r.out)
+    ServeFindRateOut.model_validate(doc)
+    fr = doc["find_rate"]
+    assert [x["spec_k"] for x in fr["by_spec_k"]] == [1, 2, 3, 4]
+    rates = {x["spec_k"]: x["rate"] or 0.0 for x in fr["by_spec_k"]}
+    assert fr["rate"] == max(rates.values()) and rates[fr["spec_k"]] == fr["rate"]
+    assert doc["deployment"]["speculative"]["k"] == fr["spec_k"]
+
+
+def test_a_pd_plan_found_is_emitted_as_its_pools(cli):
+    r = cli("serve", "--preset", "llama3-8b", *GPU, "--rate", "8", "--prompt-tokens", "2048",
+            "--output-tokens", "64", "--requests", "60", "--slo", "ttft=1s,itl=12ms", "--tp",
+            "1", "--pp", "1", "--max-batched-tokens", "8192", "--find-gpus", "--emit", "dynamo")
+    assert r.code == 0, r.err
+    assert r.out.count("--is-prefill-worker") == 1 and r.out.count("--is-decode-worker") == 1
+    assert "prefill 1 × 1 GPUs + decode 1 × 1 GPUs = 2 GPUs (the plan --find-gpus found)" in r.out
