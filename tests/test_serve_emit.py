@@ -210,3 +210,22 @@ def test_find_gpus_plan_of_a_searched_spec_k_is_emitted_at_that_k(cli):
     assert r.code == 0, r.err
     cfg = json.loads(_flags(_commands(r.out)[0])["--speculative-config"] or "")
     assert cfg["num_speculative_tokens"] == 3  # tests/test_serve_search_dims.py: k = 3 meets
+
+
+def test_a_disaggregated_plan_keeps_each_pools_data_parallel_attention(cli):
+    """--tp 2 --ep 8 --pd 1:1: each pool's server is SGLang's 8 GPUs of 4 attention replicas."""
+    r = cli("serve", "--preset", "mixtral-8x7b", "--gpu", "h100-sxm", "--requests", "2",
+            "--prompt-tokens", "64", "--output-tokens", "4", "--tp", "2", "--ep", "8",
+            "--pd", "1:1", "--emit", "sglang")
+    assert r.code == 0, r.err
+    *servers, _ = _commands(r.out)
+    for cmd, side in zip(servers, ("prefill", "decode"), strict=True):
+        f = _flags(cmd)
+        assert (f["--tp-size"], f["--dp-size"], f["--ep-size"]) == ("8", "4", "8")
+        assert "--enable-dp-attention" in f and f["--disaggregation-mode"] == side
+
+
+def test_find_gpus_refuses_a_prefill_layout(cli):
+    r = cli("serve", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--rate", "2", "--find-gpus",
+            "--slo", "ttft=1s", "--pd", "1:1", "--prefill-tp", "2")
+    assert r.code == 2 and r.out == "" and r.err.startswith("error: prefill-tp: --find-gpus")
