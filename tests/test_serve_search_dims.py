@@ -135,3 +135,22 @@ def test_a_pd_plan_found_is_emitted_as_its_pools(cli):
     assert r.code == 0, r.err
     assert r.out.count("--is-prefill-worker") == 1 and r.out.count("--is-decode-worker") == 1
     assert "prefill 1 × 1 GPUs + decode 1 × 1 GPUs = 2 GPUs (the plan --find-gpus found)" in r.out
+
+
+def test_find_rate_tries_ep_on_the_same_gpus(cli):
+    # the L40S case above: two tp=1 replicas cannot hold qwen3-30b-a3b, one replica of 2
+    # attention ranks with the experts over ep=2 can, on the same 2 GPUs
+    from shapecalc.serve.schemas import ServeFindRateOut
+
+    r = cli("serve", "--preset", "qwen3-30b-a3b", "--gpu", "l40s", "--tp", "1", "--replicas",
+            "2", "--prompt-tokens", "512", "--output-tokens", "64", "--requests", "40",
+            "--find-rate", "--slo", "ttft=2s,itl=100ms", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    ServeFindRateOut.model_validate(doc)
+    fr = doc["find_rate"]
+    assert fr["layout"] == {"ep": 2, "replicas": 1} and fr["rate"] > 0
+    assert [(x["ep"], x["replicas"]) for x in fr["by_layout"]] == [(1, 2), (2, 1)]
+    assert fr["by_layout"][0]["rate"] is None and "no room for a KV cache" in fr["notes"][0]
+    d = doc["deployment"]
+    assert (d["ep"], d["replicas"], d["gpus"], d["attention_ranks"]) == (2, 1, 2, 2)

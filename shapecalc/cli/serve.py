@@ -292,7 +292,8 @@ def serve(
                                         target, tick)
                 elif find_rate:  # searches speculative k too (serve_search.py)
                     doc = serve_search.find_rate(dep, head, requests, plens, olens, seed, cv,
-                                                 target, tick, spec_k is not None)
+                                                 target, tick, spec_k is not None,
+                                                 ep is not None)
                 else:  # every kind; a flag given fixes its dimension (serve_search.py)
                     assert rate is not None
                     from ..serve.disagg import parse_pd

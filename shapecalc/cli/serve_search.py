@@ -73,13 +73,21 @@ def plan_pools(dep: Any, p: dict[str, Any]) -> Any:
 
 
 def find_rate(dep: Any, head: dict[str, Any], n: int, plens: Any, olens: Any, seed: int,
-              cv: float | None, target: Any, tick: Any, k: bool) -> dict[str, Any]:
+              cv: float | None, target: Any, tick: Any, k: bool, ep: bool) -> dict[str, Any]:
+    """--find-rate's document; the deployment at the k and the ep (same GPUs) it found."""
     from ..serve.search_dims import search_rate
 
-    found = search_rate(dep, n, plens, olens, seed, cv, target, tick, k)
+    found = search_rate(dep, n, plens, olens, seed, cv, target, tick, k, ep)
     doc = {**head, "command": "find-rate", "find_rate": found}
+    d = dict(head["deployment"])
     if "spec_k" in found:  # the k found is the deployment's
-        doc["deployment"] = {**head["deployment"], "speculative": plan_spec(dep,
-                                                                            found["spec_k"])}
-        doc["deployment_is"] = "as given, at the speculative k --find-rate found"
+        d["speculative"] = plan_spec(dep, found["spec_k"])
+    lay = found.get("layout")
+    if lay is not None and lay["ep"] != d["ep"]:
+        d.update(ep=lay["ep"], replicas=lay["replicas"],
+                 attention_ranks=max(1, lay["ep"] // d["tp"]),
+                 ep_mode=d.get("ep_mode") or "normal", ep_imbalance=d.get("ep_imbalance") or 1.0)
+    if d != head["deployment"]:
+        doc["deployment"] = d
+        doc["deployment_is"] = "the given GPUs at the layout --find-rate found"
     return doc

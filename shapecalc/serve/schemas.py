@@ -273,7 +273,12 @@ FindRate = described(
     ("at_rate", RunOut | None, "the run at the rate found (or the best probe)"),
     ("spec_k", StrictInt, "with --draft and no --spec-k: the speculative k whose rate is the "
      "highest", None),
-    ("by_spec_k", list[dict[str, Any]], "each k tried and its rate (spec_k, rate)", None))
+    ("by_spec_k", list[dict[str, Any]], "each k tried and its rate (spec_k, rate)", None),
+    ("layout", dict[str, Any] | None, "a MoE model without --ep: the layout whose rate is the "
+     "highest on the given GPUs (ep, replicas)", None),
+    ("by_layout", list[dict[str, Any]], "each layout tried on the given GPUs and its best rate "
+     "(ep, replicas, rate; null: it does not fit)", None),
+    ("notes", list[str], "a layout tried that the GPUs cannot hold, and why", None))
 
 Miss = described(
     "ServeMiss", "One bound a deployment missed, read from its run's own steps (serve/why.py)",

@@ -261,18 +261,53 @@ def _pd_fixes(rows: list[dict[str, Any]]) -> None:
                                f"{o['pd']['decode_replicas']} meets it")
 
 
+def rate_layouts(dep: sim.Deployment, ep_fixed: bool) -> list[sim.Deployment]:
+    """--find-rate's layouts: the deployment as given, and for a MoE model (no --ep) each ep of
+    ep_values that fills whole attention ranks of its tp on the same GPUs (fewer replicas of
+    max(tp, ep) · pp GPUs each)."""
+    out = [dep]
+    if ep_fixed or not dep.model.moe:
+        return out
+    wl, g = dep.wl, dep.gpus
+    for ep in ep_values(dep)[1:]:
+        per = max(wl.tp, ep) * wl.pp
+        if ep == wl.ep or ep % wl.tp or g % per or wl.pp > 1:
+            continue
+        out.append(replace(dep, wl=wl.model_copy(update={"ep": ep}), replicas=g // per))
+    return out
+
+
 def search_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, seed: int,
                 cv: float | None, slo: sim.SLO, tick: Callable[[], None] | None,
-                k_fixed: bool) -> dict[str, Any]:
-    """--find-rate over speculative k (with --draft and no --spec-k): the highest rate of any k;
-    `spec_k` is the k found, `by_spec_k` each k's rate."""
-    if dep.spec is None or k_fixed:
-        return find_rate(dep, n, prompt, output, seed, cv, slo, tick)
-    tried = []
-    for k in range(1, dep.spec.spec.k + 1):
-        got = find_rate(replace(dep, spec=spec_at(dep.spec, k)), n, prompt, output, seed, cv,
-                        slo, tick)
-        tried.append((k, got))
-    k, best = max(tried, key=lambda t: (t[1]["rate"] or 0.0, -t[0]))
-    return {**best, "spec_k": k, "by_spec_k": [{"spec_k": j, "rate": g["rate"]}
-                                               for j, g in tried]}
+                k_fixed: bool, ep_fixed: bool = True) -> dict[str, Any]:
+    """--find-rate over speculative k (with --draft and no --spec-k) and, for a MoE model
+    without --ep, ep on the same GPUs (rate_layouts): the highest rate of any; `spec_k` is the k
+    found and `by_spec_k` each k's rate at the layout found; `layout` the ep and replicas found
+    and `by_layout` each layout's best rate. A layout the GPUs cannot hold is a note."""
+    ks: list[int | None] = [None] if dep.spec is None or k_fixed else list(
+        range(1, dep.spec.spec.k + 1))
+    tried, notes = [], []
+    lays = rate_layouts(dep, ep_fixed)
+    for d in lays:
+        for k in ks:
+            dk = d if k is None else replace(d, spec=spec_at(d.spec, k))
+            try:
+                got = find_rate(dk, n, prompt, output, seed, cv, slo, tick)
+            except ShapecalcError as e:
+                notes.append(f"ep={d.wl.ep} × {d.replicas} replicas: {e.reason}")
+                break
+            tried.append((d, k, got))
+    if not tried:  # the deployment as given failed: its reason, as find_rate gives it
+        raise ShapecalcError("gpu", notes[0].split(": ", 1)[1])
+    d, k, best = max(tried, key=lambda t: (t[2]["rate"] or 0.0, -(t[1] or 0), t[0] is dep))
+    out = dict(best)
+    if k is not None:
+        out["spec_k"] = k
+        out["by_spec_k"] = [{"spec_k": j, "rate": g["rate"]} for x, j, g in tried if x is d]
+    if len(lays) > 1:
+        out["layout"] = {"ep": d.wl.ep, "replicas": d.replicas}
+        out["by_layout"] = [{"ep": x.wl.ep, "replicas": x.replicas,
+                             "rate": max((g["rate"] or 0.0 for y, _, g in tried if y is x),
+                                         default=None)} for x in lays]
+        out["notes"] = notes
+    return out
