@@ -286,7 +286,7 @@ def search_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, s
     and `by_layout` each layout's best rate. A layout the GPUs cannot hold is a note."""
     ks: list[int | None] = [None] if dep.spec is None or k_fixed else list(
         range(1, dep.spec.spec.k + 1))
-    tried, notes = [], []
+    tried, notes, errors = [], [], []
     lays = rate_layouts(dep, ep_fixed)
     for d in lays:
         for k in ks:
@@ -295,10 +295,11 @@ def search_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, s
                 got = find_rate(dk, n, prompt, output, seed, cv, slo, tick)
             except ShapecalcError as e:
                 notes.append(f"ep={d.wl.ep} × {d.replicas} replicas: {e.reason}")
+                errors.append(e)
                 break
             tried.append((d, k, got))
-    if not tried:  # the deployment as given failed: its reason, as find_rate gives it
-        raise ShapecalcError("gpu", notes[0].split(": ", 1)[1])
+    if not tried:  # nothing fits: the deployment as given's own refusal (its flag, its reason)
+        raise errors[0]
     d, k, best = max(tried, key=lambda t: (t[2]["rate"] or 0.0, -(t[1] or 0), t[0] is dep))
     out = dict(best)
     if k is not None:
