@@ -194,10 +194,37 @@ def test_a_disaggregated_plan_emits_each_pools_instances(cli, engine):
                                             "decode 1 × 2 GPUs = 6 GPUs")
 
 
-def test_a_disaggregated_plan_trtllm_cannot_take_is_refused_naming_pd(cli):
+def test_a_disaggregated_plan_for_trtllm_is_context_and_generation_servers(cli):
+    """Two context servers and a generation server, each with its own --extra_llm_api_options
+    file, and `trtllm-serve disaggregated` over their URLs: every flag and key TensorRT-LLM's."""
     r = cli(*PD, "--emit", "trtllm")
-    assert r.code == 2 and r.out == ""
-    assert r.err.startswith("error: pd: --emit trtllm:") and len(r.err.strip().splitlines()) == 1
+    assert r.code == 0, r.err
+    trt = FLAGS["trtllm"]
+    dis = trt["disaggregated"]
+    *servers, router = _commands(r.out)
+    assert router == ["trtllm-serve", *dis["subcommand"], "disagg_config.yaml"]
+    files = {}
+    for block in r.out.split("cat > ")[1:]:
+        name, _, body = block.partition(" <<'EOF'\n")
+        files[name] = body.split("\nEOF", 1)[0]
+    assert set(files) == {"context-extra-llm-api-config.yml",
+                          "generation-extra-llm-api-config.yml", "disagg_config.yaml"}
+    for name in ("context-extra-llm-api-config.yml", "generation-extra-llm-api-config.yml"):
+        keys = _yaml_keys(f"cat > {name}\n{files[name]}\nEOF")
+        assert keys <= set(trt["yaml_keys"]) | set(dis["yaml_keys"]), keys
+    assert "disable_overlap_scheduler: true" in files["context-extra-llm-api-config.yml"]
+    cfg = [x for x in files["disagg_config.yaml"].splitlines() if not x.strip().startswith("-")]
+    assert _yaml_keys("cat > c\n" + "\n".join(cfg) + "\nEOF") <= set(dis["config_keys"])
+    assert files["disagg_config.yaml"].count('- "localhost:') == 3
+    ports = []
+    for cmd in servers:
+        f = _flags(cmd)
+        assert set(f) <= set(trt["flags"]) | set(dis["server_flags"]), f
+        assert f["--tp_size"] == "2" and 0 < float(f["--kv_cache_free_gpu_memory_fraction"] or "")
+        ports.append((f["--port"], f["--extra_llm_api_options"]))
+    assert ports == [("8001", "context-extra-llm-api-config.yml"),
+                     ("8002", "context-extra-llm-api-config.yml"),
+                     ("8003", "generation-extra-llm-api-config.yml")]
 
 
 def test_find_gpus_plan_of_a_searched_spec_k_is_emitted_at_that_k(cli):

@@ -20,8 +20,14 @@ time.
   "--is-prefill-worker", …)`), each with vLLM's `--kv-transfer-config` of the NixlConnector,
   kv_role kv_both as Dynamo asks for it (components/src/dynamo/vllm/args.py at 000a36a7399a:
   "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'").
-- TensorRT-LLM runs disaggregated serving as `trtllm-serve disaggregated` over a YAML of context
-  and generation servers, which --emit does not write: refused, naming --pd.
+- TensorRT-LLM: a `trtllm-serve` context server a prefill replica and a generation server a
+  decode replica, each with `--host`/`--port` and its own --extra_llm_api_options file (emit.py's
+  YAML, plus `disable_overlap_scheduler: true` for context servers and
+  `cache_transceiver_config: max_num_tokens`), then `trtllm-serve disaggregated -c
+  disagg_config.yaml` over their URLs (NVIDIA/TensorRT-LLM examples/disaggregated/README.md at
+  013971245ed5: "echo -e \"disable_overlap_scheduler: True\\ncache_transceiver_config:..."
+  > context_extra-llm-api-config.yml", "trtllm-serve disaggregated -c disagg_config.yaml",
+  and its hostname, port, backend, context_servers / generation_servers: num_instances, urls).
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ import json
 import shlex
 from typing import Any
 
-from ..model.config import ShapecalcError
-from .emit import _cmd, sglang_args, vllm_args
+from .emit import _cmd, kv_fraction, sglang_args, trtllm_args, trtllm_yaml, vllm_args
 
 SGLANG_PORT = 30000  # the first server's port (the docs' example), one more a server
+TRTLLM_PORT = 8001  # TensorRT-LLM's example: the disaggregated server on 8000, servers after it
+TRT_NAME = {"prefill": "context", "decode": "generation"}
 
 
 def _kv(role: str) -> str:
@@ -56,14 +63,31 @@ def _gpus(start: int, n: int, per_node: int) -> tuple[str, int]:
     return ",".join(str(g % per_node) for g in range(start, start + n)), node
 
 
+def _trt_files(doc: dict[str, Any], sp: Any, draft_ref: str | None) -> list[str]:
+    """Each pool's --extra_llm_api_options file (emit.trtllm_yaml and the disaggregated keys)."""
+    out = []
+    for side, name in TRT_NAME.items():
+        extra = ["disable_overlap_scheduler: true"] if side == "prefill" else []
+        out += [f"cat > {name}-extra-llm-api-config.yml <<'EOF'",
+                *trtllm_yaml(_pool_doc(doc, side), sp, draft_ref), *extra,
+                "cache_transceiver_config:",
+                f"  max_num_tokens: {doc['deployment']['max_batched_tokens']}", "EOF"]
+    return out
+
+
+def _trt_config(urls: dict[str, list[str]]) -> list[str]:
+    out = ["cat > disagg_config.yaml <<'EOF'", "hostname: localhost",
+           f"port: {TRTLLM_PORT - 1}", "backend: pytorch"]
+    for side, name in TRT_NAME.items():
+        out += [f"{name}_servers:", f"  num_instances: {len(urls[side])}", "  urls:",
+                *(f'    - "{u}"' for u in urls[side])]
+    return [*out, "EOF", "trtllm-serve disaggregated -c disagg_config.yaml"]
+
+
 def launch_pd(engine: str, doc: dict[str, Any], model_ref: str, util: float, sp: Any,
-              draft_ref: str | None, per_node: int) -> str:
+              draft_ref: str | None, per_node: int, dep: Any = None) -> str:
     d = doc["deployment"]
     pools = d["pd"]
-    if engine == "trtllm":
-        raise ShapecalcError("pd", "--emit trtllm: TensorRT-LLM serves a disaggregated plan with "
-                             "`trtllm-serve disaggregated` and a YAML of context and generation "
-                             "servers, which --emit does not write; emit vllm, sglang or dynamo")
     lines = [f"# {doc['model']} on {doc['gpu']}: prefill {pools['prefill']['replicas']} × "
              f"{pools['prefill']['gpus'] // pools['prefill']['replicas']} GPUs + decode "
              f"{pools['decode']['replicas']} × "
@@ -71,7 +95,9 @@ def launch_pd(engine: str, doc: dict[str, Any], model_ref: str, util: float, sp:
              f"({doc['deployment_is']}), shapecalc serve --emit {engine}"]
     if engine == "dynamo":
         lines.append("python -m dynamo.frontend &")
-    g, port = 0, SGLANG_PORT
+    if engine == "trtllm":
+        lines += _trt_files(doc, sp, draft_ref)
+    g, port = 0, SGLANG_PORT if engine == "sglang" else TRTLLM_PORT
     urls: dict[str, list[str]] = {"prefill": [], "decode": []}
     for side in ("prefill", "decode"):
         one = _pool_doc(doc, side)
@@ -93,6 +119,15 @@ def launch_pd(engine: str, doc: dict[str, Any], model_ref: str, util: float, sp:
                            [("--model", model_ref), *vllm_args(one, util, sp, draft_ref),
                             (f"--is-{side}-worker", None), ("--kv-transfer-config",
                                                            _kv("kv_both"))])
+            elif engine == "trtllm":
+                args = [a for a in trtllm_args(one, kv_fraction(dep, one))
+                        if a[0] != "--extra_llm_api_options"]
+                cmd = _cmd([*env, "trtllm-serve", shlex.quote(model_ref)],
+                           [*args, ("--host", "localhost"), ("--port", port),
+                            ("--extra_llm_api_options",
+                             f"{TRT_NAME[side]}-extra-llm-api-config.yml")])
+                urls[side].append(f"localhost:{port}")
+                port += 1
             else:
                 cmd = _cmd([*env, "python", "-m", "sglang.launch_server"],
                            [("--model-path", model_ref), *sglang_args(one, util, sp, draft_ref),
@@ -104,6 +139,8 @@ def launch_pd(engine: str, doc: dict[str, Any], model_ref: str, util: float, sp:
     if engine == "vllm":
         lines.append("# a proxy sends each request to a prefill instance (kv_producer), then to "
                      "a decode instance (kv_consumer): vLLM routes none itself")
+    elif engine == "trtllm":
+        lines += _trt_config(urls)
     elif engine == "sglang":
         lines.append(_cmd(["python", "-m", "sglang_router.launch_router"],
                           [("--pd-disaggregation", None),
@@ -134,4 +171,4 @@ def emit_text(engine: str, doc: dict[str, Any], dep: Any, sp: Any, model_src: An
     if sp is not None and sp.spec.kind != "mtp":
         draft_ref = str(Path(draft_src).parent) if sp.spec.kind == "eagle3" else str(draft_src)
     return launch_pd(engine, doc, model_ref, dep.opts.utilization, sp, draft_ref,
-                     dep.gpu.gpus_per_node)
+                     dep.gpu.gpus_per_node, dep)
