@@ -21,10 +21,12 @@ per-iteration trace (the symbolic interpreter run for each iteration's mix), in 
   both pools' runs and the KV transfers, CPU time beside the no-feature run's (issue 22: ≤ 2×);
 - speculative decoding (a llama3.2-1b draft, k = 3) on the same workload, likewise (≤ 2×);
 - a `--find-gpus` search (llama3-70b, 20 requests/s, 2048/256, SLO ttft=1s,itl=50ms, serve's
-  default 1000 requests) over tp, pp, replicas and the token budget (8192, 2048, 512): its CPU
-  time (user + sys; issue 22: ≤ 5 s) and simulations.
+  default 1000 requests) over every kind (serve/search_dims.py): tp, pp, replicas, the token
+  budget (8192, 2048, 512) and the P:D split (ep and speculative k have one value here: a dense
+  model, no draft): its CPU time (user + sys; issue 22: ≤ 5 s) and simulations.
 
     python benchmarks/bench_serve.py [naive-sample-iterations]
+    python -m benchmarks.bench_serve find-gpus    # the --find-gpus case alone
 """
 
 from __future__ import annotations
