@@ -23,10 +23,12 @@ per-iteration trace (the symbolic interpreter run for each iteration's mix), in 
 - the speed case under `--engine sglang`, `trtllm` and `trtllm-max-utilization` (CPU time:
   ≤ 0.5 s as with no profile);
 - a `--find-gpus` search (llama3-70b, 20 requests/s, 2048/256, SLO ttft=1s,itl=50ms, serve's
-  default 1000 requests) over tp, pp, replicas and the token budget (8192, 2048, 512): its CPU
-  time (user + sys; issue 22: ≤ 5 s) and simulations.
+  default 1000 requests) over every kind (serve/search_dims.py): tp, pp, replicas, the token
+  budget (8192, 2048, 512) and the P:D split (ep and speculative k have one value here: a dense
+  model, no draft): its CPU time (user + sys; issue 22: ≤ 5 s) and simulations.
 
     python benchmarks/bench_serve.py [naive-sample-iterations]
+    python -m benchmarks.bench_serve find-gpus    # the --find-gpus case alone
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ from shapecalc.inputs.hardware import load_gpu
 from shapecalc.inputs.sources import load_preset
 from shapecalc.model.config import Workload
 from shapecalc.plan.options import PlanOptions
-from shapecalc.serve import disagg, search, sim
+from shapecalc.serve import disagg, sim
 from shapecalc.serve import workload as W
+from shapecalc.serve.search_dims import search_gpus
 
 MODEL, GPU, TP = "llama3-70b", "h100-sxm", 4
 N, PROMPT, OUTPUT = 10_000, 2048, 500
@@ -162,11 +165,31 @@ def engines_case(dep: sim.Deployment) -> None:
                   f"{it / wall:>12,.0f}{N / wall:>10,.0f}{cpu:>9.3f}")
 
 
+def find_gpus(dep: sim.Deployment) -> None:
+    """--find-gpus over every kind (`python -m benchmarks.bench_serve find-gpus`: only this)."""
+    reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
+    t0, c0 = time.perf_counter(), time.process_time()
+    # every kind (serve/search_dims.py): tp, pp, the budgets, replicas and the P:D split
+    out = search_gpus(dep, reqs_rate, 1000, W.Lengths("fixed", PROMPT),
+                      W.Lengths("fixed", 256), 0, None, slo, None, None, None, None, False,
+                      False, None)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    plan = out["plan"]
+    print(f"--find-gpus at {reqs_rate:g} req/s, 2048/256, ttft=1s,itl=50ms, 1000 requests: "
+          f"{cpu:.2f} s CPU ({wall:.1f} s wall), {len(out['frontier'])} simulations; plan: "
+          f"{plan and plan['gpus']} GPUs ({plan and plan['replicas']} × tp={plan and plan['tp']}"
+          f" pp={plan and plan['pp']}, max_batched_tokens="
+          f"{plan and plan['max_batched_tokens']}, pd={plan and plan.get('pd')})")
+
+
 def main() -> None:
-    sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     model = load_preset(MODEL)
     wl = Workload(seq=1, tp=TP, logits="last")
     dep = sim.Deployment(model, wl, load_gpu(GPU), PlanOptions())
+    if sys.argv[1:] == ["find-gpus"]:
+        find_gpus(dep)
+        return
+    sample = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     print(f"{MODEL} tp={TP} on {GPU}, {N:,} requests of {PROMPT}-in/{OUTPUT}-out, one replica")
     print(f"{'case':<34}{'wall s':>9}{'iterations':>12}{'iter/s':>12}{'req/s':>10}"
           f"{'CPU s':>9}")
@@ -210,17 +233,8 @@ def main() -> None:
     disaggregated(dep, base)
     speculative(dep, base)
     engines_case(dep)
-    reqs_rate, slo = 20.0, sim.parse_slo("ttft=1s,itl=50ms")
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = search.find_gpus(dep, reqs_rate, 1000, W.Lengths("fixed", PROMPT),
-                           W.Lengths("fixed", 256), 0, None, slo)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    plan = out["plan"]
-    print(f"--find-gpus at {reqs_rate:g} req/s, 2048/256, ttft=1s,itl=50ms, 1000 requests: "
-          f"{cpu:.2f} s CPU ({wall:.1f} s wall), {len(out['frontier'])} simulations; plan: "
-          f"{plan and plan['gpus']} GPUs ({plan and plan['replicas']} × tp={plan and plan['tp']}"
-          f" pp={plan and plan['pp']}, max_batched_tokens="
-          f"{plan and plan['max_batched_tokens']})")
+    find_gpus(dep)
+
 
 if __name__ == "__main__":
     main()

@@ -167,7 +167,7 @@ def test_a_zero_side_exits_2_naming_the_flag(cli, flag, msg):
     (("--prefill-tp", "2"), "prefill-tp"),
     (("--pd", "1:1", "--prefill-tp", "3"), "prefill-tp"),
     (("--pd", "1:1", "--replicas", "2"), "replicas"),
-    (("--pd", "1:1", "--find-gpus"), "find-gpus"),
+    (("--find-pd", "--find-gpus"), "find-pd"),
     (("--pd", "1:1", "--find-pd"), "find-pd"),
     (("--pd", "1:1", "--shared-prefix", "16"), "shared-prefix"),
     (("--pd", "1:x"), "pd"),

@@ -130,7 +130,8 @@ def serve(
     pd: Annotated[str | None, typer.Option(
         "--pd", help="disaggregated prefill and decode: P:D replicas of a prefill pool "
         "(--prefill-tp/--prefill-pp) and a decode pool (--tp/--pp/--ep), each request's KV cache "
-        "sent between them", show_default="none: aggregated")] = None,
+        "sent between them; with --find-gpus, the split searched at every layout",
+        show_default="none: aggregated")] = None,
     prefill_tp: Annotated[int | None, typer.Option(
         "--prefill-tp", help="tensor-parallel degree of each prefill replica (with --pd or "
         "--find-pd)", show_default="--tp")] = None,
@@ -145,8 +146,10 @@ def serve(
         "vllm | sglang | trtllm | trtllm-max-utilization, or NAME@VERSION where a calibration "
         "has versions (serve/engines.json)", show_default="vllm")] = None,
     find_gpus: Annotated[bool, typer.Option(
-        "--find-gpus", help="the fewest GPUs (tp × pp × replicas) that serve --rate within the "
-        "SLO, and the frontier explored")] = False,
+        "--find-gpus", help="the fewest GPUs that serve --rate within the SLO, and the frontier "
+        "explored: tp, pp, replicas, the token budget, ep with data-parallel attention (MoE), "
+        "the P:D split and speculative k (with --draft); --tp, --pp, --ep, "
+        "--max-batched-tokens, --pd and --spec-k given fix theirs")] = False,
     draft: Annotated[str | None, typer.Option(
         "--draft", help="speculative decoding's draft: draft (a smaller model: --draft-preset or "
         "--draft-config), eagle3 (an EAGLE-3 head: --draft-config its config.json) or mtp (the "
@@ -158,8 +161,9 @@ def serve(
         "--draft-config", help="the draft model's config (TOML, or a Hugging Face config.json), "
         "or an EAGLE-3 head's config.json (--draft eagle3)", show_default="none")] = None,
     spec_k: Annotated[int | None, typer.Option(
-        "--spec-k", help="draft tokens a step; the target verifies k + 1",
-        show_default="none: required with --draft")] = None,
+        "--spec-k", help="draft tokens a step; the target verifies k + 1 (--find-gpus and "
+        "--find-rate search 1 … 4 without it)", show_default="none: searched, or required with "
+        "--draft")] = None,
     acceptance: Annotated[str | None, typer.Option(
         "--acceptance", help="the probability a draft token is accepted: one rate (0.7) or one "
         "per position (0.8,0.6,0.5)", show_default="a published figure per --draft kind")
@@ -178,7 +182,7 @@ def serve(
 
     try:
         from ..render.output import check_format, check_outputs
-        from ..serve import search, sim
+        from ..serve import sim
         from ..serve import workload as W
         from .options import resolve_model, resolve_workload
         from .plan_options import gpu_option, plan_opts
@@ -256,8 +260,10 @@ def serve(
             raise ShapecalcError("shared-prefix", f"--engine {prof.label} caches no prefix "
                                  "(prefix caching off): leave out --shared-prefix")
         plan = ep_plan(model, wl, ep_mode, ep_imbalance, redundant_experts)
-        sp = speculation(model, wl, draft, draft_preset, draft_config, spec_k, acceptance, seed,
-                         presets_dir)
+        from . import serve_search
+
+        sp = speculation(model, wl, draft, draft_preset, draft_config, serve_search.spec_k(
+            spec_k, draft, acceptance, find_gpus or find_rate), acceptance, seed, presets_dir)
         if sp is not None and (pd is not None or find_pd):
             raise ShapecalcError("draft", "speculative decoding with --pd or --find-pd is not "
                                  "simulated: leave out one of them")
@@ -304,30 +310,19 @@ def serve(
                     assert rate is not None
                     doc = serve_pd.find(split, head, rate, requests, plens, olens, seed, cv,
                                         target, tick)
-                elif find_rate:
-                    doc = {**head, "command": "find-rate",
-                           "find_rate": search.find_rate(dep, requests, plens, olens, seed, cv,
-                                                         target, tick)}
-                else:
+                elif find_rate:  # searches speculative k too (serve_search.py)
+                    doc = serve_search.find_rate(dep, head, requests, plens, olens, seed, cv,
+                                                 target, tick, spec_k is not None,
+                                                 ep is not None)
+                else:  # every kind; a flag given fixes its dimension (serve_search.py)
                     assert rate is not None
-                    fixed_tp = (wl.tp,) if tp is not None else None
-                    fixed_pp = (wl.pp,) if pp is not None else None
-                    fixed_mbt = (opts.max_batched_tokens,) if mbt_given \
-                        and opts.max_batched_tokens else None
-                    found = search.find_gpus(dep, rate, requests, plens, olens, seed, cv,
-                                             target, fixed_tp, fixed_pp, tick, fixed_mbt)
-                    doc = {**head, "command": "find-gpus", "find_gpus": found}
-                    if found["plan"] is not None:  # the header and deployment: the plan found
-                        p = found["plan"]
-                        doc["deployment"] = {**head["deployment"], "tp": p["tp"], "pp": p["pp"],
-                                             "ep": p["ep"], "replicas": p["replicas"],
-                                             "gpus": p["gpus"],
-                                             "attention_ranks": max(1, p["ep"] // p["tp"]),
-                                             "max_batched_tokens": p["max_batched_tokens"]}
-                        doc["deployment_is"] = "the plan --find-gpus found"
-                    else:
-                        doc["deployment_is"] = ("as given: no explored deployment meets the "
-                                                "SLO")
+                    from ..serve.disagg import parse_pd
+
+                    doc = serve_search.find_gpus(
+                        dep, head, rate, requests, plens, olens, seed, cv, target, tick,
+                        tp=tp is not None, pp=pp is not None,
+                        mbt=opts.max_batched_tokens if mbt_given else None, ep=ep is not None,
+                        k=spec_k is not None, split=None if pd is None else parse_pd(pd))
         else:
             if trace is not None:
                 reqs = W.read_trace(trace)
@@ -347,16 +342,17 @@ def serve(
                        "kv_pool": sim.pool_doc(eng), "perf_terms": eng.cost.pp.as_dict(),
                        **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
         if emit_engine is not None:
-            from ..serve.emit import launch_text
+            from ..serve.emit_pd import emit_text  # a P:D plan's pools too
 
-            sys.stdout.write(launch_text(emit_engine, doc, dep, sp, preset or config
-                                         or hf_config, draft_preset or draft_config) + "\n")
+            sys.stdout.write(emit_text(emit_engine, doc, dep, sp, preset or config
+                                       or hf_config, draft_preset or draft_config) + "\n")
             return
         from ..render.serve import print_serve
-        from ..render.serve_pd import print_pd
+        from ..render.serve_pd import print_pd, print_search
 
         emit(doc, fmt, output, svg, html, f"serve: {model.name} on {hw.name}",
-             print_serve if split is None else print_pd)
+             print_search if doc["command"] == "find-gpus" else print_serve if split is None
+             else print_pd)
     except ShapecalcError as e:
         fail(e)
     if verdict(doc) is False:  # a negative verdict exits 1 (README: Exit status)

@@ -24,10 +24,15 @@ def check(pd: str | None, find_pd: bool, prefill_tp: int | None, prefill_pp: int
     flag = "pd" if pd is not None else "find-pd"
     if pd is not None and find_pd:
         raise ShapecalcError("find-pd", "searches the P:D split; leave out --pd")
-    for other, on in (("find-rate", find_rate), ("find-gpus", find_gpus)):
-        if on:
-            raise ShapecalcError(other, f"does not search a disaggregated deployment; leave out "
-                                 f"--{other} (or --{flag})")
+    if find_rate:
+        raise ShapecalcError("find-rate", f"does not search a disaggregated deployment; leave "
+                             f"out --find-rate (or --{flag})")
+    if find_gpus and find_pd:  # --find-gpus searches the split itself (serve/search_dims.py)
+        raise ShapecalcError("find-pd", "--find-gpus searches the P:D split too; leave out "
+                             "--find-pd (--pd P:D fixes the split)")
+    if find_gpus and (prefill_tp is not None or prefill_pp is not None):
+        raise ShapecalcError("prefill-tp" if prefill_tp is not None else "prefill-pp",
+                             "--find-gpus searches both pools at one layout; leave it out")
     if replicas != 1:
         raise ShapecalcError("replicas", f"--{flag} gives each pool's replicas; leave out "
                              "--replicas")

@@ -157,17 +157,26 @@ def _bound(b: dict[str, Any]) -> str:
 
 def _print_why(frontier: list[dict[str, Any]], console: Any) -> None:
     """Why each candidate missed, at the most replicas it was simulated with (serve/why.py)."""
-    last: dict[tuple[int, int, int], dict[str, Any]] = {}
+    last: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in frontier:
-        k = (r["tp"], r["pp"], r.get("max_batched_tokens", 0))
+        k = (r["tp"], r["pp"], r.get("max_batched_tokens", 0), kind(r).split(" pd=")[0],
+             bool(r.get("pd")))
         if not r["slo_met"] and (k not in last or r["replicas"] > last[k]["replicas"]):
             last[k] = r
-    for (tp, pp, mbt), r in last.items():
+    for (tp, pp, mbt, _, _), r in last.items():
         fix = f"; {r['meets_with']}" if r.get("meets_with") else ""
         for m in r.get("missed", []):
-            _say(console, f"why {plural(r['replicas'], 'replica')} × tp={tp} pp={pp} "
+            _say(console, f"why {plural(r['replicas'], 'replica')} × tp={tp} pp={pp}{kind(r)} "
                  f"(max_batched_tokens={mbt}) missed, {m['phase']}: {m['why']}{fix}")
             fix = ""
+
+
+def kind(r: dict[str, Any]) -> str:
+    """A frontier row's other dimensions: ' ep=8', ' k=3', ' pd=2:1' (serve/search_dims.py)."""
+    pd = r.get("pd")
+    return ((f" ep={r['ep']}" if r.get("ep", 1) > 1 else "")
+            + (f" k={r['spec_k']}" if r.get("spec_k") is not None else "")
+            + (f" pd={pd['prefill_replicas']}:{pd['decode_replicas']}" if pd else ""))
 
 
 def _pool_owner(d: dict[str, Any]) -> str:
@@ -185,18 +194,23 @@ def _ep_text(d: dict[str, Any]) -> str:
 
 
 def print_serve(doc: dict[str, Any], console: Any) -> None:
-    from rich.text import Text
-
-    from .layout import split_table
-
     d = doc["deployment"]
     _say(console, (str(doc["model"]), "bold"),
          f" on {doc['gpu']}: {plural(d['replicas'], 'replica')} × (tp={d['tp']}, pp={d['pp']}"
          f"{_ep_text(d)}) = {plural(d['gpus'], 'GPU')}, "
          f"{d['router']}, max_num_seqs={d['max_num_seqs']}, "
          f"max_batched_tokens={d['max_batched_tokens']} ({doc['deployment_is']})")
+    body(doc, console)
+
+
+def body(doc: dict[str, Any], console: Any) -> None:
+    """print_serve below its header line (render/serve_pd.py heads a disaggregated plan)."""
+    from rich.text import Text
+
+    from .layout import split_table
+
     e = doc.get("engine")
-    if e is not None:  # the profile the run follows (serve/engines.py)
+    if e is not None:  # the profile the run follows (serve/engines.py), under either header
         _say(console, f"engine {e['profile']}: {e['order']}, {e['capacity']}, attention "
              f"{e['attention']} ({e['engine']})")
     if doc["command"] == "simulate":
@@ -240,7 +254,7 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
             mbt = f" mbt={r['max_batched_tokens']}" if budgets else ""
             got: list[float | None] = [r["ttft_p99_s"], r["itl_p99_s"]] if old else r["bounds"]
             rows.append([Text(x, style=style) for x in (
-                f"{r['replicas']}× tp={r['tp']} pp={r['pp']}{mbt}", str(r["replicas"]),
+                f"{r['replicas']}× tp={r['tp']} pp={r['pp']}{mbt}{kind(r)}", str(r["replicas"]),
                 str(r["gpus"]),
                 "met" if r["slo_met"] else "missed", *(_t(v) for v in got),
                 _n(r["goodput_requests_per_s"]), _n(r["output_tokens_per_s_per_gpu"]),
@@ -256,7 +270,7 @@ def print_serve(doc: dict[str, Any], console: Any) -> None:
             _say(console, ("no explored deployment meets the SLO", "red"))
         else:
             _say(console, "plan: ", (plural(p["gpus"], "GPU"), "bold"),
-                 f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']}"
+                 f" = {plural(p['replicas'], 'replica')} × tp={p['tp']} × pp={p['pp']}{kind(p)}"
                  + (f", max_batched_tokens={p['max_batched_tokens']}" if budgets else "")
                  + " (" + ", ".join(f"{h} {_t(v)}" for h, v in zip(
                      heads, [p["ttft_p99_s"], p["itl_p99_s"]] if old else p["bounds"],

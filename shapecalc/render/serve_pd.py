@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .serve import _n, _say, _t, print_chart, print_metrics
+from .serve import _n, _say, _t, body, print_chart, print_metrics, print_serve
 from .units import plural
 
 
@@ -18,6 +18,15 @@ def print_pd(doc: dict[str, Any], console: Any) -> None:
         print_chart(doc, console)
     else:
         find_pd(doc, console)
+
+
+def print_search(doc: dict[str, Any], console: Any) -> None:
+    """--find-gpus' table: headed by the two pools when the plan found is disaggregated."""
+    if not doc["deployment"].get("pd"):
+        print_serve(doc, console)
+        return
+    header(doc, console)
+    body(doc, console)
 
 
 def _side(p: dict[str, Any]) -> str:

@@ -28,8 +28,8 @@ names, tests/test_serve_emit.py checks every emitted flag against them):
   DraftTarget | MTP, max_draft_len, speculative_model, num_nextn_predict_layers}).
 - Dynamo, components/src/dynamo/vllm/args.py at b6d5e48722e4: a `python -m dynamo.vllm` worker
   takes vLLM's engine arguments (AsyncEngineArgs.add_cli_args) and `--model`; `python -m
-  dynamo.frontend` routes to the workers. One aggregated worker a replica (disaggregated
-  prefill and decode workers come with the deployment that has them).
+  dynamo.frontend` routes to the workers. One aggregated worker a replica (a disaggregated
+  plan's prefill and decode workers: serve/emit_pd.py).
 
 A value the engine cannot take is refused naming the flag that set it (exit 2): weights in a
 dtype its flags do not select (int4, …: a quantized checkpoint names its own format), a KV dtype

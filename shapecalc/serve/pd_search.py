@@ -23,6 +23,7 @@ from typing import Any
 from ..model.config import ShapecalcError
 from . import disagg, sim
 from .percentiles import summary
+from .why_pd import missed
 from .workload import Lengths, generate
 
 MAX_SIDE = 256  # replicas a pool in the search
@@ -73,7 +74,10 @@ def _row(pd: disagg.PD, m: dict[str, Any], slo: sim.SLO) -> dict[str, Any]:
             "decode_busy_fraction": dis["decode"]["busy_fraction"],
             "goodput_requests_per_s": m["goodput"]["requests_per_s"],
             "output_tokens_per_s_per_gpu": m["throughput"]["output_tokens_per_s_per_gpu"],
-            "why": _why(m, slo)}
+            "why": _why(m, slo),
+            # each missed bound's phase and why, as --find-gpus' rows give them (why_pd.py)
+            "missed": missed(m, slo), "preemptions": dis["decode"]["preemptions"],
+            "bounds": [b["value_s"] for b in m["slo_bounds"]]}
 
 
 def find_pd(pd: disagg.PD, rate: float, n: int, prompt: Lengths, output: Lengths, seed: int,

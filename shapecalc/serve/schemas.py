@@ -13,7 +13,7 @@ from pydantic import StrictBool, StrictInt
 
 from ..costs.described import described, many
 from ..plan.schemas import PRICE_ROWS, PerfTermsOut
-from .schemas_pd import Disaggregation, FindPd, PdLayout
+from .schemas_pd import Disaggregation, FindPd, PdLayout, PdReplicas
 
 F = float | None
 
@@ -282,7 +282,15 @@ FindRate = described(
     ("reason", str, "how the search ended"),
     ("ceiling_requests_per_s", float, "the decode-only ceiling, the search's upper end"),
     ("probes", many(Probe), "every rate simulated, in order"),
-    ("at_rate", RunOut | None, "the run at the rate found (or the best probe)"))
+    ("at_rate", RunOut | None, "the run at the rate found (or the best probe)"),
+    ("spec_k", StrictInt, "with --draft and no --spec-k: the speculative k whose rate is the "
+     "highest", None),
+    ("by_spec_k", list[dict[str, Any]], "each k tried and its rate (spec_k, rate)", None),
+    ("layout", dict[str, Any] | None, "a MoE model without --ep: the layout whose rate is the "
+     "highest on the given GPUs (ep, replicas)", None),
+    ("by_layout", list[dict[str, Any]], "each layout tried on the given GPUs and its best rate "
+     "(ep, replicas, rate; null: it does not fit)", None),
+    ("notes", list[str], "a layout tried that the GPUs cannot hold, and why", None))
 
 PlanRow = described(
     "ServePlanRow", "One deployment find-gpus simulated",
@@ -300,7 +308,11 @@ PlanRow = described(
     ("missed", many(Miss), "each bound missed: which, in which phase and why"),
     ("meets_with", str | None, "a value of one dimension that meets the SLO with the rest kept "
      "(e.g. --max-batched-tokens 512 meets it); null: met, or none explored"),
-    ("bounds", list[F], "the run's value at each bound of the SLO (slo.bounds' order), s"))
+    ("bounds", list[F], "the run's value at each bound of the SLO (slo.bounds' order), s"),
+    ("spec_k", StrictInt | None, "speculative draft tokens a step (a searched dimension with "
+     "--draft unless --spec-k is given); null: no speculation", None),
+    ("pd", PdReplicas | None, "a disaggregated candidate's pools (each of tp, pp, ep; replicas "
+     "and gpus are both pools'); null: aggregated", None))
 
 FindGpus = described(
     "ServeFindGpus", "The fewest GPUs that meet the SLO at --rate: for each candidate of the "

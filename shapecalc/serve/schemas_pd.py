@@ -82,6 +82,19 @@ Disaggregation = described(
     ("kv_transfer", Transfer, "the KV caches sent"),
     ("ttft_parts", TtftParts, "TTFT's parts"))
 
+PdMiss = described(
+    "ServePdMiss", "One bound a disaggregated run missed (serve/why_pd.py)",
+    ("metric", str, "ttft | tpot | itl | e2e"), ("percentile", float, "the percentile it reads"),
+    ("value_s", F, "the run's value there, s"), ("target_s", float, "the bound, s"),
+    ("phase", str, "where the time goes: prefill (the prefill pool, its queue included), "
+     "transfer (the KV cache's send) or decode (the decode pool's steps, its queue for blocks)"),
+    ("why", str, "the bound, its value and the cause, in words"))
+
+PdReplicas = described(
+    "ServePdReplicas", "A disaggregated plan's pools (--find-gpus' P:D dimension)",
+    ("prefill_replicas", StrictInt, "P: prefill replicas"),
+    ("decode_replicas", StrictInt, "D: decode replicas"))
+
 Split = described(
     "ServePdSplit", "One P:D split --find-pd simulated",
     ("prefill_replicas", StrictInt, "P: prefill replicas"),
@@ -96,7 +109,11 @@ Split = described(
     ("goodput_requests_per_s", float, "requests per second that met the SLO"),
     ("output_tokens_per_s_per_gpu", float, "output tokens per second over both pools' GPUs"),
     ("why", str | None, "which SLO the split misses and which pool (or the transfer) is the "
-     "bottleneck; null: it meets the SLO"))
+     "bottleneck; null: it meets the SLO"),
+    ("missed", many(PdMiss), "each bound missed: which, in which phase and why", None),
+    ("preemptions", StrictInt, "sequences the decode pool preempted", None),
+    ("bounds", list[F], "the split's value at each bound of the SLO (slo.bounds' order), s",
+     None))
 
 FindPd = described(
     "ServeFindPd", "The P:D split with the fewest GPUs that meets the SLO at --rate",

@@ -137,7 +137,9 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
               seed: int, cv: float | None, slo: sim.SLO, tps: tuple[int, ...] | None = None,
               pps: tuple[int, ...] | None = None,
               tick: Callable[[], None] | None = None,
-              mbts: tuple[int, ...] | None = None) -> dict[str, Any]:
+              mbts: tuple[int, ...] | None = None,
+              extra: list[Dimension] | None = None,
+              best_gpus: int | None = None) -> dict[str, Any]:
     """For each candidate of the named dimensions (tp, pp, the token budget) that fits and
     meets the SLO with one request at a time: the fewest replicas meeting the SLO at `rate`
     (doubling, then bisection, from the decode-only ceiling's estimate). A probe of r replicas
@@ -156,13 +158,13 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
         return reqs_at[r]
 
     one = share(1)
-    dims = dimensions(dep, tps, pps, mbts)
+    dims = dimensions(dep, tps, pps, mbts) + (extra or [])  # ep, spec k: search_dims.py
     for values in itertools.product(*(d.values for d in dims)):
         cand = {d.key: v for d, v in zip(dims, values, strict=True)}
         if not all(d.wanted(cand, frontier) for d in dims):
             continue
-        name = " ".join(f"{d.key}={v}" if d.key != "max_batched_tokens" or len(d.values) > 1
-                        else "" for d, v in zip(dims, values, strict=True)).strip()
+        name = " ".join(f"{d.key}={v}" for d, v in zip(dims, values, strict=True)
+                        if d.key != "max_batched_tokens" or len(d.values) > 1)
         base = replace(dep, replicas=1)
         for d, v in zip(dims, values, strict=True):
             base = d.apply(base, v)
@@ -178,6 +180,8 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
         short = min(one, key=lambda r: (r.prompt, r.output))
         alone_ttft = eng.cost.prefill(1, short.prompt)
         alone_itl = eng.cost.decode(1, short.prompt)
+        if eng.spec is not None:  # a token's share of a speculative step: no bound above it
+            alone_itl = eng.spec.seconds(0, 0, 0, 0, 1, short.prompt) / eng.spec.spec.expected
         miss = alone_miss(slo, alone_ttft, alone_itl,
                           alone_ttft + (short.output - 1) * alone_itl)
         if miss is not None:
@@ -198,7 +202,8 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
             return seen[r]
 
         # no more replicas than the best plan so far has GPUs: they could not beat it
-        best = min((x["gpus"] for x in frontier if x["slo_met"]), default=None)
+        best = min([x["gpus"] for x in frontier if x["slo_met"]]  # and a P:D plan's (search_dims)
+                   + ([] if best_gpus is None else [best_gpus]), default=None)
         cap = MAX_REPLICAS if best is None else min(MAX_REPLICAS,
                                                     (best - 1) // base.gpus_per_replica)
         r = max(1, math.ceil(rate / per))
@@ -206,19 +211,22 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
             notes.append(f"{name}: {_replicas(r)} (the decode-only ceiling's count) "
                          f"would use as many GPUs as the best plan so far, or more")
             continue
-        bad, smaller, chunks = 0, cand["max_batched_tokens"] != dims[2].values[-1], False
+        bad, smaller, chunks, was = 0, cand["max_batched_tokens"] != dims[2].values[-1], False, None
         while not meets(r):
             bad = r
             chunks = smaller and frontier[-1]["missed"] and all(
                 m["phase"] == "prefill" and m["metric"] in ("itl", "tpot")
                 for m in frontier[-1]["missed"])
-            if r == cap or chunks:
+            now = [(m["metric"], round(m["value_s"], 9)) for m in frontier[-1]["missed"]]
+            flat, was = now == was, now  # twice the replicas missed by as much: more cannot help
+            if r == cap or chunks or flat:
                 break
             r = min(2 * r, cap)
         if not seen[r]:
             notes.append(f"{name}: the SLO is missed with {_replicas(bad)}" + (
                 ": only its prefill chunks miss it (ITL/TPOT), so a smaller "
                 "--max-batched-tokens is tried rather than more replicas" if chunks else
+                ", as with half as many: more replicas do not change it" if flat else
                 "" if cap == MAX_REPLICAS else
                 " (more would need as many GPUs as the best plan so far)"))
             continue
@@ -246,7 +254,7 @@ def find_gpus(dep: sim.Deployment, rate: float, n: int, prompt: Lengths, output:
 
 
 FLAG = {"tp": "--tp", "pp": "--pp", "max_batched_tokens": "--max-batched-tokens",
-        "replicas": "--replicas"}
+        "replicas": "--replicas", "ep": "--ep", "spec_k": "--spec-k"}
 
 
 def _fixes(rows: list[dict[str, Any]], keys: list[str]) -> None:
@@ -274,7 +282,8 @@ def _row(d: sim.Deployment, m: dict[str, Any], missed: list[dict[str, Any]], sha
             "goodput_requests_per_s": m["goodput"]["requests_per_s"] * share,
             "output_tokens_per_s_per_gpu": m["throughput"]["output_tokens_per_s_per_gpu"],
             "preemptions": m["preemptions"],
-            "cost_per_hour": None if d.opts.price is None else d.opts.price * d.gpus}
+            "cost_per_hour": None if d.opts.price is None else d.opts.price * d.gpus,
+            "spec_k": None if d.spec is None else d.spec.spec.k, "pd": None}
 
 
 def _replicas(n: int) -> str:
