@@ -23,6 +23,9 @@ QK_ROLES = ("attn.scores", "attn.index_scores")  # the score matmuls: queries ×
 __all__ = ["ELEMENTWISE", "Sym", "SymbolicOps", "stages"]
 
 
+VARIANTS: dict[str, tuple[str, str]] = {}  # SymbolicOps' method → (module, function name)
+
+
 class _Variant:
     """A method of SymbolicOps that lives in symbolic_<module>.py as sym_<name>: the module is
     imported on the first call's lookup, and the function then replaces this on the class."""
@@ -32,6 +35,7 @@ class _Variant:
 
     def __set_name__(self, owner: type, attr: str) -> None:
         self.owner, self.attr = owner, attr
+        VARIANTS[attr] = (self.module, self.name)  # the table stays once the class holds fn
 
     def __get__(self, obj: object, owner: type) -> Any:
         fn = getattr(importlib.import_module(f".symbolic_{self.module}", __package__),
