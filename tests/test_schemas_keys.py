@@ -39,6 +39,8 @@ CASES = [
                "--json"]),
     ("verify", ["verify", "--json"]),
     ("verify", ["verify", "--config", "{MAMBA}", "--json"]),
+    ("train", ["train", "--preset", "llama3-8b", "--seq", "64", "--lora-rank", "16",
+               "--lora-base", "nf4", "--paged-optimizer", "--gpu", GPU, "--json"]),
     ("verify_train", ["verify", "--train", "--json"]),
     ("verify_train", ["verify", "--train", "--config", "{MAMBA}", "--json"]),
     ("explain", ["explain", "--json"]),

@@ -79,6 +79,24 @@ def train(
         "--perf", help="override a term of the step-time model: NAME=VALUE (repeatable; "
         "gemm_efficiency, attention_efficiency, memory_efficiency, link_efficiency, "
         "collective_latency_s, net_bandwidth in bytes/s per GPU)")] = None,
+    lora_rank: Annotated[int | None, typer.Option(
+        "--lora-rank", help="LoRA: adapters of rank r on the frozen base's targeted linears "
+        "(peft; train/lora.py)", show_default="none: full fine-tuning")] = None,
+    lora_targets: Annotated[str | None, typer.Option(
+        "--lora-targets", help="LoRA's targets, peft's module names: q,k,v,o,gate,up,down "
+        "(MLA: q_a,q_b,kv_a,kv_b; fused: qkv)", show_default="q,k,v,o,gate,up,down")] = None,
+    lora_alpha: Annotated[str | None, typer.Option(
+        "--lora-alpha", help="LoRA's α: the scaling α/r (changes no shape, count or byte)",
+        show_default="2·r")] = None,
+    lora_dropout: Annotated[str | None, typer.Option(
+        "--lora-dropout", help="lora_dropout: p > 0 keeps each adapter's dropout output and "
+        "noise", show_default="0")] = None,
+    lora_base: Annotated[str | None, typer.Option(
+        "--lora-base", help="the frozen base: bf16 | nf4 (QLoRA: bitsandbytes NF4, double "
+        "quantization)", show_default="the precision's width")] = None,
+    paged_optimizer: Annotated[bool, typer.Option(
+        "--paged-optimizer", help="bitsandbytes' paged AdamW: the adapters' optimizer states "
+        "page to CPU RAM (counted off the GPU)")] = False,
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
@@ -109,14 +127,20 @@ def train(
         n_tokens = _tokens(train_tokens, card is not None)
         if perf and card is None:
             raise ShapecalcError("perf", "needs --gpu: it sets the step-time model's terms")
+        lora = _lora(lora_rank, lora_targets, lora_alpha, lora_dropout, lora_base,
+                     paged_optimizer)
+        if lora is not None and (perf or n_tokens is not None or price is not None):
+            raise ShapecalcError("perf" if perf else "train-tokens" if n_tokens is not None
+                                 else "price", "needs the step time, not built for LoRA yet")
         doc = build_train(model, wl, dp=dp, zero=zero, precision=precision,
                           recompute=recompute, grad_accum=grad_accum, global_batch=global_batch,
                           gpu_memory=card.memory_bytes if card else None,
                           gpu_name=card.name if card else None, cp=cp,
                           virtual=virtual_stages, attention=attention, gpu=card,
                           perf=perf_for(card, perf) if card else None,
-                          train_tokens=n_tokens)
-        _cost(doc, card, price)
+                          train_tokens=n_tokens, lora=lora)
+        if lora is None:
+            _cost(doc, card, price)
         from ..render.train import print_train
 
         emit(doc, fmt, output, svg, html, f"train: {model.name}", print_train)
@@ -140,6 +164,28 @@ def _cost(doc: dict[str, Any], card: Any, price: float | None) -> None:
     if opts.price is not None and doc.get("time"):
         doc["time"]["cost"] = training_cost(opts.price, opts.price_source or "--price",
                                             doc["training"]["gpus"], doc["time"])
+
+
+def _lora(rank: int | None, targets: str | None, alpha: str | None, dropout: str | None,
+          base: str | None, paged: bool) -> Any:
+    """The LoRA flags (train/lora.py's LoraSpec), or None; a LoRA flag without --lora-rank is
+    refused."""
+    from ..inputs.numbers import bounded, parse_number
+    from ..model.config import ShapecalcError
+    from ..train.lora import LoraSpec, parse_targets
+
+    if rank is None:
+        given = [f for f, v in (("lora-targets", targets), ("lora-alpha", alpha),
+                                ("lora-dropout", dropout), ("lora-base", base),
+                                ("paged-optimizer", paged or None)) if v is not None]
+        if given:
+            raise ShapecalcError(given[0], "needs --lora-rank: it sets LoRA fine-tuning")
+        return None
+    if rank < 1:
+        raise ShapecalcError("lora-rank", f"must be ≥ 1, not {rank}")
+    a = bounded(parse_number(alpha, "lora-alpha"), "lora-alpha", 1e-9, 1e9) if alpha else 2.0 * rank
+    p = bounded(parse_number(dropout, "lora-dropout"), "lora-dropout", 0, 0.999) if dropout else 0.0
+    return LoraSpec(rank, parse_targets(targets or "q,k,v,o,gate,up,down"), a, p, base, paged)
 
 
 def _tokens(text: str | None, gpu: bool) -> int | None:

@@ -79,9 +79,13 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                 recompute: str, grad_accum: int | None, global_batch: int | None,
                 gpu_memory: int | None = None, gpu_name: str | None = None, cp: int = 1,
                 virtual: int = 1, attention: str = "flash", gpu: Any = None,
-                perf: TrainPerf | None = None, train_tokens: int | None = None
-                ) -> dict[str, Any]:
+                perf: TrainPerf | None = None, train_tokens: int | None = None,
+                lora: Any = None) -> dict[str, Any]:
     check_recompute(recompute)
+    if lora is not None:  # LoRA/QLoRA: train/lora.py, train/lora_report.py
+        from .lora_report import check_lora
+
+        check_lora(lora, wl, precision, recompute, cp)
     check_training(model, precision, zero, dp, wl.ep)
     check_parallel(model, wl, cp, virtual)
     if wl.phase != "prefill" or wl.logits != "all":
@@ -193,7 +197,12 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
         "memory": memory,
         "communication": comm,
     }
-    if gpu is not None:
+    if lora is not None:
+        from .lora_report import apply_lora
+
+        apply_lora(doc, model, wl, lora, precision=precision, zero=zero, dp=dp,
+                   attention=attention, act=ACT_DTYPE[precision], gpu_memory=gpu_memory)
+    elif gpu is not None:
         doc["time"] = _time(model, wl, gpu, perf or TrainPerf(), doc, placed, cp=cp, dp=dp,
                             accum=accum, virtual=virtual, zero=zero, precision=precision,
                             recompute=recompute, attention=attention, width=width,

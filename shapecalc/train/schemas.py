@@ -13,6 +13,7 @@ from pydantic import StrictBool, StrictInt
 from ..costs.described import RecordsChecked, described, inline, many
 from ..model.config import ModelConfig, Workload
 from ..plan.schemas import PRICE_ROWS
+from .lora_schema import LoraOut
 
 I, IN, F, FN = StrictInt, StrictInt | None, float, float | None
 
@@ -38,7 +39,8 @@ Training = described(
     ("precision", str, "mixed | fp32 | adam8bit: the model-state terms' widths"),
     ("bytes_per_param", BytesPerParam, "bytes per parameter of each model-state term"),
     ("zero_sharded", list[str], "the model-state terms ZeRO shards over the dp·cp ranks"),
-    ("recompute", str, "activation recompute: none | selective | full | torch"))
+    ("recompute", str, "activation recompute: none | selective | full | torch"),
+    ("lora_base", str | None, "LoRA: the frozen base's storage, bf16 | fp32 | nf4", None))
 
 PerStepFlops = described(
     "TrainPerStepFlops", "The micro-batch's FLOPs × the step's micro-batches (grad_accum × dp)",
@@ -99,9 +101,11 @@ Flops = described(
 StateTerm = described(
     "TrainStateTerm", "One model-state term on one rank",
     ("term", str, "weights, gradients or optimizer"), ("what", str, "what it holds"),
-    ("bytes_per_param", I, "its bytes per parameter"),
+    ("bytes_per_param", IN, "its bytes per parameter (null: LoRA's frozen base or dequant "
+     "buffer, bytes of a format)"),
     ("sharded", StrictBool, "ZeRO shards it over the dp·cp ranks"),
-    ("params", I, "parameters of it the rank holds"), ("bytes", I, "params × bytes_per_param"))
+    ("params", IN, "parameters of it the rank holds (null as bytes_per_param)"),
+    ("bytes", I, "params × bytes_per_param"))
 
 ModelState = described(
     "TrainModelState", "Weights, gradients and optimizer state on one rank of the stage",
@@ -333,6 +337,7 @@ TrainOut = described(
     ("memory", Memory, "bytes per rank"),
     ("communication", Communication, "bytes per step per rank"),
     ("time", Time | None, "the expected step time (with --gpu)", None),
+    ("lora", LoraOut | None, "LoRA/QLoRA (with --lora-rank; train/lora.py)", None),
     base=RecordsChecked)
 
 
