@@ -73,6 +73,13 @@ def apply_lora(doc: dict[str, Any], model: ModelConfig, wl: Workload, spec: Lora
     mem["saved"]["pipeline_stages"] = [{k: sv[k] for k in ("resident_bytes", "peak_bytes",
                                                           "held_bytes", "outside_bytes")}]
     mem["saved"]["convention"] = sv["convention"] + ", peft LoRA on a frozen base"
+    layer = max(sv["per_layer"].values(), default=0)
+    meg = mem["activations"]["bytes_per_layer"]
+    mem["saved"]["difference"] = (
+        f"exact {layer:,d} B per layer under peft vs Megatron's {meg:,d} B (full training): "
+        "the frozen base keeps no linear's input (no dW) and no x̂ (γ frozen); each adapter "
+        "keeps its input (in a bf16 model its own fp32 copy: peft casts to the adapters' fp32) "
+        "and A·x [B,T,r]")
     if gpu_memory is not None:
         mem.update(fits=one["bytes"] <= gpu_memory, free_bytes=gpu_memory - one["bytes"])
 
