@@ -209,3 +209,17 @@ def test_published_qlora_footprints(cli, rec):
         assert state + 80 * 512 * 8192 * 2 < rec["bound_bytes"]
         assert 0.8 * rec["bound_bytes"] < state  # the base dominates: 34.5 GB of NF4
         assert state + one["activation_bytes"] > rec["bound_bytes"]
+
+
+def test_bf16_base_and_zero3_by_hand(cli):
+    """Llama-3-8B's 8,030,261,248 parameters frozen in bf16: 2 B each = 16,060,522,496 B; with
+    --dp 4 --zero 3 every term is sharded: ⌈16,060,522,496 / 4⌉ = 4,015,130,624 B of base, and
+    the adapters ⌈41,943,040 / 4⌉ = 10,485,760 params × 4 B."""
+    base = cli("train", "--preset", "llama3-8b", "--seq", "64", "--lora-rank", "16", "--json")
+    terms = {t["term"]: t for t in base.json()["memory"]["per_stage"][0]["model_state"]["terms"]}
+    assert terms["weights"]["bytes"] == 8_030_261_248 * 2 and not terms["weights"]["sharded"]
+    z3 = cli("train", "--preset", "llama3-8b", "--seq", "64", "--lora-rank", "16", "--dp", "4",
+             "--zero", "3", "--json")
+    terms = {t["term"]: t for t in z3.json()["memory"]["per_stage"][0]["model_state"]["terms"]}
+    assert terms["weights"]["bytes"] == 16_060_522_496 // 4
+    assert terms["adapter_weights"]["bytes"] == 41_943_040 // 4 * 4

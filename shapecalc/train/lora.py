@@ -36,6 +36,9 @@ Counted, per targeted linear [m, d_in] × [d_in, d_out] (m = B·T rows), rank r:
   QLoRA dequantises each NF4 weight to bf16 before its matmul, forward and for each dX: an
   elementwise pass FlopCounterMode does not count, and one weight's bf16 copy held at a time
   (`dequant_bytes`, the largest base linear's). Not built: recompute, tp, pp, cp, ep with LoRA.
+  Not measured: MoE layers (their routed experts are counted by the full-training rules, which
+  keep each expert's gathered input for its dW: an overcount under a frozen base), LayerNorm
+  models (GPT-2's rules), q/k norms.
 """
 
 from __future__ import annotations
@@ -239,9 +242,11 @@ def lora_state(adapter_params: int, base: tuple[int, str, int], precision: str, 
                dp: int, paged: bool) -> dict[str, Any]:
     """The model-state terms of one rank (see the module's doc)."""
     opt = 2 if precision == "adam8bit" else 8
+    # ZeRO-3 (FSDP) shards every parameter, the frozen base's too
     terms: list[dict[str, Any]] = [{"term": "weights", "what": "frozen base: " + base[1],
-                                    "bytes_per_param": None, "sharded": False, "params": None,
-                                    "bytes": base[0]}]
+                                    "bytes_per_param": None, "sharded": zero >= 3,
+                                    "params": None,
+                                    "bytes": ceil_div(base[0], dp) if zero >= 3 else base[0]}]
     for name, what, per, shard in (
             ("adapter_weights", "LoRA adapters, fp32 (the master copy)", 4, zero >= 3),
             ("gradients", "LoRA adapters' fp32 gradients (the base takes none)", 4, zero >= 2),
