@@ -39,13 +39,17 @@ def _ours(m: ModelConfig, run: dict) -> dict:
                   logits="all")
     st = stages(m, wl, 1)
     ad = targeted(m, st, spec)
+    how = "torch" if run["checkpointing"] else "none"
     got = {"trainable_params": trainable(ad, spec.rank)}
-    if "forward_flops" in run:
-        f = lora_flops(st, ad, spec.rank, m.n_layers)
-        got.update(forward_flops=f["forward_flops"], backward_flops=f["backward_flops"])
-    s = lora_saved(m, wl, run["attention"], spec, ad)
-    got.update(saved_bytes=s["resident_bytes"], resident_bytes=s["resident_bytes"],
-               peak_bytes=s["peak_bytes"], adapter_dtype=s["adapter_dtype"])
+    if "forward_flops" in run:  # FlopCounterMode around backward() counts the recompute too
+        f = lora_flops(st, ad, spec.rank, m.n_layers, how)
+        got.update(forward_flops=f["forward_flops"],
+                   backward_flops=f["backward_flops"] + f["recompute_flops"])
+    s = lora_saved(m, wl, run["attention"], spec, ad, how)
+    held = sum(x["bytes"] for x in s["held"] if not x["saved"])
+    got.update(saved_bytes=s["resident_bytes"] - held, held_bytes=held,
+               resident_bytes=s["resident_bytes"], peak_bytes=s["peak_bytes"],
+               adapter_dtype=s["adapter_dtype"])
     return got
 
 
@@ -63,20 +67,25 @@ def test_the_reference_covers_models_dtypes_attention_targets_and_dropout():
         runs = case["runs"]
         assert {(r["dtype"], r["attention"]) for r in runs} == {
             (d, a) for d in ("fp32", "bf16") for a in ("eager", "flash")}
-        assert {(r["targets"], r["dropout"] > 0) for r in runs} == {
-            ("q,k,v,o,gate,up,down", False), ("q,v", False), ("down", False),
-            ("q,k,v,o,gate,up,down", True)}
+        assert {(r["targets"], r["dropout"] > 0, r["checkpointing"]) for r in runs} == {
+            ("q,k,v,o,gate,up,down", False, False), ("q,v", False, False),
+            ("down", False, False), ("q,k,v,o,gate,up,down", True, False),
+            ("q,k,v,o,gate,up,down", False, True)}
         assert len({(r["batch"], r["seq"]) for r in runs}) == 3
-        assert all(r["resident_bytes"] == r["peak_bytes"] == r["saved_bytes"] for r in runs)
+        assert all(r["resident_bytes"] == r["peak_bytes"] == r["saved_bytes"] for r in runs
+                   if not r["checkpointing"])
 
 
-@pytest.mark.parametrize("name,targets,dropout", [
-    (n, t, p) for n in sorted(CASES) for t, p in (
-        ("q,k,v,o,gate,up,down", 0.0), ("q,v", 0.0), ("down", 0.0),
-        ("q,k,v,o,gate,up,down", 0.1))])
-def test_equal_to_autograd_with_peft(name, targets, dropout, hf_model):
+@pytest.mark.parametrize("name,targets,dropout,ck", [
+    (n, t, p, c) for n in sorted(CASES) for t, p, c in (
+        ("q,k,v,o,gate,up,down", 0.0, False), ("q,v", 0.0, False), ("down", 0.0, False),
+        ("q,k,v,o,gate,up,down", 0.1, False), ("q,k,v,o,gate,up,down", 0.0, True))])
+def test_equal_to_autograd_with_peft(name, targets, dropout, ck, hf_model):
+    """Every run of the adapter set (and with gradient checkpointing: the saved tensors, the
+    checkpoint's held arguments, resident and peak bytes, the recompute inside the backward)."""
     m = hf_model(CASES[name])
-    runs = [r for r in CASES[name]["runs"] if (r["targets"], r["dropout"]) == (targets, dropout)]
+    runs = [r for r in CASES[name]["runs"]
+            if (r["targets"], r["dropout"], r["checkpointing"]) == (targets, dropout, ck)]
     assert len(runs) == 12
     for run in runs:
         _check(m, run)
@@ -122,7 +131,7 @@ def test_flops_by_hand_tiny_llama():
     (["--lora-rank", "4", "--lora-targets", "w1"], "lora-targets"),
     (["--lora-targets", "q"], "lora-targets"),
     (["--paged-optimizer"], "paged-optimizer"),
-    (["--lora-rank", "4", "--recompute", "torch"], "recompute"),
+    (["--lora-rank", "4", "--recompute", "full"], "recompute"),
     (["--lora-rank", "4", "--lora-base", "int4"], "lora-base"),
 ])
 def test_bad_lora_input_exits_2_naming_the_flag(cli, args, flag, tmp_path):
@@ -168,9 +177,10 @@ def test_live_one_case(hf_model):
     case = CASES["llama_gqa"]
     kwargs = {k: v for k, v in case["hf_config"].items() if k != "model_type"}
     live = mod.measure_case(case["name"], case["model_type"], kwargs, shapes=mod.SHAPES[:1],
-                            dtypes=("bf16",), attentions=("eager",), adapters=mod.ADAPTERS[:1])
+                            dtypes=("bf16",), attentions=("eager",), adapters=mod.ADAPTERS[:1],
+                            checkpointing=(False,))
     stored = [r for r in case["runs"] if (r["dtype"], r["attention"], r["targets"], r["dropout"])
-              == ("bf16", "eager", "q,k,v,o,gate,up,down", 0.0)
+              == ("bf16", "eager", "q,k,v,o,gate,up,down", 0.0) and not r["checkpointing"]
               and (r["batch"], r["seq"]) == tuple(mod.SHAPES[0])]
     assert [{k: v for k, v in r.items() if k != "tensors"} for r in live["runs"]] == [
         {k: v for k, v in r.items() if k != "tensors"} for r in stored]
@@ -191,24 +201,23 @@ def _state(cli, preset: str, sets: list[str], *args: str) -> dict:
 
 @pytest.mark.parametrize("rec", PUBLISHED["records"], ids=lambda r: r["name"])
 def test_published_qlora_footprints(cli, rec):
-    """What stays on the GPU besides the activations (the NF4 base, the fp32 adapters and their
-    gradients, one dequantised weight; the paged AdamW states off it) is under the published
-    bound, and the bound leaves room for what gradient checkpointing keeps (not built here:
-    docs/guides/training.md explains the rest term by term). Without checkpointing the 65B step
-    at T = 512 does not fit: its saved tensors alone are 34 GB."""
+    """The whole step with gradient checkpointing (--recompute torch, as both ran): the NF4
+    base, the fp32 adapters and their gradients, one dequantised weight and the activations
+    (the paged AdamW states off the GPU) is under the published bound; for 65B it is within 20%
+    of it (the base alone is 34.5 GB), and without checkpointing it does not fit (the saved
+    tensors at T = 512 are 34 GB). docs/guides/training.md explains the rest term by term."""
     ranks = {"qlora-65b-48gb": ("64", "16", "0.05", "q,k,v,o,gate,up,down"),
              "torchtune-llama2-7b-10gb": ("8", "16", "0", "q,v")}[rec["name"]]
     r, alpha, p, targets = ranks
-    doc = _state(cli, rec["model"]["preset"], rec["model"]["set"], "--lora-rank", r,
-                 "--lora-alpha", alpha, "--lora-dropout", p, "--lora-targets", targets)
-    one = doc["memory"]["per_stage"][0]
-    state = one["model_state"]["bytes"]
-    assert state < rec["bound_bytes"]
+    args = ("--lora-rank", r, "--lora-alpha", alpha, "--lora-dropout", p, "--lora-targets",
+            targets)
+    doc = _state(cli, rec["model"]["preset"], rec["model"]["set"], *args, "--recompute", "torch")
+    total = doc["memory"]["peak_bytes"]
+    assert total < rec["bound_bytes"]
     if rec["name"] == "qlora-65b-48gb":
-        # 80 layers' inputs under checkpointing: 80 · 512 · 8192 · 2 B = 671 MB, well inside
-        assert state + 80 * 512 * 8192 * 2 < rec["bound_bytes"]
-        assert 0.8 * rec["bound_bytes"] < state  # the base dominates: 34.5 GB of NF4
-        assert state + one["activation_bytes"] > rec["bound_bytes"]
+        assert 0.8 * rec["bound_bytes"] < total
+        eager = _state(cli, rec["model"]["preset"], rec["model"]["set"], *args)
+        assert eager["memory"]["peak_bytes"] > rec["bound_bytes"]
 
 
 def test_bf16_base_and_zero3_by_hand(cli):
@@ -221,5 +230,19 @@ def test_bf16_base_and_zero3_by_hand(cli):
     z3 = cli("train", "--preset", "llama3-8b", "--seq", "64", "--lora-rank", "16", "--dp", "4",
              "--zero", "3", "--json")
     terms = {t["term"]: t for t in z3.json()["memory"]["per_stage"][0]["model_state"]["terms"]}
-    assert terms["weights"]["bytes"] == 16_060_522_496 // 4
-    assert terms["adapter_weights"]["bytes"] == 41_943_040 // 4 * 4
+    assert terms["weights"]["bytes"] == 4_015_130_624
+    assert terms["adapter_weights"]["bytes"] == 10_485_760 * 4
+
+
+def test_checkpointed_flops_by_hand_tiny_llama():
+    """Under torch's checkpoint (B=2, T=7, r=4, every projection) the first layer is as the
+    others (its input takes a gradient), and each layer is re-run up to its last saved tensor:
+    the base's stages but the down projection 1,315,328 − 315,392 = 999,936, the adapters but
+    down's 130,816 − 26,880 = 103,936, and down's base 315,392 and lora_A 2·14·176·4 = 19,712
+    (its lora_B, which saves A·x last, stops the re-run): 1,438,976 a layer."""
+    wl = Workload(batch=2, seq=7, dtype="fp32", phase="prefill", logits="all")
+    st = stages(LLAMA, wl, 1)
+    spec = LoraSpec(4, parse_targets("q,k,v,o,gate,up,down"), 8)
+    f = lora_flops(st, targeted(LLAMA, st, spec), 4, 3, "torch")
+    assert f["recompute_flops"] == 3 * (999_936 + 103_936 + 315_392 + 19_712)
+    assert f["backward_flops"] == 3 * (1_290_240 + 50_176 + 261_632) + 1_792_000

@@ -35,7 +35,10 @@ Counted, per targeted linear [m, d_in] × [d_in, d_out] (m = B·T rows), rank r:
     memory that the driver pages to CPU RAM under pressure: counted off the GPU (`paged_bytes`).
   QLoRA dequantises each NF4 weight to bf16 before its matmul, forward and for each dX: an
   elementwise pass FlopCounterMode does not count, and one weight's bf16 copy held at a time
-  (`dequant_bytes`, the largest base linear's). Not built: recompute, tp, pp, cp, ep with LoRA.
+  (`dequant_bytes`, the largest base linear's). Gradient checkpointing (recompute torch): the
+  first layer as the others (transformers' enable_input_require_grads), activations.py's torch
+  rules over the LoRA walk, and `_recompute`. Not built: selective and full recompute, tp, pp,
+  cp, ep with LoRA.
   Not measured: MoE layers (their routed experts are counted by the full-training rules, which
   keep each expert's gathered input for its dW: an overcount under a frozen base), LayerNorm
   models (GPT-2's rules), q/k norms.
@@ -116,11 +119,16 @@ def trainable(adapters: list[Stage], r: int) -> int:
     return sum(r * (_io(s)[1] + _io(s)[2]) * s.repeat for s in adapters)
 
 
-def lora_flops(st: list[Stage], adapters: list[Stage], r: int, n_layers: int) -> dict[str, int]:
-    """Forward and backward matmul FLOPs of one micro-batch (see the module's doc). Block stages
-    are one layer per kind × repeat: the first layer of the first kind is counted apart."""
+def lora_flops(st: list[Stage], adapters: list[Stage], r: int, n_layers: int,
+               recompute: str = "none") -> dict[str, int]:
+    """Forward, backward and recompute matmul FLOPs of one micro-batch (see the module's doc).
+    Block stages are one layer per kind × repeat: the first layer of the first kind is counted
+    apart, except under torch's checkpoint (transformers' gradient_checkpointing_enable then
+    calls enable_input_require_grads: the embedding's output takes a gradient)."""
     ids = {id(s) for s in adapters}
     kind0 = one_kind(st)
+    if recompute == "torch":
+        kind0 = -1  # no first layer apart
     fw = sum(s.flops * s.repeat for s in st)
     ad_fw = bw_base = ad_bw = 0
     grad0 = False  # first-layer mode: does the stream take a gradient yet
@@ -158,10 +166,28 @@ def lora_flops(st: list[Stage], adapters: list[Stage], r: int, n_layers: int) ->
             elif s.role == "attn.qkv":
                 out_grad.update(q=own, k=own, v=own)
             grad0 = grad0 or own
-    return {"forward_flops": fw + ad_fw, "adapter_forward_flops": ad_fw,
+    rc = _recompute(st, adapters, r) if recompute == "torch" else 0
+    return {"forward_flops": fw + ad_fw, "adapter_forward_flops": ad_fw, "recompute_flops": rc,
             "backward_flops": bw_base + ad_bw, "backward_dx_flops": bw_base + ad_bw,
             "backward_dw_flops": 0, "adapter_backward_flops": ad_bw,
             "base_backward_dx_flops": bw_base}
+
+
+def _recompute(st: list[Stage], adapters: list[Stage], r: int) -> int:
+    """torch's non-reentrant checkpoint re-runs each layer until its last saved tensor is back
+    (train/backward.py's torch rule for the base). An op's inputs are saved before its kernel
+    runs, so the last saver's kernel is not re-run: the base's down projection in full training;
+    with down targeted, its lora_B (which saves A·x last): its base and lora_A are re-run."""
+    from .backward import recompute_stages
+
+    rerun = recompute_stages(st, "torch")
+    again = {id(s) for s in rerun}
+    total = sum(s.flops * s.repeat for s in rerun)
+    for s in adapters:
+        m, d_in, d_out = _io(s)
+        a, b = 2 * m * d_in * r, 2 * m * r * d_out
+        total += ((a + b) if id(s) in again else (s.flops + a)) * s.repeat
+    return total
 
 
 def one_kind(st: list[Stage]) -> int | None:
@@ -266,16 +292,17 @@ def lora_state(adapter_params: int, base: tuple[int, str, int], precision: str, 
 
 
 def lora_saved(model: ModelConfig, wl: Workload, attention: str, spec: LoraSpec,
-               adapters: list[Stage]) -> dict[str, Any]:
-    """What autograd saves under peft (no recompute): train/saved.py's walk with the frozen
-    base and the adapters' tensors, less what the first layer does not keep."""
+               adapters: list[Stage], recompute: str = "none") -> dict[str, Any]:
+    """What autograd saves under peft: train/saved.py's walk with the frozen base and the
+    adapters' tensors, less what the first layer does not keep (none under torch's checkpoint:
+    its input then takes a gradient); recompute none or torch (activations.py's rules)."""
     from .activations import saved_bytes
     from .saved import saved_tensors
 
     hook = Adapters(adapters, spec, wl.act)
     every = saved_tensors(model, wl, attention, 1, lora=hook)
-    out = saved_bytes(model, wl, "none", attention, every=every)
-    lost = hook.deficit(spec)
+    out = saved_bytes(model, wl, recompute, attention, every=every)
+    lost = hook.deficit(spec) if recompute == "none" else 0
     out.update(resident_bytes=out["resident_bytes"] - lost, peak_bytes=out["peak_bytes"] - lost,
                first_layer_unsaved_bytes=lost, adapter_dtype=hook.dtype)
     return out

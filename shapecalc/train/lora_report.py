@@ -19,9 +19,10 @@ SAVED_KEYS = ("per_layer", "per_layer_none", "per_layer_none_formula", "layer_in
 
 def check_lora(spec: LoraSpec, wl: Workload, precision: str, recompute: str, cp: int) -> str:
     """The layouts LoRA is counted for; the base's storage (bf16 | nf4 | fp32)."""
-    if recompute != "none":
+    if recompute not in ("none", "torch"):
         raise ShapecalcError("recompute", f"{recompute} with LoRA is not built yet (peft's "
-                             "saved tensors are measured without checkpointing): --recompute none")
+                             "saved tensors are measured without checkpointing and with "
+                             "transformers' gradient checkpointing): none | torch")
     for flag, v in (("tp", wl.tp), ("pp", wl.pp), ("cp", cp), ("ep", wl.ep)):
         if v != 1:
             raise ShapecalcError(flag, f"{flag}={v} with LoRA is not built yet: LoRA is counted "
@@ -38,15 +39,15 @@ def check_lora(spec: LoraSpec, wl: Workload, precision: str, recompute: str, cp:
 
 def apply_lora(doc: dict[str, Any], model: ModelConfig, wl: Workload, spec: LoraSpec, *,
                precision: str, zero: int, dp: int, attention: str, act: str,
-               gpu_memory: int | None) -> None:
+               gpu_memory: int | None, recompute: str = "none") -> None:
     """Rewrite `doc` (build_train's, full fine-tuning) for LoRA on a frozen base."""
     base = doc["training"]["lora_base"] = spec.base or ("fp32" if act == "fp32" else "bf16")
     st = symbolic_stages(model, wl, 1)
     ad = targeted(model, st, spec)
     n = trainable(ad, spec.rank)
     sized = wl.model_copy(update={"dtype": act, "act_dtype": None})
-    f = lora_flops(st, ad, spec.rank, model.n_layers)
-    sv = lora_saved(model, sized, attention, spec, ad)
+    f = lora_flops(st, ad, spec.rank, model.n_layers, recompute)
+    sv = lora_saved(model, sized, attention, spec, ad, recompute)
     frozen = base_bytes(model, wl, st, base, act)
     state = lora_state(n, frozen, precision, zero, dp, spec.paged)
     fl, tr, mem = doc["flops"], doc["training"], doc["memory"]
@@ -56,7 +57,10 @@ def apply_lora(doc: dict[str, Any], model: ModelConfig, wl: Workload, spec: Lora
               backward_convention_only_flops=0,
               forward_formula=fl["forward_formula"] + " + LoRA adapters (lora.flops)",
               backward_formula="LoRA: the base's input gradients + the adapters' (lora.flops)",
-              step_flops=f["forward_flops"] + f["backward_flops"],
+              recompute_flops=f["recompute_flops"],
+              recompute_formula="LoRA: each layer's base and adapters again, to the last saved "
+              "tensor (lora.flops)" if recompute == "torch" else "0",
+              step_flops=f["forward_flops"] + f["backward_flops"] + f["recompute_flops"],
               forward_backward_flops=f["forward_flops"] + f["backward_flops"])
     fl["per_step"] = {k: fl[k] * micro for k in fl["per_step"]}
     for s in fl["stages"]:  # a frozen base: no weight gradient anywhere
@@ -84,7 +88,8 @@ def apply_lora(doc: dict[str, Any], model: ModelConfig, wl: Workload, spec: Lora
         mem.update(fits=one["bytes"] <= gpu_memory, free_bytes=gpu_memory - one["bytes"])
 
         def fits(b: int) -> bool:
-            at = lora_saved(model, sized.model_copy(update={"batch": b}), attention, spec, ad)
+            at = lora_saved(model, sized.model_copy(update={"batch": b}), attention, spec, ad,
+                            recompute)
             return state["bytes"] + at["peak_bytes"] <= gpu_memory
 
         mem["largest_micro_batch"] = largest_ok(fits, 1, (1 << 40) - 1)

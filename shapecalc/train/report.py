@@ -201,7 +201,8 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
         from .lora_report import apply_lora
 
         apply_lora(doc, model, wl, lora, precision=precision, zero=zero, dp=dp,
-                   attention=attention, act=ACT_DTYPE[precision], gpu_memory=gpu_memory)
+                   attention=attention, act=ACT_DTYPE[precision], gpu_memory=gpu_memory,
+                   recompute=recompute)
     elif gpu is not None:
         doc["time"] = _time(model, wl, gpu, perf or TrainPerf(), doc, placed, cp=cp, dp=dp,
                             accum=accum, virtual=virtual, zero=zero, precision=precision,

@@ -20,7 +20,9 @@ a bf16 model and casts each adapter's input to fp32 (peft/tuners/lora/layer.py, 
 scaling``). Each run: fp32 and bf16 models, eager and sdpa (flash) attention, no gradient
 checkpointing, at the (B, T) of measure_train.py; target sets: every projection
 (q,k,v,o,gate,up,down), q,v only, and down only (the first layer's attention then takes no
-gradient); lora_dropout 0 and, for one set, 0.1 (its masks are saved).
+gradient); lora_dropout 0 and, for one set, 0.1 (its masks are saved). The first set is also
+run with ``model.gradient_checkpointing_enable()`` (non-reentrant, per decoder layer; transformers
+then calls enable_input_require_grads, so the embedding's output takes a gradient).
 """
 
 from __future__ import annotations
@@ -74,30 +76,48 @@ def build(model_type: str, kwargs: dict, dt: str, attn: str, targets: str, r: in
 
 
 def measure_case(name: str, model_type: str, kwargs: dict, shapes=SHAPES,
-                 dtypes=tuple(DTYPES), attentions=tuple(ATTENTION), adapters=ADAPTERS) -> dict:
+                 dtypes=tuple(DTYPES), attentions=tuple(ATTENTION), adapters=ADAPTERS,
+                 checkpointing=None) -> dict:
     runs, hf = [], None
-    for targets, r, alpha, dropout in adapters:
-        for dt in dtypes:
-            for attn in attentions:
-                model, hf = build(model_type, kwargs, dt, attn, targets, r, alpha, dropout)
-                trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-                adapter_dtype = str(next(p for p in model.parameters()
-                                         if p.requires_grad).dtype).replace("torch.", "")
-                for i, (B, T) in enumerate(shapes):
-                    torch.manual_seed(B * 7 + T)  # dropout's masks
-                    s = saved_run(model, B, T, False, keep_tensors=i == 0)
-                    f = flops_run(model, B, T) if attn == "eager" else {}
-                    runs.append({"targets": targets, "rank": r, "alpha": alpha,
-                                 "dropout": dropout, "dtype": dt, "attention": attn,
-                                 "trainable_params": trainable,
-                                 "adapter_dtype": adapter_dtype, **s, **f})
+    for j, (targets, r, alpha, dropout) in enumerate(adapters):
+        # gradient checkpointing: the first adapter set (every projection, no dropout)
+        cks = checkpointing if checkpointing is not None else (False, True) if j == 0 else (
+            False,)
+        for ck in cks:
+            runs += _runs(model_type, kwargs, shapes, dtypes, attentions, targets, r, alpha,
+                          dropout, ck)
+            hf = runs[-1].pop("hf")
+    for x in runs:
+        x.pop("hf", None)
     return {"name": name, "model_type": model_type, "hf_config": hf, "runs": runs}
+
+
+def _runs(model_type, kwargs, shapes, dtypes, attentions, targets, r, alpha, dropout, ck):
+    runs = []
+    for dt in dtypes:
+        for attn in attentions:
+            model, hf = build(model_type, kwargs, dt, attn, targets, r, alpha, dropout)
+            if ck:  # transformers then makes the embedding's output require a gradient
+                model.gradient_checkpointing_enable()
+            trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            adapter_dtype = str(next(p for p in model.parameters()
+                                     if p.requires_grad).dtype).replace("torch.", "")
+            for i, (B, T) in enumerate(shapes):
+                torch.manual_seed(B * 7 + T)  # dropout's masks
+                s = saved_run(model, B, T, ck, keep_tensors=i == 0)
+                f = flops_run(model, B, T) if attn == "eager" else {}
+                runs.append({"targets": targets, "rank": r, "alpha": alpha,
+                             "dropout": dropout, "dtype": dt, "attention": attn,
+                             "trainable_params": trainable,
+                             "adapter_dtype": adapter_dtype, **s, **f, "hf": hf})
+    return runs
 
 
 HOW = (
     "peft 0.21.2 get_peft_model(LoraConfig(r, lora_alpha, target_modules, lora_dropout, "
     "bias='none')) over a tiny model (measure_train.py's llama_gqa and qwen2_gqa; random "
-    "weights, seed 0), fp32 and bf16, eager and sdpa attention, no checkpointing. "
+    "weights, seed 0), fp32 and bf16, eager and sdpa attention, without checkpointing (and the "
+    "first adapter set also with gradient_checkpointing_enable()). "
     "trainable_params: parameters with requires_grad. saved_*: measure_train_saved.saved_run "
     "(saved_tensors_hooks around the forward and loss; parameters, frozen or not, apart). "
     "forward_flops/backward_flops (eager runs): FlopCounterMode around the forward and loss and "
