@@ -246,3 +246,18 @@ def test_checkpointed_flops_by_hand_tiny_llama():
     f = lora_flops(st, targeted(LLAMA, st, spec), 4, 3, "torch")
     assert f["recompute_flops"] == 3 * (999_936 + 103_936 + 315_392 + 19_712)
     assert f["backward_flops"] == 3 * (1_290_240 + 50_176 + 261_632) + 1_792_000
+
+
+def test_routed_experts_are_not_targets_as_in_peft(cli):
+    """Qwen3-30B-A3B has only routed experts (fused tensors peft's target_modules does not
+    reach): gate matches nothing and exits 2; DeepSeek-V2-Lite's gate, up and down adapt its dense
+    first layer and its shared experts only, as peft would."""
+    r = cli("train", "--preset", "qwen3-30b-a3b", "--seq", "64", "--lora-rank", "8")
+    assert r.code == 2 and "lora-targets" in r.err and "fused" in r.err
+    assert len(r.err.strip().splitlines()) == 1
+    r = cli("train", "--preset", "deepseek-v2-lite", "--seq", "64", "--lora-rank", "8",
+            "--lora-targets", "q,kv_a,kv_b,o,gate,up,down", "--recompute", "torch", "--json")
+    assert r.code == 0, r.err
+    roles = {a["role"] for a in r.json()["lora"]["adapted_linears"]}
+    assert roles == {"attn.q", "attn.kv_a", "attn.kv_b", "attn.out", "ffn.gate", "ffn.up",
+                     "ffn.down", "moe.shared.gate", "moe.shared.up", "moe.shared.down"}

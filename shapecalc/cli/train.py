@@ -84,7 +84,8 @@ def train(
         "(peft; train/lora.py)", show_default="none: full fine-tuning")] = None,
     lora_targets: Annotated[str | None, typer.Option(
         "--lora-targets", help="LoRA's targets, peft's module names: q,k,v,o,gate,up,down "
-        "(MLA: q_a,q_b,kv_a,kv_b; fused: qkv)", show_default="q,k,v,o,gate,up,down")] = None,
+        "(MLA: q_a,q_b,kv_a,kv_b; fused: qkv)", show_default="every projection the model has "
+        "among these")] = None,
     lora_alpha: Annotated[str | None, typer.Option(
         "--lora-alpha", help="LoRA's α: the scaling α/r (changes no shape, count or byte)",
         show_default="2·r")] = None,
@@ -185,7 +186,8 @@ def _lora(rank: int | None, targets: str | None, alpha: str | None, dropout: str
         raise ShapecalcError("lora-rank", f"must be ≥ 1, not {rank}")
     a = bounded(parse_number(alpha, "lora-alpha"), "lora-alpha", 1e-9, 1e9) if alpha else 2.0 * rank
     p = bounded(parse_number(dropout, "lora-dropout"), "lora-dropout", 0, 0.999) if dropout else 0.0
-    return LoraSpec(rank, parse_targets(targets or "q,k,v,o,gate,up,down"), a, p, base, paged)
+    return LoraSpec(rank, parse_targets(targets or "q,k,v,o,gate,up,down"), a, p, base, paged,
+                    given=targets is not None)
 
 
 def _tokens(text: str | None, gpu: bool) -> int | None:

@@ -8,8 +8,10 @@ tests/data/lora_reference.json).
 Targets (`--lora-targets`, peft's module names): q q_proj (attn.q), k k_proj, v v_proj, o
 o_proj (attn.out), gate gate_proj (ffn.gate and an MoE's shared expert), up, down; MLA's q_a
 q_a_proj, q_b q_b_proj, kv_a kv_a_proj_with_mqa, kv_b kv_b_proj; qkv a fused qkv projection.
-Routed experts are refused: peft reaches transformers 5's fused expert tensors only through
-`target_parameters` (not built). A target that matches no linear of the model exits 2.
+Routed experts are not targeted, as peft does not target them: transformers 5 keeps them as fused
+3-D tensors, which `target_modules` (nn.Linear modules) does not reach (peft's
+`target_parameters` would: not built); gate, up and down adapt the dense FFNs and the shared
+expert. A target that matches no linear of the model exits 2.
 
 Counted, per targeted linear [m, d_in] × [d_in, d_out] (m = B·T rows), rank r:
   - trainable parameters r·(d_in + d_out) (lora_A d_in → r, lora_B r → d_out; bias="none");
@@ -59,6 +61,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "kv_a": ("attn.kv_a",), "kv_b": ("attn.kv_b",), "qkv": ("attn.qkv",)}
 EXPERTS = {"gate": "moe.experts.gate", "up": "moe.experts.up", "down": "moe.experts.down"}
 BASES = ("bf16", "nf4")
+DEFAULT = ("q", "k", "v", "o", "gate", "up", "down", "q_a", "q_b", "kv_a", "kv_b", "qkv")
 # what reads the norm's output (a layer's parallel projections): their input is the layer's
 PARALLEL = {"attn.q", "attn.k", "attn.v", "attn.qkv", "attn.q_a", "attn.kv_a", "ffn.gate",
             "ffn.up", "moe.shared.gate", "moe.shared.up"}
@@ -72,6 +75,7 @@ class LoraSpec:
     dropout: float = 0.0
     base: str | None = None  # bf16 | nf4; None: the precision's weight width
     paged: bool = False
+    given: bool = True  # --lora-targets given; else DEFAULT's names the model has
 
 
 def parse_targets(text: str) -> tuple[str, ...]:
@@ -90,17 +94,17 @@ def targeted(model: ModelConfig, st: list[Stage], spec: LoraSpec) -> list[Stage]
     target matching no linear, routed experts."""
     if spec.rank < 1:
         raise ShapecalcError("lora-rank", f"must be ≥ 1, not {spec.rank}")
-    roles = {r: t for t in spec.targets for r in TARGETS[t]}
     present = {s.role for s in st if s.group == "block"}
-    for t in spec.targets:
-        if t in EXPERTS and EXPERTS[t] in present:
-            raise ShapecalcError("lora-targets", f"{t} on {model.name}'s routed experts: peft "
-                                 "reaches fused expert tensors only by target_parameters, not "
-                                 "built (its shared expert and dense FFNs are counted)")
+    names = spec.targets if spec.given else tuple(
+        t for t in DEFAULT if present.intersection(TARGETS[t]))
+    roles = {r: t for t in names for r in TARGETS[t]}
+    for t in names:
         if not present.intersection(TARGETS[t]):
             have = [n for n, rs in TARGETS.items() if present.intersection(rs)]
-            raise ShapecalcError("lora-targets", f"{t} matches no linear of {model.name} (it "
-                                 f"has: {', '.join(have) or 'none'})")
+            fused = (" (its routed experts are fused tensors, which peft's target_modules does "
+                     "not reach)" if t in EXPERTS and EXPERTS[t] in present else "")
+            raise ShapecalcError("lora-targets", f"{t} matches no linear of {model.name}{fused} "
+                                 f"(it has: {', '.join(have) or 'none'})")
     out = [s for s in st if s.group == "block" and s.op == "linear" and s.role in roles]
     for s in out:
         d_in, d_out = s.operands[1][0], s.operands[1][1]
@@ -126,9 +130,7 @@ def lora_flops(st: list[Stage], adapters: list[Stage], r: int, n_layers: int,
     apart, except under torch's checkpoint (transformers' gradient_checkpointing_enable then
     calls enable_input_require_grads: the embedding's output takes a gradient)."""
     ids = {id(s) for s in adapters}
-    kind0 = one_kind(st)
-    if recompute == "torch":
-        kind0 = -1  # no first layer apart
+    kind0 = one_kind(st) if recompute == "none" else -1  # torch: no first layer apart
     fw = sum(s.flops * s.repeat for s in st)
     ad_fw = bw_base = ad_bw = 0
     grad0 = False  # first-layer mode: does the stream take a gradient yet
@@ -195,8 +197,9 @@ def one_kind(st: list[Stage]) -> int | None:
     stacks of several kinds)."""
     kinds = {s.kind for s in st if s.group == "block"}
     if len(kinds) > 1:
-        raise ShapecalcError("lora-rank", "LoRA is counted on stacks of one layer kind (llama, "
-                             "qwen2 and alike) only so far")
+        raise ShapecalcError("lora-rank", "LoRA without checkpointing is counted on stacks of "
+                             "one layer kind (llama, qwen2 and alike) only so far: --recompute "
+                             "torch counts every stack (its first layer takes gradients)")
     return next(iter(kinds), None)
 
 

@@ -10,7 +10,17 @@ from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload
 from ..plan.fit import largest_ok
 from .ledgers import dp_ledger
-from .lora import LoraSpec, base_bytes, lora_flops, lora_saved, lora_state, targeted, trainable
+from .lora import (
+    DEFAULT,
+    TARGETS,
+    LoraSpec,
+    base_bytes,
+    lora_flops,
+    lora_saved,
+    lora_state,
+    targeted,
+    trainable,
+)
 
 SAVED_KEYS = ("per_layer", "per_layer_none", "per_layer_none_formula", "layer_input_bytes",
               "outside_bytes", "head_bytes", "held_bytes", "resident_bytes", "peak_bytes",
@@ -96,7 +106,9 @@ def apply_lora(doc: dict[str, Any], model: ModelConfig, wl: Workload, spec: Lora
     doc["communication"]["dp"] = dp_ledger(n, 0, "fp32", zero, dp, 1)  # fp32 adapters only
     doc["lora"] = {
         "rank": spec.rank, "alpha": spec.alpha, "scaling": spec.alpha / spec.rank,
-        "dropout": spec.dropout, "targets": list(spec.targets), "base": base,
+        "dropout": spec.dropout,
+        "targets": [t for t in DEFAULT if any(s.role in TARGETS[t] for s in ad)],
+        "base": base,
         "base_format": frozen[1], "base_params": params, "base_bytes": frozen[0],
         "trainable_params": n, "trainable_fraction": n / params,
         "adapted_linears": [{"name": s.name, "role": s.role, "repeat": s.repeat,
@@ -111,6 +123,7 @@ def apply_lora(doc: dict[str, Any], model: ModelConfig, wl: Workload, spec: Lora
         "paged_bytes": state["paged_bytes"],
         "model_state_with_paged_bytes": state["bytes_with_paged"],
         "not_counted": "the step time (full fine-tuning's time model does not take LoRA yet); "
+        "adapters on routed experts (fused tensors peft's target_modules does not reach); "
         "QLoRA's dequantisation work (elementwise, not FLOPs FlopCounterMode counts); "
         "bitsandbytes' paging traffic",
     }
