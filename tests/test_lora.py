@@ -250,11 +250,15 @@ def test_checkpointed_flops_by_hand_tiny_llama():
 
 def test_routed_experts_are_not_targets_as_in_peft(cli):
     """Qwen3-30B-A3B has only routed experts (fused tensors peft's target_modules does not
-    reach): gate matches nothing and exits 2; DeepSeek-V2-Lite's gate, up and down adapt its dense
-    first layer and its shared experts only, as peft would."""
-    r = cli("train", "--preset", "qwen3-30b-a3b", "--seq", "64", "--lora-rank", "8")
+    reach): gate matches nothing and exits 2, and the default adapts its attention only;
+    DeepSeek-V2-Lite's gate, up and down adapt its dense first layer and its shared experts
+    only, as peft would."""
+    r = cli("train", "--preset", "qwen3-30b-a3b", "--seq", "64", "--lora-rank", "8",
+            "--lora-targets", "q,gate")
     assert r.code == 2 and "lora-targets" in r.err and "fused" in r.err
     assert len(r.err.strip().splitlines()) == 1
+    r = cli("train", "--preset", "qwen3-30b-a3b", "--seq", "64", "--lora-rank", "8", "--json")
+    assert r.code == 0 and r.json()["lora"]["targets"] == ["q", "k", "v", "o"]  # the default
     r = cli("train", "--preset", "deepseek-v2-lite", "--seq", "64", "--lora-rank", "8",
             "--lora-targets", "q,kv_a,kv_b,o,gate,up,down", "--recompute", "torch", "--json")
     assert r.code == 0, r.err
