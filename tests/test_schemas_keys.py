@@ -46,6 +46,8 @@ CASES = [
     ("verify", ["verify", "--config", "{MAMBA}", "--json"]),
     ("train_search", ["train", "--preset", "llama3-8b", "--seq", "64", "--gpu", GPU, "--search",
                       "--gpus", "8", "--global-batch", "8", "--price", "2", "--json"]),
+    ("train", ["train", "--preset", "llama3-8b", "--seq", "64", "--lora-rank", "16",
+               "--lora-base", "nf4", "--paged-optimizer", "--gpu", GPU, "--json"]),
     ("verify_train", ["verify", "--train", "--json"]),
     ("verify_train", ["verify", "--train", "--config", "{MAMBA}", "--json"]),
     ("explain", ["explain", "--json"]),

@@ -116,6 +116,25 @@ def train(
     power_limit: Annotated[str | None, typer.Option(
         "--power-limit", help="watts the GPU is capped at (e.g. 500 for an H100 SXM at 500 W "
         "of 700): compute rates × (W/TDP)^(1/3); needs --gpu", show_default="the TDP")] = None,
+    lora_rank: Annotated[int | None, typer.Option(
+        "--lora-rank", help="LoRA: adapters of rank r on the frozen base's targeted linears "
+        "(peft; train/lora.py)", show_default="none: full fine-tuning")] = None,
+    lora_targets: Annotated[str | None, typer.Option(
+        "--lora-targets", help="LoRA's targets, peft's module names: q,k,v,o,gate,up,down "
+        "(MLA: q_a,q_b,kv_a,kv_b; fused: qkv)", show_default="every projection the model has "
+        "among these")] = None,
+    lora_alpha: Annotated[str | None, typer.Option(
+        "--lora-alpha", help="LoRA's α: the scaling α/r (changes no shape, count or byte)",
+        show_default="2·r")] = None,
+    lora_dropout: Annotated[str | None, typer.Option(
+        "--lora-dropout", help="lora_dropout: p > 0 keeps each adapter's dropout output and "
+        "noise", show_default="0")] = None,
+    lora_base: Annotated[str | None, typer.Option(
+        "--lora-base", help="the frozen base: bf16 | nf4 (QLoRA: bitsandbytes NF4, double "
+        "quantization)", show_default="the precision's width")] = None,
+    paged_optimizer: Annotated[bool, typer.Option(
+        "--paged-optimizer", help="bitsandbytes' paged AdamW: the adapters' optimizer states "
+        "page to CPU RAM (counted off the GPU)")] = False,
     gpu: Gpu = None,
     hardware_dir: HardwareDir = None,
     set_gpu: SetGpu = None,
@@ -153,6 +172,16 @@ def train(
         n_tokens = _tokens(train_tokens, card is not None)
         if perf and card is None:
             raise ShapecalcError("perf", "needs --gpu: it sets the step-time model's terms")
+        lora = _lora(lora_rank, lora_targets, lora_alpha, lora_dropout, lora_base,
+                     paged_optimizer)
+        if lora is not None:  # the step time (and what reads it) does not take LoRA yet
+            timed = [f for f, v in (("perf", perf), ("train-tokens", n_tokens),
+                                    ("price", price), ("search", search or None),
+                                    ("compile", compile_ or None), ("power-limit", power_limit),
+                                    ("dp-overlap", dp_overlap), ("fw-term", fw_term))
+                     if v is not None and v != []]
+            if timed:
+                raise ShapecalcError(timed[0], "needs the step time, not built for LoRA yet")
         from ..train.efficiency import FUSED_ROLES
         from ..train.fwoptions import run_perf_for, train_fw_terms
 
@@ -172,10 +201,11 @@ def train(
                           virtual=virtual_stages, attention=attention, gpu=card,
                           perf=tperf,
                           train_tokens=n_tokens, framework=framework, fw_terms=terms, fp8=fp8,
-                          fused=FUSED_ROLES.get(framework, ()))
-        if run_perf and run_perf[1] is not None:
+                          fused=FUSED_ROLES.get(framework, ()), lora=lora)
+        if run_perf and run_perf[1] is not None and "time" in doc:
             doc["time"]["efficiency"] = run_perf[1]
-        _cost(doc, card, price)
+        if lora is None:
+            _cost(doc, card, price)
         from ..render.train import print_train
 
         emit(doc, fmt, output, svg, html, f"train: {model.name}", print_train)
@@ -201,6 +231,29 @@ def _cost(doc: dict[str, Any], card: Any, price: float | None) -> None:
     if opts.price is not None and doc.get("time"):
         doc["time"]["cost"] = training_cost(opts.price, opts.price_source or "--price",
                                             doc["training"]["gpus"], doc["time"])
+
+
+def _lora(rank: int | None, targets: str | None, alpha: str | None, dropout: str | None,
+          base: str | None, paged: bool) -> Any:
+    """The LoRA flags (train/lora.py's LoraSpec), or None; a LoRA flag without --lora-rank is
+    refused."""
+    from ..inputs.numbers import bounded, parse_number
+    from ..model.config import ShapecalcError
+    from ..train.lora import LoraSpec, parse_targets
+
+    if rank is None:
+        given = [f for f, v in (("lora-targets", targets), ("lora-alpha", alpha),
+                                ("lora-dropout", dropout), ("lora-base", base),
+                                ("paged-optimizer", paged or None)) if v is not None]
+        if given:
+            raise ShapecalcError(given[0], "needs --lora-rank: it sets LoRA fine-tuning")
+        return None
+    if rank < 1:
+        raise ShapecalcError("lora-rank", f"must be ≥ 1, not {rank}")
+    a = bounded(parse_number(alpha, "lora-alpha"), "lora-alpha", 1e-9, 1e9) if alpha else 2.0 * rank
+    p = bounded(parse_number(dropout, "lora-dropout"), "lora-dropout", 0, 0.999) if dropout else 0.0
+    return LoraSpec(rank, parse_targets(targets or "q,k,v,o,gate,up,down"), a, p, base, paged,
+                    given=targets is not None)
 
 
 def _tokens(text: str | None, gpu: bool) -> int | None:

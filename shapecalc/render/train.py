@@ -78,8 +78,10 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
             f"per rank):")
         for t in ms["terms"]:
             share = "⌈P/dp⌉" if t["sharded"] else "P"
+            how = (f"{share} = {_n(t['params'])} × {t['bytes_per_param']} B ({t['what']})"
+                   if t["bytes_per_param"] is not None else t["what"])  # LoRA's frozen base
             add(f"    {t['term']:11s} {_n(t['bytes']):>20s} B  {human_bytes(t['bytes']):>10s}  "
-                f"{share} = {_n(t['params'])} × {t['bytes_per_param']} B ({t['what']})")
+                + how)
         c, v = st["chunks_in_flight"], tr["virtual_stages"]
         flight = (f"(in-flight − 1) = {c - 1} micro-batch(es)" if v == 1 else
                   f"{c} passes of a 1/{v} chunk in flight (interleaved), (c − v)/v = "
@@ -154,6 +156,10 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
            f"{pp['chunks_in_flight_first_stage']} chunk passes")
         + f" in flight on the first stage; {_n(pp['boundary_bytes_per_step'])} B across "
         "each stage boundary per step")
+    if "lora" in doc:
+        from .lora import lora_lines
+
+        out += lora_lines(doc["lora"], mem)
     if "time" in doc:
         out += _time_lines(doc["time"], tr)
     from .layout import wrap_plain

@@ -86,8 +86,16 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                 virtual: int = 1, attention: str = "flash", gpu: Any = None,
                 perf: TrainPerf | None = None, train_tokens: int | None = None,
                 framework: str = "hf", fw_terms: FwTerms | None = None,
-                fp8: str | None = None, fused: tuple[str, ...] = ()) -> dict[str, Any]:
+                fp8: str | None = None, fused: tuple[str, ...] = (),
+                lora: Any = None) -> dict[str, Any]:
     check_recompute(recompute)
+    if lora is not None:  # LoRA/QLoRA: train/lora.py, train/lora_report.py
+        from .lora_report import check_lora
+
+        check_lora(lora, wl, precision, recompute, cp)
+        if framework != "hf" or fp8 is not None:
+            raise ShapecalcError("framework" if framework != "hf" else "fp8", "with LoRA is "
+                                 "not built yet: LoRA is counted as autograd runs peft (hf)")
     if fp8 is not None:
         check_fp8(fp8, gpu)
     fw = framework_rules(framework, zero=zero, recompute=recompute, pp=wl.pp, fp8=fp8)
@@ -215,7 +223,13 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
     }
     if fp8 is not None:
         doc["training"]["fp8"] = fp8_describe(fp8)
-    if gpu is not None:
+    if lora is not None:
+        from .lora_report import apply_lora
+
+        apply_lora(doc, model, wl, lora, precision=precision, zero=zero, dp=dp,
+                   attention=attention, act=ACT_DTYPE[precision], gpu_memory=gpu_memory,
+                   recompute=recompute)
+    elif gpu is not None:
         tperf = perf or TrainPerf()
         if fp8 is not None:  # the fp8 GEMMs at the fp8 peak (train/fp8.py)
             tperf = fp8_perf(tperf, gpu, full)

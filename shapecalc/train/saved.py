@@ -116,8 +116,10 @@ class _Walk:
     """Walks the forward's stages, keeping for each live tensor its storage (a key) and whether
     that storage is already counted."""
 
-    def __init__(self, model: ModelConfig, wl: Workload, attention: str, tp: int):
+    def __init__(self, model: ModelConfig, wl: Workload, attention: str, tp: int,
+                 lora: Any = None):
         self.m, self.wl, self.flash, self.tp = model, wl, attention == "flash", tp
+        self.lora = lora  # LoRA's frozen base (train/lora.py): its linears' inputs go unsaved
         self.act = wl.act
         self.llama = model.norm == "rmsnorm"  # the flavour of transformers' code (see doc)
         self.out: list[Saved] = []
@@ -178,15 +180,15 @@ def _row(d: Dims) -> Dims:
     return (*d[:-1], ("1", 1))
 
 
-def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp: int = 1
-                  ) -> list[Saved]:
+def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp: int = 1,
+                  lora: Any = None) -> list[Saved]:
     """Every tensor autograd keeps for the backward (no recompute), stage by stage: each block
     stage once per layer kind (× repeat: its layers), then the loss. With tp > 1, one rank's
     (Megatron's tensor parallelism with sequence parallelism; see the module's doc)."""
     if attention not in ATTENTION:
         raise ShapecalcError("attention", f"unknown {attention!r}; known: {', '.join(ATTENTION)}")
     st = symbolic_stages(model, wl.model_copy(update={"tp": tp}), tp)
-    w = _Walk(model, wl, attention, tp)
+    w = _Walk(model, wl, attention, tp, lora)
     rope = any(s.op == "rope" for s in st)
     x = h = last = ""  # keys: the residual stream, the last norm's output, the last output
     qkv: dict[str, str] = {}
@@ -202,7 +204,8 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
         elif r == "input.ids":
             ids = d
         elif s.op == "embed":
-            w.keep(s, "token ids", ids, "int64", replicated=True)
+            if lora is None:  # a frozen table takes no gradient: the ids go unsaved
+                w.keep(s, "token ids", ids, "int64", replicated=True)
             w.param(s, "embedding table", (("N_vocab", model.vocab_size), ("D", model.d_model)))
             x = h = last = w.new(d, act, "embedding output")
         elif r == "pos.add":
@@ -222,7 +225,10 @@ def saved_tensors(model: ModelConfig, wl: Workload, attention: str = "eager", tp
             elif r in STREAM_NORMS:
                 h = last
         elif s.op == "linear" and not r.startswith("moe.experts"):
-            w.save(s, "input", h if r in READS_NORM else last)
+            if lora is None:
+                w.save(s, "input", h if r in READS_NORM else last)
+            else:  # frozen: no dW, so no input kept; an adapter keeps its own
+                lora.adapter(w, s, h if r in READS_NORM else last)
             w.param(s, "weight", (("d_in", s.operands[1][0]), ("d_out", s.operands[1][1])))
             wide = (*d[:-1], (f"2·{d[-1][0]}", 2 * d[-1][1]))  # q_proj: q and the gate
             last = lin = stores[r] = (
@@ -348,9 +354,10 @@ def _norm(w: _Walk, s: Stage, src: str, d: Dims) -> str:
         w.keep(s, "rsqrt", _row(d), "fp32")
         if s.op == "rmsnorm" and w.m.norm_plus_one:  # x̂·(1 + γ.float()), then cast: in fp32
             w.keep(s, "1 + γ (fp32)", (d[-1],), "fp32", replicated=True)
-            w.keep(s, "x̂ (normalised, fp32)", d, "fp32")
+            if w.lora is None:
+                w.keep(s, "x̂ (normalised, fp32)", d, "fp32")
             w.param(s, "γ", (d[-1],))
-        elif s.op == "rmsnorm":
+        elif s.op == "rmsnorm" and w.lora is None:  # a frozen γ needs no x̂
             w.keep(s, "x̂ (normalised)", d, w.act)
             w.param(s, "γ", (d[-1],))
     return w.new(d, w.act, f"{s.name} output")

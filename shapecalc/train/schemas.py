@@ -14,6 +14,7 @@ from ..costs.described import RecordsChecked, described, inline, many
 from ..model.config import ModelConfig, Workload
 from ..plan.schemas import PRICE_ROWS
 from .fwschemas import Efficiency, Fp8, FwMemory
+from .lora_schema import LoraOut
 
 I, IN, F, FN = StrictInt, StrictInt | None, float, float | None
 
@@ -40,7 +41,8 @@ Training = described(
     ("bytes_per_param", BytesPerParam, "bytes per parameter of each model-state term"),
     ("zero_sharded", list[str], "the model-state terms ZeRO shards over the dp·cp ranks"),
     ("recompute", str, "activation recompute: none | selective | full | torch"),
-    ("fp8", Fp8 | None, "the fp8 recipe (--fp8)", None))
+    ("fp8", Fp8 | None, "the fp8 recipe (--fp8)", None),
+    ("lora_base", str | None, "LoRA: the frozen base's storage, bf16 | fp32 | nf4", None))
 
 PerStepFlops = described(
     "TrainPerStepFlops", "The micro-batch's FLOPs × the step's micro-batches (grad_accum × dp)",
@@ -101,9 +103,11 @@ Flops = described(
 StateTerm = described(
     "TrainStateTerm", "One model-state term on one rank",
     ("term", str, "weights, gradients or optimizer"), ("what", str, "what it holds"),
-    ("bytes_per_param", I, "its bytes per parameter"),
+    ("bytes_per_param", IN, "its bytes per parameter (null: LoRA's frozen base or dequant "
+     "buffer, bytes of a format)"),
     ("sharded", StrictBool, "ZeRO shards it over the dp·cp ranks"),
-    ("params", I, "parameters of it the rank holds"), ("bytes", I, "params × bytes_per_param"))
+    ("params", IN, "parameters of it the rank holds (null as bytes_per_param)"),
+    ("bytes", I, "params × bytes_per_param"))
 
 ModelState = described(
     "TrainModelState", "Weights, gradients and optimizer state on one rank of the stage",
@@ -346,6 +350,7 @@ TrainOut = described(
     ("memory", Memory, "bytes per rank"),
     ("communication", Communication, "bytes per step per rank"),
     ("time", Time | None, "the expected step time (with --gpu)", None),
+    ("lora", LoraOut | None, "LoRA/QLoRA (with --lora-rank; train/lora.py)", None),
     base=RecordsChecked)
 
 

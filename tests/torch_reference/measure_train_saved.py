@@ -173,7 +173,7 @@ def saved_run(model, B: int, T: int, checkpointing: bool, keep_tensors: bool,
         for m, f in zip(layers, originals, strict=True):
             if f is not None:
                 m._gradient_checkpointing_func = f
-    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing, missing
     held = {k: v for k, v in held.items() if k not in saved}
     out = {"batch": B, "seq": T, "checkpointing": checkpointing,
