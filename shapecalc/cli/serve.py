@@ -197,6 +197,10 @@ def serve(
         if emit_engine is not None and (fmt != "table" or output or svg or html):
             raise ShapecalcError("emit", "prints the launch command in place of the report: "
                                  "leave out --json, --format, --output, --svg and --html")
+        if emit_engine is not None and find_rate:  # it found a rate, not a deployment
+            raise ShapecalcError("emit", "launches a deployment (as given, or found by "
+                                 "--find-gpus or --find-pd); --find-rate finds a rate: leave "
+                                 "out --find-rate or --emit")
         check_outputs(output=output, svg=svg, html=html)
         output_token_count(output)
         if trace is not None and (rate is not None or concurrency is not None):

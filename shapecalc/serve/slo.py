@@ -109,12 +109,17 @@ def _time(item: str, key: str, v: str) -> float:
         if v.endswith(unit):
             v, scale = v[: -len(unit)], k
             break
-    if scale is None:
+    try:  # the number first: `nan`, `1h` and `` are not times with a unit left out
+        x = parse_number(v, "slo")
+    except ShapecalcError:
+        raise ShapecalcError("slo", f"{item!r}: {v.strip()!r} is not a time: give a number "
+                             f"and a unit (s, ms or us), e.g. {key}=1s") from None
+    if scale is None and math.isfinite(x):
         raise ShapecalcError("slo", f"{item!r} has no unit: add s, ms or us (e.g. "
-                             f"{key}={v.strip() or '1'}ms or {key}={v.strip() or '1'}s)")
-    x = parse_number(v, "slo") * scale
+                             f"{key}={v.strip()}ms or {key}={v.strip()}s)")
+    x *= scale or 1.0
     if not (x > 0 and math.isfinite(x)):
-        raise ShapecalcError("slo", f"{item!r}: the time must be > 0")
+        raise ShapecalcError("slo", f"{item!r}: the time must be a finite number > 0")
     return x
 
 

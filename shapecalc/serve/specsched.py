@@ -184,6 +184,7 @@ class SpecReplica(Replica):
             i += 1
         if i:
             self.toks.extend([B] * i)
+            self.ptoks.extend([0] * i)  # every iteration's prefill tokens: serve/why.py
             self.log.append((self.clock, clock - self.clock, self.total - free,
                              len(self.waiting), len(self.running)))
             self.clock, self.free = clock, free
@@ -254,6 +255,7 @@ class SpecReplica(Replica):
         self.log.append((t0, d, self.total - self.free, len(self.waiting), len(self.running)))
         self.durs.append(d)
         self.toks.append(decodes)
+        self.ptoks.append(n)
         if self.trace:
             self.schedule.append({"iteration": j, "start_s": t0, "seconds": d, "prefill": plan,
                                   "decodes": decodes, "cache": self.csum,
