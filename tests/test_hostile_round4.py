@@ -149,6 +149,12 @@ def test_a_speculative_run_that_misses_its_slo_says_why(cli):
 
 
 # -- --emit: a deployment, only when one is there
+@pytest.mark.parametrize("flag", [("--ep-mode", "low-latency"), ("--redundant-experts", "2")])
+def test_emit_refuses_what_no_emitted_flag_sets(cli, flag):
+    """The launch line left DeepEP's mode and EPLB's copies out: the engine ran its default."""
+    _refused(cli(*MOE, "--emit", "sglang", *flag), flag[0][2:], "--emit does not set it")
+
+
 def test_emit_is_refused_after_find_rate_and_when_find_pd_finds_nothing(cli):
     _refused(cli(*SERVE, "--emit", "vllm", "--find-rate", "--slo", "ttft=1s,itl=50ms"), "emit",
              "--find-rate")
@@ -164,6 +170,7 @@ def test_emit_is_refused_after_find_rate_and_when_find_pd_finds_nothing(cli):
     ((*SERVE, "--prompt-tokens", "lognormal:1e308,0.5"), "prompt-tokens", ("MEAN ≤ 2⁶³−1",)),
     ((*MOE, "--redundant-experts", "1000000000000"), "redundant-experts", ("[0, 8]",)),
     ((*MOE, "--ep-mode", ""), "ep-mode", ("''",)),  # ran as the default
+    ((*SERVE, *DRAFT, "--seed", "-1"), "Invalid value for '--seed'", ("x>=0",)),  # numpy raised
     ((*SERVE, "--draft", "draft", "--draft-preset", "llama3.2-1b", "--draft-config", "x.toml",
       "--spec-k", "2"), "draft-config", ("not both",)),
 ])

@@ -118,7 +118,7 @@ def serve(
         "--trace", help="a JSONL or CSV file of arrival_s, prompt_tokens, output_tokens (instead "
         "of --rate, --prompt-tokens, --output-tokens and --requests)",
         show_default="none: drawn")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="the workload's random seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="the workload's random seed")] = 0,
     slo: Annotated[str | None, typer.Option(
         "--slo", help="bounds on percentiles: ttft=1s,itl=50ms (p99 of each), METRIC_pQ=TIME "
         "(ttft, tpot: MLPerf's per-request (e2e − TTFT)/(output − 1), itl: every gap, e2e; "
@@ -201,6 +201,10 @@ def serve(
             raise ShapecalcError("emit", "launches a deployment (as given, or found by "
                                  "--find-gpus or --find-pd); --find-rate finds a rate: leave "
                                  "out --find-rate or --emit")
+        for flag, v in (("ep-mode", ep_mode), ("redundant-experts", redundant_experts)):
+            if emit_engine is not None and v is not None:  # no emitted flag sets them
+                raise ShapecalcError(flag, f"--emit does not set it in the engine's launch "
+                                     f"(the engine runs its own default): leave out --{flag}")
         check_outputs(output=output, svg=svg, html=html)
         output_token_count(output)
         if trace is not None and (rate is not None or concurrency is not None):

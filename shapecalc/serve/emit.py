@@ -1,8 +1,9 @@
 """`serve --emit vllm|sglang|trtllm|dynamo`: the plan (as given, or as --find-gpus found it;
---find-rate finds a rate, which no engine takes: the deployment is the one given) as the launch
-command the engine takes. Every flag name is the engine's own, checked against its
-argument parser or its documentation at the commit named (tests/data/engine_flags.json holds the
-names, tests/test_serve_emit.py checks every emitted flag against them):
+--find-rate finds a rate, not a deployment: it is refused with --emit, as are --ep-mode and
+--redundant-experts, which no emitted flag sets) as the launch command the engine takes. Every
+flag name is the engine's own, checked against its argument parser or its documentation at the
+commit named (tests/data/engine_flags.json holds the names, tests/test_serve_emit.py checks
+every emitted flag against them):
 
 - vLLM, vllm/engine/arg_utils.py (EngineArgs.add_cli_args) at 99d7eb5d6a51:
   `--tensor-parallel-size`, `--pipeline-parallel-size`, `--data-parallel-size`,
