@@ -131,6 +131,12 @@ def test_fw_terms_have_their_own_kind_and_range(cli, term, words):
     _refused(cli(*TRAIN, "--framework", "megatron", "--fw-term", term), f"fw-term.{key}", *words)
 
 
+def test_a_power_limit_above_the_tdp_is_refused(cli):
+    """min(1, W/TDP) clamped 10,000 W to H100 SXM's 700 W silently."""
+    _refused(cli(*TRAIN, "--gpu", "H100-SXM", "--framework", "megatron", "--power-limit",
+                 "10000"), "power-limit", "above H100-SXM's 700 W TDP")
+
+
 def test_sac_layer_every_is_a_layer_count(cli):
     base = (*TRAIN, "--framework", "torchtitan", "--recompute", "selective", "--fw-term")
     _refused(cli(*base, "sac_layer_every=2.5"), "fw-term.sac_layer_every", "whole number")
