@@ -26,6 +26,7 @@ from typing import Any
 
 from ..inputs.numbers import bounded_int, parse_number
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
+from ..model.suggest import not_one_of
 from .topology import EP_MODES, Topology, ep_exchange_s
 
 # DeepEP's two, and SGLang's --deepep-mode auto: normal for a step with prefill, low-latency
@@ -72,7 +73,7 @@ def ep_plan(model: ModelConfig, wl: Workload, mode: str | None = None,
                 f"{E} experts at ep={wl.ep})")
     m = "normal" if mode is None else mode  # `--ep-mode ''` is refused, not the default
     if m not in MODES:
-        raise ShapecalcError("ep-mode", f"{m!r} is not one of {', '.join(MODES)}")
+        raise not_one_of("ep-mode", m, MODES)
     f = 1.0 if imbalance is None else (parse_number(imbalance, "ep-imbalance")
                                        if isinstance(imbalance, str) else float(imbalance))
     if not 1 <= f <= wl.ep:

@@ -45,6 +45,7 @@ import shlex
 from typing import Any
 
 from ..model.config import ShapecalcError
+from ..model.suggest import not_one_of
 
 ENGINES = ("vllm", "sglang", "trtllm", "dynamo")
 TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -63,7 +64,7 @@ def _cmd(head: list[str], args: list[tuple[str, Any]]) -> str:
 def _check(engine: str, dep: dict[str, Any]) -> tuple[int, int]:
     """(dp, ep): attention's data-parallel replicas and the expert-parallel size."""
     if engine not in ENGINES:
-        raise ShapecalcError("emit", f"{engine!r} is not one of {', '.join(ENGINES)}")
+        raise not_one_of("emit", engine, ENGINES)
     tp, ep = dep["tp"], dep["ep"]
     if ep > 1 and ep % tp:
         raise ShapecalcError("ep", f"--emit {engine}: ep={ep} is not a multiple of tp={tp} "
