@@ -31,6 +31,7 @@ from typing import Any
 
 from ..inputs.numbers import parse_number
 from ..model.config import ShapecalcError
+from ..model.suggest import did_you_mean
 from .decoders import Seq
 from .percentiles import PERCENTILES, itl_summary, summary
 from .scheduler import Replica
@@ -163,7 +164,7 @@ def parse_slo(text: str | None) -> SLO:
         key = key.strip().lower()
         if not eq:
             raise ShapecalcError("slo", f"expected {FORM}, or a name ({', '.join(MLPERF)}), "
-                                 f"got {item!r}")
+                                 f"got {item!r}{did_you_mean(low, MLPERF)}")
         metric, q = _key(item, key)
         if (metric, q) in bounds:
             raise ShapecalcError("slo", f"{metric} at p{q:g} is given twice ({text!r}): give "
