@@ -184,7 +184,7 @@ class SpecReplica(Replica):
             i += 1
         if i:
             self.toks.extend([B] * i)
-            self.ptoks.extend([0] * i)  # every iteration's prefill tokens: serve/why.py
+            self.ptoks.extend([0] * i)  # why.py reads them beside durs (--find-gpus)
             self.log.append((self.clock, clock - self.clock, self.total - free,
                              len(self.waiting), len(self.running)))
             self.clock, self.free = clock, free
