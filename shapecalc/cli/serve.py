@@ -338,6 +338,10 @@ def serve(
                        "kv_tokens_per_replica": eng.cfg.num_blocks * eng.cfg.block_size,
                        "kv_pool": sim.pool_doc(eng), "perf_terms": eng.cost.pp.as_dict(),
                        **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
+        if emit_engine is not None and doc["command"] != "simulate" and verdict(doc) is False:
+            # a search that found nothing: the given plan is not one to launch (any kind)
+            raise ShapecalcError("emit", "no explored deployment meets the SLO: no plan to emit")
+
         if emit_engine is not None:
             from ..serve.emit import launch_text
 

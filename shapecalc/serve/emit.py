@@ -249,8 +249,7 @@ def launch_text(engine: str, doc: dict[str, Any], dep: Any, sp: Any, model_src: 
     from pathlib import Path
 
     _check(engine, doc["deployment"])
-    found = {"find-gpus": "find_gpus", "find-pd": "find_pd"}.get(doc["command"])
-    if found is not None and doc[found]["plan"] is None:  # either search: not the one given
+    if doc["command"] == "find-gpus" and doc["find_gpus"]["plan"] is None:
         raise ShapecalcError("emit", "no explored deployment meets the SLO: no plan to emit")
     model_ref = str(model_src) if model_src is not None else doc["model"]
     draft_ref = None
