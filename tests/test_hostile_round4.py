@@ -52,6 +52,14 @@ def test_a_one_value_option_given_twice_is_refused(cli, args, flag, values):
     _refused(cli(*args), flag, f"--{flag} is given more than once", values)
 
 
+def test_a_router_for_one_replica_is_refused_only_when_given(cli):
+    """cli/once.given: `--router least-loaded` on one replica routed nothing, silently; its
+    default (round-robin) is not a flag the user gave."""
+    _refused(cli(*SERVE, "--router", "least-loaded"), "router", "one replica")
+    assert cli(*SERVE, "--router", "least-loaded", "--replicas", "2").code == 0
+    assert cli(*SERVE).code == 0
+
+
 def test_repeatable_options_and_flags_still_repeat(cli):
     r = cli("trace", "--preset", "seed-tiny", "--set", "n_layers=2", "--set", "d_ff=64",
             "--json", "--json")

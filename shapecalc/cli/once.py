@@ -48,3 +48,14 @@ def once(cmd: Any) -> None:
 
     cmd.make_parser = make_parser
     cmd._once = True
+
+
+def given(name: str) -> bool:
+    """Whether the running command's option `name` (its parameter name) was typed, not left at
+    its default: a flag whose default is a value (`--router round-robin`) is refused where it
+    does not apply only when the user gave it."""
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source is not None and source.name == "COMMANDLINE"

@@ -205,6 +205,12 @@ def serve(
             if emit_engine is not None and v is not None:  # no emitted flag sets them
                 raise ShapecalcError(flag, f"--emit does not set it in the engine's launch "
                                      f"(the engine runs its own default): leave out --{flag}")
+        from .once import given as typed
+
+        if typed("router") and replicas == 1 and pd is None and not (find_gpus or find_pd
+                                                                    or find_rate):
+            raise ShapecalcError("router", "routes requests between replicas; one replica has "
+                                 "nothing to route: give --replicas N or leave out --router")
         check_outputs(output=output, svg=svg, html=html)
         output_token_count(output)
         if trace is not None and (rate is not None or concurrency is not None):
