@@ -25,7 +25,8 @@ BAD = [
     (["--set", "colour=blue"], "set"),
     (["--set", "d_model"], "set"),
     (["--preset", "gpt2", "--seq", "4096"], "seq"),  # beyond the learned position table
-    (["--preset", "gpt2", "--preset", "gpt2", "--config", "x.toml"], "model"),
+    (["--preset", "gpt2", "--preset", "gpt2", "--config", "x.toml"], "preset"),  # given twice
+    (["--preset", "gpt2", "--config", "x.toml"], "model"),
     (["--set", "parallel_block=true", "--set", "norm_position=post"], "parallel_block"),
     (["--batch", "many"], "batch"),  # not an integer: the parser's own error, one line
     (["--frobnicate"], "frobnicate"),

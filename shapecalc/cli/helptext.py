@@ -67,6 +67,9 @@ def escape_tree(cmd: Any) -> Any:
     from .digits import ascii_numbers
 
     ascii_numbers(cmd)  # `--batch ３` is refused, not batch 3
+    from .once import once
+
+    once(cmd)  # `--tp 2 --tp 4` is refused, not tp=4
     for sub in getattr(cmd, "commands", {}).values():
         escape_tree(sub)
     return cmd

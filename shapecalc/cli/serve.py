@@ -118,7 +118,7 @@ def serve(
         "--trace", help="a JSONL or CSV file of arrival_s, prompt_tokens, output_tokens (instead "
         "of --rate, --prompt-tokens, --output-tokens and --requests)",
         show_default="none: drawn")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="the workload's random seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="the workload's random seed")] = 0,
     slo: Annotated[str | None, typer.Option(
         "--slo", help="bounds on percentiles: ttft=1s,itl=50ms (p99 of each), METRIC_pQ=TIME "
         "(ttft, tpot: MLPerf's per-request (e2e − TTFT)/(output − 1), itl: every gap, e2e; "
@@ -205,6 +205,20 @@ def serve(
         if emit_engine is not None and (fmt != "table" or output or svg or html):
             raise ShapecalcError("emit", "prints the launch command in place of the report: "
                                  "leave out --json, --format, --output, --svg and --html")
+        if emit_engine is not None and find_rate:  # it found a rate, not a deployment
+            raise ShapecalcError("emit", "launches a deployment (as given, or found by "
+                                 "--find-gpus or --find-pd); --find-rate finds a rate: leave "
+                                 "out --find-rate or --emit")
+        for flag, v in (("ep-mode", ep_mode), ("redundant-experts", redundant_experts)):
+            if emit_engine is not None and v is not None:  # no emitted flag sets them
+                raise ShapecalcError(flag, f"--emit does not set it in the engine's launch "
+                                     f"(the engine runs its own default): leave out --{flag}")
+        from .once import given as typed
+
+        if typed("router") and replicas == 1 and pd is None and not (find_gpus or find_pd
+                                                                    or find_rate):
+            raise ShapecalcError("router", "routes requests between replicas; one replica has "
+                                 "nothing to route: give --replicas N or leave out --router")
         check_outputs(output=output, svg=svg, html=html)
         output_token_count(output)
         if trace is not None and (rate is not None or concurrency is not None):
@@ -341,6 +355,10 @@ def serve(
                        "kv_tokens_per_replica": eng.cfg.num_blocks * eng.cfg.block_size,
                        "kv_pool": sim.pool_doc(eng), "perf_terms": eng.cost.pp.as_dict(),
                        **sim.metrics(dep, eng, reps, seqs, target, reqs, arrival_rate)}
+        if emit_engine is not None and doc["command"] != "simulate" and verdict(doc) is False:
+            # a search that found nothing: the given plan is not one to launch (any kind)
+            raise ShapecalcError("emit", "no explored deployment meets the SLO: no plan to emit")
+
         if emit_engine is not None:
             from ..serve.emit_pd import emit_text  # a P:D plan's pools too
 

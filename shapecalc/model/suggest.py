@@ -52,3 +52,13 @@ def did_you_mean_dtype(name: Any, known: Iterable[str]) -> str:
     close = close_names(name, [*known, *DTYPE_ALIASES])
     names = list(dict.fromkeys(DTYPE_ALIASES.get(c, c) for c in close))
     return " (did you mean " + " or ".join(repr(c) for c in names) + "?)" if names else ""
+
+
+def not_one_of(field: str, name: Any, known: Iterable[str]) -> Exception:
+    """The refusal of a name outside a flag's choices (--draft, --emit, --ep-mode, --dataset,
+    --framework, --fp8): `'eagle' is not one of draft, eagle3, mtp (did you mean 'eagle3'?)`."""
+    from .errors import ShapecalcError
+
+    known = list(known)
+    return ShapecalcError(field, f"{name!r} is not one of {', '.join(known)}"
+                          f"{did_you_mean(name, known)}")

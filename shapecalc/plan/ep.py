@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..inputs.numbers import parse_number
+from ..inputs.numbers import bounded_int, parse_number
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
+from ..model.suggest import not_one_of
 from .topology import EP_MODES, Topology, ep_exchange_s
 
 # DeepEP's two, and SGLang's --deepep-mode auto: normal for a step with prefill, low-latency
@@ -66,9 +67,13 @@ def ep_plan(model: ModelConfig, wl: Workload, mode: str | None = None,
     if n and not model.moe:
         raise ShapecalcError("redundant-experts", "applies to Mixture-of-Experts models")
     check(model, wl, n)  # a dense model: "ep: expert parallelism needs a MoE model"
-    m = mode or "normal"
+    E = model.n_experts or 0
+    # past E·(ep − 1) each GPU would hold more copies than all E experts (and 10¹² blamed the GPU)
+    bounded_int(n, "redundant-experts", 0, E * (wl.ep - 1), "(each GPU holding all "
+                f"{E} experts at ep={wl.ep})")
+    m = "normal" if mode is None else mode  # `--ep-mode ''` is refused, not the default
     if m not in MODES:
-        raise ShapecalcError("ep-mode", f"{m!r} is not one of {', '.join(MODES)}")
+        raise not_one_of("ep-mode", m, MODES)
     f = 1.0 if imbalance is None else (parse_number(imbalance, "ep-imbalance")
                                        if isinstance(imbalance, str) else float(imbalance))
     if not 1 <= f <= wl.ep:

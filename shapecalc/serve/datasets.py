@@ -10,7 +10,7 @@ from typing import Any
 
 from ..inputs.files import read_json
 from ..inputs.sources import _builtin
-from ..model.config import ShapecalcError
+from ..model.suggest import not_one_of
 
 FILE = "serving.json"
 
@@ -26,5 +26,5 @@ def dataset(name: str) -> dict[str, Any]:
     t = table()
     key = name.strip().lower()
     if key not in t:
-        raise ShapecalcError("dataset", f"{name!r} is not one of {', '.join(t)}")
+        raise not_one_of("dataset", name, t)
     return t[key]

@@ -1,8 +1,9 @@
 """`serve --emit vllm|sglang|trtllm|dynamo`: the plan (as given, or as --find-gpus found it;
---find-rate finds a rate, which no engine takes: the deployment is the one given) as the launch
-command the engine takes. Every flag name is the engine's own, checked against its
-argument parser or its documentation at the commit named (tests/data/engine_flags.json holds the
-names, tests/test_serve_emit.py checks every emitted flag against them):
+--find-rate finds a rate, not a deployment: it is refused with --emit, as are --ep-mode and
+--redundant-experts, which no emitted flag sets) as the launch command the engine takes. Every
+flag name is the engine's own, checked against its argument parser or its documentation at the
+commit named (tests/data/engine_flags.json holds the names, tests/test_serve_emit.py checks
+every emitted flag against them):
 
 - vLLM, vllm/engine/arg_utils.py (EngineArgs.add_cli_args) at 99d7eb5d6a51:
   `--tensor-parallel-size`, `--pipeline-parallel-size`, `--data-parallel-size`,
@@ -44,6 +45,7 @@ import shlex
 from typing import Any
 
 from ..model.config import ShapecalcError
+from ..model.suggest import not_one_of
 
 ENGINES = ("vllm", "sglang", "trtllm", "dynamo")
 TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -62,7 +64,7 @@ def _cmd(head: list[str], args: list[tuple[str, Any]]) -> str:
 def _check(engine: str, dep: dict[str, Any]) -> tuple[int, int]:
     """(dp, ep): attention's data-parallel replicas and the expert-parallel size."""
     if engine not in ENGINES:
-        raise ShapecalcError("emit", f"{engine!r} is not one of {', '.join(ENGINES)}")
+        raise not_one_of("emit", engine, ENGINES)
     tp, ep = dep["tp"], dep["ep"]
     if ep > 1 and ep % tp:
         raise ShapecalcError("ep", f"--emit {engine}: ep={ep} is not a multiple of tp={tp} "

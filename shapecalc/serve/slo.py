@@ -31,6 +31,7 @@ from typing import Any
 
 from ..inputs.numbers import parse_number
 from ..model.config import ShapecalcError
+from ..model.suggest import did_you_mean
 from .decoders import Seq
 from .percentiles import PERCENTILES, itl_summary, summary
 from .scheduler import Replica
@@ -109,12 +110,17 @@ def _time(item: str, key: str, v: str) -> float:
         if v.endswith(unit):
             v, scale = v[: -len(unit)], k
             break
-    if scale is None:
+    try:  # the number first: `nan`, `1h` and `` are not times with a unit left out
+        x = parse_number(v, "slo")
+    except ShapecalcError:
+        raise ShapecalcError("slo", f"{item!r}: {v.strip()!r} is not a time: give a number "
+                             f"and a unit (s, ms or us), e.g. {key}=1s") from None
+    if scale is None and math.isfinite(x):
         raise ShapecalcError("slo", f"{item!r} has no unit: add s, ms or us (e.g. "
-                             f"{key}={v.strip() or '1'}ms or {key}={v.strip() or '1'}s)")
-    x = parse_number(v, "slo") * scale
+                             f"{key}={v.strip()}ms or {key}={v.strip()}s)")
+    x *= scale or 1.0
     if not (x > 0 and math.isfinite(x)):
-        raise ShapecalcError("slo", f"{item!r}: the time must be > 0")
+        raise ShapecalcError("slo", f"{item!r}: the time must be a finite number > 0")
     return x
 
 
@@ -158,7 +164,7 @@ def parse_slo(text: str | None) -> SLO:
         key = key.strip().lower()
         if not eq:
             raise ShapecalcError("slo", f"expected {FORM}, or a name ({', '.join(MLPERF)}), "
-                                 f"got {item!r}")
+                                 f"got {item!r}{did_you_mean(low, MLPERF)}")
         metric, q = _key(item, key)
         if (metric, q) in bounds:
             raise ShapecalcError("slo", f"{metric} at p{q:g} is given twice ({text!r}): give "

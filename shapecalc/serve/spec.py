@@ -35,6 +35,7 @@ from typing import Any
 
 from ..inputs.numbers import bounded, bounded_int, parse_number
 from ..model.config import ShapecalcError
+from ..model.suggest import not_one_of
 
 KINDS = ("draft", "eagle3", "mtp")
 MAX_K = 64  # drafts a step (vLLM's num_speculative_tokens; SGLang's speculative_num_steps)
@@ -141,7 +142,7 @@ def make_spec(kind: str | None, k: int | None, acceptance: str | None, seed: int
                              "(with --draft-preset or --draft-config), eagle3 (with "
                              "--draft-config) or mtp (the model's own MTP layers)")
     if kind not in KINDS:
-        raise ShapecalcError("draft", f"{kind!r} is not one of {', '.join(KINDS)}")
+        raise not_one_of("draft", kind, KINDS)
     if k is None:
         raise ShapecalcError("spec-k", "give the draft tokens a step (--spec-k K, ≥ 1)")
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:

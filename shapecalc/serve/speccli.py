@@ -22,7 +22,10 @@ def speculation(model: ModelConfig, wl: Workload, kind: str | None, preset: str 
                                      "and --spec-k too")
         return None
     if spec.kind == "draft":
-        if (preset is None) == (config is None):
+        if preset is not None and config is not None:
+            raise ShapecalcError("draft-config", "--draft draft reads one draft model: give "
+                                 "--draft-preset or --draft-config, not both")
+        if preset is None and config is None:
             raise ShapecalcError("draft-preset", "--draft draft needs one of --draft-preset or "
                                  "--draft-config")
         from ..inputs.model import load_model
@@ -33,7 +36,9 @@ def speculation(model: ModelConfig, wl: Workload, kind: str | None, preset: str 
             dm, _ = load_model(preset, toml, hf, None, presets_dir)
         except ShapecalcError as e:
             flag = "draft-preset" if preset is not None else "draft-config"
-            raise ShapecalcError(flag, e.reason) from None
+            # a field of the draft's own config (`wingspan: unknown field`) stays named
+            inner = "" if e.field in ("preset", "config", "hf-config") else f"{e.field}: "
+            raise ShapecalcError(flag, inner + e.reason) from None
         draft = model_draft(dm, model, "draft-preset" if preset is not None else "draft-config")
     elif spec.kind == "eagle3":
         if preset is not None:

@@ -109,13 +109,14 @@ def parse_lengths(text: str, field: str) -> Lengths:
             return Lengths("uniform", lo, hi, cap)
         if kind == "lognormal":
             mean, sigma = (parse_number(x, field) for x in parts)
-            if not (mean >= 1 and 0 <= sigma <= 4 and math.isfinite(mean)):
+            if not (1 <= mean <= INT_MAX and 0 <= sigma <= 4):  # a mean past 2⁶³ overflows exp
                 raise ValueError
             return Lengths("lognormal", mean, sigma, cap)
     except ValueError:
         pass
     raise ShapecalcError(field, f"expected N, uniform:LO,HI (1 ≤ LO ≤ HI) or lognormal:MEAN,SIGMA "
-                         f"(MEAN ≥ 1, 0 ≤ SIGMA ≤ 4), either with ,max=N (N ≥ 1), got {text!r}")
+                         f"(1 ≤ MEAN ≤ 2⁶³−1, 0 ≤ SIGMA ≤ 4), either with ,max=N (N ≥ 1), "
+                         f"got {text!r}")
 
 
 def parse_arrivals(text: str) -> float | None:

@@ -61,6 +61,9 @@ def load_records(path: Path) -> list[dict[str, Any]]:
     recs = data.get("records") if isinstance(data, dict) else None
     if not isinstance(recs, list) or not recs:
         raise ShapecalcError("file", f"{path}: expected {{\"records\": [...]}}")
+    from .train_records import check_records
+
+    check_records(recs)
     return recs
 
 
@@ -90,7 +93,16 @@ def _model(rec: dict[str, Any]) -> ModelConfig:
 
 def run_record(rec: dict[str, Any], fitted: dict[str, tuple[float, float]] | None = None,
                shape: dict[str, float] | None = None) -> dict[str, Any]:
-    """The record through `train --framework`: predicted figures and the verdict."""
+    """The record through `train --framework`: predicted figures and the verdict. A refusal
+    of what the record gives (`tp: does not divide H`, a model field) names the record."""
+    from .train_records import within
+
+    with within(rec):
+        return _run_record(rec, fitted, shape)
+
+
+def _run_record(rec: dict[str, Any], fitted: dict[str, tuple[float, float]] | None,
+                shape: dict[str, float] | None) -> dict[str, Any]:
     st = setup_of(rec)
     sc, lay = rec["shapecalc"], rec["layout"]
     gpu = load_gpu(rec.get("gpu_profile") or rec["gpu"], None, sc.get("set_gpu"))

@@ -96,7 +96,10 @@ def clock_factor(gpu: GPU, watts: float) -> float:
     if tdp is None:
         raise ShapecalcError("power-limit", f"{gpu.name} has no stated TDP to scale from "
                              f"(known: {', '.join(TDP_W)})")
-    return float(min(1.0, watts / tdp) ** (1 / 3))
+    if watts > tdp:  # a cap above the board power changes nothing: said, not clamped silently
+        raise ShapecalcError("power-limit", f"{watts:g} W is above {gpu.name}'s {tdp:g} W TDP; "
+                             f"a cap at or below it lowers the clock (leave it out for the TDP)")
+    return float((watts / tdp) ** (1 / 3))
 
 
 def run_perf(base: TrainPerf, gpu: GPU, framework: str, model: ModelConfig, wl: Workload,

@@ -42,6 +42,7 @@ from typing import Any
 from ..inputs.hardware import GPU
 from ..model.config import ShapecalcError
 from ..model.stage import Stage
+from ..model.suggest import not_one_of
 from .time import TrainPerf
 
 MODES = ("te-delayed", "te-current", "te-block", "mxfp8", "torchao-tensor", "torchao-row",
@@ -58,7 +59,7 @@ COPIES: dict[str, tuple[float, float, float]] = {
 
 def check_fp8(mode: str, gpu: GPU | None) -> None:
     if mode not in MODES:
-        raise ShapecalcError("fp8", f"unknown {mode!r}; known: {', '.join(MODES)}")
+        raise not_one_of("fp8", mode, MODES)
     if gpu is None:
         return
     if gpu.peak("fp8") is None:

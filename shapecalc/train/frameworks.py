@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.config import ShapecalcError
+from ..model.suggest import not_one_of
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def framework(name: str, *, zero: int, recompute: str, pp: int, fp8: str | None 
     """The framework, or exit 2 naming the flag a combination it cannot run."""
     fw = FRAMEWORKS.get(name)
     if fw is None:
-        raise ShapecalcError("framework", f"unknown {name!r}; known: {', '.join(NAMES)}")
+        raise not_one_of("framework", name, NAMES)
     if zero not in fw.zero:
         raise ShapecalcError("zero", f"{fw.name} runs --zero {' | '.join(map(str, fw.zero))}, "
                              f"not {zero}")

@@ -53,10 +53,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from ..inputs.numbers import each_once, parse_number
+from ..inputs.numbers import bounded, each_once, parse_number
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.parallel import stage_kind_counts
 from ..model.plan import layer_plan
+from ..model.record import INT_MAX
 from ..model.stage import ATTN_SCORE_ROLES, EXPERT_ROLES, Stage
 from .frameworks import Framework, describe
 from .memory import ZERO_SHARDED, Term, model_state
@@ -80,6 +81,14 @@ class FwTerms:
 
 
 TERM_NAMES = tuple(f.name for f in fields(FwTerms))
+# each term's kind and range: a switch is 0 or 1, a count (bytes, elements, blocks, layers) a
+# whole number (2.5 was truncated to 2), a fraction at most 1; 1e308 overflowed int()
+SWITCH, COUNT = (0, 1, True), (0, INT_MAX, True)
+TERM_RANGES: dict[str, tuple[float, float, bool]] = {
+    "allocator_reserve": (0.0, 1.0, False), "dropout": (0.0, 1.0, False),
+    "fused_ce": SWITCH, "recompute_layernorm": SWITCH, "recompute_moe_act": SWITCH,
+    "comm_buffer_bytes": COUNT, "sac_layer_every": COUNT, "prefetch_blocks": COUNT,
+    "reduce_bucket_size": COUNT, "max_live_parameters": COUNT, "prefetch_bucket_size": COUNT}
 
 
 def fw_terms(sets: list[str] | None) -> FwTerms:
@@ -93,8 +102,10 @@ def fw_terms(sets: list[str] | None) -> FwTerms:
             raise ShapecalcError("fw-term", f"expected NAME=VALUE with NAME one of "
                                  f"{', '.join(TERM_NAMES)}, got {item!r}")
         v = parse_number(text, f"fw-term.{key}")
-        if not (v == v and 0 <= v < float("inf")):
-            raise ShapecalcError(f"fw-term.{key}", f"must be a finite number ≥ 0, got {text}")
+        lo, hi, whole = TERM_RANGES[key]
+        if whole and v == v and abs(v) < float("inf") and v != int(v):
+            raise ShapecalcError(f"fw-term.{key}", f"must be a whole number, got {text}")
+        bounded(v, f"fw-term.{key}", lo, hi, "(0 off, 1 on)" if hi == 1 and whole else "")
         out = replace(out, **{key: v})
     return out
 
@@ -230,6 +241,9 @@ def framework_memory(fw: Framework, model: ModelConfig, wl: Workload, *, recompu
     if every and (fw.name != "torchtitan" or policy != "op"):
         raise ShapecalcError("fw-term.sac_layer_every", "is torchtitan's per-layer SAC: "
                              "--framework torchtitan --recompute selective")
+    if every > model.n_layers:  # no N-th block at all: the flag would do nothing
+        raise ShapecalcError("fw-term.sac_layer_every", f"must be at most the model's "
+                             f"{model.n_layers} layers, got {every:,}")
     for key in ("recompute_layernorm", "recompute_moe_act"):
         if getattr(terms, key) and fw.name != "megatron":
             raise ShapecalcError(f"fw-term.{key}", "is Megatron's --recompute-modules")
