@@ -60,6 +60,23 @@ def bounded_int(v: object, field: str, lo: int, hi: int, what: str = "", key: st
     return v
 
 
+def named_numbers(items: list[str] | tuple[str, ...] | None, field: str,
+                  names: tuple[str, ...]) -> list[tuple[str, float, str]]:
+    """Repeatable `NAME=VALUE` flags (--perf, --fw-term): (name, number, text) each, the name one
+    of `names`, each given once, the number through the bounded parser; the caller checks its
+    range."""
+    each_once(items, field)
+    out = []
+    for item in items or ():
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or key not in names:
+            raise ShapecalcError(field, f"expected NAME=VALUE with NAME one of {', '.join(names)}"
+                                 f", got {item!r}")
+        out.append((key, parse_number(text, f"{field}.{key}"), text))
+    return out
+
+
 def each_once(items: list[str] | tuple[str, ...] | None, field: str) -> None:
     """Repeatable `KEY=VALUE` flags (--set, --set-gpu, --perf): a key given twice is refused,
     not the first value silently dropped for the last."""

@@ -26,8 +26,7 @@ from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs.hardware import GPU, check_term
-from ..inputs.numbers import each_once, parse_number
-from ..model.config import ShapecalcError
+from ..inputs.numbers import named_numbers
 from .memory import step_bytes, step_flops
 from .perf_defaults import PARAMS
 from .topology import link_rates, topology
@@ -57,14 +56,8 @@ class PerfParams:
 NAMES = tuple(f.name for f in fields(PerfParams))
 def perf_overrides(sets: list[str] | None) -> tuple[str, ...]:
     """`NAME=VALUE` items, checked (a known name, a number in its range); kept as given."""
-    each_once(sets, "perf")
-    for item in sets or []:
-        key, sep, text = item.partition("=")
-        if not sep or key.strip() not in NAMES:
-            raise ShapecalcError("perf", f"expected NAME=VALUE with NAME one of {', '.join(NAMES)}"
-                                 f", got {item!r}")
-        value = parse_number(text, f"perf.{key.strip()}")
-        check_term(key.strip(), value)
+    for key, value, _ in named_numbers(sets, "perf", NAMES):
+        check_term(key, value)
     return tuple(sets or ())
 
 

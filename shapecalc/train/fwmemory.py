@@ -53,7 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from ..inputs.numbers import bounded, each_once, parse_number
+from ..inputs.numbers import bounded, named_numbers
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.parallel import stage_kind_counts
 from ..model.plan import layer_plan
@@ -94,14 +94,7 @@ TERM_RANGES: dict[str, tuple[float, float, bool]] = {
 def fw_terms(sets: list[str] | None) -> FwTerms:
     """`--fw-term NAME=VALUE` overrides, each through the one bounded parser."""
     out = FwTerms()
-    each_once(sets, "fw-term")
-    for item in sets or []:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or key not in TERM_NAMES:
-            raise ShapecalcError("fw-term", f"expected NAME=VALUE with NAME one of "
-                                 f"{', '.join(TERM_NAMES)}, got {item!r}")
-        v = parse_number(text, f"fw-term.{key}")
+    for key, v, text in named_numbers(sets, "fw-term", TERM_NAMES):
         lo, hi, whole = TERM_RANGES[key]
         if whole and v == v and abs(v) < float("inf") and v != int(v):
             raise ShapecalcError(f"fw-term.{key}", f"must be a whole number, got {text}")

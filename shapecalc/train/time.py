@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from ..inputs.hardware import GPU
-from ..inputs.numbers import each_once, parse_number
+from ..inputs.numbers import named_numbers
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.parallel import alltoall_bytes, stage_kind_counts
@@ -135,14 +135,8 @@ def perf_for(gpu: GPU, sets: list[str] | None = None) -> TrainPerf:
     if gpu.name in FITTED:
         g, a = FITTED[gpu.name]
         out = replace(out, gemm_efficiency=g, attention_efficiency=a)
-    each_once(sets, "perf")
-    for item in sets or []:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or key not in NAMES:
-            raise ShapecalcError("perf", f"expected NAME=VALUE with NAME one of {', '.join(NAMES)}"
-                                 f", got {item!r}")
-        out = replace(out, **{key: parse_number(text, f"perf.{key}")})
+    for key, v, _ in named_numbers(sets, "perf", NAMES):
+        out = replace(out, **{key: v})
     return out
 
 
