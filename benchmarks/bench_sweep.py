@@ -64,8 +64,9 @@ KEYS = ("flops", "weight_bytes", "kv_cache_bytes", "kv_cache_blocks", "allreduce
         "flops_per_rank", "boundary_bytes")
 TARGET_ROWS_S = 500_000
 GPU = "H100-SXM"
-# sha256 of that CSV (the --gpu grid) written by main at 77d5fcd, before the speed-up
-GPU_CSV_SHA256 = "58a8f762a6b32ab5e03cf2b31390f23ed2ab2660123d45d624b99e70b061a3f1"
+# sha256 of that CSV (the --gpu grid) written by main at e070197, before sweepfast's changes
+# (58a8f762… at 77d5fcd until 9bed317 priced each row's tp/pp across nodes by the topology)
+GPU_CSV_SHA256 = "9ebc4384b94afc1dc9cdc8ac73504cd4907cb3b3fc0d9eb0e9ab8c369b078f51"
 GPU_CSV_DATE = "2026-12-01"
 TARGET_MIB = 300
 
