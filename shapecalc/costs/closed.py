@@ -13,7 +13,7 @@ coefficients at the largest B and T of the grid), else with object arrays of Pyt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import (
@@ -41,11 +41,13 @@ from ..model.parallel import (
     stage_params,
 )
 from ..model.plan import Chunk, layer_plan
-from ..model.quant_tensors import WeightSums, stage_weight_bytes, weight_sums
 from ..model.quantization import DTYPE_FORMATS, Quantization
-from .poly import FIT_DTYPES, measure
+from .poly import FIT_DTYPES, attention_flops, measure
 from .regime import Regime
 from .scalar import SCALARS
+
+if TYPE_CHECKING:
+    from ..model.quant_tensors import WeightSums
 
 BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
@@ -198,8 +200,8 @@ class ClosedForm:
         polys["attn_causal"] = polys["attn"]
         if phase == "prefill" and self.attention_flops != "causal":
             causal = wl.model_copy(update={"attention_flops": "causal"})
-            polys["attn_causal"] = measure(symbolic_stages(self.model, causal, p, poly=True),
-                                           plan)[0]["attn"]
+            polys["attn_causal"] = attention_flops(symbolic_stages(self.model, causal, p,
+                                                                   poly=True))
         return Regime(lo, hi, polys, tags, phase == "decode")
 
     # -- per-model constants -------------------------------------------------------------------
@@ -237,6 +239,8 @@ class ClosedForm:
         """One rank's weight bytes under the format, tensor by tensor (quant.weight_sums)."""
         assert self.weights is not None
         if p not in self._sums:
+            from ..model.quant_tensors import weight_sums  # a weight format's tensors only
+
             self._regime_for("prefill", p, 1)  # the tp rules first
             st = symbolic_stages(self.model, self.workload(1, 1, "prefill", p), p)
             self._sums[p] = weight_sums(self.model, st, self.weights, p)
@@ -244,6 +248,8 @@ class ClosedForm:
 
     def stage_weight_bytes(self, p: int, s: int, ep: int = 1) -> list[int]:
         """One rank's weight bytes on each pipeline stage under the format."""
+        from ..model.quant_tensors import stage_weight_bytes
+
         return stage_weight_bytes(self.model, self.weight_sums(p), self.weight_sums(1), s, ep)
 
     # -- evaluation ----------------------------------------------------------------------------

@@ -137,6 +137,15 @@ def _elements(shape: list[int]) -> int:
     return n
 
 
+def attention_flops(st: list[Stage]) -> Poly:
+    """QKᵀ's and A·V's FLOPs of one poly-mode stage list (their repeats included)."""
+    out = ZERO
+    for s in st:
+        if s.role in ATTENTION_ROLES:
+            out = out + Poly.of(s.poly[0]) * s.repeat  # type: ignore[index]
+    return out
+
+
 def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str, Any]]:
     """The polynomials of one poly-mode stage list that the totals are made of, and their
     (constant) tags."""
@@ -156,7 +165,7 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     num["params"] = const(sum(s.params * s.repeat for s in st))
     num["expert_params"] = const(sum(s.params * s.repeat for s in st if s.role in EXPERT_ROLES))
     num["flops"] = total(flops)
-    num["attn"] = total(flops, lambda s: s.role in ATTENTION_ROLES)
+    num["attn"] = attention_flops(st)
     num["ew"] = total(ew)
     ids = next(i for i, s in enumerate(st) if s.role == "input.ids")
     num["tq"] = elems[ids].per_batch()  # ids are [B, Tq]
