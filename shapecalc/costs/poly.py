@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 from ..model.expr import Expr
@@ -58,10 +59,15 @@ class Poly:
         """Over arrays (or at one point, with xp = SCALARS): mono maps each non-constant
         monomial to its values (B, T, T², …)."""
         out = xp.full(n, self.num[0], dtype=dtype)
-        for c, m in zip(self.num[1:], MONOMIALS[1:], strict=True):
-            if c:
-                out += c * mono[m]
+        for c, m in self.terms:
+            out += c * mono[m]
         return out // self.den if self.den != 1 else out
+
+    @cached_property
+    def terms(self) -> tuple[tuple[int, tuple[int, int]], ...]:
+        """(coefficient, monomial) of the non-constant terms that are not zero (eval's, once:
+        fit evaluates the same few polynomials ~100 times)."""
+        return tuple((c, m) for c, m in zip(self.num[1:], MONOMIALS[1:], strict=True) if c)
 
     def __add__(self, other: Poly) -> Poly:
         den = math.lcm(self.den, other.den)
@@ -80,6 +86,12 @@ class Poly:
         """Divided by the integer k (exact where it is used)."""
         g = math.gcd(*self.num, self.den * k)
         return Poly(tuple(x // g for x in self.num), self.den * k // g)
+
+    def covers(self, other: Poly) -> bool:
+        """self ≥ other wherever B, T ≥ 1: coefficient by coefficient (every monomial is
+        positive there)."""
+        return all(a * other.den >= b * self.den for a, b in zip(self.num, other.num,
+                                                                 strict=True))
 
     @property
     def is_const(self) -> bool:

@@ -29,8 +29,9 @@ class Regime:
         return self.memo[prefix, None]
 
     def activations(self, skip: tuple[str, ...]) -> list[tuple[str, Any]]:
-        """(key, class) of the activations, those of a kind in `skip` left out, each distinct
-        (polynomial, class) once."""
+        """(key, class) of the activations that can be the largest, those of a kind in `skip`
+        left out: each distinct (polynomial, class) once, and none another of its class covers
+        (≥ at every B, T: bytes grow with elements), so compute's `largest` evaluates fewer."""
         if ("act", skip) not in self.memo:
             seen, out = set(), []
             for k, (cls, kind) in ((k, tg) for k, tg in self.tags.items() if k.startswith("act.")):
@@ -38,7 +39,12 @@ class Regime:
                 if kind not in skip and sig not in seen:
                     seen.add(sig)
                     out.append((k, cls))
-            self.memo["act", skip] = out
+            polys = [self.polys[k] for k, _ in out]
+            self.memo["act", skip] = [  # of two that cover each other, the first stays
+                (k, cls) for i, (k, cls) in enumerate(out)
+                if not any(j != i and c == cls and polys[j].covers(polys[i])
+                           and (j < i or not polys[i].covers(polys[j]))
+                           for j, (_, c) in enumerate(out))]
         return self.memo["act", skip]
 
     def majorant(self) -> Regime:

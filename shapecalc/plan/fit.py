@@ -8,7 +8,7 @@ and no NumPy to import on the planners' `fit --json` path.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..costs.closed import ClosedForm
@@ -117,7 +117,8 @@ def estimates(cf: ClosedForm, gpu: GPU, opts: PlanOptions, pp: PerfParams, wl: W
     return {"batch": B, "expected": exp, "lower_bound": bound}
 
 
-def _smallest(cands: list[int], ok: Callable[[int], bool]) -> int | None:
+def _smallest(cands: Iterable[int], ok: Callable[[int], bool]) -> int | None:
+    """The first candidate that is ok (candidates are made lazily: each costs a check)."""
     return next((c for c in cands if ok(c)), None)
 
 
@@ -150,13 +151,13 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
     weights = cf.at(1, 1, "prefill", 1, 1, wl.dtype)["weight_bytes"]  # scales included
     usable = gpu.memory_bytes - opts.reserve(gpu.memory_bytes)
     min_tp = _smallest(
-        [p for p in range(1, model.n_heads + 1)
-         if weights <= usable * max(p, wl.ep) * wl.pp and valid(model, wl, tp=p)],
+        (p for p in range(1, model.n_heads + 1)
+         if weights <= usable * max(p, wl.ep) * wl.pp and valid(model, wl, tp=p)),
         lambda p: fits(tp=p),
     )
     min_pp = _smallest(
-        [s for s in range(1, model.n_layers + 1)
-         if weights <= usable * max(wl.tp, wl.ep) * s and valid(model, wl, pp=s)],
+        (s for s in range(1, model.n_layers + 1)
+         if weights <= usable * max(wl.tp, wl.ep) * s and valid(model, wl, pp=s)),
         lambda s: fits(pp=s),
     )
     times = {
