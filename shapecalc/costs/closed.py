@@ -197,11 +197,11 @@ class ClosedForm:
         polys, tags = measure(symbolic_stages(self.model, wl, p, poly=True), plan)
         # the QKᵀ and A·V FLOPs a causal kernel does (the lower triangle), whatever the
         # counting convention: times are planned on them (plan/memory.py, plan/perf.py)
-        polys["attn_causal"] = polys["attn"]
-        if phase == "prefill" and self.attention_flops != "causal":
+        if phase == "prefill" and self.attention_flops != "causal":  # a pass of its own
             causal = wl.model_copy(update={"attention_flops": "causal"})
-            polys["attn_causal"] = attention_flops(symbolic_stages(self.model, causal, p,
-                                                                   poly=True))
+            return Regime(lo, hi, polys, tags, False, lambda: attention_flops(
+                symbolic_stages(self.model, causal, p, poly=True)))
+        polys["attn_causal"] = polys["attn"]
         return Regime(lo, hi, polys, tags, phase == "decode")
 
     # -- per-model constants -------------------------------------------------------------------
@@ -254,8 +254,10 @@ class ClosedForm:
 
     # -- evaluation ----------------------------------------------------------------------------
     def at(self, batch: int, seq: int, phase: str, tp: int, pp: int = 1, dtype: str = "bf16",
-           kv_dtype: str | None = None, act_dtype: str | None = None) -> dict[str, int]:
-        """Totals at one point, in Python ints (exact at any size; no NumPy)."""
+           kv_dtype: str | None = None, act_dtype: str | None = None, causal: bool = True
+           ) -> dict[str, int]:
+        """Totals at one point, in Python ints (exact at any size; no NumPy); `causal=False`
+        leaves out the causal kernel's FLOPs (memory alone: they may take a symbolic pass)."""
         if min(batch, seq, tp, pp) < 1:
             raise ShapecalcError("grid", "batch, seq, tp and pp must be ≥ 1")
         for d in (dtype, kv_dtype, act_dtype):
@@ -268,7 +270,7 @@ class ClosedForm:
                 "act": DTYPE_BITS[act]}
         rank = self._regime_for(phase, tp, seq)  # tp rules first
         full = self._regime_for(phase, 1, seq)
-        return self.compute(full, rank, tp, batch, seq, pp, bits, None, SCALARS)
+        return self.compute(full, rank, tp, batch, seq, pp, bits, None, SCALARS, causal)
 
     def _regime_for(self, phase: str, p: int, t: int) -> Regime:
         """The regime holding T = t, fitted once (the tp rules checked first)."""
@@ -286,7 +288,8 @@ class ClosedForm:
         return self._fits[key]
 
     def compute(self, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
-                bits: dict[str, Any], dtype: Any, xp: Any) -> dict[str, Any]:
+                bits: dict[str, Any], dtype: Any, xp: Any, causal: bool = True
+                ) -> dict[str, Any]:
         """Every total of the points of one regime (full: p = 1; rank: one of p ranks), over
         arrays (xp = grid.ARRAYS) or at one point (xp = SCALARS)."""
         m = self.model
@@ -398,7 +401,9 @@ class ClosedForm:
         out["flops_per_rank"] = ev(rank, "flops")
         # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
         for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):
-            out[key] = ev(r, "flops") - ev(r, "attn") + ev(r, "attn_causal")
+            if causal:
+                out[key] = (ev(r, "flops") - ev(r, "attn")
+                            + r.attn_causal().eval(mono, n, dtype, xp))
         # the largest tensor a rank's step writes besides the KV cache itself, as traced (eager
         # attention) and as FlashAttention runs it (no scores, no repeated K/V)
         out["largest_activation_bytes_per_rank"] = largest(rank, ("cache",))
