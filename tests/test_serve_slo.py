@@ -205,6 +205,16 @@ def test_unweighted_percentiles_are_the_weighted_rule():
                                                   "max": 3.0}
 
 
+def test_weighted_nearest_rank_by_hand():
+    from shapecalc.serve.percentiles import percentile
+
+    # weights 1, 3, 0, 1: running 1, 4, 4, 5 of 5; p50 → 2.5 → the 2nd value; p80 → 4.0 → the
+    # 2nd (its running weight reaches 4 first); p81 → 4.05 → the 4th; p10 → 0.5 → the 1st
+    pairs = [(1.0, 1), (2.0, 3), (2.5, 0), (3.0, 1)]
+    assert [percentile(pairs, q) for q in (10, 50, 80, 81, 100)] == [1.0, 2.0, 2.0, 3.0, 3.0]
+    assert percentile([], 50) is None and percentile([(1.0, 0)], 50) is None
+
+
 def test_find_rate_holds_the_definition_asked_for():
     from shapecalc.serve import search
     from shapecalc.serve import workload as W

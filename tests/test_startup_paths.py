@@ -43,6 +43,14 @@ def test_train_loads_no_closed_form():
                    ("shapecalc.plan.fit", "shapecalc.costs.closed", "shapecalc.plan.options")) == []
 
 
+def test_serve_without_speculation_loads_no_draft_nor_numpy():
+    """A plain serve run imports neither speculation's scheduler and draft nor NumPy (they
+    cost it more than the floor's imports: bench_startup.py)."""
+    assert _loaded(["serve", "--preset", "seed-tiny", "--gpu", "h100-sxm", "--requests", "2",
+                    "--json"],
+                   ("numpy", "shapecalc.serve.specsched", "shapecalc.serve.draft")) == []
+
+
 def test_each_variant_operation_is_its_module_function():
     """Every lazy method of SymbolicOps resolves to sym_<name> of symbolic_<module>.py."""
     import importlib

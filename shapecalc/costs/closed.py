@@ -13,7 +13,7 @@ coefficients at the largest B and T of the grid), else with object arrays of Pyt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import (
@@ -41,11 +41,13 @@ from ..model.parallel import (
     stage_params,
 )
 from ..model.plan import Chunk, layer_plan
-from ..model.quant_tensors import WeightSums, stage_weight_bytes, weight_sums
 from ..model.quantization import DTYPE_FORMATS, Quantization
-from .poly import FIT_DTYPES, measure
+from .poly import FIT_DTYPES, attention_flops, measure
 from .regime import Regime
 from .scalar import SCALARS
+
+if TYPE_CHECKING:
+    from ..model.quant_tensors import WeightSums
 
 BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
@@ -195,11 +197,11 @@ class ClosedForm:
         polys, tags = measure(symbolic_stages(self.model, wl, p, poly=True), plan)
         # the QKᵀ and A·V FLOPs a causal kernel does (the lower triangle), whatever the
         # counting convention: times are planned on them (plan/memory.py, plan/perf.py)
-        polys["attn_causal"] = polys["attn"]
-        if phase == "prefill" and self.attention_flops != "causal":
+        if phase == "prefill" and self.attention_flops != "causal":  # a pass of its own
             causal = wl.model_copy(update={"attention_flops": "causal"})
-            polys["attn_causal"] = measure(symbolic_stages(self.model, causal, p, poly=True),
-                                           plan)[0]["attn"]
+            return Regime(lo, hi, polys, tags, False, lambda: attention_flops(
+                symbolic_stages(self.model, causal, p, poly=True)))
+        polys["attn_causal"] = polys["attn"]
         return Regime(lo, hi, polys, tags, phase == "decode")
 
     # -- per-model constants -------------------------------------------------------------------
@@ -237,6 +239,8 @@ class ClosedForm:
         """One rank's weight bytes under the format, tensor by tensor (quant.weight_sums)."""
         assert self.weights is not None
         if p not in self._sums:
+            from ..model.quant_tensors import weight_sums  # a weight format's tensors only
+
             self._regime_for("prefill", p, 1)  # the tp rules first
             st = symbolic_stages(self.model, self.workload(1, 1, "prefill", p), p)
             self._sums[p] = weight_sums(self.model, st, self.weights, p)
@@ -244,12 +248,16 @@ class ClosedForm:
 
     def stage_weight_bytes(self, p: int, s: int, ep: int = 1) -> list[int]:
         """One rank's weight bytes on each pipeline stage under the format."""
+        from ..model.quant_tensors import stage_weight_bytes
+
         return stage_weight_bytes(self.model, self.weight_sums(p), self.weight_sums(1), s, ep)
 
     # -- evaluation ----------------------------------------------------------------------------
     def at(self, batch: int, seq: int, phase: str, tp: int, pp: int = 1, dtype: str = "bf16",
-           kv_dtype: str | None = None, act_dtype: str | None = None) -> dict[str, int]:
-        """Totals at one point, in Python ints (exact at any size; no NumPy)."""
+           kv_dtype: str | None = None, act_dtype: str | None = None, causal: bool = True
+           ) -> dict[str, int]:
+        """Totals at one point, in Python ints (exact at any size; no NumPy); `causal=False`
+        leaves out the causal kernel's FLOPs (memory alone: they may take a symbolic pass)."""
         if min(batch, seq, tp, pp) < 1:
             raise ShapecalcError("grid", "batch, seq, tp and pp must be ≥ 1")
         for d in (dtype, kv_dtype, act_dtype):
@@ -262,7 +270,7 @@ class ClosedForm:
                 "act": DTYPE_BITS[act]}
         rank = self._regime_for(phase, tp, seq)  # tp rules first
         full = self._regime_for(phase, 1, seq)
-        return self.compute(full, rank, tp, batch, seq, pp, bits, None, SCALARS)
+        return self.compute(full, rank, tp, batch, seq, pp, bits, None, SCALARS, causal)
 
     def _regime_for(self, phase: str, p: int, t: int) -> Regime:
         """The regime holding T = t, fitted once (the tp rules checked first)."""
@@ -280,7 +288,8 @@ class ClosedForm:
         return self._fits[key]
 
     def compute(self, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
-                bits: dict[str, Any], dtype: Any, xp: Any) -> dict[str, Any]:
+                bits: dict[str, Any], dtype: Any, xp: Any, causal: bool = True
+                ) -> dict[str, Any]:
         """Every total of the points of one regime (full: p = 1; rank: one of p ranks), over
         arrays (xp = grid.ARRAYS) or at one point (xp = SCALARS)."""
         m = self.model
@@ -392,7 +401,9 @@ class ClosedForm:
         out["flops_per_rank"] = ev(rank, "flops")
         # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
         for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):
-            out[key] = ev(r, "flops") - ev(r, "attn") + ev(r, "attn_causal")
+            if causal:
+                out[key] = (ev(r, "flops") - ev(r, "attn")
+                            + r.attn_causal().eval(mono, n, dtype, xp))
         # the largest tensor a rank's step writes besides the KV cache itself, as traced (eager
         # attention) and as FlashAttention runs it (no scores, no repeated K/V)
         out["largest_activation_bytes_per_rank"] = largest(rank, ("cache",))

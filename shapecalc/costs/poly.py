@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 from ..model.expr import Expr
@@ -58,10 +59,15 @@ class Poly:
         """Over arrays (or at one point, with xp = SCALARS): mono maps each non-constant
         monomial to its values (B, T, T², …)."""
         out = xp.full(n, self.num[0], dtype=dtype)
-        for c, m in zip(self.num[1:], MONOMIALS[1:], strict=True):
-            if c:
-                out += c * mono[m]
+        for c, m in self.terms:
+            out += c * mono[m]
         return out // self.den if self.den != 1 else out
+
+    @cached_property
+    def terms(self) -> tuple[tuple[int, tuple[int, int]], ...]:
+        """(coefficient, monomial) of the non-constant terms that are not zero (eval's, once:
+        fit evaluates the same few polynomials ~100 times)."""
+        return tuple((c, m) for c, m in zip(self.num[1:], MONOMIALS[1:], strict=True) if c)
 
     def __add__(self, other: Poly) -> Poly:
         den = math.lcm(self.den, other.den)
@@ -80,6 +86,12 @@ class Poly:
         """Divided by the integer k (exact where it is used)."""
         g = math.gcd(*self.num, self.den * k)
         return Poly(tuple(x // g for x in self.num), self.den * k // g)
+
+    def covers(self, other: Poly) -> bool:
+        """self ≥ other wherever B, T ≥ 1: coefficient by coefficient (every monomial is
+        positive there)."""
+        return all(a * other.den >= b * self.den for a, b in zip(self.num, other.num,
+                                                                 strict=True))
 
     @property
     def is_const(self) -> bool:
@@ -137,6 +149,15 @@ def _elements(shape: list[int]) -> int:
     return n
 
 
+def attention_flops(st: list[Stage]) -> Poly:
+    """QKᵀ's and A·V's FLOPs of one poly-mode stage list (their repeats included)."""
+    out = ZERO
+    for s in st:
+        if s.role in ATTENTION_ROLES:
+            out = out + Poly.of(s.poly[0]) * s.repeat  # type: ignore[index]
+    return out
+
+
 def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str, Any]]:
     """The polynomials of one poly-mode stage list that the totals are made of, and their
     (constant) tags."""
@@ -156,7 +177,7 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     num["params"] = const(sum(s.params * s.repeat for s in st))
     num["expert_params"] = const(sum(s.params * s.repeat for s in st if s.role in EXPERT_ROLES))
     num["flops"] = total(flops)
-    num["attn"] = total(flops, lambda s: s.role in ATTENTION_ROLES)
+    num["attn"] = attention_flops(st)
     num["ew"] = total(ew)
     ids = next(i for i, s in enumerate(st) if s.role == "input.ids")
     num["tq"] = elems[ids].per_batch()  # ids are [B, Tq]

@@ -3,6 +3,7 @@ and every number of it a polynomial in B and T (closed.py fits them)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +19,19 @@ class Regime:
     polys: dict[str, Poly]
     tags: dict[str, Any]
     decode: bool = False
+    # QKᵀ's and A·V's FLOPs as a causal kernel does them, where they take a second symbolic
+    # pass (closed._fit): run when first asked (memory alone never asks)
+    causal: Callable[[], Poly] | None = field(default=None, compare=False, repr=False)
     # the tag scans compute makes at every point, done once a regime (byte_sum, largest)
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def attn_causal(self) -> Poly:
+        """The attention FLOPs a causal kernel does (the lower triangle)."""
+        if self.causal is None:
+            return self.polys["attn_causal"]
+        if "attn_causal" not in self.memo:
+            self.memo["attn_causal"] = self.causal()
+        return self.memo["attn_causal"]  # type: ignore[no-any-return]
 
     def tagged(self, prefix: str) -> list[tuple[str, Any, Any]]:
         """(key, class, repeat) of the tags under `prefix.`, in order."""
@@ -29,8 +41,9 @@ class Regime:
         return self.memo[prefix, None]
 
     def activations(self, skip: tuple[str, ...]) -> list[tuple[str, Any]]:
-        """(key, class) of the activations, those of a kind in `skip` left out, each distinct
-        (polynomial, class) once."""
+        """(key, class) of the activations that can be the largest, those of a kind in `skip`
+        left out: each distinct (polynomial, class) once, and none another of its class covers
+        (≥ at every B, T: bytes grow with elements), so compute's `largest` evaluates fewer."""
         if ("act", skip) not in self.memo:
             seen, out = set(), []
             for k, (cls, kind) in ((k, tg) for k, tg in self.tags.items() if k.startswith("act.")):
@@ -38,9 +51,15 @@ class Regime:
                 if kind not in skip and sig not in seen:
                     seen.add(sig)
                     out.append((k, cls))
-            self.memo["act", skip] = out
+            polys = [self.polys[k] for k, _ in out]
+            self.memo["act", skip] = [  # of two that cover each other, the first stays
+                (k, cls) for i, (k, cls) in enumerate(out)
+                if not any(j != i and c == cls and polys[j].covers(polys[i])
+                           and (j < i or not polys[i].covers(polys[j]))
+                           for j, (_, c) in enumerate(out))]
         return self.memo["act", skip]
 
     def majorant(self) -> Regime:
         return Regime(self.lo, self.hi, {k: v.majorant() for k, v in self.polys.items()},
-                      self.tags, self.decode)
+                      self.tags, self.decode,
+                      None if self.causal is None else lambda: self.attn_causal().majorant())

@@ -8,7 +8,7 @@ and no NumPy to import on the planners' `fit --json` path.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..costs.closed import ClosedForm
@@ -50,11 +50,11 @@ def point(cf: ClosedForm, gpu: GPU, opts: PlanOptions, wl: Workload, peak: float
     B, T = at.get("batch", wl.batch), at.get("seq", wl.seq)
     p, s = at.get("tp", wl.tp), at.get("pp", wl.pp)
     dts = (wl.dtype, wl.kv, wl.act)
-    pre = cf.at(B, T, "prefill", p, s, *dts)
+    pre = cf.at(B, T, "prefill", p, s, *dts, causal=with_times)  # memory alone: no FLOPs
     # EP with data-parallel attention (plan/ep.py): each of the dp = ep/tp attention ranks
     # holds its own ⌈B/dp⌉ sequences' cache and workspace
     Bm = -(-B // attention_ranks(wl, p))
-    mem = pre if Bm == B else cf.at(Bm, T, "prefill", p, s, *dts)
+    mem = pre if Bm == B else cf.at(Bm, T, "prefill", p, s, *dts, causal=False)
     key = f"workspace_{opts.attention}_bytes_per_rank"
     if opts.max_batched_tokens is None:
         ws = mem[key]
@@ -64,7 +64,7 @@ def point(cf: ClosedForm, gpu: GPU, opts: PlanOptions, wl: Workload, peak: float
         memo = cf.__dict__.setdefault("_workspace_memo", {})
         probe = (workspace_tokens(cf, opts, Bm, T, SCALARS), p, s, dts, key)
         if probe not in memo:
-            memo[probe] = cf.at(1, probe[0], "prefill", p, s, *dts)[key]
+            memo[probe] = cf.at(1, probe[0], "prefill", p, s, *dts, causal=False)[key]
         ws = memo[probe]
     wbits = DTYPE_BITS[wl.dtype]
     out = memory(cf, gpu, opts, p, s, mem, 2 * ws, wbits, DTYPE_BITS[wl.kv], 1, None, SCALARS,
@@ -117,7 +117,8 @@ def estimates(cf: ClosedForm, gpu: GPU, opts: PlanOptions, pp: PerfParams, wl: W
     return {"batch": B, "expected": exp, "lower_bound": bound}
 
 
-def _smallest(cands: list[int], ok: Callable[[int], bool]) -> int | None:
+def _smallest(cands: Iterable[int], ok: Callable[[int], bool]) -> int | None:
+    """The first candidate that is ok (candidates are made lazily: each costs a check)."""
     return next((c for c in cands if ok(c)), None)
 
 
@@ -145,18 +146,18 @@ def fit(model: ModelConfig, wl: Workload, gpu: GPU, opts: PlanOptions) -> dict[s
     max_seq_memory = max_seq
     if cap_pos is not None and max_seq == hi and limit is None:
         max_seq_memory = largest_ok(lambda t: fits(seq=t), hi, SEARCH_MAX)
-    # the weights alone bound the degrees from below: a stage of one GPU holds at least
-    # 1/(max(p, ep)·s) of them (ep is a multiple of p)
-    weights = cf.at(1, 1, "prefill", 1, 1, wl.dtype)["weight_bytes"]  # scales included
+    # the weights alone (scales included) bound the degrees from below: a stage of one GPU
+    # holds at least 1/(max(p, ep)·s) of them (ep is a multiple of p)
+    weights = cf.at(1, 1, "prefill", 1, 1, wl.dtype, causal=False)["weight_bytes"]
     usable = gpu.memory_bytes - opts.reserve(gpu.memory_bytes)
     min_tp = _smallest(
-        [p for p in range(1, model.n_heads + 1)
-         if weights <= usable * max(p, wl.ep) * wl.pp and valid(model, wl, tp=p)],
+        (p for p in range(1, model.n_heads + 1)
+         if weights <= usable * max(p, wl.ep) * wl.pp and valid(model, wl, tp=p)),
         lambda p: fits(tp=p),
     )
     min_pp = _smallest(
-        [s for s in range(1, model.n_layers + 1)
-         if weights <= usable * max(wl.tp, wl.ep) * s and valid(model, wl, pp=s)],
+        (s for s in range(1, model.n_layers + 1)
+         if weights <= usable * max(wl.tp, wl.ep) * s and valid(model, wl, pp=s)),
         lambda s: fits(pp=s),
     )
     times = {

@@ -4,6 +4,8 @@ inter-token gaps of every iteration (weighted by the tokens it emitted)."""
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from itertools import accumulate
 from typing import Any
 
 from .scheduler import Replica
@@ -11,19 +13,22 @@ from .scheduler import Replica
 PERCENTILES = (50, 90, 99)
 
 
-def percentile(pairs: list[tuple[float, int]], q: float) -> float | None:
+def percentile(pairs: list[tuple[float, int]], q: float, cum: list[int] | None = None
+               ) -> float | None:
     """Nearest rank over (value, weight) pairs sorted by value: the smallest value whose
-    cumulative weight reaches q% of the total."""
-    total = sum(w for _, w in pairs)
+    cumulative weight reaches q% of the total (`cum`: the pairs' running weights, made once
+    where several qs are asked of the same pairs)."""
+    if cum is None:
+        cum = running(pairs)
+    total = cum[-1] if cum else 0
     if total == 0:
         return None
-    goal = q / 100.0 * total
-    acc = 0
-    for v, w in pairs:
-        acc += w
-        if acc >= goal:
-            return v
-    return pairs[-1][0]
+    return pairs[min(bisect_left(cum, q / 100.0 * total), len(pairs) - 1)][0]
+
+
+def running(pairs: list[tuple[float, int]]) -> list[int]:
+    """The running sums of the pairs' weights."""
+    return list(accumulate(w for _, w in pairs))
 
 
 def summary(values: list[float] | list[tuple[float, int]],
@@ -38,7 +43,8 @@ def summary(values: list[float] | list[tuple[float, int]],
         return out1
     pairs = sorted(v if isinstance(v, tuple) else (v, 1) for v in values)
     total = sum(w for _, w in pairs)
-    out: dict[str, float | None] = {f"p{q:g}": percentile(pairs, q) for q in qs}
+    cum = running(pairs)
+    out: dict[str, float | None] = {f"p{q:g}": percentile(pairs, q, cum) for q in qs}
     out["mean"] = sum(v * w for v, w in pairs) / total if total else None
     out["max"] = pairs[-1][0] if pairs else None
     return out
@@ -62,7 +68,8 @@ def itl_summary(reps: list[Replica], qs: tuple[float, ...] = PERCENTILES
         if not pairs:
             return {**{f"p{q:g}": None for q in qs}, "mean": None, "max": None}
         total = sum(w for _, w in pairs)
-        return {**{f"p{q:g}": percentile(pairs, q) for q in qs},
+        acc = running(pairs)
+        return {**{f"p{q:g}": percentile(pairs, q, acc) for q in qs},
                 "mean": math.fsum(d * w for d, w in pairs) / total, "max": pairs[-1][0]}
     import numpy as np
 

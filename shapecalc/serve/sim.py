@@ -37,8 +37,6 @@ from .percentiles import PERCENTILES
 from .scheduler import Replica, SchedulerConfig
 from .slo import SLO, distributions, evaluate, good, latency_doc, percentiles_for
 from .slo import parse_slo as parse_slo  # its home moved to slo.py; sim.parse_slo stays
-from .specsched import attach, replicas
-from .specsched import doc as spec_doc
 from .workload import Request
 
 ROUTERS = ("round-robin", "least-loaded")
@@ -153,6 +151,8 @@ def engine(dep: Deployment) -> Engine:
     cost = IterationCost(cf, dep.gpu, pp, dep.wl, peak, dep.ep_settings, load)
     spec = None
     if dep.spec is not None:  # the draft's weights and KV share the memory (specsched.py)
+        from .specsched import attach  # speculation only: it loads the draft and NumPy
+
         spec, blocks = attach(dep.spec, dep.wl, cost, blocks, pool(dep, blocks).simple
                               and not cost.windowed, dep.kv_blocks is not None)
         if blocks < 1:
@@ -255,6 +255,8 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
             nxt += 1
 
     ranks = dep.replicas * dep.attention_ranks  # each attention rank its own scheduler
+    if eng.spec is not None:
+        from .specsched import replicas
     reps = [Replica(eng.cost, eng.cfg, on_finish, trace) for _ in range(ranks)] \
         if eng.spec is None else replicas(eng.spec, eng.cost, eng.cfg, ranks, on_finish, trace,
                                           reqs)
@@ -368,6 +370,8 @@ def metrics(dep: Deployment, eng: Engine, reps: list[Replica], seqs: list[Seq], 
     good_n = sum(1 for s in seqs if good(slo, s)) if slo.bounds else len(seqs)
     bounds = evaluate(slo, dists)
     met = all(b["met"] for b in bounds)
+    if eng.spec is not None:
+        from .specsched import doc as spec_doc
     old = (*(f"p{q}" for q in PERCENTILES), "mean", "max")
     ttft_sum, itl_sum = ({k: dists[m][k] for k in old} for m in ("ttft", "itl"))
     busy = sum(d * (w + r) for rep in reps for _, d, _, w, r in rep.log)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model.config import ModelConfig, ShapecalcError, Workload
-from .draft import eagle3_draft, model_draft, mtp_draft
 from .spec import make_spec
-from .specsched import Speculation
+
+if TYPE_CHECKING:
+    from .specsched import Speculation
 
 
 def speculation(model: ModelConfig, wl: Workload, kind: str | None, preset: str | None,
@@ -21,6 +22,10 @@ def speculation(model: ModelConfig, wl: Workload, kind: str | None, preset: str 
                 raise ShapecalcError(flag, "names speculative decoding's draft: give --draft "
                                      "and --spec-k too")
         return None
+    # a speculative run only: the draft's and the scheduler's modules (and NumPy) load here
+    from .draft import eagle3_draft, model_draft, mtp_draft
+    from .specsched import Speculation
+
     if spec.kind == "draft":
         if preset is not None and config is not None:
             raise ShapecalcError("draft-config", "--draft draft reads one draft model: give "
