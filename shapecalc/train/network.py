@@ -36,8 +36,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from ..inputs.hardware import GPU
 from ..inputs.numbers import parse_number
 from ..model.config import ShapecalcError
@@ -172,6 +170,8 @@ def dp_s(topo: Topology, dense: int, experts: int, per: dict[str, int], zero: in
 
 def dp_exposed(dp_time: float, window: float, last_bucket: float, overlap: float) -> float:
     """The DP time not hidden under the compute window (module doc); numbers or numpy arrays."""
+    import numpy as np  # the search's grids; a plain train run keeps NumPy off its start-up
+
     return dp_time - overlap * np.maximum(0.0, np.minimum(window, dp_time) - last_bucket)
 
 

@@ -47,8 +47,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import numpy as np
-
 from ..inputs.hardware import GPU
 from ..inputs.numbers import named_numbers
 from ..interpret.symbolic import stages as symbolic_stages
@@ -300,6 +298,7 @@ def pace(micro: Any, window: Any, dp_time: Any, params: Any, accum: Any, p: int,
     arrays over a grid before it (train/search.py). Slots: 1F1B's m + (p−1)/v; the step: slots ×
     the slowest stage's micro-batch + the worst stage's exposed DP time (network.py's overlap;
     the last bucket is BUCKET_PARAMS of the stage's parameters)."""
+    import numpy as np  # here, not at import: `train` without --gpu never steps
     slots = accum + (p - 1) / virtual
     last_bucket = dp_time * np.minimum(1.0, BUCKET_PARAMS / np.maximum(params, 1))
     exposed = dp_exposed(dp_time, window, last_bucket, overlap)
@@ -312,6 +311,7 @@ def step_time(model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp
               layout: Layout | None = None, extra_gemm: dict[Any, int] | None = None,
               peak_dtype: str | None = None, fused: tuple[str, ...] = ()) -> dict[str, Any]:
     """The expected seconds of one step and its terms (see the module's doc and Layout's)."""
+    import numpy as np
     lay = layout or Layout(model, wl, gpu, perf, cp=cp, dp=dp, recompute=recompute,
                            attention=attention, act_width=act_width, extra_gemm=extra_gemm,
                            peak_dtype=peak_dtype, fused=fused)
