@@ -36,6 +36,24 @@ def test_work_split_by_hand_tiny_llama():
     assert w[0].attn_bwd == 2 * w[0].attn_fwd  # both operands of QKᵀ and A·V take gradients
 
 
+def test_checkpointed_work_by_hand_tiny_llama():
+    """--recompute torch (every layer takes gradients): the backward adds each layer's forward
+    up to its last saved tensor. Every projection targeted: down's lora_B saves last, so every
+    base linear re-runs (1,290,240 + 1,290,240 dX = 2,580,480) and every adapter but down's
+    lora_B (down's A·x 2·14·176·4 = 19,712 re-runs, its B·(A·x) 2·14·4·64 = 7,168 does not):
+    261,632 + 130,816 − 7,168 = 385,280. q, v only: the base's
+    down (315,392) is the last saver and is not re-run: 1,290,240 + 974,848 = 2,265,088; the
+    adapters 2 × (2·14·4·(128 + 96)) = 50,176 + their re-run 25,088 = 75,264. The first layer
+    then takes every gradient: nothing is taken off."""
+    wl = Workload(batch=2, seq=7, dtype="bf16", phase="prefill", logits="all")
+    every = lora_work(LLAMA, wl, LoraSpec(4, parse_targets("q,k,v,o,gate,up,down"), 8),
+                      "flash", "torch")
+    assert (every[0].gemm_bwd, every[0].ad_bwd, every["embedding"].gemm_bwd) == (
+        2_580_480, 385_280, 0)
+    qv = lora_work(LLAMA, wl, LoraSpec(4, ("q", "v"), 8), "flash", "torch")
+    assert (qv[0].gemm_bwd, qv[0].ad_bwd, qv["embedding"].gemm_bwd) == (2_265_088, 75_264, 0)
+
+
 def test_qlora_dequant_bytes_by_hand_tiny_llama():
     """A layer's linears hold 64·64·2 + 64·32·2 + 64·176·3 = 46,080 weights: the bf16 copy
     bitsandbytes writes is 2 × 46,080 = 92,160 B beside the NF4 bytes it reads (the layer's
@@ -94,7 +112,7 @@ def test_train_tokens_price_the_run(cli, tmp_path):
 
 
 @pytest.mark.parametrize("args,flag", [
-    (["--recompute", "torch", "--price", "2"], "recompute"),
+    (["--recompute", "full", "--price", "2"], "recompute"),
     (["--zero", "3", "--dp", "2", "--train-tokens", "1e9"], "zero"),
     (["--tp", "2"], "tp"),
     (["--pp", "2"], "pp"),

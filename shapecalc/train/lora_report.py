@@ -122,7 +122,7 @@ def apply_lora(doc: dict[str, Any], model: ModelConfig, wl: Workload, spec: Lora
         "dequant_bytes": frozen[2], "paged_optimizer": spec.paged,
         "paged_bytes": state["paged_bytes"],
         "model_state_with_paged_bytes": state["bytes_with_paged"],
-        "not_counted": "the step time under --recompute torch or ZeRO-3 (train/lora_time.py); "
+        "not_counted": "the step time under ZeRO-3 (train/lora_time.py); "
         "adapters on routed experts (fused tensors peft's target_modules does not reach); "
         "QLoRA's dequantisation as FLOPs (elementwise: timed as memory-bound bytes); "
         "bitsandbytes' paging traffic",

@@ -53,4 +53,4 @@ LoraTime = described(
     ("optimizer_s", float, "AdamW over the adapters (their ZeRO shard), memory-bound, in step_s"),
     ("optimizer_bytes", I, "its bytes: 28 a parameter (8-bit states: 16)"),
     ("dequant_bytes_per_micro_batch", I, "QLoRA: NF4 read + bf16 written, each base linear, "
-     "forward and dX (in memory_bound_s; 0 for bf16)"))
+     "forward, dX and the recompute's re-run (in memory_bound_s; 0 for bf16)"))

@@ -33,7 +33,7 @@ MFU counts the model FLOPs the doc's `flops` counts: the base's forward and inpu
 and the adapters' forward and backward (the work a LoRA step does; no dW of the base, which is
 not done), without recompute; HFU adds the recompute. A full fine-tune's MFU (6·N·T-like)
 is not comparable: a LoRA step does about 2/3 of its FLOPs.
-Not built: --recompute torch, ZeRO-3 (the frozen base's all-gathers), tp, pp, cp, ep (refused).
+Not built: ZeRO-3 (the frozen base's all-gathers), tp, pp, cp, ep (refused).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from ..inputs.hardware import GPU
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.plan import layer_plan
-from ..model.stage import EXPERT_ROLES
+from ..model.stage import ATTN_SCORE_ROLES, EXPERT_ROLES
 from ..plan.perf_defaults import PARAMS
 from .lora import LoraSpec, lora_flops, targeted
 from .time import Layout, TrainPerf, Work, layer_work, step_time
@@ -54,9 +54,9 @@ ADAM_BYTES = {"fp32": 28, "8bit": 16}  # per parameter: read w, g, m, v; write w
 
 def check_timed(recompute: str, zero: int) -> None:
     """The LoRA runs the step time is built for."""
-    if recompute != "none":
-        raise ShapecalcError("recompute", f"{recompute} with LoRA has no step time yet (the "
-                             "re-run of the frozen base and adapters is not timed): none")
+    if recompute not in ("none", "torch"):
+        raise ShapecalcError("recompute", f"{recompute} with LoRA has no step time (nor "
+                             "counts): none | torch")
     if zero >= 3:
         raise ShapecalcError("zero", "3 with LoRA has no step time yet (FSDP's all-gathers of "
                              "the frozen base are not timed): 0, 1 or 2")
@@ -67,9 +67,11 @@ def adapter_efficiency(r: int) -> float:
     return r / (r + PARAMS["gemm_half_tokens"])
 
 
-def lora_work(model: ModelConfig, wl: Workload, spec: LoraSpec, attention: str
-              ) -> dict[Any, Work]:
-    """Work per layer kind (and 'embedding', 'head') of one micro-batch under LoRA."""
+def lora_work(model: ModelConfig, wl: Workload, spec: LoraSpec, attention: str,
+              recompute: str = "none", info: dict[str, int] | None = None) -> dict[Any, Work]:
+    """Work per layer kind (and 'embedding', 'head') of one micro-batch under LoRA; recompute
+    none or torch (each layer's forward again, to its last saved tensor: lora.py's
+    _recompute, split into the base's GEMMs, attention, elementwise bytes and adapters)."""
     out = layer_work(model, wl, "none", attention)
     flash = attention == "flash"
     st = symbolic_stages(model, wl.model_copy(
@@ -80,21 +82,71 @@ def lora_work(model: ModelConfig, wl: Workload, spec: LoraSpec, attention: str
     r = spec.rank
     for s in ad:
         m = s.flops // (2 * s.operands[1][0] * s.operands[1][1])
-        f = 2 * m * r * (s.operands[1][0] + s.operands[1][1])  # A·x and B·(A·x)
+        f_ad = 2 * m * r * (s.operands[1][0] + s.operands[1][1])  # A·x and B·(A·x)
         w = out[s.kind]
-        w.ad_fwd += f
-        w.ad_bwd += 2 * f  # dX and dW of each
-    # the first layer's input gradients that are not taken (lora_flops counts them exactly)
+        w.ad_fwd += f_ad
+        w.ad_bwd += 2 * f_ad  # dX and dW of each
+    rerun = _recompute(st, ad, r, out, attention) if recompute == "torch" else {}
+    # the first layer's input gradients that are not taken (lora_flops counts them exactly;
+    # none under torch's checkpoint, where its input takes a gradient)
     counts = _counts(model)
     total = sum((w.gemm_bwd + w.attn_bwd + w.exp_bwd + w.ad_bwd) * counts.get(k, 1)
                 for k, w in out.items())
-    exact = lora_flops(st, ad, r, model.n_layers)["backward_flops"]
-    out["embedding"].gemm_bwd -= total - exact
+    f = lora_flops(st, ad, r, model.n_layers, recompute)
+    out["embedding"].gemm_bwd -= total - f["backward_flops"] - f["recompute_flops"]
     if spec.base == "nf4":
+        deq = 0
         for k, b in dequant_bytes(model, st).items():
+            again = round(b * rerun.get(k, 0.0))  # the re-run linears dequantise again
             out[k].mem_fwd += b
-            out[k].mem_bwd += b
+            out[k].mem_bwd += b + again
+            deq += (2 * b + again) * counts[k]
+        if info is not None:
+            info["dequant_bytes"] = deq
     return out
+
+
+def _recompute(st: list[Any], ad: list[Any], r: int, out: dict[Any, Work], attention: str
+               ) -> dict[Any, float]:
+    """torch's checkpoint re-runs each layer to its last saved tensor (lora.py's _recompute):
+    the re-run stages' FLOPs and elementwise bytes into the backward; the adapters re-run A·x
+    and B·(A·x), or lora_A and its base only where lora_B is the last saver. Returns each
+    kind's share of its linears' weights re-run (QLoRA dequantises those again)."""
+    from .backward import recompute_stages
+    from .time import _memory_bound
+
+    again = recompute_stages(st, "torch")
+    ids = {id(s) for s in again}
+    flash = attention == "flash"
+    wide: dict[Any, int] = {}
+    done: dict[Any, int] = {}
+    for s in st:
+        if s.group == "block" and s.op == "linear" and s.role not in EXPERT_ROLES:
+            wide[s.kind] = wide.get(s.kind, 0) + s.params
+    for s in again:
+        w = out[s.kind]
+        if s.role in ATTN_SCORE_ROLES:
+            w.attn_bwd += s.flops
+        elif s.role in EXPERT_ROLES:
+            w.exp_bwd += s.flops
+        else:
+            w.gemm_bwd += s.flops
+        if _memory_bound(s, flash):
+            w.mem_bwd += 2 * s.bytes
+        if s.op == "linear" and s.role not in EXPERT_ROLES:
+            done[s.kind] = done.get(s.kind, 0) + s.params
+    for s in ad:
+        m, d_in, d_out = s.flops // (2 * s.operands[1][0] * s.operands[1][1]), \
+            s.operands[1][0], s.operands[1][1]
+        a, b = 2 * m * d_in * r, 2 * m * r * d_out
+        w = out[s.kind]
+        if id(s) in ids:
+            w.ad_bwd += a + b
+        else:  # lora_B saves last: its base and lora_A re-run
+            w.gemm_bwd += s.flops
+            w.ad_bwd += a
+            done[s.kind] = done.get(s.kind, 0) + s.params
+    return {k: done.get(k, 0) / v for k, v in wide.items() if v}
 
 
 def _counts(model: ModelConfig) -> dict[Any, int]:
@@ -123,14 +175,15 @@ def lora_time(doc: dict[str, Any], model: ModelConfig, wl: Workload, gpu: GPU,
     from .time import rates
 
     check_timed(recompute, zero)
-    work = lora_work(model, wl, spec, attention)
+    info = {"dequant_bytes": 0}
+    work = lora_work(model, wl, spec, attention, recompute, info)
     eff = adapter_efficiency(spec.rank)
-    lay = Layout(model, wl, gpu, perf, cp=1, dp=dp, recompute="none", attention=attention,
+    lay = Layout(model, wl, gpu, perf, cp=1, dp=dp, recompute=recompute, attention=attention,
                  act_width=width, work=work, adapter_eff=eff)
     n = doc["lora"]["trainable_params"]
     accum = doc["training"]["grad_accum"]
     st = step_time(model, wl, gpu, perf, cp=1, dp=dp, accum=accum, virtual=1, zero=zero,
-                   recompute="none", attention=attention, act_width=width,
+                   recompute=recompute, attention=attention, act_width=width,
                    placed=[(n, 0)], per_param={"weights": 4, "gradients": 4}, layout=lay)
     held = ceil_div(n, dp) if zero >= 1 else n
     opt_bytes = held * ADAM_BYTES["8bit" if precision == "adam8bit" else "fp32"]
@@ -145,9 +198,7 @@ def lora_time(doc: dict[str, Any], model: ModelConfig, wl: Workload, gpu: GPU,
                   "adapter_flops_per_micro_batch": ad,
                   "adapter_gemm_s_per_micro_batch": ad / (lay.rates[0] * eff),
                   "optimizer_s": opt_s, "optimizer_bytes": opt_bytes,
-                  "dequant_bytes_per_micro_batch": 2 * sum(
-                      b * counts[k] for k, b in dequant_bytes(model, symbolic_stages(
-                          model, wl, 1)).items()) if spec.base == "nf4" else 0}
+                  "dequant_bytes_per_micro_batch": info["dequant_bytes"]}
     ps, tr = doc["flops"]["per_step"], doc["training"]
     model_flops = ps["forward_flops"] + ps["backward_flops"]
     out = {**st, **rates(st["step_s"], tr["gpus"], st["peak_flops"], model_flops,
