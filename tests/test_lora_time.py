@@ -116,6 +116,7 @@ def test_train_tokens_price_the_run(cli, tmp_path):
     (["--zero", "3", "--dp", "2", "--train-tokens", "1e9"], "zero"),
     (["--tp", "2"], "tp"),
     (["--pp", "2"], "pp"),
+    (["--compile"], "compile"),  # LoRA's time is eager peft's
 ])
 def test_refusals_one_line(cli, tmp_path, args, flag):
     cfg = tmp_path / "m.json"

@@ -174,7 +174,7 @@ def train(
             raise ShapecalcError("perf", "needs --gpu: it sets the step-time model's terms")
         lora = _lora(lora_rank, lora_targets, lora_alpha, lora_dropout, lora_base,
                      paged_optimizer)
-        if lora is not None:  # the step time (and what reads it) does not take LoRA yet
+        if lora is not None:  # LoRA's step time: eager peft (hf), train/lora_time.py
             if perf or n_tokens is not None or price is not None:  # train/lora_time.py
                 from ..train.lora_time import check_timed
 
@@ -184,7 +184,8 @@ def train(
                                     ("dp-overlap", dp_overlap), ("fw-term", fw_term))
                      if v is not None and v != []]
             if timed:
-                raise ShapecalcError(timed[0], "needs the step time, not built for LoRA yet")
+                raise ShapecalcError(timed[0], "with LoRA is not built yet: LoRA's step time is "
+                                     "eager peft's (hf, no compile, the default DP overlap)")
         from ..train.efficiency import FUSED_ROLES
         from ..train.fwoptions import run_perf_for, train_fw_terms
 
