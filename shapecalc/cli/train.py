@@ -174,14 +174,18 @@ def train(
             raise ShapecalcError("perf", "needs --gpu: it sets the step-time model's terms")
         lora = _lora(lora_rank, lora_targets, lora_alpha, lora_dropout, lora_base,
                      paged_optimizer)
-        if lora is not None:  # the step time (and what reads it) does not take LoRA yet
-            timed = [f for f, v in (("perf", perf), ("train-tokens", n_tokens),
-                                    ("price", price), ("search", search or None),
+        if lora is not None:  # LoRA's step time: eager peft (hf), train/lora_time.py
+            if perf or n_tokens is not None or price is not None:  # train/lora_time.py
+                from ..train.lora_time import check_timed
+
+                check_timed(recompute, zero)
+            timed = [f for f, v in (("search", search or None),
                                     ("compile", compile_ or None), ("power-limit", power_limit),
                                     ("dp-overlap", dp_overlap), ("fw-term", fw_term))
                      if v is not None and v != []]
             if timed:
-                raise ShapecalcError(timed[0], "needs the step time, not built for LoRA yet")
+                raise ShapecalcError(timed[0], "with LoRA is not built yet: LoRA's step time is "
+                                     "eager peft's (hf, no compile, the default DP overlap)")
         from ..train.efficiency import FUSED_ROLES
         from ..train.fwoptions import run_perf_for, train_fw_terms
 
@@ -204,8 +208,7 @@ def train(
                           fused=FUSED_ROLES.get(framework, ()), lora=lora)
         if run_perf and run_perf[1] is not None and "time" in doc:
             doc["time"]["efficiency"] = run_perf[1]
-        if lora is None:
-            _cost(doc, card, price)
+        _cost(doc, card, price)
         from ..render.train import print_train
 
         emit(doc, fmt, output, svg, html, f"train: {model.name}", print_train)

@@ -207,7 +207,16 @@ def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
             f"hour, {money(c['per_step'])} a step, {money(c['per_million_tokens'])} per 1M tokens"
             f", {money(c['per_trillion_tokens'])} per 1T tokens"
             + ("" if c["total"] is None else f", {money(c['total'])} in all"))
-    add("  left out: the optimizer step, data loading, failures and restarts, checkpoint saving")
+    if "lora" in ti:  # train/lora_time.py: the adapters' optimizer step is timed
+        lo = ti["lora"]
+        add(f"  LoRA: adapters' GEMMs {lo['adapter_gemm_s_per_micro_batch'] * 1e3:.1f} ms a "
+            f"micro-batch at {lo['adapter_efficiency']:.3f} of the GEMM rate (r-wide); "
+            f"optimizer step {lo['optimizer_s'] * 1e3:.2f} ms; QLoRA dequantisation "
+            f"{lo['dequant_bytes_per_micro_batch']:,d} B a micro-batch")
+        add("  left out: data loading, failures and restarts, checkpoint saving")
+    else:
+        add("  left out: the optimizer step, data loading, failures and restarts, checkpoint "
+            "saving")
     return out
 
 

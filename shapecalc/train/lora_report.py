@@ -122,8 +122,8 @@ def apply_lora(doc: dict[str, Any], model: ModelConfig, wl: Workload, spec: Lora
         "dequant_bytes": frozen[2], "paged_optimizer": spec.paged,
         "paged_bytes": state["paged_bytes"],
         "model_state_with_paged_bytes": state["bytes_with_paged"],
-        "not_counted": "the step time (full fine-tuning's time model does not take LoRA yet); "
+        "not_counted": "the step time under ZeRO-3 (train/lora_time.py); "
         "adapters on routed experts (fused tensors peft's target_modules does not reach); "
-        "QLoRA's dequantisation work (elementwise, not FLOPs FlopCounterMode counts); "
+        "QLoRA's dequantisation as FLOPs (elementwise: timed as memory-bound bytes); "
         "bitsandbytes' paging traffic",
     }

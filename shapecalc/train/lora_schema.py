@@ -42,3 +42,15 @@ LoraOut = described(
     ("paged_bytes", I, "the optimizer states paged off the GPU (0 without it)"),
     ("model_state_with_paged_bytes", I, "the model state with the paged states counted"),
     ("not_counted", str, "what is left out"))
+
+LoraTime = described(
+    "TrainLoraTime", "The step time's LoRA terms (train/lora_time.py; with --gpu)",
+    ("adapter_efficiency", float, "the r-wide adapter GEMMs' share of the GEMM rate: r/(r + h)"),
+    ("adapter_efficiency_formula", str, "its formula, with h = gemm_half_tokens"),
+    ("adapter_flops_per_micro_batch", I, "the adapters' forward and backward FLOPs, one "
+     "micro-batch (the first layer's dX_A apart: timed with the base's)"),
+    ("adapter_gemm_s_per_micro_batch", float, "their seconds (in per_stage's gemm_s)"),
+    ("optimizer_s", float, "AdamW over the adapters (their ZeRO shard), memory-bound, in step_s"),
+    ("optimizer_bytes", I, "its bytes: 28 a parameter (8-bit states: 16)"),
+    ("dequant_bytes_per_micro_batch", I, "QLoRA: NF4 read + bf16 written, each base linear, "
+     "forward, dX and the recompute's re-run (in memory_bound_s; 0 for bf16)"))

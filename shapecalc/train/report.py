@@ -229,6 +229,13 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
         apply_lora(doc, model, wl, lora, precision=precision, zero=zero, dp=dp,
                    attention=attention, act=ACT_DTYPE[precision], gpu_memory=gpu_memory,
                    recompute=recompute)
+        if gpu is not None and zero < 3:  # train/lora_time.py
+            from .lora_time import lora_time
+
+            doc["time"] = lora_time(doc, model, wl, gpu, perf or TrainPerf(), lora, dp=dp,
+                                    zero=zero, attention=attention, width=width,
+                                    precision=precision, recompute=recompute,
+                                    train_tokens=train_tokens)
     elif gpu is not None:
         tperf = perf or TrainPerf()
         if fp8 is not None:  # the fp8 GEMMs at the fp8 peak (train/fp8.py)

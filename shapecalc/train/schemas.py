@@ -14,7 +14,7 @@ from ..costs.described import RecordsChecked, described, inline, many
 from ..model.config import ModelConfig, Workload
 from ..plan.schemas import PRICE_ROWS
 from .fwschemas import Efficiency, Fp8, FwMemory
-from .lora_schema import LoraOut
+from .lora_schema import LoraOut, LoraTime
 
 I, IN, F, FN = StrictInt, StrictInt | None, float, float | None
 
@@ -339,7 +339,8 @@ Time = described(
     ("perf", TrainPerfOut, "the model's terms"),
     ("cost", TrainCost | None, "what it costs (with a price: --price or the profile's)", None),
     ("efficiency", Efficiency | None, "the efficiencies from the GPU and the shapes "
-     "(--framework other than hf)", None))
+     "(--framework other than hf)", None),
+    ("lora", LoraTime | None, "LoRA's terms (with --lora-rank; train/lora_time.py)", None))
 
 TrainOut = described(
     "TrainOut", "`train --json`: one training step's FLOPs, memory, communication and time",

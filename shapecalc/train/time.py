@@ -144,13 +144,14 @@ class Work:
     GEMMs apart (grouped GEMMs, timed at their own efficiency)."""
 
     FIELDS = ("gemm_fwd", "gemm_bwd", "attn_fwd", "attn_bwd", "mem_fwd", "mem_bwd", "exp_fwd",
-              "exp_bwd")
+              "exp_bwd", "ad_fwd", "ad_bwd")
     __slots__ = FIELDS
 
     def __init__(self) -> None:
         self.gemm_fwd = self.gemm_bwd = self.attn_fwd = self.attn_bwd = 0
         self.mem_fwd = self.mem_bwd = 0  # the backward's include the recompute
         self.exp_fwd = self.exp_bwd = 0
+        self.ad_fwd = self.ad_bwd = 0  # LoRA's r-wide adapter GEMMs (train/lora_time.py)
 
     def scaled(self, n: int) -> list[int]:
         return [getattr(self, k) * n for k in self.FIELDS]
@@ -217,8 +218,10 @@ class Layout:
     def __init__(self, model: ModelConfig, wl: Workload, gpu: GPU, perf: TrainPerf, *, cp: int,
                  dp: int, recompute: str, attention: str, act_width: int,
                  work: dict[Any, Work] | None = None, extra_gemm: dict[Any, int] | None = None,
-                 peak_dtype: str | None = None, fused: tuple[str, ...] = ()) -> None:
-        """`peak_dtype`: the GEMMs' peak when it is not the activations' (fp8 training,
+                 peak_dtype: str | None = None, fused: tuple[str, ...] = (),
+                 adapter_eff: float = 1.0) -> None:
+        """`adapter_eff`: LoRA's r-wide GEMMs' share of the GEMM rate (train/lora_time.py);
+        `peak_dtype`: the GEMMs' peak when it is not the activations' (fp8 training,
         train/fp8.py); `fused`: elementwise roles a framework's kernels fuse into their
         neighbours (train/efficiency.py); `extra_gemm`: a framework's own recompute FLOPs."""
         if attention not in ATTENTION:
@@ -230,6 +233,7 @@ class Layout:
             raise ShapecalcError("gpu", f"{gpu.name} has no {self.compute} peak")
         self.model, self.wl, self.perf, self.peak = model, wl, perf, peak
         self.cp, self.dp, self.recompute, self.width = cp, dp, recompute, act_width
+        self.adapter_eff = adapter_eff
         self.topo = train_topology(gpu, perf.link_efficiency, perf.net_bandwidth)
         check_layout(self.topo, wl.tp, cp, dp, wl.pp, wl.ep)
         self.work = work if work is not None else layer_work(model, wl, recompute, attention,
@@ -257,10 +261,11 @@ class Layout:
             if k in self.work:
                 tot = [x + y for x, y in zip(tot, self.work[k].scaled(c), strict=True)]
         ranks = t * cp  # a micro-batch's work is split over the tp·cp ranks of a stage
-        gf, gb, af, ab, mf, mb, ef, eb = (x / ranks for x in tot)
+        gf, gb, af, ab, mf, mb, ef, eb, adf, adb = (x / ranks for x in tot)
         perm = self.permute * moe_layers / m_rate
-        fwd = gf / g_rate + af / a_rate + mf / m_rate + ef / e_rate + perm / 2
-        bwd = gb / g_rate + ab / a_rate + mb / m_rate + eb / e_rate + perm / 2
+        ad_rate = g_rate * self.adapter_eff
+        fwd = gf / g_rate + af / a_rate + mf / m_rate + ef / e_rate + perm / 2 + adf / ad_rate
+        bwd = gb / g_rate + ab / a_rate + mb / m_rate + eb / e_rate + perm / 2 + adb / ad_rate
         lat = perf.collective_latency_s  # each collective's launch, beside the links' latency
         again = self.recompute in ("full", "torch")  # a layer's forward collectives run again
         sbh = b * (s // cp) * model.d_model * self.width
@@ -275,7 +280,8 @@ class Layout:
         ep_x = ep_s(topo, a2a, ep, t * cp, moe_layers, perf.moe_imbalance) \
             + 4 * moe_layers * lat * (ep > 1)
         return {"stage": i, "compute_forward_s": fwd, "compute_backward_s": bwd,
-                "gemm_s": (gf + gb) / g_rate, "attention_s": (af + ab) / a_rate,
+                "gemm_s": (gf + gb) / g_rate + (adf + adb) / ad_rate,
+                "attention_s": (af + ab) / a_rate,
                 "memory_bound_s": (mf + mb) / m_rate, "expert_gemm_s": (ef + eb) / e_rate,
                 "permute_s": perm, "tp_s": tp, "cp_exposed_s": cp_x, "ep_s": ep_x}
 
