@@ -418,3 +418,18 @@ def test_the_search_under_the_records_framework_is_at_least_as_fast(rec, request
     narrow = request.node.callspec.id.endswith("-recompute-and-zero")
     published, fits = _record_search(rec, narrow)
     assert fits and fits[0] <= published
+
+
+def test_a_framework_layout_over_the_gpu_by_its_model_states_alone_is_a_memory_failure(cli):
+    """405B on 8 H100s under Megatron: its 18 B a parameter (bf16 weights, fp32 main gradients,
+    fp32 master and Adam) are over 80 GiB on every layout, so nothing fits (exit 1) and no
+    activations are counted for those (peak_bytes null, the states' bytes in the reason)."""
+    r = cli("train", "--preset", "llama3.1-405b", "--seq", "8192", "--gpu", "h100-sxm",
+            "--search", "--gpus", "8", "--global-batch", "16", "--framework", "megatron",
+            "--json")
+    doc = r.json()
+    assert r.code == 1 and not doc["best"] and doc["best_by_framework"] == []
+    mem = next(f for f in doc["failed"] if f["reason"] == "memory")["example"]
+    assert mem["peak_bytes"] is None and mem["why"].startswith("model states alone ")
+    # tp=1 pp=1 zero 0: every parameter's 18 bytes on the rank, at least 405e9 × 18 B
+    assert int(mem["why"].split()[3].replace(",", "")) >= 405 * 10**9 * 18

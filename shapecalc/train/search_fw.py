@@ -20,7 +20,7 @@ from .fp8 import fp8_perf
 from .frameworks import FRAMEWORKS, NAMES, Framework, framework
 from .fwattach import attach_framework, op_sac_flops, stage_inputs
 from .fwmemory import FwTerms, fw_widths
-from .fwoptions import COMPILES
+from .fwoptions import COMPILES, train_fw_terms
 from .memory import model_state
 from .network import DP_OVERLAP
 from .report import chunks_in_flight, in_flight_bytes
@@ -38,8 +38,7 @@ def searched(fixed: str | None, *, fp8: str | None, compile_: bool, fw_terms: bo
     if fixed is not None:
         framework(fixed, zero=0, recompute="none", pp=1, fp8=fp8)
         if fw_terms and fixed == "hf":
-            raise ShapecalcError("fw-term", "hf's memory is the exact autograd count; --fw-term "
-                                 "sets the other frameworks' terms (--framework)")
+            train_fw_terms(fixed, ["given"])  # hf refuses any (its memory is the exact count)
         if precision != "mixed" and fixed != "hf":
             raise ShapecalcError("precision", f"{fixed} is planned in mixed precision only "
                                  f"(bf16 with fp32 master weights), not {precision!r}")
