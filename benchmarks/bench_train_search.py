@@ -1,6 +1,7 @@
 """`train --search` over the whole space of Llama-3.1-405B on 16,384 H100s (issue 24: ≤ 10 s
-CPU), as the command runs it: a child process per run, its CPU time (user + sys, steadier on a
-loaded machine than the wall clock) and wall time, the median of RUNS.
+CPU), as the command runs it: every framework (the default), then hf alone (--framework hf) for
+comparison; a child process per run, its CPU time (user + sys, steadier on a loaded machine than
+the wall clock) and wall time, the median of RUNS.
 
     python benchmarks/bench_train_search.py [RUNS]
 """
@@ -20,10 +21,10 @@ CMD = [sys.executable, "-m", "shapecalc", "train", "--preset", "llama3.1-405b", 
 TARGET_CPU_S = 10.0
 
 
-def once() -> tuple[float, float]:
+def once(extra: list[str]) -> tuple[float, float]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
-    p = subprocess.Popen(CMD, stdout=subprocess.DEVNULL, env=env)
+    p = subprocess.Popen(CMD + extra, stdout=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
@@ -32,12 +33,13 @@ def once() -> tuple[float, float]:
 
 
 def main(runs: int = 3) -> None:
-    got = [once() for _ in range(runs)]
-    wall = statistics.median(w for w, _ in got)
-    cpu = statistics.median(c for _, c in got)
-    print(f"train --search, Llama-3.1-405B on 16,384 H100s (T=8192, global batch 2048): "
-          f"CPU (user+sys) {cpu:.2f} s, wall {wall:.2f} s, median of {runs}; target ≤ "
-          f"{TARGET_CPU_S:g} s CPU: {'met' if cpu <= TARGET_CPU_S else 'NOT met'}")
+    for what, extra in (("all frameworks", []), ("hf alone", ["--framework", "hf"])):
+        got = [once(extra) for _ in range(runs)]
+        wall = statistics.median(w for w, _ in got)
+        cpu = statistics.median(c for _, c in got)
+        print(f"train --search ({what}), Llama-3.1-405B on 16,384 H100s (T=8192, global batch "
+              f"2048): CPU (user+sys) {cpu:.2f} s, wall {wall:.2f} s, median of {runs}; target "
+              f"≤ {TARGET_CPU_S:g} s CPU: {'met' if cpu <= TARGET_CPU_S else 'NOT met'}")
 
 
 if __name__ == "__main__":

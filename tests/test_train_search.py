@@ -188,7 +188,7 @@ def test_search_prints_the_best_and_the_failures(cli):
     from shapecalc.render.train_search import search_text
 
     doc = cli(*ARGS, "--search", "--gpus", "4", "--global-batch", "4", "--price", "2",
-              "--json").json()
+              "--framework", "hf", "--json").json()
     steps = [b["step_s"] for b in doc["best"]]
     assert doc["best"] and steps == sorted(steps) and doc["closest_miss"] is None
     assert doc["fitting"] + sum(f["count"] for f in doc["failed"]) == doc["candidates"]
@@ -198,7 +198,7 @@ def test_search_prints_the_best_and_the_failures(cli):
     assert all(f"{k} {best[f]} " in best["train_args"] + " " for k, f in (
         ("--tp", "tp"), ("--pp", "pp"), ("--dp", "dp"), ("--zero", "zero")))
     text = search_text(doc)
-    assert "best (fastest step that fits):" in text and "  1. tp=" in text
+    assert "best (fastest step that fits):" in text and f"  1. {best['framework']} tp=" in text
     assert "per trillion tokens" in text and "bubble:" in text
 
 
@@ -276,3 +276,160 @@ def test_the_space_by_hand():
     # MoE (E = 128): ep runs over the divisors of dp that divide E
     moe = space(load_preset("qwen3-30b-a3b", None), TOPO, 16, 64)
     assert sorted(ep for tp, cp, pp, ep in moe if (tp, cp, pp) == (1, 1, 1)) == [1, 2, 4, 8, 16]
+
+
+# -- the framework as a searched dimension (train/search_fw.py) ---------------------------------
+
+FW_LAYOUTS = [  # (framework, tp, cp, pp, micro-batch, recompute, v, zero, fp8): one each
+    ("megatron", 2, 1, 2, 1, "selective", 2, 1, None),
+    ("torchtitan", 1, 2, 1, 2, "selective", 1, 3, None),  # per-op SAC, FSDP2's gathers
+    ("deepspeed", 2, 1, 2, 1, "torch", 1, 1, None),  # autograd's activations, pipeline ZeRO-1
+    ("llm-foundry", 2, 1, 1, 2, "full", 1, 2, None),
+    ("megatron", 2, 1, 2, 1, "full", 1, 0, "te-current"),
+    ("torchtitan", 2, 1, 1, 1, "none", 1, 3, "torchao-tensor")]
+
+
+@pytest.mark.parametrize("fw, tp, cp, pp, b, rc, v, z, fp8", FW_LAYOUTS)
+def test_the_search_times_and_fits_each_framework_as_train_does(fw, tp, cp, pp, b, rc, v, z,
+                                                                 fp8):
+    """Under each framework the search's step and peak for a layout are `train --framework`'s
+    (the same terms: its efficiencies on the layout, DP overlap, memory rules, fp8)."""
+    from dataclasses import replace
+
+    from shapecalc.train.efficiency import FUSED_ROLES
+    from shapecalc.train.fwoptions import run_perf_for
+
+    model = load_preset("llama3.2-1b", None)
+    s = Search(model, Workload(batch=1, seq=64), H100, perf_for(H100), gpus=16, global_batch=32,
+               precision="mixed", attention="flash", frameworks=(fw,), fp8=fp8)
+    got = [r for r in s.evaluate(tp, cp, pp, 1, rc, b, fw)
+           if r.get("virtual_stages") == v and r.get("zero") == z]
+    wl = Workload(batch=b, seq=64, tp=tp, pp=pp)
+    made = run_perf_for(H100, None, fw, model, wl, cp=cp, compile_=False, power_limit=None)
+    perf = replace(made[0], dp_overlap=DP_OVERLAP.get(fw, made[0].dp_overlap))
+    doc = build_train(model, wl, dp=16 // (tp * cp * pp), zero=z, precision="mixed",
+                      recompute=rc, grad_accum=None, global_batch=32, gpu_memory=None, cp=cp,
+                      virtual=v, gpu=H100, perf=perf, framework=fw, fp8=fp8,
+                      fused=FUSED_ROLES.get(fw, ()))
+    assert "fails" not in got[0] and got[0]["framework"] == fw
+    assert got[0]["step_s"] == doc["time"]["step_s"]
+    assert got[0]["peak_bytes"] == doc["memory"]["peak_bytes"]
+
+
+@pytest.mark.parametrize("fw", ["megatron", "torchtitan", "deepspeed", "llm-foundry"])
+def test_the_best_rows_train_args_reproduce_their_step_and_peak(cli, fw):
+    """`train` with a best row's train_args prints the row's step and peak exactly."""
+    doc = cli(*ARGS, "--search", "--gpus", "4", "--global-batch", "8", "--framework", fw,
+              "--json").json()
+    assert doc["space"]["frameworks"] == [fw]
+    best = doc["best"][0]
+    assert best["framework"] == fw and best["train_args"].startswith(f"--framework {fw} ")
+    one = cli(*ARGS, *best["train_args"].split(), "--global-batch", "8", "--json").json()
+    assert one["time"]["step_s"] == best["step_s"]
+    assert one["memory"]["peak_bytes"] == best["peak_bytes"]
+
+
+def test_the_search_runs_every_framework_and_names_each_refusal(cli):
+    doc = cli(*ARGS, "--search", "--gpus", "2", "--global-batch", "4", "--json").json()
+    assert doc["space"]["frameworks"] == ["hf", "megatron", "torchtitan", "deepspeed",
+                                          "llm-foundry"]
+    whys = {w["why"] for f in doc["failed"] if f["reason"] == "framework" for w in f["whys"]}
+    # DeepSpeed's PipelineEngine: ZeRO-2/3 refused with a pipeline, and no interleaving
+    assert "deepspeed with --pp 2: its pipeline engine refuses ZeRO-2 and ZeRO-3" in whys
+    assert any(w.startswith("deepspeed's pipeline engine runs 1F1B only") for w in whys)
+    assert "llm-foundry with --pp 2: it has no pipeline schedule here" in whys
+    assert {r["framework"] for r in doc["best"]} <= set(doc["space"]["frameworks"])
+
+
+@pytest.mark.parametrize("extra, frameworks", [
+    (["--fp8", "te-current"], ["megatron", "deepspeed"]),  # those that run the recipe
+    (["--compile"], ["torchtitan", "deepspeed", "llm-foundry"]),  # torch modules'
+    (["--fw-term", "allocator_reserve=0.1"], ["megatron", "torchtitan", "deepspeed",
+                                             "llm-foundry"])])  # all but hf's exact count
+def test_framework_flags_choose_the_frameworks_they_apply_to(cli, extra, frameworks):
+    doc = cli(*ARGS, "--search", "--gpus", "2", "--global-batch", "2", *extra, "--json").json()
+    assert doc["space"]["frameworks"] == frameworks
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--framework", "hf", "--fp8", "te-current"], "fp8"),
+    (["--framework", "megatron", "--compile"], "compile"),
+    (["--framework", "hf", "--fw-term", "allocator_reserve=0.1"], "fw-term"),
+    (["--framework", "megatron", "--precision", "fp32"], "precision"),
+    (["--framework", "nope"], "framework")])
+def test_a_framework_flag_it_cannot_run_is_refused_with_search(cli, extra, flag):
+    r = cli(*ARGS, "--search", "--gpus", "2", "--global-batch", "2", *extra)
+    assert r.code == 2 and r.out == "" and r.err.startswith(f"error: {flag}:"), r.err
+
+
+def test_deepspeed_refuses_interleaving_in_train_too(cli):
+    r = cli(*ARGS, "--framework", "deepspeed", "--pp", "2", "--virtual-stages", "2")
+    assert r.code == 2 and r.err.startswith("error: virtual_stages: deepspeed's pipeline")
+
+
+FW_FAST = "korthikanti-22b-selective"
+
+
+def _record_search(rec: dict, narrow: bool) -> tuple[float, list[float]]:
+    """(train --framework's step for the published layout, the search's fitting steps), both
+    under the record's framework, power limit, torch.compile, fp8 and recipe terms."""
+    from shapecalc.train.calibrate_train import setup_of
+    from shapecalc.train.efficiency import FUSED_ROLES
+    from shapecalc.train.fwmemory import fw_terms
+    from shapecalc.train.fwoptions import run_perf_for
+
+    x, st = record_inputs(rec), setup_of(rec)
+    fw, lay = st["framework"], x["layout"]
+    sets = [f"net_bandwidth={rec['shapecalc']['net_bandwidth']}"]
+    watts = None if st["power_w"] is None else str(int(st["power_w"]))
+
+    def perf_of(name, w, cp, stages=None):
+        made = run_perf_for(x["gpu"], sets, name, x["model"], w, cp=cp, compile_=st["compile"],
+                            power_limit=watts, stages=stages)
+        return replace_overlap(made[0], name)
+
+    wl = x["wl"].model_copy(update={"batch": st.get("micro_batch", rec["micro_batch"])})
+    terms = fw_terms(st.get("fw_terms"))
+    doc = build_train(x["model"], wl, dp=lay["dp"], zero=lay["zero"], precision="mixed",
+                      recompute=x["recompute"], grad_accum=None, global_batch=x["global_batch"],
+                      cp=lay["cp"], virtual=lay["virtual_stages"], attention=x["attention"],
+                      gpu=x["gpu"], perf=perf_of(fw, wl, lay["cp"]), framework=fw,
+                      fw_terms=terms, fp8=st["fp8"], fused=FUSED_ROLES.get(fw, ()))
+    kw = {"recompute": (x["recompute"],), "zero": (lay["zero"],)} if narrow else {}
+    s = Search(x["model"], x["wl"], x["gpu"], x["perf"], gpus=x["gpus"],
+               global_batch=x["global_batch"], precision="mixed", attention=x["attention"],
+               frameworks=(fw,), perf_of=perf_of, fw_terms=terms, fp8=st["fp8"], **kw)
+    return doc["time"]["step_s"], sorted(r["step_s"] for r in s.run() if "fails" not in r)
+
+
+def replace_overlap(perf, name):
+    from dataclasses import replace
+
+    return replace(perf, dp_overlap=DP_OVERLAP.get(name, perf.dp_overlap))
+
+
+@pytest.mark.parametrize("rec", [pytest.param(r, id=f"{r['id']}-its-framework",
+                                              marks=pytest.mark.slow) for r in RECORDS]
+                         + [pytest.param(r, id=f"{r['id']}-its-framework-recompute-and-zero")
+                            for r in RECORDS if r["id"] == FW_FAST])
+def test_the_search_under_the_records_framework_is_at_least_as_fast(rec, request):
+    """Fixed to the record's framework, the search's fastest layout that fits is no slower than
+    `train --framework`'s prediction for the published layout (which its space holds)."""
+    narrow = request.node.callspec.id.endswith("-recompute-and-zero")
+    published, fits = _record_search(rec, narrow)
+    assert fits and fits[0] <= published
+
+
+def test_a_framework_layout_over_the_gpu_by_its_model_states_alone_is_a_memory_failure(cli):
+    """405B on 8 H100s under Megatron: its 18 B a parameter (bf16 weights, fp32 main gradients,
+    fp32 master and Adam) are over 80 GiB on every layout, so nothing fits (exit 1) and no
+    activations are counted for those (peak_bytes null, the states' bytes in the reason)."""
+    r = cli("train", "--preset", "llama3.1-405b", "--seq", "8192", "--gpu", "h100-sxm",
+            "--search", "--gpus", "8", "--global-batch", "16", "--framework", "megatron",
+            "--json")
+    doc = r.json()
+    assert r.code == 1 and not doc["best"] and doc["best_by_framework"] == []
+    mem = next(f for f in doc["failed"] if f["reason"] == "memory")["example"]
+    assert mem["peak_bytes"] is None and mem["why"].startswith("model states alone ")
+    # tp=1 pp=1 zero 0: every parameter's 18 bytes on the rank, at least 405e9 × 18 B
+    assert int(mem["why"].split()[3].replace(",", "")) >= 405 * 10**9 * 18

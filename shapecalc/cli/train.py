@@ -98,9 +98,10 @@ def train(
         "--dp-overlap", help="share of the DP communication hidden under the backward: a "
         "fraction in [0, 1] or a policy (megatron, torchtitan, hf: 1; deepspeed, none: 0)",
         show_default="megatron")] = None,
-    framework: Annotated[str, typer.Option(
+    framework: Annotated[str | None, typer.Option(
         "--framework", help="whose memory rules (and, with --gpu, efficiency terms) the plan "
-        "follows: " + FW_HELP + "; Megatron's closed form is printed beside each")] = "hf",
+        "follows: " + FW_HELP + "; Megatron's closed form is printed beside each; --search "
+        "searches every framework unless this fixes one", show_default="hf")] = None,
     fp8: Annotated[str | None, typer.Option(
         "--fp8", help="fp8 training (needs a GPU with fp8 and a framework that runs the mode): "
         + FP8_HELP, show_default="none (bf16)")] = None,
@@ -160,9 +161,7 @@ def train(
             refuse_search_flags(search, gpus, dict(
                 tp=tp, pp=pp, ep=ep, dp=dp != 1, zero=zero != 0, cp=cp != 1,
                 virtual_stages=virtual_stages != 1, micro_batch=micro_batch, grad_accum=grad_accum,
-                recompute=recompute != "none", train_tokens=train_tokens,
-                framework=framework != "hf", fp8=fp8, fw_term=fw_term, compile=compile_,
-                power_limit=power_limit))
+                recompute=recompute != "none", train_tokens=train_tokens))
         model, wbase = resolve_model(preset, config, hf_config, set_, presets_dir)
         width = ACT_DTYPE.get(precision, "bf16")
         wl = resolve_workload(wbase, batch=micro_batch if micro_batch is not None else 1,
@@ -189,15 +188,21 @@ def train(
         from ..train.efficiency import FUSED_ROLES
         from ..train.fwoptions import run_perf_for, train_fw_terms
 
+        if search:  # every framework the flags apply to, unless --framework fixes one
+            from .train_search import search_perf
+
+            plan = search_perf(model, wl, card, perf, dp_overlap, framework=framework, fp8=fp8,
+                               fw_term=fw_term, compile_=compile_, power_limit=power_limit,
+                               precision=precision)
+            code = run_search(model, wl, card, plan, gpus=gpus, global_batch=global_batch,
+                              precision=precision, attention=attention, price=price, fmt=fmt,
+                              output=output, svg=svg, html=html)
+            raise typer.Exit(code)
+        framework = framework or "hf"
         terms = train_fw_terms(framework, fw_term)
         run_perf = run_perf_for(card, perf, framework, model, wl, cp=cp, compile_=compile_,
                                 power_limit=power_limit)
         tperf = overlap_perf(run_perf[0] if run_perf else None, perf, dp_overlap, framework)
-        if search:
-            code = run_search(model, wl, card, tperf, gpus=gpus, global_batch=global_batch,
-                              precision=precision, attention=attention, price=price, fmt=fmt,
-                              output=output, svg=svg, html=html)
-            raise typer.Exit(code)
         doc = build_train(model, wl, dp=dp, zero=zero, precision=precision,
                           recompute=recompute, grad_accum=grad_accum, global_batch=global_batch,
                           gpu_memory=card.memory_bytes if card else None,

@@ -25,10 +25,6 @@ def refuse_search_flags(search: bool, gpus: int | None, given: dict[str, Any]) -
     for key in SEARCHED:
         if given.get(key) not in (None, False):
             raise ShapecalcError(key.replace("_", "-"), "is searched by --search: leave it out")
-    for key in ("framework", "fp8", "fw_term", "compile", "power_limit"):
-        if given.get(key) not in (None, False, []):  # the search plans hf's memory and fit
-            raise ShapecalcError(key.replace("_", "-"), "does not apply to --search yet: it "
-                                 "searches the hf plan (exact autograd memory, the fitted step)")
     if given.get("train_tokens") is not None:
         raise ShapecalcError("train-tokens", "does not apply to --search (it prices a step and "
                              "a trillion tokens)")
@@ -56,7 +52,40 @@ def overlap_perf(base: Any, perf: list[str] | None, dp_overlap: str | None,
     return base
 
 
-def run_search(model: Any, wl: Any, card: Any, perf: Any, *, gpus: int | None,
+def search_perf(model: Any, wl: Any, card: Any, perf: list[str] | None,
+                dp_overlap: str | None, *, framework: str | None, fp8: str | None,
+                fw_term: list[str] | None, compile_: bool, power_limit: str | None,
+                precision: str) -> tuple[tuple[str, ...], Any, Any, str | None]:
+    """The frameworks the search runs (train/search_fw.searched), their memory terms, and each
+    one's step-time terms on a layout, made as `train --framework X` makes them (--perf,
+    --compile, --power-limit, then --dp-overlap or the framework's policy)."""
+    if card is None:
+        raise ShapecalcError("search", "needs --gpu: the layouts are timed and fitted on it")
+    from ..train.fp8 import check_fp8
+    from ..train.fwmemory import fw_terms
+    from ..train.fwoptions import run_perf_for
+    from ..train.search_fw import searched
+
+    if fp8 is not None:
+        check_fp8(fp8, card)
+    fws = searched(framework, fp8=fp8, compile_=compile_, fw_terms=bool(fw_term),
+                   precision=precision)
+    terms = fw_terms(fw_term)
+    cache: dict[Any, Any] = {}
+
+    def perf_of(name: str, w: Any, cp: int, stages: Any = None) -> Any:
+        key = (name, cp, w.tp, w.ep, w.batch) if name != "hf" else name  # what the terms read
+        if key not in cache:
+            got = run_perf_for(card, perf, name, model, w, cp=cp, compile_=compile_,
+                               power_limit=power_limit, stages=stages)
+            cache[key] = overlap_perf(got[0] if got else None, perf, dp_overlap, name)
+        return cache[key]
+
+    perf_of("hf" if "hf" in fws else fws[0], wl, 1)  # a bad --perf or --power-limit: exit 2 now
+    return fws, terms, perf_of, fp8
+
+
+def run_search(model: Any, wl: Any, card: Any, plan: tuple[Any, ...], *, gpus: int | None,
                global_batch: int | None, precision: str, attention: str,
                price: float | None, fmt: str, output: str | None, svg: str | None,
                html: str | None) -> int:
@@ -80,8 +109,11 @@ def run_search(model: Any, wl: Any, card: Any, perf: Any, *, gpus: int | None,
     check_training(model, precision, 0, 1, 1)
     check_nodes(train_topology(card, 1.0, None), gpus, "gpus")
     opts = with_default_price(PlanOptions(price=price), card)
-    s = Search(model, wl, card, perf, gpus=gpus, global_batch=global_batch,
-               precision=precision, attention=attention)
+    frameworks, fw_terms, perf_of, fp8 = plan
+    base = perf_of(frameworks[0] if "hf" not in frameworks else "hf", wl, 1)  # hf's, the links
+    s = Search(model, wl, card, base, gpus=gpus, global_batch=global_batch,
+               precision=precision, attention=attention, frameworks=frameworks,
+               perf_of=perf_of, fw_terms=fw_terms, fp8=fp8)
     doc = search_doc(s, s.run(), opts.price, opts.price_source)
     emit(doc, fmt, output, svg, html, f"train --search: {model.name}", print_search)
     return 0 if doc["best"] else 1

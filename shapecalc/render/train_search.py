@@ -7,9 +7,12 @@ from typing import Any
 
 from .units import human_bytes, money
 
+SHOWN_WHYS = 6  # a framework failure's distinct reasons printed (the JSON has them all)
+
 
 def _layout(r: dict[str, Any]) -> str:
-    return (f"tp={r['tp']} cp={r['cp']} pp={r['pp']} dp={r['dp']} ep={r['ep']} "
+    fw = f"{r['framework']} " if "framework" in r else ""
+    return (fw + f"tp={r['tp']} cp={r['cp']} pp={r['pp']} dp={r['dp']} ep={r['ep']} "
             f"v={r['virtual_stages']} b={r['micro_batch']} m={r['grad_accum']} "
             f"zero={r['zero']} recompute={r['recompute']}")
 
@@ -17,7 +20,9 @@ def _layout(r: dict[str, Any]) -> str:
 def search_text(doc: dict[str, Any]) -> str:
     out = [f"Layout search: {doc['gpus']} × {doc['gpu']}, global batch {doc['global_batch']} "
            f"sequences of T={doc['seq']} ({doc['tokens_per_step']:,} tokens a step), "
-           f"{doc['precision']}, {doc['attention']} attention",
+           f"{doc['precision']}{', fp8 ' + doc['fp8'] if doc.get('fp8') else ''}, "
+           f"{doc['attention']} attention; frameworks: "
+           f"{', '.join(doc['space'].get('frameworks', ['hf']))}",
            f"  {doc['candidates']:,} candidates, {doc['fitting']:,} fit"]
     if doc["best"]:
         out.append("best (fastest step that fits):")
@@ -33,11 +38,20 @@ def search_text(doc: dict[str, Any]) -> str:
     if doc["best"]:
         out.append(f"  (train {doc['best'][0]['train_args']} --global-batch "
                    f"{doc['global_batch']}: the best layout's whole report)")
+    per = doc.get("best_by_framework") or []
+    if len(per) > 1:
+        out.append("fastest under each framework:")
+        out += [f"  {_layout(r)}: step {r['step_s']:.4g} s, peak {human_bytes(r['peak_bytes'])}"
+                for r in per]
     if doc["failed"]:
         out.append("do not run or do not fit:")
     for f in doc["failed"]:
         e = f["example"]
         out.append(f"  {f['reason']}: {f['count']:,} (e.g. {_layout_short(e)}: {e['why']})")
+        whys = f.get("whys") or []
+        out += [f"    {w['count']:,}: {w['why']}" for w in whys[:SHOWN_WHYS]]
+        if len(whys) > SHOWN_WHYS:
+            out.append(f"    … {len(whys) - SHOWN_WHYS} more (--json: failed[].whys)")
     miss = doc.get("closest_miss")
     if miss:
         over = miss["peak_bytes"] - doc["gpu_memory_bytes"]
@@ -49,8 +63,9 @@ def search_text(doc: dict[str, Any]) -> str:
 
 
 def _layout_short(r: dict[str, Any]) -> str:
-    keys = ("tp", "cp", "pp", "dp", "ep", "virtual_stages", "micro_batch", "zero", "recompute")
-    short = {"virtual_stages": "v", "micro_batch": "b"}
+    keys = ("framework", "tp", "cp", "pp", "dp", "ep", "virtual_stages", "micro_batch", "zero",
+            "recompute")
+    short = {"virtual_stages": "v", "micro_batch": "b", "framework": "fw"}
     return " ".join(f"{short.get(k, k)}={r[k]}" for k in keys if k in r)
 
 

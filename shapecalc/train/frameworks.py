@@ -52,8 +52,8 @@ framework its memory follows.
 API (for planners that search layouts): `train.report.build_train(model, wl, ..., framework=,
 fw_terms=, fp8=)` returns the report whose `memory.framework` is this count (`peak_bytes`,
 `fits`, `per_stage` by term) and whose `memory.peak_bytes` / `fits` follow it;
-`framework(name, zero=, recompute=, pp=, fp8=)` checks a combination without building anything
-(ShapecalcError naming the flag); `fwmemory.framework_memory` is the per-stage function
+`framework(name, zero=, recompute=, pp=, fp8=, virtual=)` checks a combination without building
+anything (ShapecalcError naming the flag); `fwmemory.framework_memory` is the per-stage function
 build_train calls, `fwmemory.FwTerms` / `fw_terms([...])` its stated terms.
 """
 
@@ -112,6 +112,11 @@ FRAMEWORKS: dict[str, Framework] = {
                              "mosaicml/llm-foundry (MPT modules) over torch FSDP1"),
 }
 NAMES = tuple(FRAMEWORKS)
+# pipeline schedules without interleaving (--virtual-stages 1 only): DeepSpeed's PipelineEngine
+# runs one 1F1B schedule (deepspeedai/DeepSpeed#1110, its maintainer: "DeepSpeed's pipeline
+# engine schedule is equivalent to the 1F1B schedule (option b, or PipeDream-Flush)"; #4035:
+# "Deepspeed doesn't have interleaved 1F1B implementation")
+NO_INTERLEAVING = ("deepspeed",)
 HELP = ("hf (default: autograd's exact count, transformers eager; any --zero, --recompute) | "
         "megatron (Megatron-Core + TE: --zero 0|1, --recompute none|selective|full) | "
         "torchtitan (FSDP2: --zero 0|3, --recompute none|selective (per-op SAC)|full|torch) | "
@@ -120,8 +125,8 @@ HELP = ("hf (default: autograd's exact count, transformers eager; any --zero, --
         "none|full|torch)")
 
 
-def framework(name: str, *, zero: int, recompute: str, pp: int, fp8: str | None = None
-              ) -> Framework:
+def framework(name: str, *, zero: int, recompute: str, pp: int, fp8: str | None = None,
+              virtual: int = 1) -> Framework:
     """The framework, or exit 2 naming the flag a combination it cannot run."""
     fw = FRAMEWORKS.get(name)
     if fw is None:
@@ -134,6 +139,9 @@ def framework(name: str, *, zero: int, recompute: str, pp: int, fp8: str | None 
                else "it has no pipeline schedule here")
         raise ShapecalcError("zero" if fw.pipeline_zero else "pp",
                              f"{fw.name} with --pp {pp}: {why}")
+    if virtual > 1 and fw.name in NO_INTERLEAVING:
+        raise ShapecalcError("virtual_stages", f"{fw.name}'s pipeline engine runs 1F1B only: "
+                             "no interleaved stages (--virtual-stages 1)")
     if recompute not in fw.recompute:
         raise ShapecalcError("recompute", f"{fw.name} runs --recompute "
                              f"{' | '.join(fw.recompute)}, not {recompute!r}")

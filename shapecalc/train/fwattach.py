@@ -43,12 +43,26 @@ def op_sac_flops(model: ModelConfig, full: list[Stage], policy: str, flops: dict
     return {k: v for k, v in extra.items() if v}
 
 
+def stage_inputs(model: ModelConfig, wl: Workload, rank: list[Stage], fp8: str | None
+                 ) -> tuple[list[int], list[int], list[list[int]], list[int]]:
+    """What a layout's stages hold whatever the micro-batch and ZeRO: each stage's largest
+    block and root (FSDP's gathers), its layers of each kind, and its fp8 GEMMs' parameters."""
+    blocks, roots = stage_blocks(model, wl, rank)
+    counts = stage_kind_counts(layer_plan(model), wl.pp)
+    fp8_params = [sum(c * sum(x.params // (wl.ep if x.role in EXPERT_ROLES else 1)
+                              for x in rank if x.group == "block" and x.kind == k
+                              and x.role in FP8_ROLES) for k, c in enumerate(kc))
+                  for kc in counts] if fp8 is not None else [0] * wl.pp
+    return blocks, roots, counts, fp8_params
+
+
 def attach_framework(memory: dict[str, Any], fw: Framework, model: ModelConfig, wl: Workload,
                      *, recompute: str, attention: str, zero: int, dp: int, cp: int,
                      virtual: int, placed: list[tuple[int, int]], rank: list[Stage],
                      stages: list[Stage], terms: FwTerms, gpu_memory: int | None,
-                     fp8: str | None = None) -> None:
-    """Adds `memory.framework`; for a framework other than hf its peak is the verdict's."""
+                     fp8: str | None = None, inputs: Any = None) -> None:
+    """Adds `memory.framework`; for a framework other than hf its peak is the verdict's.
+    `inputs`: stage_inputs' (train/search_fw.py computes them once for many calls)."""
     if fw.name == "hf":
         memory["framework"] = {**describe(fw, recompute), "peak_bytes": memory["peak_bytes"]}
         return
@@ -57,13 +71,7 @@ def attach_framework(memory: dict[str, Any], fw: Framework, model: ModelConfig, 
                              "(MHA, GQA) with dense or routed FFNs; this model's "
                              f"{'MLA' if model.mla else ', '.join(sorted(model.mixers))} layers "
                              "are counted by --framework hf (the exact autograd count)")
-    blocks, roots = stage_blocks(model, wl, rank)
-    plan = layer_plan(model)
-    counts = stage_kind_counts(plan, wl.pp)
-    fp8_params = [sum(c * sum(x.params // (wl.ep if x.role in EXPERT_ROLES else 1)
-                              for x in rank if x.group == "block" and x.kind == k
-                              and x.role in FP8_ROLES) for k, c in enumerate(kc))
-                  for kc in counts]
+    blocks, roots, counts, fp8_params = inputs or stage_inputs(model, wl, rank, fp8)
     gathered = [int(1 + terms.prefetch_blocks) * b if fw.gather == "fsdp" and zero == 3
                 else 0 for b in blocks]
     kept = fw.recompute[recompute] != "full"
@@ -75,7 +83,7 @@ def attach_framework(memory: dict[str, Any], fw: Framework, model: ModelConfig, 
                           kept, gathered)
 
     def at(micro: int) -> dict[str, Any]:
-        w = wl.model_copy(update={"batch": micro})
+        w = wl if micro == wl.batch else wl.model_copy(update={"batch": micro})
         return framework_memory(fw, model, w, recompute=recompute, attention=attention,
                                 zero=zero, dp=dp, cp=cp, virtual=virtual,
                                 per_stage=memory["per_stage"], placed=placed,

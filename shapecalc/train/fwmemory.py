@@ -217,6 +217,12 @@ def _gathered(fw: Framework, zero: int, pp: int, block: int, root: int, stage: i
     return 0
 
 
+def fw_widths(fw: Framework) -> tuple[Term, ...]:
+    """The framework's bytes per parameter of each model-state term (memory.model_state's)."""
+    return (Term("weights", fw.weights, "weights"), Term("gradients", fw.gradients, "gradients"),
+            Term("optimizer", fw.optimizer, "optimizer states"))
+
+
 def framework_memory(fw: Framework, model: ModelConfig, wl: Workload, *, recompute: str,
                      attention: str, zero: int, dp: int, cp: int, virtual: int,
                      per_stage: list[dict[str, Any]], placed: list[tuple[int, int]],
@@ -228,8 +234,7 @@ def framework_memory(fw: Framework, model: ModelConfig, wl: Workload, *, recompu
     each stage's rank holds; `block_params`/`root_params` a stage's largest block and its
     embedding + head on one rank (what FSDP gathers)."""
     policy = fw.recompute[recompute]
-    bpp = (Term("weights", fw.weights, "weights"), Term("gradients", fw.gradients, "gradients"),
-           Term("optimizer", fw.optimizer, "optimizer states"))
+    bpp = fw_widths(fw)
     every = int(terms.sac_layer_every)
     if every and (fw.name != "torchtitan" or policy != "op"):
         raise ShapecalcError("fw-term.sac_layer_every", "is torchtitan's per-layer SAC: "

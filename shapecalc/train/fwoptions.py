@@ -26,8 +26,8 @@ def train_fw_terms(framework: str, sets: list[str] | None) -> FwTerms:
 
 
 def run_perf_for(gpu: GPU | None, sets: list[str] | None, framework: str, model: ModelConfig,
-                 wl: Workload, *, cp: int, compile_: bool, power_limit: str | None
-                 ) -> tuple[TrainPerf, dict[str, Any] | None] | None:
+                 wl: Workload, *, cp: int, compile_: bool, power_limit: str | None,
+                 stages: list[Any] | None = None) -> tuple[TrainPerf, dict[str, Any] | None] | None:
     """The step-time terms: hf keeps train/time.py's fit; the other frameworks take the
     efficiencies of the GPU and the run's shapes, then any --perf override on top."""
     if gpu is None:
@@ -52,7 +52,7 @@ def run_perf_for(gpu: GPU | None, sets: list[str] | None, framework: str, model:
         c = clock_factor(gpu, watts)
         return replace(user, gemm_efficiency=user.gemm_efficiency * c,
                        attention_efficiency=user.attention_efficiency * c), None
-    stages = symbolic_stages(model, wl, 1)
+    stages = stages or symbolic_stages(model, wl, 1)  # a search passes the micro-batch's
     perf, how = run_perf(perf_for(gpu), gpu, framework, model, wl, stages, cp, power_w=watts,
                          compile_=compile_)
     keys = {item.partition("=")[0].strip() for item in sets or []}

@@ -98,7 +98,8 @@ def build_train(model: ModelConfig, wl: Workload, *, dp: int, zero: int, precisi
                                  "not built yet: LoRA is counted as autograd runs peft (hf)")
     if fp8 is not None:
         check_fp8(fp8, gpu)
-    fw = framework_rules(framework, zero=zero, recompute=recompute, pp=wl.pp, fp8=fp8)
+    fw = framework_rules(framework, zero=zero, recompute=recompute, pp=wl.pp, fp8=fp8,
+                         virtual=virtual)
     if fw.name != "hf" and precision != "mixed":
         raise ShapecalcError("precision", f"{fw.name} is planned in mixed precision only "
                              f"(bf16 with fp32 master weights), not {precision!r}")

@@ -15,7 +15,9 @@ _LAYOUT = (
     ("pp", I, "pipeline stages"), ("ep", I, "expert-parallel degree (inside dp)"),
     ("dp", I, "data-parallel degree: GPUs / (tp·cp·pp)"),
     ("micro_batch", I, "b: sequences a micro-batch"),
-    ("recompute", str, "none | selective | full"))
+    ("recompute", str, "none | selective | full | torch"),
+    ("framework", str, "whose memory rules, step-time terms and DP overlap the layout is "
+     "planned under (train --framework)"))
 _GRID = (
     ("virtual_stages", I, "v: interleaved model chunks per pipeline rank", None),
     ("grad_accum", I, "m: micro-batches a step", None),
@@ -26,7 +28,7 @@ Candidate = described(
     *_LAYOUT, *[(k, IN, w, d) for k, _, w, d in _GRID],
     ("step_s", FN, "the predicted step (train/time.py), where it was timed", None),
     ("peak_bytes", IN, "the peak rank's bytes (train's exact count), where counted", None),
-    ("fails", str | None, "divisibility | topology | bubble | memory", None),
+    ("fails", str | None, "divisibility | topology | framework | bubble | memory", None),
     ("why", str | None, "the reason, one line", None))
 
 Best = described(
@@ -37,16 +39,33 @@ Best = described(
     ("free_bytes", I, "the GPU's memory left on the peak rank"),
     ("mfu", FN, "model FLOPs utilization"), ("hfu", FN, "with the recompute"),
     ("tokens_per_s_per_gpu", FN, "tokens trained per second per GPU"),
-    ("train_args", str, "the train flags that plan this layout alone (with --global-batch)"),
+    ("train_args", str, "the train flags that plan this layout alone (with --global-batch): "
+     "--framework (and --fp8) where not hf"),
     ("cost", TrainCost | None, "what it costs (with a price: --price or the profile's)", None))
+
+Why = described(
+    "TrainSearchFrameworkWhy", "One framework refusal and how many candidates it refused",
+    ("why", str, "the framework's reason, naming it (frameworks.framework's check)"),
+    ("count", I, "how many candidates"))
+
+ByFramework = described(
+    "TrainSearchByFramework", "One framework's fastest layout that fits",
+    *_LAYOUT, *[(k, I, w) for k, _, w, _ in _GRID],
+    ("step_s", F, "the predicted step, seconds (train/time.py)"),
+    ("peak_bytes", I, "the peak rank's bytes"),
+    ("train_args", str, "the train flags that plan this layout alone (with --global-batch)"))
 
 Failed = described(
     "TrainSearchFailed", "The layouts that fail for one reason",
-    ("reason", str, "divisibility | topology | bubble | memory"),
-    ("count", I, "how many candidates"), ("example", Candidate, "the first of them"))
+    ("reason", str, "divisibility | topology | framework | bubble | memory"),
+    ("count", I, "how many candidates"), ("example", Candidate, "the first of them"),
+    ("whys", many(Why) | None, "reason framework: each distinct refusal, most common first",
+     None))
 
 Space = described(
     "TrainSearchSpace", "The dimensions searched beyond tp, cp, pp, ep and dp",
+    ("frameworks", list[str], "the frameworks tried (every one the flags apply to, or "
+     "--framework's)"),
     ("recompute", list[str], "the recompute options"), ("zero", list[int], "the ZeRO stages"),
     ("max_micro_batch", I, "micro-batches are divisors of global batch / dp up to this"),
     ("max_virtual_stages", I, "v runs 1..this (at least v layers a stage)"),
@@ -59,8 +78,12 @@ TrainSearchOut = described(
     ("gpu_memory_bytes", I, "the GPU's memory"),
     ("global_batch", I, "--global-batch: sequences a step"), ("seq", I, "T"),
     ("tokens_per_step", I, "global_batch × T"), ("precision", str, "--precision"),
-    ("attention", str, "--attention"), ("space", Space, "what was searched"),
+    ("attention", str, "--attention"),
+    ("fp8", str | None, "--fp8: the fp8 recipe every layout is planned with, else null"),
+    ("space", Space, "what was searched"),
     ("candidates", I, "layouts tried"), ("fitting", I, "of which run and fit"),
     ("best", many(Best), "the fastest few, fastest first"),
+    ("best_by_framework", many(ByFramework), "each searched framework's fastest layout that "
+     "fits, in the order searched (none for a framework where none fits)"),
     ("failed", many(Failed), "the others, grouped by reason"),
     ("closest_miss", Candidate | None, "where nothing fits: the smallest peak over the GPU"))
