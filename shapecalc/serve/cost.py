@@ -43,6 +43,7 @@ from .pipeline import round_terms
 VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
            "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total", "boundary_bytes_total")
 NONE: tuple[int, ...] = ()
+RECALL = 1 << 16  # decode steps' terms kept (then forgotten, a few MB at most)
 CONSTANT = ("params_per_rank", "embed_params_per_rank", "tp", "allreduce_per_layer",
             "expert_params_per_rank", "expert_params", "params", "weight_bytes_per_rank",
             "embed_weight_bytes_per_rank", "expert_weight_bytes_per_rank", "expert_weight_bytes")
@@ -137,6 +138,7 @@ class IterationCost:
         # and pp, and the all-to-all's seconds by the rank's tokens (plan/ep.py)
         self.rates = link_rates(self.topo, self.const["tp"], self.stages)
         self.exchanges: dict[tuple[Any, bool], float] = {}
+        self.recall: dict[tuple[Any, ...], tuple[float, float, float, float]] = {}
         self.dp = attention_ranks(wl) if ep is not None else 1
         self.rows = [(k, c.step, c.k0, c.k1, c.k2, c.read, c.d0, c.d1)
                      for k, c in self.coeffs.items()]
@@ -174,6 +176,21 @@ class IterationCost:
               pex: tuple[int, ...] = NONE, dex: tuple[int, ...] = NONE,
               rex: tuple[int, ...] = NONE) -> tuple[float, float, float, float]:
         """perf.step_terms of the step: (compute, memory, communication, overhead)."""
+        if chunks or n or sq or ctx:
+            return self._terms(chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
+        # a decode step's (B, Σ L) recur: fixed lengths, lone decoders on a rank (a pure
+        # function of its arguments, so a recalled value is the same float)
+        key = (decodes, cache, pex, dex, rex)
+        t = self.recall.get(key)
+        if t is None:
+            if len(self.recall) >= RECALL:
+                self.recall.clear()
+            t = self.recall[key] = self._terms(0, 0, 0, 0, decodes, cache, pex, dex, rex)
+        return t
+
+    def _terms(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,
+               pex: tuple[int, ...], dex: tuple[int, ...], rex: tuple[int, ...]
+               ) -> tuple[float, float, float, float]:
         tot = self.totals(chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
         tokens: Any = n + decodes
         m = min(self.stages, chunks + decodes)
