@@ -43,7 +43,7 @@ from .pipeline import round_terms
 VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
            "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total", "boundary_bytes_total")
 NONE: tuple[int, ...] = ()
-RECALL = 1 << 16  # decode steps' terms kept (then forgotten, a few MB at most)
+RECALL = 1 << 16  # steps' terms kept (then forgotten, a few MB at most)
 CONSTANT = ("params_per_rank", "embed_params_per_rank", "tp", "allreduce_per_layer",
             "expert_params_per_rank", "expert_params", "params", "weight_bytes_per_rank",
             "embed_weight_bytes_per_rank", "expert_weight_bytes_per_rank", "expert_weight_bytes")
@@ -176,16 +176,14 @@ class IterationCost:
               pex: tuple[int, ...] = NONE, dex: tuple[int, ...] = NONE,
               rex: tuple[int, ...] = NONE) -> tuple[float, float, float, float]:
         """perf.step_terms of the step: (compute, memory, communication, overhead)."""
-        if chunks or n or sq or ctx:
-            return self._terms(chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
-        # a decode step's (B, Σ L) recur: fixed lengths, lone decoders on a rank (a pure
-        # function of its arguments, so a recalled value is the same float)
-        key = (decodes, cache, pex, dex, rex)
+        # a step's mix recurs: fixed lengths, lone decoders on a rank, a prefill pool's prompts
+        # (a pure function of its arguments, so a recalled value is the same float)
+        key = (chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
         t = self.recall.get(key)
         if t is None:
             if len(self.recall) >= RECALL:
                 self.recall.clear()
-            t = self.recall[key] = self._terms(0, 0, 0, 0, decodes, cache, pex, dex, rex)
+            t = self.recall[key] = self._terms(chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
         return t
 
     def _terms(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,
