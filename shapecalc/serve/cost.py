@@ -43,7 +43,7 @@ from .pipeline import round_terms
 VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
            "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total", "boundary_bytes_total")
 NONE: tuple[int, ...] = ()
-RECALL = 1 << 16  # steps' terms kept (then forgotten, a few MB at most)
+RECALL = 1 << 15  # steps' terms kept, then forgotten (~550 bytes each: under 20 MB)
 CONSTANT = ("params_per_rank", "embed_params_per_rank", "tp", "allreduce_per_layer",
             "expert_params_per_rank", "expert_params", "params", "weight_bytes_per_rank",
             "embed_weight_bytes_per_rank", "expert_weight_bytes_per_rank", "expert_weight_bytes")
