@@ -76,11 +76,12 @@ def perf_params(gpu: GPU, sets: list[str] | tuple[str, ...] | None = None) -> Pe
 
 def step_terms(cf: ClosedForm, gpu: GPU, pp: PerfParams, tot: dict[str, Any], peak: Any,
                tokens: Any, wbits: Any, xp: Any, ep: int = 1, decode: bool = False,
-               stages: Any = 1, dp: int = 1) -> tuple[Any, Any, Any, Any]:
+               stages: Any = 1, dp: int = 1, rates: Any = None) -> tuple[Any, Any, Any, Any]:
     """(compute, memory, communication, overhead) expected seconds of one step per rank.
     Collectives by where their ranks sit (topology.py: a tp group across scale-up domains is
     hierarchical; a pipeline boundary that ends a domain crosses the network); `dp`: attention
-    ranks whose tokens each GPU's experts serve (plan/ep.py)."""
+    ranks whose tokens each GPU's experts serve (plan/ep.py); `rates`: link_rates of this
+    gpu, tp and stages, where a caller (serve's step) has them already."""
     m = cf.model
     flops = step_flops(cf, tot, ep, dp)
     rows = xp.floats(tokens)
@@ -90,8 +91,8 @@ def step_terms(cf: ClosedForm, gpu: GPU, pp: PerfParams, tot: dict[str, Any], pe
     weights = xp.floats(step_bytes(cf, tot, tokens, wbits, xp, ep, dp)) - kv
     memory = (weights / pp.memory_efficiency + kv / pp.attention_efficiency) / gpu.hbm_bandwidth
     n_ar = tot["allreduce_per_layer"] * m.n_layers * (tot["tp"] > 1)
-    ring_bw, ring_lat, bound_bw, inside = link_rates(topology(gpu, pp.link_efficiency),
-                                                     tot["tp"], stages)
+    ring_bw, ring_lat, bound_bw, inside = rates or link_rates(
+        topology(gpu, pp.link_efficiency), tot["tp"], stages)
     # inside one domain: the formula before the topology (the same floats)
     link = xp.floats(tot["ring_bytes_per_rank_total"] + tot["boundary_bytes_total"]) / (
         gpu.link_bandwidth * pp.link_efficiency)

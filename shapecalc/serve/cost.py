@@ -35,7 +35,7 @@ from ..model.parallel import kv_groups, pp_layers
 from ..model.plan import Chunk, layer_plan
 from ..plan.ep import EPPlan, attention_ranks, exchange_s, imbalance_flops, moe_layers
 from ..plan.perf import PerfParams, step_seconds, step_terms
-from ..plan.topology import boundary_bandwidth, topology
+from ..plan.topology import boundary_bandwidth, link_rates, topology
 from .basis import Basis, points, solve, value
 from .pipeline import round_terms
 
@@ -43,6 +43,7 @@ from .pipeline import round_terms
 VARYING = ("flops", "flops_per_rank", "causal_flops", "causal_flops_per_rank",
            "kv_cache_bytes_per_rank", "ring_bytes_per_rank_total", "boundary_bytes_total")
 NONE: tuple[int, ...] = ()
+RECALL = 1 << 15  # steps' terms kept, then forgotten (~550 bytes each: under 20 MB)
 CONSTANT = ("params_per_rank", "embed_params_per_rank", "tp", "allreduce_per_layer",
             "expert_params_per_rank", "expert_params", "params", "weight_bytes_per_rank",
             "embed_weight_bytes_per_rank", "expert_weight_bytes_per_rank", "expert_weight_bytes")
@@ -133,6 +134,14 @@ class IterationCost:
         self.pterms = {k: [(e, a) for e, a in enumerate(v) if a] for k, v in self.pcoef.items()}
         self.dterms = {k: [(e, a) for e, a in enumerate(v) if a] for k, v in self.dcoef.items()}
         self.windowed = bool(self.pbasis or self.dbasis)
+        # per step, the same every step (the same floats, computed once): the links of this tp
+        # and pp, and the all-to-all's seconds by the rank's tokens (plan/ep.py)
+        self.rates = link_rates(self.topo, self.const["tp"], self.stages)
+        self.exchanges: dict[tuple[Any, bool], float] = {}
+        self.recall: dict[tuple[Any, ...], tuple[float, float, float, float]] = {}
+        self.dp = attention_ranks(wl) if ep is not None else 1
+        self.rows = [(k, c.step, c.k0, c.k1, c.k2, c.read, c.d0, c.d1)
+                     for k, c in self.coeffs.items()]
 
     def totals(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,
                pex: tuple[int, ...] = NONE, dex: tuple[int, ...] = NONE,
@@ -141,6 +150,12 @@ class IterationCost:
         Σc = ctx cached tokens under them; `decodes` sequences on Σ L = cache cached tokens;
         pex, dex, rex: the sums of the window, chunk and scan functions (module doc)."""
         tot = dict(self.const)
+        if not (pex or dex or rex):  # one regime (the same integers, fewer lookups)
+            for k, step, k0, k1, k2, read, d0, d1 in self.rows:
+                twice = k0 * chunks + k1 * n + k2 * sq
+                assert twice % 2 == 0, k
+                tot[k] = step + twice // 2 + read * ctx + d0 * decodes + d1 * cache
+            return tot
         for k, c in self.coeffs.items():
             twice = c.k0 * chunks + c.k1 * n + c.k2 * sq
             if pex:
@@ -161,6 +176,19 @@ class IterationCost:
               pex: tuple[int, ...] = NONE, dex: tuple[int, ...] = NONE,
               rex: tuple[int, ...] = NONE) -> tuple[float, float, float, float]:
         """perf.step_terms of the step: (compute, memory, communication, overhead)."""
+        # a step's mix recurs: fixed lengths, lone decoders on a rank, a prefill pool's prompts
+        # (a pure function of its arguments, so a recalled value is the same float)
+        key = (chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
+        t = self.recall.get(key)
+        if t is None:
+            if len(self.recall) >= RECALL:
+                self.recall.clear()
+            t = self.recall[key] = self._terms(chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
+        return t
+
+    def _terms(self, chunks: int, n: int, sq: int, ctx: int, decodes: int, cache: int,
+               pex: tuple[int, ...], dex: tuple[int, ...], rex: tuple[int, ...]
+               ) -> tuple[float, float, float, float]:
         tot = self.totals(chunks, n, sq, ctx, decodes, cache, pex, dex, rex)
         tokens: Any = n + decodes
         m = min(self.stages, chunks + decodes)
@@ -169,16 +197,19 @@ class IterationCost:
                 step = self.coeffs[k].step
                 tot[k] = step + (tot[k] - step) / m
             tokens = tokens / m
-        plan, dp = self.plan, 1
+        plan, dp = self.plan, self.dp
         if plan is not None:
-            dp = attention_ranks(self.wl)
             tot["causal_flops"] = tot["causal_flops"] + imbalance_flops(tot, tokens,
                                                                         self.cf.model, plan)
         t = step_terms(self.cf, self.gpu, self.pp, tot, self.peak, tokens, self.wbits,
-                       SCALARS, self.ep, decode=chunks == 0, stages=self.stages, dp=dp)
+                       SCALARS, self.ep, decode=chunks == 0, stages=self.stages, dp=dp,
+                       rates=self.rates)
         if plan is not None:
-            t = (t[0], t[1], t[2] + exchange_s(self.topo, plan, self.wl, tokens, self.cf.model,
-                                               self.moe_layers, chunks == 0), t[3])
+            x = self.exchanges.get((tokens, chunks == 0))
+            if x is None:
+                x = self.exchanges[tokens, chunks == 0] = exchange_s(
+                    self.topo, plan, self.wl, tokens, self.cf.model, self.moe_layers, chunks == 0)
+            t = (t[0], t[1], t[2] + x, t[3])
         if self.load is not None:
             t = loaded(t, self.load, chunks + decodes, tot["kv_cache_bytes_per_rank"]
                        / (self.gpu.hbm_bandwidth * self.pp.attention_efficiency))

@@ -233,7 +233,17 @@ class Replica(Policies, Windows):
                                                                          strict=True))
         durs, toks = self.durs, self.toks
         i = 0
-        while j + i < stop and clock < until:
+        while simple and j + i < stop and clock < until:  # one group: the loop below, lean
+            need = cls[(-(j + i)) % bs]
+            if need > free:
+                break
+            free -= need
+            x, y = c0 + dc * i, m0 + dm * i
+            d = (y if y > x else x) + comm + over  # max(x, y), without the call
+            durs.append(d)
+            clock += d
+            i += 1
+        while not simple and j + i < stop and clock < until:
             need = cls[(-(j + i)) % bs]
             if not simple:  # _need, inlined: a block of every group, less the windows' frees
                 need *= per

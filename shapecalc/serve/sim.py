@@ -29,6 +29,7 @@ from ..plan.options import PlanOptions, require_peak
 from ..plan.perf import perf_overrides, perf_params
 from ..plan.price import serving_cost
 from ..plan.topology import layout_fills_nodes
+from .alone import independent, run_alone
 from .blocks import Layout, layout
 from .cost import IterationCost
 from .decoders import Seq
@@ -262,6 +263,9 @@ def run(dep: Deployment, reqs: list[Request], concurrency: int | None = None,
                                           reqs)
     ready: list[tuple[float, int]] = []  # (clock, index) of busy replicas; stale entries skipped
     k = steps = 0
+    if independent(dep.router, concurrency, ranks, eng.spec):  # exact fast path (alone.py)
+        run_alone(reps, reqs, seqs, progress)
+        pending = []
     while True:
         while ready and not (reps[ready[0][1]].busy and reps[ready[0][1]].clock == ready[0][0]):
             heapq.heappop(ready)
