@@ -157,6 +157,9 @@ def pd_stage(dep: sim.Deployment, dims: list[Dimension], rate: float, n: int, pr
     if dep.shared_prefix:
         return rows, ["pd: prefix caching is not simulated with disaggregation; no P:D split "
                       "tried (leave out --shared-prefix)"]
+    if dep.spec is not None:  # disagg.py's decode pool runs plain replicas (cli refuses --pd)
+        return rows, ["pd: speculative decoding is not simulated with disaggregation; no P:D "
+                      "split tried (leave out --draft)"]
     one = generate(n, rate, prompt, output, seed, cv)
     cands = []
     for r, base in layouts(dep, dims):
