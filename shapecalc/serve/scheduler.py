@@ -269,6 +269,55 @@ class Replica(Policies, Windows):
         """The token budget a step leaves prefills: all of it prefill-first."""
         return self.cfg.max_batched_tokens - (0 if self.prefill_first else self.n_dec)
 
+    def _admit(self, budget: int, take: Callable[[Seq, int], None]) -> None:
+        """A step's prefill chunks under its token budget: first the sequences part-way through
+        their prompt (as many tokens as their free blocks allow), then the queue's head in order
+        while it fits (FCFS); `take` records each chunk. One home for every step that prefills
+        (this one and specsched.py's)."""
+        cfg, bs, simple, lay = self.cfg, self.cfg.block_size, self.simple, self.lay
+        for s in list(self.prefilling.values()):
+            if budget <= 0:
+                break
+            k = min(s.tokens - s.done, budget)
+            if simple:
+                extra = self._own(s.done + k) - s.blocks
+            else:  # the window's blocks behind s.done are freed first
+                extra = lay.own(s.done, s.done + k) - s.blocks
+            if extra > self.free:  # the tokens its free blocks allow
+                if simple:
+                    k = (s.blocks + self.pb + self.free) * bs - s.done
+                else:
+                    k = lay.afford(s.done, s.blocks, self.free) - s.done
+                if k <= 0:
+                    continue
+                extra = (self._own(s.done + k) if simple else lay.own(s.done, s.done + k)) \
+                    - s.blocks
+            self.free -= extra
+            s.blocks += extra
+            take(s, k)
+            budget -= k
+        hit = self.pb * bs if self.prefix_ready else 0
+        while budget > 0 and self.waiting and len(self.running) < cfg.max_num_seqs:
+            s = self.waiting[0]
+            if cfg.no_evict and self.reserved + self._whole(s) > self.total - lay.pinned_units:
+                break  # its whole request does not fit beside the running ones' (FCFS)
+            # the last token is computed to emit the next; a received KV cache is not recomputed
+            start = min(max(hit, s.cached), s.tokens - 1)
+            k = min(s.tokens - start, budget)
+            blocks = self._own(start + k) if simple else lay.own(start, start + k)
+            if blocks > self.free:
+                break
+            if cfg.no_evict:
+                self.reserved += self._whole(s)
+            self.waiting.popleft()
+            self.running[s.req.id] = s
+            self.prefilling[s.req.id] = s
+            self.free -= blocks
+            s.blocks = blocks
+            s.done = start
+            take(s, k)
+            budget -= k
+
     def step(self, first: bool = True) -> None:
         cfg, bs, j = self.cfg, self.cfg.block_size, self.it
         simple, lay = self.simple, self.lay
@@ -295,7 +344,7 @@ class Replica(Policies, Windows):
         plan: list[tuple[int, int, int]] = []
 
         def take(s: Seq, k: int) -> None:
-            nonlocal chunks, n, sq, ctx, budget
+            nonlocal chunks, n, sq, ctx
             c = s.c0 = s.done
             if not simple:
                 for e, b in enumerate(self.cost.pbasis):
@@ -306,53 +355,13 @@ class Replica(Policies, Windows):
             n += k
             sq += k * k + 2 * c * k
             ctx += c
-            budget -= k
             s.done += k
             if self.trace:
                 plan.append((s.req.id, c, k))
             if s.done == s.tokens:
                 done.append(s)
 
-        for s in list(self.prefilling.values()):
-            if budget <= 0:
-                break
-            k = min(s.tokens - s.done, budget)
-            if simple:
-                extra = self._own(s.done + k) - s.blocks
-            else:  # the window's blocks behind s.done are freed first
-                extra = lay.own(s.done, s.done + k) - s.blocks
-            if extra > self.free:  # the tokens its free blocks allow
-                if simple:
-                    k = (s.blocks + self.pb + self.free) * bs - s.done
-                else:
-                    k = lay.afford(s.done, s.blocks, self.free) - s.done
-                if k <= 0:
-                    continue
-                extra = (self._own(s.done + k) if simple else lay.own(s.done, s.done + k)) \
-                    - s.blocks
-            self.free -= extra
-            s.blocks += extra
-            take(s, k)
-        hit = self.pb * bs if self.prefix_ready else 0
-        while budget > 0 and self.waiting and len(self.running) < cfg.max_num_seqs:
-            s = self.waiting[0]
-            if cfg.no_evict and self.reserved + self._whole(s) > self.total - lay.pinned_units:
-                break  # its whole request does not fit beside the running ones' (FCFS)
-            # the last token is computed to emit the next; a received KV cache is not recomputed
-            start = min(max(hit, s.cached), s.tokens - 1)
-            k = min(s.tokens - start, budget)
-            blocks = self._own(start + k) if simple else lay.own(start, start + k)
-            if blocks > self.free:
-                break
-            if cfg.no_evict:
-                self.reserved += self._whole(s)
-            self.waiting.popleft()
-            self.running[s.req.id] = s
-            self.prefilling[s.req.id] = s
-            self.free -= blocks
-            s.blocks = blocks
-            s.done = start
-            take(s, k)
+        self._admit(budget, take)
         if pf and not chunks:  # nothing could prefill after all (state unchanged): decode
             return self.step(False)
         decodes = 0 if pf else self.n_dec

@@ -204,47 +204,19 @@ class SpecReplica(Replica):
         plan: list[tuple[int, int, int]] = []
 
         def take(s: Any, k: int) -> None:
-            nonlocal chunks, n, sq, ctx, budget
+            nonlocal chunks, n, sq, ctx
             c = s.c0 = s.done
             chunks += 1
             n += k
             sq += k * k + 2 * c * k
             ctx += c
-            budget -= k
             s.done += k
             if self.trace:
                 plan.append((s.req.id, c, k))
             if s.done == s.tokens:
                 done.append(s)
 
-        for s in list(self.prefilling.values()):
-            if budget <= 0:
-                break
-            k = min(s.tokens - s.done, budget)
-            extra = self._own(s.done + k) - s.blocks
-            if extra > self.free:
-                k = (s.blocks + self.pb + self.free) * bs - s.done
-                if k <= 0:
-                    continue
-                extra = self._own(s.done + k) - s.blocks
-            self.free -= extra
-            s.blocks += extra
-            take(s, k)
-        hit = self.pb * bs if self.prefix_ready else 0
-        while budget > 0 and self.waiting and len(self.running) < cfg.max_num_seqs:
-            s = self.waiting[0]
-            start = min(hit, s.tokens - 1)
-            k = min(s.tokens - start, budget)
-            blocks = self._own(start + k)
-            if blocks > self.free:
-                break
-            self.waiting.popleft()
-            self.running[s.req.id] = s
-            self.prefilling[s.req.id] = s
-            self.free -= blocks
-            s.blocks = blocks
-            s.done = start
-            take(s, k)
+        self._admit(budget, take)  # a simple layout (attach): the plain step's admission
         decodes = self.n_dec
         if not chunks and not decodes:
             if self.running:
