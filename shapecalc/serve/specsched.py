@@ -152,15 +152,10 @@ class SpecReplica(Replica):
         self.waiting.appendleft(s)
         return due
 
-    def _blocked(self) -> bool:
-        if not self.waiting:
-            return True
-        cfg, room = self.cfg, self.cfg.max_batched_tokens - self.n_dec * self.q
-        if len(self.running) >= cfg.max_num_seqs or room <= 0:
-            return True
-        s = self.waiting[0]
-        start = min(self.pb * cfg.block_size if self.prefix_ready else 0, s.tokens - 1)
-        return self._own(start + min(s.tokens - start, room)) > self.free
+    def _room(self) -> int:
+        """The token budget a step leaves prefills: a decoder takes its k + 1 (Replica's
+        _blocked and _admit read it)."""
+        return self.cfg.max_batched_tokens - self.n_dec * self.q
 
     def _stretch(self, until: float) -> int:
         if not self._blocked():
@@ -193,12 +188,12 @@ class SpecReplica(Replica):
         return i
 
     def step(self, first: bool = True) -> None:  # decode-first only (vLLM's), so no `first`
-        cfg, bs, j = self.cfg, self.cfg.block_size, self.it
+        bs, j = self.cfg.block_size, self.it
         need = int(self.NB[j]) if j < len(self.NB) else 0
         while need > self.free:
             need -= self._preempt(j)
         self.free -= need
-        budget = cfg.max_batched_tokens - self.n_dec * self.q
+        budget = self._room()
         chunks = n = sq = ctx = 0
         done: list[Any] = []
         plan: list[tuple[int, int, int]] = []
