@@ -4,7 +4,6 @@ Loaded when one of them is invoked (lazy.py); numpy, rich and the planning code 
 commands, so each command loads only what it needs.
 """
 
-from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Annotated, Any

@@ -2,7 +2,6 @@
 
 Loaded when invoked (lazy.py)."""
 
-from __future__ import annotations
 
 import sys
 from collections.abc import Callable

@@ -3,7 +3,6 @@ by term, the batch arithmetic, and the DP/TP/PP ledgers (shapecalc/train/report.
 
 Loaded when invoked (lazy.py)."""
 
-from __future__ import annotations
 
 from typing import Annotated, Any
 
