@@ -12,9 +12,7 @@ solved or typed twice.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
-from functools import cached_property
 from typing import Any
 
 from ..model.expr import Expr
@@ -26,28 +24,55 @@ ATTENTION_ROLES = ("attn.scores", "attn.values")
 
 # B^i·T^j, i ≤ 1, j ≤ 2
 MONOMIALS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2))
+_INDEX = {m: i for i, m in enumerate(MONOMIALS)}
 
 
-@dataclass(frozen=True)
 class Poly:
-    """Σ num[k]·B^i·T^j / den over MONOMIALS; the value is an integer wherever it is used."""
+    """Σ num[k]·B^i·T^j / den over MONOMIALS; the value is an integer wherever it is used.
+    Immutable. (A plain class: a symbolic pass makes hundreds, a sweep thousands.)"""
 
-    num: tuple[int, ...]
-    den: int = 1
+    __slots__ = ("_terms", "den", "num")
+
+    def __init__(self, num: tuple[int, ...], den: int = 1):
+        self.num, self.den = num, den
+        self._terms: tuple[tuple[int, tuple[int, int]], ...] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Poly:
+            return NotImplemented
+        return (self.num, self.den) == (other.num, other.den)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((self.num, self.den))
+
+    def __repr__(self) -> str:
+        return f"Poly(num={self.num!r}, den={self.den!r})"
 
     @staticmethod
     def of(e: Expr) -> Poly:
         """An Expr in the symbols B and T (a poly-mode formula) as a Poly."""
-        coef: dict[tuple[int, int], Fraction] = {}
+        num: list[Any] = [0] * len(MONOMIALS)  # ints, or Fractions
+        fractional = False  # a halved size (Dh/2): Fractions, over a common denominator
         for mono, c in e.terms:
-            powers = dict(mono)
-            key = (powers.pop("B", 0), powers.pop("T", 0))
-            if powers or key not in MONOMIALS:
+            b = t = 0
+            for sym, k in mono:
+                if sym == "B":
+                    b = k
+                elif sym == "T":
+                    t = k
+                else:
+                    b = -1
+            i = _INDEX.get((b, t))
+            if i is None:
                 raise AssertionError(f"closed form: {e} is not a polynomial of degree ≤ (1, 2) "
                                      "in B, T")
-            coef[key] = coef.get(key, Fraction(0)) + Fraction(c)
-        den = math.lcm(*(x.denominator for x in coef.values())) if coef else 1
-        return Poly(tuple(int(coef.get(m, 0) * den) for m in MONOMIALS), den)
+            num[i] += c
+            fractional = fractional or not isinstance(c, int)
+        if not fractional:  # (every formula but a few): no Fraction made
+            return Poly(tuple(num))
+        coef = [Fraction(x) for x in num]
+        den = math.lcm(*(x.denominator for x in coef))
+        return Poly(tuple(int(x * den) for x in coef), den)
 
     def at(self, b: int, t: int) -> int:
         s = sum(c * b**i * t**j for c, (i, j) in zip(self.num, MONOMIALS, strict=True) if c)
@@ -63,13 +88,18 @@ class Poly:
             out += c * mono[m]
         return out // self.den if self.den != 1 else out
 
-    @cached_property
+    @property
     def terms(self) -> tuple[tuple[int, tuple[int, int]], ...]:
         """(coefficient, monomial) of the non-constant terms that are not zero (eval's, once:
         fit evaluates the same few polynomials ~100 times)."""
-        return tuple((c, m) for c, m in zip(self.num[1:], MONOMIALS[1:], strict=True) if c)
+        if self._terms is None:
+            self._terms = tuple((c, m) for c, m in zip(self.num[1:], MONOMIALS[1:], strict=True)
+                                if c)
+        return self._terms
 
     def __add__(self, other: Poly) -> Poly:
+        if self.den == other.den == 1:  # (most sums)
+            return Poly(tuple(a + b for a, b in zip(self.num, other.num, strict=True)))
         den = math.lcm(self.den, other.den)
         return Poly(tuple(a * (den // self.den) + b * (den // other.den)
                           for a, b in zip(self.num, other.num, strict=True)), den)
@@ -149,12 +179,14 @@ def _elements(shape: list[int]) -> int:
     return n
 
 
-def attention_flops(st: list[Stage]) -> Poly:
-    """QKᵀ's and A·V's FLOPs of one poly-mode stage list (their repeats included)."""
+def attention_flops(st: list[Stage], causal: bool = False) -> Poly:
+    """QKᵀ's and A·V's FLOPs of one poly-mode stage list (their repeats included); `causal`:
+    as a causal kernel does them (the lower triangle), whatever the counting convention."""
     out = ZERO
     for s in st:
         if s.role in ATTENTION_ROLES:
-            out = out + Poly.of(s.poly[0]) * s.repeat  # type: ignore[index]
+            e = s.poly_causal if causal and s.poly_causal is not None else s.poly[0]  # type: ignore[index]
+            out = out + Poly.of(e) * s.repeat
     return out
 
 
@@ -178,6 +210,7 @@ def measure(st: list[Stage], plan: LayerPlan) -> tuple[dict[str, Poly], dict[str
     num["expert_params"] = const(sum(s.params * s.repeat for s in st if s.role in EXPERT_ROLES))
     num["flops"] = total(flops)
     num["attn"] = attention_flops(st)
+    num["attn_causal"] = attention_flops(st, causal=True)
     num["ew"] = total(ew)
     ids = next(i for i, s in enumerate(st) if s.role == "input.ids")
     num["tq"] = elems[ids].per_batch()  # ids are [B, Tq]

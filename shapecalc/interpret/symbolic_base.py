@@ -87,11 +87,13 @@ class SymbolicBase(Ops):
         elements = 1
         for d in out.dims:
             elements *= d.value
+        # the closed form reads numbers only: a poly-mode pass prints no shapes (a fifth of it)
+        shown = not self.z.poly
         stage = Stage(
             name=name,
             op=op,
             group=self._group,
-            dims=[d.symbol for d in out.dims],
+            dims=[d.symbol for d in out.dims] if shown else [],
             shape=[d.value for d in out.dims],
             flops=flops[0],
             flops_formula=flops[1],
@@ -107,7 +109,7 @@ class SymbolicBase(Ops):
             role=role,
             kind=self._kind,
             operands=[[d.value for d in x] for x in operands],
-            operand_dims=[[d.symbol for d in x] for x in operands],
+            operand_dims=[[d.symbol for d in x] for x in operands] if shown else [],
         )
         if self.z.poly:  # the closed form reads each number as a polynomial in B and T
             stage.poly = (expr_of(flops[1]), expr_of(ewf[1]), product(out.dims).expr)

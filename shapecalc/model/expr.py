@@ -21,6 +21,8 @@ _SUP = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
 
 def _mono_mul(a: Mono, b: Mono) -> Mono:
+    if not b or not a:  # a constant factor (most of a poly-mode pass's dims)
+        return a or b
     out = dict(a)  # dicts keep insertion order: symbols stay in order of first appearance
     for sym, e in b:
         out[sym] = out.get(sym, 0) + e
