@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 from ..costs.closed import ClosedForm
 from ..inputs import files, sources
 from ..inputs.numbers import pos_int
+from ..lean import dataclass
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, check
 from ..model.quant import source_fields, weight_format
 from ..model.quantization import Quantization

@@ -21,10 +21,10 @@ are f × the mean, and the step waits for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..inputs.numbers import bounded_int, parse_number
+from ..lean import dataclass
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
 from ..model.suggest import not_one_of
 from .topology import EP_MODES, Topology, ep_exchange_s

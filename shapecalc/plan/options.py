@@ -4,10 +4,10 @@ compute dtype, the attention kernel the workspace assumes, chunked prefill."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
 
 from ..inputs.hardware import GPU, PEAK_DTYPES
+from ..lean import dataclass
 from ..model.config import ShapecalcError
 from ..model.record import INT_MAX
 from ..model.suggest import did_you_mean_dtype

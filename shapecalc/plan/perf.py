@@ -21,12 +21,13 @@ Plain Python or NumPy (`xp`, as memory.py): no imports beyond the planners'.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..inputs.hardware import GPU, check_term
 from ..inputs.numbers import named_numbers
+from ..lean import dataclass
 from .memory import step_bytes, step_flops
 from .perf_defaults import PARAMS
 from .topology import link_rates, topology

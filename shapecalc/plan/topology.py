@@ -26,10 +26,10 @@ ones at the scale-out latency; all-to-all and send: one).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..inputs.hardware import GPU
+from ..lean import dataclass
 from ..model.config import ShapecalcError
 
 

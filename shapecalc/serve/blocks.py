@@ -21,8 +21,8 @@ equal layer counts and page sizes; the bytes are counted here as the layers hold
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from ..lean import dataclass
 from ..model.plan import Chunk, Reach
 
 

@@ -23,12 +23,12 @@ written once a step) are one more total, a constant a sequence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..costs.closed import ClosedForm
 from ..costs.scalar import SCALARS
 from ..inputs.hardware import GPU
+from ..lean import dataclass
 from ..model.config import DTYPE_BITS, ShapecalcError, Workload
 from ..model.conventions import has_convention
 from ..model.parallel import kv_groups, pp_layers

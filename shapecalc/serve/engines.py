@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from ..lean import dataclass
 from ..model.config import ShapecalcError
 from ..plan.perf import NAMES
 

@@ -48,8 +48,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ..lean import dataclass
 from .basis import value
 from .blocks import Layout
 from .cost import IterationCost

@@ -12,11 +12,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, replace
+from dataclasses import KW_ONLY, replace
 from typing import Any
 
 from ..inputs.hardware import GPU
 from ..inputs.numbers import bounded_int
+from ..lean import dataclass
 from ..model.config import DTYPE_BITS, ModelConfig, ShapecalcError, Workload, bytes_of, check
 from ..model.parallel import kv_elements_per_token, kv_groups, pp_layers, stage_group_layers
 from ..model.plan import layer_plan

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from ..inputs.numbers import parse_number
+from ..lean import dataclass
 from ..model.config import ShapecalcError
 from ..model.suggest import did_you_mean
 from .decoders import Seq

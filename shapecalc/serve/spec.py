@@ -30,10 +30,10 @@ deterministic, as the simulation is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..inputs.numbers import bounded, bounded_int, parse_number
+from ..lean import dataclass
 from ..model.config import ShapecalcError
 from ..model.suggest import not_one_of
 

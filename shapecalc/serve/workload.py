@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from .. import lean
 from ..inputs.files import escape_controls, read_csv, read_jsonl, shown
 from ..inputs.numbers import bounded, bounded_int, parse_number, pos_int
 from ..model.config import ShapecalcError
@@ -40,7 +41,7 @@ RATE = (1e-3, 1e9)
 CV = (1e-3, 100.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True)  # the stdlib's: one a request, made faster than a lean one
 class Request:
     id: int
     arrival: float  # seconds; closed loop: filled in when a user's previous request ends
@@ -49,7 +50,7 @@ class Request:
     cached: int = 0  # prompt tokens whose KV arrives with it (disagg.py: a decode pool's)
 
 
-@dataclass(frozen=True)
+@lean.dataclass(frozen=True)
 class Lengths:
     kind: str  # fixed | uniform | lognormal
     a: float

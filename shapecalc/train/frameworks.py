@@ -59,9 +59,9 @@ build_train calls, `fwmemory.FwTerms` / `fw_terms([...])` its stated terms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from ..lean import dataclass
 from ..model.config import ShapecalcError
 from ..model.suggest import not_one_of
 

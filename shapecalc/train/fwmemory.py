@@ -50,10 +50,11 @@ All terms are stated and overridable (--fw-term NAME=VALUE); none is fitted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ..inputs.numbers import bounded, named_numbers
+from ..lean import dataclass
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.parallel import stage_kind_counts
 from ..model.plan import layer_plan

@@ -48,9 +48,9 @@ Counted, per targeted linear [m, d_in] × [d_in, d_out] (m = B·T rows), rank r:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from ..lean import dataclass
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div, nbytes
 from ..model.stage import Stage
 

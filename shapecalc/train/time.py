@@ -44,12 +44,13 @@ loss computation's memory traffic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ..inputs.hardware import GPU
 from ..inputs.numbers import named_numbers
 from ..interpret.symbolic import stages as symbolic_stages
+from ..lean import dataclass
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.parallel import alltoall_bytes, stage_kind_counts
 from ..model.plan import layer_plan
