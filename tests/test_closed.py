@@ -281,6 +281,27 @@ def test_causal_flops_equal_the_causal_conventions_count(name):
         assert d["causal_flops"] == d["flops"]
 
 
+@pytest.mark.parametrize("name", ["llama3-8b", "gemma2-9b", "llama4-scout", "deepseek-v2-lite",
+                                  "deepseek-v3.2-exp", "minimax-m3"])
+def test_one_pass_gives_the_causal_passes_attention(name):
+    """The full-count pass records each QKᵀ/A·V stage's causal count beside it (poly mode), so no
+    second pass runs: its sum equals the attention FLOPs of a pass under the causal convention
+    (sliding, chunked, MLA, DSA's selected keys and block-sparse attention included)."""
+    from shapecalc.costs.poly import FIT_DTYPES, attention_flops
+    from shapecalc.interpret.symbolic import stages
+
+    model = load_preset(name)
+    cf = ClosedForm(model)
+    regimes = cf.intervals("prefill", 9000)
+    for lo, _ in regimes[:3] + regimes[-1:]:  # the first ones and one past every window
+        for p in (1, 2):
+            regime = cf._regime_for("prefill", p, lo)
+            wl = cf.workload(1, lo, "prefill", p, **FIT_DTYPES).model_copy(
+                update={"attention_flops": "causal"})
+            assert regime.attn_causal() == attention_flops(stages(model, wl, p, poly=True)), (
+                name, lo, p)
+
+
 # -- stateful mixers: a state constant in T, the scan's chunks in T_L = L·⌈T/L⌉ -----------------
 @st.composite
 def mixer_models(draw):

@@ -42,7 +42,7 @@ from ..model.parallel import (
 )
 from ..model.plan import Chunk, layer_plan
 from ..model.quantization import DTYPE_FORMATS, Quantization
-from .poly import FIT_DTYPES, attention_flops, measure
+from .poly import FIT_DTYPES, measure
 from .regime import Regime
 from .scalar import SCALARS
 
@@ -195,13 +195,8 @@ class ClosedForm:
         wl = self.workload(1, lo, phase, p, **FIT_DTYPES)
         plan = layer_plan(self.model)
         polys, tags = measure(symbolic_stages(self.model, wl, p, poly=True), plan)
-        # the QKᵀ and A·V FLOPs a causal kernel does (the lower triangle), whatever the
-        # counting convention: times are planned on them (plan/memory.py, plan/perf.py)
-        if phase == "prefill" and self.attention_flops != "causal":  # a pass of its own
-            causal = wl.model_copy(update={"attention_flops": "causal"})
-            return Regime(lo, hi, polys, tags, False, lambda: attention_flops(
-                symbolic_stages(self.model, causal, p, poly=True)))
-        polys["attn_causal"] = polys["attn"]
+        # (measure's attn_causal: the QKᵀ and A·V FLOPs a causal kernel does, the lower
+        # triangle, whatever the counting convention: times are planned on them)
         return Regime(lo, hi, polys, tags, phase == "decode")
 
     # -- per-model constants -------------------------------------------------------------------

@@ -3,10 +3,10 @@ and every number of it a polynomial in B and T (closed.py fits them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ..lean import dataclass
 from .poly import Poly
 
 
@@ -19,19 +19,12 @@ class Regime:
     polys: dict[str, Poly]
     tags: dict[str, Any]
     decode: bool = False
-    # QKᵀ's and A·V's FLOPs as a causal kernel does them, where they take a second symbolic
-    # pass (closed._fit): run when first asked (memory alone never asks)
-    causal: Callable[[], Poly] | None = field(default=None, compare=False, repr=False)
     # the tag scans compute makes at every point, done once a regime (byte_sum, largest)
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def attn_causal(self) -> Poly:
         """The attention FLOPs a causal kernel does (the lower triangle)."""
-        if self.causal is None:
-            return self.polys["attn_causal"]
-        if "attn_causal" not in self.memo:
-            self.memo["attn_causal"] = self.causal()
-        return self.memo["attn_causal"]  # type: ignore[no-any-return]
+        return self.polys["attn_causal"]
 
     def tagged(self, prefix: str) -> list[tuple[str, Any, Any]]:
         """(key, class, repeat) of the tags under `prefix.`, in order."""
@@ -61,5 +54,4 @@ class Regime:
 
     def majorant(self) -> Regime:
         return Regime(self.lo, self.hi, {k: v.majorant() for k, v in self.polys.items()},
-                      self.tags, self.decode,
-                      None if self.causal is None else lambda: self.attn_causal().majorant())
+                      self.tags, self.decode)

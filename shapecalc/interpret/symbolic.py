@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from ..model.config import ModelConfig, Workload
-from ..model.expr import Dim, formula, sum_formula
+from ..model.expr import Dim, expr_of, formula, sum_formula
 from ..model.forward import ACT, Sizes, clamped, forward
 from ..model.plan import LayerPlan, LayerSpec, layer_kv_heads, widened
 from ..model.stage import SPLIT_NOTE, Group, Split, Stage
@@ -262,35 +262,34 @@ class SymbolicOps(SymbolicBase):
                chunk: int | None = None) -> Sym:
         batch, (mm, kk), nn = a.dims[:-2], a.dims[-2:], b.dims[-1]
         out = self._act(*batch, mm, nn)
-        if causal and self.wl.attention_flops == "causal" and self.wl.phase == "prefill":
-            # only the lower triangle: Σ_i min(i+1, W) (query, key) pairs instead of T²
-            T = self.z.Tq
-            W = window
-            if chunk is not None and chunk < T.value:
-                # q whole chunks of C and a last one of r = T − q·C (1 ≤ r ≤ C) tokens:
-                # 2·pairs = q·C·(C+1) + r·(r+1)
-                q = (T.value - 1) // chunk
-                r = T + (-q * chunk)
-                pairs = [r * (r + 1) + q * chunk * (chunk + 1)]
-            elif W is None or W >= T.value:
-                pairs = [T, T + 1]
-            else:
-                w = self.z.sym("W", W)
-                pairs = [w, T * 2 + w * -1 + 1]
-            inner = kk if role in QK_ROLES else nn  # Dh
-            return self._rec(
-                role,
-                name,
-                "matmul",
-                out,
-                flops=formula([*batch, *pairs, inner]),
-                note="causal half: lower triangle only",
-                operands=(a.dims, b.dims),
-            )
+        inner = kk if role in QK_ROLES else nn  # Dh
+        triangle = causal and self.wl.phase == "prefill"  # a causal kernel's lower triangle
+        if triangle and self.wl.attention_flops == "causal":
+            return self._rec(role, name, "matmul", out,
+                             flops=formula([*batch, *self._pairs(window, chunk), inner]),
+                             note="causal half: lower triangle only", operands=(a.dims, b.dims))
         # QKᵀ lists its factors query, key, width so that it reads 2·B·H·T²·Dh as the seeds do
         order = [mm, nn, kk] if role in QK_ROLES else [mm, kk, nn]
-        return self._rec(role, name, "matmul", out, flops=formula([2, *batch, *order]),
-                         operands=(a.dims, b.dims))
+        out = self._rec(role, name, "matmul", out, flops=formula([2, *batch, *order]),
+                        operands=(a.dims, b.dims))
+        if triangle and self.z.poly:  # the closed form plans times on the triangle: this pass
+            self.stages[-1].poly_causal = expr_of(  # gives it too (no second pass)
+                formula([*batch, *self._pairs(window, chunk), inner])[1])
+        return out
+
+    def _pairs(self, window: int | None, chunk: int | None) -> list[Dim]:
+        """2 × the (query, key) pairs a causal kernel reads, as factors: Σ_i min(i+1, W)."""
+        T = self.z.Tq
+        if chunk is not None and chunk < T.value:
+            # q whole chunks of C and a last one of r = T − q·C (1 ≤ r ≤ C) tokens:
+            # 2·pairs = q·C·(C+1) + r·(r+1)
+            q = (T.value - 1) // chunk
+            r = T + (-q * chunk)
+            return [r * (r + 1) + q * chunk * (chunk + 1)]
+        if window is None or window >= T.value:
+            return [T, T + 1]
+        w = self.z.sym("W", window)
+        return [w, T * 2 + w * -1 + 1]
 
     def mask(self, s: Sym, role: str, name: str,
              kind: Literal["causal", "padding", "window", "chunk"],

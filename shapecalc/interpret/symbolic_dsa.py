@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..model.expr import Dim, formula
+from ..model.expr import Dim, expr_of, formula
 from .symbolic_base import ELEMENTWISE, Sym
 
 if TYPE_CHECKING:
@@ -15,10 +15,16 @@ if TYPE_CHECKING:
 
 
 def _pairs(self: SymbolicBase, keys: Dim) -> list[Dim] | None:
-    """Under a causal count in prefill, 2 × the (query, selected key) pairs: Σ_i min(i+1, K)
-    keys for K < T (K·(2T−K+1)/2), else the lower triangle T(T+1)/2; None: count them all."""
+    """Under a causal count in prefill, 2 × the (query, selected key) pairs (_triangle); None:
+    count them all."""
     if self.wl.attention_flops != "causal" or self.wl.phase != "prefill":
         return None
+    return _triangle(self, keys)
+
+
+def _triangle(self: SymbolicBase, keys: Dim) -> list[Dim]:
+    """2 × the (query, selected key) pairs a causal kernel reads in prefill: Σ_i min(i+1, K)
+    keys for K < T (K·(2T−K+1)/2), else the lower triangle T(T+1)/2."""
     T = self.z.Tq
     if keys.value >= T.value:
         return [T, T + 1]
@@ -77,8 +83,11 @@ def sym_selected_matmul(self: SymbolicBase, a: Sym, b: Sym, role: str, name: str
     flops = formula([2, B, H, Tq, K, W]) if pairs is None else formula([B, H, *pairs, W])
     note = "per query: its own selected keys only" + (
         "" if pairs is None else "; causal: only the selected keys it may read")
-    return self._rec(role, name, "matmul", out, flops=flops, note=note,
-                     operands=(a.dims, b.dims))
+    out = self._rec(role, name, "matmul", out, flops=flops, note=note, operands=(a.dims, b.dims))
+    if pairs is None and self.z.poly and self.wl.phase == "prefill":  # the closed form's causal
+        self.stages[-1].poly_causal = expr_of(  # count, from this same pass (symbolic.matmul)
+            formula([B, H, *_triangle(self, K), W])[1])
+    return out
 
 
 def sym_index_cache(self: SymbolicBase, x: Sym, layer: int, Tk: Dim, Tc: Dim, dtype: str) -> Sym:

@@ -68,7 +68,7 @@ class Stage:
         "operands",
         "operand_dims",
     )
-    __slots__ = (*FIELDS, "extra", "poly")
+    __slots__ = (*FIELDS, "extra", "poly", "poly_causal")
 
     def __init__(
         self,
@@ -110,6 +110,9 @@ class Stage:
         self.operand_dims = operand_dims if operand_dims is not None else []
         self.extra = extra if extra is not None else {}
         self.poly: tuple[Expr, Expr, Expr] | None = None  # see symbolic.stages(poly=True)
+        # QKᵀ's and A·V's FLOPs as a causal kernel does them, where they are counted in full
+        # (poly mode, prefill): what the closed form plans times on
+        self.poly_causal: Expr | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The stage's JSON form: its fields in order, then any extra keys (a mask's dims)."""
