@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
+# floats (modelled times, ratios) may move in their last bits between machines: NumPy's SIMD
+# loops for exp, log and power differ by CPU (AVX2, AVX-512); every count is an int, held exactly
+FLOAT_REL = 1e-12
+
 
 def contains(old: object, new: object, where: str = "", *, strict: bool = True) -> str | None:
     """None if `new` holds everything `old` holds (objects may gain keys), else where it differs.
@@ -26,6 +32,12 @@ def contains(old: object, new: object, where: str = "", *, strict: bool = True) 
             if bad:
                 return bad
         return None
-    if (strict and type(old) is not type(new)) or old != new:
+    if strict and type(old) is not type(new):
+        return f"{where}: {old!r} → {new!r}"
+    if isinstance(old, float) and isinstance(new, float):
+        if old == new or math.isclose(old, new, rel_tol=FLOAT_REL):
+            return None
+        return f"{where}: {old!r} → {new!r}"
+    if old != new:
         return f"{where}: {old!r} → {new!r}"
     return None
