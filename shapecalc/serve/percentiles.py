@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from itertools import accumulate
+from itertools import accumulate, compress
+from operator import mul
 from typing import Any
 
 from .scheduler import Replica
@@ -60,17 +61,18 @@ def itl_summary(reps: list[Replica], qs: tuple[float, ...] = PERCENTILES
     across a preemption; nearest-rank percentiles, with NumPy past SMALL_RUN steps (millions
     of steps; below it, loading NumPy would cost a short run more than the sort), at qs."""
     if sum(len(rep.durs) + len(rep.gaps) for rep in reps) <= SMALL_RUN:
-        pairs = sorted((d, w) for rep in reps
-                       for d, w in zip(rep.durs + rep.gaps, rep.toks + [1] * len(rep.gaps),
-                                       strict=True) if w > 0)
-        if any(rep.wgaps for rep in reps):  # prefill-first's held-back gaps (scheduler.py)
-            pairs = sorted(pairs + [p for rep in reps for p in rep.wgaps])
+        pairs: list[tuple[float, int]] = []
+        for rep in reps:  # (seconds, tokens) of the steps that emitted any: C loops, no genexpr
+            weights = rep.toks + [1] * len(rep.gaps)
+            pairs += compress(zip(rep.durs + rep.gaps, weights, strict=True), weights)
+            pairs += rep.wgaps  # prefill-first's held-back gaps (scheduler.py)
         if not pairs:
             return {**{f"p{q:g}": None for q in qs}, "mean": None, "max": None}
-        total = sum(w for _, w in pairs)
-        acc = running(pairs)
+        pairs.sort()
+        ds, ws = zip(*pairs, strict=True)
+        acc = list(accumulate(ws))
         return {**{f"p{q:g}": percentile(pairs, q, acc) for q in qs},
-                "mean": math.fsum(d * w for d, w in pairs) / total, "max": pairs[-1][0]}
+                "mean": math.fsum(map(mul, ds, ws)) / acc[-1], "max": ds[-1]}
     import numpy as np
 
     d = np.concatenate([np.asarray(rep.durs + rep.gaps + [g for g, _ in rep.wgaps],
