@@ -252,7 +252,7 @@ class ClosedForm:
            kv_dtype: str | None = None, act_dtype: str | None = None, causal: bool = True
            ) -> dict[str, int]:
         """Totals at one point, in Python ints (exact at any size; no NumPy); `causal=False`
-        leaves out the causal kernel's FLOPs (memory alone: they may take a symbolic pass)."""
+        leaves out the causal kernel's FLOPs (memory alone: fewer totals to evaluate)."""
         if min(batch, seq, tp, pp) < 1:
             raise ShapecalcError("grid", "batch, seq, tp and pp must be ≥ 1")
         for d in (dtype, kv_dtype, act_dtype):
