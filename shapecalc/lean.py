@@ -2,12 +2,12 @@
 
 `dataclasses.dataclass` writes `__init__`, `__repr__`, `__eq__`, `__hash__` and the frozen
 `__setattr__`/`__delattr__` as source and compiles each at every start: on Python 3.11 about
-1.7 ms a class, 18 classes on `serve`'s path (7% of its start-up; benchmarks/bench_startup.py).
+1.7 ms a class, 17 classes on `serve`'s path (~7% of its start-up; benchmarks/bench_startup.py).
 Here those methods are this module's, written once (in the bytecode cache); the class is still a
 dataclass (`fields`, `replace` and `asdict` work, `field(...)` and `KW_ONLY` too) with the same
 semantics as `dataclasses.dataclass(frozen=...)`: eq and hash over the compared fields, frozen
 instances refuse assignment, `__post_init__` runs last. An instance costs a few µs more to make,
-so classes made per request or per step (Request, Poly) keep the stdlib's.
+so a class made per request (serve's Request) keeps the stdlib's.
 """
 
 from __future__ import annotations

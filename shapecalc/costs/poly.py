@@ -29,7 +29,7 @@ _INDEX = {m: i for i, m in enumerate(MONOMIALS)}
 
 class Poly:
     """Σ num[k]·B^i·T^j / den over MONOMIALS; the value is an integer wherever it is used.
-    Immutable. (A plain class: a symbolic pass makes hundreds, a sweep thousands.)"""
+    Never changed once made. (A plain class: a symbolic pass makes hundreds of them.)"""
 
     __slots__ = ("_terms", "den", "num")
 
