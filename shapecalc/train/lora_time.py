@@ -44,7 +44,7 @@ from ..inputs.hardware import GPU
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, ceil_div
 from ..model.plan import layer_plan
-from ..model.stage import ATTN_SCORE_ROLES, EXPERT_ROLES
+from ..model.stage import EXPERT_ROLES
 from ..plan.perf_defaults import PARAMS
 from .lora import LoraSpec, lora_flops, targeted
 from .time import Layout, TrainPerf, Work, layer_work, step_time
@@ -125,12 +125,7 @@ def _recompute(st: list[Any], ad: list[Any], r: int, out: dict[Any, Work], atten
             wide[s.kind] = wide.get(s.kind, 0) + s.params
     for s in again:
         w = out[s.kind]
-        if s.role in ATTN_SCORE_ROLES:
-            w.attn_bwd += s.flops
-        elif s.role in EXPERT_ROLES:
-            w.exp_bwd += s.flops
-        else:
-            w.gemm_bwd += s.flops
+        w.add(s.role, "bwd", s.flops)
         if _memory_bound(s, flash):
             w.mem_bwd += 2 * s.bytes
         if s.op == "linear" and s.role not in EXPERT_ROLES:

@@ -154,6 +154,13 @@ class Work:
         self.exp_fwd = self.exp_bwd = 0
         self.ad_fwd = self.ad_bwd = 0  # LoRA's r-wide adapter GEMMs (train/lora_time.py)
 
+    def add(self, role: str, side: str, flops: int) -> None:
+        """A stage's FLOPs on `side` (fwd, bwd) of the efficiency they are timed at: attention,
+        the routed experts' grouped GEMMs, or dense GEMMs."""
+        cls = "attn" if role in ATTN_SCORE_ROLES else "exp" if role in EXPERT_ROLES else "gemm"
+        key = f"{cls}_{side}"
+        setattr(self, key, getattr(self, key) + flops)
+
     def scaled(self, n: int) -> list[int]:
         return [getattr(self, k) * n for k in self.FIELDS]
 
@@ -184,12 +191,7 @@ def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str,
     for s in st:
         x = w(s)
         if s.flops:
-            if s.role in ATTN_SCORE_ROLES:
-                x.attn_fwd += s.flops
-            elif s.role in EXPERT_ROLES:
-                x.exp_fwd += s.flops
-            else:
-                x.gemm_fwd += s.flops
+            x.add(s.role, "fwd", s.flops)
         if _memory_bound(s, flash, fused):
             x.mem_fwd += 2 * s.bytes
             x.mem_bwd += 3 * s.bytes
@@ -198,12 +200,7 @@ def layer_work(model: ModelConfig, wl: Workload, recompute: str, attention: str,
     for b in done:
         x = w(b)
         run = b.flops - getattr(b, "convention_only_flops", 0)  # not FlopCounterMode's extra
-        if b.role in ATTN_SCORE_ROLES:
-            x.attn_bwd += b.flops
-        elif b.role in EXPERT_ROLES:
-            x.exp_bwd += run
-        else:
-            x.gemm_bwd += run
+        x.add(b.role, "bwd", b.flops if b.role in ATTN_SCORE_ROLES else run)
         if isinstance(b, Stage) and _memory_bound(b, flash, fused):
             x.mem_bwd += 2 * b.bytes
     for k, f in (extra_gemm or {}).items():  # a framework's own recompute (per-op SAC)
