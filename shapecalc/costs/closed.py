@@ -283,17 +283,28 @@ class ClosedForm:
         return self._fits[key]
 
     def compute(self, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
-                bits: dict[str, Any], dtype: Any, xp: Any, causal: bool = True
+                bits: dict[str, Any], dtype: Any, xp: Any, causal: bool = True,
+                runs: tuple[Any, Any] | None = None, workspace: bool = False
                 ) -> dict[str, Any]:
         """Every total of the points of one regime (full: p = 1; rank: one of p ranks), over
-        arrays (xp = grid.ARRAYS) or at one point (xp = SCALARS)."""
+        arrays (xp = grid.ARRAYS) or at one point (xp = SCALARS). `runs` (arrays): the first
+        point of each run of points with the same (B, T), and each point's run: the
+        polynomials, which depend on B and T alone, are evaluated once a run. `workspace`: the
+        two activation workspaces alone (a planner sizes them at other tokens than its T)."""
         m = self.model
         n = getattr(B, "size", 1)
-        mono = {(0, 1): T, (0, 2): T * T, (1, 0): B, (1, 1): B * T}
-        mono[(1, 2)] = mono[(1, 1)] * T
+        if runs is None:
+            Bm, Tm, nm = B, T, n
+        else:
+            Bm, Tm, nm = B[runs[0]], T[runs[0]], runs[0].size
+        mono = {(0, 1): Tm, (0, 2): Tm * Tm, (1, 0): Bm, (1, 1): Bm * Tm}
+        mono[(1, 2)] = mono[(1, 1)] * Tm
+
+        def spread(v: Any) -> Any:  # a run's value on each of its points
+            return v if runs is None else v.take(runs[1])
 
         def ev(r: Regime, key: str) -> Any:
-            return r.polys[key].eval(mono, n, dtype, xp)
+            return spread(r.polys[key].eval(mono, nm, dtype, xp))
 
         def const(r: Regime, key: str) -> int:
             poly = r.polys[key]
@@ -307,11 +318,29 @@ class ClosedForm:
             return total
 
         def largest(r: Regime, skip: tuple[str, ...] = ()) -> Any:
-            best = xp.zeros(n, dtype=dtype)
-            for k, cls in r.activations(skip):
-                best = xp.maximum(best, _nbytes(ev(r, k), cls, bits))
+            # the most elements of each class first (⌈e·bits/8⌉ grows with e at fixed bits),
+            # the bytes of the fixed dtypes' (class None) before they are spread over the points
+            most: dict[str | None, Any] = {}
+            for k, c in r.activations(skip):
+                e = r.polys[k].eval(mono, nm, dtype, xp)
+                cls = c if c in bits else None
+                if cls is None:
+                    e = bytes_of(e, BITS[c])
+                most[cls] = e if cls not in most else xp.maximum(most[cls], e)
+            best = spread(most.pop(None)) if None in most else xp.zeros(n, dtype=dtype)
+            for cls, e in most.items():
+                assert cls is not None
+                best = xp.maximum(best, bytes_of(spread(e), bits[cls]))
             return best
 
+        def workspaces() -> dict[str, Any]:
+            # the largest tensor a rank's step writes besides the KV cache itself, as traced
+            # (eager attention) and as FlashAttention runs it (no scores, no repeated K/V)
+            return {"workspace_eager_bytes_per_rank": largest(rank, ("cache",)),
+                    "workspace_flash_bytes_per_rank": largest(rank, ("cache", "flash_skip"))}
+
+        if workspace:
+            return workspaces()
         out: dict[str, Any] = {}
         params = const(full, "params")
         out["params"] = xp.full(n, params, dtype=dtype)
@@ -398,12 +427,10 @@ class ClosedForm:
         for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):
             if causal:
                 out[key] = (ev(r, "flops") - ev(r, "attn")
-                            + r.attn_causal().eval(mono, n, dtype, xp))
-        # the largest tensor a rank's step writes besides the KV cache itself, as traced (eager
-        # attention) and as FlashAttention runs it (no scores, no repeated K/V)
-        out["largest_activation_bytes_per_rank"] = largest(rank, ("cache",))
-        out["workspace_eager_bytes_per_rank"] = out["largest_activation_bytes_per_rank"]
-        out["workspace_flash_bytes_per_rank"] = largest(rank, ("cache", "flash_skip"))
+                            + spread(r.attn_causal().eval(mono, nm, dtype, xp)))
+        ws = workspaces()
+        out["largest_activation_bytes_per_rank"] = ws["workspace_eager_bytes_per_rank"]
+        out.update(ws)
         # pipeline: the residual stream [B, Tq, D] (n_hc·D: hyper-connections) crosses each one
         boundary = _nbytes(B * ev(full, "tq") * residual_width(m), "act", bits)
         out["pp"] = S

@@ -55,13 +55,15 @@ def evaluate(
     dtype: Any = "bf16",
     kv_dtype: Any = None,
     act_dtype: Any = None,
+    workspace: bool = False,
 ) -> dict[str, np.ndarray]:
     """Totals at every point; arguments broadcast against each other (scalars or 1-D).
 
     Dtypes are names, or bits per element as integers (what `DTYPE_BITS` maps a name to);
     kv_dtype and act_dtype default to dtype. Points sorted by phase and tp (outermost) are
     evaluated as slices, without gathering.
-    Returns int64 arrays when provably exact, else object arrays of Python ints.
+    Returns int64 arrays when provably exact, else object arrays of Python ints; `workspace`:
+    the activation workspaces alone.
     """
     arrs = np.broadcast_arrays(
         np.asarray(batch), np.asarray(seq), np.asarray(phase), np.asarray(tp), np.asarray(pp),
@@ -86,9 +88,11 @@ def evaluate(
     whole = len(groups) == 1 and isinstance(groups[0][2], slice) and groups[0][2] == slice(0, n)
     for (phase_name, p), regime, idx in groups:
         full = cf._regime_for(phase_name, 1, regime.lo)
+        Bi, Ti = B[idx], T[idx]
         part = cf.compute(
-            full, regime, p, B[idx], T[idx], S[idx],
+            full, regime, p, Bi, Ti, S[idx],
             {k: v[idx] for k, v in bits.items()}, dtype_out, ARRAYS,
+            runs=None if big else _runs(Bi, Ti), workspace=workspace,
         )
         if whole:  # one part, all the points: its arrays as they are (each a distinct one)
             used: set[int] = set()
@@ -144,28 +148,59 @@ def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
     """True when some value or intermediate of the grid could reach 2⁶²."""
     if not groups:
         return False
-    bc, tc, sc = (np.array([int(x.max())], dtype=object) for x in (B, T, S))
-    wide = {k: np.array([64], dtype=object) for k in ("w", "kv", "act")}
+    b, t, s = int(B.max()), int(T.max()), int(S.max())
     for (phase, p), regime, _ in groups:
-        b, t, s = int(bc[0]), int(tc[0]), int(sc[0])
         # the (B, T, s) maxima at which int64 was proven enough, kept in the regime
         known = regime.memo.setdefault("int64_safe", [])
         if any(b <= b0 and t <= t0 and s <= s0 for b0, t0, s0 in known):
             continue  # a bound at larger B, T and s held (the bound is monotone in them)
-        full = cf._regime_for(phase, 1, regime.lo)
-        # every derived value is monotone in the polynomials' counts, so evaluating it exactly at
-        # the largest B, T and s with all coefficients made positive (a majorant of the
-        # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
-        fm, rm = full.majorant(), regime.majorant()
-        # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
-        vals = cf.compute(fm, rm, p, bc, tc, sc, wide, object, ARRAYS)
-        worst = 8 * max(int(v[0]) for v in vals.values()) + 7
-        for r in (fm, rm):
-            worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
-        if worst >= INT64_LIMIT:
+        # first at the next powers of 16: a sweep's chunks (B growing chunk by chunk) then
+        # prove it a few times, not once a chunk (each proof is a pass over every polynomial)
+        for at in ((_pow16(b), _pow16(t), _pow16(s)), (b, t, s)):
+            if _int64_safe(cf, phase, p, regime, *at):
+                known.append(at)
+                break
+        else:
             return True
-        known.append((b, t, s))
     return False
+
+
+def _runs(B: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The first point of each run of equal (B, T) and each point's run, where the runs are
+    long enough to pay (a sweep's pp, dtype and KV-dtype axes, innermost, repeat B and T)."""
+    n = B.size
+    if n < 256:
+        return None
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(B[1:], B[:-1], out=new[1:])
+    new[1:] |= T[1:] != T[:-1]
+    first = np.flatnonzero(new)
+    if first.size * 4 > n:
+        return None
+    return first, np.cumsum(new, dtype=np.intp) - 1
+
+
+def _pow16(x: int) -> int:
+    return 1 << -(-max(x - 1, 0).bit_length() // 4) * 4
+
+
+def _int64_safe(cf: ClosedForm, phase: str, p: int, regime: Regime, b: int, t: int,
+                s: int) -> bool:
+    """Whether every value and intermediate stays below 2⁶² wherever B ≤ b, T ≤ t, pp ≤ s."""
+    full = cf._regime_for(phase, 1, regime.lo)
+    # every derived value is monotone in the polynomials' counts, so evaluating it exactly at
+    # the largest B, T and s with all coefficients made positive (a majorant of the
+    # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
+    fm, rm = full.majorant(), regime.majorant()
+    bc, tc, sc = (np.array([x], dtype=object) for x in (b, t, s))
+    wide = {k: np.array([64], dtype=object) for k in ("w", "kv", "act")}
+    # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
+    vals = cf.compute(fm, rm, p, bc, tc, sc, wide, object, ARRAYS)
+    worst = 8 * max(int(v[0]) for v in vals.values()) + 7
+    for r in (fm, rm):
+        worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
+    return worst < INT64_LIMIT
 
 
 

@@ -59,7 +59,8 @@ def plan_arrays(
         ws = pre[key]
     else:
         tokens = workspace_tokens(cf, opts, B, T, ARRAYS)
-        ws = evaluate(cf, np.ones_like(B), tokens, 0, P, S, wbits, kvbits, actbits)[key]
+        ws = evaluate(cf, np.ones_like(B), tokens, 0, P, S, wbits, kvbits, actbits,
+                      workspace=True)[key]
         ws = ws.astype(dtype)
     act = 2 * ws
     out: dict[str, np.ndarray] = {}

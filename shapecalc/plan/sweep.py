@@ -73,6 +73,10 @@ class SweepChunk:
     # shared by the chunks of both phases that hold the same plan columns (the same arrays): a
     # writer keeps each such column's text there once (render/sweep.py)
     memo: dict[Any, Any] | None = None
+    # runs of rows that only the innermost axes tell apart (kv dtype; dtype × kv dtype; pp ×
+    # dtype × kv dtype), the rows a multiple of each: a column that is the same along them is
+    # formatted once a run (the writer)
+    periods: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return int(next(iter(self.columns.values())).size) if self.columns else 0
@@ -145,6 +149,9 @@ class SweepGrid:
         # the axes of a phase's segment, seq (index 2) set per segment
         self.shape = [len(tps), len(pick["batch"]), 0, len(pps), len(self.dnames), len(knames)]
         self.rows = sum(self._seg_rows(seq) for _, seq in self.segments)
+        k, d, s = self.shape[5], self.shape[4], self.shape[3]
+        self.inner = s * d * k
+        self.periods = tuple(x for x in dict.fromkeys((k, d * k, s * d * k)) if x > 1)
         self.cf_fit = None
         self.cfs_fit = self.cfs
         # plans kept for the same rows of a later phase (chunks): popped when used
@@ -174,6 +181,8 @@ class SweepGrid:
             if self.rows:
                 yield self._evaluate(0, self.rows)
             return
+        if self.inner <= size:  # whole runs (every segment is a multiple of them)
+            size -= size % self.inner
         # chunked within each phase's segment: a later phase's chunk at the same place in an
         # equal segment has the same (tp, batch, seq, pp, dtypes), so the same plan (below)
         start = 0
@@ -258,7 +267,9 @@ class SweepGrid:
             if opts.price is not None:
                 for k in PRICE_KEYS:
                     cols[k] = plan[k]
-        return SweepChunk(self.case, self.model, cols, self.skipped, codes, memo)
+        aligned = lo % self.inner == 0 and (hi - lo) % self.inner == 0
+        return SweepChunk(self.case, self.model, cols, self.skipped, codes, memo,
+                          self.periods if aligned else ())
 
 
 def _by_weights(cfs: list[ClosedForm], di: np.ndarray,

@@ -39,7 +39,10 @@ SWEEP_TABLE_FIT = (("fits", "bool"), ("mem_total", "bytes"), ("kv_tokens_fit", "
 
 BLOCK_BYTES = 8 << 20  # the byte matrix of the rows written at once
 
-Field = bytes | np.ndarray  # the same text on every row, or one 'S' item (NUL-padded) a row
+# the same text on every row; one 'S' item (NUL-padded) a row; or (items, r): one item for
+# each run of r rows
+Text = bytes | np.ndarray
+Field = Text | tuple[np.ndarray, int]
 
 
 # -- one column as bytes --------------------------------------------------------------------------
@@ -68,7 +71,7 @@ def _scratch(n: int) -> np.ndarray:
     return _SCRATCH[0][:, :n]
 
 
-def _int_field(a: np.ndarray) -> Field:
+def _int_field(a: np.ndarray) -> Text:
     """Non-negative int64 in decimal: groups of 4 digits, right-aligned, NUL before."""
     lo, hi = int(a.min()), int(a.max())
     if lo == hi:
@@ -108,12 +111,12 @@ def _block(size: int) -> bytearray:
     return buf
 
 
-def _table_field(s: np.ndarray) -> Field:
+def _table_field(s: np.ndarray) -> Text:
     """A fixed-width bytes array ('S', NUL-padded); empty strings everywhere: nothing."""
     return s if s.dtype.itemsize else b""
 
 
-def _gather(labels: list[bytes], codes: np.ndarray) -> Field:
+def _gather(labels: list[bytes], codes: np.ndarray) -> Text:
     if len(labels) == 1:
         return labels[0]
     return _table_field(np.array(labels, dtype="S")[codes])
@@ -132,10 +135,10 @@ def _text(v: Any, json_mode: bool) -> str:
     return str(v)
 
 
-_PROBE = 4096  # a float column whose first values are (nearly) all distinct is formatted whole
+_PROBE = 1024  # a float column whose first values are (nearly) all distinct is formatted whole
 
 
-def _float_field(a: np.ndarray, json_mode: bool) -> Field:
+def _float_field(a: np.ndarray, json_mode: bool) -> Text:
     """Shortest round-trip (`repr`, as numpy's str), each distinct value once when many repeat;
     NaN (and inf: JSON has neither) null (JSON) or empty (CSV)."""
     if a.dtype != np.float64:  # numpy's str of a float32 is not repr of the float64
@@ -164,10 +167,14 @@ def _nulled(a: np.ndarray, json_mode: bool) -> np.ndarray:
     return s
 
 
-def _object_field(a: np.ndarray, json_mode: bool) -> Field:
+def _object_field(a: np.ndarray, json_mode: bool) -> Text:
     """Python ints (exact beyond int64), strings, None: each distinct value formatted once."""
     values = a.tolist()
-    types = set(map(type, values))
+    uniq = list(dict.fromkeys(values))
+    # only a str equals a str, and None None: texts and Nones need no look at every value
+    types = set(map(type, uniq))
+    if not types <= {str, type(None)}:
+        types = set(map(type, values))  # a number may equal one of another type (1 == 1.0)
     if types == {int}:  # what the closed form gives where int64 might overflow
         try:
             return _int_field(np.array(values, dtype=np.int64))
@@ -175,7 +182,6 @@ def _object_field(a: np.ndarray, json_mode: bool) -> Field:
             return _table_field(np.array(list(map(str, values)), dtype="S"))
     if not types <= {str, type(None)}:  # mixed numbers (1 == 1.0 == True): value by value
         return _table_field(np.array([_text(v, json_mode).encode() for v in values], dtype="S"))
-    uniq = list(dict.fromkeys(values))
     labels = [_text(v, json_mode).encode() for v in uniq]
     if len(labels) == 1:
         return labels[0]
@@ -184,9 +190,21 @@ def _object_field(a: np.ndarray, json_mode: bool) -> Field:
     return _gather(labels, codes)
 
 
-def _field(a: np.ndarray, json_mode: bool) -> Field:
+def _period(a: np.ndarray, periods: tuple[int, ...]) -> int:
+    """The longest of the chunk's runs along which the column does not change (1: none)."""
+    for r in reversed(periods):
+        if a[0] == a[r - 1] and bool((a.reshape(-1, r) == a[::r, None]).all()):
+            return r
+    return 1
+
+
+def _field(a: np.ndarray, json_mode: bool, periods: tuple[int, ...] = ()) -> Field:
     kind = a.dtype.kind
     if kind in "iu":
+        r = _period(a, periods) if periods else 1
+        if r > 1:  # e.g. FLOPs, the same at every pp, dtype and KV dtype: formatted once a run
+            f = _int_field(a[::r])
+            return f if isinstance(f, bytes) else (f, r)
         return _int_field(a)
     if kind == "b":
         return _gather([b"false", b"true"], a.view(np.uint8))
@@ -227,7 +245,7 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
                 if got is not None and got[0] is col:  # the other phase's rows: the same plan
                     seen[id(col)] = got[1]
                 else:
-                    seen[id(col)] = _field(np.asarray(col), json_mode)
+                    seen[id(col)] = _field(np.asarray(col), json_mode, chunk.periods)
                     if k in shared and col.dtype.kind in "fO":  # the costly texts only
                         memo[k, json_mode] = col, seen[id(col)]  # type: ignore[index]
             out.append(seen[id(col)])
@@ -253,10 +271,13 @@ def sweep_bytes(chunk: Any, fmt: str, keys: list[str]) -> Iterator[bytes | bytea
     if not n:
         return
     pieces = _pieces(chunk, fmt, keys)
-    template = b"".join(p if isinstance(p, bytes) else bytes(p.dtype.itemsize) for p in pieces)
+    template = b"".join(p if isinstance(p, bytes) else bytes(_items(p).dtype.itemsize)
+                        for p in pieces)
     width = len(template)
     blocks = -(-n * width // BLOCK_BYTES)  # blocks of (nearly) equal rows: one buffer fits all
     step = -(-n // blocks)
+    run = max((p[1] for p in pieces if isinstance(p, tuple)), default=1)
+    step += -step % run  # whole runs a block (n is a multiple of each)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         buf = _block((hi - lo) * width)
@@ -267,12 +288,23 @@ def sweep_bytes(chunk: Any, fmt: str, keys: list[str]) -> Iterator[bytes | bytea
             if isinstance(p, bytes):
                 at += len(p)
                 continue
-            dst = np.ndarray((hi - lo,), dtype=p.dtype, buffer=buf, offset=at, strides=(width,))
-            dst[...] = p[lo:hi]
-            at += p.dtype.itemsize
+            if isinstance(p, tuple):  # one item a run of r rows, copied to each of them
+                items, r = p
+                dst = np.ndarray(((hi - lo) // r, r), dtype=items.dtype, buffer=buf, offset=at,
+                                 strides=(width * r, width))
+                dst[...] = items[lo // r:hi // r, None]
+            else:
+                dst = np.ndarray((hi - lo,), dtype=p.dtype, buffer=buf, offset=at,
+                                 strides=(width,))
+                dst[...] = p[lo:hi]
+            at += _items(p).dtype.itemsize
             del dst
         del rows
         yield buf.translate(None, b"\0")
+
+
+def _items(p: np.ndarray | tuple[np.ndarray, int]) -> np.ndarray:
+    return p[0] if isinstance(p, tuple) else p
 
 
 def write_sweep(chunks: Iterable[Any], fmt: str, keys: list[str],
