@@ -426,8 +426,9 @@ class ClosedForm:
         # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
         for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):
             if causal:
-                out[key] = (ev(r, "flops") - ev(r, "attn")
-                            + spread(r.attn_causal().eval(mono, nm, dtype, xp)))
+                out[key] = spread(r.polys["flops"].eval(mono, nm, dtype, xp)
+                                  - r.polys["attn"].eval(mono, nm, dtype, xp)
+                                  + r.attn_causal().eval(mono, nm, dtype, xp))
         ws = workspaces()
         out["largest_activation_bytes_per_rank"] = ws["workspace_eager_bytes_per_rank"]
         out.update(ws)

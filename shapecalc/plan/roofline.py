@@ -80,7 +80,7 @@ def plan_arrays(
     limit = cf.seq_limit("decode")
     ok = np.ones(n, dtype=bool) if limit is None else (T <= limit)
     if ok.any():
-        idx = np.flatnonzero(ok)
+        idx = np.flatnonzero(ok) if not ok.all() else slice(None)  # (a view: no gather)
         d = evaluate(cf, B[idx], T[idx], 1, P[idx], S[idx], wbits[idx], kvbits[idx], actbits[idx])
         terms = phase_terms(cf, gpu, opts, d, peak[idx], B[idx], wbits[idx], ARRAYS, ep)
         for whole, part in zip(dec, terms, strict=True):

@@ -146,13 +146,20 @@ def _float_field(a: np.ndarray, json_mode: bool) -> Text:
         s = s.astype(f"S{max(4, s.dtype.itemsize)}")  # room for null ('inf' is 3 bytes)
         s[~np.isfinite(a)] = b"null" if json_mode else b""
         return _table_field(s)
-    if np.unique(a[:_PROBE].view(np.int64)).size * 10 > min(a.size, _PROBE) * 9:
+    if a.size < 2 or np.unique(a[:_PROBE].view(np.int64)).size * 10 > min(a.size, _PROBE) * 9:
         return _table_field(_nulled(a, json_mode))  # distinct: no sort of the whole column
-    bits, inv = np.unique(a.view(np.int64), return_inverse=True)  # -0.0 is not 0.0
+    v = a.view(np.int64)  # by bits: -0.0 is not 0.0
+    new = np.empty(a.size, dtype=bool)
+    new[0] = True
+    np.not_equal(v[1:], v[:-1], out=new[1:])
+    first = np.flatnonzero(new)
+    if first.size == 1:  # one value
+        x = float(a[0])
+        return (b"null" if json_mode else b"") if not math.isfinite(x) else repr(x).encode()
+    if first.size * 4 < a.size * 3:  # repeats next to each other (a sweep's inner axes): no sort
+        return _table_field(_nulled(a[first], json_mode)[np.cumsum(new) - 1])
+    bits, inv = np.unique(v, return_inverse=True)
     if bits.size * 4 < a.size * 3:  # each distinct value once
-        if bits.size == 1:
-            x = float(bits.view(np.float64)[0])
-            return (b"null" if json_mode else b"") if not math.isfinite(x) else repr(x).encode()
         return _table_field(_nulled(bits.view(np.float64), json_mode)[inv.ravel()])
     return _table_field(_nulled(a, json_mode))
 
@@ -246,7 +253,7 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
                     seen[id(col)] = got[1]
                 else:
                     seen[id(col)] = _field(np.asarray(col), json_mode, chunk.periods)
-                    if k in shared and col.dtype.kind in "fO":  # the costly texts only
+                    if k in shared and col.dtype.kind in "fOiub":  # the plan's, for the other phase
                         memo[k, json_mode] = col, seen[id(col)]  # type: ignore[index]
             out.append(seen[id(col)])
     out.append(b"}\n" if json_mode else b"\n")
