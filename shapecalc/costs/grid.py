@@ -35,14 +35,32 @@ class Arrays:
     @staticmethod
     def bound(compute: np.ndarray, memory: np.ndarray, comm: np.ndarray) -> np.ndarray:
         """Which term is largest: the phase is compute-, memory- or communication-bound."""
-        stack = np.stack([compute, memory, comm])
-        idx = np.argmax(np.nan_to_num(stack, nan=-1.0), axis=0)
-        out = np.array(BOUNDS, dtype=object)[idx]
-        out[np.isnan(compute)] = None
-        return out
+        return largest_of((compute, memory, comm), BOUNDS)
 
 
 ARRAYS = Arrays()
+
+
+class Labelled(np.ndarray):
+    """An object array of a few labels that keeps each point's index into `labels` (a writer
+    formats each label once); a view of it keeps none."""
+
+    codes: np.ndarray | None = None
+    labels: tuple[Any, ...] = ()
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.codes = None
+
+
+def largest_of(terms: tuple[Any, ...], names: tuple[str, ...]) -> Labelled:
+    """The name of the largest term at each point; None where the first is NaN (no estimate)."""
+    stack = np.stack([np.asarray(t, dtype=float) for t in terms])
+    codes = np.argmax(np.nan_to_num(stack, nan=-1.0), axis=0)
+    codes[np.isnan(stack[0])] = len(names)
+    labels = (*names, None)
+    out = np.array(labels, dtype=object)[codes].view(Labelled)
+    out.codes, out.labels = codes, labels
+    return out
 
 
 def evaluate(

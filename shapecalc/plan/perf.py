@@ -123,12 +123,9 @@ def dominant(terms: tuple[Any, Any, Any, Any]) -> Any:
     there is no estimate)."""
     if isinstance(terms[0], float):
         return None if any(t != t for t in terms) else TERMS[terms.index(max(terms))]
-    import numpy as np  # arrays only: a sweep has NumPy loaded already
+    from ..costs.grid import largest_of  # arrays only: a sweep has NumPy loaded already
 
-    stack = np.stack([np.asarray(t, dtype=float) for t in terms])
-    out = np.array(TERMS, dtype=object)[np.argmax(np.nan_to_num(stack, nan=-1.0), axis=0)]
-    out[np.isnan(stack[0])] = None
-    return out
+    return largest_of(terms, TERMS)
 
 
 def expected_prefill(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, Any], peak: Any,

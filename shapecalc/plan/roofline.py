@@ -98,5 +98,8 @@ def plan_arrays(
         part = expected_decode(cf, gpu, pp, d, peak[idx], B[idx], serving[idx], wbits[idx],
                                ARRAYS, ep, S[idx])
         for k in DECODE_COLUMNS:
-            out[k][idx] = part[k]
+            if isinstance(idx, slice):  # every point (the dominant term's labels kept)
+                out[k] = part[k]
+            else:
+                out[k][idx] = part[k]
     return out

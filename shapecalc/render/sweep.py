@@ -245,6 +245,9 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
         elif k in getattr(chunk, "codes", {}):
             codes, labels = chunk.codes[k]
             out.append(_gather([_text(x, json_mode).encode() for x in labels], codes))
+        elif getattr(chunk.columns[k], "codes", None) is not None:  # costs.grid.Labelled
+            col = chunk.columns[k]
+            out.append(_gather([_text(x, json_mode).encode() for x in col.labels], col.codes))
         else:
             col = chunk.columns[k]
             if id(col) not in seen:
