@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..costs.closed import INT64_LIMIT, ClosedForm
-from ..costs.grid import ARRAYS, evaluate
+from ..costs.grid import ARRAYS, distinct, evaluate
 from ..inputs.hardware import GPU
 from .memory import memory, phase_terms, times, workspace_tokens
 from .options import PlanOptions
@@ -66,7 +66,7 @@ def plan_arrays(
     out: dict[str, np.ndarray] = {}
     P64, S64 = P.astype(np.int64), S.astype(np.int64)
     wide = int(S64.max(initial=0)) + 1  # each (tp, pp) as one integer: a 1-D unique
-    for p, s in (divmod(int(k), wide) for k in np.unique(P64 * wide + S64)):
+    for p, s in (divmod(int(k), wide) for k in distinct(P64 * wide + S64)):
         sel = np.flatnonzero((P == p) & (S == s))
         part = memory(cf, gpu, opts, int(p), int(s), _Rows(pre, sel),
                       act[sel], wbits[sel], kvbits[sel], sel.size, dtype, ARRAYS, ep)
