@@ -68,7 +68,6 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
     """The rows of every grid in `fmt` to `output` (stdout if None); a table also to SVG/HTML."""
     from ..render import output as io_
     from ..render import sweep as pr
-    from ..render.console import render_table
     from ..render.output import quiet_stdout
 
     def draw(console: Any) -> None:
@@ -81,10 +80,13 @@ def emit(gs: list[Any], fmt: str, output: str | None, svg: str | None,
 
         return sweep_html(list(_chunks(gs)))
 
-    if fmt == "table":
-        render_table(draw, output, True, svg, html, page)
-        return
-    if svg or html:  # the exports first: one that fails leaves stdout empty (render_table)
+    if fmt == "table" or svg or html:
+        from ..render.console import render_table  # rich: not for CSV or JSON Lines alone
+
+        if fmt == "table":
+            render_table(draw, output, True, svg, html, page)
+            return
+        # the exports first: one that fails leaves stdout empty (render_table)
         render_table(draw, None, False, svg, html, page)
     out, close = io_.open_output(output)
     try:
