@@ -347,3 +347,30 @@ def test_closed_form_equals_pipeline_on_random_mixer_configs(model, data):
                    kv_dtype=data.draw(st.sampled_from(DTYPES)),
                    act_dtype=data.draw(st.sampled_from(DTYPES))) for _ in range(5)]
     assert_equal_at(model, cf, points)
+
+
+@pytest.mark.parametrize("name", ["llama2-70b", "gemma2-9b", "deepseek-v2-lite"])
+def test_points_in_runs_of_equal_batch_and_seq(name):
+    """A sweep's inner axes (pp, dtypes) repeat each (B, T): its polynomials are evaluated once
+    a run. Every total equals the trace's, and the same points shuffled (no runs) give every
+    total of `evaluate`, the activation workspaces alone included."""
+    model = load_preset(name)
+    cf = ClosedForm(model)
+    rng = random.Random(name)
+    inner = [(s, d, k) for s in (1, 2) for d in ("bf16", "fp8") for k in ("bf16", "int4")]
+    pairs = [(rng.randint(1, 64), rng.randint(1, 6000)) for _ in range(40)]
+    points = [dict(batch=b, seq=t, phase="prefill", tp=2, pp=s, dtype=d, kv_dtype=k,
+                   act_dtype="bf16") for b, t in pairs for s, d, k in inner]
+    cols = {k: np.array([p[k] for p in points]) for k in points[0]}
+    args = [cols[k] for k in ("batch", "seq", "phase", "tp", "pp", "dtype", "kv_dtype",
+                              "act_dtype")]
+    perm = np.random.default_rng(1).permutation(len(points))
+    ref = evaluate(cf, *args)
+    shuf = evaluate(cf, *(a[perm] for a in args))
+    for k in ref:
+        assert np.array_equal(ref[k][perm], shuf[k]), k
+    ws = evaluate(cf, *args, workspace=True)
+    assert set(ws) == {"workspace_eager_bytes_per_rank", "workspace_flash_bytes_per_rank"}
+    for k, v in ws.items():
+        assert np.array_equal(v, ref[k]), k
+    assert_equal_at(model, cf, points[::7])  # against the trace, one point in seven

@@ -226,3 +226,64 @@ def test_a_table_holds_at_most_max_table_rows(cli, tmp_path):
         assert r.code == 2 and r.out == "" and "11,000 rows" in r.err and "grid" in r.err
     r = cli(*args, "--format", "markdown")  # markdown streams
     assert r.code == 0 and len(r.out.splitlines()) == 2 + 11_000
+
+
+@pytest.mark.parametrize("block", [8 << 20, 5_000])  # one block; blocks of whole runs
+def test_runs_and_labels_write_as_plain_columns(block, monkeypatch):
+    # a chunk with runs (the inner axes of 3 and 6 rows): ints the same along 6 or 3 rows or
+    # neither, floats repeated next to each other, label columns with their codes
+    from shapecalc.costs.grid import largest_of
+
+    rng = np.random.default_rng(7)
+    n = 6 * 500
+    terms = [rng.random(n) for _ in range(3)]
+    terms[0][rng.random(n) < 0.1] = np.nan
+    cols = {
+        "per6": np.repeat(rng.integers(0, 10**15, n // 6), 6),
+        "per3": np.repeat(rng.integers(0, 10**9, n // 3), 3),
+        "per3_not6": np.repeat(np.arange(n // 3) % 2, 3),
+        "every": rng.integers(0, 10**6, n),
+        "almost": np.repeat(rng.integers(0, 99, n // 6), 6),
+        "runs": np.repeat(rng.random(n // 3), 3),
+        "const": np.full(n, 0.25),
+        "bound": largest_of(tuple(terms), ("compute", "memory", "comm")),
+    }
+    cols["almost"][5] += 1  # one row breaks its run of 6 (then of 3)
+    monkeypatch.setattr(render, "BLOCK_BYTES", block)
+    keys = ["case", "model", *cols]
+    plain = sweeping.SweepChunk("c", "m", dict(cols), {})
+    runs = sweeping.SweepChunk("c", "m", dict(cols), {}, periods=(3, 6))
+    assert render._period(cols["per6"], (3, 6)) == 6 and render._period(cols["almost"], (3, 6)) == 1
+    assert render._period(cols["per3"], (3, 6)) == 3 and render._period(cols["every"], (3, 6)) == 1
+    assert cols["bound"].codes is not None and None in cols["bound"].tolist()
+    for fmt in ("csv", "jsonl"):
+        want = written([plain], fmt, keys)
+        assert written([runs], fmt, keys) == want
+        rows = reference_rows([plain], keys)
+        assert want == (reference_jsonl(rows) if fmt == "jsonl" else reference_csv(rows, keys))
+
+
+def test_kept_plans_stay_under_their_bound(monkeypatch):
+    # both phases with --gpu: a prefill chunk's plan is kept for the decode rows at the same
+    # points, within KEPT_PLAN_BYTES; past it the decode chunks compute their own, the same
+    axes = sweeping.SweepAxes(batch=[1, 2, 4, 8], seq=list(range(8, 800, 8)), tp=[1, 2],
+                              pp=[1, 2], dtype=["bf16", "fp8"], kv_dtype=["bf16", "int4"],
+                              phase=["prefill", "decode"])
+    case, gpu = Case("llama2-70b", load_preset("llama2-70b")), load_gpu("H100-SXM")
+    monkeypatch.setattr(sweeping, "CHUNK_POINTS", 512)
+
+    def run() -> tuple[str, int, int]:
+        grid = sweeping.SweepGrid(case, axes, {}, gpu)
+        chunks, most, kept = [], 0, 0
+        for c in grid.chunks():
+            chunks.append(c)
+            most, kept = max(most, grid._kept), max(kept, len(grid._plans))
+        return written(chunks, "csv", grid.keys), most, kept
+
+    whole, most, kept = run()
+    assert kept > 10 and most > 0
+    monkeypatch.setattr(sweeping, "KEPT_PLAN_BYTES", most // 3)
+    bounded, most3, kept3 = run()
+    assert bounded == whole and 0 < most3 <= most // 3 and kept3 < kept
+    one = sweeping.sweep(case, axes, {}, gpu)  # one chunk: nothing kept
+    assert written([one], "csv", sweeping.SweepGrid(case, axes, {}, gpu).keys) == whole

@@ -45,6 +45,10 @@ CHUNK_POINTS = 16_384
 MAX_POINTS = 100_000_000
 # A rich table (and its SVG/HTML export) holds every row: at most this many.
 MAX_TABLE_ROWS = 10_000
+# The plan columns (--gpu) kept for the other phase's rows, at most (their texts, which the
+# writer keeps beside them, take about as much again): past it a later phase computes its own,
+# so memory stays bounded on any grid (the 663,552-point benchmark grid keeps 48 MiB)
+KEPT_PLAN_BYTES = 64 << 20
 
 
 @dataclass
@@ -156,6 +160,7 @@ class SweepGrid:
         self.cfs_fit = self.cfs
         # plans kept for the same rows of a later phase (chunks): popped when used
         self._plans: dict[Any, tuple[dict[str, np.ndarray], dict[Any, Any]]] = {}
+        self._kept = 0  # bytes of the plans kept
         if gpu is not None:
             # serving computes the logits of the last position only (unless --logits says so)
             if "logits" not in fields:
@@ -253,6 +258,7 @@ class SweepGrid:
             place = self._plan_place(lo, hi)
             if place is not None and place[1] and place[0] in self._plans:
                 plan, memo = self._plans.pop(place[0])
+                self._kept -= _nbytes(plan)
             else:
                 with np.errstate(over="ignore"):  # a time past 1.8e308 is inf, written null
                     plan = _by_weights(self.cfs_fit, di, lambda cf, i: plan_arrays(
@@ -260,8 +266,10 @@ class SweepGrid:
                         peak[i], ep=self.ep))
             if place is not None and place[2]:  # kept: the columns written, their texts
                 plan = {k: plan[k] for k in (*SWEEP_FIT_KEYS, *PRICE_KEYS) if k in plan}
-                memo = {"columns": frozenset(plan)} if memo is None else memo
-                self._plans[place[0]] = plan, memo
+                if self._kept + _nbytes(plan) <= KEPT_PLAN_BYTES:
+                    memo = {"columns": frozenset(plan)} if memo is None else memo
+                    self._plans[place[0]] = plan, memo
+                    self._kept += _nbytes(plan)
             for k in SWEEP_FIT_KEYS:
                 cols[k] = plan[k]
             if opts.price is not None:
@@ -270,6 +278,11 @@ class SweepGrid:
         aligned = lo % self.inner == 0 and (hi - lo) % self.inner == 0
         return SweepChunk(self.case, self.model, cols, self.skipped, codes, memo,
                           self.periods if aligned else ())
+
+
+def _nbytes(cols: dict[str, np.ndarray]) -> int:
+    """The bytes of a plan's arrays, each once (ttft_s is prefill_s's array)."""
+    return sum({id(v): v.nbytes for v in cols.values()}.values())
 
 
 def _by_weights(cfs: list[ClosedForm], di: np.ndarray,
