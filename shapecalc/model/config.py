@@ -52,10 +52,14 @@ def ceil_div(a: int, b: int) -> int:
 
 def bytes_of(elements: Any, bits: Any) -> Any:
     """⌈elements·bits/8⌉: exact bytes (ints, or NumPy arrays of them)."""
-    x = elements * bits + 7
+    x = elements * bits
     if getattr(x, "dtype", None) is not None and x.dtype.kind == "i":
-        return x >> 3  # ⌊x/8⌋ exactly, a third cheaper than // on int64 (a sweep's ~5,000 calls)
-    return x // 8
+        # in place (x is the product's own array): a sweep makes ~4,000 calls on 16k points;
+        # ⌊x/8⌋ as a shift, exact, a third cheaper than // on int64
+        x += 7
+        x >>= 3
+        return x
+    return (x + 7) // 8
 
 
 def nbytes(elements: int, dtype: str) -> int:

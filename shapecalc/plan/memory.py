@@ -157,7 +157,10 @@ def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: An
     if cf.model.tie_embeddings:
         return table
     D = cf.model.d_model
-    rows = -(-tokens // tot["tp"])
+    tp = tot["tp"]
+    if getattr(tp, "size", 0) and tp.min() == tp.max():  # one degree (a sweep chunk's): a scalar
+        tp = int(tp.flat[0])  # divisor, several times cheaper than an array of them
+    rows = -(-tokens // tp)
     return xp.minimum(rows * D, table)
 
 
