@@ -204,7 +204,16 @@ class SweepGrid:
         for ph, seq in self.segments:
             n = self._seg_rows(seq)
             a, b = max(lo, start) - start, min(hi, start + n) - start
-            if a < b:
+            if a < b and a % self.inner == b % self.inner == 0:  # whole runs of the inner axes
+                m, r = (b - a) // self.inner, self.inner
+                outer = [*self.shape[:2], seq.size]
+                ti, bi, si = np.unravel_index(np.arange(a // r, b // r), outer)
+                pi, di, ki = np.unravel_index(np.arange(r), self.shape[3:])
+                parts.append((np.full(b - a, ph, dtype=np.int64), np.repeat(self.tps[ti], r),
+                              np.repeat(self.batches[bi], r), np.repeat(seq[si], r),
+                              np.tile(self.pps[pi], m), np.tile(di, m),
+                              np.tile(self.kv_of[di, ki], m)))
+            elif a < b:
                 shape = [*self.shape[:2], seq.size, *self.shape[3:]]
                 ti, bi, si, pi, di, ki = np.unravel_index(np.arange(a, b, dtype=np.int64), shape)
                 parts.append((np.full(b - a, ph, dtype=np.int64), self.tps[ti], self.batches[bi],
