@@ -23,7 +23,6 @@ import numpy as np
 _TOL = 1e-9  # X is exact: only float rounding of the tests (≪ 10⁻¹²) and true ties
 _P10 = np.array([10**i for i in range(18)], dtype=np.int64)
 _F10 = np.array([10.0**k for k in range(23)])  # exact: 5²² < 2⁵³
-_NAN = np.array([np.nan])
 _LO = np.float64(1e-6).view(np.uint64)  # positive floats' bits are in their order
 _SPAN = np.float64(1e17).view(np.uint64) - _LO
 _EXPO = 0x7FF << 52
@@ -40,8 +39,23 @@ def _split(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return hi, v - hi
 
 
-# 10^k, its halves, at k + 1 for k = −1..23 (log10 may be one off at the ends): NaN outside 0..22
-_SCALE = [np.concatenate([_NAN, v, _NAN]) for v in (_F10, *_split(_F10))]
+def _scales() -> tuple[np.ndarray, ...]:
+    """By x's biased exponent E: 10^(t+1), t = ⌊log10 2^(E−1023)⌋ (x's decade is t or t + 1);
+    and at 2E + (x ≥ that): 10^k and its halves (NaN where k = 16 − decade is outside 0..22),
+    and decpt = decade + 1 (1000 there: an exponent's, as for NaN). A threshold one ulp off
+    (10^(t+1) is inexact below 1) leaves N out of range: repr."""
+    t = np.floor((np.arange(2048) - 1023) * np.log10(2.0))  # ≥ 4.5·10⁻⁴ from an integer but at 0
+    decade = (t[:, None] + np.arange(2)).reshape(-1)
+    k = 16 - decade
+    ok = (k >= 0) & (k <= 22)
+    kk = np.where(ok, k, 0).astype(np.intp)
+    scale = [np.where(ok, v[kk], np.nan) for v in (_F10, *_split(_F10))]
+    with np.errstate(over="ignore"):  # inf above 10³⁰⁸
+        thresh = 10.0 ** (t + 1)
+    return (thresh, *scale, np.where(ok, decade + 1, 1000).astype(np.int64))
+
+
+_THRESH, *_SCALE, _DECPT = _scales()
 
 
 def _cells() -> dict[str, np.ndarray]:
@@ -163,14 +177,15 @@ def _chunk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     np.left_shift(bits, 12, out=I[0])
     np.not_equal(I[0], 0, out=b0)  # not a power of two (its lower neighbour is nearer)
     fast &= b0
-    # the scale k: X = x·10^k ∈ [10¹⁶, 10¹⁷) but one off where log10 is, next to a power of ten
-    # (then N is out of range); NaN's garbage is clipped by the tables
+    # the scale k: X = x·10^k ∈ [10¹⁶, 10¹⁷), from x's exponent and one comparison (_scales);
+    # negatives' and NaN's garbage is clipped by the tables
     lg, P, ph, pl, xh, xl, hi, lo = F
-    np.log10(x, out=lg)
-    np.floor(lg, out=lg)
-    np.subtract(17.0, lg, out=lg)
-    k = I[1]  # k + 1, for the tables
-    np.copyto(k, lg, casting="unsafe")
+    k = I[1]  # 2E + (x ≥ 10^(t+1)), the tables' index
+    np.right_shift(bits, 52, out=k)
+    np.take(_THRESH, k, out=lg, mode="clip")
+    np.greater_equal(x, lg, out=b0)
+    k <<= 1
+    k += b0
     for v, out in zip(_SCALE, (P, ph, pl), strict=True):
         np.take(v, k, out=out, mode="clip")
     # Dekker's product: x·10^k = hi + lo exactly (x = xh + xl, 10^k = ph + pl: 26-bit halves)
@@ -220,8 +235,8 @@ def _chunk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if i15.size:
         _short(N, f, H, i15, M, amb)
     np.greater(fast, amb, out=fast)  # fast and not amb
-    decpt = k
-    np.subtract(18, k, out=decpt)
+    decpt = I[0]
+    np.take(_DECPT, k, out=decpt, mode="clip")
     np.greater_equal(M, 10**17, out=b0)  # 9.99… → 10: one digit (a longer text ends in a 0)
     if np.count_nonzero(b0):
         np.copyto(M, 10**16, where=b0)
