@@ -288,7 +288,8 @@ class ClosedForm:
                 ) -> dict[str, Any]:
         """Every total of the points of one regime (full: p = 1; rank: one of p ranks), over
         arrays (xp = grid.ARRAYS) or at one point (xp = SCALARS). `runs` (arrays): the first
-        point of each run of points with the same (B, T), and each point's run: the
+        point of each run of points with the same (B, T), and each point's run (or the one
+        length of every run): the
         polynomials, which depend on B and T alone, are evaluated once a run. `workspace`: the
         two activation workspaces alone (a planner sizes them at other tokens than its T)."""
         m = self.model
@@ -301,7 +302,9 @@ class ClosedForm:
         mono[(1, 2)] = mono[(1, 1)] * Tm
 
         def spread(v: Any) -> Any:  # a run's value on each of its points
-            return v if runs is None else v.take(runs[1])
+            if runs is None:
+                return v
+            return v.repeat(runs[1]) if isinstance(runs[1], int) else v.take(runs[1])
 
         def ev(r: Regime, key: str) -> Any:
             return spread(r.polys[key].eval(mono, nm, dtype, xp))

@@ -190,9 +190,10 @@ def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
     return False
 
 
-def _runs(B: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """The first point of each run of equal (B, T) and each point's run, where the runs are
-    long enough to pay (a sweep's pp, dtype and KV-dtype axes, innermost, repeat B and T)."""
+def _runs(B: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, np.ndarray | int] | None:
+    """The first point of each run of equal (B, T) and each point's run (or the length of
+    every run, where they are all one length), where the runs are long enough to pay (a
+    sweep's pp, dtype and KV-dtype axes, innermost, repeat B and T)."""
     n = B.size
     if n < 256:
         return None
@@ -203,6 +204,9 @@ def _runs(B: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     first = np.flatnonzero(new)
     if first.size * 4 > n:
         return None
+    r = n // first.size
+    if r * first.size == n and np.array_equal(first, np.arange(0, n, r)):
+        return first, r  # runs of r each (a sweep's): spread by repeating, not gathering
     return first, np.cumsum(new, dtype=np.intp) - 1
 
 
