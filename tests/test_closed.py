@@ -369,6 +369,10 @@ def test_points_in_runs_of_equal_batch_and_seq(name):
     shuf = evaluate(cf, *(a[perm] for a in args))
     for k in ref:
         assert np.array_equal(ref[k][perm], shuf[k]), k
+    keep = np.arange(len(points)) % 5 != 3  # runs of 6 and 7: gathered, not repeated
+    uneven = evaluate(cf, *(a[keep] for a in args))
+    for k in ref:
+        assert np.array_equal(ref[k][keep], uneven[k]), k
     ws = evaluate(cf, *args, workspace=True)
     assert set(ws) == {"workspace_eager_bytes_per_rank", "workspace_flash_bytes_per_rank"}
     for k, v in ws.items():
