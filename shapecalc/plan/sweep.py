@@ -34,11 +34,13 @@ SWEEP_FIT_KEYS = tuple(k for k, _ in FIT_COLUMNS)  # with --gpu (plan/columns.py
 PRICE_KEYS = tuple(k for k, _ in PRICE_COLUMNS)  # with --gpu and --price
 AXIS_KEYS = ("batch", "seq", "phase", "tp", "pp", "dtype", "kv_dtype", "act_dtype")
 
-# Points evaluated (and written) together. Measured on llama2-70b grids, 16,384 to 65,536 write
-# as fast; the peak grows with the chunk (evaluation temporaries, and Python ints where values
-# pass 2⁶²): ~85 MiB at 16,384 points (~130 MiB with --gpu and ints beyond int64), ~135 and
-# ~290 MiB at 65,536.
-CHUNK_POINTS = 16_384
+# Points evaluated (and written) together. Measured on llama2-70b grids: 32,768 takes ~2% less
+# CPU than 16,384 with --gpu (fewer NumPy calls a point), 65,536 more (its temporaries leave
+# the caches); the peak grows with the chunk (evaluation temporaries, and Python ints where
+# values pass 2⁶²): ~77 and ~97 MiB at 16,384 and 32,768 points (~213 and ~243 MiB with --gpu
+# on the benchmark grid, its plans kept for the other phase included), ~290 MiB at 65,536
+# with ints beyond int64.
+CHUNK_POINTS = 32_768
 # The most points (the product of the axes, over all cases, before skipping) one sweep takes:
 # streamed, memory does not grow with it, but 10⁸ rows are ~27 GB of CSV and minutes of work;
 # beyond that an axis was almost certainly mistyped.
