@@ -288,16 +288,12 @@ class ClosedForm:
                 ) -> dict[str, Any]:
         """Every total of the points of one regime (full: p = 1; rank: one of p ranks), over
         arrays (xp = grid.ARRAYS) or at one point (xp = SCALARS). `runs` (arrays): the first
-        point of each run of points with the same (B, T), and each point's run (or the one
-        length of every run): the
-        polynomials, which depend on B and T alone, are evaluated once a run. `workspace`: the
+        point of each run of points with the same (B, T), and each point's run (or the length of
+        every run): the polynomials, of B and T alone, are evaluated once a run. `workspace`: the
         two activation workspaces alone (a planner sizes them at other tokens than its T)."""
         m = self.model
         n = getattr(B, "size", 1)
-        if runs is None:
-            Bm, Tm, nm = B, T, n
-        else:
-            Bm, Tm, nm = B[runs[0]], T[runs[0]], runs[0].size
+        Bm, Tm, nm = (B, T, n) if runs is None else (B[runs[0]], T[runs[0]], runs[0].size)
         mono = {(0, 1): Tm, (0, 2): Tm * Tm, (1, 0): Bm, (1, 1): Bm * Tm}
         mono[(1, 2)] = mono[(1, 1)] * Tm
 
@@ -321,8 +317,7 @@ class ClosedForm:
             return total
 
         def largest(r: Regime, skip: tuple[str, ...] = ()) -> Any:
-            # the most elements of each class first (⌈e·bits/8⌉ grows with e at fixed bits),
-            # the bytes of the fixed dtypes' (class None) before they are spread over the points
+            # each class's most elements first (⌈e·bits/8⌉ grows with e), fixed dtypes' bytes (None)
             most: dict[str | None, Any] = {}
             for k, c in r.activations(skip):
                 e = r.polys[k].eval(mono, nm, dtype, xp)
@@ -337,8 +332,7 @@ class ClosedForm:
             return best
 
         def workspaces() -> dict[str, Any]:
-            # the largest tensor a rank's step writes besides the KV cache itself, as traced
-            # (eager attention) and as FlashAttention runs it (no scores, no repeated K/V)
+            # a rank's largest tensor but its KV cache: eager, and FlashAttention's (no scores)
             return {"workspace_eager_bytes_per_rank": largest(rank, ("cache",)),
                     "workspace_flash_bytes_per_rank": largest(rank, ("cache", "flash_skip"))}
 
@@ -427,11 +421,10 @@ class ClosedForm:
                     entries(spec.compress, T, phase) * width, "kv", bits)
         out["flops_per_rank"] = ev(rank, "flops")
         # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
-        for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)):
-            if causal:
-                out[key] = spread(r.polys["flops"].eval(mono, nm, dtype, xp)
-                                  - r.polys["attn"].eval(mono, nm, dtype, xp)
-                                  + r.attn_causal().eval(mono, nm, dtype, xp))
+        for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)) if causal else ():
+            out[key] = spread(r.polys["flops"].eval(mono, nm, dtype, xp)
+                              - r.polys["attn"].eval(mono, nm, dtype, xp)
+                              + r.attn_causal().eval(mono, nm, dtype, xp))
         ws = workspaces()
         out["largest_activation_bytes_per_rank"] = ws["workspace_eager_bytes_per_rank"]
         out.update(ws)
