@@ -4,6 +4,10 @@
   the same examples), no example database, no deadline and no timing health check (a loaded
   machine is slower, not wrong). `--hypothesis-profile dev` (or HYPOTHESIS_PROFILE=dev) draws fresh
   examples instead.
+- The default run (`python3 -m pytest -q`) is spread over one pytest-xdist worker per CPU (at most
+  MAX_WORKERS) where xdist is installed; a run of files or node ids stays in one process. So no
+  test may share a file, folder, environment variable or module-level state with another one that
+  changes it: each writes under its own tmp_path and sets variables with monkeypatch.
 - verify's memory: its default budget is a constant (check/budget.DEFAULT_BUDGET), and for every
   test not marked `slow` the machine's available memory reads as that budget, so no default test
   plans, or refuses, by the free memory of the machine it runs on. `slow` tests (full-width verify
@@ -29,6 +33,39 @@ settings.register_profile(
 settings.register_profile("dev", derandomize=False, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+MAX_WORKERS = 4  # each worker collects the whole suite (~10 s of CPU) and holds its own caches
+
+
+def _workers(config: pytest.Config) -> int:
+    """How many xdist workers a run gets when it names none: one per CPU this process may use
+    (at most MAX_WORKERS), for a run of the suite or of folders; 0 (in-process) for a run of
+    files or node ids (`pytest tests/test_x.py::test_y` starts no workers), with --pdb, with -s,
+    or on one CPU."""
+    if config.getoption("usepdb") or config.getoption("capture") == "no":
+        return 0
+    here = config.invocation_params.dir
+    if not all("::" not in a and (here / a).is_dir() for a in config.args):
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = min(cpus or 1, MAX_WORKERS)
+    return n if n > 1 else 0
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The default run is parallel where pytest-xdist is installed (`.[test]` installs it): as if
+    `-n N` were given, N by _workers. An explicit -n/--dist/--tx wins; `-p no:xdist` or `-n 0`
+    runs everything in this one process. Runs before xdist's own hook (conftests register after
+    plugins, and among tryfirst hooks the later registered runs first)."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    opt = config.option
+    if opt.numprocesses is not None or opt.dist != "no" or opt.tx:
+        return
+    n = _workers(config)
+    if n:
+        opt.numprocesses = n
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ the verify runs keep one preset per architecture of the first ones (REPRESENTATI
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.util
 import json
@@ -31,15 +32,33 @@ SIZES = {"vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim
          "routed_scaling_factor", "no_rope_layers", "moe_layers"}
 
 
+@functools.cache
+def preset(name: str):
+    """A preset loaded once per process, for the parameter lists that modules build as they are
+    collected (each worker collects every module; tests themselves load with
+    sources.load_preset, under the environment they set). Models are frozen: sharing is safe."""
+    from shapecalc.inputs.sources import load_preset
+
+    return load_preset(name)
+
+
+@functools.cache
+def preset_names() -> tuple[str, ...]:
+    """sources.list_presets()'s names, sorted, read once per process (at collection)."""
+    from shapecalc.inputs.sources import list_presets
+
+    return tuple(sorted(list_presets()))
+
+
 def _representatives() -> set[str]:
     """Of the first presets, the one with the fewest parameters of each architecture (every
     field but the sizes the same: Llama 3's 8B, 70B and 405B are one): what the default run
     verifies; the golden file still traces every preset."""
-    from shapecalc.inputs.sources import load_preset, published
+    from shapecalc.inputs.sources import published
 
     best: dict[tuple, tuple[int, str]] = {}
     for n in sorted(ORIGINAL):
-        m = load_preset(n).model_dump()
+        m = preset(n).model_dump()
         sig = tuple(sorted((k, (v is None) if k in SIZES else repr(v)) for k, v in m.items()
                            if k != "name"))
         best[sig] = min(best.get(sig, (published(n)["params"], n)), (published(n)["params"], n))

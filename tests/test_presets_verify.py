@@ -10,7 +10,7 @@ tens of seconds each, minutes on a loaded machine) are marked `slow`: `pytest -m
 from __future__ import annotations
 
 import pytest
-from newer_presets import default_or_slow
+from newer_presets import default_or_slow, preset, preset_names
 
 from shapecalc.check.budget import DEFAULT_BUDGET, estimate
 from shapecalc.check.verify import verify
@@ -23,7 +23,7 @@ MiB = 2**20
 FULL_WIDTH_CAP = 320 * MiB  # the most a default run takes at real width (GPT-2)
 REDUCED_CAP = 1024 * MiB  # the most one default-run case may plan to allocate
 REDUCED_DH = 8  # head width of a reduced-width preset
-PRESETS = sorted(sources.list_presets())
+PRESETS = list(preset_names())
 
 
 def _tp(model: ModelConfig) -> int:
@@ -88,7 +88,7 @@ def reduced(model: ModelConfig, dh: int = REDUCED_DH) -> ModelConfig:
     return model.model_copy(update=update)
 
 
-BIG = [n for n in PRESETS if not _fits(sources.load_preset(n))]
+BIG = [n for n in PRESETS if not _fits(preset(n))]
 
 
 def _passes(model: ModelConfig) -> dict:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need_torch
+from newer_presets import preset, preset_names
 
 from shapecalc.check.against import compare, workload
 from shapecalc.costs.trace import build_trace
@@ -271,7 +272,7 @@ def test_startup_does_not_import_torch():
 
 
 # -- with torch ----------------------------------------------------------------------------------
-STORED = [n for n in sorted(sources.list_presets()) if stored_config(n) is not None]
+STORED = [n for n in preset_names() if stored_config(n) is not None]
 
 
 def _quick() -> set[str]:
@@ -282,7 +283,7 @@ def _quick() -> set[str]:
     best: dict[str, tuple[int, str]] = {}
     for n in STORED:
         kind = json.loads(stored_config(n).read_text())["model_type"]
-        params = build_trace(sources.load_preset(n), Workload(batch=1, seq=1))["totals"]["params"]
+        params = build_trace(preset(n), Workload(batch=1, seq=1))["totals"]["params"]
         best[kind] = min(best.get(kind, (params, n)), (params, n))
     return {n for params, n in best.values() if params <= 3 * 10**9}
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from newer_presets import default_or_slow
+from newer_presets import default_or_slow, preset, preset_names
 
 from shapecalc.inputs import sources
 from shapecalc.interpret import vjp, vjp_tape
@@ -27,27 +27,27 @@ from shapecalc.train.verify import narrow, train_verify
 
 # presets whose token mixers have no backward rule (interpret/mixer_rules.py): refused
 # (test_mixers_without_a_rule_are_refused); the mixers with one run as every preset does
-STATEFUL = sorted(n for n in sources.list_presets()
-                  if set(sources.load_preset(n).mixers) - set(TRAINABLE))
+STATEFUL = sorted(n for n in preset_names()
+                  if set(preset(n).mixers) - set(TRAINABLE))
 # xIELU's learned scalars have no backward rule either: refused (test_xielu_is_refused_…)
-XIELU = sorted(n for n in sources.list_presets() if sources.load_preset(n).ffn == "xielu")
+XIELU = sorted(n for n in preset_names() if preset(n).ffn == "xielu")
 
 
 def _no_rule(name: str) -> bool:
     """Another part without a backward rule (DeepSeek-V4's attention, DSA, Laguna's per-layer
     heads and gates, …): check_trainable refuses it."""
     try:
-        check_trainable(sources.load_preset(name))
+        check_trainable(preset(name))
     except ShapecalcError:
         return True
     return False
 
 
-NO_RULE = sorted(n for n in set(sources.list_presets()) - set(STATEFUL) - set(XIELU)
+NO_RULE = sorted(n for n in set(preset_names()) - set(STATEFUL) - set(XIELU)
                  if _no_rule(n))
-PRESETS = sorted(set(sources.list_presets()) - set(STATEFUL) - set(XIELU) - set(NO_RULE))
+PRESETS = sorted(set(preset_names()) - set(STATEFUL) - set(XIELU) - set(NO_RULE))
 MIXER_PRESETS = sorted(n for n in PRESETS
-                       if set(sources.load_preset(n).mixers) - {"attention", "none"})
+                       if set(preset(n).mixers) - {"attention", "none"})
 # many layers to cover every kind, or hundreds of experts: their finite differences take
 # seconds on a loaded machine (`pytest -m slow`); their shapes and FLOPs run by default
 HEAVY = {"deepseek-v3", "gemma3-1b", "gemma3-4b", "gemma3-27b", "llama4-maverick",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,16 @@ from .storage import alloc
 
 STD = 0.02  # small weights keep float16 activations finite
 _POOL = 4_194_301  # seeded normals tiled over weights: random-looking, filled at memcpy speed
+
+
+@lru_cache(maxsize=4)
+def _pool(seed: int, dtype: type, std: float) -> np.ndarray:
+    """The seeded pool, made once per (seed, dtype, std) in a process (drawing 4 M normals takes
+    ~70 ms; verify, verify --train and explain make several Weights alike): read-only, shared."""
+    rng = np.random.default_rng(seed)
+    pool: np.ndarray = (rng.standard_normal(_POOL, dtype=np.float32) * std).astype(dtype)
+    pool.flags.writeable = False
+    return pool
 
 
 @dataclass
@@ -52,8 +63,7 @@ class Weights:
         self.m, self.seed, self.dtype = model, seed, np.dtype(dtype).type
         self.resident, self.chunk_bytes = resident, chunk_bytes
         self.vocab_rows = ceil_div(model.vocab_size, p) * p
-        rng = np.random.default_rng(seed)
-        self.pool = (rng.standard_normal(_POOL, dtype=np.float32) * std).astype(self.dtype)
+        self.pool = _pool(seed, self.dtype, float(std))
         self.given = {k: np.asarray(v, self.dtype) for k, v in (given or {}).items()}
         self.full: dict[tuple, np.ndarray] = {}
         self.shards: dict[tuple, Any] = {}

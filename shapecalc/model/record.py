@@ -207,7 +207,21 @@ class Record:
         raise AttributeError(f"{type(self).__name__} is frozen; use model_copy(update=...)")
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self.model_dump() == other.model_dump()  # type: ignore[attr-defined]
+        # what `self.model_dump() == other.model_dump()` says, without building the two dicts
+        # (~60 µs for a 150-field model; the caches keyed on a model record compare equal records
+        # on every hit): one dict comparison in C, or field by field where one is hashed
+        if other is self:
+            return True
+        if type(other) is not type(self):
+            return False
+        da, db = self.__dict__, other.__dict__  # the fields, and _hash once hashed
+        if da.keys() == db.keys():  # both hashed or neither: equal fields have equal hashes
+            return da == db
+        for k in self.field_info():
+            a, b = getattr(self, k), getattr(other, k)
+            if a is not b and not a == b:
+                return False
+        return True
 
     def __hash__(self) -> int:
         # kept: a frozen record's hash never changes, and the caches keyed on a model record
