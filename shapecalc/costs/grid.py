@@ -232,8 +232,6 @@ def _int64_safe(cf: ClosedForm, phase: str, p: int, regime: Regime, b: int, t: i
     return worst < INT64_LIMIT
 
 
-
-
 def distinct(a: np.ndarray) -> np.ndarray:
     """np.unique(a), sorted: with counts asked, NumPy skips the masked-array test of its hash
     path, whose first call imports numpy.ma (~20 ms of a sweep's start)."""

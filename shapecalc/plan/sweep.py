@@ -269,7 +269,7 @@ class SweepGrid:
             place = self._plan_place(lo, hi)
             if place is not None and place[1] and place[0] in self._plans:
                 plan, memo = self._plans.pop(place[0])
-                self._kept -= _nbytes(plan)
+                self._kept -= _plan_bytes(plan)
             else:
                 with np.errstate(over="ignore"):  # a time past 1.8e308 is inf, written null
                     plan = _by_weights(self.cfs_fit, di, lambda cf, i: plan_arrays(
@@ -277,10 +277,10 @@ class SweepGrid:
                         peak[i], ep=self.ep))
             if place is not None and place[2]:  # kept: the columns written, their texts
                 plan = {k: plan[k] for k in (*SWEEP_FIT_KEYS, *PRICE_KEYS) if k in plan}
-                if self._kept + _nbytes(plan) <= KEPT_PLAN_BYTES:
+                if self._kept + _plan_bytes(plan) <= KEPT_PLAN_BYTES:
                     memo = {"columns": frozenset(plan)} if memo is None else memo
                     self._plans[place[0]] = plan, memo
-                    self._kept += _nbytes(plan)
+                    self._kept += _plan_bytes(plan)
             for k in SWEEP_FIT_KEYS:
                 cols[k] = plan[k]
             if opts.price is not None:
@@ -291,7 +291,7 @@ class SweepGrid:
                           self.periods if aligned else ())
 
 
-def _nbytes(cols: dict[str, np.ndarray]) -> int:
+def _plan_bytes(cols: dict[str, np.ndarray]) -> int:
     """The bytes of a plan's arrays, each once (ttft_s is prefill_s's array)."""
     return sum({id(v): v.nbytes for v in cols.values()}.values())
 
