@@ -197,10 +197,7 @@ def _runs(B: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, np.ndarray | int] |
     n = B.size
     if n < 256:
         return None
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(B[1:], B[:-1], out=new[1:])
-    new[1:] |= T[1:] != T[:-1]
+    new = run_starts(B, T)
     first = np.flatnonzero(new)
     if first.size * 4 > n:
         return None
@@ -208,6 +205,16 @@ def _runs(B: np.ndarray, T: np.ndarray) -> tuple[np.ndarray, np.ndarray | int] |
     if r * first.size == n and np.array_equal(first, np.arange(0, n, r)):
         return first, r  # runs of r each (a sweep's): spread by repeating, not gathering
     return first, np.cumsum(new, dtype=np.intp) - 1
+
+
+def run_starts(*cols: np.ndarray) -> np.ndarray:
+    """True where a run of points equal in every column begins (the first point always)."""
+    new = np.empty(cols[0].size, dtype=bool)
+    new[:1] = True
+    np.not_equal(cols[0][1:], cols[0][:-1], out=new[1:])
+    for c in cols[1:]:
+        new[1:] |= c[1:] != c[:-1]
+    return new
 
 
 def _pow16(x: int) -> int:

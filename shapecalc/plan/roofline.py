@@ -76,30 +76,35 @@ def plan_arrays(
             out[k][sel] = v
     if not with_times:
         return out
-    dec = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
     limit = cf.seq_limit("decode")
     ok = np.ones(n, dtype=bool) if limit is None else (T <= limit)
-    if ok.any():
-        idx = np.flatnonzero(ok) if not ok.all() else slice(None)  # (a view: no gather)
+    # decode where T has one (every T: views of the grid, and its arrays as they are)
+    idx = slice(None) if ok.all() else np.flatnonzero(ok)
+    some = bool(ok.any())
+    if some:
         d = evaluate(cf, B[idx], T[idx], 1, P[idx], S[idx], wbits[idx], kvbits[idx], actbits[idx])
         terms = phase_terms(cf, gpu, opts, d, peak[idx], B[idx], wbits[idx], ARRAYS, ep)
-        for whole, part in zip(dec, terms, strict=True):
-            whole[idx] = part
+    dc, dm, dl = (_at_decode(terms[i] if some else None, idx, n, np.nan) for i in range(3))
     gpus = ARRAYS.floats(P) * ARRAYS.floats(S)
     out.update(times(opts, B, T, gpus, phase_terms(cf, gpu, opts, pre, peak, B * T, wbits,
-                                                   ARRAYS, ep), dec, ARRAYS))
+                                                   ARRAYS, ep), (dc, dm, dl), ARRAYS))
     # the calibrated expectation (plan/perf.py) beside the bound; decode where there is one
     pp = perf_params(gpu, opts.perf)
     serving = ARRAYS.floats(np.maximum(P, ep)) * ARRAYS.floats(S)
     out.update(expected_prefill(cf, gpu, pp, pre, peak, B * T, wbits, ARRAYS, ep, S))
-    for k in DECODE_COLUMNS:
-        out[k] = np.full(n, None, dtype=object) if k.endswith("dominant") else np.full(n, np.nan)
-    if ok.any():
-        part = expected_decode(cf, gpu, pp, d, peak[idx], B[idx], serving[idx], wbits[idx],
-                               ARRAYS, ep, S[idx])
-        for k in DECODE_COLUMNS:
-            if isinstance(idx, slice):  # every point (the dominant term's labels kept)
-                out[k] = part[k]
-            else:
-                out[k][idx] = part[k]
+    part = expected_decode(cf, gpu, pp, d, peak[idx], B[idx], serving[idx], wbits[idx],
+                           ARRAYS, ep, S[idx]) if some else {}
+    for k in DECODE_COLUMNS:  # (the dominant term's labels kept where every T has a decode)
+        out[k] = _at_decode(part.get(k), idx, n, None if k.endswith("dominant") else np.nan)
+    return out
+
+
+def _at_decode(v: np.ndarray | None, idx: np.ndarray | slice, n: int, fill: float | None
+               ) -> np.ndarray:
+    """Decode values at the points `idx` (of n) that have a decode, `fill` at the others."""
+    if v is not None and isinstance(idx, slice):
+        return v
+    out = np.full(n, fill, dtype=object if fill is None else float)
+    if v is not None:
+        out[idx] = v
     return out

@@ -277,10 +277,10 @@ class SweepGrid:
                         peak[i], ep=self.ep))
             if place is not None and place[2]:  # kept: the columns written, their texts
                 plan = {k: plan[k] for k in (*SWEEP_FIT_KEYS, *PRICE_KEYS) if k in plan}
-                if self._kept + _plan_bytes(plan) <= KEPT_PLAN_BYTES:
+                if self._kept + (size := _plan_bytes(plan)) <= KEPT_PLAN_BYTES:
                     memo = {"columns": frozenset(plan)} if memo is None else memo
                     self._plans[place[0]] = plan, memo
-                    self._kept += _plan_bytes(plan)
+                    self._kept += size
             for k in SWEEP_FIT_KEYS:
                 cols[k] = plan[k]
             if opts.price is not None:

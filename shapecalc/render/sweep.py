@@ -149,14 +149,13 @@ def _float_field(a: np.ndarray, json_mode: bool) -> Text:
         s = s.astype(f"S{max(4, s.dtype.itemsize)}")  # room for null ('inf' is 3 bytes)
         s[~np.isfinite(a)] = b"null" if json_mode else b""
         return _table_field(s)
-    # (counts asked: NumPy's hash path would import numpy.ma at its first call, ~20 ms)
-    probe = np.unique(a[:_PROBE].view(np.int64), return_counts=True)[0]
+    from ..costs.grid import distinct, run_starts  # not at import: fit's tables import this
+
+    probe = distinct(a[:_PROBE].view(np.int64))
     if a.size < 2 or probe.size * 10 > min(a.size, _PROBE) * 9:
         return _table_field(_nulled(a, json_mode))  # distinct: no sort of the whole column
     v = a.view(np.int64)  # by bits: -0.0 is not 0.0
-    new = np.empty(a.size, dtype=bool)
-    new[0] = True
-    np.not_equal(v[1:], v[:-1], out=new[1:])
+    new = run_starts(v)
     first = np.flatnonzero(new)
     if first.size == 1:  # one value
         x = float(a[0])
