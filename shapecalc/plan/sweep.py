@@ -37,7 +37,7 @@ AXIS_KEYS = ("batch", "seq", "phase", "tp", "pp", "dtype", "kv_dtype", "act_dtyp
 # Points evaluated (and written) together. Measured on llama2-70b grids: 32,768 takes ~2% less
 # CPU than 16,384 with --gpu (fewer NumPy calls a point), 65,536 more (its temporaries leave
 # the caches); the peak grows with the chunk (evaluation temporaries, and Python ints where
-# values pass 2⁶²): ~77 and ~97 MiB at 16,384 and 32,768 points (~213 and ~243 MiB with --gpu
+# values pass 2⁶²): ~77 and ~97 MiB at 16,384 and 32,768 points (~203 and ~215 MiB with --gpu
 # on the benchmark grid, its plans kept for the other phase included), ~290 MiB at 65,536
 # with ints beyond int64.
 CHUNK_POINTS = 32_768
