@@ -281,6 +281,8 @@ def schema(
 
 SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
 COMPLETE_VAR = "_SHAPECALC_COMPLETE"  # set by the completion script when the shell asks
+# the commands that run the NumPy executor, whose matrix products BLAS threads speed up
+BLAS_COMMANDS = ("verify", "explain")
 
 
 @app.command(help="Print the shell completion script for bash, zsh, fish or PowerShell: "
@@ -344,6 +346,11 @@ def main() -> None:
         _complete()
     if len(sys.argv) == 1:  # bare `shapecalc`: the commands, as --help lists them
         sys.argv.append("--help")
+    if sys.argv[1] not in BLAS_COMMANDS:
+        # NumPy's OpenBLAS starts a thread a core, which spin as it loads: ~0.1 CPU-s of every
+        # command that imports NumPy (a sweep's 7%), for no gain where no large matrix is
+        # multiplied (set before NumPy loads; a value the user set is kept)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     one = _one_command(sys.argv[1])
     try:
         # help texts escaped once (cli/helptext.py), so rich markup cannot eat `[m,k]`

@@ -23,33 +23,25 @@ from ..model.config import (
     ShapecalcError,
     Workload,
     act_width,
-    bytes_of,
     check,
 )
 from ..model.conventions import FUSED
 from ..model.parallel import (
-    active_params,
-    entries,
-    entry_elements,
     ep_rank_expert_params,
-    kv_groups,
     kv_heads_per_rank,
-    paged_blocks,
-    residual_width,
-    ring_allreduce_bytes,
     split_elements_per_token,
     stage_params,
 )
-from ..model.plan import Chunk, layer_plan
+from ..model.plan import layer_plan
 from ..model.quantization import DTYPE_FORMATS, Quantization
 from .poly import FIT_DTYPES, measure
 from .regime import Regime
 from .scalar import SCALARS
+from .totals import Totals, nbytes, totals
 
 if TYPE_CHECKING:
     from ..model.quant_tensors import WeightSums
 
-BITS: dict[str, int] = {**DTYPE_BITS, "int64": 64}
 INT64_LIMIT = 2**62  # leave a factor 2 of headroom under 2⁶³ for the last addition
 INTERVALS_KEPT = 1 << 16  # ClosedForm.interval's memo (a sweep asks it for every distinct T)
 
@@ -206,10 +198,10 @@ class ClosedForm:
         keys in their own dtype; `apart_only`: those keys only."""
         p = 1
         lat, apart = split_elements_per_token(self.model, p, layers, self.mla, reach)
-        out = xp.zeros(n, dtype=dtype) if apart_only else _nbytes(
+        out = xp.zeros(n, dtype=dtype) if apart_only else nbytes(
             xp.full(n, lat, dtype=dtype), "kv", bits)
         if apart:
-            out = out + _nbytes(xp.full(n, apart, dtype=dtype),
+            out = out + nbytes(xp.full(n, apart, dtype=dtype),
                                 self.model.index_cache_dtype or "kv", bits)
         return out
 
@@ -250,7 +242,7 @@ class ClosedForm:
     # -- evaluation ----------------------------------------------------------------------------
     def at(self, batch: int, seq: int, phase: str, tp: int, pp: int = 1, dtype: str = "bf16",
            kv_dtype: str | None = None, act_dtype: str | None = None, causal: bool = True
-           ) -> dict[str, int]:
+           ) -> Totals:
         """Totals at one point, in Python ints (exact at any size; no NumPy); `causal=False`
         leaves out the causal kernel's FLOPs (memory alone: fewer totals to evaluate)."""
         if min(batch, seq, tp, pp) < 1:
@@ -285,155 +277,14 @@ class ClosedForm:
     def compute(self, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
                 bits: dict[str, Any], dtype: Any, xp: Any, causal: bool = True,
                 runs: tuple[Any, Any] | None = None, workspace: bool = False
-                ) -> dict[str, Any]:
+                ) -> Totals:
         """Every total of the points of one regime (full: p = 1; rank: one of p ranks), over
-        arrays (xp = grid.ARRAYS) or at one point (xp = SCALARS). `runs` (arrays): the first
-        point of each run of points with the same (B, T), and each point's run (or the length of
-        every run): the polynomials, of B and T alone, are evaluated once a run. `workspace`: the
-        two activation workspaces alone (a planner sizes them at other tokens than its T)."""
-        m = self.model
-        n = getattr(B, "size", 1)
-        Bm, Tm, nm = (B, T, n) if runs is None else (B[runs[0]], T[runs[0]], runs[0].size)
-        mono = {(0, 1): Tm, (0, 2): Tm * Tm, (1, 0): Bm, (1, 1): Bm * Tm}
-        mono[(1, 2)] = mono[(1, 1)] * Tm
-
-        def spread(v: Any) -> Any:  # a run's value on each of its points
-            if runs is None:
-                return v
-            return v.repeat(runs[1]) if isinstance(runs[1], int) else v.take(runs[1])
-
-        def ev(r: Regime, key: str) -> Any:
-            return spread(r.polys[key].eval(mono, nm, dtype, xp))
-
-        def const(r: Regime, key: str) -> int:
-            poly = r.polys[key]
-            assert poly.is_const, key
-            return poly.num[0] // poly.den
-
-        def byte_sum(r: Regime, prefix: str) -> Any:
-            total = xp.zeros(n, dtype=dtype)
-            for k, cls, rep in r.tagged(prefix):
-                total = total + rep * _nbytes(ev(r, k), cls, bits)
-            return total
-
-        def largest(r: Regime, skip: tuple[str, ...] = ()) -> Any:
-            # each class's most elements first (⌈e·bits/8⌉ grows with e), fixed dtypes' bytes (None)
-            most: dict[str | None, Any] = {}
-            for k, c in r.activations(skip):
-                e = r.polys[k].eval(mono, nm, dtype, xp)
-                cls = c if c in bits else None
-                if cls is None:
-                    e = bytes_of(e, BITS[c])
-                most[cls] = e if cls not in most else xp.maximum(most[cls], e)
-            best = spread(most.pop(None)) if None in most else xp.zeros(n, dtype=dtype)
-            for cls, e in most.items():
-                assert cls is not None
-                best = xp.maximum(best, bytes_of(spread(e), bits[cls]))
-            return best
-
-        def workspaces() -> dict[str, Any]:
-            # a rank's largest tensor but its KV cache: eager, and FlashAttention's (no scores)
-            return {"workspace_eager_bytes_per_rank": largest(rank, ("cache",)),
-                    "workspace_flash_bytes_per_rank": largest(rank, ("cache", "flash_skip"))}
-
-        if workspace:
-            return workspaces()
-        out: dict[str, Any] = {}
-        params = const(full, "params")
-        out["params"] = xp.full(n, params, dtype=dtype)
-        experts = const(full, "expert_params")
-        out["active_params"] = xp.full(n, active_params(params, experts, m), dtype=dtype)
-        out["expert_params"] = xp.full(n, experts, dtype=dtype)
-        out["flops"] = ev(full, "flops")
-        out["elementwise_flops"] = ev(full, "ew")
-        out["weight_bytes"] = _nbytes(out["params"], "w", bits)
-        out["expert_weight_bytes"] = _nbytes(out["expert_params"], "w", bits)
-        out["kv_cache_bytes"] = byte_sum(full, "kv")
-        out["state_cache_bytes"] = byte_sum(full, "state")
-        # the longest cache at each point: with chunked layers the longest kind can change
-        # within a regime (a chunk restarts), so the groups' tokens are compared per point
-        out["kv_cache_tokens"] = xp.zeros(n, dtype=dtype)
-        for g in range(len(kv_groups(layer_plan(m)))):
-            out["kv_cache_tokens"] = xp.maximum(out["kv_cache_tokens"],
-                                                ev(full, f"group_tokens.{g}"))
-        out["kv_cache_bytes_per_token"] = self._kv_bytes(xp, n, dtype, bits, None, "any")
-        # paged: each group of layers that share a window has its own blocks
-        blocks = xp.zeros(n, dtype=dtype)
-        paged = xp.zeros(n, dtype=dtype)
-        for g, (reach, layers) in enumerate(kv_groups(layer_plan(m))):
-            b_g = paged_blocks(B, ev(full, f"group_tokens.{g}"), self.block_size)
-            out[f"kv_cache_blocks@{g}"] = b_g
-            # planning sizes a chunked group for its fullest chunk on the way to T: min(n, C)
-            # tokens (the cache at exactly n tokens may hold fewer)
-            out[f"kv_cache_peak_blocks@{g}"] = b_g if not isinstance(reach, Chunk) else (
-                paged_blocks(B, xp.minimum(T + int(full.decode), reach.size), self.block_size))
-            blocks = blocks + b_g
-            lat, apart = split_elements_per_token(m, 1, layers, self.mla, reach)
-            per_token = _nbytes(xp.full(n, lat, dtype=dtype), "kv", bits)
-            paged = paged + b_g * self.block_size * per_token
-            if apart:  # dots3's fp32 indexer keys, held apart from the blocks
-                paged = paged + B * ev(full, f"group_tokens.{g}") * self._kv_bytes(
-                    xp, n, dtype, bits, layers, reach, apart_only=True)
-        out["kv_cache_blocks"] = blocks
-        # DeepSeek-V4's compressed entries, contiguous beside the paged window
-        paged = paged + B * _nbytes(entry_elements(m, T, "decode" if full.decode else "prefill"),
-                                    "kv", bits)
-        out["kv_cache_paged_bytes"] = paged
-        out["largest_activation_bytes"] = largest(full, ("cache",))  # the cache is apart
-        # tensor parallel (one rank)
-        out["tp"] = xp.full(n, p, dtype=dtype)
-        out["kv_heads_per_rank"] = xp.full(n, self.kv_heads_per_rank(p), dtype=dtype)
-        count = const(rank, "ar_count")
-        one = _nbytes(ev(rank, "ar"), rank.tags["ar"], bits) if count else xp.zeros(n, dtype)
-        out["allreduce_per_layer"] = xp.full(n, count, dtype=dtype)
-        out["allreduce_bytes"] = one
-        out["allreduce_bytes_per_layer"] = one * count
-        out["allreduce_bytes_total"] = one * const(rank, "ar_layers")
-        ring = ring_allreduce_bytes(one, p) if p > 1 else xp.zeros(n, dtype=dtype)
-        out["ring_bytes_per_rank"] = ring
-        out["ring_bytes_per_rank_total"] = ring * const(rank, "ar_layers")
-        out["embedding_allreduce_bytes"] = byte_sum(rank, "emb_ar")
-        out["logits_allgather_bytes"] = byte_sum(rank, "gather")
-        params_rank = const(rank, "params")
-        out["params_per_rank"] = xp.full(n, params_rank, dtype=dtype)
-        out["expert_params_per_rank"] = xp.full(n, const(rank, "expert_params"), dtype=dtype)
-        # the token-embedding table a rank holds (vocab-parallel: V/p rows): a step gathers rows
-        out["embed_params_per_rank"] = xp.full(n, const(rank, "embed_params"), dtype=dtype)
-        out["weight_bytes_per_rank"] = _nbytes(out["params_per_rank"], "w", bits)
-        out["expert_weight_bytes_per_rank"] = _nbytes(out["expert_params_per_rank"], "w", bits)
-        out["embed_weight_bytes_per_rank"] = _nbytes(out["embed_params_per_rank"], "w", bits)
-        if self.weights is not None:  # the checkpoint's bytes, scales included
-            wf, wr = self.weight_sums(1), self.weight_sums(p)
-            for key, v in (("weight_bytes", wf.total), ("expert_weight_bytes", wf.expert_total),
-                           ("weight_bytes_per_rank", wr.total),
-                           ("expert_weight_bytes_per_rank", wr.expert_total),
-                           ("embed_weight_bytes_per_rank", wr.table)):
-                out[key] = xp.full(n, v, dtype=dtype)
-        out["kv_cache_bytes_per_rank"] = byte_sum(rank, "kv")
-        out["state_cache_bytes_per_rank"] = byte_sum(rank, "state")
-        # each layer kind's state (one rank): what a pipeline stage's layers hold (plan/memory)
-        phase = "decode" if full.decode else "prefill"
-        for kind, spec in enumerate(layer_plan(m).kinds):
-            out[f"state_bytes@{kind}"] = byte_sum(rank, f"kind_state.{kind}")
-            if spec.compress:  # one layer's compressed entries of the batch (DeepSeek-V4)
-                width = m.dh + (m.csa_index_head_dim or 0) * (spec.attention == "csa")
-                out[f"entry_bytes@{kind}"] = B * _nbytes(
-                    entries(spec.compress, T, phase) * width, "kv", bits)
-        out["flops_per_rank"] = ev(rank, "flops")
-        # the work a causal attention kernel does: FLOPs with QKᵀ and A·V's lower triangle
-        for key, r in (("causal_flops", full), ("causal_flops_per_rank", rank)) if causal else ():
-            out[key] = spread(r.polys["flops"].eval(mono, nm, dtype, xp)
-                              - r.polys["attn"].eval(mono, nm, dtype, xp)
-                              + r.attn_causal().eval(mono, nm, dtype, xp))
-        ws = workspaces()
-        out["largest_activation_bytes_per_rank"] = ws["workspace_eager_bytes_per_rank"]
-        out.update(ws)
-        # pipeline: the residual stream [B, Tq, D] (n_hc·D: hyper-connections) crosses each one
-        boundary = _nbytes(B * ev(full, "tq") * residual_width(m), "act", bits)
-        out["pp"] = S
-        out["boundary_bytes"] = boundary * (S > 1)
-        out["boundary_bytes_total"] = boundary * (S - 1)
-        return out
+        arrays (xp = grid.ARRAYS) or at one point (xp = SCALARS), each computed when first read
+        (totals.py). `runs` (arrays): the first point of each run of points with the same (B,
+        T), and each point's run (or the length of every run): the polynomials, of B and T
+        alone, are evaluated once a run. `workspace`: the two activation workspaces alone (a
+        planner sizes them at other tokens than its T)."""
+        return totals(self, full, rank, p, B, T, S, bits, dtype, xp, causal, runs, workspace)
 
 
 def plain_only(cf: ClosedForm, dtype: Any, kv: Any, act: Any) -> None:
@@ -443,8 +294,3 @@ def plain_only(cf: ClosedForm, dtype: Any, kv: Any, act: Any) -> None:
         if isinstance(d, str) and d in DTYPE_FORMATS and (name != "dtype" or cf.weights is None):
             raise ShapecalcError(name, f"{d} is a weight format with block scales, not bits per "
                                  "element: evaluate it with plan.cases.closed_form_for")
-
-
-def _nbytes(elems: Any, cls: str, bits: dict[str, Any]) -> Any:
-    """⌈elements·bits/8⌉ per point; `cls` is a dtype class or a fixed dtype's name."""
-    return bytes_of(elems, bits[cls] if cls in bits else BITS[cls])

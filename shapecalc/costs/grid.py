@@ -7,6 +7,7 @@ the grid), else with object arrays of Python ints.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,8 @@ import numpy as np
 from ..model.config import DTYPE_BITS, ShapecalcError
 from ..model.quantization import DTYPE_FORMATS
 from .closed import INT64_LIMIT, ClosedForm, Regime, plain_only
-from .scalar import BOUNDS
+from .scalar import BOUNDS, SCALARS
+from .totals import Totals
 
 
 class Arrays:
@@ -81,14 +83,14 @@ def evaluate(
     kv_dtype: Any = None,
     act_dtype: Any = None,
     workspace: bool = False,
-) -> dict[str, np.ndarray]:
+) -> Totals:
     """Totals at every point; arguments broadcast against each other (scalars or 1-D).
 
     Dtypes are names, or bits per element as integers (what `DTYPE_BITS` maps a name to);
     kv_dtype and act_dtype default to dtype. Points sorted by phase and tp (outermost) are
     evaluated as slices, without gathering.
-    Returns int64 arrays when provably exact, else object arrays of Python ints; `workspace`:
-    the activation workspaces alone.
+    Returns int64 arrays when provably exact, else object arrays of Python ints, each computed
+    when first read and read-only (totals.py); `workspace`: the activation workspaces alone.
     """
     arrs = np.broadcast_arrays(
         np.asarray(batch), np.asarray(seq), np.asarray(phase), np.asarray(tp), np.asarray(pp),
@@ -109,32 +111,57 @@ def evaluate(
     if big:
         B, T, P, S = (x.astype(object) for x in (B, T, P, S))
         bits = {k: v.astype(object) for k, v in bits.items()}
-    out: dict[str, np.ndarray] = {}
-    whole = len(groups) == 1 and isinstance(groups[0][2], slice) and groups[0][2] == slice(0, n)
+    parts = []
     for (phase_name, p), regime, idx in groups:
         full = cf._regime_for(phase_name, 1, regime.lo)
         Bi, Ti = B[idx], T[idx]
-        part = cf.compute(
+        parts.append((cf.compute(
             full, regime, p, Bi, Ti, S[idx],
             {k: v[idx] for k, v in bits.items()}, dtype_out, ARRAYS,
             runs=None if big else _runs(Bi, Ti), workspace=workspace,
-        )
-        if whole:  # one part, all the points: its arrays as they are (each a distinct one)
-            used: set[int] = set()
-            for k, v in part.items():
-                if (isinstance(v, np.ndarray) and v.shape == (n,) and v.dtype == dtype_out
-                        and id(v) not in used):
-                    out[k] = v
-                    used.add(id(v))
-                else:
-                    out[k] = np.zeros(n, dtype=dtype_out)
-                    out[k][:] = v
-            return out
-        for k, v in part.items():
-            if k not in out:
-                out[k] = np.zeros(n, dtype=dtype_out)
-            out[k][idx] = v
+        ), idx))
+    if len(parts) == 1 and isinstance(parts[0][1], slice) and parts[0][1] == slice(0, n):
+        # all the points: the arrays as they are
+        return _whole(parts[0][0], n, dtype_out)
+    return scattered(n, parts, dtype_out)
+
+
+def _whole(part: Totals, n: int, dtype: Any) -> Totals:
+    """One part's totals at all n points, read-only (a total is computed from others when
+    first read: none may change under it), each a distinct array."""
+    used: set[int] = set()
+
+    def take(k: str) -> np.ndarray:
+        v = part[k]
+        if not (isinstance(v, np.ndarray) and v.shape == (n,) and v.dtype == dtype
+                and id(v) not in used):
+            v = np.broadcast_to(np.asarray(v, dtype=dtype), (n,)).copy()
+        used.add(id(v))
+        v.flags.writeable = False
+        return v
+
+    out = Totals()
+    out.formulas = {k: (lambda _, k=k: take(k)) for k in part}
     return out
+
+
+def scattered(n: int, parts: Sequence[tuple[Mapping[str, Any], Any]], dtype: Any = None
+              ) -> Totals:
+    """Totals at n points from parts, each over its points (indices or a slice), each total
+    scattered when first read; `dtype` None: the parts' own (object where they differ)."""
+    def one(k: str) -> np.ndarray:
+        vals = [(part[k], idx) for part, idx in parts if k in part]
+        kinds = {np.asarray(v).dtype for v, _ in vals}
+        out = np.zeros(n, dtype=dtype or (kinds.pop() if len(kinds) == 1 else object))
+        for v, idx in vals:
+            out[idx] = v
+        return out
+
+    t = Totals()
+    for part, _ in parts:
+        for k in part:
+            t.formulas.setdefault(k, lambda _, k=k: one(k))
+    return t
 
 
 def _groups(
@@ -229,11 +256,11 @@ def _int64_safe(cf: ClosedForm, phase: str, p: int, regime: Regime, b: int, t: i
     # the largest B, T and s with all coefficients made positive (a majorant of the
     # numerators) and 64-bit dtypes bounds it, and every intermediate, on the whole grid
     fm, rm = full.majorant(), regime.majorant()
-    bc, tc, sc = (np.array([x], dtype=object) for x in (b, t, s))
-    wide = {k: np.array([64], dtype=object) for k in ("w", "kv", "act")}
-    # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7)
-    vals = cf.compute(fm, rm, p, bc, tc, sc, wide, object, ARRAYS)
-    worst = 8 * max(int(v[0]) for v in vals.values()) + 7
+    wide = dict.fromkeys(("w", "kv", "act"), 64)
+    # (a byte count's intermediate, elements·bits + 7, is at most 8× the bytes + 7); in
+    # Python ints, exact at any size
+    vals = cf.compute(fm, rm, p, b, t, s, wide, None, SCALARS)
+    worst = 8 * max(vals.values()) + 7
     for r in (fm, rm):
         worst = max(worst, *(q.at(b, t) for q in r.polys.values()))
     return worst < INT64_LIMIT

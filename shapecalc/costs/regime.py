@@ -53,5 +53,9 @@ class Regime:
         return self.memo["act", skip]
 
     def majorant(self) -> Regime:
-        return Regime(self.lo, self.hi, {k: v.majorant() for k, v in self.polys.items()},
-                      self.tags, self.decode)
+        """Every polynomial with its coefficients made positive (kept: int64 proofs ask again)."""
+        if "majorant" not in self.memo:
+            self.memo["majorant"] = Regime(
+                self.lo, self.hi, {k: v.majorant() for k, v in self.polys.items()}, self.tags,
+                self.decode)
+        return self.memo["majorant"]  # type: ignore[no-any-return]

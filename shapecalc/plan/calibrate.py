@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -66,13 +66,13 @@ class Case:
     peak: float
     wbits: int
     # (multiplier, totals of the step, tokens of the step, decode?): time = Σ multiplier × step
-    steps: list[tuple[float, dict[str, Any], int, bool]]
+    steps: list[tuple[float, Mapping[str, Any], int, bool]]
     # value = numerator / time (a rate) or time × scale (a latency)
     rate: float | None
     scale: float = 1.0
     invert: bool = False  # the record's value is a rate, compared as its inverse (a time)
 
-    def value(self, seconds: Callable[[dict[str, Any], int, bool], float]) -> float:
+    def value(self, seconds: Callable[[Mapping[str, Any], int, bool], float]) -> float:
         t = sum(k * seconds(tot, n, d) for k, tot, n, d in self.steps)
         return self.rate / t if self.rate is not None else t * self.scale
 
@@ -83,7 +83,7 @@ class Case:
     def bound(self) -> float:
         opts = PlanOptions()
 
-        def seconds(tot: dict[str, Any], n: int, d: bool) -> float:
+        def seconds(tot: Mapping[str, Any], n: int, d: bool) -> float:
             c, m, link = phase_terms(self.cf, self.gpu, opts, tot, self.peak, n, self.wbits, _XP)
             return max(c, m) + link
 
@@ -229,10 +229,10 @@ def resolve(rec: dict[str, Any], extra: list[Path] | None = None) -> Case:
             raise ShapecalcError("calibrate", f"record {rid}: the model does not fit")
     dts = (w, kv, act)
 
-    def pre(b: int) -> tuple[dict[str, Any], int, bool]:
+    def pre(b: int) -> tuple[Mapping[str, Any], int, bool]:
         return cf.at(b, isl, "prefill", tp, pp, *dts), b * isl, False
 
-    def dec(b: int) -> tuple[dict[str, Any], int, bool]:
+    def dec(b: int) -> tuple[Mapping[str, Any], int, bool]:
         return cf.at(b, isl + osl // 2, "decode", tp, pp, *dts), b, True
 
     unit = rec.get("unit", "")

@@ -21,6 +21,7 @@ are f × the mean, and the step waits for it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..inputs.numbers import bounded_int, parse_number
@@ -109,7 +110,7 @@ def exchange_s(topo: Topology, plan: EPPlan, wl: Workload, tokens: Any, model: M
                      + ep_exchange_s(topo, f * share, k, c, wl.ep, mode))
 
 
-def imbalance_flops(tot: dict[str, Any], tokens: Any, model: ModelConfig, plan: EPPlan) -> Any:
+def imbalance_flops(tot: Mapping[str, Any], tokens: Any, model: ModelConfig, plan: EPPlan) -> Any:
     """The routed-expert FLOPs the busiest GPU does beyond the mean, as step_flops counts a
     rank's step (× dp/ep): (f − 1) · 2 · tokens · k · expert_params / E, a GEMM's 2 per weight."""
     if plan.imbalance == 1:
@@ -118,7 +119,7 @@ def imbalance_flops(tot: dict[str, Any], tokens: Any, model: ModelConfig, plan: 
     return (plan.imbalance - 1) * 2 * tokens * k * tot["expert_params"] / E
 
 
-def copies_bytes(tot: dict[str, Any], model: ModelConfig, plan: EPPlan, ep: int,
+def copies_bytes(tot: Mapping[str, Any], model: ModelConfig, plan: EPPlan, ep: int,
                  share: float) -> int:
     """Bytes a GPU holds beyond fit's E/ep of the experts' weights: (E + N)/ep whole experts
     (of the `share` of the layers its stage holds)."""

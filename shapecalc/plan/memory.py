@@ -19,6 +19,7 @@ parallel degree p and pipeline depth s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..costs.closed import ClosedForm
@@ -48,7 +49,7 @@ def workspace_tokens(cf: ClosedForm, opts: PlanOptions, B: Any, T: Any, xp: Any)
     return tokens if limit is None else xp.minimum(tokens, limit)
 
 
-def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dict[str, Any],
+def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: Mapping[str, Any],
            act: Any, wbits: Any, kvbits: Any, n: int, dtype: Any, xp: Any, ep: int = 1
            ) -> dict[str, Any]:
     """Bytes per rank of the fullest pipeline stage, and the KV token slots that still fit
@@ -101,7 +102,7 @@ def memory(cf: ClosedForm, gpu: GPU, opts: PlanOptions, p: int, s: int, pre: dic
     }
 
 
-def stage_state_bytes(cf: ClosedForm, s: int, pre: dict[str, Any]) -> list[Any]:
+def stage_state_bytes(cf: ClosedForm, s: int, pre: Mapping[str, Any]) -> list[Any]:
     """The stateful mixers' state bytes of the batch on one rank of each pipeline stage: each
     of its layers' (per kind, `pre`'s state_bytes@kind) — fixed, whatever T is."""
     plan = layer_plan(cf.model)
@@ -109,7 +110,7 @@ def stage_state_bytes(cf: ClosedForm, s: int, pre: dict[str, Any]) -> list[Any]:
             for counts in stage_kind_counts(plan, s)]
 
 
-def stage_entry_bytes(cf: ClosedForm, s: int, pre: dict[str, Any]) -> list[Any]:
+def stage_entry_bytes(cf: ClosedForm, s: int, pre: Mapping[str, Any]) -> list[Any]:
     """DeepSeek-V4's compressed entries of the batch on each pipeline stage (its compressed
     layers' `pre` entry_bytes@kind): they grow with T beside the paged window (0 elsewhere)."""
     plan = layer_plan(cf.model)
@@ -118,7 +119,7 @@ def stage_entry_bytes(cf: ClosedForm, s: int, pre: dict[str, Any]) -> list[Any]:
             for counts in stage_kind_counts(plan, s)]
 
 
-def stage_bytes(cf: ClosedForm, p: int, s: int, pre: dict[str, Any], wbits: Any, kvbits: Any,
+def stage_bytes(cf: ClosedForm, p: int, s: int, pre: Mapping[str, Any], wbits: Any, kvbits: Any,
                 ep: int = 1) -> list[tuple[int, Any, Any]]:
     """(layers, weight bytes, paged KV cache bytes) of one rank of each pipeline stage (`pre`:
     the prefill totals, whose peak blocks size the cache). The one home of a stage's bytes:
@@ -149,7 +150,7 @@ def group_token_bytes(cf: ClosedForm, p: int, kvbits: Any) -> list[Any]:
                                for reach, _ in kv_groups(layer_plan(m)))]
 
 
-def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: Any) -> Any:
+def embedding_rows_read(cf: ClosedForm, tot: Mapping[str, Any], tokens: Any, xp: Any) -> Any:
     """Parameters of the embedding table a step reads on one rank: a lookup gathers the rows
     of its tokens, ⌈tokens/p⌉ of the rank's V/p (the tokens spread over the vocab shards),
     not the whole table; a tied table is read whole anyway by the LM head."""
@@ -164,7 +165,7 @@ def embedding_rows_read(cf: ClosedForm, tot: dict[str, Any], tokens: Any, xp: An
     return xp.minimum(rows * D, table)
 
 
-def step_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, wbits: Any, xp: Any,
+def step_bytes(cf: ClosedForm, tot: Mapping[str, Any], tokens: Any, wbits: Any, xp: Any,
                ep: int = 1, dp: int = 1) -> Any:
     """HBM bytes one step must move on a rank: the weights it reads (the embedding rows it
     looks up, not the table; of a MoE layer, the experts its `tokens` reach) + the KV cache
@@ -186,7 +187,7 @@ def step_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, wbits: Any, xp:
     return xp.floats(bytes_of(others, wbits) + kv) + xp.floats(bytes_of(experts, wbits)) * reached
 
 
-def _format_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, read: Any, xp: Any,
+def _format_bytes(cf: ClosedForm, tot: Mapping[str, Any], tokens: Any, read: Any, xp: Any,
                   ep: int, dp: int = 1) -> Any:
     """step_bytes' weights under a format: the rank's tensors (scales included) less its token
     table, plus the table rows looked up (the table is never quantized: its width's bytes)."""
@@ -204,7 +205,7 @@ def _format_bytes(cf: ClosedForm, tot: dict[str, Any], tokens: Any, read: Any, x
             + xp.floats(experts) * reached)
 
 
-def step_flops(cf: ClosedForm, tot: dict[str, Any], ep: int = 1, dp: int = 1) -> Any:
+def step_flops(cf: ClosedForm, tot: Mapping[str, Any], ep: int = 1, dp: int = 1) -> Any:
     """FLOPs one rank's step does, as kernels run it: attention's lower triangle only (a
     causal kernel skips the masked half, whatever --attention-flops counts); with ep > 1 each
     GPU does 1/ep of a MoE step (of dp attention ranks' steps, each with these totals)."""
@@ -213,7 +214,7 @@ def step_flops(cf: ClosedForm, tot: dict[str, Any], ep: int = 1, dp: int = 1) ->
     return tot["causal_flops_per_rank"]
 
 
-def phase_terms(cf: ClosedForm, gpu: GPU, opts: PlanOptions, tot: dict[str, Any], peak: Any,
+def phase_terms(cf: ClosedForm, gpu: GPU, opts: PlanOptions, tot: Mapping[str, Any], peak: Any,
                 tokens: Any, wbits: Any, xp: Any, ep: int = 1) -> tuple[Any, Any, Any]:
     """(compute, memory, communication) seconds of one step per rank, from its totals. A MoE
     step reads only the experts its `tokens` reach: each rank's routed experts × the expected

@@ -21,6 +21,7 @@ Plain Python or NumPy (`xp`, as memory.py): no imports beyond the planners'.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields, replace
 from typing import Any
 
@@ -75,7 +76,7 @@ def perf_params(gpu: GPU, sets: list[str] | tuple[str, ...] | None = None) -> Pe
     return out
 
 
-def step_terms(cf: ClosedForm, gpu: GPU, pp: PerfParams, tot: dict[str, Any], peak: Any,
+def step_terms(cf: ClosedForm, gpu: GPU, pp: PerfParams, tot: Mapping[str, Any], peak: Any,
                tokens: Any, wbits: Any, xp: Any, ep: int = 1, decode: bool = False,
                stages: Any = 1, dp: int = 1, rates: Any = None) -> tuple[Any, Any, Any, Any]:
     """(compute, memory, communication, overhead) expected seconds of one step per rank.
@@ -128,7 +129,7 @@ def dominant(terms: tuple[Any, Any, Any, Any]) -> Any:
     return largest_of(terms, TERMS)
 
 
-def expected_prefill(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, Any], peak: Any,
+def expected_prefill(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: Mapping[str, Any], peak: Any,
                      tokens: Any, wbits: Any, xp: Any, ep: int = 1, stages: Any = 1
                      ) -> dict[str, Any]:
     """The expected_* prefill columns of sweep and of fit's point."""
@@ -136,7 +137,7 @@ def expected_prefill(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, An
     return {"expected_ttft_s": step_seconds(pt, xp), "expected_prefill_dominant": dominant(pt)}
 
 
-def expected_decode(cf: ClosedForm, gpu: GPU, pp: PerfParams, dec: dict[str, Any], peak: Any,
+def expected_decode(cf: ClosedForm, gpu: GPU, pp: PerfParams, dec: Mapping[str, Any], peak: Any,
                     B: Any, serving: Any, wbits: Any, xp: Any, ep: int = 1, stages: Any = 1
                     ) -> dict[str, Any]:
     """The expected_* decode columns (`serving`: the GPUs that serve the batch)."""
@@ -154,8 +155,8 @@ DECODE_COLUMNS = ("expected_decode_s_per_token", "expected_tokens_per_s",
                   "expected_tokens_per_s_per_gpu", "expected_decode_dominant")
 
 
-def expected_times(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: dict[str, Any],
-                   dec: dict[str, Any] | None, peak: float, B: int, T: int, gpus: int,
+def expected_times(cf: ClosedForm, gpu: GPU, pp: PerfParams, pre: Mapping[str, Any],
+                   dec: Mapping[str, Any] | None, peak: float, B: int, T: int, gpus: int,
                    wbits: int, xp: Any, ep: int = 1, stages: Any = 1) -> dict[str, Any]:
     """The `expected` block of fit: TTFT (prefill of B×T), decode per token at T cached tokens,
     tokens/s per sequence, for the batch and per GPU, and the dominating terms."""

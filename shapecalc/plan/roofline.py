@@ -3,6 +3,8 @@ then memory.py's formulas for each (tp, pp) in the grid."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..costs.closed import INT64_LIMIT, ClosedForm
@@ -17,7 +19,7 @@ class _Rows(dict):  # type: ignore[type-arg]
     """`src`'s columns at the points `sel`, each gathered when first read: memory() reads a few
     of the ~50 totals (gathering all of them at each (tp, pp) was ~8% of a --gpu sweep)."""
 
-    def __init__(self, src: dict[str, np.ndarray], sel: np.ndarray) -> None:
+    def __init__(self, src: Mapping[str, np.ndarray], sel: np.ndarray) -> None:
         super().__init__()
         self.src, self.sel = src, sel
 

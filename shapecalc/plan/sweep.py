@@ -6,7 +6,7 @@ memory stays bounded whatever its size; `sweep` evaluates one case's whole grid 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ import numpy as np
 from ..costs.closed import ClosedForm
 from ..costs.fields import SWEEP_COLUMNS
 from ..costs.grid import evaluate
+from ..costs.totals import Totals
 from ..inputs.hardware import GPU
 from ..model.config import (
     DTYPE_BITS,
@@ -73,7 +74,7 @@ class SweepChunk:
 
     case: str
     model: str
-    columns: dict[str, np.ndarray]
+    columns: Mapping[str, np.ndarray]
     skipped: dict[str, int]
     codes: dict[str, tuple[np.ndarray, tuple[str, ...]]] = field(default_factory=dict)
     # shared by the chunks of both phases that hold the same plan columns (the same arrays): a
@@ -161,7 +162,7 @@ class SweepGrid:
         self.cf_fit = None
         self.cfs_fit = self.cfs
         # plans kept for the same rows of a later phase (chunks): popped when used
-        self._plans: dict[Any, tuple[dict[str, np.ndarray], dict[Any, Any]]] = {}
+        self._plans: dict[Any, tuple[Mapping[str, np.ndarray], dict[Any, Any]]] = {}
         self._kept = 0  # bytes of the plans kept
         if gpu is not None:
             # serving computes the logits of the last position only (unless --logits says so)
@@ -251,11 +252,15 @@ class SweepGrid:
             "kv_dtype": (kvi, self.kv_labels),
             "act_dtype": (di, tuple(self.acts)),
         }
-        cols: dict[str, np.ndarray] = {
-            "batch": B, "seq": T, "phase": np.array(phases, dtype=object)[ph],
-            "tp": P, "pp": S, "dtype": dn[di], "kv_dtype": kn[kvi],
-            "act_dtype": np.array(self.acts, dtype=object)[di],
-        }
+        # the text columns as object arrays when first read (a writer reads their codes)
+        cols = Totals()
+        cols.formulas.update({
+            "batch": lambda _: B, "seq": lambda _: T,
+            "phase": lambda _: np.array(phases, dtype=object)[ph],
+            "tp": lambda _: P, "pp": lambda _: S, "dtype": lambda _: dn[di],
+            "kv_dtype": lambda _: kn[kvi],
+            "act_dtype": lambda _: np.array(self.acts, dtype=object)[di],
+        })
         for k in SWEEP_KEYS:
             cols[k] = res[k]
         memo: dict[Any, Any] | None = None
@@ -291,14 +296,14 @@ class SweepGrid:
                           self.periods if aligned else ())
 
 
-def _plan_bytes(cols: dict[str, np.ndarray]) -> int:
+def _plan_bytes(cols: Mapping[str, np.ndarray]) -> int:
     """The bytes of a plan's arrays, each once (ttft_s is prefill_s's array)."""
     return sum({id(v): v.nbytes for v in cols.values()}.values())
 
 
 def _by_weights(cfs: list[ClosedForm], di: np.ndarray,
-                run: Callable[[ClosedForm, Any], dict[str, np.ndarray]]
-                ) -> dict[str, np.ndarray]:
+                run: Callable[[ClosedForm, Any], Mapping[str, np.ndarray]]
+                ) -> Mapping[str, np.ndarray]:
     """`run` on the points of each closed form (a dtype's weights, `di` each point's dtype),
     scattered back in order; all the points at once when every dtype shares one (plain)."""
     forms = list(dict.fromkeys(cfs))

@@ -184,14 +184,20 @@ def link_rates(topo: Topology, tp: Any, stages: Any = 1) -> tuple[Any, Any, Any,
 
     tps, ss = (np.asarray(x, dtype=np.int64)
                for x in np.broadcast_arrays(np.asarray(tp), np.asarray(stages)))
-    # each distinct (tp, stages) pair once (a Python loop over the rows cost a sweep ~10%)
+    # each distinct (tp, stages) pair once (a Python loop over the rows cost a sweep ~10%),
+    # found by counting where the pairs are small numbers (a sweep's: no sort of the rows)
     wide = int(ss.max(initial=0)) + 1
-    keys, inv = np.unique(tps * wide + ss, return_inverse=True)
+    keys = tps * wide + ss
+    present = (np.flatnonzero(np.bincount(keys.ravel())) if keys.max(initial=0) < 1 << 20
+               else np.unique(keys))
     rates = np.array([(*ring_bandwidth(topo, int(k // wide)),
                        boundary_bandwidth(topo, int(k // wide), int(k % wide)))
-                      for k in keys.tolist()]).reshape(-1, 3)
-    ring_a, lat_a, bound_a = (rates[:, j][inv.reshape(tps.shape)] for j in range(3))
-    inside = (ring_a == topo.up_bw) & (bound_a == topo.up_bw) & (lat_a == 0.0)
+                      for k in present.tolist()]).reshape(-1, 3)
+    inside = (rates[:, 0] == topo.up_bw) & (rates[:, 2] == topo.up_bw) & (rates[:, 1] == 0.0)
     if inside.all():  # every row in one domain: plain numbers, as before the topology
         return topo.up_bw, 0.0, topo.up_bw, True
+    table = np.zeros((int(present[-1]) + 1, 4))
+    table[present] = np.column_stack([rates, inside])
+    ring_a, lat_a, bound_a, inside_a = (table[:, j].take(keys) for j in range(4))
+    inside = inside_a.astype(bool)
     return ring_a, lat_a, bound_a, inside

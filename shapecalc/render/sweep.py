@@ -119,10 +119,20 @@ def _table_field(s: np.ndarray) -> Text:
     return s if s.dtype.itemsize else b""
 
 
-def _gather(labels: list[bytes], codes: np.ndarray) -> Text:
+def _gather(labels: list[bytes], codes: np.ndarray, periods: tuple[int, ...] = ()) -> Field:
+    """Each point's label (codes index labels): one text where every point has the same one
+    (a chunk's phase; two dtypes' activations both bf16), one item a run where the codes repeat
+    along the chunk's runs (the dtype: the same for each KV dtype)."""
     if len(labels) == 1:
         return labels[0]
-    return _table_field(np.array(labels, dtype="S")[codes])
+    texts = list(dict.fromkeys(labels))
+    if len(texts) < len(labels):  # equal labels: one code each
+        codes = np.array([texts.index(x) for x in labels], dtype=np.intp)[codes]
+    if len(texts) == 1 or (codes.size and codes.min() == codes.max()):
+        return texts[int(codes[0])] if codes.size else b""
+    r = _period(codes, periods) if periods else 1
+    items = _table_field(np.array(texts, dtype="S")[codes[::r]])
+    return items if r == 1 or isinstance(items, bytes) else (items, r)
 
 
 def _text(v: Any, json_mode: bool) -> str:
@@ -178,7 +188,7 @@ def _nulled(a: np.ndarray, json_mode: bool) -> np.ndarray:
     return s
 
 
-def _object_field(a: np.ndarray, json_mode: bool) -> Text:
+def _object_field(a: np.ndarray, json_mode: bool) -> Field:
     """Python ints (exact beyond int64), strings, None: each distinct value formatted once."""
     values = a.tolist()
     uniq = list(dict.fromkeys(values))
@@ -202,9 +212,13 @@ def _object_field(a: np.ndarray, json_mode: bool) -> Text:
 
 
 def _period(a: np.ndarray, periods: tuple[int, ...]) -> int:
-    """The longest of the chunk's runs along which the column does not change (1: none)."""
-    for r in reversed(periods):
-        if a[0] == a[r - 1] and bool((a.reshape(-1, r) == a[::r, None]).all()):
+    """The longest of the chunk's runs (`periods`, ascending, each a multiple of the one
+    before) along which the column does not change (1: none): every change falls where a run
+    begins. (One pass to find the changes: a column that changes on most rows costs no more.)"""
+    new = a[1:] != a[:-1]  # new[i]: the value changes at row i + 1
+    changes = int(np.count_nonzero(new))
+    for r in reversed(periods):  # fewer changes than runs, each where a run begins
+        if changes * r < a.size and np.count_nonzero(new[r - 1::r]) == changes:
             return r
     return 1
 
@@ -218,13 +232,13 @@ def _field(a: np.ndarray, json_mode: bool, periods: tuple[int, ...] = ()) -> Fie
             return f if isinstance(f, bytes) else (f, r)
         return _int_field(a)
     if kind == "b":
-        return _gather([b"false", b"true"], a.view(np.uint8))
+        return _gather([b"false", b"true"], a.view(np.uint8), periods)
     if kind == "f":
         return _float_field(a, json_mode)
     if kind in "US":
         u, inv = np.unique(a, return_inverse=True)
         texts = [x.decode() if isinstance(x, bytes) else str(x) for x in u.tolist()]
-        return _gather([_text(x, json_mode).encode() for x in texts], inv.ravel())
+        return _gather([_text(x, json_mode).encode() for x in texts], inv.ravel(), periods)
     return _object_field(a, json_mode)
 
 
@@ -248,10 +262,12 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
             out.append(_text(getattr(chunk, k), json_mode).encode())
         elif k in getattr(chunk, "codes", {}):
             codes, labels = chunk.codes[k]
-            out.append(_gather([_text(x, json_mode).encode() for x in labels], codes))
+            out.append(_gather([_text(x, json_mode).encode() for x in labels], codes,
+                               chunk.periods))
         elif getattr(chunk.columns[k], "codes", None) is not None:  # costs.grid.Labelled
             col = chunk.columns[k]
-            out.append(_gather([_text(x, json_mode).encode() for x in col.labels], col.codes))
+            out.append(_gather([_text(x, json_mode).encode() for x in col.labels], col.codes,
+                               chunk.periods))
         else:
             col = chunk.columns[k]
             if id(col) not in seen:
@@ -270,7 +286,55 @@ def _pieces(chunk: Any, fmt: str, keys: list[str]) -> list[Field]:
             merged[-1] += p
         else:
             merged.append(p)
-    return merged
+    return _joined(merged)
+
+
+def _joined(pieces: list[Field]) -> list[Field]:
+    """Each stretch of items a run (tuples) with only texts between them as one item a run of
+    the shortest period among them: a row then copies one wide item, not one a field (a copy
+    costs about the same whatever the item's width), and joining copies one item a run."""
+    out: list[Field] = []
+    i = 0
+    while i < len(pieces):
+        j = i + 1
+        if isinstance(pieces[i], tuple):
+            while (j + 1 < len(pieces) and isinstance(pieces[j], bytes)
+                   and isinstance(pieces[j + 1], tuple)):
+                j += 2
+        if j - i < 3:
+            out.append(pieces[i])
+            i += 1
+            continue
+        part = pieces[i:j]
+        r = min(p[1] for p in part if isinstance(p, tuple))
+        first = part[0]
+        assert isinstance(first, tuple)
+        runs = len(first[0]) * first[1] // r
+        width = sum(len(p) if isinstance(p, bytes) else _items(p).dtype.itemsize for p in part)
+        mat = np.empty((runs, width), dtype=np.uint8)
+        at = 0
+        for p in part:
+            if isinstance(p, bytes):
+                mat[:, at:at + len(p)] = np.frombuffer(p, dtype=np.uint8)
+                at += len(p)
+            else:
+                _copy(mat, at, width, p[0], p[1] // r, 0, runs)
+                at += p[0].dtype.itemsize
+        out.append((mat.view(f"S{width}").reshape(runs), r))
+        i = j
+    return out
+
+
+def _copy(buf: Any, at: int, width: int, items: np.ndarray, per: int, lo: int, hi: int) -> None:
+    """Rows lo..hi (multiples of `per`) of a buffer of rows `width` bytes wide, at byte `at` of
+    each: items[lo/per..hi/per], each on `per` rows in turn."""
+    if per == 1:
+        dst = np.ndarray((hi - lo,), dtype=items.dtype, buffer=buf, offset=at, strides=(width,))
+        dst[...] = items[lo:hi]
+    else:
+        dst = np.ndarray(((hi - lo) // per, per), dtype=items.dtype, buffer=buf, offset=at,
+                         strides=(width * per, width))
+        dst[...] = items[lo // per:hi // per, None]
 
 
 def sweep_header(fmt: str, keys: list[str]) -> bytes:
@@ -302,17 +366,10 @@ def sweep_bytes(chunk: Any, fmt: str, keys: list[str]) -> Iterator[bytes | bytea
             if isinstance(p, bytes):
                 at += len(p)
                 continue
-            if isinstance(p, tuple):  # one item a run of r rows, copied to each of them
-                items, r = p
-                dst = np.ndarray(((hi - lo) // r, r), dtype=items.dtype, buffer=buf, offset=at,
-                                 strides=(width * r, width))
-                dst[...] = items[lo // r:hi // r, None]
-            else:
-                dst = np.ndarray((hi - lo,), dtype=p.dtype, buffer=buf, offset=at,
-                                 strides=(width,))
-                dst[...] = p[lo:hi]
-            at += _items(p).dtype.itemsize
-            del dst
+            # one item a row, or (items, r) one a run of r rows, copied to each of them
+            items, r = p if isinstance(p, tuple) else (p, 1)
+            _copy(buf, at, width, items, r, lo, hi)
+            at += items.dtype.itemsize
         del rows
         yield buf.translate(None, b"\0")
 

@@ -23,6 +23,7 @@ written once a step) are one more total, a constant a sequence.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..costs.closed import ClosedForm
@@ -90,7 +91,7 @@ class IterationCost:
         dts = (wl.dtype, wl.kv, wl.act)
         p, s = wl.tp, wl.pp
 
-        def at(b: int, t: int, phase: str) -> dict[str, Any]:
+        def at(b: int, t: int, phase: str) -> Mapping[str, Any]:
             return cf.at(b, t, phase, p, s, *dts)
 
         # (within a learned position table: requests never pass it, check_requests)
