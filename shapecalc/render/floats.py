@@ -58,7 +58,7 @@ def _scales() -> tuple[np.ndarray, ...]:
 _THRESH, *_SCALE, _DECPT = _scales()
 
 
-def _cells() -> dict[str, np.ndarray]:
+def text_cells() -> dict[str, np.ndarray]:
     """The cells' texts (uint32: 4 bytes), built with NumPy (Python strings cost more at each
     start):
     - "int", right-aligned, NUL before: 0..9999 with leading zeros; at 10000 + v a number's first
@@ -270,7 +270,7 @@ def _chunk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         zeros = int(z.max())
         tw = int(np.count_nonzero(d == 0) > 0)
     W = wi + 1 + zeros + 16 + tw
-    tab = _cells()
+    tab = text_cells()
     buf = np.empty(4 + n * W + 4, dtype=np.uint8)  # a cell spills up to 3 bytes either side
 
     def cell(at: int) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .floats import repr_bytes
+from .floats import repr_bytes, text_cells
 from .output import markdown_table
 from .units import fmt_value
 
@@ -58,13 +58,12 @@ _BLOCK: list[bytearray] = []  # sweep_bytes' block of rows, reused alike (_block
 def _digits() -> tuple[np.ndarray, np.ndarray]:
     """4-digit groups as uint32 (4 bytes of text each): 0..9999 with leading zeros, then
     10000.. the same without them (NUL instead). In the first table 10000 is "0" (the last
-    group of the number 0), in the second all NUL (a group before the number begins)."""
+    group of the number 0), in the second all NUL (a group before the number begins): the
+    float writer's integer cells (floats.text_cells)."""
     global _DIGITS
     if _DIGITS is None:
-        full = "".join(f"{i:04d}" for i in range(10_000)).encode()
-        lead = "".join(f"{i:4d}" for i in range(10_000)).replace(" ", "\0").encode()
-        _DIGITS = (np.frombuffer(full + lead, dtype=np.uint32),
-                   np.frombuffer(full + b"\0\0\0\0" + lead[4:], dtype=np.uint32))
+        cells = text_cells()["int"]
+        _DIGITS = (np.concatenate([cells[:10_000], cells[20_000:]]), cells[:20_000])
     return _DIGITS
 
 
@@ -87,7 +86,7 @@ def _int_field(a: np.ndarray) -> Text:
     out = np.empty((n, groups), dtype=np.uint32)
     work = _scratch(n)
     r = work[2]
-    v = a.astype(np.int64, copy=False)
+    v = np.ascontiguousarray(a, dtype=np.int64)  # a run's items: a view; divided faster whole
     for j in range(groups - 1, 0, -1):  # from the last group: v = 10000·q + r
         q = work[j % 2]
         np.floor_divide(v, 10_000, out=q)
