@@ -198,11 +198,9 @@ class ClosedForm:
         keys in their own dtype; `apart_only`: those keys only."""
         p = 1
         lat, apart = split_elements_per_token(self.model, p, layers, self.mla, reach)
-        out = xp.zeros(n, dtype=dtype) if apart_only else nbytes(
-            xp.full(n, lat, dtype=dtype), "kv", bits)
+        out = xp.zeros(n, dtype=dtype) if apart_only else nbytes(lat, "kv", bits)
         if apart:
-            out = out + nbytes(xp.full(n, apart, dtype=dtype),
-                                self.model.index_cache_dtype or "kv", bits)
+            out = out + nbytes(apart, self.model.index_cache_dtype or "kv", bits)
         return out
 
     def kv_heads_per_rank(self, p: int) -> int:

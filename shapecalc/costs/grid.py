@@ -100,7 +100,9 @@ def evaluate(
     B, T, ph, P, S, dt, kv, act = (np.ravel(a) for a in arrs)
     plain_only(cf, _format_name(dt), _format_name(kv), _format_name(act))
     n = B.size
-    B, T, P, S = (x.astype(np.int64) for x in (B, T, P, S))
+    # (S is the total pp, handed back read-only: a copy, never the caller's array)
+    B, T, P = (x.astype(np.int64, copy=False) for x in (B, T, P))
+    S = S.astype(np.int64)
     if n and (B.min() < 1 or T.min() < 1 or P.min() < 1 or S.min() < 1):
         raise ShapecalcError("grid", "batch, seq, tp and pp must be ≥ 1")
     bits = {name: _bits(a) for name, a in (("w", dt), ("kv", kv), ("act", act))}
@@ -282,7 +284,7 @@ def _as_slice(idx: np.ndarray) -> np.ndarray | slice:
 def _bits(names: np.ndarray) -> np.ndarray:
     """Bits per element of each point: dtype names, or bit counts passed as integers."""
     if names.dtype.kind in "iu":
-        return names.astype(np.int64)
+        return names.astype(np.int64, copy=False)
     out = np.zeros(names.size, dtype=np.int64)
     for name in np.unique(names):
         if str(name) not in DTYPE_BITS:

@@ -92,10 +92,13 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
     def at_runs(r: Regime, key: str) -> Any:
         return r.polys[key].eval(mono, nm, dtype, xp)
 
-    def ev(r: Regime, key: str) -> Any:  # kept: a group's tokens are read by several totals
+    def runs_ev(r: Regime, key: str) -> Any:  # kept: a group's tokens are read by several
         if (id(r), key) not in evs:
-            evs[id(r), key] = spread(at_runs(r, key))
+            evs[id(r), key] = at_runs(r, key)
         return evs[id(r), key]
+
+    def ev(r: Regime, key: str) -> Any:
+        return spread(runs_ev(r, key))
 
     def const(r: Regime, key: str) -> int:
         poly = r.polys[key]
@@ -103,10 +106,12 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
         return poly.num[0] // poly.den
 
     def byte_sum(r: Regime, prefix: str) -> Any:
-        total = xp.zeros(n, dtype=dtype)
+        total = None
         for k, cls, rep in r.tagged(prefix):
-            total = total + rep * nbytes(ev(r, k), cls, bits)
-        return total
+            term = nbytes(ev(r, k), cls, bits)
+            term = term if rep == 1 else term * rep
+            total = term if total is None else total + term
+        return xp.zeros(n, dtype=dtype) if total is None else total
 
     def largest(r: Regime, skip: tuple[str, ...] = ()) -> Any:
         # each class's most elements first (⌈e·bits/8⌉ grows with e), fixed dtypes' bytes (None)
@@ -147,17 +152,19 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
     def tokens(t: Totals) -> Any:
         # the longest cache at each point: with chunked layers the longest kind can change
         # within a regime (a chunk restarts), so the groups' tokens are compared per point
-        out = xp.zeros(n, dtype=dtype)
-        for g in range(len(groups)):
-            out = xp.maximum(out, ev(full, f"group_tokens.{g}"))
-        return out
+        if not groups:
+            return xp.zeros(n, dtype=dtype)
+        out = runs_ev(full, "group_tokens.0")  # (a run's, then on each of its points)
+        for g in range(1, len(groups)):
+            out = xp.maximum(out, runs_ev(full, f"group_tokens.{g}"))
+        return spread(out)
 
     f["kv_cache_tokens"] = tokens
     f["kv_cache_bytes_per_token"] = lambda t: cf._kv_bytes(xp, n, dtype, bits, None, "any")
     # paged: each group of layers that share a window has its own blocks
     for g, (reach, _) in enumerate(groups):
-        f[f"kv_cache_blocks@{g}"] = lambda t, g=g: paged_blocks(
-            B, ev(full, f"group_tokens.{g}"), cf.block_size)
+        f[f"kv_cache_blocks@{g}"] = lambda t, g=g: spread(paged_blocks(
+            Bm, runs_ev(full, f"group_tokens.{g}"), cf.block_size))
         # planning sizes a chunked group for its fullest chunk on the way to T: min(n, C)
         # tokens (the cache at exactly n tokens may hold fewer)
         f[f"kv_cache_peak_blocks@{g}"] = (lambda t, g=g: t[f"kv_cache_blocks@{g}"]) if not (
@@ -174,11 +181,13 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
         out = xp.zeros(n, dtype=dtype)
         for g, (reach, layers) in enumerate(groups):
             lat, apart = split_elements_per_token(m, 1, layers, cf.mla, reach)
-            per_token = nbytes(xp.full(n, lat, dtype=dtype), "kv", bits)
+            per_token = nbytes(lat, "kv", bits)
             out = out + t[f"kv_cache_blocks@{g}"] * cf.block_size * per_token
             if apart:  # dots3's fp32 indexer keys, held apart from the blocks
                 out = out + B * ev(full, f"group_tokens.{g}") * cf._kv_bytes(
                     xp, n, dtype, bits, layers, reach, apart_only=True)
+        if not any(k.compress for k in plan.kinds):
+            return out
         # DeepSeek-V4's compressed entries, contiguous beside the paged window
         phase = "decode" if full.decode else "prefill"
         return out + B * nbytes(entry_elements(m, T, phase), "kv", bits)
@@ -235,7 +244,8 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
     f["pp"] = lambda t: S
     def boundary() -> Any:  # one stage's bytes, kept for both totals
         if (0, "boundary") not in evs:
-            evs[0, "boundary"] = nbytes(B * ev(full, "tq") * residual_width(m), "act", bits)
+            evs[0, "boundary"] = nbytes(spread(Bm * runs_ev(full, "tq") * residual_width(m)),
+                                        "act", bits)
         return evs[0, "boundary"]
 
     f["boundary_bytes"] = lambda t: boundary() * (S > 1)
