@@ -55,16 +55,17 @@ class Labelled(np.ndarray):
 
 
 def largest_of(terms: tuple[Any, ...], names: tuple[str, ...]) -> Labelled:
-    """The name of the largest term at each point; None where the first is NaN (no estimate)."""
-    # argmax term by term (the first largest, as np.argmax; NaN as −1): a third of the time
-    # of stacking the terms and an argmax across them
+    """The name of the largest term at each point (never a NaN one); None where the first is
+    NaN (no estimate)."""
+    # argmax term by term (the first largest, as np.argmax): a third of the time of stacking
+    # the terms and an argmax across them; a NaN compares false, and fmax passes it over
     first = np.asarray(terms[0], dtype=float)
-    best = np.nan_to_num(first, nan=-1.0)
+    best = first.copy()
     codes = np.zeros(best.shape, dtype=np.intp)
     for i, t in enumerate(terms[1:], 1):
-        t = np.nan_to_num(np.asarray(t, dtype=float), nan=-1.0)
+        t = np.asarray(t, dtype=float)
         codes[t > best] = i
-        np.maximum(best, t, out=best)
+        np.fmax(best, t, out=best)
     codes[np.isnan(first)] = len(names)
     labels = (*names, None)
     out = np.array(labels, dtype=object)[codes].view(Labelled)
