@@ -110,7 +110,13 @@ def cli(capsys, monkeypatch):
         captured = capsys.readouterr()
         return Result(code, captured.out, captured.err)
 
-    return run
+    # main() holds OpenBLAS to one thread for the process (cli/app.py): not past this test
+    blas = os.environ.get("OPENBLAS_NUM_THREADS")
+    yield run
+    if blas is None:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+    else:
+        os.environ["OPENBLAS_NUM_THREADS"] = blas
 
 
 @pytest.fixture

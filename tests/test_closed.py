@@ -378,3 +378,42 @@ def test_points_in_runs_of_equal_batch_and_seq(name):
     for k, v in ws.items():
         assert np.array_equal(v, ref[k]), k
     assert_equal_at(model, cf, points[::7])  # against the trace, one point in seven
+
+
+@pytest.mark.parametrize("name", ["llama2-70b", "llama4-scout", "qwen3-next-80b-a3b",
+                                  "deepseek-v4-flash", "qwen3-30b-a3b"])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_totals_are_computed_when_read_in_any_order(name, seed):
+    """Each total is computed when first read, from the others it needs: read in any order
+    (each read alone first, then the rest), every total equals the one read in declared order
+    and the scalar path's (`at`, Python ints); nothing is computed before it is read, and the
+    arrays handed back are read-only (a total computed later from them cannot change)."""
+    model = load_preset(name)
+    cf = ClosedForm(model)
+    rng = np.random.default_rng(seed)
+    B = np.repeat(rng.integers(1, 64, 20), 12)  # runs of 12 equal (B, T): the run path
+    T = np.repeat(rng.integers(1, 5000, 20), 12)
+    S = np.tile(np.array([1, 2, 4] * 4), 20)
+    kv = np.tile(np.array(["bf16", "fp8", "int4"] * 4), 20)
+    args = (B, T, "decode" if seed % 2 else "prefill", 2, S, "bf16", kv)
+    declared = dict(evaluate(cf, *args))
+    lazy = evaluate(cf, *args)
+    keys = list(declared)
+    first = keys[int(rng.integers(len(keys)))]
+    assert np.array_equal(lazy[first], declared[first]), first
+    for k in rng.permutation(keys):
+        v = lazy[k]
+        assert np.array_equal(v, declared[k]), k
+        with pytest.raises(ValueError):
+            v[0] = 0
+    assert list(lazy) == keys
+    phase = args[2]
+    for i in (0, 119, 239):
+        one = cf.at(int(B[i]), int(T[i]), phase, 2, int(S[i]), "bf16", str(kv[i]))
+        for k in keys:
+            assert int(declared[k][i]) == one[k], (k, i)
+    one = cf.at(3, 100, phase, 2)
+    assert not one.computed
+    one["weight_bytes"]  # computed from the parameter count: those two, nothing else
+    assert set(one.computed) == {"weight_bytes", "params"}

@@ -80,3 +80,21 @@ def test_record_annotations_are_get_type_hints():
     assert {ModelConfig, Workload, GPU} <= classes
     for c in classes:
         assert record._hints(c) == typing.get_type_hints(c, include_extras=True), c
+
+
+def test_blas_held_to_one_thread_outside_the_executor(cli, monkeypatch):
+    """OpenBLAS's threads spin as NumPy loads (~0.1 CPU-s a command): every command but the
+    executor's (verify, explain) holds it to one thread before NumPy loads; a value the user
+    set stays."""
+    import os
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert cli("hardware").code == 0
+    assert os.environ.get("OPENBLAS_NUM_THREADS") == "1"
+    for command in ("verify", "explain"):
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+        cli(command, "--help")
+        assert "OPENBLAS_NUM_THREADS" not in os.environ, command
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    assert cli("hardware").code == 0
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "4"

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shapecalc.inputs.hardware import load_gpu
 from shapecalc.inputs.sources import load_preset
@@ -249,10 +251,21 @@ def test_runs_and_labels_write_as_plain_columns(block, monkeypatch):
         "bound": largest_of(tuple(terms), ("compute", "memory", "comm")),
     }
     cols["almost"][5] += 1  # one row breaks its run of 6 (then of 3)
+    # label columns by their codes: one label on every row; two labels of one text (two
+    # dtypes' activations, both bf16); labels that change once a run of 3 (the dtype)
+    labels = {"phase": (np.ones(n, dtype=np.intp), ("prefill", "decode")),
+              "act": (rng.integers(0, 2, n), ("bf16", "bf16")),
+              "dtype": (np.repeat(rng.integers(0, 3, n // 3), 3), ("bf16", "fp8", "a,b"))}
+    for k, (c, names) in labels.items():
+        cols[k] = np.array(names, dtype=object)[c]
     monkeypatch.setattr(render, "BLOCK_BYTES", block)
     keys = ["case", "model", *cols]
     plain = sweeping.SweepChunk("c", "m", dict(cols), {})
-    runs = sweeping.SweepChunk("c", "m", dict(cols), {}, periods=(3, 6))
+    runs = sweeping.SweepChunk("c", "m", dict(cols), {}, labels, periods=(3, 6))
+    pieces = render._pieces(runs, "csv", keys)
+    assert b",decode,bf16," in b"".join(p for p in pieces if isinstance(p, bytes))
+    # per6, per3 and per3_not6 joined into one item a run of 3, and the dtype's labels
+    assert [p[1] for p in pieces if isinstance(p, tuple)] == [3, 3]
     assert render._period(cols["per6"], (3, 6)) == 6 and render._period(cols["almost"], (3, 6)) == 1
     assert render._period(cols["per3"], (3, 6)) == 3 and render._period(cols["every"], (3, 6)) == 1
     assert cols["bound"].codes is not None and None in cols["bound"].tolist()
@@ -261,6 +274,33 @@ def test_runs_and_labels_write_as_plain_columns(block, monkeypatch):
         assert written([runs], fmt, keys) == want
         rows = reference_rows([plain], keys)
         assert want == (reference_jsonl(rows) if fmt == "jsonl" else reference_csv(rows, keys))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=8),
+       st.sampled_from([(2,), (3, 6), (2, 4, 12)]), st.data())
+def test_a_columns_period_is_the_longest_run_it_keeps(values, periods, data):
+    """_period: the longest of the runs along which a column does not change, by brute force."""
+    n = periods[-1] * data.draw(st.integers(1, 6))
+    a = np.array([values[i] for i in data.draw(st.lists(st.integers(0, len(values) - 1),
+                                                        min_size=n, max_size=n))])
+    if data.draw(st.booleans()):  # constant along some runs
+        r = data.draw(st.sampled_from(periods))
+        a = np.repeat(a[::r], r)
+    want = max((r for r in periods if all(len(set(a[i:i + r])) == 1 for i in range(0, n, r))),
+               default=1)
+    assert render._period(a, periods) == want
+
+
+def test_largest_of_never_picks_a_nan_and_is_none_without_the_first():
+    from shapecalc.costs.grid import largest_of
+
+    nan = float("nan")
+    terms = (np.array([1.0, nan, 3.0, 2.0, -5.0]), np.array([2.0, 9.0, nan, 2.0, nan]),
+             np.array([0.5, 1.0, 3.0, 7.0, -6.0]))
+    got = largest_of(terms, ("a", "b", "c"))
+    assert got.tolist() == ["b", None, "a", "c", "a"]  # ties: the first; NaN: never the largest
+    assert got.codes.tolist() == [1, 3, 0, 2, 0] and got.labels == ("a", "b", "c", None)
 
 
 def test_kept_plans_stay_under_their_bound(monkeypatch):

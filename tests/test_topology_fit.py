@@ -66,6 +66,14 @@ def test_link_rates_take_a_sweeps_rows_each_by_its_own_layout():
     assert bound[2] == boundary_bandwidth(H100, 4, 4) and ring[2] == 450e9
     assert link_rates(H100, 8, 1) == (450e9, 0.0, 450e9, True)
     assert link_rates(H100, np.array([2, 8]), np.array([4, 1])) == (450e9, 0.0, 450e9, True)
+    # each row its own layout whether the pairs are found by counting or (large) by sorting
+    for stages in ([1, 4, 2, 4, 1], [1, 4, 2, 4, 1 << 18]):
+        tps = np.array([8, 4, 16, 4, 1])
+        got = link_rates(H100, tps, np.array(stages))
+        for i, (t, s) in enumerate(zip(tps.tolist(), stages, strict=True)):
+            ring_i, lat_i = ring_bandwidth(H100, t)
+            assert (got[0][i], got[1][i], got[2][i]) == (
+                ring_i, lat_i, boundary_bandwidth(H100, t, s)), (t, s)
 
 
 @pytest.mark.slow

@@ -151,13 +151,15 @@ def _whole(part: Totals, n: int, dtype: Any) -> Totals:
 def scattered(n: int, parts: Sequence[tuple[Mapping[str, Any], Any]], dtype: Any = None
               ) -> Totals:
     """Totals at n points from parts, each over its points (indices or a slice), each total
-    scattered when first read; `dtype` None: the parts' own (object where they differ)."""
+    scattered when first read (read-only); `dtype` None: the parts' own (object where they
+    differ)."""
     def one(k: str) -> np.ndarray:
         vals = [(part[k], idx) for part, idx in parts if k in part]
         kinds = {np.asarray(v).dtype for v, _ in vals}
         out = np.zeros(n, dtype=dtype or (kinds.pop() if len(kinds) == 1 else object))
         for v, idx in vals:
             out[idx] = v
+        out.flags.writeable = False  # as evaluate's every total
         return out
 
     t = Totals()

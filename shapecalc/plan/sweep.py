@@ -14,7 +14,7 @@ import numpy as np
 
 from ..costs.closed import ClosedForm
 from ..costs.fields import SWEEP_COLUMNS
-from ..costs.grid import evaluate
+from ..costs.grid import evaluate, scattered
 from ..costs.totals import Totals
 from ..inputs.hardware import GPU
 from ..model.config import (
@@ -309,18 +309,12 @@ def _by_weights(cfs: list[ClosedForm], di: np.ndarray,
     forms = list(dict.fromkeys(cfs))
     if len(forms) == 1:
         return run(forms[0], slice(None))
-    out: dict[str, np.ndarray] = {}
+    parts = []
     for cf in forms:
         idx = np.flatnonzero(np.isin(di, [i for i, c in enumerate(cfs) if c is cf]))
-        if not idx.size:
-            continue
-        for k, v in run(cf, idx).items():
-            if k not in out:
-                out[k] = np.empty(di.size, dtype=v.dtype)
-            elif out[k].dtype != v.dtype:
-                out[k] = out[k].astype(object)
-            out[k][idx] = v
-    return out
+        if idx.size:
+            parts.append((run(cf, idx), idx))
+    return scattered(di.size, parts)  # each column when read (object where dtypes differ)
 
 
 def sweep(
