@@ -97,7 +97,11 @@ def _int_field(a: np.ndarray) -> Text:
         v = q
     np.add(v, 10_000, out=r)  # the first group (< 10000): leading
     np.take(last if groups == 1 else other, r, out=out[:, 0])
-    return out.view(f"S{4 * groups}").reshape(n)
+    # the NULs every row has before its digits left out (a view): narrower rows to fill, copy
+    # and delete the NULs of
+    pad = 4 * groups - len(str(hi))
+    return np.ndarray((n,), dtype=f"S{4 * groups - pad}", buffer=out, offset=pad,
+                      strides=(4 * groups,))
 
 
 def _block(size: int) -> bytearray:
