@@ -92,7 +92,8 @@ def _int_field(a: np.ndarray) -> Text:
         np.floor_divide(v, 10_000, out=q)
         np.multiply(q, 10_000, out=r)
         np.subtract(v, r, out=r)
-        np.add(r, 10_000, out=r, where=q == 0)  # the leading group: no leading zeros
+        if lo < 10 ** (4 * (groups - j)):  # some row's leading group: no leading zeros
+            np.add(r, 10_000, out=r, where=q == 0)
         np.take(last if j == groups - 1 else other, r, out=out[:, j])
         v = q
     np.add(v, 10_000, out=r)  # the first group (< 10000): leading
