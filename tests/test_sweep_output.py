@@ -327,3 +327,21 @@ def test_kept_plans_stay_under_their_bound(monkeypatch):
     assert bounded == whole and 0 < most3 <= most // 3 and kept3 < kept
     one = sweeping.sweep(case, axes, {}, gpu)  # one chunk: nothing kept
     assert written([one], "csv", sweeping.SweepGrid(case, axes, {}, gpu).keys) == whole
+
+
+def test_chunks_hold_one_tp_degree_each(monkeypatch):
+    # a degree's rows past a chunk: split into near-equal chunks of whole runs, none across two
+    # degrees (evaluated as one part); the rows are the one evaluation's, in order
+    axes = sweeping.SweepAxes(batch=[1, 2, 3], seq=list(range(8, 400, 8)), tp=[1, 2, 4],
+                              pp=[1, 2], dtype=["bf16", "fp8"], kv_dtype=["bf16"],
+                              phase=["prefill", "decode"])
+    case = Case("llama2-70b", load_preset("llama2-70b"))
+    monkeypatch.setattr(sweeping, "CHUNK_POINTS", 200)
+    grid = sweeping.SweepGrid(case, axes, {})
+    chunks = list(grid.chunks())
+    per_tp = 3 * 49 * 4  # batch × seq × (pp × dtype)
+    assert all(len(c) <= 200 and len(set(c.columns["tp"].tolist())) == 1 for c in chunks)
+    assert all(len(c) % 4 == 0 and c.periods for c in chunks)
+    assert len(chunks) == 2 * 3 * -(-per_tp // 200)
+    one = sweeping.sweep(case, axes, {})
+    assert written(chunks, "csv", grid.keys) == written([one], "csv", grid.keys)

@@ -78,7 +78,7 @@ def _int_field(a: np.ndarray) -> Text:
     lo, hi = int(a.min()), int(a.max())
     if lo == hi:
         return str(lo).encode()
-    if lo < 0 or hi > np.iinfo(np.int64).max:
+    if lo < 0 or hi >= 1 << 63:  # (beyond int64: Python ints)
         return _table_field(np.array([str(x) for x in a.tolist()], dtype="S"))
     last, other = _digits()
     groups = (len(str(hi)) + 3) // 4
