@@ -417,3 +417,21 @@ def test_totals_are_computed_when_read_in_any_order(name, seed):
     assert not one.computed
     one["weight_bytes"]  # computed from the parameter count: those two, nothing else
     assert set(one.computed) == {"weight_bytes", "params"}
+
+
+def test_a_grids_bound_proves_int64_once():
+    """A sweep's chunks pass the grid's largest (B, T, pp): int64 is proven there once; a bound
+    too large for int64 falls back to the chunk's own points (still int64, still exact)."""
+    model = load_preset("llama2-70b")
+    B, T = np.array([1, 2, 3, 4]), np.array([8, 16, 24, 32])
+    want = dict(evaluate(ClosedForm(model), B, T, "prefill", 2))
+    cf = ClosedForm(model)
+    got = evaluate(cf, B, T, "prefill", 2, bound=(256, 4096, 4))
+    regime = cf._regime_for("prefill", 2, 8)
+    assert regime.memo["int64_safe"] == [(256, 4096, 4)]
+    huge = ClosedForm(model)
+    far = evaluate(huge, B, T, "prefill", 2, bound=(10**9, 10**9, 4))
+    assert huge._regime_for("prefill", 2, 8).memo["int64_safe"] == [(16, 256, 1)]
+    for k in want:
+        assert got[k].dtype == far[k].dtype == np.int64 and np.array_equal(got[k], want[k])
+        assert np.array_equal(far[k], want[k]), k

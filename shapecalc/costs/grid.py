@@ -84,6 +84,7 @@ def evaluate(
     kv_dtype: Any = None,
     act_dtype: Any = None,
     workspace: bool = False,
+    bound: tuple[int, int, int] | None = None,
 ) -> Totals:
     """Totals at every point; arguments broadcast against each other (scalars or 1-D).
 
@@ -92,6 +93,8 @@ def evaluate(
     evaluated as slices, without gathering.
     Returns int64 arrays when provably exact, else object arrays of Python ints, each computed
     when first read and read-only (totals.py); `workspace`: the activation workspaces alone.
+    `bound`: (B, T, pp) at least the largest of a grid these points are a part of (a sweep's
+    chunk): int64 is proven there first, once for the whole grid.
     """
     arrs = np.broadcast_arrays(
         np.asarray(batch), np.asarray(seq), np.asarray(phase), np.asarray(tp), np.asarray(pp),
@@ -109,7 +112,7 @@ def evaluate(
     bits = {name: _bits(a) for name, a in (("w", dt), ("kv", kv), ("act", act))}
     phase_is_decode = _phase_codes(ph)
     groups = _groups(cf, phase_is_decode, P, T)
-    big = _needs_objects(cf, groups, B, T, S)
+    big = _needs_objects(cf, groups, B, T, S, bound)
     dtype_out = object if big else np.int64
     if big:
         B, T, P, S = (x.astype(object) for x in (B, T, P, S))
@@ -201,7 +204,7 @@ def _groups(
 
 
 def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
-                   S: np.ndarray) -> bool:
+                   S: np.ndarray, bound: tuple[int, int, int] | None = None) -> bool:
     """True when some value or intermediate of the grid could reach 2⁶²."""
     if not groups:
         return False
@@ -211,9 +214,13 @@ def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
         known = regime.memo.setdefault("int64_safe", [])
         if any(b <= b0 and t <= t0 and s <= s0 for b0, t0, s0 in known):
             continue  # a bound at larger B, T and s held (the bound is monotone in them)
-        # first at the next powers of 16: a sweep's chunks (B growing chunk by chunk) then
-        # prove it a few times, not once a chunk (each proof is a pass over every polynomial)
-        for at in ((_pow16(b), _pow16(t), _pow16(s)), (b, t, s)):
+        # first at the grid's bound, then at the next powers of 16: a sweep's chunks (B
+        # growing chunk by chunk) prove it once or a few times, not once a chunk (each proof
+        # is a pass over every polynomial)
+        tries = [(_pow16(b), _pow16(t), _pow16(s)), (b, t, s)]
+        if bound is not None and b <= bound[0] and t <= bound[1] and s <= bound[2]:
+            tries.insert(0, bound)
+        for at in tries:
             if _int64_safe(cf, phase, p, regime, *at):
                 known.append(at)
                 break

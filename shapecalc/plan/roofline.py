@@ -48,13 +48,14 @@ def plan_arrays(
     peak: np.ndarray,
     with_times: bool = True,
     ep: int = 1,
+    bound: tuple[int, int, int] | None = None,
 ) -> dict[str, np.ndarray]:
     """Memory per rank (exact integers), and roofline times (floats; NaN where the GPU has no
     peak for the compute dtype or decode at T is outside the model's positions) at each point."""
     n = B.size
     if n and int(B.max()) * int(T.max()) >= INT64_LIMIT:  # B·T (tokens) past int64: Python ints
         B, T = B.astype(object), T.astype(object)
-    pre = evaluate(cf, B, T, 0, P, S, wbits, kvbits, actbits)
+    pre = evaluate(cf, B, T, 0, P, S, wbits, kvbits, actbits, bound=bound)
     dtype = pre["params"].dtype
     key = f"workspace_{opts.attention}_bytes_per_rank"
     if opts.max_batched_tokens is None:
@@ -84,7 +85,8 @@ def plan_arrays(
     idx = slice(None) if ok.all() else np.flatnonzero(ok)
     some = bool(ok.any())
     if some:
-        d = evaluate(cf, B[idx], T[idx], 1, P[idx], S[idx], wbits[idx], kvbits[idx], actbits[idx])
+        d = evaluate(cf, B[idx], T[idx], 1, P[idx], S[idx], wbits[idx], kvbits[idx], actbits[idx],
+                     bound=bound)
         terms = phase_terms(cf, gpu, opts, d, peak[idx], B[idx], wbits[idx], ARRAYS, ep)
     dc, dm, dl = (_at_decode(terms[i] if some else None, idx, n, np.nan) for i in range(3))
     gpus = ARRAYS.floats(P) * ARRAYS.floats(S)

@@ -156,6 +156,9 @@ class SweepGrid:
         # the axes of a phase's segment, seq (index 2) set per segment
         self.shape = [len(tps), len(pick["batch"]), 0, len(pps), len(self.dnames), len(knames)]
         self.rows = sum(self._seg_rows(seq) for _, seq in self.segments)
+        # the grid's largest (B, T, pp): int64 proven there once, not chunk by chunk
+        self.bound = (max(pick["batch"], default=1), max(pick["seq"], default=1),
+                      max(pps, default=1))
         k, d, s = self.shape[5], self.shape[4], self.shape[3]
         self.inner = s * d * k
         self.periods = tuple(x for x in dict.fromkeys((k, d * k, s * d * k)) if x > 1)
@@ -252,7 +255,7 @@ class SweepGrid:
         ph, P, B, T, S, di, kvi = self._indices(lo, hi)
         dbits, kbits, abits = self.dbits[di], self.kbits[kvi], self.abits[di]
         res = _by_weights(self.cfs, di, lambda cf, i: evaluate(
-            cf, B[i], T[i], ph[i], P[i], S[i], dbits[i], kbits[i], abits[i]))
+            cf, B[i], T[i], ph[i], P[i], S[i], dbits[i], kbits[i], abits[i], bound=self.bound))
         phases = ("prefill", "decode")
         dn = np.array(self.dnames, dtype=object)
         kn = np.array(self.kv_labels, dtype=object)
@@ -288,7 +291,7 @@ class SweepGrid:
                 with np.errstate(over="ignore"):  # a time past 1.8e308 is inf, written null
                     plan = _by_weights(self.cfs_fit, di, lambda cf, i: plan_arrays(
                         cf, gpu, opts, B[i], T[i], P[i], S[i], dbits[i], kbits[i], abits[i],
-                        peak[i], ep=self.ep))
+                        peak[i], ep=self.ep, bound=self.bound))
             if place is not None and place[2]:  # kept: the columns written, their texts
                 plan = {k: plan[k] for k in (*SWEEP_FIT_KEYS, *PRICE_KEYS) if k in plan}
                 if self._kept + (size := _plan_bytes(plan)) <= KEPT_PLAN_BYTES:
