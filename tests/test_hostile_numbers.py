@@ -195,8 +195,8 @@ def test_a_big_sweep_is_streamed_not_built():
                               pp=[1], dtype=["bf16"], kv_dtype=[None], phase=["prefill"])
     grid = sweeping.SweepGrid(Case("seed-tiny", sources.load_preset("seed-tiny")), axes, {})
     assert grid.rows == 10**7
-    first = next(grid.chunks())
-    assert len(first) == sweeping.CHUNK_POINTS
+    first = next(grid.chunks())  # the rows in near-equal chunks of at most CHUNK_POINTS
+    assert 0.99 * sweeping.CHUNK_POINTS < len(first) <= sweeping.CHUNK_POINTS
 
 
 # -- silently wrong models ------------------------------------------------------------------------
