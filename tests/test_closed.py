@@ -431,7 +431,10 @@ def test_a_grids_bound_proves_int64_once():
     assert regime.memo["int64_safe"] == [(256, 4096, 4)]
     huge = ClosedForm(model)
     far = evaluate(huge, B, T, "prefill", 2, bound=(10**9, 10**9, 4))
-    assert huge._regime_for("prefill", 2, 8).memo["int64_safe"] == [(16, 256, 1)]
+    memo = huge._regime_for("prefill", 2, 8).memo
+    assert memo["int64_safe"] == [(16, 256, 1)] and memo["int64_unsafe"] == [(10**9, 10**9, 4)]
+    evaluate(huge, B * 5, T, "prefill", 2, bound=(10**9, 10**9, 4))  # the bound not tried again
+    assert memo["int64_unsafe"] == [(10**9, 10**9, 4)] and len(memo["int64_safe"]) == 2
     for k in want:
         assert got[k].dtype == far[k].dtype == np.int64 and np.array_equal(got[k], want[k])
         assert np.array_equal(far[k], want[k]), k

@@ -220,10 +220,14 @@ def _needs_objects(cf: ClosedForm, groups: list, B: np.ndarray, T: np.ndarray,
         tries = [(_pow16(b), _pow16(t), _pow16(s)), (b, t, s)]
         if bound is not None and b <= bound[0] and t <= bound[1] and s <= bound[2]:
             tries.insert(0, bound)
+        failed = regime.memo.setdefault("int64_unsafe", [])  # where it did not hold: nor above
         for at in tries:
+            if any(at[0] >= b0 and at[1] >= t0 and at[2] >= s0 for b0, t0, s0 in failed):
+                continue
             if _int64_safe(cf, phase, p, regime, *at):
                 known.append(at)
                 break
+            failed.append(at)
         else:
             return True
     return False
