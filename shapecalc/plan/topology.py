@@ -188,16 +188,20 @@ def link_rates(topo: Topology, tp: Any, stages: Any = 1) -> tuple[Any, Any, Any,
     # found by counting where the pairs are small numbers (a sweep's: no sort of the rows)
     wide = int(ss.max(initial=0)) + 1
     keys = tps * wide + ss
-    present = (np.flatnonzero(np.bincount(keys.ravel())) if keys.max(initial=0) < 1 << 20
-               else np.unique(keys))
+    dense = keys.max(initial=0) < 1 << 20
+    present = np.flatnonzero(np.bincount(keys.ravel())) if dense else np.unique(keys)
     rates = np.array([(*ring_bandwidth(topo, int(k // wide)),
                        boundary_bandwidth(topo, int(k // wide), int(k % wide)))
                       for k in present.tolist()]).reshape(-1, 3)
     inside = (rates[:, 0] == topo.up_bw) & (rates[:, 2] == topo.up_bw) & (rates[:, 1] == 0.0)
     if inside.all():  # every row in one domain: plain numbers, as before the topology
         return topo.up_bw, 0.0, topo.up_bw, True
-    table = np.zeros((int(present[-1]) + 1, 4))
-    table[present] = np.column_stack([rates, inside])
-    ring_a, lat_a, bound_a, inside_a = (table[:, j].take(keys) for j in range(4))
+    cols = np.column_stack([rates, inside])
+    if dense:  # a row a key, read at each key
+        table, at = np.zeros((int(present[-1]) + 1, 4)), keys
+        table[present] = cols
+    else:  # a row a pair, found by search
+        table, at = cols, np.searchsorted(present, keys)
+    ring_a, lat_a, bound_a, inside_a = (table[:, j].take(at) for j in range(4))
     inside = inside_a.astype(bool)
     return ring_a, lat_a, bound_a, inside
