@@ -8,6 +8,7 @@ in the order below.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -92,7 +93,7 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
     def at_runs(r: Regime, key: str) -> Any:
         return r.polys[key].eval(mono, nm, dtype, xp)
 
-    def runs_ev(r: Regime, key: str) -> Any:  # kept: a group's tokens are read by several
+    def runs_ev(r: Regime, key: str) -> Any:  # kept: several totals read a group's tokens
         if (id(r), key) not in evs:
             evs[id(r), key] = at_runs(r, key)
         return evs[id(r), key]
@@ -131,12 +132,12 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
     out = Totals()
     f = out.formulas
     # a rank's largest tensor but its KV cache: eager, and FlashAttention's (no scores)
-    f["workspace_eager_bytes_per_rank"] = lambda t: largest(rank, ("cache",))
-    f["workspace_flash_bytes_per_rank"] = lambda t: largest(rank, ("cache", "flash_skip"))
+    workspaces = {"workspace_eager_bytes_per_rank": lambda t: largest(rank, ("cache",)),
+                  "workspace_flash_bytes_per_rank": lambda t: largest(rank, ("cache",
+                                                                             "flash_skip"))}
     if workspace:
+        f.update(workspaces)
         return out
-    eager = f.pop("workspace_eager_bytes_per_rank")
-    flash = f.pop("workspace_flash_bytes_per_rank")
     params, experts = const(full, "params"), const(full, "expert_params")
     f["params"] = lambda t: xp.full(n, params, dtype=dtype)
     f["active_params"] = lambda t: xp.full(n, active_params(params, experts, m), dtype=dtype)
@@ -154,10 +155,10 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
         # within a regime (a chunk restarts), so the groups' tokens are compared per point
         if not groups:
             return xp.zeros(n, dtype=dtype)
-        out = runs_ev(full, "group_tokens.0")  # (a run's, then on each of its points)
+        most = runs_ev(full, "group_tokens.0")  # (a run's, then on each of its points)
         for g in range(1, len(groups)):
-            out = xp.maximum(out, runs_ev(full, f"group_tokens.{g}"))
-        return spread(out)
+            most = xp.maximum(most, runs_ev(full, f"group_tokens.{g}"))
+        return spread(most)
 
     f["kv_cache_tokens"] = tokens
     f["kv_cache_bytes_per_token"] = lambda t: cf._kv_bytes(xp, n, dtype, bits, None, "any")
@@ -172,25 +173,25 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
                 B, xp.minimum(T + int(full.decode), size), cf.block_size))
 
     def blocks(t: Totals) -> Any:
-        out = xp.zeros(n, dtype=dtype)
+        total = xp.zeros(n, dtype=dtype)
         for g in range(len(groups)):
-            out = out + t[f"kv_cache_blocks@{g}"]
-        return out
+            total = total + t[f"kv_cache_blocks@{g}"]
+        return total
 
     def paged(t: Totals) -> Any:
-        out = xp.zeros(n, dtype=dtype)
+        total = xp.zeros(n, dtype=dtype)
         for g, (reach, layers) in enumerate(groups):
             lat, apart = split_elements_per_token(m, 1, layers, cf.mla, reach)
             per_token = nbytes(lat, "kv", bits)
-            out = out + t[f"kv_cache_blocks@{g}"] * cf.block_size * per_token
+            total = total + t[f"kv_cache_blocks@{g}"] * cf.block_size * per_token
             if apart:  # dots3's fp32 indexer keys, held apart from the blocks
-                out = out + B * ev(full, f"group_tokens.{g}") * cf._kv_bytes(
+                total = total + B * ev(full, f"group_tokens.{g}") * cf._kv_bytes(
                     xp, n, dtype, bits, layers, reach, apart_only=True)
         if not any(k.compress for k in plan.kinds):
-            return out
+            return total
         # DeepSeek-V4's compressed entries, contiguous beside the paged window
         phase = "decode" if full.decode else "prefill"
-        return out + B * nbytes(entry_elements(m, T, phase), "kv", bits)
+        return total + B * nbytes(entry_elements(m, T, phase), "kv", bits)
 
     f["kv_cache_blocks"] = blocks
     f["kv_cache_paged_bytes"] = paged
@@ -212,9 +213,9 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
     for key, v in ((k, const(rank, k)) for k in ("params", "expert_params", "embed_params")):
         f[f"{key}_per_rank"] = lambda t, v=v: xp.full(n, v, dtype=dtype)
     # the token-embedding table a rank holds (vocab-parallel: V/p rows): a step gathers rows
-    for key in ("weight_bytes", "expert_weight_bytes", "embed_weight_bytes"):
-        f[f"{key}_per_rank"] = lambda t, key=key: nbytes(
-            t[key.replace("weight_bytes", "params") + "_per_rank"], "w", bits)
+    for key, of in (("weight_bytes", "params"), ("expert_weight_bytes", "expert_params"),
+                    ("embed_weight_bytes", "embed_params")):
+        f[f"{key}_per_rank"] = lambda t, of=of: nbytes(t[f"{of}_per_rank"], "w", bits)
     if cf.weights is not None:  # the checkpoint's bytes, scales included
         wf, wr = cf.weight_sums(1), cf.weight_sums(p)
         for key, v in (("weight_bytes", wf.total), ("expert_weight_bytes", wf.expert_total),
@@ -238,15 +239,13 @@ def totals(cf: Any, full: Regime, rank: Regime, p: int, B: Any, T: Any, S: Any,
         f[key] = lambda t, r=r: spread(at_runs(r, "flops") - at_runs(r, "attn")
                                     + r.attn_causal().eval(mono, nm, dtype, xp))
     f["largest_activation_bytes_per_rank"] = lambda t: t["workspace_eager_bytes_per_rank"]
-    f["workspace_eager_bytes_per_rank"] = eager
-    f["workspace_flash_bytes_per_rank"] = flash
+    f.update(workspaces)
     # pipeline: the residual stream [B, Tq, D] (n_hc·D: hyper-connections) crosses each one
     f["pp"] = lambda t: S
-    def boundary() -> Any:  # one stage's bytes, kept for both totals
-        if (0, "boundary") not in evs:
-            evs[0, "boundary"] = nbytes(spread(Bm * runs_ev(full, "tq") * residual_width(m)),
-                                        "act", bits)
-        return evs[0, "boundary"]
+
+    @functools.cache
+    def boundary() -> Any:  # one stage's bytes, for both totals
+        return nbytes(spread(Bm * runs_ev(full, "tq") * residual_width(m)), "act", bits)
 
     f["boundary_bytes"] = lambda t: boundary() * (S > 1)
     f["boundary_bytes_total"] = lambda t: boundary() * (S - 1)
