@@ -134,9 +134,8 @@ def _gather(labels: list[bytes], codes: np.ndarray, periods: tuple[int, ...] = (
         codes = np.array([texts.index(x) for x in labels], dtype=np.intp)[codes]
     if len(texts) == 1 or (codes.size and codes.min() == codes.max()):
         return texts[int(codes[0])] if codes.size else b""
-    r = _period(codes, periods) if periods else 1
-    items = _table_field(np.array(texts, dtype="S")[codes[::r]])
-    return items if r == 1 or isinstance(items, bytes) else (items, r)
+    table = np.array(texts, dtype="S")
+    return _per_run(codes, periods, lambda c: _table_field(table[c]))
 
 
 def _text(v: Any, json_mode: bool) -> str:
@@ -215,6 +214,14 @@ def _object_field(a: np.ndarray, json_mode: bool) -> Field:
     return _gather(labels, codes)
 
 
+def _per_run(a: np.ndarray, periods: tuple[int, ...], write: Callable[[np.ndarray], Text]
+             ) -> Field:
+    """`write` of the column, once a run where it is the same along the chunk's runs."""
+    r = _period(a, periods) if periods else 1
+    f = write(a[::r] if r > 1 else a)
+    return f if r == 1 or isinstance(f, bytes) else (f, r)
+
+
 def _period(a: np.ndarray, periods: tuple[int, ...]) -> int:
     """The longest of the chunk's runs (`periods`, ascending, each a multiple of the one
     before) along which the column does not change (1: none): every change falls where a run
@@ -229,12 +236,8 @@ def _period(a: np.ndarray, periods: tuple[int, ...]) -> int:
 
 def _field(a: np.ndarray, json_mode: bool, periods: tuple[int, ...] = ()) -> Field:
     kind = a.dtype.kind
-    if kind in "iu":
-        r = _period(a, periods) if periods else 1
-        if r > 1:  # e.g. FLOPs, the same at every pp, dtype and KV dtype: formatted once a run
-            f = _int_field(a[::r])
-            return f if isinstance(f, bytes) else (f, r)
-        return _int_field(a)
+    if kind in "iu":  # e.g. FLOPs, the same at every pp, dtype and KV dtype: once a run
+        return _per_run(a, periods, _int_field)
     if kind == "b":
         return _gather([b"false", b"true"], a.view(np.uint8), periods)
     if kind == "f":
