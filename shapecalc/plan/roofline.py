@@ -9,29 +9,19 @@ import numpy as np
 
 from ..costs.closed import INT64_LIMIT, ClosedForm
 from ..costs.grid import ARRAYS, distinct, evaluate
+from ..costs.totals import Totals
 from ..inputs.hardware import GPU
 from .memory import memory, phase_terms, times, workspace_tokens
 from .options import PlanOptions
 from .perf import DECODE_COLUMNS, expected_decode, expected_prefill, perf_params
 
 
-class _Rows(dict):  # type: ignore[type-arg]
+def _rows(src: Mapping[str, np.ndarray], sel: np.ndarray) -> Totals:
     """`src`'s columns at the points `sel`, each gathered when first read: memory() reads a few
     of the ~50 totals (gathering all of them at each (tp, pp) was ~8% of a --gpu sweep)."""
-
-    def __init__(self, src: Mapping[str, np.ndarray], sel: np.ndarray) -> None:
-        super().__init__()
-        self.src, self.sel = src, sel
-
-    def __missing__(self, key: str) -> np.ndarray:
-        v = self[key] = self.src[key][self.sel]
-        return v
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.src
-
-    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
-        return self[key] if key in self.src else default
+    out = Totals()
+    out.formulas = {k: (lambda _, k=k: src[k][sel]) for k in src}
+    return out
 
 
 def plan_arrays(
@@ -71,7 +61,7 @@ def plan_arrays(
     wide = int(S64.max(initial=0)) + 1  # each (tp, pp) as one integer: a 1-D unique
     for p, s in (divmod(int(k), wide) for k in distinct(P64 * wide + S64)):
         sel = np.flatnonzero((P == p) & (S == s))
-        part = memory(cf, gpu, opts, int(p), int(s), _Rows(pre, sel),
+        part = memory(cf, gpu, opts, int(p), int(s), _rows(pre, sel),
                       act[sel], wbits[sel], kvbits[sel], sel.size, dtype, ARRAYS, ep)
         for k, v in part.items():
             if k not in out:
