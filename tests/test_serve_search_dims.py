@@ -136,7 +136,7 @@ def test_a_pd_plan_found_is_emitted_as_its_pools(cli):
             "1", "--pp", "1", "--max-batched-tokens", "8192", "--find-gpus", "--emit", "dynamo")
     assert r.code == 0, r.err
     assert r.out.count("--is-prefill-worker") == 1 and r.out.count("--is-decode-worker") == 1
-    assert "prefill 1 × 1 GPUs + decode 1 × 1 GPUs = 2 GPUs (the plan --find-gpus found)" in r.out
+    assert "prefill 1 × 1 GPU + decode 1 × 1 GPU = 2 GPUs (the plan --find-gpus found)" in r.out
 
 
 def test_find_rate_tries_ep_on_the_same_gpus(cli):

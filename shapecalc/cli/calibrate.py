@@ -39,6 +39,7 @@ def calibrate(
     from ..model.config import ShapecalcError
 
     try:
+        from ..model.errors import plural
         from ..plan import calibrate as cal
         from ..serve import loadcal
 
@@ -65,7 +66,7 @@ def calibrate(
             assert isinstance(pp, PerfParams)
             rep["fitted"] = pp.as_dict()
             today = datetime.date.today().isoformat()
-            data = f"{file.as_posix()} ({len(cases)} records)"
+            data = f"{file.as_posix()} ({plural(len(cases), 'record')})"
             if write is not None:
                 from ..render.output import make_folder, write_text
 

@@ -48,7 +48,7 @@ def hardware(
         return
     from ..render.console import make_console
     from ..render.layout import line, split_table
-    from ..render.units import human_bytes
+    from ..render.units import human_bytes, plural
 
     header = ["name", "memory", "bytes", "HBM B/s", "link B/s", "bf16 FLOP/s", "fp8 FLOP/s", "link"]
     rows = [[g.name, g.memory, f"{g.memory_bytes:,} ({human_bytes(g.memory_bytes)})",
@@ -63,7 +63,7 @@ def hardware(
     if name is not None:
         line(console, f"source: {gpus[0].source}")
         g = gpus[0]
-        line(console, f"topology: {g.gpus_per_node} GPUs a node, a scale-up domain of "
+        line(console, f"topology: {plural(g.gpus_per_node, 'GPU')} a node, a scale-up domain of "
              f"{g.scale_up_domain or g.gpus_per_node}; network {g.scale_out_bandwidth:.4g} B/s "
              f"a GPU{' (' + g.network + ')' if g.network else ''}")
 

@@ -69,6 +69,7 @@ from .plan_options import (
     grid_axes,
     output_format,
     plan_opts,
+    refuse_without_gpu,
 )
 
 PLAN_CONVENTIONS = (
@@ -141,6 +142,7 @@ def compare(
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                          compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
+        refuse_without_gpu(hw)
         from ..inputs.unsupported import Unsupported
 
         try:
@@ -356,6 +358,7 @@ def sweep(
         opts = plan_opts(utilization, compute_efficiency, memory_efficiency, link_efficiency, price,
                          compute_dtype, attention, max_batched_tokens, perf)
         hw = gpu_option(gpu, hardware_dir, set_gpu)
+        refuse_without_gpu(hw)
         parsed = [parse_case(c, presets_dir) for c in cases]
         given = grid_axes(batch, seq, tp, pp, dtype, kv_dtype)
         phases = (parse_str_grid(phase, "phase", ("prefill", "decode"))

@@ -114,10 +114,32 @@ def gpu_option(name: str | None, dirs: list[Path] | None, sets: list[str] | None
     if name is None:
         if sets:
             raise ShapecalcError("set-gpu", "needs --gpu")
+        if dirs:  # (only the flag: $SHAPECALC_HARDWARE is a standing setting)
+            raise ShapecalcError("hardware-dir", "is where --gpu NAME is looked up: give --gpu "
+                                 "NAME or leave out --hardware-dir")
         return None
     from ..inputs.hardware import load_gpu
 
     return load_gpu(name, dirs, sets)
+
+
+# compare's and sweep's options that only shape the --gpu columns (fit, times, cost): without
+# --gpu each would change nothing, so one the user typed is refused (cli/once.given)
+GPU_ONLY = ("utilization", "compute_efficiency", "memory_efficiency", "link_efficiency", "price",
+            "compute_dtype", "attention", "max_batched_tokens", "perf")
+
+
+def refuse_without_gpu(hw: Any) -> None:
+    from ..model.config import ShapecalcError
+    from .once import given
+
+    if hw is not None:
+        return
+    for name in GPU_ONLY:
+        if given(name):
+            flag = "--" + name.replace("_", "-")
+            raise ShapecalcError(flag[2:], "shapes the --gpu columns (memory fit, times, cost): "
+                                 f"give --gpu NAME or leave out {flag}")
 
 
 def plan_opts(utilization: float, ce: float, me: float, le: float, price: float | None,

@@ -192,9 +192,12 @@ def serve(
             raise ShapecalcError("find-rate", "give --find-rate or --find-gpus, not both")
         if rate is not None and concurrency is not None:
             raise ShapecalcError("concurrency", "give --rate or --concurrency, not both")
-        if arrivals.strip().lower() != "poisson" and (rate is None and not find_rate):
-            raise ShapecalcError("arrivals", "shapes the gaps of --rate (or --find-rate's "
-                                 "probes); give --rate")
+        from . import serve_flags
+
+        serve_flags.check(trace=trace, rate=rate, concurrency=concurrency, arrivals=arrivals,
+                          router=router, replicas=replicas, pd=pd, find_rate=find_rate,
+                          find_gpus=find_gpus, find_pd=find_pd, prompt=prompt,
+                          output_tokens=output_tokens, requests=requests)
         from . import serve_pd
 
         serve_pd.check(pd, find_pd, prefill_tp, prefill_pp, replicas=replicas,
@@ -212,28 +215,8 @@ def serve(
             if emit_engine is not None and v is not None:  # no emitted flag sets them
                 raise ShapecalcError(flag, f"--emit does not set it in the engine's launch "
                                      f"(the engine runs its own default): leave out --{flag}")
-        from .once import given as typed
-
-        if typed("router") and replicas == 1 and pd is None and not (find_gpus or find_pd
-                                                                    or find_rate):
-            raise ShapecalcError("router", "routes requests between replicas; one replica has "
-                                 "nothing to route: give --replicas N or leave out --router")
         check_outputs(output=output, svg=svg, html=html)
         output_token_count(output)
-        if trace is not None and (rate is not None or concurrency is not None):
-            raise ShapecalcError("trace", "fixes the arrivals; leave out --rate and --concurrency")
-        for flag, v in (("--prompt-tokens", prompt), ("--output-tokens", output_tokens),
-                        ("--requests", requests)):
-            if trace is not None and v is not None:
-                raise ShapecalcError("trace", f"fixes the requests; leave out {flag}")
-        if (find_rate or find_gpus) and concurrency is not None:
-            raise ShapecalcError("concurrency", "--find-rate and --find-gpus probe open-loop "
-                                 "rates; leave out --concurrency")
-        if find_rate and rate is not None:
-            raise ShapecalcError("rate", "--find-rate searches the rate; leave out --rate")
-        if find_gpus and replicas != 1:
-            raise ShapecalcError("replicas", "--find-gpus searches the replicas; leave out "
-                                 "--replicas")
         if dataset is not None:
             from ..serve.datasets import dataset as named
 
@@ -246,12 +229,6 @@ def serve(
             prompt, output_tokens = entry["prompt"], entry["output"]
         prompt, output_tokens = prompt or "2048", output_tokens or "256"
         requests = 1000 if requests is None else requests
-        if find_gpus and rate is None:
-            raise ShapecalcError("rate", "--find-gpus needs --rate")
-        if trace is not None and (find_rate or find_gpus):
-            raise ShapecalcError("trace", "--find-rate and --find-gpus draw their own workload "
-                                 "(--prompt-tokens, --output-tokens); a trace fixes the "
-                                 "arrivals")
         from ..plan.price import with_default_price
 
         mbt_given = max_batched_tokens is not None  # given: fixed, not searched
@@ -290,6 +267,9 @@ def serve(
         plens = W.parse_lengths(prompt, "prompt-tokens")
         olens = W.parse_lengths(output_tokens, "output-tokens")
         cv = W.parse_arrivals(arrivals)
+        serve_flags.check_seed(sp is not None or (trace is None and (
+            rate is not None or find_rate or find_gpus or find_pd
+            or plens.kind != "fixed" or olens.kind != "fixed")))
         head = {"model": model.name, "gpu": hw.name, "deployment_is": "as given",
                 "deployment": {"tp": wl.tp, "pp": wl.pp, "ep": wl.ep, "replicas": replicas,
                                "gpus": dep.gpus, "router": router, "dtype": wl.dtype,

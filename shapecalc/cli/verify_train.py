@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.config import ModelConfig, ShapecalcError, Workload
+from ..model.errors import plural
 
 
 def run_train(model: ModelConfig, wl: Workload, *, layers: int | None, seed: int,
@@ -32,7 +33,7 @@ def print_train(doc: dict[str, Any]) -> None:
 
     wl, m = doc["workload"], doc["sizes"]
     title = (f"verify --train {doc['model']}: B={wl['batch']} T={wl['seq']} p={wl['tp']}, "
-             f"K={doc['layers_run']} layers, float64, narrowed: D={m['d_model']} "
+             f"K={plural(doc['layers_run'], 'layer')}, float64, narrowed: D={m['d_model']} "
              f"Dff={m['d_ff']} N_vocab={m['vocab_size']}; recompute {doc['recompute']}; "
              f"loss {doc['loss']:.6g}")
     def cells(c: dict[str, Any]) -> tuple[str, str]:

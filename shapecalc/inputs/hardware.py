@@ -143,7 +143,7 @@ def _read(path: Path) -> dict[str, Any]:
 def load_gpu(name: str, extra: list[Path] | None = None, sets: list[str] | None = None) -> GPU:
     """A profile by name (case-insensitive) or by path to a .toml file, with overrides."""
     path = Path(name)
-    if path.suffix == ".toml" and files.path_is(path.is_file):
+    if path.suffix.lower() == ".toml" and files.path_is(path.is_file):
         data = _read(path)
     else:
         known = list_gpus(extra)

@@ -56,7 +56,8 @@ def _list(dirs: list[Path], field: str) -> dict[str, Path]:
             what = "not a directory" if os.path.lexists(d) else "folder not found"
             raise ShapecalcError(field, f"{what}: {files.shown(d)}")
         here: dict[str, Path] = {}
-        for f in sorted(d.glob("*.toml")) + sorted(d.glob("*.json")):
+        # .toml and .json in any case (m.TOML is a preset too, and so a twin of m.json)
+        for f in sorted(x for x in d.iterdir() if x.suffix.lower() in (".toml", ".json")):
             if f.stem in here:  # one would silently win over the other
                 raise ShapecalcError(field, f"{files.shown(here[f.stem])} and "
                                      f"{files.shown(f)} name the same preset "

@@ -158,7 +158,8 @@ def dtypes_for(text: str) -> tuple[str, str, str, str]:
     return base, base, base, base
 
 
-# a record's keys: read by the fit, or documentation (kept, not read)
+# a record's keys: read by the fit, or documentation (kept, not read; a concurrency count is checked
+# against the batch its metric is modelled at: _check_concurrency)
 COUNTS = ("tp", "pp", "batch", "input_len", "output_len", "n_gpus")
 TEXTS = ("id", "model", "gpu", "preset", "gpu_profile", "dtype", "unit", "metric_type")
 NOTES = ("source", "date", "quote", "notes", "metric", "concurrency")
@@ -199,10 +200,30 @@ def check_record(rec: Any, i: int) -> None:
     if rec.get("unit") not in UNITS[kind]:
         raise ShapecalcError("calibrate", f"{where}: unit {rec.get('unit')!r} is not one of "
                              f"{kind}'s: {', '.join(UNITS[kind])}")
+    _check_concurrency(rec, kind, where)
     gpus = (rec.get("tp") or 1) * (rec.get("pp") or 1)
     if rec.get("n_gpus") is not None and rec["n_gpus"] != gpus:
         raise ShapecalcError("calibrate", f"{where}: n_gpus {rec['n_gpus']} is not tp × pp = "
                              f"{gpus}")
+
+
+def _check_concurrency(rec: dict[str, Any], kind: str, where: str) -> None:
+    """A record's concurrency is a note (text, e.g. "unlimited (max load)"), or a count that
+    must be the one the metric is modelled at: 1 for a ttft or tpot (batch 1), the batch for a
+    fixed batch; a throughput at max concurrency is modelled at fit's largest batch, so a
+    measured limit would be silently replaced."""
+    c = rec.get("concurrency")
+    if c is None or isinstance(c, str):
+        return
+    n = bounded_int(c, "calibrate", 1, INT_MAX, key=f"{where}: concurrency")
+    want = {"ttft": 1, "tpot": 1, "throughput_fixed_batch": rec.get("batch") or 1}.get(kind)
+    if want is None:
+        raise ShapecalcError("calibrate", f"{where}: concurrency {n}: {kind} is modelled at "
+                             "fit's largest batch, not at a given concurrency (leave it null)")
+    if n != want:
+        of = "its batch" if kind.startswith("throughput") else "a batch-1 metric"
+        raise ShapecalcError("calibrate", f"{where}: concurrency {n}: {kind} is modelled at "
+                             f"batch {want} ({of})")
 
 
 def resolve(rec: dict[str, Any], extra: list[Path] | None = None) -> Case:

@@ -11,7 +11,7 @@ from typing import Any
 
 from .html_parts import Cell, bars_svg, charts, esc, page, section, stacked_svg, table
 from .trace import breakdown_items
-from .units import fmt_value, human_bytes, human_count, human_flops, human_time
+from .units import fmt_value, human_bytes, human_count, human_flops, human_time, plural
 
 
 # -- trace -----------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def trace_html(doc: dict[str, Any]) -> str:
     figs = [stacked_svg(mem_title + ": weights + KV cache + largest activation", mem_parts)]
     figs += [bars_svg(t, items, unit) for t, items, unit in (flops, params)]
     layers = ", ".join(f"{k['count']} × {k['label']}" for k in kinds)
-    summary = (f"<p>{m['n_layers']} layers ({esc(layers)}), D={m['d_model']:,}, "
+    summary = (f"<p>{plural(m['n_layers'], 'layer')} ({esc(layers)}), D={m['d_model']:,}, "
                f"H={m['n_heads']}, N_vocab={m['vocab_size']:,}: {tot['params']:,} parameters "
                f"({esc(human_count(tot['params']))}), {tot['flops']:,} matmul FLOPs "
                f"({esc(human_flops(tot['flops']))}), KV cache {tot['kv_cache_bytes']:,} B "
@@ -125,7 +125,8 @@ def _params_rows(doc: dict[str, Any]) -> list[list[Cell]]:
         if pb.get(key):
             rows.append([label, (f"{pb[key]:,}", pb[key]), human_count(pb[key]), ""])
     for k in pb["per_kind"]:
-        rows.append([f"{k['count']} layers: {k['label']}", (f"{k['layers']:,}", k["layers"]),
+        rows.append([f"{plural(k['count'], 'layer')}: {k['label']}",
+                     (f"{k['layers']:,}", k["layers"]),
                      human_count(k["layers"]),
                      f"{k['per_layer']:,} = {k['attention_per_layer']:,} · "
                      f"{k['ffn_per_layer']:,} · {k['norms_per_layer']:,}"])
@@ -259,7 +260,7 @@ def sweep_html(chunks: list[Any]) -> str:
                                    for k, kind in cols)])
     numeric = {i + 1 for i, (_, kind) in enumerate(cols) if kind not in ("text", "bool")}
     cases = ", ".join(dict.fromkeys(c.case for c in chunks))
-    return page(f"sweep: {cases}", f"{len(rows):,} points",
+    return page(f"sweep: {cases}", plural(len(rows), "point"),
                 [section("points", table("sweep", ["model", *(k for k, _ in cols)], rows,
                                          numeric=numeric, wide=True), id_="points")])
 

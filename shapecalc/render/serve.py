@@ -130,7 +130,7 @@ def print_metrics(doc: dict[str, Any], console: Any) -> None:
         _say(console, f"KV cache groups (vLLM's hybrid manager): {kinds or 'none'}"
              + (f"; mixer states {states:,} bytes a running sequence" if states else ""))
     _say(console, f"decode-only ceiling per replica: {_n(sat['output_tokens_per_s'])} output "
-         f"tokens/s ({sat['max_decode_batch']} sequences a step)")
+         f"tokens/s ({plural(sat['max_decode_batch'], 'sequence')} a step)")
     if slo["bounds"]:
         _say(console, f"SLO at p{slo['percentile']}: " if _legacy(slo) else
              f"SLO{' ' + slo['name'] if slo['name'] else ''}: ",

@@ -15,7 +15,7 @@ from ..model.conventions import FLOPS_MEANING, mixer_tag
 from .console import make_console
 from .layout import KVRows, width_of
 from .output import csv_text, markdown_table
-from .units import human_bytes, human_count, human_flops
+from .units import human_bytes, human_count, human_flops, plural
 
 GROUP_TITLE = {"embedding": "embedding", "block": "block", "head": "head"}
 
@@ -197,7 +197,7 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     if tot.get("mixer_flops_convention", "none") != "none":  # a model with stateful mixers
         t.add_row("  mixers' FLOPs", c := tot["mixer_flops_convention"], FLOPS_MEANING[c])
     if sel := tot.get("selected_attention"):  # DSA: the convention, and the other one's total
-        keys = (f"K_blk={sel['top_blocks']} blocks of S_blk={sel['block_size']}"
+        keys = (f"K_blk={plural(sel['top_blocks'], 'block')} of S_blk={sel['block_size']}"
                 if sel.get("top_blocks") else f"K_sel={sel['top_k']}")
         t.add_row("  selected attention", sel["convention"], f"{keys}; "
                   + " · ".join(f"{k} {human_flops(v)}" for k, v in sel["flops"].items()))
@@ -209,7 +209,7 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
             f"{k} {human_bytes(v)}" for k, v in parts.items() if v))
     kvd = wl["kv_dtype"] or wl["dtype"]
     t.add_row(
-        f"KV cache ({kvd}, {tot['kv_cache_tokens']:,} tokens)",
+        f"KV cache ({kvd}, {plural(tot['kv_cache_tokens'], 'token')})",
         f"{tot['kv_cache_bytes']:,}",
         f"{human_bytes(tot['kv_cache_bytes'])} · {tot['kv_cache_bytes_per_token']:,} B per "
         "token = 2·N·H_kv·Dh·bytes",
@@ -220,11 +220,12 @@ def totals_panel(doc: dict[str, Any], console: Console) -> Any:
     for g in groups if len(groups) > 1 else []:  # local and global layers hold different T
         kind = (f"W={g['window']:,}" if g["window"] is not None else f"C={g['chunk']:,}"
                 if g["chunk"] is not None else "full attention")
-        t.add_row(f"  {g['layers']} layers × {g['tokens']:,} tokens ({kind})", f"{g['bytes']:,}",
+        t.add_row(f"  {plural(g['layers'], 'layer')} × {plural(g['tokens'], 'token')} ({kind})",
+                  f"{g['bytes']:,}",
                   human_bytes(g["bytes"]))
     t.add_row(
         f"  paged, block {wl['block_size']}",
-        f"{tot['kv_cache_blocks']:,} blocks",
+        plural(tot["kv_cache_blocks"], "block"),
         human_bytes(tot["kv_cache_paged_bytes"]),
     )
     la = tot["largest_activation"]

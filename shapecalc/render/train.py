@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .trainfw import efficiency_text, framework_lines
-from .units import human_bytes, human_flops, money
+from .units import human_bytes, human_flops, money, plural
 
 
 def _n(x: int) -> str:
@@ -45,10 +45,10 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
     out: list[str] = []
     add = out.append
     add(f"Training step: micro-batch b={tr['micro_batch']} × grad-accum m={tr['grad_accum']} × "
-        f"dp={tr['dp']} = global batch {tr['global_batch']} sequences of T="
+        f"dp={tr['dp']} = global batch {plural(tr['global_batch'], 'sequence')} of T="
         f"{doc['workload']['seq']} ({_n(tr['tokens_per_step'])} tokens); "
         f"tp={tr['tp']} cp={tr['cp']} pp={tr['pp']} ep={tr['ep']} dp={tr['dp']} "
-        f"({tr['gpus']} GPUs)")
+        f"({plural(tr['gpus'], 'GPU')})")
     add("")
     add("FLOPs of one micro-batch (whole model; matmuls, 1 multiply-add = 2 FLOPs):")
     out.extend(_stage_lines(fl["stages"], width))
@@ -67,14 +67,16 @@ def train_text(doc: dict[str, Any], width: int = 200) -> str:
         v = fl[key]
         add(f"  {label:24s} {_n(v):>22s}  {v / exact:.4f} × the exact forward + backward")
     ps = fl["per_step"]
-    add(f"  per step (× {tr['grad_accum'] * tr['dp']} micro-batches): {_n(ps['step_flops'])} "
+    micro = plural(tr["grad_accum"] * tr["dp"], "micro-batch", "micro-batches")
+    add(f"  per step (× {micro}): {_n(ps['step_flops'])} "
         f"({human_flops(ps['step_flops'])})")
     add("")
     add(f"Memory per rank ({tr['precision']}, ZeRO-{tr['zero']} over dp={tr['dp']}: sharded "
         f"{', '.join(tr['zero_sharded']) or 'nothing'}):")
     for st in mem["per_stage"]:
         ms = st["model_state"]
-        add(f"  pipeline stage {st['stage']} ({st['layers']} layers, {_n(st['params'])} params "
+        add(f"  pipeline stage {st['stage']} ({plural(st['layers'], 'layer')}, "
+            f"{_n(st['params'])} params "
             f"per rank):")
         for t in ms["terms"]:
             share = "⌈P/dp⌉" if t["sharded"] else "P"
@@ -195,7 +197,7 @@ def _time_lines(ti: dict[str, Any], tr: dict[str, Any]) -> list[str]:
         f"TFLOP/s per GPU of model FLOPs), HFU {ti['hfu']:.1%} (with recompute, "
         f"{ti['hardware_tflops_per_gpu']:,.0f})")
     add(f"  {ti['tokens_per_s']:,.0f} tokens/s ({ti['tokens_per_s_per_gpu']:,.1f} per GPU), "
-        f"{ti['tokens_per_day']:.4g} tokens/day on {tr['gpus']} GPUs")
+        f"{ti['tokens_per_day']:.4g} tokens/day on {plural(tr['gpus'], 'GPU')}")
     if ti["days"] is not None:
         add(f"  {ti['train_tokens']:.4g} tokens: {ti['steps']:,d} steps, {ti['days']:,.1f} days, "
             f"{ti['gpu_hours']:,.0f} GPU-hours")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..model.errors import plural  # noqa: F401  (the render layer's name for it)
+
 
 def _scaled(n: int, units: tuple[tuple[str, int], ...], suffix: str, plain: str) -> str:
     """n with the largest prefix not above it, to 2 decimals (`1.28 MFLOP`), else `plain`."""
@@ -28,11 +30,6 @@ def human_flops(n: int) -> str:
 def human_bytes(n: int) -> str:
     """Binary prefixes, said as such: KiB, MiB, GiB, TiB, PiB."""
     return _scaled(n, _BINARY, "", f"{n} B")
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """`1 GPU`, `2 GPUs`, `1 replica`: the count and its noun, agreeing."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
 def human_count(n: int) -> str:

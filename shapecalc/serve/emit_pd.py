@@ -36,6 +36,7 @@ import json
 import shlex
 from typing import Any
 
+from ..model.errors import plural
 from .emit import _cmd, kv_fraction, sglang_args, trtllm_args, trtllm_yaml, vllm_args
 
 SGLANG_PORT = 30000  # the first server's port (the docs' example), one more a server
@@ -88,11 +89,11 @@ def launch_pd(engine: str, doc: dict[str, Any], model_ref: str, util: float, sp:
               draft_ref: str | None, per_node: int, dep: Any = None) -> str:
     d = doc["deployment"]
     pools = d["pd"]
+    each = {k: plural(v["gpus"] // v["replicas"], "GPU") for k, v in pools.items()}
     lines = [f"# {doc['model']} on {doc['gpu']}: prefill {pools['prefill']['replicas']} × "
-             f"{pools['prefill']['gpus'] // pools['prefill']['replicas']} GPUs + decode "
-             f"{pools['decode']['replicas']} × "
-             f"{pools['decode']['gpus'] // pools['decode']['replicas']} GPUs = {d['gpus']} GPUs "
-             f"({doc['deployment_is']}), shapecalc serve --emit {engine}"]
+             f"{each['prefill']} + decode {pools['decode']['replicas']} × {each['decode']} = "
+             f"{plural(d['gpus'], 'GPU')} ({doc['deployment_is']}), "
+             f"shapecalc serve --emit {engine}"]
     if engine == "dynamo":
         lines.append("python -m dynamo.frontend &")
     if engine == "trtllm":

@@ -27,7 +27,9 @@ from ..inputs.files import escape_controls
 from ..inputs.numbers import bounded, bounded_int
 from ..model.config import ShapecalcError
 from ..model.record import INT_MAX
-from .workload import Lengths, parse_lengths
+from .sim import MAX_REPLICAS
+from .workload import MAX_REQUESTS, Lengths, parse_lengths
+from .workload import RATE as RATES
 
 LATENCY = re.compile(r"^(ttft|tpot|itl|e2e)_(p\d+(?:\.\d+)?|mean)_(s|ms)$")
 RATE = re.compile(r"^(capacity_)?(requests|output_tokens|input_tokens)_per_s$")
@@ -125,6 +127,18 @@ def check(rec: Any, i: int) -> LoadRecord:
     _typed(sc, SHAPECALC, f"{where}: shapecalc", True)
     if "rate" in wl and "concurrency" in wl:
         raise ShapecalcError("calibrate", f"{where}: workload has rate and concurrency: give one")
+    # the sizes a simulation takes (serve's own bounds), named by the record's field
+    bounded_int(sc["replicas"], "calibrate", 1, MAX_REPLICAS, key=f"{where}: shapecalc.replicas")
+    for k in ("requests", "requests_per_replica"):
+        if k in wl:
+            bounded_int(wl[k], "calibrate", 1, MAX_REQUESTS, key=f"{where}: workload.{k}")
+    if "rate" in wl:  # Poisson at rate / replicas a replica: what the calibration simulates
+        bounded(wl["rate"] / sc["replicas"], "calibrate", *RATES, "requests/s a replica",
+                key=f"{where}: workload.rate / shapecalc.replicas")
+        if str(wl.get("arrival", "poisson")).strip().lower() != "poisson":
+            raise ShapecalcError("calibrate", f"{where}: workload.arrival "
+                                 f"{escape_controls(str(wl['arrival']))[:40]!r} with a rate: the "
+                                 "calibration simulates Poisson arrivals (give 'poisson')")
     if not ms:
         raise ShapecalcError("calibrate", f"{where}: measured is empty")
     metrics = []

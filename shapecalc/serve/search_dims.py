@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..model.config import ShapecalcError
+from ..model.errors import plural
 from . import disagg, pd_search, sim
 from .search import Dimension, dimensions, find_gpus, find_rate
 from .workload import Lengths, generate
@@ -174,8 +175,8 @@ def pd_stage(dep: sim.Deployment, dims: list[Dimension], rate: float, n: int, pr
         best = min((x["gpus"] for x in rows if x["slo_met"]), default=None)
         if best is not None and lb >= best:
             notes.append(f"{_name(r)} pd: ≥ {pmin} prefill + {dmin} decode replicas at "
-                         f"saturation ({lb} GPUs), not fewer than the best split's {best}: "
-                         "not simulated")
+                         f"saturation ({plural(lb, 'GPU')}), not fewer than the best split's "
+                         f"{best}: not simulated")
             continue
         pools = _pd_split(base, 1, 1)
         try:
@@ -298,7 +299,7 @@ def search_rate(dep: sim.Deployment, n: int, prompt: Lengths, output: Lengths, s
             try:
                 got = find_rate(dk, n, prompt, output, seed, cv, slo, tick)
             except ShapecalcError as e:
-                notes.append(f"ep={d.wl.ep} × {d.replicas} replicas: {e.reason}")
+                notes.append(f"ep={d.wl.ep} × {plural(d.replicas, 'replica')}: {e.reason}")
                 errors.append(e)
                 break
             tried.append((d, k, got))

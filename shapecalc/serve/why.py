@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model.errors import plural
 from .decoders import Seq
 from .scheduler import Replica
 from .slo import LABEL, SLO, tpot
@@ -84,7 +85,7 @@ def explain(slo: SLO, rows: list[dict[str, Any]], reps: list[Replica], seqs: lis
             s = min(late, key=lambda x: x.finish - x.req.arrival)
             first, dec = s.first - s.req.arrival, s.finish - s.first
             phase = "decode" if dec >= first else "queue"
-            why = f"TTFT {_t(first)}, then {s.req.output - 1:,} tokens in {_t(dec)}"
+            why = f"TTFT {_t(first)}, then {plural(s.req.output - 1, 'token')} in {_t(dec)}"
         if preemptions and "preemption" not in why:
             why += f"; {preemptions:,} preemption{'' if preemptions == 1 else 's'} (KV blocks full)"
         out.append({**r, "phase": phase, "why": f"{head}: {why}"})

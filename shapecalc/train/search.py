@@ -224,7 +224,8 @@ class Search:
         run = []
         for v in vs:
             if accum < pp or (v > 1 and accum % pp):
-                why = (f"m={accum} micro-batches < p={pp} stages: the pipeline never fills"
+                why = (f"m={accum} micro-batch{'es' if accum > 1 else ''} < p={pp} stages: the "
+                       "pipeline never fills"
                        if accum < pp else f"interleaving needs m={accum} a multiple of p={pp}")
                 out += [{**base, "virtual_stages": v, "grad_accum": accum, "zero": z,
                          "fails": "bubble", "why": why} for z in zs]

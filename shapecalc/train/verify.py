@@ -38,6 +38,7 @@ from ..interpret.tape_base import Entry, TrainOps
 from ..interpret.vjp_tape import Backward, TapeOps, backward, cross_entropy
 from ..interpret.weights import Weights
 from ..model.config import ModelConfig, ShapecalcError, Workload, check
+from ..model.errors import plural
 from ..model.forward import Sizes, forward
 from ..model.plan import layer_plan
 from ..model.stage import Stage
@@ -164,7 +165,7 @@ def budget_refusal(model: ModelConfig, wl: Workload, K: int) -> None:
     need = estimate(model, wl, K, "float64") * max(K, 1)
     if need > default_budget():
         raise ShapecalcError("memory", f"verify --train needs about {need / GiB:,.1f} GiB at batch "
-                             f"{wl.batch}, seq {wl.seq} ({K} layers), more than the "
+                             f"{wl.batch}, seq {wl.seq} ({plural(K, 'layer')}), more than the "
                              f"{default_budget() / GiB:.0f} GiB budget; lower --seq or --batch")
     secs = work_seconds(model, wl, K)
     if secs > WORK_BUDGET_S:
