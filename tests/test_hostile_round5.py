@@ -93,7 +93,7 @@ def test_a_trace_of_one_token_says_token(cli):
     assert "KV cache (bf16, 1 token)" in out and "1 tokens" not in out
 
 
-# -- calibrate: a record's numbers that the fit would replace are refused ---------------------------
+# -- calibrate: a record's numbers that the fit would replace are refused --------------------------
 DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -151,7 +151,7 @@ def test_a_load_record_is_checked_where_the_simulation_would_change_it(cli, tmp_
     assert "record mlperf41-h100x8-llama2-70b-server" in line
 
 
-# -- preset folders: a suffix in any case is a preset (and so a twin) --------------------------------
+# -- preset folders: a suffix in any case is a preset (and so a twin) ------------------------------
 PRESETS = Path(__file__).resolve().parent.parent / "presets"
 
 
@@ -177,7 +177,7 @@ def test_an_upper_case_suffix_is_read(cli, tmp_path):
     assert cli("fit", "--preset", "llama3-8b", "--gpu", str(gpu), "--json").code == 0
 
 
-# -- compare and sweep without --gpu: the options of the --gpu columns shape nothing -----------------
+# -- compare and sweep without --gpu: the options of the --gpu columns shape nothing ---------------
 @pytest.mark.parametrize("cmd", [("compare", "llama3-8b", "llama2-7b"),
                                  ("sweep", "llama3-8b", "--batch", "1,2", "--format", "csv")])
 @pytest.mark.parametrize(("flag", "value"), [
@@ -199,3 +199,29 @@ def test_a_hardware_dir_without_gpu_is_refused(cli, tmp_path, cmd, monkeypatch):
              "is where --gpu NAME is looked up")
     monkeypatch.setenv("SHAPECALC_HARDWARE", str(tmp_path))  # a standing setting, not a flag
     assert cli(*cmd).code == 0
+
+
+# -- explain's worked examples and schema: no flag taken that changes nothing ----------------------
+@pytest.mark.parametrize("args", [(), ("--scan",), ("--example", "topk")])
+def test_a_seed_for_a_worked_example_is_refused(cli, args):
+    """The worked examples' numbers are written out (the design notes'): --seed changed nothing."""
+    _refused(cli("explain", *args, "--seed", "3"), "seed", "give --preset or --config")
+    a, b = (cli("explain", "--preset", "seed-tiny", "--seed", s).out for s in ("3", "4"))
+    assert a != b  # with a model it draws its weights
+
+
+def test_schema_with_a_name_and_all_is_refused(cli):
+    _refused(cli("schema", "trace", "--all"), "all", "not both")
+
+
+def test_verify_layers_zero_names_the_range(cli):
+    _refused(cli("verify", "--preset", "seed-tiny", "--layers", "0"), "layers",
+             "K=0 must be between 1 and N=1")
+
+
+def test_a_sweep_says_the_workload_error_not_skipped_tps(cli):
+    """A flag for another kind of model failed check at every tp: the sweep reported every tp
+    skipped as 'not a valid degree' instead of the flag."""
+    _refused(cli("sweep", "llama3-8b", "--mla-form", "absorbed"), "mla_form",
+             "Multi-head Latent Attention")
+    _refused(cli("sweep", "llama3-8b", "--tp", "3"), "grid", "tp is not a valid degree")

@@ -126,6 +126,8 @@ def check_layers(model: ModelConfig, layers: int | None) -> None:
     if layers is None:
         return
     covering = layer_plan(model).covering()
+    if layers < 1:
+        raise ShapecalcError("layers", f"K={layers} must be between 1 and N={model.n_layers}")
     if layers < covering:
         raise ShapecalcError(
             "layers", f"K={layers} runs only some kinds of layer; the first "

@@ -265,6 +265,8 @@ def schema(
     from .schemas import SCHEMAS, schemas
     from .schemas import schema as one
 
+    if which is not None and all_:
+        fail(ShapecalcError("all", "prints every schema; give a NAME or --all, not both"))
     if which is not None:
         if which not in SCHEMAS:
             fail(ShapecalcError("schema", f"unknown schema {which!r}; known: {', '.join(SCHEMAS)}"))

@@ -271,8 +271,16 @@ def explain(
     from ..model.defaults import default_seq
 
     try:
+        from .once import given
+
         if scan and example is not None:
             raise ShapecalcError("scan", "give --scan or --example, not both")
+        worked = example is not None or scan or (preset is None and config is None
+                                                 and hf_config is None and not set_)
+        if worked and given("seed"):  # the worked examples' numbers are written out, not drawn
+            raise ShapecalcError("seed", "draws a model's weights; the worked examples have "
+                                 "their own numbers: give --preset or --config, or leave out "
+                                 "--seed")
         example = "scan" if scan else example
         if example is not None:  # a worked example of its own: no model, no --seq
             if example not in ("scan", "topk"):

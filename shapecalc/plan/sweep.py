@@ -21,6 +21,7 @@ from ..model.config import (
     DTYPE_BITS,
     ShapecalcError,
     act_width,
+    check,
     compute_width,
     make_workload,
 )
@@ -109,6 +110,10 @@ class SweepGrid:
             self.points *= len(v)
         skipped: dict[str, int] = {}
         one = base.model_copy(update={"seq": 1})  # seq limits are checked per phase below
+        # what check refuses at tp = pp = 1 (a flag for another kind of model) is the
+        # workload's error, said as it is: not every tp of the axis skipped as invalid
+        check(model, one.model_copy(update={"dtype": pick["dtype"][0],
+                                            "kv_dtype": pick["kv_dtype"][0]}))
         tps = [p for p in pick["tp"] if valid(model, one, tp=p)]
         pps = [s for s in pick["pp"] if s <= model.n_layers]
         n_other = (len(pick["batch"]) * len(pick["seq"]) * len(pick["dtype"])
