@@ -225,3 +225,33 @@ def test_a_sweep_says_the_workload_error_not_skipped_tps(cli):
     _refused(cli("sweep", "llama3-8b", "--mla-form", "absorbed"), "mla_form",
              "Multi-head Latent Attention")
     _refused(cli("sweep", "llama3-8b", "--tp", "3"), "grid", "tp is not a valid degree")
+
+
+# -- a request trace: larger than a config may be, its rows bounded before they are parsed ------
+def test_a_trace_past_a_configs_10_mib_is_read(tmp_path):
+    """The one reader capped every file at a config's 10 MiB: a trace can hold serve's 10⁶
+    requests (~70 MB as JSON Lines), and said 'a config' of it."""
+    from shapecalc.inputs.files import MAX_BYTES, read_text
+    from shapecalc.model.config import ShapecalcError
+    from shapecalc.serve.workload import read_trace
+
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,100,10\n"
+                 + (" " * 1023 + "\n") * (MAX_BYTES // 1024 + 1), encoding="utf-8")  # blank
+    assert [(r.arrival, r.prompt) for r in read_trace(p)] == [(0.0, 100), (0.5, 100)]
+    with pytest.raises(ShapecalcError, match="more than the 10 MiB such a file may have"):
+        read_text(p, "config")
+
+
+def test_a_trace_with_too_many_rows_is_refused_before_parsing(cli, tmp_path, monkeypatch):
+    from shapecalc.serve import workload
+
+    monkeypatch.setattr(workload, "MAX_REQUESTS", 3)
+    for name, head, row in (("t.csv", "arrival_s,prompt_tokens,output_tokens\n", "0,9,9\n"),
+                            ("t.jsonl", "", '{"arrival_s": 0, "prompt_tokens": 9, '
+                                            '"output_tokens": 9}\n')):
+        p = tmp_path / name
+        p.write_text(head + row * 3 + "\n\n", encoding="utf-8")  # blank lines are not rows
+        assert len(workload.read_trace(p)) == 3
+        p.write_text(head + row * 4, encoding="utf-8")
+        _refused(cli(*SERVE[:5], "--trace", str(p)), "trace", "has 4 rows, more than the 3")

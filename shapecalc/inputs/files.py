@@ -4,7 +4,8 @@ compare cases, calibrate's measurements): every way a file can be hostile ends a
 
 - The type is checked on an open, non-blocking descriptor: a FIFO or a device (/dev/zero) is
   refused, never read, so nothing waits for a writer or reads forever.
-- At most MAX_BYTES are read: a config is kilobytes; anything over 10 MiB is refused.
+- At most MAX_BYTES are read: a config is kilobytes; anything over 10 MiB is refused (a
+  request trace, which may hold serve's 10⁶ requests, takes a larger limit: serve/workload.py).
 - Text is UTF-8; a UTF-8 byte-order mark (Windows editors write one) is accepted and dropped;
   UTF-16/32 and other bytes are refused, naming the offset.
 - JSON refuses duplicate keys (the last would silently win), naming the key; TOML already does.
@@ -53,8 +54,9 @@ def escape_controls(text: str) -> str:
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
-def read_bytes(path: str | Path, field: str) -> bytes:
-    """The bytes of a regular file of at most MAX_BYTES, or one error line."""
+def read_bytes(path: str | Path, field: str, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` (MAX_BYTES, or a trace's), or one error
+    line."""
     p = shown(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -73,18 +75,18 @@ def read_bytes(path: str | Path, field: str) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
             raise ShapecalcError(field, f"{p} is {kind}, not a regular file")
-        if st.st_size > MAX_BYTES:
+        if st.st_size > limit:
             raise ShapecalcError(field, f"{p} is {st.st_size:,} bytes, more than the "
-                                 f"{MAX_BYTES // 2**20} MiB a config may have")
+                                 f"{limit // 2**20} MiB such a file may have")
         READ.setdefault((st.st_dev, st.st_ino), str(path))
         with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(MAX_BYTES + 1)
+            raw = f.read(limit + 1)
     except OSError as e:
         raise ShapecalcError(field, f"cannot read {p}: {e.strerror or e}") from None
     finally:
         os.close(fd)
-    if len(raw) > MAX_BYTES:  # grew while read
-        raise ShapecalcError(field, f"{p} is more than {MAX_BYTES // 2**20} MiB")
+    if len(raw) > limit:  # grew while read
+        raise ShapecalcError(field, f"{p} is more than {limit // 2**20} MiB")
     return raw
 
 
@@ -110,8 +112,8 @@ def decode(raw: bytes, path: str | Path, field: str) -> str:
     return text
 
 
-def read_text(path: str | Path, field: str) -> str:
-    return decode(read_bytes(path, field), path, field)
+def read_text(path: str | Path, field: str, limit: int = MAX_BYTES) -> str:
+    return decode(read_bytes(path, field, limit), path, field)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -181,10 +183,24 @@ def read_json(path: str | Path, field: str) -> Any:
     return loads(read_text(path, field), "JSON", path, field)
 
 
-def read_jsonl(path: str | Path, field: str) -> list[tuple[int, Any]]:
-    """A JSON Lines file through every check above, each line a value: (line number, value)."""
-    text, p, out = read_text(path, field), shown(path), []
-    for i, line in enumerate(text.splitlines(), 1):
+def _rows(text: str, p: str, field: str, most: int | None, header: int = 0) -> list[str]:
+    """The text's lines, refused before any is parsed when more than `most` rows (after
+    `header` lines) hold anything."""
+    lines = text.splitlines()
+    if most is not None:
+        n = sum(1 for line in lines if line.strip()) - header
+        if n > most:
+            raise ShapecalcError(field, f"{p} has {n:,} rows, more than the {most:,} it may "
+                                 "have")
+    return lines
+
+
+def read_jsonl(path: str | Path, field: str, limit: int = MAX_BYTES, most: int | None = None
+               ) -> list[tuple[int, Any]]:
+    """A JSON Lines file through every check above, each line a value: (line number, value);
+    at most `most` of them."""
+    text, p, out = read_text(path, field, limit), shown(path), []
+    for i, line in enumerate(_rows(text, p, field, most), 1):
         if line.strip():
             try:
                 out.append((i, loads(line, "JSON", f"{p}:{i}", field)))
@@ -193,15 +209,16 @@ def read_jsonl(path: str | Path, field: str) -> list[tuple[int, Any]]:
     return out
 
 
-def read_csv(path: str | Path, field: str) -> list[dict[str, str]]:
+def read_csv(path: str | Path, field: str, limit: int = MAX_BYTES, most: int | None = None
+             ) -> list[dict[str, str]]:
     """A CSV file with a header line, through the reading checks above: a header naming a
     column twice (the last would silently win), a row with more or fewer cells than the header,
-    or a quoted field left open is refused, naming the line."""
+    or a quoted field left open is refused, naming the line; at most `most` rows."""
     import csv
 
-    text, p = read_text(path, field), shown(path)
+    text, p = read_text(path, field, limit), shown(path)
     try:
-        rows = list(csv.reader(text.splitlines()))
+        rows = list(csv.reader(_rows(text, p, field, most, header=1)))
     except csv.Error as e:
         raise ShapecalcError(field, f"{p} is not valid CSV: {_one_line(e)}") from None
     rows = [r for r in rows if any(c.strip() for c in r)]

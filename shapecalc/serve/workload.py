@@ -36,6 +36,7 @@ TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 # (times are float seconds from the first arrival: at most MAX_SPAN_S, whose float spacing,
 # 1.2e-7 s, stays far below an iteration's)
 MAX_REQUESTS = 10**6
+MAX_TRACE_BYTES = 128 * 2**20  # ~10⁶ requests' rows as JSON Lines (~70 bytes each), with room
 MAX_SPAN_S = 1e9
 RATE = (1e-3, 1e9)
 CV = (1e-3, 100.0)
@@ -184,9 +185,11 @@ def read_trace(path: Path) -> list[Request]:
     p, cell = shown(path), path.suffix.lower() == ".csv"
     rows: list[tuple[str, object]] = []
     if cell:
-        rows = [(f"{p}: request {i}", r) for i, r in enumerate(read_csv(path, "trace"), 1)]
+        rows = [(f"{p}: request {i}", r)
+                for i, r in enumerate(read_csv(path, "trace", MAX_TRACE_BYTES, MAX_REQUESTS), 1)]
     else:
-        rows = [(f"{p}:{i}", r) for i, r in read_jsonl(path, "trace")]
+        got = read_jsonl(path, "trace", MAX_TRACE_BYTES, MAX_REQUESTS)
+        rows = [(f"{p}:{i}", r) for i, r in got]
     if not rows:
         raise ShapecalcError("trace", f"{p} has no requests")
     bounded_int(len(rows), "trace", 1, MAX_REQUESTS, f"requests ({p})")
