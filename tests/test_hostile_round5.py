@@ -18,17 +18,9 @@ import json
 from pathlib import Path
 
 import pytest
-from test_errors import _one_clean_line
+from test_hostile_round4 import _refused
 
 SERVE = ("serve", "--preset", "llama3-8b", "--gpu", "H100-SXM", "--requests", "5")
-
-
-def _refused(r, field, *words):
-    line = _one_clean_line(r)
-    assert line.startswith(f"error: {field}"), line
-    for w in words:
-        assert w in line, line
-    return line
 
 
 @pytest.fixture
