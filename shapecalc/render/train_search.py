@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .units import human_bytes, money
+from .units import human_bytes, money, plural
 
 SHOWN_WHYS = 6  # a framework failure's distinct reasons printed (the JSON has them all)
 
@@ -18,8 +18,9 @@ def _layout(r: dict[str, Any]) -> str:
 
 
 def search_text(doc: dict[str, Any]) -> str:
-    out = [f"Layout search: {doc['gpus']} × {doc['gpu']}, global batch {doc['global_batch']} "
-           f"sequences of T={doc['seq']} ({doc['tokens_per_step']:,} tokens a step), "
+    out = [f"Layout search: {doc['gpus']:,} × {doc['gpu']}, global batch "
+           f"{plural(doc['global_batch'], 'sequence')} of T={doc['seq']} "
+           f"({doc['tokens_per_step']:,} tokens a step), "
            f"{doc['precision']}{', fp8 ' + doc['fp8'] if doc.get('fp8') else ''}, "
            f"{doc['attention']} attention; frameworks: "
            f"{', '.join(doc['space'].get('frameworks', ['hf']))}",
