@@ -247,3 +247,53 @@ def test_a_trace_with_too_many_rows_is_refused_before_parsing(cli, tmp_path, mon
         assert len(workload.read_trace(p)) == 3
         p.write_text(head + row * 4, encoding="utf-8")
         _refused(cli(*SERVE[:5], "--trace", str(p)), "trace", "has 4 rows, more than the 3")
+
+
+# -- a config.json value of the wrong kind or size: one line, whatever reader computes with it ----
+HF_DATA = DATA / "hf"
+
+
+def _hf(tmp_path, src, key, value):
+    cfg = json.loads((HF_DATA / f"{src}.json").read_text(encoding="utf-8"))
+    cfg[key] = value
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg), encoding="utf-8")
+    return ("trace", "--hf-config", str(p), "--json")
+
+
+@pytest.mark.parametrize(("src", "key", "value", "words"), [
+    # readers listed every layer's kind before N was bounded: MemoryError, OverflowError
+    ("afmoe", "num_hidden_layers", 10**30, "is more than the 100,000"),
+    ("lfm2-1.2b", "num_hidden_layers", 10**30, "is more than the 100,000"),
+    ("phi3.5-moe", "num_hidden_layers", 10**30, "is more than the 100,000"),
+    # a family's name is looked up (hashed): a list was transformers' TypeError
+    ("gpt2-large", "model_type", ["gpt2"], "must be a family's name"),
+    ("mixtral-8x22b", "model_type", {"a": "mixtral"}, "must be a family's name"),
+    ("deepseek-v4-flash", "compress_ratios", [[0, 4]], "DeepSeek-V4's ratios are 0, 4 and 128"),
+    ("qwen3-30b-a3b", "mlp_only_layers", 1.5, "must be a list of integers"),
+    ("granite-3.3-8b", "logits_scaling", None, "must be a finite number"),
+    # the net under every reader: a value it computes with, named by its key
+    ("gpt-neox-20b", "rotary_pct", [0.25], "[0.25] is not a value shapecalc can read here"),
+    ("deepseek-v4-flash", "num_hash_layers", [3], "[3] is not a value shapecalc can read"),
+    ("mistral-small-4", "qk_rope_head_dim", None, "None is not a value shapecalc can read"),
+    ("mpt-7b", "d_model", None, "None is not a value shapecalc can read"),
+    ("stablelm-2-12b", "partial_rotary_factor", {"a": 0.25}, "is not a value shapecalc can"),
+])
+def test_a_config_value_of_the_wrong_kind_is_one_line(cli, tmp_path, src, key, value, words):
+    _refused(cli(*_hf(tmp_path, src, key, value)), key, words)
+
+
+@pytest.mark.parametrize("src", ["llama3-8b", "qwen3-30b-a3b", "deepseek-v3", "gemma3-1b",
+                                 "jamba-mini-1.5", "lfm2-1.2b", "gpt-oss-20b", "mpt-7b",
+                                 "falcon-h1-7b", "kimi-linear-48b-a3b"])
+def test_every_key_of_a_config_mutated_keeps_the_contract(cli, tmp_path, src):
+    """Each key of a real config replaced by a string, a list, null, 0, -1 or 10³⁰: the
+    trace runs (the key is neutral) or is refused in one line; never a traceback."""
+    cfg = json.loads((HF_DATA / f"{src}.json").read_text(encoding="utf-8"))
+    mutations = [lambda v: str(v), lambda v: [v], lambda v: None, lambda v: 0, lambda v: -1,
+                 lambda v: 10**30]
+    for i, key in enumerate(k for k, v in cfg.items() if isinstance(v, (int, float, list))):
+        r = cli(*_hf(tmp_path, src, key, mutations[i % len(mutations)](cfg[key])))
+        assert "Traceback" not in r.err, (key, r.err)
+        if r.code:
+            assert r.code == 2 and r.out == "" and len(r.err.splitlines()) == 1, (key, r.err)

@@ -32,7 +32,13 @@ def read_family(h: _HF, mt: str) -> dict[str, Any]:
     h.refusals()
     fields: dict[str, Any] = {}
     for m in family.mechanisms:
-        m.read(h, fields)
+        try:
+            m.read(h, fields)
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
+            # a value of a kind no check above caught (a list where a reader multiplies): one
+            # line naming the key that is of another kind than its family's default, never a
+            # traceback
+            raise h.wrong_kind(e) from None
     fields.update(family.fixed)
     hf_keys.audit(h.cfg, mt, family.reads | family.ignored)
     return fields
@@ -49,6 +55,9 @@ def load_hf_config(path: str | Path) -> ModelConfig:
         raise ShapecalcError("model_type", f"missing from {files.shown(path)}; supported: {known}")
     text = cfg.get("text_config")
     inner = text.get("model_type") if isinstance(text, dict) else None
+    for key, x in (("model_type", mt), ("text_config.model_type", inner)):
+        if x is not None and not isinstance(x, str):  # a family's name: looked up, hashed
+            raise ShapecalcError(key, f"must be a family's name (a string), not {x!r}")
     mt, inner = (x if isinstance(x, str) else repr(x) for x in (mt, inner))
     where = f"{mt!r}" + (f" (its text_config: {inner!r})" if isinstance(text, dict) else "")
     if mt in REFUSED or inner in REFUSED:

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model.config import ShapecalcError
+from ..model.config import MAX_LAYERS, ShapecalcError
+from ..model.record import INT_MAX
 
 Fields = dict[str, Any]
 _GELU = {"gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python", "gelu_accurate"}
@@ -96,10 +97,21 @@ COUNT_KEYS = frozenset((
     "max_position_embeddings", "n_positions", "max_seq_len", "num_hidden_layers", "hidden_size",
     "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "head_dim",
     "ffn_dim", "n_embd", "n_layer", "n_head", "n_inner", "rotary_dim"))
+# the layer count: readers list each layer's kind from it, so it is bounded as the model is
+LAYER_KEYS = frozenset(("num_hidden_layers", "n_layer"))
 # counts where 0 says "none" (num_experts 0: a dense model; a sliding_window of 0 is off)
 ZERO_KEYS = frozenset(("sliding_window", "num_experts", "num_local_experts", "n_routed_experts",
                        "num_experts_per_tok"))
 LIST_KEYS = frozenset(("layer_types",))
+
+
+def _bounded_count(key: str, value: Any) -> None:
+    """A count at most what a model may hold (readers build lists and products from it)."""
+    if type(value) is not int:
+        return
+    most = MAX_LAYERS if key in LAYER_KEYS else INT_MAX
+    if value > most:
+        raise ShapecalcError(key, f"{value:,} is more than the {most:,} shapecalc takes")
 
 
 def check_kind(key: str, value: Any) -> None:
@@ -108,6 +120,7 @@ def check_kind(key: str, value: Any) -> None:
         return
     if key in COUNT_KEYS and (type(value) is not int or value < 1):
         raise ShapecalcError(key, f"must be a positive integer, not {value!r}")
+    _bounded_count(key, value)
     if key in ZERO_KEYS and (type(value) is not int or value < 0):
         raise ShapecalcError(key, f"must be an integer ≥ 0, not {value!r}")
     if key in LIST_KEYS and not isinstance(value, list):
@@ -122,6 +135,7 @@ class HF:
         self.cfg = cfg
         self.family = family
         self.read: set[str] = set()
+        self.order: list[str] = []  # the keys as read (wrong_kind's suspects)
 
     def names(self, key: str) -> tuple[str, ...]:
         """`key` and the aliases its family's attribute map gives it."""
@@ -135,12 +149,14 @@ class HF:
         """A count or width the config must give (under `key` or an alias)."""
         keys = self.names(key)
         self.read.update(keys)
+        self.order += keys
         for k in keys:
             if self.cfg.get(k) is not None:
                 value = self.cfg[k]
                 # every needed key is a count or a width: readers compute with it (D // H, 4·D)
                 if type(value) is not int or value < 1:
                     raise ShapecalcError(k, f"{symbol} must be a positive integer, not {value!r}")
+                _bounded_count(k, value)
                 return value
         raise ShapecalcError(key, f"missing from config.json (needed for {symbol})")
 
@@ -149,6 +165,7 @@ class HF:
         value must be of the default's kind: a flag true or false (`bool("false")` is True), a
         number a number (not `true`)."""
         self.read.add(key)
+        self.order.append(key)
         default = self.default(key, None if fallback is _NO_DEFAULT else fallback)
         if key not in self.cfg:
             return default
@@ -159,6 +176,11 @@ class HF:
         if number and value is not None and (
                 isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ShapecalcError(key, f"must be a number, not {value!r}")
+        # a list or table where the class default is one (a name may stand for a number:
+        # mamba_dt_rank "auto" or 256)
+        for kind, what in ((list, "a list"), (dict, "a table of fields")):
+            if isinstance(default, kind) and value is not None and not isinstance(value, kind):
+                raise ShapecalcError(key, f"must be {what}, not {value!r}")
         check_kind(key, value)
         return value
 
@@ -195,6 +217,34 @@ class HF:
         kind = "a gated FFN" if gated else "an FFN"
         raise ShapecalcError(key, f"{name!r} is not supported for {kind}; supported: {ok}")
 
+    def wrong_kind(self, err: Exception) -> ShapecalcError:
+        """The error for a reader that failed on a value: the keys it read whose value is null,
+        a list or a table (where readers compute) or of another kind than the family's default
+        are suspects; the last one read is named."""
+        def odd(k: str) -> bool:
+            v, d = self.cfg.get(k), self.default(k)
+            if v is None:  # given as null
+                return True
+            return not same_kind(v, d) if d is not None else isinstance(v, (list, dict))
+
+        suspects = [k for k in self.order if k in self.cfg and odd(k)]
+        nulls = [k for k in suspects if self.cfg[k] is None]  # a null given: the likeliest
+        suspects = nulls or suspects
+        key = suspects[-1] if suspects else (self.order[-1] if self.order else "hf-config")
+        shown = repr(self.cfg.get(key))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return ShapecalcError(key, f"{shown} is not a value shapecalc can read here "
+                              f"({' '.join(str(err).split())[:80]})")
+
+    def number(self, key: str, fallback: Any = _NO_DEFAULT) -> float:
+        """A finite number the reader computes with (a multiplier): null is not one."""
+        import math
+
+        v = self.get(key, fallback)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ShapecalcError(key, f"must be a finite number, not {v!r}")
+        return float(v)
+
     def int_list(self, key: str) -> list[int] | None:
         v = self.get(key)
         if v is None:
@@ -210,6 +260,14 @@ class HF:
             value = self.get(key, r.default)
             if not any(same(value, ok) for ok in r.ok):
                 raise ShapecalcError(key, r.why.format(value=value))
+
+
+def same_kind(a: Any, b: Any) -> bool:
+    """Both numbers (not bools), or both of one type."""
+    num = (int, float)
+    if isinstance(a, num) and isinstance(b, num):
+        return isinstance(a, bool) == isinstance(b, bool)
+    return type(a) is type(b)
 
 
 def same(a: Any, b: Any) -> bool:

@@ -180,7 +180,7 @@ def _granite(h: HF) -> Fields:
     f = _dims(h)
     bias = bool(h.get("attention_bias"))
     # GraniteModel applies all four, also at their default 1.0
-    mult = {k: float(h.get(k, 1.0)) for k in ("embedding_multiplier", "attention_multiplier",
+    mult = {k: h.number(k, 1.0) for k in ("embedding_multiplier", "attention_multiplier",
                                                "residual_multiplier", "logits_scaling")}
     f.update(
         n_kv_heads=_kv(h, f["n_heads"]),

@@ -28,7 +28,9 @@ def _layer_types(h: HF, n: int) -> list[str]:
     types = h.get("layer_types")
     legacy = h.get("compress_ratios")
     if types is None and legacy is not None:
-        bad = [r for r in legacy if r not in _RATIO_TYPES]
+        if not isinstance(legacy, list):
+            raise ShapecalcError("compress_ratios", f"must be a list of ratios, not {legacy!r}")
+        bad = [r for r in legacy if type(r) is not int or r not in _RATIO_TYPES]
         if bad:
             raise ShapecalcError("compress_ratios", f"{bad[0]!r}: DeepSeek-V4's ratios are 0, 4 "
                                  "and 128")

@@ -174,7 +174,7 @@ def falcon_h1(h: HF, f: Fields) -> None:
              scan_chunk=_positive(h, "mamba_chunk_size", "L"),
              conv_bias=bool(h.get("mamba_conv_bias")), ssm_gated_norm=norm,
              ssm_multipliers=_factors(h, "ssm_multipliers", 5), mlp_multipliers=(gate, down),
-             **{field: float(h.get(key)) for field, key in (
+             **{field: h.number(key) for field, key in (
                  ("embedding_multiplier", "embedding_multiplier"),
                  ("logit_scale", "lm_head_multiplier"), ("key_multiplier", "key_multiplier"),
                  ("attention_in_multiplier", "attention_in_multiplier"),

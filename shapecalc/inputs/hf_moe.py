@@ -17,7 +17,7 @@ def qwen_sparse(h: HF, f: Fields) -> None:
     # Qwen-MoE: layer i is MoE when not in mlp_only_layers and (i+1) % decoder_sparse_step == 0;
     # the others have a dense MLP of intermediate_size
     step = positive_step(h, "decoder_sparse_step")
-    dense = set(h.get("mlp_only_layers") or [])
+    dense = set(h.int_list("mlp_only_layers") or [])
     f["ffn_types"] = tuple("dense" if i in dense or (i + 1) % step else "moe"
                            for i in range(f["n_layers"]))
 
