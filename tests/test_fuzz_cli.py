@@ -1,12 +1,13 @@
-"""The command line's contract under hostile input, drawn by hypothesis: every draw exits 0 (or 1:
-fit's "does not fit") with valid output — JSON without inf or nan, nothing on stderr but `note:`
+"""The command line's contract under hostile input, drawn by hypothesis: every draw exits 0 (or 1,
+a negative verdict: "does not fit", a missed SLO, nothing found) with valid output — JSON without inf or nan, nothing on stderr but `note:`
 lines — or exits 2 with one `error: …` line on stderr, nothing on stdout, and no traceback.
 
 argv is drawn from the categories of issue 12's hostile inputs: commands × numeric flags × values
 (0, negative, 10³⁰, 2⁶³, nan, inf, floats, unicode digits, empty), model fields through --set
 (booleans as counts, nulls, non-finite floats), parallel degrees, block sizes, preset names that
 look like paths or hold NUL and newlines, cases with @ fields, grids, and planning overrides
-(--utilization, efficiencies, --set-gpu, --perf). Runs in-process (cli/app.main with captured
+(--utilization, efficiencies, --set-gpu, --perf); and serve's and train's flags with the same
+kinds of values (serve_or_train). Runs in-process (cli/app.main with captured
 streams): the default profile draws FUZZ_EXAMPLES argv in ~15 s; `pytest -m slow` draws 20× more.
 """
 
@@ -140,6 +141,37 @@ def argv(draw: st.DrawFn) -> list[str]:
             *draw(extras([flag("--set-gpu", GPU_SETS)], 2)), *json_flag]
 
 
+SERVE_VALUES = ["0", "-1", "1", "2", "1e-308", "nan", "inf", "1e308", "abc", "", "2.5",
+                "99999999999999999999", "1,2", "uniform:1,5", "lognormal:10,0.5", "gamma:2",
+                "poisson", "50ms", "ttft=1s", "itl=5ms", "ttft=1", "least-loaded", "1:1"]
+SERVE_FLAGS = ["--rate", "--requests", "--replicas", "--concurrency", "--prompt-tokens",
+               "--output-tokens", "--arrivals", "--slo", "--kv-blocks", "--max-num-seqs",
+               "--max-batched-tokens", "--seed", "--tp", "--pp", "--ep", "--utilization",
+               "--price", "--shared-prefix", "--router", "--spec-k", "--pd", "--perf",
+               "--ep-mode", "--redundant-experts"]
+TRAIN_FLAGS = ["--seq", "--micro-batch", "--grad-accum", "--global-batch", "--tp", "--pp",
+               "--dp", "--cp", "--ep", "--zero", "--recompute", "--precision", "--framework",
+               "--train-tokens", "--power-limit", "--price", "--lora-rank", "--lora-targets",
+               "--virtual-stages", "--gpus", "--fw-term", "--perf"]
+TRAIN_VALUES = [*SERVE_VALUES, "full", "selective", "megatron", "hf", "q,v", "8", "64"]
+
+
+@st.composite
+def serve_or_train(draw: st.DrawFn) -> list[str]:
+    """serve (a few requests: each is simulated) or train with up to three hostile flags."""
+    if draw(st.booleans()):
+        base = ["serve", "--preset", draw(st.sampled_from(["llama3-8b", "mixtral-8x7b"])),
+                "--gpu", "H100-SXM", "--requests", "8"]
+        flags, values, more = SERVE_FLAGS, SERVE_VALUES, ["--find-rate", "--find-gpus", "--json"]
+    else:
+        base = ["train", "--preset", draw(st.sampled_from(["llama3-8b", "seed-tiny"])),
+                *draw(st.sampled_from([[], ["--gpu", "H100-SXM"]]))]
+        flags, values, more = TRAIN_FLAGS, TRAIN_VALUES, ["--search", "--json"]
+    picked = draw(st.lists(st.sampled_from(flags), min_size=1, max_size=3, unique=True))
+    extra = [a for f in picked for a in (f, draw(st.sampled_from(values)))]
+    return [*base, *extra, *draw(st.lists(st.sampled_from(more), max_size=1))]
+
+
 class _Timeout(Exception):
     pass
 
@@ -188,7 +220,7 @@ def check_contract(args: list[str]) -> None:
         return
     # exit 1 is a negative verdict (docs/reference/exit-status.md): fit's "does not fit", and
     # compare's and sweep's with --gpu when nothing fits; its report is printed all the same
-    assert code == 0 or (code == 1 and (args[0] == "fit" or (
+    assert code == 0 or (code == 1 and (args[0] in ("fit", "serve", "train") or (
         args[0] in ("compare", "sweep") and "--gpu" in args))), (args, code, err)
     assert all(line.startswith("note: ") for line in err.splitlines()), (args, err)
     assert out, args
@@ -213,4 +245,17 @@ def test_every_draw_keeps_the_contract(args):
 @settings(FUZZ, max_examples=20 * FUZZ_EXAMPLES)
 @given(argv())
 def test_every_draw_keeps_the_contract_many(args):
+    check_contract(args)
+
+
+@settings(FUZZ, max_examples=FUZZ_EXAMPLES // 2)
+@given(serve_or_train())
+def test_serve_and_train_keep_the_contract(args):
+    check_contract(args)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=10 * FUZZ_EXAMPLES)
+@given(serve_or_train())
+def test_serve_and_train_keep_the_contract_many(args):
     check_contract(args)
