@@ -1,6 +1,7 @@
-"""The command line's contract under hostile input, drawn by hypothesis: every draw exits 0 (or 1,
-a negative verdict: "does not fit", a missed SLO, nothing found) with valid output — JSON without inf or nan, nothing on stderr but `note:`
-lines — or exits 2 with one `error: …` line on stderr, nothing on stdout, and no traceback.
+"""The command line's contract under hostile input, drawn by hypothesis: every draw exits 0 (or
+1, a negative verdict: "does not fit", a missed SLO, nothing found) with valid output — JSON
+without inf or nan, nothing on stderr but `note:` lines — or exits 2 with one `error: …` line on
+stderr, nothing on stdout, and no traceback.
 
 argv is drawn from the categories of issue 12's hostile inputs: commands × numeric flags × values
 (0, negative, 10³⁰, 2⁶³, nan, inf, floats, unicode digits, empty), model fields through --set
