@@ -10,6 +10,7 @@ cannot hold (one line, exit 2) instead of running out of memory part-way.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -57,19 +58,26 @@ def default_budget() -> int:
 
 # -- memory ---------------------------------------------------------------------------------------
 def estimate(model: ModelConfig, wl: Workload, layers: int, precision: str = "float32",
-             resident: bool = True) -> int:
+             resident: bool = True, tape: bool = False) -> int:
     """Bytes verify will allocate for `layers` layers: weights (all of them, or with streamed
     weights the small ones and the chunk buffers), the biggest activations it keeps alive, KV
-    caches. Computed from the symbolic stages before anything is allocated."""
+    caches; with `tape` (verify --train) also every stage output of every layer, which the
+    backward keeps. Computed from the symbolic stages before anything is allocated."""
     item = np.dtype(PRECISIONS[precision]).itemsize
     p, T = wl.tp, wl.seq + 1
     big = wl.model_copy(update={"phase": "prefill", "seq": T, "batch": max(wl.batch, 2),
                                 "logits": "all", "tp": 1})
     st = symbolic.stages(model, big, 1)
-    largest = max(int(np.prod(s.shape)) for s in st)
+    largest = max(math.prod(s.shape) for s in st)
     # the paged cache's pools hold whole blocks: ⌈T/block_size⌉·block_size token slots
     kv = 2 * big.batch * model.kv_heads * ceil_div(T, wl.block_size) * wl.block_size * model.dh * 2
     act = 8 * largest + 4 * layers * kv
+    if tape:  # each layer's stage outputs (of its largest kind), and the embedding's and head's
+        sizes = [(s.kind, s.group, math.prod(s.shape)) for s in st]
+        kinds = {k for k, g, _ in sizes if g == "block"}
+        act += layers * max((sum(n for k, g, n in sizes if g == "block" and k == kind)
+                             for kind in kinds), default=0)
+        act += sum(n for _, g, n in sizes if g != "block")
     if not resident:  # norms, biases, position table; three chunk buffers
         small = sum(s.params for s in st if s.op not in ("linear", "embed"))
         small += sum(s.shape[-1] for s in st if s.op == "linear") * 2

@@ -160,9 +160,9 @@ def train_verify(model: ModelConfig, wl: Workload, *, layers: int | None = None,
 
 def budget_refusal(model: ModelConfig, wl: Workload, K: int) -> None:
     """verify's memory and time budgets, estimated before any array is made (a seq of 10¹² was
-    a NumPy allocation traceback): the tape keeps every layer's activations, so the forward's
-    estimate counts K times."""
-    need = estimate(model, wl, K, "float64") * max(K, 1)
+    a NumPy allocation traceback): the weights once, and the tape's every stage output of the K
+    layers (estimate's `tape`; the forward's estimate counted K times refused hybrids that fit)."""
+    need = estimate(model, wl, K, "float64", tape=True)
     if need > default_budget():
         raise ShapecalcError("memory", f"verify --train needs about {need / GiB:,.1f} GiB at batch "
                              f"{wl.batch}, seq {wl.seq} ({plural(K, 'layer')}), more than the "
