@@ -33,6 +33,7 @@ import numpy as np
 from ..inputs.hardware import GPU
 from ..interpret.symbolic import stages as symbolic_stages
 from ..model.config import ModelConfig, ShapecalcError, Workload, check, nbytes
+from ..model.errors import plural
 from ..model.parallel import pp_layers, stage_kind_counts
 from ..model.plan import layer_plan
 from .activations import saved_bytes
@@ -224,8 +225,8 @@ class Search:
         run = []
         for v in vs:
             if accum < pp or (v > 1 and accum % pp):
-                why = (f"m={accum} micro-batch{'es' if accum > 1 else ''} < p={pp} stages: the "
-                       "pipeline never fills"
+                why = (f"m={plural(accum, 'micro-batch', 'micro-batches')} < p={pp} stages: "
+                       "the pipeline never fills"
                        if accum < pp else f"interleaving needs m={accum} a multiple of p={pp}")
                 out += [{**base, "virtual_stages": v, "grad_accum": accum, "zero": z,
                          "fails": "bubble", "why": why} for z in zs]
